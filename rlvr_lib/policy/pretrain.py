@@ -1,0 +1,256 @@
+"""Pretraining (SFT) of the embedded tiny policy on a skewed mixture of strategies.
+
+The base policy must show what the papers start from: a dominant strategy that
+often fails, rarer strategies that work where it fails, hints that steer, and a
+long tail of correct samples. So the SFT data is the testbed's training pool
+with oracle traces whose strategy is drawn from ``PRETRAIN_STRATEGY_PRIOR``
+(75% direct / 20% split / 5% round, independent of the problem), and a share of
+prompts carry a hint: mostly the name of the trace's strategy (so hints steer),
+sometimes a distractor word with a strategy from the prior (so unhelpful hints
+are ignored). The loss is next-token cross-entropy on completion tokens only.
+
+Deterministic for a seed on CPU; resumable: a state file is written every
+``save_every`` steps and picked up by the next call with the same config.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from rlvr_lib.policy.tokenizer import build_char_tokenizer
+from rlvr_lib.tasks.arithmetic import (
+    DIFFICULTIES,
+    DISTRACTOR_HINTS,
+    FAMILIES,
+    PRETRAIN_STRATEGY_PRIOR,
+    STRATEGIES,
+    TRAIN_FAMILY,
+    make_problem,
+    problem_pool,
+)
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """Pretraining settings (defaults rebuild the shipped checkpoint).
+
+    Attributes:
+        seed: Fixes data order, initialisation and everything else.
+        steps: Optimizer steps.
+        batch_size: Examples per step.
+        lr: Peak AdamW learning rate (linear warm-up, cosine decay to 10%).
+        warmup_steps: Warm-up length.
+        weight_decay: AdamW weight decay.
+        hint_share: Share of prompts that carry a hint.
+        distractor_share: Share of hinted prompts whose hint names no strategy.
+        strategy_prior: Probability of (direct, split, round) traces.
+        hidden_size, num_layers, num_heads, intermediate_size: Model shape.
+        save_every: Steps between resumable state files.
+    """
+
+    seed: int = 0
+    steps: int = 2000
+    batch_size: int = 128
+    lr: float = 2e-3
+    warmup_steps: int = 100
+    weight_decay: float = 0.01
+    hint_share: float = 0.3
+    distractor_share: float = 0.2
+    strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    intermediate_size: int = 512
+    save_every: int = 250
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"PretrainConfig.{name}={value!r} is not valid: must be a positive int")
+        for name in ("hint_share", "distractor_share"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"PretrainConfig.{name}={value!r} is not valid: must be in [0, 1]")
+        if not self.lr > 0:
+            raise ValueError(f"PretrainConfig.lr={self.lr!r} is not valid: must be > 0")
+        if len(self.strategy_prior) != len(STRATEGIES) or abs(sum(self.strategy_prior) - 1) > 1e-6:
+            raise ValueError(
+                f"PretrainConfig.strategy_prior={self.strategy_prior!r} is not valid: "
+                f"must be {len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1"
+            )
+        if self.hidden_size % self.num_heads:
+            raise ValueError(
+                f"PretrainConfig.hidden_size={self.hidden_size} is not valid: must be divisible by num_heads={self.num_heads}"
+            )
+
+
+def model_config(config: PretrainConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen2Config:
+    return Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.num_heads,
+        max_position_embeddings=256,
+        tie_word_embeddings=True,
+        pad_token_id=pad_id,
+        eos_token_id=eos_id,
+        bos_token_id=eos_id,
+    )
+
+
+class PretrainingMixture:
+    """Samples (prompt, completion) pairs of the SFT mixture from the train pool."""
+
+    def __init__(self, config: PretrainConfig, rng: np.random.Generator):
+        spec = FAMILIES[TRAIN_FAMILY]
+        self.pools = [problem_pool("train", d, spec.first_factors) for d in DIFFICULTIES]
+        self.mix = np.asarray(spec.mix)
+        self.config, self.rng = config, rng
+
+    def sample(self) -> tuple[str, str]:
+        rng, cfg = self.rng, self.config
+        pool = self.pools[rng.choice(len(self.pools), p=self.mix)]
+        a, b = pool[rng.integers(len(pool))]
+        strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
+        hint = None
+        if rng.random() < cfg.hint_share:
+            if rng.random() < cfg.distractor_share:
+                hint = DISTRACTOR_HINTS[rng.integers(len(DISTRACTOR_HINTS))]
+            else:
+                hint = strategy
+        problem = make_problem(int(a), int(b), strategy=strategy)
+        return problem.prompt_with(hint), problem.oracle_trace
+
+
+def collate(pairs, tokenizer) -> dict[str, torch.Tensor]:
+    """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 off the completion)."""
+    prompts = [tokenizer(p, add_special_tokens=False)["input_ids"] for p, _ in pairs]
+    completions = [tokenizer(c, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id] for _, c in pairs]
+    width = max(len(p) + len(c) for p, c in zip(prompts, completions))
+    ids = torch.full((len(pairs), width), tokenizer.pad_token_id, dtype=torch.long)
+    labels = torch.full_like(ids, -100)
+    mask = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts, completions)):
+        n = len(p) + len(c)
+        ids[i, :n] = torch.tensor(p + c)
+        labels[i, len(p) : n] = torch.tensor(c)
+        mask[i, :n] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": labels}
+
+
+def token_loss_sum(model, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Summed next-token cross-entropy over the labelled (completion) tokens."""
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"]).logits[:, :-1]
+    return torch.nn.functional.cross_entropy(
+        logits.reshape(-1, logits.shape[-1]), batch["labels"][:, 1:].reshape(-1), ignore_index=-100, reduction="sum"
+    )
+
+
+def lr_at(step: int, config: PretrainConfig) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = True) -> dict:
+    """Train the tiny policy and save it (model + tokenizer) to ``out_dir``.
+
+    Resumes from ``out_dir/.pretrain_state.pt`` when that file exists and was
+    written with the same config. Returns the training log written to
+    ``out_dir/pretrain_log.json``.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state_path = out_dir / ".pretrain_state.pt"
+    torch.manual_seed(config.seed)
+    tokenizer = build_char_tokenizer()
+    model = Qwen2ForCausalLM(
+        model_config(config, len(tokenizer), tokenizer.pad_token_id, tokenizer.eos_token_id)
+    )
+    optimizer = torch.optim.AdamW(
+        model.parameters(), lr=config.lr, betas=(0.9, 0.98), weight_decay=config.weight_decay
+    )
+    rng = np.random.default_rng(config.seed)
+    start, history, elapsed = 0, [], 0.0
+    if state_path.exists():
+        state = torch.load(state_path, weights_only=False)
+        if state["config"] == asdict(config):
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            rng.bit_generator.state = state["numpy_rng"]
+            torch.set_rng_state(state["torch_rng"])
+            start, history, elapsed = state["step"], state["history"], state["elapsed_s"]
+    mixture = PretrainingMixture(config, rng)
+    model.train()
+    t0 = time.perf_counter() - elapsed
+    bar = tqdm(range(start, config.steps), initial=start, total=config.steps, desc="pretrain", disable=not progress)
+    for step in bar:
+        pairs = sorted((mixture.sample() for _ in range(config.batch_size)), key=lambda pc: len(pc[0]) + len(pc[1]))
+        for group in optimizer.param_groups:
+            group["lr"] = lr_at(step, config)
+        optimizer.zero_grad(set_to_none=True)
+        # Short (direct) and long (split/round) traces in separate micro-batches: less padding, same gradient.
+        n_labels = sum(len(c) + 1 for _, c in pairs)
+        loss = 0.0
+        for chunk in (pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]):
+            loss = loss + token_loss_sum(model, collate(chunk, tokenizer)) / n_labels
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        if step % 25 == 0 or step == config.steps - 1:
+            history.append({"step": step, "loss": round(loss.item(), 5)})
+            bar.set_postfix(loss=f"{loss.item():.4f}")
+        if (step + 1) % config.save_every == 0 and step + 1 < config.steps:
+            tmp = state_path.with_suffix(".tmp")
+            torch.save(
+                {
+                    "config": asdict(config),
+                    "model": model.state_dict(),
+                    "optimizer": optimizer.state_dict(),
+                    "numpy_rng": rng.bit_generator.state,
+                    "torch_rng": torch.get_rng_state(),
+                    "step": step + 1,
+                    "history": history,
+                    "elapsed_s": time.perf_counter() - t0,
+                },
+                tmp,
+            )
+            os.replace(tmp, state_path)
+    log = {
+        "config": asdict(config),
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "train_seconds": round(time.perf_counter() - t0, 1),
+        "torch_threads": torch.get_num_threads(),
+        "final_loss": history[-1]["loss"] if history else None,
+        "history": history,
+    }
+    # Write into a sibling folder, then swap, so an interrupted save never leaves half a checkpoint.
+    staging = out_dir.with_name(out_dir.name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    model.eval()
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(staging)
+    tokenizer.save_pretrained(staging)
+    (staging / "pretrain_log.json").write_text(json.dumps(log, indent=1) + "\n")
+    for name in ("README.md",):
+        if (out_dir / name).exists():
+            shutil.copy(out_dir / name, staging / name)
+    shutil.rmtree(out_dir)
+    staging.rename(out_dir)
+    return log

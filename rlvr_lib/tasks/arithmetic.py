@@ -1,0 +1,294 @@
+"""The procedural testbed: two-number multiplication solved by one of three strategies.
+
+Why this task. The four papers attack one bottleneck: a GRPO policy learns only
+from what it samples, and it samples ever less diversely. The testbed is built
+so that bottleneck is real at laptop scale:
+
+* Three strategies with clearly different surface forms, chosen at an explicit
+  branch point (the first token of the completion) after which the steps are
+  determined by the numbers (the structure SAGE's branch guide relies on)::
+
+      47*86=?
+      direct: #4042
+      split: 40*86+7*86=3440+602=4042 #4042
+      round: 50*86-3*86=4300-258=4042 #4042
+
+* ``direct`` answers in one go. It is the pretraining-dominant strategy, and a
+  tiny transformer cannot multiply two 2-digit numbers in one step, so it fails
+  on most 2-digit x 2-digit problems. ``split`` (tens + units of the first
+  factor) and ``round`` (round the first factor up to a multiple of ten and
+  subtract) reduce the product to 1-digit x 2-digit facts and one addition or
+  subtraction. ``round`` is rare in pretraining and best on the hard subset
+  (first factor ending in 6-9: its correction term d*b is small).
+* Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
+  and the first factor ends in 1-5; ``hard`` = two digits and it ends in 6-9.
+* Families are evaluation suites with different difficulty mixes (stand-ins for
+  MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
+  out-of-distribution family whose first factor (91-99) never occurs in
+  pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test).
+
+The train / eval split is a fixed hash of the problem, so it never depends on a
+seed and never overlaps; the seed only chooses which problems a family draws.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
+
+TASK_NAME = "mul"
+STRATEGIES = ("direct", "split", "round")
+DIFFICULTIES = ("easy", "medium", "hard")
+HARD_DIFFICULTY = "hard"
+# Share of each strategy in the pretraining mixture: dominant / secondary / rare.
+PRETRAIN_STRATEGY_PRIOR = {"direct": 0.75, "split": 0.20, "round": 0.05}
+# Hint words that name no strategy: what an unverified hint writer also produces.
+DISTRACTOR_HINTS = ("carry", "parity", "digits", "estimate", "prime", "modulo")
+# Strategies worth hinting per difficulty, best first.
+USEFUL_STRATEGIES = {
+    "easy": ("split", "round", "direct"),
+    "medium": ("split", "round"),
+    "hard": ("round", "split"),
+}
+MAX_COMPLETION_CHARS = 200
+_SPLIT_VERSION = "rlvr-testbed-split-v1"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    """How a family draws problems.
+
+    Attributes:
+        name: Family name.
+        split: ``"train"`` or ``"eval"`` pool (disjoint by construction).
+        mix: Share of each difficulty, in ``DIFFICULTIES`` order.
+        first_factors: Inclusive range of the first factor.
+        stands_in_for: The paper benchmark this family plays the role of.
+    """
+
+    name: str
+    split: str
+    mix: tuple[float, float, float]
+    first_factors: tuple[int, int]
+    stands_in_for: str
+
+
+IN_DISTRIBUTION = (11, 89)
+OUT_OF_DISTRIBUTION = (91, 99)
+FAMILIES: dict[str, FamilySpec] = {
+    spec.name: spec
+    for spec in (
+        FamilySpec("train", "train", (0.35, 0.35, 0.30), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
+        FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
+        FamilySpec("hard_mix", "eval", (0.2, 0.4, 0.4), IN_DISTRIBUTION, "AIME24"),
+        FamilySpec("hardest_mix", "eval", (0.1, 0.3, 0.6), IN_DISTRIBUTION, "AIME25 / APEX"),
+        FamilySpec("ood_shift", "eval", (0.35, 0.35, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
+    )
+}
+EVAL_FAMILIES = ("easy_mix", "medium_mix", "hard_mix", "hardest_mix")
+OOD_FAMILIES = ("ood_shift",)
+TRAIN_FAMILY = "train"
+
+
+# --------------------------------------------------------------------------- problems
+
+
+def difficulty_of(a: int, b: int) -> str:
+    """Difficulty level of ``a*b`` (see the module docstring)."""
+    if b < 10:
+        return "easy"
+    return "medium" if a % 10 <= 5 else "hard"
+
+
+def check_difficulty(difficulty: str) -> str:
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty={difficulty!r} is not valid: must be one of {list(DIFFICULTIES)}")
+    return difficulty
+
+
+def check_family(family: str) -> FamilySpec:
+    if family not in FAMILIES:
+        raise ValueError(f"family={family!r} is not valid: must be one of {sorted(FAMILIES)}")
+    return FAMILIES[family]
+
+
+def check_strategy(strategy: str) -> str:
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not valid: must be one of {list(STRATEGIES)}")
+    return strategy
+
+
+def _stable_unit(text: str) -> float:
+    """A number in [0, 1) fixed by ``text`` alone (not by Python's salted hash)."""
+    return int(hashlib.sha256(text.encode()).hexdigest()[:8], 16) / 16**8
+
+
+def split_of(a: int, b: int) -> str:
+    """Pool of ``a*b``: a fixed 50/50 hash split into "train" and "eval"."""
+    return "train" if _stable_unit(f"{_SPLIT_VERSION}:{a}*{b}") < 0.5 else "eval"
+
+
+def solution_trace(a: int, b: int, strategy: str) -> str:
+    """The oracle completion of ``a*b`` with one strategy (see the module docstring)."""
+    check_strategy(strategy)
+    product = a * b
+    if strategy == "direct":
+        return f"direct: #{product}"
+    if strategy == "split":
+        tens, units = a - a % 10, a % 10
+        return f"split: {tens}*{b}+{units}*{b}={tens * b}+{units * b}={product} #{product}"
+    up = a - a % 10 + 10 if a % 10 else a
+    down = up - a
+    return f"round: {up}*{b}-{down}*{b}={up * b}-{down * b}={product} #{product}"
+
+
+def make_problem(a: int, b: int, family: str = "custom", strategy: str = "direct") -> Problem:
+    """Build the problem ``a*b``; the oracle trace uses ``strategy``."""
+    if not (isinstance(a, int) and 11 <= a <= 99 and a % 10 != 0):
+        raise ValueError(f"a={a!r} is not valid: must be an int in 11..99 not divisible by 10")
+    if not (isinstance(b, int) and 2 <= b <= 99):
+        raise ValueError(f"b={b!r} is not valid: must be an int in 2..99")
+    return Problem(
+        uid=f"{TASK_NAME}:{a}*{b}",
+        question=f"{a}*{b}=?",
+        answer=str(a * b),
+        family=family,
+        difficulty=difficulty_of(a, b),
+        oracle_trace=solution_trace(a, b, strategy),
+        strategy=strategy,
+        operands=(a, b),
+    )
+
+
+def problem_pool(split: str, difficulty: str, first_factors: tuple[int, int] = IN_DISTRIBUTION) -> list[tuple[int, int]]:
+    """All ``(a, b)`` of one split and difficulty, in a fixed order."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split={split!r} is not valid: must be 'train' or 'eval'")
+    check_difficulty(difficulty)
+    lo, hi = first_factors
+    out = []
+    for a in range(lo, hi + 1):
+        if a % 10 == 0:
+            continue
+        for b in range(2, 100):
+            if difficulty_of(a, b) != difficulty:
+                continue
+            # Out-of-distribution first factors never occur in training: all are eval.
+            in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
+            if in_split == split:
+                out.append((a, b))
+    return out
+
+
+def _family_rng(family: str, seed: int) -> np.random.Generator:
+    return np.random.default_rng([seed, int(_stable_unit(f"family:{family}") * 2**31)])
+
+
+def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
+    """Split ``n`` into per-difficulty counts by largest remainder (sums to ``n``)."""
+    raw = np.asarray(mix, dtype=float) * n
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts), kind="stable")[: n - counts.sum()]:
+        counts[i] += 1
+    return counts.tolist()
+
+
+def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
+    """A fixed, seeded draw of ``n`` distinct problems from one family.
+
+    Each problem's oracle trace uses the strategy most useful for its
+    difficulty (``USEFUL_STRATEGIES``). Same (family, n, seed), same list.
+
+    Raises:
+        ValueError: unknown family, or ``n`` larger than what the family's pool holds.
+    """
+    spec = check_family(family)
+    if not isinstance(n, int) or n < 1:
+        raise ValueError(f"n={n!r} is not valid: must be a positive int")
+    rng = _family_rng(family, seed)
+    picked: list[tuple[int, int]] = []
+    for difficulty, count in zip(DIFFICULTIES, difficulty_counts(spec.mix, n)):
+        pool = problem_pool(spec.split, difficulty, spec.first_factors)
+        if count > len(pool):
+            raise ValueError(
+                f"n={n} asks for {count} {difficulty} problems from family {family!r}, whose pool has {len(pool)}"
+            )
+        picked += [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
+    order = rng.permutation(len(picked))
+    return [
+        make_problem(a, b, family, USEFUL_STRATEGIES[difficulty_of(a, b)][0])
+        for a, b in (picked[i] for i in order)
+    ]
+
+
+# --------------------------------------------------------------------------- verifier
+
+_COMPLETION = re.compile(r"(direct|split|round): (?:([0-9*+\-=]{1,120}) )?#(\d{1,12})")
+_EXPR = re.compile(r"\d{1,9}(?:\*\d{1,9})?(?:[+-]\d{1,9}(?:\*\d{1,9})?)*")
+_TERM = re.compile(r"([+-]?)(\d+)(?:\*(\d+))?")
+
+
+def _evaluate(expr: str) -> int:
+    """Value of a sum/difference of products of integers (``_EXPR`` grammar)."""
+    total = 0
+    for sign, x, y in _TERM.findall(expr):
+        value = int(x) * (int(y) if y else 1)
+        total += -value if sign == "-" else value
+    return total
+
+
+def _expected_first_step(a: int, b: int, strategy: str) -> str:
+    return solution_trace(a, b, strategy).split(": ", 1)[1].split("=", 1)[0]
+
+
+def parse_strategy(completion: str) -> str | None:
+    """The strategy a completion's branch token names, or ``None`` when it names none."""
+    if not isinstance(completion, str):
+        return None
+    head = completion.lstrip().split(":", 1)[0]
+    return head if head in STRATEGIES else None
+
+
+def verify(problem: Problem, completion: object) -> Verdict:
+    """Check a completion step by step. Never raises on model output.
+
+    ``malformed``: not of the form ``<strategy>: [<chain> ]#<answer>`` with
+    the chain required by the strategy (none for ``direct``, one for
+    ``split``/``round``), or too long, or not a string.
+    ``wrong``: well formed, but the first step is not the named strategy's
+    decomposition of the problem, a step's value differs from the previous
+    one, the chain does not end in the stated answer, or the answer is not the
+    gold answer. ``correct`` (reward 1) otherwise.
+    """
+    if not isinstance(completion, str):
+        return Verdict(0.0, MALFORMED, None, f"completion is {type(completion).__name__}, not str")
+    text = completion.strip()
+    if len(text) > MAX_COMPLETION_CHARS:
+        return Verdict(0.0, MALFORMED, None, f"longer than {MAX_COMPLETION_CHARS} characters")
+    match = _COMPLETION.fullmatch(text)
+    if match is None:
+        return Verdict(0.0, MALFORMED, None, "not '<strategy>: [<steps> ]#<answer>'")
+    strategy, chain, answer = match.groups()
+    if (strategy == "direct") != (chain is None):
+        return Verdict(0.0, MALFORMED, strategy, f"{strategy!r} {'takes no' if chain else 'needs'} steps")
+    if chain is not None:
+        steps = chain.split("=")
+        if len(steps) < 2 or not all(_EXPR.fullmatch(s) for s in steps):
+            return Verdict(0.0, MALFORMED, strategy, "steps are not '<expr>=<expr>=...=<number>'")
+        a, b = problem.operands
+        if steps[0] != _expected_first_step(a, b, strategy):
+            return Verdict(0.0, WRONG, strategy, f"first step is not the {strategy} decomposition")
+        values = [_evaluate(s) for s in steps]
+        if any(v != values[0] for v in values[1:]):
+            return Verdict(0.0, WRONG, strategy, "a step changes the value")
+        if not steps[-1].isdigit() or steps[-1] != answer:
+            return Verdict(0.0, WRONG, strategy, "the steps do not end in the stated answer")
+    if answer != problem.answer:
+        return Verdict(0.0, WRONG, strategy, "wrong answer")
+    return Verdict(1.0, CORRECT, strategy)

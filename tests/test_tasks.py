@@ -1,0 +1,193 @@
+"""The testbed: generators, splits, verifier, hint pools."""
+
+import random
+
+import pytest
+
+from rlvr_lib.tasks import (
+    CORRECT,
+    DIFFICULTIES,
+    DISTRACTOR_HINTS,
+    EVAL_FAMILIES,
+    FAMILIES,
+    MALFORMED,
+    OOD_FAMILIES,
+    STRATEGIES,
+    TRAIN_FAMILY,
+    USEFUL_STRATEGIES,
+    WRONG,
+    TaskHintPool,
+    difficulty_of,
+    family_problems,
+    make_problem,
+    parse_strategy,
+    problem_pool,
+    solution_trace,
+    verify,
+)
+
+
+def test_families_are_deterministic_by_seed():
+    assert family_problems("hard_mix", 50, seed=3) == family_problems("hard_mix", 50, seed=3)
+    assert family_problems("hard_mix", 50, seed=3) != family_problems("hard_mix", 50, seed=4)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_has_its_difficulty_mix_and_no_duplicates(family):
+    problems = family_problems(family, 200)
+    assert len({p.uid for p in problems}) == 200
+    counts = {d: sum(p.difficulty == d for p in problems) for d in DIFFICULTIES}
+    for d, share in zip(DIFFICULTIES, FAMILIES[family].mix):
+        assert abs(counts[d] - 200 * share) <= 1
+
+
+def test_train_and_eval_never_overlap():
+    for d in DIFFICULTIES:
+        assert not set(problem_pool("train", d)) & set(problem_pool("eval", d))
+    train = {p.uid for p in family_problems(TRAIN_FAMILY, 800)}
+    for family in EVAL_FAMILIES + OOD_FAMILIES:
+        assert not train & {p.uid for p in family_problems(family, 200)}
+
+
+def test_ood_first_factors_never_appear_in_training_pool():
+    assert all(a <= 89 for d in DIFFICULTIES for a, _ in problem_pool("train", d))
+    assert all(p.operands[0] >= 91 for p in family_problems("ood_shift", 200))
+
+
+def test_difficulty_definition():
+    assert difficulty_of(47, 6) == "easy"
+    assert difficulty_of(43, 86) == "medium"
+    assert difficulty_of(47, 86) == "hard"
+
+
+def test_oracle_traces_by_hand():
+    assert solution_trace(47, 86, "direct") == "direct: #4042"
+    assert solution_trace(47, 86, "split") == "split: 40*86+7*86=3440+602=4042 #4042"
+    assert solution_trace(47, 86, "round") == "round: 50*86-3*86=4300-258=4042 #4042"
+    assert solution_trace(13, 7, "round") == "round: 20*7-7*7=140-49=91 #91"
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_oracle_trace_of_every_strategy_verifies(family):
+    for p in family_problems(family, 200):
+        a, b = p.operands
+        for s in STRATEGIES:
+            verdict = verify(p, solution_trace(a, b, s))
+            assert (verdict.reward, verdict.status, verdict.strategy) == (1.0, CORRECT, s), (p, s, verdict)
+
+
+def _corruptions(trace: str, rng: random.Random):
+    """Every single-digit change in the steps or answer of a trace."""
+    head, body = trace.split(": ", 1)
+    for i, ch in enumerate(body):
+        if ch.isdigit():
+            for new in "0123456789":
+                if new != ch and not (new == "0" and (i == 0 or not body[i - 1].isdigit())):
+                    yield f"{head}: {body[:i]}{new}{body[i + 1:]}"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_corrupted_step_or_answer_is_rejected(strategy):
+    rng = random.Random(0)
+    for p in family_problems("medium_mix", 20):
+        for bad in _corruptions(solution_trace(*p.operands, strategy), rng):
+            verdict = verify(p, bad)
+            assert verdict.reward == 0.0 and verdict.status == WRONG, (bad, verdict)
+
+
+def test_answer_must_match_gold_and_chain():
+    p = make_problem(47, 86)
+    assert verify(p, "direct: #4043").status == WRONG
+    # Chain correct but the stated answer differs from the chain's end.
+    assert verify(p, "split: 40*86+7*86=3440+602=4042 #4043").status == WRONG
+    # Right answer through another strategy's decomposition under this tag.
+    assert verify(p, "split: 50*86-3*86=4300-258=4042 #4042").status == WRONG
+    # A skipped step that keeps the value is still a correct chain.
+    assert verify(p, "split: 40*86+7*86=4042 #4042").status == CORRECT
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "",
+        "   ",
+        "garbage",
+        "éèàü 日本語 🙂",
+        "direct 4042",
+        "direct: 4042",  # direct takes no steps before '#'
+        "split: #4042",  # split needs steps
+        "round: 50*86-3*86=4300-258=4042",  # missing answer
+        "direct: #4042 and more",
+        "direct: #" + "9" * 5000,
+        "split: " + "1+" * 3000 + "1 #1",
+        "split: 40*86+7*86==4042 #4042",
+        "split: 40**86 #4042",
+        None,
+        12,
+        b"direct: #4042",
+    ],
+)
+def test_malformed_output_gets_zero_and_never_raises(completion):
+    verdict = verify(make_problem(47, 86), completion)
+    assert verdict.reward == 0.0
+    assert verdict.status == MALFORMED
+
+
+def test_random_strings_never_raise():
+    rng = random.Random(0)
+    alphabet = "0123456789*+-=#: directsplitround\n\x00é"
+    p = make_problem(47, 86)
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 60)))
+        verdict = verify(p, text)
+        assert verdict.status in (CORRECT, WRONG, MALFORMED)
+
+
+def test_parse_strategy():
+    assert parse_strategy("round: 1") == "round"
+    assert parse_strategy("nonsense") is None
+    assert parse_strategy(None) is None
+
+
+def test_bad_names_raise_with_valid_options():
+    with pytest.raises(ValueError, match="family='aime24'.*easy_mix"):
+        family_problems("aime24")
+    with pytest.raises(ValueError, match="difficulty='extreme'.*easy.*medium.*hard"):
+        problem_pool("train", "extreme")
+    with pytest.raises(ValueError, match="strategy='guess'.*direct"):
+        solution_trace(47, 86, "guess")
+    with pytest.raises(ValueError, match="a=40"):
+        make_problem(40, 7)
+    with pytest.raises(ValueError, match="n=10000 asks for"):
+        family_problems("easy_mix", 10000)
+
+
+def test_prompt_with_hint_shares_the_question_prefix():
+    p = make_problem(47, 86)
+    assert p.prompt == "47*86=?\n"
+    assert p.prompt_with("round") == "47*86=? hint: round\n"
+    assert p.prompt_with("two\nlines") == "47*86=? hint: two lines\n"
+
+
+def test_task_hint_pool_mixes_useful_and_unhelpful_hints():
+    problems = family_problems("hard_mix", 200)
+    all_useful = TaskHintPool(n_hints=2, unhelpful_share=0.0)
+    for p in problems:
+        assert all_useful.contexts(p) == list(USEFUL_STRATEGIES[p.difficulty][:2])
+    none_useful = TaskHintPool(n_hints=3, unhelpful_share=1.0)
+    for p in problems:
+        hints = none_useful.contexts(p)
+        assert len(set(hints)) == 3 and not set(hints) & set(USEFUL_STRATEGIES[p.difficulty])
+    half = TaskHintPool(n_hints=5, unhelpful_share=0.5, seed=1)
+    pools = [half.contexts(p) for p in problems]
+    assert pools == [half.contexts(p) for p in problems]  # fixed by seed
+    first = [pool[0] for pool in pools]
+    share_unhelpful = sum(h in DISTRACTOR_HINTS or h == "direct" for h in first) / len(first)
+    assert 0.35 < share_unhelpful < 0.65
+
+
+def test_task_hint_pool_rejects_bad_settings():
+    with pytest.raises(ValueError, match="unhelpful_share=1.5"):
+        TaskHintPool(unhelpful_share=1.5)
+    with pytest.raises(ValueError, match="n_hints=0"):
+        TaskHintPool(n_hints=0)
