@@ -1,0 +1,380 @@
+"""Sequence-level advantage estimators of the GRPO family, and group-level reward helpers.
+
+Layout: N rollouts, one scalar reward each. ``group_index`` (N,) integer says
+which prompt a rollout belongs to; ids need not be contiguous or sorted.
+Group statistics are vectorised (``torch.unique`` + ``index_add_``).
+
+Every estimator has the signature ``fn(rewards, group_index, **kwargs) -> (N,)``
+and returns detached float advantages (rewards are treated as constants).
+Conventions shared by all of them:
+
+* a group whose rewards are all equal gets advantage exactly 0;
+* a group of one rollout gets advantage 0 (never NaN).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+from .policy_loss import _check_number, _check_tensor
+
+__all__ = [
+    "ADVANTAGE_ESTIMATORS",
+    "bnpo_beta_advantages",
+    "context_advantages",
+    "dr_grpo_advantages",
+    "dynamic_sampling_keep_mask",
+    "get_advantage_estimator",
+    "grpo_advantages",
+    "overlong_reward_shaping",
+    "rank_advantages",
+]
+
+
+# --------------------------------------------------------------------------
+# validation and group statistics (private)
+# --------------------------------------------------------------------------
+def _check_values(name: str, x: object) -> Tensor:
+    """1-D finite values, returned detached as a float tensor."""
+    x = _check_tensor(name, x)
+    if x.dim() != 1:
+        raise ValueError(f"{name} must be 1-D (N,), got shape {tuple(x.shape)}")
+    if not x.is_floating_point():
+        x = x.to(torch.get_default_dtype())
+    if not torch.isfinite(x).all():
+        raise ValueError(f"{name} must be finite (no NaN/inf)")
+    return x.detach()
+
+
+def _check_index(name: str, idx: object, n: int) -> Tensor:
+    idx = _check_tensor(name, idx)
+    if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+        raise ValueError(f"{name} must be an integer tensor, got dtype {idx.dtype}")
+    if idx.shape != (n,):
+        raise ValueError(f"{name} has shape {tuple(idx.shape)}, expected ({n},) to match rewards")
+    return idx
+
+
+def _groups(group_index: Tensor) -> tuple[Tensor, int]:
+    """Map arbitrary group ids to 0..G-1; return (inverse (N,), G)."""
+    uniq, inv = torch.unique(group_index, return_inverse=True)
+    return inv, uniq.numel()
+
+
+def _group_sum(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
+    return x.new_zeros(n_groups).index_add_(0, inv, x)
+
+
+def _group_count(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
+    return _group_sum(torch.ones_like(x), inv, n_groups)
+
+
+def _group_mean(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
+    return _group_sum(x, inv, n_groups) / _group_count(x, inv, n_groups)
+
+
+def _center(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
+    """x - group mean, exactly 0 on groups whose values are all equal.
+
+    (Floating-point means of equal non-dyadic values, e.g. 0.1, can differ from
+    them in the last bit; zero-variance groups are common and must give 0.)
+    """
+    centred = x - _group_mean(x, inv, n_groups)[inv]
+    gmax = x.new_zeros(n_groups).scatter_reduce(0, inv, x, "amax", include_self=False)
+    gmin = x.new_zeros(n_groups).scatter_reduce(0, inv, x, "amin", include_self=False)
+    return torch.where((gmax == gmin)[inv], torch.zeros_like(centred), centred)
+
+
+def _group_std(centred: Tensor, inv: Tensor, n_groups: int, *, unbiased: bool) -> Tensor:
+    """Per-group std of already centred values; 0 for a group of one."""
+    count = _group_count(centred, inv, n_groups)
+    denom = (count - 1).clamp(min=1) if unbiased else count
+    return (_group_sum(centred * centred, inv, n_groups) / denom).sqrt()
+
+
+def _normalize(centred: Tensor, std: Tensor, eps: float) -> Tensor:
+    # centred is exactly 0 wherever std is 0, so the clamp only matters for eps=0
+    # and turns 0/0 into 0.
+    return centred / (std + eps).clamp(min=torch.finfo(centred.dtype).tiny)
+
+
+def _prepare(rewards: object, group_index: object, name: str = "rewards") -> tuple[Tensor, Tensor, int]:
+    r = _check_values(name, rewards)
+    g = _check_index("group_index", group_index, r.shape[0])
+    inv, n_groups = _groups(g)
+    return r, inv, n_groups
+
+
+# --------------------------------------------------------------------------
+# estimators
+# --------------------------------------------------------------------------
+def grpo_advantages(rewards: Tensor, group_index: Tensor, *, eps: float = 1e-6,
+                    normalize_std: bool = True) -> Tensor:
+    """GRPO group-normalised advantage (DeepSeekMath, arXiv 2402.03300).
+
+    A_i = (r_i - mean_g) / (std_g + eps)    (normalize_std=True)
+    A_i = r_i - mean_g                      (normalize_std=False, i.e. Dr.GRPO)
+
+    std_g is the UNBIASED sample std (torch.std default, as TRL and verl use).
+    A group of one, or of equal rewards, gets 0.
+
+    Args:
+        rewards: (N,) rewards.
+        group_index: (N,) integer prompt id of each rollout.
+        eps: >= 0, added to the std.
+        normalize_std: divide by the group std.
+
+    Returns:
+        (N,) advantages.
+    """
+    r, inv, n_groups = _prepare(rewards, group_index)
+    _check_number("eps", eps, low=0.0)
+    centred = _center(r, inv, n_groups)
+    if not normalize_std:
+        return centred
+    std = _group_std(centred, inv, n_groups, unbiased=True)
+    return _normalize(centred, std[inv], eps)
+
+
+def dr_grpo_advantages(rewards: Tensor, group_index: Tensor) -> Tensor:
+    """Dr.GRPO advantage (arXiv 2503.20783): A_i = r_i - mean_g (no std division).
+
+    Args:
+        rewards: (N,); group_index: (N,) integer.
+
+    Returns:
+        (N,) advantages; 0 for a group of one.
+    """
+    return grpo_advantages(rewards, group_index, normalize_std=False)
+
+
+def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor, *,
+                       lam: float = 1.1, eps: float = 1e-5) -> Tensor:
+    """NudgeRL inter/intra-context advantage (arXiv 2605.15726).
+
+    Within a prompt group g, rollout i was generated with context (hint) z(i),
+    or with no context (``context_index == -1``, the dropped hints):
+
+        hinted:      A_i = (r_i - mean_{g,z(i)}) + lam * (mean_{g,z(i)} - mean_g)
+        no context:  A_i = r_i - mean_g
+
+    then all rollouts of the group are normalised together:
+
+        A_hat_i = (A_i - mean_g(A)) / (std_g(A) + eps)
+
+    with the POPULATION std (``unbiased=False``, as in the authors' code; this
+    differs from :func:`grpo_advantages`). Context ids are local to a group: the
+    same id in two groups means two different sub-groups.
+
+    Monotonicity: for hinted i, A_i = c_i + (lam - 1) * mean_{z(i)}(c) with
+    c = r - mean_g. For binary rewards and lam in [0, 2], |lam - 1| <= 1 and
+    the sub-group means differ by at most the reward gap, so within a group a
+    higher reward never gets a lower advantage (the paper's claim). For
+    continuous rewards the claim can fail (e.g. lam = 0).
+
+    Args:
+        rewards: (N,) rewards.
+        group_index: (N,) integer prompt id.
+        context_index: (N,) integer context id >= 0, or -1 for "no context".
+        lam: inter-context weight (paper: 1.1), >= 0.
+        eps: >= 0, added to the std.
+
+    Returns:
+        (N,) advantages; 0 for a group of one or of equal rewards.
+    """
+    r, inv, n_groups = _prepare(rewards, group_index)
+    ctx = _check_index("context_index", context_index, r.shape[0])
+    if (ctx < -1).any():
+        raise ValueError(f"context_index must be >= 0, or -1 for no context; got min {int(ctx.min())}")
+    _check_number("lam", lam, low=0.0)
+    _check_number("eps", eps, low=0.0)
+
+    c = _center(r, inv, n_groups)
+    # Sub-groups (group, context); no-context rollouts get their own key but it is unused.
+    _, sub_inv = torch.unique(torch.stack([inv, ctx.to(inv.dtype)], dim=1), dim=0, return_inverse=True)
+    n_sub = int(sub_inv.max()) + 1 if sub_inv.numel() else 0
+    sub_mean_c = _group_mean(c, sub_inv, n_sub)[sub_inv]  # = mean_{g,z} - mean_g
+    # (r - m_z) + lam (m_z - m_g) = c + (lam - 1) (m_z - m_g); written on c so equal-reward groups give 0.
+    raw = torch.where(ctx >= 0, c + (lam - 1.0) * sub_mean_c, c)
+    centred = _center(raw, inv, n_groups)
+    std = _group_std(centred, inv, n_groups, unbiased=False)
+    return _normalize(centred, std[inv], eps)
+
+
+def rank_advantages(scores: Tensor, group_index: Tensor, *, eps: float = 1e-4) -> Tensor:
+    """VIGOR rank-shaped advantage (arXiv 2605.09920).
+
+    Within each group of size G, rank the scores (1 = worst, G = best; tied
+    scores get the mean of their ranks) and map linearly to [-1, +1]:
+
+        u_i = 2 * (rank_i - 1) / (G - 1) - 1       (u_i = 0 when G = 1)
+
+    then apply the GRPO normalisation (unbiased std): (u - mean_g(u)) / (std_g(u) + eps).
+    Ranking removes outliers in the raw scores (VIGOR's gradient-norm reward).
+
+    Memory is O(N^2) (pairwise comparison within groups), fine for RL batches.
+
+    Args:
+        scores: (N,) scores, higher is better.
+        group_index: (N,) integer prompt id.
+        eps: >= 0 (paper: 1e-4).
+
+    Returns:
+        (N,) advantages.
+    """
+    s, inv, n_groups = _prepare(scores, group_index, name="scores")
+    _check_number("eps", eps, low=0.0)
+    same = inv[:, None] == inv[None, :]
+    below = ((s[None, :] < s[:, None]) & same).sum(1)
+    ties = ((s[None, :] == s[:, None]) & same).sum(1)  # includes i itself
+    rank = below.to(s.dtype) + (ties.to(s.dtype) + 1.0) / 2.0  # mean 1-based rank of the tie block
+    size = _group_count(s, inv, n_groups)[inv]
+    u = torch.where(size > 1, 2.0 * (rank - 1.0) / (size - 1.0).clamp(min=1.0) - 1.0, torch.zeros_like(s))
+    return grpo_advantages(u, inv, eps=eps)
+
+
+def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, *, min_value: float = 0.0,
+                         max_value: float = 1.0, max_weight: float = 1e6) -> Tensor:
+    """BNPO Beta-normalised advantage (arXiv 2506.02864; authors' code changyi7231/BNPO).
+
+    For binary rewards, the per-prompt success rate p = E[R | q] is modelled as
+    Beta-distributed over prompts. With rewards rescaled to [0, 1]
+    (R = (r - min_value) / (max_value - min_value)) and p_g the group mean:
+
+        A_i = (R_i - p_g) / f(p_g; alpha, beta)
+
+    with f the Beta(alpha, beta) density. The variance-minimising parameters
+    are alpha = 1 + a/3, beta = 1 + b/3, where (a, b) is the method-of-moments
+    Beta fit of the batch's p_g values:
+
+        mu = mean(p), var = unbiased var(p), k = mu (1 - mu) / var - 1
+        a = k mu,  b = k (1 - mu)
+
+    alpha and beta are clamped to >= 1 (as in the authors' code), 1/f is
+    clamped to <= ``max_weight`` (f -> 0 at p in {0, 1} where R - p = 0 anyway).
+    alpha = beta = 1 gives f = 1, i.e. Dr.GRPO; alpha = beta = 3/2 gives
+    f proportional to sqrt(p (1 - p)), i.e. GRPO for binary rewards.
+
+    Decisions where the authors' code is silent or degenerate:
+      * groups of one get advantage 0 and are left out of the moment fit
+        (the authors' code gives them p = 0);
+      * with fewer than two groups of size >= 2, or var = 0, the fit is
+        undefined and alpha = beta = 1 is used (A = R - p);
+      * the advantage decomposition for multi-part rewards is not implemented.
+
+    Args:
+        rewards: (N,) rewards in [min_value, max_value] (binary in the paper).
+        group_index: (N,) integer prompt id.
+        min_value, max_value: reward range, min_value < max_value.
+        max_weight: > 0, cap on 1/f.
+
+    Returns:
+        (N,) advantages, in units of the rescaled reward.
+    """
+    r, inv, n_groups = _prepare(rewards, group_index)
+    _check_number("min_value", min_value)
+    _check_number("max_value", max_value)
+    if not min_value < max_value:
+        raise ValueError(f"min_value must be < max_value, got {min_value} and {max_value}")
+    _check_number("max_weight", max_weight, low=0.0, low_open=True)
+    if r.numel() and (r.min() < min_value or r.max() > max_value):
+        raise ValueError(f"rewards must lie in [min_value, max_value] = [{min_value}, {max_value}], "
+                         f"got range [{float(r.min())}, {float(r.max())}]")
+
+    r01 = (r - min_value) / (max_value - min_value)
+    centred = _center(r01, inv, n_groups)  # R_i - p_g
+    p = _group_mean(r01, inv, n_groups).clamp(0.0, 1.0)
+    fitted = p[_group_count(r01, inv, n_groups) > 1]
+
+    alpha = beta = 1.0
+    if fitted.numel() >= 2 and float(fitted.var()) > 0.0:
+        mu, var = float(fitted.mean()), float(fitted.var())
+        k = mu * (1.0 - mu) / var - 1.0
+        alpha = max(1.0 + k * mu / 3.0, 1.0)
+        beta = max(1.0 + k * (1.0 - mu) / 3.0, 1.0)
+
+    log_beta_fn = math.lgamma(alpha) + math.lgamma(beta) - math.lgamma(alpha + beta)
+    # xlogy keeps 0 * log 0 = 0 when alpha or beta is exactly 1.
+    log_pdf = torch.xlogy(torch.full_like(p, alpha - 1.0), p) \
+        + torch.xlogy(torch.full_like(p, beta - 1.0), 1.0 - p) - log_beta_fn
+    weight = torch.exp(-log_pdf).clamp(max=max_weight)
+    return weight[inv] * centred
+
+
+# --------------------------------------------------------------------------
+# DAPO helpers (arXiv 2503.14476)
+# --------------------------------------------------------------------------
+def overlong_reward_shaping(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
+    """DAPO soft overlong punishment (arXiv 2503.14476), a penalty to ADD to the reward.
+
+        R(L) = 0                                   if L <= max_len - cache_len
+             = ((max_len - cache_len) - L) / cache_len   if max_len - cache_len < L <= max_len
+             = -1                                  if L > max_len
+
+    i.e. a linear ramp from 0 to -1 over the last ``cache_len`` tokens.
+
+    Args:
+        lengths: (N,) non-negative completion lengths L (integer or float).
+        max_len: maximum length L_max, > 0.
+        cache_len: length of the punishment buffer L_cache, 0 <= cache_len <= max_len
+            (0: no ramp, -1 only beyond max_len).
+
+    Returns:
+        (N,) float penalties in [-1, 0].
+    """
+    lengths = _check_values("lengths", lengths)
+    if (lengths < 0).any():
+        raise ValueError(f"lengths must be >= 0, got min {float(lengths.min())}")
+    _check_number("max_len", max_len, low=0.0, low_open=True)
+    _check_number("cache_len", cache_len, low=0.0, high=max_len)
+    if cache_len == 0:
+        return torch.where(lengths > max_len, -1.0, 0.0).to(lengths.dtype)
+    # The ramp is positive before the buffer and below -1 past max_len: clamp gives all three cases.
+    return ((max_len - cache_len - lengths) / cache_len).clamp(-1.0, 0.0)
+
+
+def dynamic_sampling_keep_mask(rewards: Tensor, group_index: Tensor) -> Tensor:
+    """DAPO dynamic sampling filter (arXiv 2503.14476).
+
+    True for rollouts whose group has non-identical rewards (they carry a
+    learning signal); groups of all-equal rewards, including groups of one,
+    are dropped (and refilled by the sampler).
+
+    Args:
+        rewards: (N,); group_index: (N,) integer.
+
+    Returns:
+        bool (N,).
+    """
+    r, inv, n_groups = _prepare(rewards, group_index)
+    gmax = r.new_zeros(n_groups).scatter_reduce(0, inv, r, "amax", include_self=False)
+    gmin = r.new_zeros(n_groups).scatter_reduce(0, inv, r, "amin", include_self=False)
+    return (gmax != gmin)[inv]
+
+
+# --------------------------------------------------------------------------
+# registry
+# --------------------------------------------------------------------------
+AdvantageFn = Callable[..., Tensor]
+
+ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
+    "grpo": grpo_advantages,
+    "dr_grpo": dr_grpo_advantages,
+    "context": context_advantages,  # NudgeRL; needs context_index=
+    "rank": rank_advantages,  # VIGOR
+    "bnpo": bnpo_beta_advantages,
+}
+
+
+def get_advantage_estimator(name: str) -> AdvantageFn:
+    """Return the estimator ``fn(rewards, group_index, **kwargs) -> (N,)`` named ``name``."""
+    try:
+        return ADVANTAGE_ESTIMATORS[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown advantage estimator {name!r}; valid names: {sorted(ADVANTAGE_ESTIMATORS)}"
+        ) from None

@@ -1,0 +1,230 @@
+"""SAGE guides and the shaped KL anchor (arXiv 2605.18864; authors' code tally0818/SAGE).
+
+SAGE keeps the reverse-KL anchor but replaces pi_ref by q * pi_ref with a
+per-token guide q > 0 that is large on under-explored plausible choices. Per
+sampled token (authors' code): shaped anchor log-prob = ref_logp + log q, used
+in the k3 estimator (:func:`shaped_kl`) and added to the loss as beta * kl
+(beta = 0.05).
+
+Guides return q (not log q), detached, clamped to [q_min, q_max]
+(default [0.6, 1.4]):
+
+* :func:`branch_guide` (main variant): q = 1 + gamma * relu(H - tau), H the
+  current policy's token entropy.
+* :func:`token_guide`: q rises with the per-sequence normalised surprisal -log p.
+* :func:`random_guide`: random perturbation of q on a random subset of tokens.
+
+The token and random guides' magnitudes follow a cosine schedule with warm
+restarts in the authors' code: see :func:`guide_schedule`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable, Sequence
+
+import torch
+from torch import Tensor
+
+from .policy_loss import _check_float_tensor, _check_mask, _check_number, _check_same_shape
+
+__all__ = [
+    "GUIDES",
+    "branch_guide",
+    "get_guide",
+    "guide_schedule",
+    "random_guide",
+    "shaped_kl",
+    "token_guide",
+]
+
+_MAX_LOG_RATIO = 20.0  # same safety clamp as rlvr_lib.algos.kl
+
+
+def _check_q_range(q_min: float, q_max: float) -> None:
+    _check_number("q_min", q_min, low=0.0, low_open=True)
+    _check_number("q_max", q_max, low=0.0, low_open=True)
+    if not q_min <= q_max:
+        raise ValueError(f"q_min must be <= q_max, got q_min={q_min}, q_max={q_max}")
+
+
+def branch_guide(entropy: Tensor, *, gamma: float = 0.3, tau: float = 1.2,
+                 q_min: float = 0.6, q_max: float = 1.4) -> Tensor:
+    """SAGE branch-level guide: q_t = clamp(1 + gamma * relu(H_t - tau), q_min, q_max).
+
+    Raises the anchor at high-entropy "branching" tokens, leaves deterministic
+    steps (H <= tau) at q = 1. H is the entropy of the CURRENT policy (same
+    forward pass as the log-probs), detached. Defaults are the paper's
+    (gamma 0.3, tau 1.2 nats, [0.6, 1.4]).
+
+    Args:
+        entropy: (N, T) token entropies in nats.
+        gamma: >= 0; tau: entropy threshold; q_min, q_max: 0 < q_min <= q_max.
+
+    Returns:
+        q, same shape as ``entropy``, detached.
+    """
+    entropy = _check_float_tensor("entropy", entropy)
+    _check_number("gamma", gamma, low=0.0)
+    _check_number("tau", tau)
+    _check_q_range(q_min, q_max)
+    return (1.0 + gamma * torch.relu(entropy.detach() - tau)).clamp(q_min, q_max)
+
+
+def token_guide(logp: Tensor, mask: Tensor, *, alpha: float = 0.3, sigma: float = 0.25,
+                q_min: float = 0.6, q_max: float = 1.4, quantile: float = 0.05,
+                generator: torch.Generator | None = None) -> Tensor:
+    """SAGE token-level guide: q rises with normalised surprisal.
+
+    Per sequence, over its unmasked tokens (authors' "minmax" normalisation):
+
+        s_t = -logp_t
+        lo, hi = quantile(s, quantile), quantile(s, 1 - quantile)   (linear interpolation)
+        w_t = (clamp(s_t, lo, hi) - lo) / max(hi - lo, 1e-6)          in [0, 1]
+        q_t = clamp(1 + alpha * w_t + sigma * w_t * xi_t, q_min, q_max),  xi_t ~ N(0, 1)
+
+    Masked positions get q = 1. In the authors' code alpha anneals 0.3 -> 0.1 and
+    sigma 0.25 -> 0.1 (:func:`guide_schedule`); sigma = 0 makes it deterministic.
+
+    Args:
+        logp: (N, T) log-probs of the sampled tokens (current policy), detached here.
+        mask: (N, T) 0/1.
+        alpha, sigma: >= 0.
+        q_min, q_max: 0 < q_min <= q_max.
+        quantile: outlier clip level in [0, 0.5).
+        generator: for the noise xi.
+
+    Returns:
+        q (N, T), detached.
+    """
+    logp = _check_float_tensor("logp", logp, ndim=2)
+    m = _check_mask(mask, logp.shape)
+    _check_number("alpha", alpha, low=0.0)
+    _check_number("sigma", sigma, low=0.0)
+    _check_q_range(q_min, q_max)
+    _check_number("quantile", quantile, low=0.0, high=0.5, high_open=True)
+
+    s = (-logp.detach()).masked_fill(~m, float("nan"))  # NaN = ignored by nanquantile
+    levels = torch.tensor([quantile, 1.0 - quantile], dtype=s.dtype, device=s.device)
+    lo, hi = torch.nanquantile(s, levels, dim=1, keepdim=True)  # (N, 1) each; NaN on empty rows
+    w = (torch.minimum(torch.maximum(s, lo), hi) - lo) / (hi - lo).clamp(min=1e-6)
+    noise = torch.randn(logp.shape, generator=generator, dtype=logp.dtype,
+                        device=generator.device if generator is not None else logp.device).to(logp.device)
+    q = (1.0 + alpha * w + sigma * w * noise).clamp(q_min, q_max)
+    return torch.where(m, q, torch.ones_like(q))
+
+
+def random_guide(shape: Sequence[int], generator: torch.Generator | None = None, *, eps: float = 0.1,
+                 sigma: float = 0.15, q_min: float = 0.6, q_max: float = 1.4,
+                 dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Tensor:
+    """SAGE random guide: q_t = 1 + sigma * xi_t on a random subset of tokens, else 1.
+
+        perturb_t ~ Bernoulli(eps),  xi_t ~ N(0, 1)
+        q_t = clamp(perturb_t ? 1 + sigma * xi_t : 1, q_min, q_max)
+
+    In the authors' code eps anneals 0.1 -> 0 and sigma 0.15 -> 0.05
+    (:func:`guide_schedule`). Masked tokens do not matter downstream (the loss
+    is masked).
+
+    Args:
+        shape: output shape, e.g. (N, T).
+        generator: torch.Generator for reproducibility (its device is used if ``device`` is None).
+        eps: perturbation probability in [0, 1]; sigma: >= 0.
+        q_min, q_max: 0 < q_min <= q_max.
+        dtype, device: of the result (default float32 / the generator's device or CPU).
+
+    Returns:
+        q with the given shape.
+    """
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ValueError(f"shape must have non-negative sizes, got {shape}")
+    _check_number("eps", eps, low=0.0, high=1.0)
+    _check_number("sigma", sigma, low=0.0)
+    _check_q_range(q_min, q_max)
+    dtype = dtype or torch.float32
+    gen_device = generator.device if generator is not None else (device or "cpu")
+    perturb = torch.rand(shape, generator=generator, dtype=dtype, device=gen_device) < eps
+    noise = torch.randn(shape, generator=generator, dtype=dtype, device=gen_device)
+    q = torch.where(perturb, 1.0 + sigma * noise, torch.ones_like(noise)).clamp(q_min, q_max)
+    return q.to(device) if device is not None else q
+
+
+def guide_schedule(step: int, *, max_steps: int, start: float, end: float, num_cycles: int = 8,
+                   decay_rate: float = 0.9) -> float:
+    """Cosine annealing with warm restarts used by SAGE's token and random guides.
+
+    The run is cut into ``num_cycles`` cycles of length C = max(1, max_steps // num_cycles).
+    Within a cycle the value goes from the cycle's start to ``end`` along a half
+    cosine; each restart multiplies the start by ``decay_rate`` (at most
+    num_cycles - 1 times):
+
+        c = min(step // C, num_cycles - 1),  t = (step mod C) / C
+        value = end + (start * decay_rate**c - end) * 0.5 * (1 + cos(pi * t))
+
+    Authors' settings: token guide alpha 0.3 -> 0.1, sigma 0.25 -> 0.1;
+    random guide eps 0.1 -> 0.0, sigma 0.15 -> 0.05; 8 cycles, decay 0.9.
+
+    Args:
+        step: 0-based training step, >= 0.
+        max_steps: total steps, >= 1.
+        start, end: value at the start of the first cycle / at the end of each cycle.
+        num_cycles: >= 1; decay_rate: >= 0.
+
+    Returns:
+        the scheduled value (float).
+    """
+    for name, value in (("step", step), ("max_steps", max_steps), ("num_cycles", num_cycles)):
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"{name} must be an int, got {value!r}")
+    if step < 0 or max_steps < 1 or num_cycles < 1:
+        raise ValueError(f"need step >= 0, max_steps >= 1, num_cycles >= 1; "
+                         f"got step={step}, max_steps={max_steps}, num_cycles={num_cycles}")
+    _check_number("start", start)
+    _check_number("end", end)
+    _check_number("decay_rate", decay_rate, low=0.0)
+    cycle_len = max(1, max_steps // num_cycles)
+    cycle = min(step // cycle_len, num_cycles - 1)
+    t = (step % cycle_len) / cycle_len
+    return end + (start * decay_rate ** cycle - end) * 0.5 * (1.0 + math.cos(math.pi * t))
+
+
+def shaped_kl(logp: Tensor, ref_logp: Tensor, log_q: Tensor) -> Tensor:
+    """SAGE shaped-anchor KL, k3 form, per sampled token.
+
+        D_t = (ref_logp_t + log q_t) - logp_t
+        kl_t = exp(D_t) - D_t - 1            (>= 0, zero iff pi_theta = q * pi_ref on the token)
+
+    With log q = 0 this is the k3 estimator of KL(pi_theta || pi_ref). The
+    log-ratio is clamped to [-20, 20] before exp. ``ref_logp`` and ``log_q``
+    are constants (detached). Add ``beta * kl`` to the per-token loss.
+
+    Args:
+        logp: (N, T) current-policy log-probs of the sampled tokens.
+        ref_logp: (N, T) reference log-probs of the same tokens.
+        log_q: (N, T) log of the guide (e.g. ``torch.log(q)``).
+
+    Returns:
+        (N, T) tensor; not masked.
+    """
+    logp = _check_float_tensor("logp", logp)
+    _check_float_tensor("ref_logp", ref_logp)
+    _check_float_tensor("log_q", log_q)
+    _check_same_shape("logp", logp, ref_logp=ref_logp, log_q=log_q)
+    d = (ref_logp.detach() + log_q.detach() - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
+    return torch.exp(d) - d - 1.0
+
+
+GUIDES: dict[str, Callable[..., Tensor]] = {
+    "branch": branch_guide,
+    "token": token_guide,
+    "random": random_guide,
+}
+
+
+def get_guide(name: str) -> Callable[..., Tensor]:
+    """Return the SAGE guide function named ``name`` (see :data:`GUIDES`)."""
+    try:
+        return GUIDES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown guide {name!r}; valid names: {sorted(GUIDES)}") from None

@@ -1,0 +1,410 @@
+"""Policy-gradient surrogate losses and loss aggregation (GRPO family).
+
+Layout: N sequences, per-token tensors of shape (N, T), right-padded, with a
+0/1 ``mask`` (N, T) (float or bool). Advantages are (N,) (one per sequence,
+broadcast over its tokens) or (N, T).
+
+Every policy loss here has the signature
+``fn(logp, old_logp, advantages, mask, **kwargs) -> (per_token_loss, stats)``
+where ``per_token_loss`` is (N, T), zero at masked positions, and ``stats``
+is a dict of detached 0-dim tensors computed over unmasked tokens. Reduce the
+per-token loss with :func:`aggregate_loss`.
+
+The small validation helpers at the top are shared by the other modules of
+``rlvr_lib.algos`` (kl, regularizers, guides).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "LOSS_AGG_MODES",
+    "POLICY_LOSSES",
+    "aggregate_loss",
+    "clip_cov_loss",
+    "clip_cov_mask",
+    "get_policy_loss",
+    "kl_cov_loss",
+    "ppo_clip_loss",
+    "token_covariance",
+]
+
+
+# --------------------------------------------------------------------------
+# shared validation helpers (private)
+# --------------------------------------------------------------------------
+def _check_tensor(name: str, x: object) -> Tensor:
+    if not isinstance(x, Tensor):
+        raise ValueError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    return x
+
+
+def _check_float_tensor(name: str, x: object, ndim: int | None = None) -> Tensor:
+    x = _check_tensor(name, x)
+    if not x.is_floating_point():
+        raise ValueError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+    return x
+
+
+def _check_same_shape(ref_name: str, ref: Tensor, **others: Tensor) -> None:
+    for name, x in others.items():
+        _check_tensor(name, x)
+        if x.shape != ref.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(x.shape)} but {ref_name} has shape {tuple(ref.shape)}; "
+                "they must match"
+            )
+
+
+def _check_mask(mask: object, shape: torch.Size, name: str = "mask") -> Tensor:
+    """Return ``mask`` as a bool tensor after checking its shape and 0/1 values."""
+    mask = _check_tensor(name, mask)
+    if mask.shape != shape:
+        raise ValueError(f"{name} has shape {tuple(mask.shape)}, expected {tuple(shape)}")
+    if mask.dtype == torch.bool:
+        return mask
+    if not ((mask == 0) | (mask == 1)).all():
+        raise ValueError(f"{name} must contain only 0 and 1 (float or bool accepted)")
+    return mask != 0
+
+
+def _check_number(name: str, value: object, *, low: float | None = None, high: float | None = None,
+                  low_open: bool = False, high_open: bool = False) -> float:
+    """Check a finite real scalar lies in [low, high] (bounds open if asked)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
+    bad_low = low is not None and (value <= low if low_open else value < low)
+    bad_high = high is not None and (value >= high if high_open else value > high)
+    if bad_low or bad_high:
+        lo = "-inf" if low is None else f"{low}"
+        hi = "inf" if high is None else f"{high}"
+        interval = ("(" if low_open else "[") + f"{lo}, {hi}" + (")" if high_open else "]")
+        raise ValueError(f"{name} must be in {interval}, got {value!r}")
+    return float(value)
+
+
+def _masked_mean(x: Tensor, mask: Tensor) -> Tensor:
+    """Mean of ``x`` over True entries of ``mask``; 0 when there are none."""
+    total = torch.where(mask, x, torch.zeros((), dtype=x.dtype, device=x.device)).sum()
+    return total / mask.sum().clamp(min=1)
+
+
+def _seq_advantages(advantages: object, shape: torch.Size) -> Tensor:
+    """Return advantages broadcastable to (N, T): (N,) -> (N, 1); (N, T) kept."""
+    advantages = _check_float_tensor("advantages", advantages)
+    n = shape[0]
+    if advantages.shape == (n,):
+        return advantages.detach().unsqueeze(-1)
+    if advantages.shape == shape:
+        return advantages.detach()
+    raise ValueError(
+        f"advantages has shape {tuple(advantages.shape)}; allowed: ({n},) or {tuple(shape)}"
+    )
+
+
+def _check_logps(logp: object, old_logp: object, mask: object) -> tuple[Tensor, Tensor, Tensor]:
+    logp = _check_float_tensor("logp", logp, ndim=2)
+    old_logp = _check_float_tensor("old_logp", old_logp)
+    _check_same_shape("logp", logp, old_logp=old_logp)
+    return logp, old_logp.detach(), _check_mask(mask, logp.shape)
+
+
+# --------------------------------------------------------------------------
+# aggregation
+# --------------------------------------------------------------------------
+LOSS_AGG_MODES = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm")
+
+
+def aggregate_loss(per_token_loss: Tensor, mask: Tensor, mode: str, *,
+                   normalizer: float | None = None) -> Tensor:
+    """Reduce a per-token loss (N, T) to a scalar.
+
+    Modes (only unmasked tokens count; ``L`` is the per-token loss, ``m`` the mask):
+
+    * ``"seq_mean_token_mean"`` (GRPO, arXiv 2402.03300):
+      mean_i [ sum_t m_it L_it / max(1, sum_t m_it) ]. The outer mean runs over
+      all N sequences; a zero-length completion contributes 0 (as TRL does).
+    * ``"token_mean"`` (DAPO, arXiv 2503.14476; SAGE's code calls this "bnpo"):
+      sum_it m_it L_it / D with D = sum_it m_it (at least 1), or D = ``normalizer``
+      when given (e.g. the token count of the whole batch under gradient
+      accumulation).
+    * ``"seq_mean_token_sum_norm"`` (Dr.GRPO, arXiv 2503.20783):
+      sum_it m_it L_it / (N * normalizer), with ``normalizer`` a constant such as
+      the maximum completion length; required for this mode.
+
+    Masked positions are never read, so NaN/inf padding cannot leak.
+
+    Args:
+        per_token_loss: (N, T) float.
+        mask: (N, T) 0/1, float or bool.
+        mode: one of :data:`LOSS_AGG_MODES`.
+        normalizer: positive constant, see the modes above.
+
+    Returns:
+        0-dim tensor.
+    """
+    per_token_loss = _check_float_tensor("per_token_loss", per_token_loss, ndim=2)
+    m = _check_mask(mask, per_token_loss.shape)
+    if mode not in LOSS_AGG_MODES:
+        raise ValueError(f"unknown mode {mode!r}; valid modes: {list(LOSS_AGG_MODES)}")
+    if normalizer is not None:
+        _check_number("normalizer", normalizer, low=0.0, low_open=True)
+        if mode == "seq_mean_token_mean":
+            raise ValueError("normalizer is not used by mode 'seq_mean_token_mean'; pass None")
+    elif mode == "seq_mean_token_sum_norm":
+        raise ValueError("mode 'seq_mean_token_sum_norm' requires a positive normalizer "
+                         "(e.g. the maximum completion length), got None")
+
+    zero = torch.zeros((), dtype=per_token_loss.dtype, device=per_token_loss.device)
+    masked = torch.where(m, per_token_loss, zero)
+    n_seq = per_token_loss.shape[0]
+    if mode == "seq_mean_token_mean":
+        seq_mean = masked.sum(-1) / m.sum(-1).clamp(min=1)
+        return seq_mean.sum() / max(n_seq, 1)
+    if mode == "token_mean":
+        denom = m.sum().clamp(min=1) if normalizer is None else normalizer
+        return masked.sum() / denom
+    return masked.sum() / (max(n_seq, 1) * normalizer)
+
+
+# --------------------------------------------------------------------------
+# PPO-clip
+# --------------------------------------------------------------------------
+def _clip_regions(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -> tuple[Tensor, Tensor]:
+    """Tokens where the clipped branch of the PPO min is the active one."""
+    low = (adv < 0) & (ratio < 1.0 - eps_low)
+    high = (adv > 0) & (ratio > 1.0 + eps_high)
+    return low, high
+
+
+def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                  eps_low: float = 0.2, eps_high: float = 0.2) -> tuple[Tensor, dict[str, Tensor]]:
+    """PPO clipped surrogate per token (PPO arXiv 1707.06347; clip-higher from DAPO arXiv 2503.14476).
+
+    rho_t = exp(logp_t - old_logp_t)
+    loss_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
+
+    ``old_logp`` and ``advantages`` are treated as constants (detached).
+
+    Stats (detached, over unmasked tokens):
+      * ``clip_frac_low``: fraction with A < 0 and rho < 1 - eps_low (clipped branch active).
+      * ``clip_frac_high``: fraction with A > 0 and rho > 1 + eps_high.
+      * ``approx_kl``: mean of the k3 estimator of KL(pi_old || pi_theta) on
+        tokens sampled from pi_old: (rho - 1) - log rho (non-negative, unbiased).
+      * ``ratio_mean``: mean rho.
+
+    Args:
+        logp: (N, T) log-probs of the sampled tokens under the current policy.
+        old_logp: (N, T) log-probs under the policy that sampled them.
+        advantages: (N,) or (N, T).
+        mask: (N, T) 0/1.
+        eps_low: lower clip range, in [0, 1).
+        eps_high: upper clip range, >= 0.
+
+    Returns:
+        (per_token_loss (N, T), zero at masked positions; stats dict).
+    """
+    logp, old_logp, m = _check_logps(logp, old_logp, mask)
+    adv = _seq_advantages(advantages, logp.shape)
+    _check_number("eps_low", eps_low, low=0.0, high=1.0, high_open=True)
+    _check_number("eps_high", eps_high, low=0.0)
+
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    surr = ratio * adv
+    surr_clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high) * adv
+    loss = -torch.minimum(surr, surr_clipped)
+    loss = torch.where(m, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+
+    with torch.no_grad():
+        low, high = _clip_regions(ratio, adv, eps_low, eps_high)
+        stats = {
+            "clip_frac_low": _masked_mean(low.to(logp.dtype), m),
+            "clip_frac_high": _masked_mean(high.to(logp.dtype), m),
+            "approx_kl": _masked_mean(ratio - 1.0 - log_ratio, m),
+            "ratio_mean": _masked_mean(ratio, m),
+        }
+    return loss, stats
+
+
+# --------------------------------------------------------------------------
+# covariance-based entropy control: KL-Cov / Clip-Cov (arXiv 2505.22617)
+# --------------------------------------------------------------------------
+def token_covariance(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
+    """Per-token centred covariance term of arXiv 2505.22617 (KL-Cov / Clip-Cov).
+
+    cov_t = (logp_t - mean(logp)) * (A_t - mean(A)), with both means taken over
+    the unmasked tokens of the whole batch (A broadcast to tokens first).
+    Computed on detached inputs; zero at masked positions.
+
+    Args:
+        logp: (N, T) log-probs of the sampled tokens (current policy).
+        advantages: (N,) or (N, T).
+        mask: (N, T) 0/1.
+
+    Returns:
+        (N, T) tensor.
+    """
+    logp = _check_float_tensor("logp", logp, ndim=2)
+    m = _check_mask(mask, logp.shape)
+    adv = _seq_advantages(advantages, logp.shape).expand_as(logp)
+    logp = logp.detach()
+    cov = (logp - _masked_mean(logp, m)) * (adv - _masked_mean(adv, m))
+    return torch.where(m, cov, torch.zeros((), dtype=cov.dtype, device=cov.device))
+
+
+def kl_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                k_frac: float = 2e-3, kl_coef: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
+    """KL-Cov policy loss (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
+
+    loss_t = -rho_t * A_t                          (unclipped surrogate)
+             + kl_coef * |logp_t - old_logp_t|     on the k tokens of largest cov_t
+
+    with cov_t from :func:`token_covariance` and
+    k = max(1, floor(k_frac * n_tokens)), n_tokens = number of unmasked tokens
+    (the authors' rounding). ``k_frac`` is a FRACTION: 2e-3 = 0.2% of tokens.
+
+    Defaults follow the authors' code (verl recipe/entropy, 7B scripts):
+    k_frac = 2e-3 (their ``k_percent=0.2`` percent), kl_coef = 1. The paper uses
+    2e-4 for 32B models.
+
+    Stats: ``kl_cov_frac`` (fraction of tokens penalised), ``abs_log_ratio``
+    (mean |logp - old_logp|), ``ratio_mean``.
+
+    Args:
+        logp, old_logp: (N, T); advantages: (N,) or (N, T); mask: (N, T) 0/1.
+        k_frac: fraction in (0, 1].
+        kl_coef: >= 0.
+
+    Returns:
+        (per_token_loss (N, T), stats dict).
+    """
+    logp, old_logp, m = _check_logps(logp, old_logp, mask)
+    adv = _seq_advantages(advantages, logp.shape)
+    _check_number("k_frac", k_frac, low=0.0, high=1.0, low_open=True)
+    _check_number("kl_coef", kl_coef, low=0.0)
+
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    loss = -ratio * adv
+
+    n_tokens = int(m.sum())
+    selected = torch.zeros_like(m)
+    if n_tokens > 0:
+        k = max(1, int(k_frac * n_tokens))
+        cov = token_covariance(logp, advantages, m).masked_fill(~m, float("-inf"))
+        top = torch.topk(cov.flatten(), k).indices  # k <= n_tokens, so all unmasked
+        selected.view(-1)[top] = True
+    loss = loss + kl_coef * log_ratio.abs() * selected
+    loss = torch.where(m, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
+
+    with torch.no_grad():
+        stats = {
+            "kl_cov_frac": _masked_mean(selected.to(logp.dtype), m),
+            "abs_log_ratio": _masked_mean(log_ratio.abs(), m),
+            "ratio_mean": _masked_mean(ratio, m),
+        }
+    return loss, stats
+
+
+def clip_cov_mask(logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_frac: float = 2e-4,
+                  lb: float = 1.0, ub: float = 5.0, generator: torch.Generator | None = None,
+                  exclude: Tensor | None = None) -> Tensor:
+    """Tokens whose gradient Clip-Cov detaches (arXiv 2505.22617).
+
+    Candidates: unmasked tokens with lb < cov_t < ub (cov_t from
+    :func:`token_covariance`), minus ``exclude``. A uniformly random subset of
+    min(#candidates, max(1, floor(clip_frac * n_tokens))) candidates is chosen,
+    n_tokens = number of unmasked tokens. ``clip_frac`` is a FRACTION:
+    2e-4 = 0.02% of tokens. Defaults (2e-4, lb 1, ub 5) are the authors'.
+
+    In the authors' code tokens already clipped by PPO are excluded; pass them
+    as ``exclude`` (:func:`clip_cov_loss` does).
+
+    Args:
+        logp: (N, T); advantages: (N,) or (N, T); mask: (N, T) 0/1.
+        clip_frac: fraction in (0, 1].
+        lb, ub: covariance window, lb < ub.
+        generator: torch.Generator for the random subset (reproducibility).
+        exclude: optional (N, T) 0/1 of tokens that may not be chosen.
+
+    Returns:
+        bool (N, T), True where the gradient is to be detached.
+    """
+    logp = _check_float_tensor("logp", logp, ndim=2)
+    m = _check_mask(mask, logp.shape)
+    _check_number("clip_frac", clip_frac, low=0.0, high=1.0, low_open=True)
+    _check_number("lb", lb)
+    _check_number("ub", ub)
+    if not lb < ub:
+        raise ValueError(f"lb must be < ub, got lb={lb}, ub={ub}")
+
+    cov = token_covariance(logp, advantages, m)
+    candidates = m & (cov > lb) & (cov < ub)
+    if exclude is not None:
+        candidates &= ~_check_mask(exclude, logp.shape, name="exclude")
+
+    chosen = torch.zeros_like(m)
+    idx = torch.nonzero(candidates.flatten()).squeeze(-1)
+    if idx.numel() > 0:
+        n_clip = max(1, int(clip_frac * int(m.sum())))
+        perm_device = generator.device if generator is not None else idx.device
+        perm = torch.randperm(idx.numel(), generator=generator, device=perm_device).to(idx.device)
+        chosen.view(-1)[idx[perm[:n_clip]]] = True
+    return chosen
+
+
+def clip_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
+                  eps_low: float = 0.2, eps_high: float = 0.2, clip_frac: float = 2e-4,
+                  lb: float = 1.0, ub: float = 5.0,
+                  generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, Tensor]]:
+    """Clip-Cov policy loss (arXiv 2505.22617).
+
+    The PPO-clip loss of :func:`ppo_clip_loss`, with the gradient of the tokens
+    chosen by :func:`clip_cov_mask` detached (tokens already clipped by PPO are
+    not eligible). The detached tokens keep their loss value but contribute no
+    gradient (the authors multiply them by 0: same gradient).
+
+    Stats: those of :func:`ppo_clip_loss` plus ``clip_cov_frac`` (fraction of
+    unmasked tokens detached).
+
+    Returns:
+        (per_token_loss (N, T), stats dict).
+    """
+    loss, stats = ppo_clip_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high)
+    m = _check_mask(mask, logp.shape)
+    with torch.no_grad():
+        ratio = torch.exp(logp - old_logp)
+        low, high = _clip_regions(ratio, _seq_advantages(advantages, logp.shape), eps_low, eps_high)
+    detached = clip_cov_mask(logp, advantages, m, clip_frac=clip_frac, lb=lb, ub=ub,
+                             generator=generator, exclude=low | high)
+    loss = torch.where(detached, loss.detach(), loss)
+    stats["clip_cov_frac"] = _masked_mean(detached.to(loss.dtype), m)
+    return loss, stats
+
+
+# --------------------------------------------------------------------------
+# registry
+# --------------------------------------------------------------------------
+PolicyLossFn = Callable[..., "tuple[Tensor, dict[str, Tensor]]"]
+
+POLICY_LOSSES: dict[str, PolicyLossFn] = {
+    "ppo_clip": ppo_clip_loss,
+    "kl_cov": kl_cov_loss,
+    "clip_cov": clip_cov_loss,
+}
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """Return the policy loss registered under ``name`` (see :data:`POLICY_LOSSES`)."""
+    try:
+        return POLICY_LOSSES[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown policy loss {name!r}; valid names: {sorted(POLICY_LOSSES)}") from None

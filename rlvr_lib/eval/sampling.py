@@ -1,0 +1,112 @@
+"""Sample completions for problems and score them with a verifier.
+
+The one place where evaluation meets a rollout engine: everything downstream
+(pass@k, strategy frequencies, diversity, calibration, notebooks) works on the
+`ScoredSamples` arrays this returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+from rlvr_lib.rollout import SamplingParams
+from rlvr_lib.tasks import CORRECT, MALFORMED, Problem, Verdict, verify
+
+Verifier = Callable[[Problem, object], Verdict]
+
+
+@dataclass
+class ScoredSamples:
+    """``n`` scored samples for each of ``P`` problems; arrays are ``(P, n)``.
+
+    Attributes:
+        problems: The problems, in order.
+        contexts: The hint appended to each problem's prompt (``None``: none).
+        texts: Completion texts, ``texts[p][j]``.
+        rewards: Verifier rewards.
+        statuses: ``"correct"`` / ``"wrong"`` / ``"malformed"``.
+        strategies: Parsed strategy label or ``None``.
+        lengths: Completion lengths in tokens (EOS included).
+        truncated: Whether the completion hit ``max_new_tokens``.
+    """
+
+    problems: list[Problem]
+    contexts: list[str | None]
+    texts: list[list[str]]
+    rewards: np.ndarray
+    statuses: np.ndarray
+    strategies: np.ndarray
+    lengths: np.ndarray
+    truncated: np.ndarray
+
+    @property
+    def correct(self) -> np.ndarray:
+        return self.statuses == CORRECT
+
+    def rate(self, status: str = MALFORMED) -> float:
+        return float((self.statuses == status).mean())
+
+    def strategy_freq(self, strategies: Sequence[str]) -> dict[str, float]:
+        """Share of samples per strategy label, plus ``"none"`` for unparseable ones."""
+        flat = self.strategies.ravel()
+        out = {s: float(np.mean(flat == s)) for s in strategies}
+        out["none"] = float(np.mean([s is None for s in flat]))
+        return out
+
+    def subset(self, mask: Sequence[bool]) -> "ScoredSamples":
+        """The problems where ``mask`` is true."""
+        idx = np.flatnonzero(np.asarray(mask, dtype=bool))
+        return ScoredSamples(
+            [self.problems[i] for i in idx],
+            [self.contexts[i] for i in idx],
+            [self.texts[i] for i in idx],
+            self.rewards[idx],
+            self.statuses[idx],
+            self.strategies[idx],
+            self.lengths[idx],
+            self.truncated[idx],
+        )
+
+
+def sample_and_score(
+    engine,
+    problems: Sequence[Problem],
+    params: SamplingParams,
+    *,
+    contexts: Sequence[str | None] | str | None = None,
+    verifier: Verifier = verify,
+) -> ScoredSamples:
+    """Sample ``params.n`` completions per problem and verify each.
+
+    Args:
+        engine: A rollout engine.
+        problems: Problems to solve.
+        params: Sampling parameters (``n`` samples per problem).
+        contexts: One hint for all problems, one per problem, or ``None``.
+        verifier: ``(problem, completion) -> Verdict``; never raises on model output.
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("problems is empty: give at least one problem")
+    if contexts is None or isinstance(contexts, str):
+        contexts = [contexts] * len(problems)
+    contexts = list(contexts)
+    if len(contexts) != len(problems):
+        raise ValueError(f"contexts has {len(contexts)} entries: must be one per problem ({len(problems)})")
+    rollouts = engine.generate([p.prompt_with(c) for p, c in zip(problems, contexts)], params)
+    n = params.n
+    verdicts = [verifier(problems[i // n], text) for i, text in enumerate(rollouts.texts)]
+    shape = (len(problems), n)
+    return ScoredSamples(
+        problems=problems,
+        contexts=contexts,
+        texts=[rollouts.texts[i * n : (i + 1) * n] for i in range(len(problems))],
+        rewards=np.array([v.reward for v in verdicts], dtype=float).reshape(shape),
+        statuses=np.array([v.status for v in verdicts], dtype=object).reshape(shape),
+        strategies=np.array([v.strategy for v in verdicts], dtype=object).reshape(shape),
+        lengths=rollouts.completion_mask.sum(1).numpy().reshape(shape),
+        truncated=np.array([r == "length" for r in rollouts.finish_reasons]).reshape(shape),
+    )

@@ -1,0 +1,478 @@
+"""Runs and results: cached runs on disk, seed aggregation, claims tables.
+
+A *run* is one call of a function (train + evaluate, usually) under one
+config and one seed. :func:`cached_run` stores it as
+``results/<experiment>/<run_id>.json`` with ``run_id =
+f"{name}-{config_hash}-s{seed}"``; calling it again with the same experiment,
+name, config and seed loads the stored record instead of recomputing, which
+is how an interrupted ``make reproduce`` resumes. Records are written
+atomically (temp file in the same folder, then ``os.replace``), so a run that
+is killed midway leaves no partial record behind.
+
+JSON conventions for records: numpy scalars/arrays and torch tensors are
+converted to Python numbers/lists; dataclasses to dicts; **NaN and +-inf are
+written as ``null``** so every record is strict JSON that any tool (pandas,
+``jq``, a browser) reads. A metric read back as ``None`` therefore means
+"not finite" (or absent); :func:`aggregate_seeds` refuses it rather than
+silently dropping a seed.
+
+The results root is, in order: the ``root`` argument, the environment
+variable ``RLVR_RESULTS_DIR``, ``<repo>/results`` when the package runs from
+a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
+``./results``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import json
+import logging
+import math
+import os
+import re
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Optional
+
+from . import __version__
+from .config import ConfigBase, hash_jsonable
+
+__all__ = [
+    "RESULTS_ENV",
+    "RunRecord",
+    "aggregate_seeds",
+    "cached_run",
+    "claims_table",
+    "format_ci",
+    "git_commit",
+    "jsonable",
+    "load_runs",
+    "render_markdown",
+    "results_root",
+    "run_dir",
+    "runs_frame",
+]
+
+log = logging.getLogger(__name__)
+
+RESULTS_ENV = "RLVR_RESULTS_DIR"
+_REPO_ROOT = Path(__file__).resolve().parent.parent
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
+FINISHED = "finished"
+
+
+# ---------------------------------------------------------------- locations
+def results_root(root: str | Path | None = None) -> Path:
+    """Returns the results root folder (see module docstring for the order)."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get(RESULTS_ENV)
+    if env:
+        return Path(env)
+    if (_REPO_ROOT / "pyproject.toml").exists():
+        return _REPO_ROOT / "results"
+    return Path.cwd() / "results"
+
+
+def _check_name(kind: str, value: str) -> None:
+    if not isinstance(value, str) or not _NAME_RE.match(value):
+        raise ValueError(
+            f"{kind}={value!r} is invalid: must be a non-empty file-name-safe string "
+            f"(letters, digits and . _ + = @ -, not starting with a symbol)"
+        )
+
+
+def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = False) -> Path:
+    """Returns ``<results root>/<experiment>``.
+
+    Args:
+        experiment: Experiment name, e.g. ``"nudgerl_t1_main"``; file-name safe.
+        root: Results root; default from :func:`results_root`.
+        create: Create the folder if it does not exist.
+    """
+    _check_name("experiment", experiment)
+    d = results_root(root) / experiment
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> Optional[str]:
+    """Returns ``git rev-parse HEAD`` of the package's checkout, or ``None``; never raises."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=_REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except Exception:  # no git, timeout, odd filesystem: provenance is best effort
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+
+
+# ------------------------------------------------------------------- JSON
+def jsonable(value: Any) -> Any:
+    """Converts a result value to strict-JSON Python objects.
+
+    numpy scalars/arrays and torch tensors become numbers/lists, dataclasses
+    dicts, tuples/sets lists, paths strings, mapping keys strings; NaN and
+    +-inf become ``None``.
+
+    Raises:
+        TypeError: for an object with no JSON form.
+    """
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, ConfigBase):
+            return jsonable(value.to_dict())
+        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(jsonable(v) for v in value)
+    if isinstance(value, Path):
+        return str(value)
+    # torch tensors and numpy arrays/scalars, without importing either here
+    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch (bf16 has no numpy form)
+        return jsonable(value.detach().cpu().tolist())
+    if hasattr(value, "tolist") and hasattr(value, "dtype"):
+        return jsonable(value.tolist())
+    if hasattr(value, "item"):
+        return jsonable(value.item())
+    raise TypeError(f"cannot serialise {type(value).__name__} value {value!r} to JSON")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def _atomic_write_json(path: Path, data: Any) -> None:
+    """Writes ``data`` as JSON to ``path`` atomically (temp file in the same folder + ``os.replace``)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+# ------------------------------------------------------------------ records
+@dataclasses.dataclass
+class RunRecord:
+    """One finished run as stored in ``results/<experiment>/<run_id>.json``.
+
+    Attributes:
+        experiment: Experiment (folder) name.
+        name: Run name within the experiment, e.g. ``"grpo-g8"``.
+        run_id: ``f"{name}-{config_hash}-s{seed}"``; also the file stem.
+        config: The config as a JSON dict.
+        config_hash: :func:`rlvr_lib.config.hash_jsonable` of ``config``.
+        config_type: Class name of the config (``"dict"`` for a plain dict).
+        seed: The run's seed.
+        status: ``"finished"`` (only finished runs are written).
+        version: ``rlvr_lib.__version__`` that produced the run.
+        git_commit: Commit of the checkout, or ``None`` when unknown.
+        started: UTC ISO-8601 timestamp.
+        finished: UTC ISO-8601 timestamp.
+        wall_time_s: Seconds spent in the run function.
+        history: Metric history, one dict per logged step.
+        final: Final evaluation metrics.
+        extra: Anything else worth keeping (diagnostics, per-problem data).
+    """
+
+    experiment: str
+    name: str
+    run_id: str
+    config: dict[str, Any]
+    config_hash: str
+    seed: int
+    config_type: str = "dict"
+    status: str = FINISHED
+    version: str = __version__
+    git_commit: Optional[str] = None
+    started: str = ""
+    finished: str = ""
+    wall_time_s: float = 0.0
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    final: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Strict-JSON dict of the record (see :func:`jsonable`)."""
+        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
+        """Builds a record from :meth:`to_dict` output; unknown keys are ignored (forward compatibility)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunRecord":
+        """Reads a record from a JSON file."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def save(self, path: str | Path) -> Path:
+        """Writes the record atomically to ``path`` and returns it."""
+        path = Path(path)
+        _atomic_write_json(path, self.to_dict())
+        return path
+
+
+def _config_dict(config: ConfigBase | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    if isinstance(config, ConfigBase):
+        return config.to_dict(), type(config).__name__
+    if isinstance(config, Mapping):
+        return jsonable(config), "dict"
+    raise TypeError(f"config must be a ConfigBase or a dict, got {type(config).__name__}")
+
+
+def cached_run(
+    experiment: str,
+    name: str,
+    config: ConfigBase | Mapping[str, Any],
+    seed: int,
+    fn: Callable[[], tuple],
+    *,
+    force: bool = False,
+    root: str | Path | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> RunRecord:
+    """Runs ``fn`` once per (experiment, name, config, seed) and caches the record.
+
+    If ``<root>/<experiment>/<run_id>.json`` exists, has status
+    ``"finished"`` and the same config hash and seed, it is loaded and
+    returned without calling ``fn``. Otherwise ``fn()`` is called and its
+    result written atomically; if ``fn`` raises, nothing is written and the
+    exception propagates.
+
+    Args:
+        experiment: Experiment (folder) name.
+        name: Run name, file-name safe, e.g. ``"c3po-n4"``.
+        config: The run's config (a :class:`ConfigBase` or a JSON-able dict);
+            only its hash decides cache hits.
+        seed: The run's seed. ``fn`` is responsible for using it.
+        fn: Zero-argument callable returning ``(history, final)`` or
+            ``(history, final, extra)``: a list of metric dicts, a dict of
+            final metrics and optionally a dict of extras.
+        force: Recompute and overwrite even if a finished record exists.
+        root: Results root; default from :func:`results_root`.
+        extra: Extras stored with the record (merged under ``fn``'s extras).
+
+    Returns:
+        The stored (or loaded) :class:`RunRecord`; values are as read back
+        from JSON (NaN appears as ``None``) whether computed now or cached.
+    """
+    _check_name("name", name)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} is invalid: must be an int")
+    cfg, cfg_type = _config_dict(config)
+    chash = hash_jsonable(cfg)
+    run_id = f"{name}-{chash}-s{seed}"
+    path = run_dir(experiment, root) / f"{run_id}.json"
+
+    if path.exists() and not force:
+        try:
+            rec = RunRecord.load(path)
+        except (OSError, ValueError, TypeError) as e:  # unreadable: recompute
+            log.warning("ignoring unreadable run record %s: %s", path, e)
+        else:
+            if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
+                log.info("cache hit: %s", path)
+                return rec
+            log.info("stale run record %s (status/hash/seed differ): recomputing", path)
+
+    started, t0 = _now(), time.perf_counter()
+    out = fn()
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        raise TypeError(f"fn must return (history, final) or (history, final, extra), got {type(out).__name__}")
+    history, final = out[0], out[1]
+    fn_extra = out[2] if len(out) == 3 else {}
+    rec = RunRecord(
+        experiment=experiment,
+        name=name,
+        run_id=run_id,
+        config=cfg,
+        config_hash=chash,
+        config_type=cfg_type,
+        seed=seed,
+        git_commit=git_commit(),
+        started=started,
+        finished=_now(),
+        wall_time_s=time.perf_counter() - t0,
+        history=list(history),
+        final=dict(final),
+        extra={**dict(extra or {}), **dict(fn_extra or {})},
+    )
+    data = rec.to_dict()
+    _atomic_write_json(path, data)
+    return RunRecord.from_dict(data)
+
+
+def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None) -> list[RunRecord]:
+    """Loads every run record of an experiment, sorted by (name, seed, run_id).
+
+    JSON files in the folder that are not run records (no ``run_id`` key,
+    e.g. summaries) are skipped. A missing folder gives ``[]``.
+
+    Args:
+        experiment: Experiment (folder) name.
+        root: Results root; default from :func:`results_root`.
+        name: Keep only runs with this name.
+    """
+    d = run_dir(experiment, root)
+    if not d.is_dir():
+        return []
+    records = []
+    for p in sorted(d.glob("*.json")):
+        data = json.loads(p.read_text())
+        if not isinstance(data, dict) or "run_id" not in data:
+            continue
+        rec = RunRecord.from_dict(data)
+        if name is None or rec.name == name:
+            records.append(rec)
+    return sorted(records, key=lambda r: (r.name, r.seed, r.run_id))
+
+
+def runs_frame(records: Sequence[RunRecord]):
+    """One row per run: ``name``, ``seed``, ``config_hash``, ``run_id`` and the ``final`` metrics as columns.
+
+    Returns:
+        ``pandas.DataFrame``.
+    """
+    import pandas as pd
+
+    rows = [
+        {"name": r.name, "seed": r.seed, "config_hash": r.config_hash, "run_id": r.run_id, **r.final}
+        for r in records
+    ]
+    return pd.DataFrame(rows)
+
+
+# -------------------------------------------------------------- statistics
+def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+    """Mean and Student-t confidence interval over per-seed values.
+
+    ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample
+    standard deviation (ddof=1). With ``n == 1`` there is no interval:
+    ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
+    single measurement, not a certainty.
+
+    Args:
+        values: One number per seed (lists, numpy arrays, tensors all work).
+        confidence: Two-sided confidence level in (0, 1).
+
+    Returns:
+        ``{"mean", "ci_low", "ci_high", "n", "std"}`` as Python floats/int.
+
+    Raises:
+        ValueError: if ``values`` is empty or holds a non-finite value or
+            ``None`` (a NaN written to JSON reads back as ``None``).
+    """
+    from scipy import stats
+
+    if not 0.0 < confidence < 1.0:
+        raise ValueError(f"confidence={confidence!r} is invalid: must be in (0, 1)")
+    xs = jsonable(values)
+    xs = [xs] if not isinstance(xs, list) else xs
+    if not xs:
+        raise ValueError("aggregate_seeds: no values")
+    bad = [v for v in xs if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"aggregate_seeds: non-finite or non-numeric values {bad!r} in {xs!r}; filter them explicitly")
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1, "std": 0.0}
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std}
+
+
+def format_ci(agg: Mapping[str, float], fmt: str = ".3f") -> str:
+    """Formats an :func:`aggregate_seeds` dict as ``"mean [lo, hi]"`` (``"mean (n=1)"`` for one seed)."""
+    if agg["n"] == 1:
+        return f"{agg['mean']:{fmt}} (n=1)"
+    return f"{agg['mean']:{fmt}} [{agg['ci_low']:{fmt}}, {agg['ci_high']:{fmt}}]"
+
+
+# ------------------------------------------------------------ claims tables
+def claims_table(rows: Sequence[Mapping[str, Any]], fmt: str = ".3f"):
+    """Builds a notebook's claims table.
+
+    Each row is a mapping with:
+        ``claim`` (str): the paper's claim, e.g. ``"NudgeRL@8 > GRPO@32 (avg pass@1)"``.
+        ``paper``: the paper's number(s), shown as given (str or number).
+        ``ours``: our measurement: an :func:`aggregate_seeds` dict, a
+            sequence of per-seed values (aggregated here) or one number.
+        ``holds`` (bool), or ``expect`` (``">"`` or ``"<"``) with optional
+            ``than`` (default 0): then ``holds`` is whether our *mean* lies on
+            the claimed side of ``than``. The interval is shown beside it, so
+            a reader sees whether it also clears ``than``.
+    Any other keys (e.g. ``note``) become extra columns.
+
+    Returns:
+        ``pandas.DataFrame`` with columns ``claim``, ``paper``, ``ours``
+        (``"mean [lo, hi]"``), ``holds`` (bool), then the extra columns.
+
+    Raises:
+        ValueError: on a row without ``claim``/``paper``/``ours`` or without
+            either ``holds`` or ``expect``.
+    """
+    import pandas as pd
+
+    out = []
+    for i, row in enumerate(rows):
+        missing = [k for k in ("claim", "paper", "ours") if k not in row]
+        if missing:
+            raise ValueError(f"claims_table row {i} lacks {missing}: {dict(row)!r}")
+        ours = row["ours"]
+        agg = ours if isinstance(ours, Mapping) else aggregate_seeds(ours)
+        if "holds" in row:
+            holds = bool(row["holds"])
+        elif "expect" in row:
+            than = row.get("than", 0.0)
+            if row["expect"] == ">":
+                holds = agg["mean"] > than
+            elif row["expect"] == "<":
+                holds = agg["mean"] < than
+            else:
+                raise ValueError(f"claims_table row {i}: expect={row['expect']!r} is invalid: must be '>' or '<'")
+        else:
+            raise ValueError(f"claims_table row {i} needs 'holds' or 'expect': {dict(row)!r}")
+        extra = {k: v for k, v in row.items() if k not in ("claim", "paper", "ours", "holds", "expect", "than")}
+        out.append({"claim": row["claim"], "paper": row["paper"], "ours": format_ci(agg, fmt), "holds": holds, **extra})
+    df = pd.DataFrame(out, columns=None if out else ["claim", "paper", "ours", "holds"])
+    df["holds"] = df["holds"].astype(bool)
+    return df
+
+
+def render_markdown(df) -> str:
+    """Renders a DataFrame (e.g. a claims table) as a GitHub markdown table (via ``tabulate``)."""
+    return df.to_markdown(index=False)

@@ -1,0 +1,301 @@
+"""Rollout data types and the engine protocol.
+
+A rollout engine turns ``M`` prompts into ``N = M * n`` completions together
+with everything a GRPO-style trainer needs: token ids, masks, and the
+log-probability of each sampled token under the sampling policy.
+
+Conventions shared by every engine (transformers, KV-cached sampler, vLLM):
+
+* **Prompt-major order**: row ``i * n + j`` is sample ``j`` of prompt ``i``.
+* **Padding**: prompts are LEFT-padded (so ``[prompt; completion]`` is
+  contiguous), completions RIGHT-padded. Pad positions carry the pad id and
+  mask 0.
+* **EOS**: a completion that stopped keeps its EOS token (mask 1 on it), so
+  the trainer learns to stop; nothing after the first EOS is kept.
+* **Log-probs**: ``log softmax(logits / temperature)[token]`` of the raw
+  model logits, without top-p renormalisation -- exactly what
+  :func:`rlvr_lib.rollout.logprobs.sequence_logprobs` recomputes with the same
+  temperature. Greedy decoding reports temperature-1 log-probs. 0 on padding.
+* Tensors are returned on CPU (use :meth:`Rollouts.to` to move them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+import torch
+
+__all__ = ["SamplingParams", "Rollouts", "RolloutEngine", "FINISH_REASONS"]
+
+FINISH_REASONS = ("stop", "length")
+
+
+def _check_int(name: str, value: Any, lo: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        raise ValueError(f"SamplingParams.{name} must be an int >= {lo}, got {value!r}")
+
+
+def _check_float(name: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"SamplingParams.{name} must be a finite float, got {value!r}")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """How to sample completions.
+
+    Attributes:
+        n: Completions per prompt (the GRPO group size G), ``>= 1``.
+        temperature: Softmax temperature, ``> 0``. Use ``greedy=True`` for
+            argmax decoding (temperature 0 is rejected to keep one spelling).
+        top_p: Nucleus mass in ``(0, 1]``; 1 disables nucleus sampling.
+        max_new_tokens: Maximum completion length in tokens, ``>= 1``.
+        seed: Seed of the sampling RNG; the same seed, prompts, model and
+            engine settings give the same rollouts (bit for bit on CPU).
+        greedy: Argmax decoding; ``temperature`` and ``top_p`` are then
+            ignored and log-probs are reported at temperature 1.
+
+    Raises:
+        ValueError: On construction, naming the field, the value and the
+            allowed range, when a value is out of range or of the wrong type.
+    """
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 64
+    seed: int = 0
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        _check_int("n", self.n, 1)
+        _check_int("max_new_tokens", self.max_new_tokens, 1)
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise ValueError(f"SamplingParams.seed must be an int >= 0, got {self.seed!r}")
+        if not isinstance(self.greedy, bool):
+            raise ValueError(f"SamplingParams.greedy must be a bool, got {self.greedy!r}")
+        temperature = _check_float("temperature", self.temperature)
+        if temperature <= 0:
+            raise ValueError(
+                f"SamplingParams.temperature must be > 0 (use greedy=True for argmax decoding), "
+                f"got {self.temperature!r}"
+            )
+        top_p = _check_float("top_p", self.top_p)
+        if not 0 < top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        object.__setattr__(self, "temperature", temperature)
+        object.__setattr__(self, "top_p", top_p)
+
+    @property
+    def logprob_temperature(self) -> float:
+        """Temperature at which log-probs are reported (1.0 when greedy)."""
+        return 1.0 if self.greedy else self.temperature
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return a JSON-serialisable dict of the fields."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "SamplingParams":
+        """Build from :meth:`to_dict` output.
+
+        Raises:
+            ValueError: If ``data`` has a key that is not a field.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise ValueError(f"SamplingParams got unknown field(s) {unknown}; allowed: {sorted(names)}")
+        return cls(**data)
+
+
+def _pad_to(t: torch.Tensor, width: int, value: int | float, left: bool) -> torch.Tensor:
+    """Pad a 2-D tensor along dim 1 to ``width`` on the left or right."""
+    extra = width - t.shape[1]
+    if extra == 0:
+        return t
+    pad = t.new_full((t.shape[0], extra), value)
+    return torch.cat([pad, t] if left else [t, pad], dim=1)
+
+
+@dataclass
+class Rollouts:
+    """A batch of ``N`` sampled completions.
+
+    ``N = len(prompts) * n`` in prompt-major order (prompt 0's ``n`` samples
+    first). ``P`` is the padded prompt width, ``T`` the padded completion width.
+
+    Attributes:
+        prompt_index: ``(N,)`` long -- index of each row's prompt in the list
+            given to the engine.
+        prompt_ids: ``(N, P)`` long -- prompt tokens, LEFT-padded with the pad id.
+        prompt_mask: ``(N, P)`` long -- 1 on real prompt tokens.
+        completion_ids: ``(N, T)`` long -- completion tokens, RIGHT-padded with
+            the pad id; includes the EOS token when one was produced.
+        completion_mask: ``(N, T)`` long -- 1 on real completion tokens, EOS
+            included; a row's ones form a prefix.
+        logprobs: ``(N, T)`` float -- ``log softmax(logits / temperature)`` at
+            the sampled token (no top-p renormalisation); 0 on padding.
+        texts: ``N`` decoded completions, special tokens stripped.
+        finish_reasons: ``N`` strings, ``"stop"`` (EOS produced) or
+            ``"length"`` (``max_new_tokens`` reached).
+        pad_token_id: Id used for padding, kept so :meth:`concat` can re-pad.
+    """
+
+    prompt_index: torch.Tensor
+    prompt_ids: torch.Tensor
+    prompt_mask: torch.Tensor
+    completion_ids: torch.Tensor
+    completion_mask: torch.Tensor
+    logprobs: torch.Tensor
+    texts: list[str]
+    finish_reasons: list[str]
+    pad_token_id: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        n = self.prompt_index.shape[0]
+        if self.prompt_index.dim() != 1:
+            raise ValueError(f"Rollouts.prompt_index must be 1-D, got shape {tuple(self.prompt_index.shape)}")
+        for name in ("prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs"):
+            t = getattr(self, name)
+            if t.dim() != 2 or t.shape[0] != n:
+                raise ValueError(f"Rollouts.{name} must have shape ({n}, L), got {tuple(t.shape)}")
+        if self.prompt_ids.shape != self.prompt_mask.shape:
+            raise ValueError(
+                f"Rollouts.prompt_mask shape {tuple(self.prompt_mask.shape)} != "
+                f"prompt_ids shape {tuple(self.prompt_ids.shape)}"
+            )
+        for name in ("completion_mask", "logprobs"):
+            if getattr(self, name).shape != self.completion_ids.shape:
+                raise ValueError(
+                    f"Rollouts.{name} shape {tuple(getattr(self, name).shape)} != "
+                    f"completion_ids shape {tuple(self.completion_ids.shape)}"
+                )
+        for name in ("texts", "finish_reasons"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Rollouts.{name} must have {n} entries, got {len(getattr(self, name))}")
+        bad = sorted(set(self.finish_reasons) - set(FINISH_REASONS))
+        if bad:
+            raise ValueError(f"Rollouts.finish_reasons must be in {FINISH_REASONS}, got {bad}")
+
+    def __len__(self) -> int:
+        return self.prompt_index.shape[0]
+
+    @property
+    def completion_lengths(self) -> torch.Tensor:
+        """``(N,)`` long -- number of real completion tokens (EOS included)."""
+        return self.completion_mask.sum(dim=1)
+
+    @property
+    def device(self) -> torch.device:
+        """Device of the tensors."""
+        return self.completion_ids.device
+
+    def to(self, device: torch.device | str) -> "Rollouts":
+        """Return a copy with every tensor on ``device``."""
+        return dataclasses.replace(
+            self,
+            **{name: getattr(self, name).to(device) for name in self._tensor_fields()},
+            texts=list(self.texts),
+            finish_reasons=list(self.finish_reasons),
+        )
+
+    @staticmethod
+    def _tensor_fields() -> tuple[str, ...]:
+        return ("prompt_index", "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs")
+
+    def select(self, indices: Sequence[int] | torch.Tensor | slice) -> "Rollouts":
+        """Return the subset of rows ``indices`` (in that order).
+
+        Padding widths ``P`` and ``T`` are kept as they are.
+
+        Args:
+            indices: Row indices (list, 1-D long tensor, boolean mask of
+                length ``N``) or a slice.
+
+        Returns:
+            A new :class:`Rollouts` with ``len(indices)`` rows.
+        """
+        if isinstance(indices, slice):
+            idx = torch.arange(len(self))[indices]
+        else:
+            idx = torch.as_tensor(indices)
+            if idx.dtype == torch.bool:
+                if idx.shape != (len(self),):
+                    raise ValueError(f"boolean selection must have shape ({len(self)},), got {tuple(idx.shape)}")
+                idx = idx.nonzero().flatten()
+            idx = idx.long().reshape(-1)
+        rows = idx.tolist()
+        tensors = {name: getattr(self, name)[idx.to(self.device)] for name in self._tensor_fields()}
+        return Rollouts(
+            **tensors,
+            texts=[self.texts[i] for i in rows],
+            finish_reasons=[self.finish_reasons[i] for i in rows],
+            pad_token_id=self.pad_token_id,
+        )
+
+    @classmethod
+    def concat(cls, parts: Sequence["Rollouts"]) -> "Rollouts":
+        """Stack rollouts row-wise, re-padding prompts (left) and completions (right).
+
+        ``prompt_index`` values are kept as they are (they refer to each
+        part's own prompt list; offset them yourself if the parts came from
+        different prompt lists).
+
+        Args:
+            parts: One or more :class:`Rollouts` with the same pad id.
+
+        Returns:
+            A :class:`Rollouts` with ``sum(len(p) for p in parts)`` rows, prompt
+            width ``max P`` and completion width ``max T``.
+
+        Raises:
+            ValueError: If ``parts`` is empty or pad ids differ.
+        """
+        parts = list(parts)
+        if not parts:
+            raise ValueError("Rollouts.concat needs at least one part, got 0")
+        pad = parts[0].pad_token_id
+        if any(p.pad_token_id != pad for p in parts):
+            raise ValueError(f"Rollouts.concat: pad_token_id differs across parts: {[p.pad_token_id for p in parts]}")
+        if len(parts) == 1:
+            return parts[0].select(slice(None))
+        width_p = max(p.prompt_ids.shape[1] for p in parts)
+        width_t = max(p.completion_ids.shape[1] for p in parts)
+        return cls(
+            prompt_index=torch.cat([p.prompt_index for p in parts]),
+            prompt_ids=torch.cat([_pad_to(p.prompt_ids, width_p, pad, left=True) for p in parts]),
+            prompt_mask=torch.cat([_pad_to(p.prompt_mask, width_p, 0, left=True) for p in parts]),
+            completion_ids=torch.cat([_pad_to(p.completion_ids, width_t, pad, left=False) for p in parts]),
+            completion_mask=torch.cat([_pad_to(p.completion_mask, width_t, 0, left=False) for p in parts]),
+            logprobs=torch.cat([_pad_to(p.logprobs, width_t, 0.0, left=False) for p in parts]),
+            texts=[t for p in parts for t in p.texts],
+            finish_reasons=[r for p in parts for r in p.finish_reasons],
+            pad_token_id=pad,
+        )
+
+
+@runtime_checkable
+class RolloutEngine(Protocol):
+    """Anything that samples completions for prompts.
+
+    Implementations: :class:`rlvr_lib.rollout.hf.HFEngine` (transformers,
+    default). Engines must follow the conventions of this module's docstring.
+    """
+
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
+        """Sample ``params.n`` completions for each prompt.
+
+        Args:
+            prompts: ``M`` prompt strings (already formatted, e.g. chat template
+                applied).
+            params: Sampling parameters.
+
+        Returns:
+            :class:`Rollouts` with ``N = M * params.n`` rows, prompt-major.
+        """
+        ...

@@ -1,0 +1,156 @@
+"""Shared pytest fixtures for ``rlvr_lib``.
+
+The central fixture is :func:`tiny_model_and_tokenizer`: a tiny, randomly
+initialised ``Qwen2ForCausalLM`` and a character-level
+``PreTrainedTokenizerFast``, both built inside the test session (nothing is
+downloaded or read from disk), deterministically from a fixed seed and without
+touching the global torch RNG.
+
+Tokenizer
+    * One token per character (``WordLevel`` model, a pre-tokenizer that isolates
+      every character, ``decoders.Fuse`` so ``decode(encode(s)) == s`` exactly,
+      spaces and newlines included).
+    * Special tokens: ``<pad>`` (id 0), ``<eos>`` (id 1), ``<unk>`` (id 2); there
+      is no BOS and ``add_special_tokens`` adds nothing, so a prompt of ``k``
+      characters is ``k`` tokens.
+    * Vocabulary: the specials, then ``CHARSET`` (digits, ASCII letters,
+      punctuation, space, newline) -- ``len(tokenizer) == 3 + len(CHARSET)``.
+      Characters outside ``CHARSET`` map to ``<unk>``.
+
+Model
+    * ``Qwen2ForCausalLM``: hidden 32, intermediate 64, 2 layers, 2 attention
+      heads (2 KV heads), vocabulary = ``len(tokenizer)``, 512 positions,
+      float32, ``eval()`` mode, ``pad_token_id``/``eos_token_id`` set from the
+      tokenizer. Random weights, seeded (``TINY_MODEL_SEED``).
+
+Fixtures
+    * ``tiny_model_and_tokenizer`` (session scope): ``(model, tokenizer)``. It is
+      shared by every test of the session, so **do not mutate it**: tests that
+      train, perturb weights or change the mode should use ``fresh_tiny_model``
+      or ``copy.deepcopy(model)``.
+    * ``tiny_tokenizer`` (session scope): the tokenizer alone.
+    * ``fresh_tiny_model`` (function scope): a deep copy of the session model,
+      safe to modify.
+
+Threads
+    ``pytest_configure`` sets ``torch.set_num_threads(RLVR_TEST_THREADS)``
+    (environment variable, default 1). The models here are so small that
+    intra-op parallelism buys nothing, and on a loaded 2-core machine two
+    spinning OpenMP threads made one ``generate`` of the tiny model ~100x slower
+    (4.4 s against 0.04 s with one thread). With ``pytest -n 2`` one thread per
+    worker is also the right split.
+
+The builders :func:`build_char_tokenizer` and :func:`build_tiny_qwen2` are
+plain functions, so a test needing another size or seed can call them directly
+(``from conftest import build_tiny_qwen2`` works because pytest puts ``tests/``
+on ``sys.path``).
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import string
+
+import pytest
+import torch
+
+TINY_MODEL_SEED = 1234
+PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
+CHARSET = string.digits + string.ascii_letters + string.punctuation + " \n"
+
+
+def pytest_configure(config):
+    """Use few intra-op threads for the tiny test models (see module docstring)."""
+    torch.set_num_threads(max(1, int(os.environ.get("RLVR_TEST_THREADS", "1"))))
+
+
+def build_char_tokenizer(charset: str = CHARSET):
+    """Build a character-level fast tokenizer.
+
+    Args:
+        charset: Characters of the vocabulary, in id order after the three
+            special tokens (``<pad>`` 0, ``<eos>`` 1, ``<unk>`` 2).
+
+    Returns:
+        A ``transformers.PreTrainedTokenizerFast`` whose ``decode`` inverts
+        ``encode`` exactly for text made of ``charset`` characters.
+    """
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = list(dict.fromkeys(charset))  # de-duplicate, keep order
+    vocab = {PAD: 0, EOS: 1, UNK: 2}
+    for ch in chars:
+        vocab[ch] = len(vocab)
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
+    # "[\s\S]" matches any single character, newline included.
+    tok.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
+    tok.decoder = decoders.Fuse()
+    tok.add_special_tokens([PAD, EOS, UNK])
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token=PAD,
+        eos_token=EOS,
+        unk_token=UNK,
+        model_max_length=512,
+    )
+
+
+def build_tiny_qwen2(tokenizer, *, seed: int = TINY_MODEL_SEED, hidden_size: int = 32,
+                     num_layers: int = 2, num_heads: int = 2):
+    """Build a tiny randomly initialised ``Qwen2ForCausalLM`` for ``tokenizer``.
+
+    The weights depend only on ``seed`` and the sizes; the global torch RNG is
+    left untouched (``torch.random.fork_rng``).
+
+    Args:
+        tokenizer: Tokenizer whose ``len`` gives the vocabulary size and whose
+            pad/eos ids are written into the config.
+        seed: Initialisation seed.
+        hidden_size: Model width.
+        num_layers: Number of decoder layers.
+        num_heads: Number of attention (and key/value) heads.
+
+    Returns:
+        The model, float32, in ``eval()`` mode, on CPU.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_heads,
+        max_position_embeddings=512,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=None,
+        tie_word_embeddings=False,
+    )
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model.float().eval()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """Session-wide character-level tokenizer (see module docstring)."""
+    return build_char_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tiny_model_and_tokenizer(tiny_tokenizer):
+    """Session-wide ``(model, tokenizer)`` pair; treat it as read-only."""
+    return build_tiny_qwen2(tiny_tokenizer), tiny_tokenizer
+
+
+@pytest.fixture
+def fresh_tiny_model(tiny_model_and_tokenizer):
+    """A deep copy of the session model that a test may modify freely."""
+    return copy.deepcopy(tiny_model_and_tokenizer[0])
