@@ -1,0 +1,342 @@
+"""Run every notebook with papermill, resumably: ``python -m rlvr_lib.reproduce``.
+
+``make reproduce`` calls this with ``--profile full``. Each ``notebooks/*.ipynb``
+(sorted by name) is executed with the parameter ``profile`` injected and its
+executed copy written to ``<out>/<profile>/<name>.ipynb``; one status line is
+printed per notebook and the exit status is 1 when any notebook failed (the
+others are still run).
+
+Resuming happens at two levels:
+
+* Notebooks. ``<out>/<profile>/manifest.json`` records, per notebook, a
+  sha256 of what the notebook runs and ``rlvr_lib.__version__``. A notebook is
+  skipped when its executed copy exists, finished without error (papermill
+  2.7 writes ``metadata.papermill.end_time`` at the end and sets
+  ``metadata.papermill.exception`` to ``True`` on a failure; a cell error also
+  leaves an ``error`` output) and neither the notebook nor the library version
+  changed since. The hash covers cell types, sources and tags, not outputs or
+  execution counts, so refreshing a notebook's stored quick-profile outputs
+  does not force a full re-run.
+* Training runs. Notebooks cache finished runs under ``results/`` with
+  :func:`rlvr_lib.experiments.cached_run`, so a notebook interrupted midway
+  recomputes only its unfinished runs.
+
+papermill saves the output notebook after every cell, so it writes to a hidden
+temporary file next to the target and the finished notebook is moved into
+place with ``os.replace``: an interrupted run never leaves a half-written
+executed copy. A notebook that fails is still moved into place (papermill puts
+the error at its top) and is recorded as failed, so it runs again next time.
+
+The kernel runs in the notebook's folder (as in Jupyter Lab and nbval) and has
+the folder above ``rlvr_lib/`` prepended to ``PYTHONPATH``, so it imports the
+same library as this process even without ``pip install -e``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime as _dt
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import __version__
+
+__all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
+
+PROFILES = ("quick", "full")
+MANIFEST = "manifest.json"
+_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+
+
+# ------------------------------------------------------------------ helpers
+def _default_notebooks_dir() -> Path:
+    """``<repo>/notebooks`` when running from a checkout, else ``./notebooks``."""
+    if (_PACKAGE_PARENT / "pyproject.toml").exists():
+        return _PACKAGE_PARENT / "notebooks"
+    return Path.cwd() / "notebooks"
+
+
+def _default_out_dir() -> Path:
+    from .experiments import results_root
+
+    return results_root() / "notebooks"
+
+
+def notebook_hash(path: str | Path) -> str:
+    """sha256 of what a notebook runs: each cell's type, source and tags.
+
+    Outputs, execution counts and other metadata are left out, so re-executing
+    a notebook in place does not change its hash.
+
+    Args:
+        path: The ``.ipynb`` file.
+
+    Returns:
+        The hex digest.
+    """
+    import nbformat
+
+    nb = nbformat.read(str(path), as_version=4)
+    cells = [[c.cell_type, c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells]
+    return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()
+
+
+def ensure_kernel(name: str = "python3") -> None:
+    """Makes sure a Jupyter kernel called ``name`` exists.
+
+    When ``jupyter_client`` cannot find it, installs the ipykernel spec of the
+    running interpreter under that name into ``sys.prefix`` (like
+    ``python -m ipykernel install --sys-prefix``).
+
+    Args:
+        name: Kernel name.
+    """
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    try:
+        KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        from ipykernel import kernelspec
+
+        dest = kernelspec.install(kernel_name=name, prefix=sys.prefix)
+        print(f"installed Jupyter kernel {name!r} for {sys.executable} in {dest}")
+
+
+@contextlib.contextmanager
+def _library_on_pythonpath() -> Iterator[None]:
+    """Prepends the folder above ``rlvr_lib/`` to ``PYTHONPATH`` (inherited by kernels) for the block."""
+    old = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(_PACKAGE_PARENT), old) if p)
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old
+
+
+def _load_manifest(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return {}
+    return data.get("notebooks", {}) if isinstance(data, dict) else {}
+
+
+def _write_manifest(path: Path, profile: str, entries: dict[str, Any]) -> None:
+    """Writes the manifest atomically (temp file in the same folder, then ``os.replace``)."""
+    text = json.dumps({"profile": profile, "notebooks": entries}, indent=1, sort_keys=True) + "\n"
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _finished_ok(executed: Path, profile: str) -> bool:
+    """True when papermill finished ``executed`` at ``profile`` without an error."""
+    import nbformat
+
+    try:
+        nb = nbformat.read(str(executed), as_version=4)
+    except Exception:
+        return False
+    meta = nb.metadata.get("papermill", {})
+    if meta.get("exception") or not meta.get("end_time"):
+        return False
+    if meta.get("parameters", {}).get("profile") != profile:
+        return False
+    return not any(out.get("output_type") == "error" for cell in nb.cells for out in cell.get("outputs", []))
+
+
+def _error_text(exc: BaseException) -> str:
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        return f"{exc.ename}: {exc.evalue} (cell [{exc.exec_count}])"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _select(notebooks: list[Path], only: Sequence[str] | None) -> list[Path]:
+    if only is None:
+        return notebooks
+    by_name = {p.stem: p for p in notebooks}
+    wanted = [Path(n).stem for n in only]
+    unknown = [n for n in wanted if n not in by_name]
+    if unknown or not wanted:
+        raise ValueError(f"only={list(only)!r}: unknown notebook(s) {unknown}; available: {sorted(by_name)}")
+    return [by_name[n] for n in sorted(set(wanted))]
+
+
+def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> None:
+    """Runs ``source`` into ``target`` through a temp file; moves it into place unless interrupted."""
+    import papermill
+
+    tmp = target.with_name(f".{target.stem}.running.ipynb")
+    moved = False
+    try:
+        papermill.execute_notebook(
+            str(source),
+            str(tmp),
+            parameters={"profile": profile},
+            kernel_name=kernel,
+            cwd=str(source.parent),
+            progress_bar=progress,
+        )
+        os.replace(tmp, target)
+        moved = True
+    except Exception:
+        if tmp.exists():  # a failed run: keep papermill's annotated copy for the reader
+            os.replace(tmp, target)
+            moved = True
+        raise
+    finally:
+        if not moved:
+            tmp.unlink(missing_ok=True)
+
+
+# ------------------------------------------------------------------------ API
+def reproduce(
+    profile: str = "full",
+    only: Sequence[str] | None = None,
+    notebooks_dir: str | Path | None = None,
+    out_dir: str | Path | None = None,
+    kernel: str = "python3",
+    force: bool = False,
+    progress: bool = False,
+    echo: Callable[[str], Any] | None = print,
+) -> dict[str, dict[str, Any]]:
+    """Executes the notebooks with papermill, skipping those already done.
+
+    Args:
+        profile: ``"quick"`` or ``"full"``, injected as the notebook parameter
+            ``profile``.
+        only: Notebook names (with or without ``.ipynb``) to run; all when None.
+        notebooks_dir: Folder of the source notebooks; default
+            ``<repo>/notebooks``.
+        out_dir: Root of the executed copies, written to
+            ``<out_dir>/<profile>/``; default ``<results root>/notebooks``.
+        kernel: Jupyter kernel name; ``python3`` is installed for this
+            interpreter if missing (:func:`ensure_kernel`).
+        force: Run every selected notebook even if it is up to date.
+        progress: Show papermill's per-cell progress bar.
+        echo: Called with each status line; None for silence.
+
+    Returns:
+        ``{name: {"status", "seconds", "error", "output"}}`` in run order, with
+        status ``"skipped"``, ``"ran"`` or ``"failed"``.
+
+    Raises:
+        ValueError: on an unknown ``profile``, a missing ``notebooks_dir`` or
+            a name in ``only`` that is not a notebook there.
+    """
+    if profile not in PROFILES:
+        raise ValueError(f"profile={profile!r} is invalid: must be one of {PROFILES}")
+    src_dir = Path(notebooks_dir) if notebooks_dir is not None else _default_notebooks_dir()
+    if not src_dir.is_dir():
+        raise ValueError(f"notebooks_dir={str(src_dir)!r} is not a folder")
+    notebooks = _select(sorted(src_dir.glob("*.ipynb")), only)
+    dest = (Path(out_dir) if out_dir is not None else _default_out_dir()).resolve() / profile
+    dest.mkdir(parents=True, exist_ok=True)
+    manifest_path = dest / MANIFEST
+    manifest = _load_manifest(manifest_path)
+    say = echo or (lambda _line: None)
+    if notebooks:
+        ensure_kernel(kernel)
+    else:
+        say(f"no notebooks in {src_dir}")
+
+    results: dict[str, dict[str, Any]] = {}
+    for i, source in enumerate(notebooks, 1):
+        name, target = source.stem, dest / source.name
+        prefix = f"[{i}/{len(notebooks)}] {name}:"
+        start = time.perf_counter()
+        try:
+            digest = notebook_hash(source)
+        except Exception as exc:  # unreadable notebook: report it, go on with the others
+            results[name] = {"status": "failed", "seconds": 0.0, "error": _error_text(exc), "output": None}
+            say(f"{prefix} FAILED -- cannot read it: {_error_text(exc)}")
+            continue
+        entry = manifest.get(name, {})
+        up_to_date = (
+            entry.get("status") == "ok"
+            and entry.get("source_sha256") == digest
+            and entry.get("rlvr_lib_version") == __version__
+            and _finished_ok(target, profile)
+        )
+        if up_to_date and not force:
+            results[name] = {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
+            say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
+            continue
+
+        error = None
+        try:
+            with _library_on_pythonpath():
+                _execute(source, target, profile, kernel, progress)
+        except Exception as exc:
+            error = _error_text(exc)
+        seconds = round(time.perf_counter() - start, 2)
+        results[name] = {
+            "status": "failed" if error else "ran",
+            "seconds": seconds,
+            "error": error,
+            "output": str(target) if target.exists() else None,
+        }
+        manifest[name] = {
+            "source_sha256": digest,
+            "rlvr_lib_version": __version__,
+            "status": "failed" if error else "ok",
+            "seconds": seconds,
+            "error": error,
+            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        _write_manifest(manifest_path, profile, manifest)
+        say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
+    return results
+
+
+# ------------------------------------------------------------------------ CLI
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line entry point; returns the exit status (1 if any notebook failed)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rlvr_lib.reproduce", description="Run the notebooks with papermill, resumably."
+    )
+    parser.add_argument("--profile", choices=PROFILES, default="full")
+    parser.add_argument("--only", nargs="+", metavar="NAME", help="notebook names to run (default: all)")
+    parser.add_argument("--notebooks-dir", default=None, help="source notebooks (default: <repo>/notebooks)")
+    parser.add_argument("--out", default=None, help="executed copies go to OUT/PROFILE (default: results/notebooks)")
+    parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
+    parser.add_argument("--force", action="store_true", help="re-run notebooks that are up to date")
+    parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
+    args = parser.parse_args(argv)
+    try:
+        results = reproduce(
+            profile=args.profile,
+            only=args.only,
+            notebooks_dir=args.notebooks_dir,
+            out_dir=args.out,
+            kernel=args.kernel,
+            force=args.force,
+            progress=not args.no_progress,
+        )
+    except ValueError as exc:
+        parser.error(str(exc))
+    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("ran", "skipped", "failed")}
+    print(f"{len(results)} notebook(s): {counts['ran']} ran, {counts['skipped']} skipped, {counts['failed']} failed")
+    return 1 if counts["failed"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+"""Tests of ``rlvr_lib.plots``: figure structure, saving, input validation."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import pytest
+from matplotlib.figure import Figure
+
+from rlvr_lib import plots
+
+CURVES = {"before": {1: 0.1, 4: 0.3, 16: 0.5}, "after": {"1": 0.2, "4": 0.35, "16": 0.45}}
+
+
+def _history(offset: float, steps: int = 5) -> list[dict]:
+    return [
+        {"step": s, "reward_mean": offset + 0.1 * s, "entropy": 1.0 - 0.05 * s, "zero_adv_frac": 0.5}
+        for s in range(steps)
+    ]
+
+
+def test_pass_at_k_lines_and_log2_axis(tmp_path):
+    fig = plots.plot_pass_at_k(CURVES, title="t", path=tmp_path / "a" / "b" / "passk.png")
+    assert isinstance(fig, Figure) and len(fig.axes) == 1
+    ax = fig.axes[0]
+    assert len(ax.lines) == 2 and ax.get_xscale() == "log"
+    assert list(ax.lines[1].get_xdata()) == [1, 4, 16]  # string keys parsed and sorted
+    assert (tmp_path / "a" / "b" / "passk.png").stat().st_size > 0
+
+
+def test_strategy_freq_grouped_bars():
+    fig = plots.plot_strategy_freq({"grpo": {"direct": 0.7, "split": 0.3}, "nudgerl": {"round": 0.2}})
+    assert len(fig.axes[0].patches) == 2 * 3  # missing strategies drawn as 0
+
+
+def test_hint_follow_bars_and_target():
+    assert len(plots.plot_hint_follow({"direct": 1.0, "split": 0.9}).axes[0].lines) == 0
+    ax = plots.plot_hint_follow({"direct": 1.0, "split": 0.9, "round": 0.7}, target=0.8).axes[0]
+    assert len(ax.patches) == 3 and len(ax.lines) == 1
+    assert ax.lines[0].get_ydata()[0] == 0.8
+
+
+def test_mode_histogram_bars_and_existing_ax():
+    fig0 = plots.plot_pass_at_k(CURVES)
+    fig = plots.plot_mode_histogram({"base": {1: 0.6, 2: 0.4}, "rl": {"1": 0.9, "3": 0.1}}, ax=fig0.axes[0])
+    assert fig is fig0 and len(fig.axes[0].patches) == 2 * 3
+
+
+def test_training_curves_single_run_and_seeds(tmp_path):
+    fig = plots.plot_training_curves(
+        {"grpo": _history(0.0), "nudgerl": [_history(0.1), _history(0.2), _history(0.3, steps=3)]},
+        path=tmp_path / "curves.png",
+    )
+    assert len(fig.axes) == 3 and all(len(ax.lines) == 2 for ax in fig.axes)
+    ax = fig.axes[0]
+    assert len(ax.collections) == 1  # one band: only the seeded label
+    assert ax.lines[1].get_ydata()[0] == pytest.approx(0.2)  # mean over the 3 seeds
+    assert (tmp_path / "curves.png").stat().st_size > 0
+
+
+def test_training_curves_skips_missing_and_null_rows():
+    hist = _history(0.0)
+    hist[2]["entropy"] = None
+    del hist[3]["entropy"]
+    fig = plots.plot_training_curves({"a": hist}, metrics=["entropy"])
+    assert list(fig.axes[0].lines[0].get_xdata()) == [0, 1, 4]
+
+
+@pytest.mark.parametrize(
+    ("call", "arg"),
+    [
+        (lambda: plots.plot_pass_at_k({}), "curves"),
+        (lambda: plots.plot_pass_at_k({"a": {}}), "curves"),
+        (lambda: plots.plot_pass_at_k({"a": {0: 0.1}}), "curves"),
+        (lambda: plots.plot_strategy_freq({}), "freqs"),
+        (lambda: plots.plot_hint_follow({}), "follow"),
+        (lambda: plots.plot_hint_follow({"a": 1.0}, target=2.0), "target"),
+        (lambda: plots.plot_mode_histogram({"a": {"two": 0.5}}), "hists"),
+        (lambda: plots.plot_training_curves({}), "histories"),
+        (lambda: plots.plot_training_curves({"a": []}), "histories"),
+        (lambda: plots.plot_training_curves({"a": _history(0.0)}, metrics=["kl"]), "metrics"),
+        (lambda: plots.plot_training_curves({"a": [{"reward_mean": 1.0}]}, metrics=["reward_mean"]), "histories"),
+        (lambda: plots.save_figure("not a figure", "x.png"), "fig"),
+    ],
+)
+def test_bad_inputs_name_the_argument(call, arg):
+    with pytest.raises(ValueError, match=arg):
+        call()

@@ -1,0 +1,163 @@
+"""Tests of ``rlvr_lib.reproduce``: papermill runs, resuming, failures, the CLI.
+
+One test starts real kernels (three short notebook runs); the others replace
+``papermill.execute_notebook`` with a fake that writes what papermill writes,
+so the skip / re-run / interrupt logic is checked without a kernel.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+
+from rlvr_lib import reproduce as rp
+
+
+def _write_notebook(path: Path, *cells: str) -> Path:
+    """A notebook whose first code cell is the tagged ``parameters`` cell."""
+    params = nbformat.v4.new_code_cell('profile = "quick"')
+    params.metadata["tags"] = ["parameters"]
+    nb = nbformat.v4.new_notebook(cells=[params, *(nbformat.v4.new_code_cell(c) for c in cells)])
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nbformat.write(nb, str(path))
+    return path
+
+
+@pytest.fixture
+def notebooks(tmp_path):
+    """``ok`` appends the profile to ``runs.log`` (one line per execution); ``bad`` raises."""
+    src = tmp_path / "nbs"
+    src.mkdir()
+    log = tmp_path / "runs.log"
+    _write_notebook(
+        src / "ok.ipynb",
+        f"import rlvr_lib\nwith open({str(log)!r}, 'a') as f:\n    f.write(profile + '\\n')",
+        "open('cwd_marker.txt', 'w').close()",
+    )
+    _write_notebook(src / "bad.ipynb", "raise ValueError('boom')")
+    return src, tmp_path / "out", log
+
+
+def _lines(path: Path) -> list[str]:
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_real_run_failure_skip_and_source_change(notebooks, capsys):
+    src, out, log = notebooks
+    argv = ["--profile", "full", "--notebooks-dir", str(src), "--out", str(out), "--no-progress"]
+    assert rp.main(argv) == 1  # "bad" failed, "ok" still ran
+    printed = capsys.readouterr().out
+    assert "ok: ran in" in printed
+    assert "bad: FAILED" in printed and "ValueError: boom" in printed
+
+    executed = nbformat.read(str(out / "full" / "ok.ipynb"), as_version=4)
+    assert executed.metadata.papermill.parameters == {"profile": "full"}
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and 'profile = "full"' in injected[0].source
+    assert _lines(log) == ["full"]
+    assert (src / "cwd_marker.txt").exists()  # the kernel ran in the notebook's folder
+    failed = nbformat.read(str(out / "full" / "bad.ipynb"), as_version=4)
+    assert failed.metadata.papermill.exception is True
+    manifest = json.loads((out / "full" / "manifest.json").read_text())["notebooks"]
+    assert manifest["ok"]["status"] == "ok" and manifest["bad"]["status"] == "failed"
+    assert not list((out / "full").glob(".*"))  # no temp files left
+
+    # Second call: the successful notebook is skipped, the failed one is tried again.
+    res = rp.reproduce("full", notebooks_dir=src, out_dir=out, echo=None)
+    assert res["ok"]["status"] == "skipped" and res["bad"]["status"] == "failed"
+    assert _lines(log) == ["full"]
+
+    # Changing the source re-runs it.
+    _write_notebook(src / "ok.ipynb", f"with open({str(log)!r}, 'a') as f:\n    f.write('v2 ' + profile + '\\n')")
+    res = rp.reproduce("full", only=["ok"], notebooks_dir=src, out_dir=out, echo=None)
+    assert res == {"ok": {"status": "ran", "seconds": res["ok"]["seconds"], "error": None,
+                          "output": str((out / "full" / "ok.ipynb").resolve())}}
+    assert _lines(log) == ["full", "v2 full"]
+
+
+# ------------------------------------------------------- without a kernel
+@pytest.fixture
+def fake_papermill(monkeypatch):
+    """Replaces papermill's execution by a copy with papermill's metadata; records the calls."""
+    calls: list[str] = []
+    behaviour = {"interrupt": False}
+
+    def execute_notebook(input_path, output_path, parameters=None, **kwargs):
+        calls.append(Path(input_path).stem)
+        nb = nbformat.read(input_path, as_version=4)
+        nb.metadata["papermill"] = {"parameters": parameters, "end_time": "2024-01-01T00:00:00", "exception": None}
+        nbformat.write(nb, output_path)  # papermill saves progressively: a partial file exists
+        if behaviour["interrupt"]:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    monkeypatch.setattr(rp, "ensure_kernel", lambda name: None)
+    return calls, behaviour
+
+
+def test_version_change_force_and_profiles_rerun(notebooks, fake_papermill, monkeypatch):
+    src, out, _ = notebooks
+    calls, _ = fake_papermill
+    run = lambda **kw: rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None, **kw)
+    assert run()["ok"]["status"] == "ran"
+    assert run()["ok"]["status"] == "skipped"
+    assert run(force=True)["ok"]["status"] == "ran"
+    assert run(profile="quick")["ok"]["status"] == "ran"  # profiles are separate folders
+    monkeypatch.setattr(rp, "__version__", "999.0")
+    assert run()["ok"]["status"] == "ran"
+    assert calls == ["ok"] * 4
+
+
+def test_outputs_only_change_does_not_rerun(notebooks, fake_papermill):
+    src, out, _ = notebooks
+    calls, _ = fake_papermill
+    rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None)
+    nb = nbformat.read(str(src / "ok.ipynb"), as_version=4)
+    nb.cells[1].outputs = [nbformat.v4.new_output("stream", text="stored quick output\n")]
+    nb.cells[1].execution_count = 7
+    nbformat.write(nb, str(src / "ok.ipynb"))
+    assert rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None)["ok"]["status"] == "skipped"
+    assert len(calls) == 1
+
+
+def test_interrupt_leaves_no_partial_copy(notebooks, fake_papermill):
+    src, out, _ = notebooks
+    calls, behaviour = fake_papermill
+    behaviour["interrupt"] = True
+    with pytest.raises(KeyboardInterrupt):
+        rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None)
+    assert list((out / "full").iterdir()) == []  # no executed copy, no temp file, no manifest entry
+    behaviour["interrupt"] = False
+    assert rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None)["ok"]["status"] == "ran"
+    assert calls == ["ok", "ok"]
+
+
+def test_bad_arguments(notebooks, fake_papermill, tmp_path):
+    src, out, _ = notebooks
+    with pytest.raises(ValueError, match="profile"):
+        rp.reproduce("medium", notebooks_dir=src, out_dir=out)
+    with pytest.raises(ValueError, match="only=.*nope.*available"):
+        rp.reproduce(only=["nope"], notebooks_dir=src, out_dir=out)
+    with pytest.raises(ValueError, match="notebooks_dir"):
+        rp.reproduce(notebooks_dir=tmp_path / "missing", out_dir=out)
+    assert rp.reproduce(only=["ok.ipynb"], notebooks_dir=src, out_dir=out, echo=None)["ok"]["status"] == "ran"
+
+
+def test_ensure_kernel_installs_missing_spec(monkeypatch):
+    import sys
+
+    from ipykernel import kernelspec
+    from jupyter_client import kernelspec as jk
+
+    def missing(self, name):
+        raise jk.NoSuchKernel(name)
+
+    installed = {}
+    monkeypatch.setattr(jk.KernelSpecManager, "get_kernel_spec", missing)
+    monkeypatch.setattr(kernelspec, "install", lambda **kw: installed.update(kw) or "/somewhere")
+    rp.ensure_kernel("python3")
+    assert installed == {"kernel_name": "python3", "prefix": sys.prefix}
