@@ -23,6 +23,7 @@ from rlvr_lib.tasks import (
     parse_strategy,
     problem_pool,
     solution_trace,
+    split_of,
     verify,
 )
 
@@ -44,7 +45,7 @@ def test_family_has_its_difficulty_mix_and_no_duplicates(family):
 def test_train_and_eval_never_overlap():
     for d in DIFFICULTIES:
         assert not set(problem_pool("train", d)) & set(problem_pool("eval", d))
-    train = {p.uid for p in family_problems(TRAIN_FAMILY, 800)}
+    train = {p.uid for p in family_problems(TRAIN_FAMILY, 600)}
     for family in EVAL_FAMILIES + OOD_FAMILIES:
         assert not train & {p.uid for p in family_problems(family, 200)}
 
@@ -56,8 +57,14 @@ def test_ood_first_factors_never_appear_in_training_pool():
 
 def test_difficulty_definition():
     assert difficulty_of(47, 6) == "easy"
-    assert difficulty_of(43, 86) == "medium"
-    assert difficulty_of(47, 86) == "hard"
+    assert difficulty_of(47, 86) == "medium"
+    assert difficulty_of(48, 86) == "hard"
+
+
+def test_commuted_problems_share_a_split():
+    for a in range(11, 100):
+        for b in range(11, 100):
+            assert split_of(a, b) == split_of(b, a)
 
 
 def test_oracle_traces_by_hand():

@@ -30,6 +30,8 @@ from rlvr_lib.eval.diversity import (
     mode_counts_per_problem,
     strategy_entropy,
 )
+from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
+from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.eval.passk import (
     AVERAGE_KEY,
     default_ks,
@@ -40,6 +42,10 @@ from rlvr_lib.eval.passk import (
 )
 
 __all__ = [
+    "EvalSpec",
+    "ScoredSamples",
+    "evaluate_policy",
+    "sample_and_score",
     "AVERAGE_KEY",
     "CLUSTER_METHODS",
     "CRITERIA",

@@ -7,7 +7,10 @@ with oracle traces whose strategy is drawn from ``PRETRAIN_STRATEGY_PRIOR``
 (75% direct / 20% split / 5% round, independent of the problem), and a share of
 prompts carry a hint: mostly the name of the trace's strategy (so hints steer),
 sometimes a distractor word with a strategy from the prior (so unhelpful hints
-are ignored). The loss is next-token cross-entropy on completion tokens only.
+are ignored). A strategy hint names each strategy with equal odds, so the rare
+strategy is practised when nudged toward but stays rare unhinted (the premise
+of NudgeRL: hints unlock modes the policy can execute but seldom samples). The
+loss is next-token cross-entropy on completion tokens only.
 
 Deterministic for a seed on CPU; resumable: a state file is written every
 ``save_every`` steps and picked up by the next call with the same config.
@@ -60,7 +63,7 @@ class PretrainConfig:
     """
 
     seed: int = 0
-    steps: int = 2000
+    steps: int = 1200
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100
@@ -125,13 +128,15 @@ class PretrainingMixture:
         rng, cfg = self.rng, self.config
         pool = self.pools[rng.choice(len(self.pools), p=self.mix)]
         a, b = pool[rng.integers(len(pool))]
-        strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
         hint = None
+        strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
         if rng.random() < cfg.hint_share:
             if rng.random() < cfg.distractor_share:
                 hint = DISTRACTOR_HINTS[rng.integers(len(DISTRACTOR_HINTS))]
             else:
-                hint = strategy
+                # A strategy hint names any strategy with equal odds: the rare strategy is practised
+                # when asked for, while unhinted prompts keep the skewed prior.
+                strategy = hint = STRATEGIES[rng.integers(len(STRATEGIES))]
         problem = make_problem(int(a), int(b), strategy=strategy)
         return problem.prompt_with(hint), problem.oracle_trace
 
@@ -254,3 +259,24 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = Tr
     shutil.rmtree(out_dir)
     staging.rename(out_dir)
     return log
+
+
+def mixture_shares(config: PretrainConfig = PretrainConfig(), n: int = 20000, seed: int = 0) -> dict:
+    """Measured composition of ``n`` SFT examples: strategy shares overall, unhinted and per hint."""
+    mixture = PretrainingMixture(config, np.random.default_rng(seed))
+    rows = []
+    for _ in range(n):
+        prompt, completion = mixture.sample()
+        hint = prompt.split(" hint: ", 1)[1].strip() if " hint: " in prompt else None
+        rows.append((hint, completion.split(":", 1)[0]))
+    hinted = [r for r in rows if r[0] is not None]
+    unhinted = [s for h, s in rows if h is None]
+    return {
+        "examples": n,
+        "hinted_share": len(hinted) / n,
+        "strategy_share": {s: sum(x == s for _, x in rows) / n for s in STRATEGIES},
+        "unhinted_strategy_share": {s: unhinted.count(s) / max(1, len(unhinted)) for s in STRATEGIES},
+        "hint_share_by_word": {
+            h: sum(x == h for x, _ in hinted) / max(1, len(hinted)) for h in sorted({x for x, _ in hinted})
+        },
+    }

@@ -1,34 +1,39 @@
 """Character-level tokenizer for the embedded tiny policy, built with `tokenizers`.
 
-One token per character (lowercase letters, digits, punctuation, space and
-newline) plus ``<pad>``, ``<eos>`` and ``<unk>``. It is saved with
-`save_pretrained`, so ``AutoTokenizer.from_pretrained(dir)`` loads it exactly as
-it loads a real model's tokenizer.
+One token per byte: a byte-level BPE with no merges, in exactly the layout of
+the Qwen2 tokenizer (`transformers.Qwen2Tokenizer`: NFC, Qwen2's split regex,
+byte-level pre-tokenizer and decoder). That matters: for a checkpoint whose
+``config.json`` says ``qwen2``, ``AutoTokenizer.from_pretrained(dir)`` rebuilds
+the tokenizer as a `Qwen2Tokenizer` from the saved vocabulary and merges, so
+any other layout would load as a different tokenizer. Ids 0-2 are ``<pad>``,
+``<eos>``, ``<unk>``; then the characters the testbed uses; then every other
+byte, so no input is ever dropped.
 """
 
 from __future__ import annotations
 
 import string
 
-from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-from transformers import PreTrainedTokenizerFast
+from tokenizers import pre_tokenizers
+from transformers import Qwen2Tokenizer
 
 PAD, EOS, UNK = "<pad>", "<eos>", "<unk>"
 SPECIAL_TOKENS = (PAD, EOS, UNK)
 CHARSET = string.digits + string.ascii_lowercase + " \n*+-=#:?.,;()[]/'"
 
 
-def build_char_tokenizer(charset: str = CHARSET) -> PreTrainedTokenizerFast:
-    """A tokenizer with one id per character of ``charset``; others map to ``<unk>``."""
-    if len(set(charset)) != len(charset):
-        raise ValueError("charset is not valid: it repeats a character")
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + tuple(charset))}
-    core = Tokenizer(models.WordLevel(vocab=vocab, unk_token=UNK))
-    # "[\s\S]" isolates every character, newline included.
-    core.pre_tokenizer = pre_tokenizers.Split(Regex(r"[\s\S]"), behavior="isolated")
-    core.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=core, pad_token=PAD, eos_token=EOS, unk_token=UNK, clean_up_tokenization_spaces=False
-    )
+def _byte_symbol(char: str) -> str:
+    """The byte-level symbol of a one-byte character (space -> 'Ġ', newline -> 'Ċ')."""
+    return pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False).pre_tokenize_str(char)[0][0]
+
+
+def build_char_tokenizer(charset: str = CHARSET) -> Qwen2Tokenizer:
+    """A tokenizer with one id per byte; the characters of ``charset`` come first."""
+    if len(set(charset)) != len(charset) or any(len(c.encode()) != 1 for c in charset):
+        raise ValueError("charset is not valid: it must list distinct one-byte (ASCII) characters")
+    symbols = [_byte_symbol(c) for c in charset]
+    symbols += sorted(set(pre_tokenizers.ByteLevel.alphabet()) - set(symbols))
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS + tuple(symbols))}
+    tokenizer = Qwen2Tokenizer(vocab=vocab, merges=[], unk_token=UNK, eos_token=EOS, pad_token=PAD)
     tokenizer.model_max_length = 256
     return tokenizer

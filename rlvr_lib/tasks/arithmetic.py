@@ -18,10 +18,11 @@ so that bottleneck is real at laptop scale:
   on most 2-digit x 2-digit problems. ``split`` (tens + units of the first
   factor) and ``round`` (round the first factor up to a multiple of ten and
   subtract) reduce the product to 1-digit x 2-digit facts and one addition or
-  subtraction. ``round`` is rare in pretraining and best on the hard subset
-  (first factor ending in 6-9: its correction term d*b is small).
+  subtraction. ``round`` is rare in pretraining and made for the hard subset:
+  when the first factor ends in 8 or 9 its correction term d*b is b or 2b.
 * Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
-  and the first factor ends in 1-5; ``hard`` = two digits and it ends in 6-9.
+  and the first factor ends in 1-7; ``hard`` = two digits and it ends in 8-9
+  (hard for the dominant one-shot answer, easy for the rare strategy).
 * Families are evaluation suites with different difficulty mixes (stand-ins for
   MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
   out-of-distribution family whose first factor (91-99) never occurs in
@@ -56,7 +57,7 @@ USEFUL_STRATEGIES = {
     "hard": ("round", "split"),
 }
 MAX_COMPLETION_CHARS = 200
-_SPLIT_VERSION = "rlvr-testbed-split-v1"
+_SPLIT_VERSION = "rlvr-testbed-split-v2"
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,7 @@ FAMILIES: dict[str, FamilySpec] = {
     spec.name: spec
     for spec in (
         FamilySpec("train", "train", (0.35, 0.35, 0.30), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        FamilySpec("train_easy", "train", (1.0, 0.0, 0.0), IN_DISTRIBUTION, "an easy training subset (tests, warm-ups)"),
         FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
         FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
         FamilySpec("hard_mix", "eval", (0.2, 0.4, 0.4), IN_DISTRIBUTION, "AIME24"),
@@ -103,7 +105,7 @@ def difficulty_of(a: int, b: int) -> str:
     """Difficulty level of ``a*b`` (see the module docstring)."""
     if b < 10:
         return "easy"
-    return "medium" if a % 10 <= 5 else "hard"
+    return "medium" if a % 10 <= 7 else "hard"
 
 
 def check_difficulty(difficulty: str) -> str:
@@ -130,8 +132,13 @@ def _stable_unit(text: str) -> float:
 
 
 def split_of(a: int, b: int) -> str:
-    """Pool of ``a*b``: a fixed 50/50 hash split into "train" and "eval"."""
-    return "train" if _stable_unit(f"{_SPLIT_VERSION}:{a}*{b}") < 0.5 else "eval"
+    """Pool of ``a*b``: a fixed 50/50 hash split into "train" and "eval".
+
+    The key is symmetric, so ``a*b`` and ``b*a`` always share a pool (no
+    commuted twin of an evaluation problem is trained on).
+    """
+    lo, hi = sorted((a, b))
+    return "train" if _stable_unit(f"{_SPLIT_VERSION}:{lo}*{hi}") < 0.5 else "eval"
 
 
 def solution_trace(a: int, b: int, strategy: str) -> str:

@@ -1,0 +1,231 @@
+"""Calibration of the testbed: does the base policy show the exploration bottleneck?
+
+Measures a policy on the fixed evaluation split and checks the targets that
+make the testbed meaningful for the four papers:
+
+* a long tail: mean pass@1 over in-distribution families in [0.10, 0.40] and
+  pass@64 >= 2 x pass@1;
+* mode skew: the pretraining-dominant strategy >= 60% of unhinted samples, the
+  rare one <= 10%, and the rare one >= 3x as accurate on the hard subset;
+* steerable: every strategy hint followed >= 80% of the time;
+* GRPO's dead groups: 30-80% of training prompts have all G=8 rewards equal;
+* degeneration when hot: malformed <= 10% at T=1.0 and >= 30% at T=2.0.
+
+Strategy accuracy on the hard subset is measured on hinted samples (the hint
+forces the strategy; only samples that used it count), because the rare
+strategy is too rare unhinted to measure.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from rlvr_lib.eval.diagnostics import zero_advantage_fraction
+from rlvr_lib.eval.passk import pass_at_k_curve
+from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
+from rlvr_lib.rollout import SamplingParams
+from rlvr_lib.tasks import (
+    EVAL_FAMILIES,
+    HARD_DIFFICULTY,
+    OOD_FAMILIES,
+    PRETRAIN_STRATEGY_PRIOR,
+    STRATEGIES,
+    TRAIN_FAMILY,
+    check_family,
+    family_problems,
+)
+
+DOMINANT = max(PRETRAIN_STRATEGY_PRIOR, key=PRETRAIN_STRATEGY_PRIOR.get)
+RARE = min(PRETRAIN_STRATEGY_PRIOR, key=PRETRAIN_STRATEGY_PRIOR.get)
+
+
+@dataclass(frozen=True)
+class CalibrationConfig:
+    """What to measure.
+
+    Attributes:
+        problems_per_family: Evaluation problems per family (targets need >= 200).
+        samples: Unhinted samples per problem at T=1 (pass@k up to this k).
+        hint_problems: Problems per family used for hint following.
+        hint_samples: Samples per (problem, hint).
+        hot_samples: Samples per problem at T=2.
+        hot_temperature: The "too hot" temperature.
+        group_size: G for the zero-advantage fraction.
+        max_new_tokens: Completion budget.
+        seed: Sampling seed.
+        families: Families to measure.
+    """
+
+    problems_per_family: int = 200
+    samples: int = 64
+    hint_problems: int = 100
+    hint_samples: int = 8
+    hot_samples: int = 8
+    hot_temperature: float = 2.0
+    group_size: int = 8
+    max_new_tokens: int = 48
+    seed: int = 0
+    families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES + (TRAIN_FAMILY,)
+
+    def __post_init__(self):
+        for name in ("problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "group_size"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"CalibrationConfig.{name}={value!r} is not valid: must be a positive int")
+        if self.samples % self.group_size:
+            raise ValueError(
+                f"CalibrationConfig.samples={self.samples} is not valid: must be a multiple of group_size={self.group_size}"
+            )
+        for family in self.families:
+            check_family(family)
+        if TRAIN_FAMILY not in self.families:
+            raise ValueError(f"CalibrationConfig.families={self.families!r} is not valid: must include {TRAIN_FAMILY!r}")
+
+
+def _mean_or_nan(x: np.ndarray) -> float:
+    return float(np.mean(x)) if np.size(x) else float("nan")
+
+
+def _strategy_accuracy(samples: list[ScoredSamples], strategy: str) -> tuple[float, int]:
+    used = np.concatenate([s.strategies.ravel() == strategy for s in samples])
+    correct = np.concatenate([s.correct.ravel() for s in samples])
+    return _mean_or_nan(correct[used]), int(used.sum())
+
+
+def measure_family(engine, family: str, config: CalibrationConfig) -> tuple[dict, dict]:
+    """Per-family metrics, plus the raw samples the pooled targets need."""
+    problems = family_problems(family, config.problems_per_family, seed=config.seed)
+    params = SamplingParams(n=config.samples, temperature=1.0, max_new_tokens=config.max_new_tokens, seed=config.seed)
+    plain = sample_and_score(engine, problems, params)
+    hot = sample_and_score(
+        engine,
+        problems,
+        SamplingParams(
+            n=config.hot_samples,
+            temperature=config.hot_temperature,
+            max_new_tokens=config.max_new_tokens,
+            seed=config.seed + 1,
+        ),
+    )
+    hint_params = SamplingParams(
+        n=config.hint_samples, temperature=1.0, max_new_tokens=config.max_new_tokens, seed=config.seed + 2
+    )
+    hinted = {s: sample_and_score(engine, problems[: config.hint_problems], hint_params, contexts=s) for s in STRATEGIES}
+    ks = sorted({k for k in (1, 8, config.samples) if k <= config.samples})
+    curve = pass_at_k_curve(plain.correct, ks=ks)
+    G = config.group_size
+    groups = plain.rewards.reshape(len(problems), config.samples // G, G).reshape(-1, G)
+    hard = {s: h.subset([p.difficulty == HARD_DIFFICULTY for p in h.problems]) for s, h in hinted.items()}
+    metrics = {
+        "n_problems": len(problems),
+        "n_samples": config.samples,
+        **{f"pass_at_{k}": curve[k] for k in ks},
+        "pass_at_k": {str(k): v for k, v in pass_at_k_curve(plain.correct).items()},
+        "strategy_freq": plain.strategy_freq(STRATEGIES),
+        "hint_follow": {s: float(np.mean(h.strategies == s)) for s, h in hinted.items()},
+        "hard_acc_by_strategy": {s: _strategy_accuracy([hard[s]], s)[0] for s in STRATEGIES},
+        "malformed_t1": plain.rate("malformed"),
+        "malformed_t2": hot.rate("malformed"),
+        "zero_adv_frac_g8": zero_advantage_fraction(groups.ravel(), np.repeat(np.arange(len(groups)), G)),
+        "mean_length": float(plain.lengths.mean()),
+        "truncated_t1": float(plain.truncated.mean()),
+    }
+    return metrics, {"plain": plain, "hot": hot, "hard": hard, "hinted": hinted}
+
+
+def _target(value: float, lo: float | None = None, hi: float | None = None) -> dict:
+    bound = f"in [{lo}, {hi}]" if lo is not None and hi is not None else (f">= {lo}" if lo is not None else f"<= {hi}")
+    met = bool(np.isfinite(value) and (lo is None or value >= lo) and (hi is None or value <= hi))
+    return {"value": round(float(value), 4) if np.isfinite(value) else None, "bound": bound, "met": met}
+
+
+def pooled_targets(families: dict[str, dict], raw: dict[str, dict]) -> dict[str, dict]:
+    """The calibration targets over the in-distribution evaluation families."""
+    ind = [f for f in EVAL_FAMILIES if f in families]
+    plain = [raw[f]["plain"] for f in ind]
+    pass1 = np.mean([families[f]["pass_at_1"] for f in ind])
+    passmax = np.mean([families[f][f"pass_at_{families[f]['n_samples']}"] for f in ind])
+    strategies = np.concatenate([s.strategies.ravel() for s in plain])
+    hard_dom, _ = _strategy_accuracy([raw[f]["hard"][DOMINANT] for f in ind], DOMINANT)
+    hard_rare, _ = _strategy_accuracy([raw[f]["hard"][RARE] for f in ind], RARE)
+    follow = {
+        s: float(np.mean(np.concatenate([raw[f]["hinted"][s].strategies.ravel() == s for f in ind])))
+        for s in STRATEGIES
+    }
+    ratio = hard_rare / hard_dom if hard_dom > 0 else (float("inf") if hard_rare > 0 else float("nan"))
+    targets = {
+        "mean_pass_at_1": _target(pass1, 0.10, 0.40),
+        "pass_at_64_over_pass_at_1": _target(passmax / pass1 if pass1 > 0 else float("nan"), lo=2.0),
+        f"dominant_strategy_share[{DOMINANT}]": _target(np.mean(strategies == DOMINANT), lo=0.60),
+        f"rare_strategy_share[{RARE}]": _target(np.mean(strategies == RARE), hi=0.10),
+        f"hard_acc_ratio[{RARE}/{DOMINANT}]": _target(min(ratio, 1e6), lo=3.0),
+        **{f"hint_follow[{s}]": _target(v, lo=0.80) for s, v in follow.items()},
+        "zero_adv_frac_g8[train]": _target(families[TRAIN_FAMILY]["zero_adv_frac_g8"], 0.30, 0.80),
+        "malformed_t1": _target(np.mean([s.rate("malformed") for s in plain]), hi=0.10),
+        "malformed_t2": _target(np.mean([raw[f]["hot"].rate("malformed") for f in ind]), lo=0.30),
+    }
+    targets[f"hard_acc_ratio[{RARE}/{DOMINANT}]"]["detail"] = {
+        f"{RARE}": round(hard_rare, 4),
+        f"{DOMINANT}": round(hard_dom, 4),
+    }
+    return targets
+
+
+def calibrate(engine, config: CalibrationConfig = CalibrationConfig(), *, policy: str = "embedded tiny policy") -> dict:
+    """Measure every family and check the targets; returns the report dict."""
+    t0 = time.perf_counter()
+    families, raw = {}, {}
+    for family in config.families:
+        families[family], raw[family] = measure_family(engine, family, config)
+    report = {
+        "policy": policy,
+        "config": asdict(config),
+        "families": families,
+        "targets": pooled_targets(families, raw),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
+    report["all_targets_met"] = all(t["met"] for t in report["targets"].values())
+    return report
+
+
+def format_report(report: dict) -> str:
+    """A plain-text summary: one line per family, one per target."""
+    lines = [f"calibration of {report['policy']} ({report['seconds']} s)"]
+    for name, m in report["families"].items():
+        freq = ", ".join(f"{s} {m['strategy_freq'][s]:.2f}" for s in STRATEGIES)
+        n = m["n_samples"]
+        lines.append(
+            f"  {name:12s} pass@1 {m['pass_at_1']:.3f} pass@8 {m.get('pass_at_8', float('nan')):.3f} "
+            f"pass@{n} {m[f'pass_at_{n}']:.3f} | {freq} | "
+            f"malformed T1 {m['malformed_t1']:.3f} T2 {m['malformed_t2']:.3f} | zero-adv {m['zero_adv_frac_g8']:.2f}"
+        )
+    for name, t in report["targets"].items():
+        lines.append(f"  [{'met' if t['met'] else 'NOT MET'}] {name} = {t['value']} (target {t['bound']})")
+    return "\n".join(lines)
+
+
+def _finite(value):
+    """NaN/inf -> None (JSON has no NaN); numpy scalars -> Python numbers."""
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    if isinstance(value, (float, np.floating)):
+        return float(value) if np.isfinite(value) else None
+    if isinstance(value, np.integer):
+        return int(value)
+    return value
+
+
+def write_report(report: dict, path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
+    return path

@@ -1,0 +1,133 @@
+"""Evaluate a policy on testbed families: pass@k, strategies, diversity, outcomes.
+
+What every paper table needs from one evaluation, computed once per policy:
+pass@k for every k <= n (SAGE T1, NudgeRL T1), per family and averaged over the
+in-distribution families; strategy frequencies and their entropy (SAGE T2);
+reasoning modes per problem from unsupervised clustering (NudgeRL Fig 1) with
+its agreement (ARI) with the testbed's strategy labels; outcome rates and
+lengths (3PO Fig 3).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.eval.diagnostics import zero_advantage_fraction
+from rlvr_lib.eval.diversity import mode_ari, mode_counts_per_problem, strategy_entropy
+from rlvr_lib.eval.passk import pass_at_k_curve
+from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
+from rlvr_lib.rollout import SamplingParams
+from rlvr_lib.tasks import EVAL_FAMILIES, FAMILIES, MALFORMED, OOD_FAMILIES, STRATEGIES, WRONG, family_problems
+
+AVERAGE = "average"
+
+
+@dataclass(frozen=True)
+class EvalSpec(ConfigBase):
+    """What an evaluation measures.
+
+    Attributes:
+        families: Families to evaluate; the in-distribution ones among them are averaged.
+        problems_per_family: Problems per family.
+        samples: Samples per problem (pass@k for k up to this).
+        temperature, top_p, max_new_tokens: Sampling.
+        seed: Sampling seed (problems are the family's fixed draw).
+        group_size: G for the zero-advantage fraction.
+        diversity_problems, diversity_samples: Subset clustered for reasoning modes
+            (clustering is quadratic in the number of traces).
+    """
+
+    families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES
+    problems_per_family: int = 200
+    samples: int = 64
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    seed: int = 0
+    group_size: int = 8
+    diversity_problems: int = 100
+    diversity_samples: int = 16
+
+    def validate(self) -> None:
+        self.check(len(self.families) > 0, "families", self.families, "a non-empty tuple of family names")
+        for family in self.families:
+            self.check_choice("families", family, sorted(FAMILIES))
+        for name in ("problems_per_family", "samples", "max_new_tokens", "group_size", "diversity_problems",
+                     "diversity_samples"):
+            self.check_positive_int(name, getattr(self, name))
+        self.check_range("temperature", self.temperature, 0, None, lo_open=True)
+        self.check_range("top_p", self.top_p, 0, 1, lo_open=True)
+        self.check_nonnegative_int("seed", self.seed)
+        self.check(self.samples % self.group_size == 0, "samples", self.samples,
+                   f"a multiple of group_size={self.group_size}")
+
+
+def diversity(samples: ScoredSamples, n_problems: int, n_samples: int, seed: int = 0) -> dict:
+    """Reasoning modes per problem among well-formed samples, and ARI with the strategy labels."""
+    texts, labels = [], []
+    for p in range(min(n_problems, len(samples.problems))):
+        keep = [j for j in range(min(n_samples, samples.statuses.shape[1])) if samples.statuses[p, j] != MALFORMED]
+        if keep:
+            texts.append([samples.texts[p][j] for j in keep])
+            labels += [samples.strategies[p, j] for j in keep]
+    if not texts:
+        return {"mean_modes": 0.0, "histogram": {}, "n_modes": 0, "ari_vs_strategy": None}
+    modes = mode_counts_per_problem(texts, seed=seed).to_dict()
+    pooled = [t for group in texts for t in group]
+    ari = mode_ari(pooled, labels) if len(set(labels)) > 1 else None
+    return {"mean_modes": modes["mean_modes"], "histogram": modes["histogram"], "n_modes": modes["n_modes"],
+            "ari_vs_strategy": ari}
+
+
+def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
+    """Metrics of one family's samples (JSON-ready)."""
+    G = spec.group_size
+    groups = samples.rewards.reshape(-1, G)
+    freq = samples.strategy_freq(STRATEGIES)
+    return {
+        "pass_at_k": {str(k): v for k, v in pass_at_k_curve(samples.correct).items()},
+        "strategy_freq": freq,
+        "strategy_entropy": strategy_entropy([s for s in samples.strategies.ravel() if s is not None])
+        if freq["none"] < 1
+        else 0.0,
+        "malformed_rate": samples.rate(MALFORMED),
+        "wrong_rate": samples.rate(WRONG),
+        "mean_length": float(samples.lengths.mean()),
+        "zero_adv_frac": zero_advantage_fraction(groups.ravel(), np.repeat(np.arange(len(groups)), G)),
+        "diversity": diversity(samples, spec.diversity_problems, spec.diversity_samples, spec.seed),
+        "correct_counts": samples.correct.sum(1).astype(int).tolist(),
+        "uids": [p.uid for p in samples.problems],
+    }
+
+
+def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
+    """Evaluate the engine's policy on every family of ``spec``.
+
+    Returns:
+        ``{"families": {name: summary}, "average": {"pass_at_k": ..., ...}}``
+        where the average is the unweighted mean over the in-distribution
+        families evaluated (as the papers' "avg" columns).
+    """
+    params = SamplingParams(n=spec.samples, temperature=spec.temperature, top_p=spec.top_p,
+                            max_new_tokens=spec.max_new_tokens, seed=spec.seed)
+    families = {}
+    for family in spec.families:
+        problems = family_problems(family, spec.problems_per_family, seed=0)
+        families[family] = summarize(sample_and_score(engine, problems, params), spec)
+    ind = [f for f in spec.families if f in EVAL_FAMILIES] or list(spec.families)
+    keys = families[ind[0]]["pass_at_k"].keys()
+    average = {
+        "pass_at_k": {k: float(np.mean([families[f]["pass_at_k"][k] for f in ind])) for k in keys},
+        **{
+            key: float(np.mean([families[f][key] for f in ind]))
+            for key in ("malformed_rate", "wrong_rate", "mean_length", "zero_adv_frac", "strategy_entropy")
+        },
+        "strategy_freq": {s: float(np.mean([families[f]["strategy_freq"][s] for f in ind])) for s in
+                          (*STRATEGIES, "none")},
+        "mean_modes": float(np.mean([families[f]["diversity"]["mean_modes"] for f in ind])),
+        "families": ind,
+    }
+    return {"families": families, AVERAGE: average}

@@ -1,0 +1,115 @@
+"""The RL loop: learning, determinism, resume, config validation, registry."""
+
+import json
+
+import pytest
+
+from rlvr_lib.eval.sampling import sample_and_score
+from rlvr_lib.methods import METHODS, method_config
+from rlvr_lib.policy import load_policy
+from rlvr_lib.rollout import HFEngine, SamplingParams
+from rlvr_lib.tasks import family_problems
+from rlvr_lib.trainer import Trainer, TrainerConfig
+
+
+def _metrics(history):
+    """History without wall-clock fields (the only ones allowed to differ between runs)."""
+    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
+
+
+def _small(**kw):
+    base = dict(steps=4, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="train")
+    return method_config("grpo", **{**base, **kw})
+
+
+def test_grpo_raises_reward_on_an_easy_family():
+    cfg = method_config("grpo", train_family="train_easy", steps=20, prompts_per_step=8, group_size=8,
+                        lr=3e-4, max_new_tokens=40, seed=0)
+    trainer = Trainer(cfg)
+    problems = family_problems("train_easy", 64, seed=1)
+    params = SamplingParams(n=8, temperature=1.0, max_new_tokens=40, seed=123)
+    engine = HFEngine(trainer.model, trainer.tokenizer)
+    before = sample_and_score(engine, problems, params).rewards.mean()
+    history = trainer.train(progress=False)
+    after = sample_and_score(engine, problems, params).rewards.mean()
+    assert after > before + 0.05, (before, after)
+    first, last = history[:5], history[-5:]
+    assert sum(m["reward_mean"] for m in last) > sum(m["reward_mean"] for m in first)
+
+
+def test_same_seed_gives_identical_metrics_and_other_seed_differs():
+    a = Trainer(_small(seed=3)).train(progress=False)
+    b = Trainer(_small(seed=3)).train(progress=False)
+    c = Trainer(_small(seed=4)).train(progress=False)
+    assert _metrics(a) == _metrics(b)
+    assert _metrics(a) != _metrics(c)
+
+
+def test_resume_equals_uninterrupted(tmp_path):
+    cfg = _small(seed=5, checkpoint_every=2)
+    uninterrupted = Trainer(cfg).train(progress=False)
+    first = Trainer(cfg, checkpoint_dir=tmp_path)
+    first.step(), first.step()  # "killed" after the step-2 checkpoint
+    resumed = Trainer(cfg, checkpoint_dir=tmp_path)
+    assert resumed.step_count == 2
+    assert _metrics(resumed.train(progress=False)) == _metrics(uninterrupted)
+
+
+def test_checkpoint_of_another_config_is_refused(tmp_path):
+    first = Trainer(_small(seed=5, checkpoint_every=1), checkpoint_dir=tmp_path)
+    first.step()
+    with pytest.raises(ValueError, match="different config"):
+        Trainer(_small(seed=6, checkpoint_every=1), checkpoint_dir=tmp_path)
+
+
+def test_logged_diagnostics_are_present_and_consistent():
+    history = Trainer(_small(seed=0, kl_coef=0.05, inner_epochs=2, minibatches=2)).train(progress=False)
+    for m in history:
+        for key in ("reward_mean", "accuracy", "zero_adv_frac", "entropy", "kl", "clip_frac_low", "clip_frac_high",
+                    "response_length", "malformed_rate", "grad_norm", "time_rollout", "time_reward", "time_update"):
+            assert key in m and m[key] == m[key], key  # present and not NaN
+        assert 0 <= m["zero_adv_frac"] <= 1 and 0 <= m["malformed_rate"] <= 1
+        assert m["reward_mean"] == m["accuracy"]  # verifier reward is 1 exactly when correct
+        assert m["time_step"] >= m["time_rollout"] + m["time_update"]
+    assert any(m["kl"] > 0 for m in history[1:])  # the policy moved away from the reference
+
+
+def test_no_reference_model_without_kl():
+    assert Trainer(_small(kl_coef=0.0)).reference is None
+    assert Trainer(_small(kl_coef=0.1)).reference is not None
+
+
+@pytest.mark.parametrize(
+    "field,value,match",
+    [
+        ("lr", -1.0, r"TrainerConfig.lr=-1.0 is invalid: must be a number in \(0, 1\]"),
+        ("group_size", 0, "TrainerConfig.group_size=0 is invalid: must be an integer >= 1"),
+        ("loss_agg", "mean", "TrainerConfig.loss_agg='mean' is invalid: must be one of"),
+        ("kl_estimator", "k4", "k3"),
+        ("advantage", "ppo", "grpo"),
+        ("train_family", "aime", "train_easy"),
+        ("minibatches", 3, "a divisor of prompts_per_step"),
+        ("eps_low", 1.0, "eps_low"),
+    ],
+)
+def test_config_validation_names_field_value_and_allowed(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        TrainerConfig(**{field: value})
+
+
+def test_unknown_method_lists_registered_ones():
+    with pytest.raises(ValueError, match=r"method='nudge' is not registered: must be one of \[.*'grpo'"):
+        method_config("nudge")
+
+
+def test_config_round_trips_through_json():
+    cfg = method_config("grpo", steps=7, method_options={"p": 0.5})
+    again = TrainerConfig.from_json(cfg.to_json())
+    assert again == cfg and again.config_hash() == cfg.config_hash()
+    assert json.loads(cfg.to_json())["kl_coef"] == METHODS["grpo"].preset["kl_coef"]
+
+
+def test_loaded_policy_is_the_trainers_default():
+    model, _ = load_policy()
+    trainer = Trainer(_small())
+    assert all((p1 == p2).all() for p1, p2 in zip(model.parameters(), trainer.model.parameters()))
