@@ -39,7 +39,7 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.rollout import HFEngine, Rollouts, SamplingParams, sequence_logprobs
-from rlvr_lib.tasks import CORRECT, FAMILIES, MALFORMED, family_problems, verify
+from rlvr_lib.tasks import CORRECT, FAMILIES, MALFORMED, family_capacity, family_problems, verify
 
 
 @dataclass(frozen=True)
@@ -50,9 +50,8 @@ class TrainerConfig(ConfigBase):
         method: Registered method name (``rlvr_lib.methods.METHODS``).
         policy: Hub name or local path of the initial policy; ``None`` = the embedded tiny policy.
         train_family: Testbed family the training prompts come from.
-        train_pool_size: Number of distinct training problems drawn from it.
-        steps: Optimizer steps... more precisely RL steps (each does
-            ``inner_epochs * minibatches`` optimizer steps).
+        train_pool_size: Distinct training problems drawn from it (fewer if the family holds fewer).
+        steps: RL steps (each does ``inner_epochs * minibatches`` optimizer steps).
         prompts_per_step: Problems (groups) per step.
         group_size: Rollouts per problem (G).
         temperature, top_p, max_new_tokens: Rollout sampling.
@@ -160,7 +159,8 @@ class Trainer:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.optimizer = self.method.make_optimizer(model)
         self.engine = engine or HFEngine(model, tokenizer, batch_size=config.rollout_batch_size)
-        self.train_problems = family_problems(config.train_family, config.train_pool_size, seed=0)
+        pool_size = min(config.train_pool_size, family_capacity(config.train_family))
+        self.train_problems = family_problems(config.train_family, pool_size, seed=0)
         self.step_count = 0
         self.history: list[dict] = []
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None

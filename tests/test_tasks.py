@@ -198,3 +198,13 @@ def test_task_hint_pool_rejects_bad_settings():
         TaskHintPool(unhelpful_share=1.5)
     with pytest.raises(ValueError, match="n_hints=0"):
         TaskHintPool(n_hints=0)
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_family_capacity_is_the_largest_drawable_size(family):
+    from rlvr_lib.tasks import family_capacity
+
+    n = family_capacity(family)
+    assert len(family_problems(family, n)) == n
+    with pytest.raises(ValueError, match="asks for"):
+        family_problems(family, n + 1)

@@ -15,6 +15,7 @@ from rlvr_lib.tasks.arithmetic import (
     check_difficulty,
     check_family,
     difficulty_of,
+    family_capacity,
     family_problems,
     make_problem,
     parse_strategy,

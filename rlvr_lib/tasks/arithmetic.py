@@ -206,6 +206,16 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
     return counts.tolist()
 
 
+def family_capacity(family: str) -> int:
+    """The largest ``n`` that `family_problems` can draw from ``family``."""
+    spec = check_family(family)
+    sizes = [len(problem_pool(spec.split, d, spec.first_factors)) for d in DIFFICULTIES]
+    n = int(min(size / share for size, share in zip(sizes, spec.mix) if share > 0))
+    while any(c > size for c, size in zip(difficulty_counts(spec.mix, n), sizes)):
+        n -= 1
+    return n
+
+
 def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
     """A fixed, seeded draw of ``n`` distinct problems from one family.
 
