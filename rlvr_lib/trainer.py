@@ -5,8 +5,11 @@ One step, read top to bottom in `Trainer.step`:
 1. draw ``prompts_per_step`` training problems (stateless: a function of seed and step);
 2. ask the method for each rollout's hint, and roll out G completions per problem,
    split across the method's weight perturbations;
-3. verify every completion; the method turns verdicts into rewards, rewards into
-   advantages;
+3. verify every completion; the method turns verdicts into rewards. If the method
+   filters groups (``keep_groups``, DAPO's dynamic sampling), steps 1-3 repeat on
+   fresh prompts ("refill rounds") until ``prompts_per_step`` groups are kept or
+   the method's cap on refill rounds is reached. The method turns the kept
+   groups' rewards into advantages;
 4. ``inner_epochs`` passes over ``minibatches``: recompute log-probs (and entropy)
    under the current weights, PPO-clip surrogate against the rollout log-probs,
    ``kl_coef`` x the method's per-token anchor to a frozen reference (no
@@ -14,7 +17,7 @@ One step, read top to bottom in `Trainer.step`:
    terms, clip the gradient and step;
 5. log the diagnostics next to where they are computed.
 
-Everything random is derived from ``(seed, step)``, so a resumed run replays the
+Everything random is derived from ``(seed, step)`` (and the refill round), so a resumed run replays the
 uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
 optimizer, the method's state, the step and the history.
 """
@@ -22,6 +25,7 @@ optimizer, the method's state, the step and the history.
 from __future__ import annotations
 
 import copy
+import logging
 import math
 import os
 import time
@@ -40,6 +44,8 @@ from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.rollout import HFEngine, Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.tasks import CORRECT, FAMILIES, MALFORMED, family_capacity, family_problems, verify
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -64,7 +70,8 @@ class TrainerConfig(ConfigBase):
         advantage: Advantage estimator name (``rlvr_lib.algos.ADVANTAGE_ESTIMATORS``).
         kl_coef: beta of the KL anchor; 0 loads no reference model.
         kl_estimator: Per-token KL estimator (``rlvr_lib.algos.KL_ESTIMATORS``).
-        method_options: Method-specific settings as a JSON object (validated by the method).
+        method_options: Method-specific settings as a JSON object; the method's class
+            validates them when it is built (unknown keys and bad values raise ``ValueError``).
         seed: Fixes prompts, sampling and every other random choice.
         checkpoint_every: Steps between checkpoints (0 = never).
         rollout_batch_size: Sequences per generation call.
@@ -127,6 +134,8 @@ class TrainerConfig(ConfigBase):
             self.minibatches,
             f"a divisor of prompts_per_step * group_size = {self.prompts_per_step * self.group_size}",
         )
+        self.check(self.method_options is None or isinstance(self.method_options, dict),
+                   "method_options", self.method_options, "None or a dict")
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -168,12 +177,14 @@ class Trainer:
             self.load_checkpoint(self.checkpoint_dir / "checkpoint.pt")
 
     # ----------------------------------------------------------------- one step
-    def _rng(self, step: int, stream: int) -> np.random.Generator:
-        return np.random.default_rng([self.config.seed, step, stream])
+    def _rng(self, step: int, stream: int, round_: int = 0) -> np.random.Generator:
+        # Round 0 keeps the original three-part key, so runs without refills are unchanged.
+        key = [self.config.seed, step, stream] if round_ == 0 else [self.config.seed, step, stream, round_]
+        return np.random.default_rng(key)
 
-    def _rollout(self, problems, step: int) -> tuple[Rollouts, list, torch.Tensor, torch.Tensor]:
+    def _rollout(self, problems, step: int, round_: int = 0) -> tuple[Rollouts, list, torch.Tensor, torch.Tensor]:
         cfg, G = self.config, self.config.group_size
-        plan = self.method.contexts(problems, G, self._rng(step, 1))
+        plan = self.method.contexts(problems, G, self._rng(step, 1, round_))
         K = self.method.weight_samples()
         if G % K:
             raise ValueError(f"group_size={G} is not divisible by the method's weight samples ({K})")
@@ -187,7 +198,7 @@ class Trainer:
                 temperature=temperature,
                 top_p=cfg.top_p,
                 max_new_tokens=cfg.max_new_tokens,
-                seed=int(self._rng(step, 2 + k).integers(2**31)),
+                seed=int(self._rng(step, 2 + k, round_).integers(2**31)),
             )
             with self.method.perturbed(self.model, k):
                 parts.append(self.engine.generate(prompts, params))
@@ -200,18 +211,80 @@ class Trainer:
         group_index = torch.arange(len(problems)).repeat_interleave(G)
         return rollouts, contexts, group_index, context_index
 
+    def _sample(self, problems, step: int, round_: int) -> tuple[StepBatch, float]:
+        """Roll out -> verify -> reward for ``problems``; also returns the seconds spent rolling out."""
+        t0 = time.perf_counter()
+        rollouts, contexts, group_index, context_index = self._rollout(problems, step, round_)
+        seconds = time.perf_counter() - t0
+        verdicts = [verify(problems[g], text) for g, text in zip(group_index.tolist(), rollouts.texts)]
+        batch = StepBatch(problems, group_index, context_index, contexts, rollouts, verdicts)
+        batch.rewards = self.method.rewards(batch, self.model).float()
+        return batch, seconds
+
+    def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, dict, float]:
+        """The step's batch: roll out -> verify -> reward -> keep, refilling dropped groups.
+
+        Round 0 draws ``prompts_per_step`` problems with ``rng``. A method whose
+        ``keep_groups`` returns ``None`` (the default) trains on them as they are.
+        Otherwise the groups it drops are replaced by refill rounds: round r draws
+        up to ``prompts_per_step`` problems not yet used this step from the
+        stateless ``(seed, step, r)`` stream (as DAPO over-samples a whole batch),
+        until ``prompts_per_step`` groups are kept (the surplus is cut, in draw
+        order) or ``method.refill_rounds()`` rounds were spent; then the step
+        trains on the kept groups, with a logged warning. If no group at all was
+        kept, it trains on round 0's groups unfiltered (the filter saw no signal in
+        them), so that a step always has a batch and logs every metric.
+
+        Returns:
+            (batch without advantages, dynamic-sampling metrics or ``{}``, seconds spent rolling out).
+        """
+        want, pool = self.config.prompts_per_step, self.train_problems
+        drawn = rng.choice(len(pool), want, replace=False)
+        batch, t_rollout = self._sample([pool[i] for i in drawn], step, 0)
+        keep = self.method.keep_groups(batch)
+        if keep is None:  # the method does not filter: plain GRPO sampling
+            return batch, {}, t_rollout
+
+        first, kept, used = batch, [], set(drawn.tolist())
+        n_kept = n_dropped = rounds = 0
+        cap = self.method.refill_rounds()
+        while True:
+            keep = torch.as_tensor(keep, dtype=torch.bool)
+            if keep.shape != (len(batch.problems),):
+                raise ValueError(f"keep_groups returned shape {tuple(keep.shape)}; expected ({len(batch.problems)},)")
+            kept_ids = keep.nonzero().flatten()[: want - n_kept]
+            if len(kept_ids):
+                kept.append(_select_groups(batch, kept_ids))
+            n_kept += len(kept_ids)
+            n_dropped += int((~keep).sum())
+            fresh = np.setdiff1d(np.arange(len(pool)), np.fromiter(used, dtype=np.int64))
+            if n_kept >= want or rounds >= cap or fresh.size == 0:
+                break
+            rounds += 1
+            drawn = self._rng(step, 0, rounds).choice(fresh, min(want, fresh.size), replace=False)
+            used.update(drawn.tolist())
+            batch, seconds = self._sample([pool[i] for i in drawn], step, rounds)
+            t_rollout += seconds
+            keep = self.method.keep_groups(batch)
+
+        if n_kept < want:
+            why = f"the cap of {cap} refill rounds" if rounds >= cap else "the end of the training pool"
+            what = f"training on those {n_kept} groups" if n_kept else "training on round 0's groups unfiltered"
+            logger.warning(
+                "step %d: dynamic sampling kept %d of %d groups (%d dropped) before reaching %s; %s",
+                step, n_kept, want, n_dropped, why, what,
+            )
+        stats = {"dynamic_refill_rounds": rounds, "dynamic_dropped_groups": n_dropped, "dynamic_kept_groups": n_kept}
+        return (_concat_batches(kept) if kept else first), stats, t_rollout
+
     def step(self) -> dict:
         cfg, step = self.config, self.step_count
         t0 = time.perf_counter()
         rng = self._rng(step, 0)
-        problems = [self.train_problems[i] for i in rng.choice(len(self.train_problems), cfg.prompts_per_step, replace=False)]
+        self.method.on_step_start(step)
         temperature = self.method.sampling_temperature(step)
-        rollouts, contexts, group_index, context_index = self._rollout(problems, step)
-        t_rollout = time.perf_counter()
-
-        verdicts = [verify(problems[g], text) for g, text in zip(group_index.tolist(), rollouts.texts)]
-        batch = StepBatch(problems, group_index, context_index, contexts, rollouts, verdicts)
-        batch.rewards = self.method.rewards(batch, self.model).float()
+        batch, sampling_stats, t_rollout = self._collect(step, rng)  # roll out -> verify -> reward -> keep
+        rollouts, verdicts, group_index = batch.rollouts, batch.verdicts, batch.group_index
         batch.advantages = self.method.advantages(batch).float()
         t_reward = time.perf_counter()
 
@@ -236,9 +309,10 @@ class Trainer:
             "response_length": float(lengths.mean()),
             "truncated_rate": float(np.mean([r == "length" for r in rollouts.finish_reasons])),
             "temperature": temperature,
+            **sampling_stats,
             **stats,
-            "time_rollout": t_rollout - t0,
-            "time_reward": t_reward - t_rollout,
+            "time_rollout": t_rollout,
+            "time_reward": t_reward - t0 - t_rollout,
             "time_update": t_end - t_reward,
             "time_step": t_end - t0,
         }
@@ -325,6 +399,43 @@ class Trainer:
         self.optimizer.load_state_dict(state["optimizer"])
         self.method.load_state_dict(state["method"])
         self.step_count, self.history = state["step"], state["history"]
+
+
+def _select_groups(batch: StepBatch, groups: torch.Tensor) -> StepBatch:
+    """The rollouts of ``groups`` (indices into ``batch.problems``), renumbered 0..len(groups)-1."""
+    groups = groups.long()
+    remap = torch.full((len(batch.problems),), -1, dtype=torch.long)
+    remap[groups] = torch.arange(len(groups))
+    rows = (remap[batch.group_index] >= 0).nonzero().flatten()
+    rows = rows[torch.argsort(remap[batch.group_index[rows]], stable=True)]  # in the order of ``groups``
+    return StepBatch(
+        problems=[batch.problems[g] for g in groups.tolist()],
+        group_index=remap[batch.group_index[rows]],
+        context_index=batch.context_index[rows],
+        contexts=[batch.contexts[i] for i in rows.tolist()],
+        rollouts=batch.rollouts.select(rows),
+        verdicts=[batch.verdicts[i] for i in rows.tolist()],
+        rewards=None if batch.rewards is None else batch.rewards[rows],
+    )
+
+
+def _concat_batches(batches: list[StepBatch]) -> StepBatch:
+    """Stack batches of different rounds; group ids are offset so they stay distinct.
+
+    ``rollouts.prompt_index`` keeps each round's own numbering (the trainer reads ``group_index``).
+    """
+    if len(batches) == 1:
+        return batches[0]
+    offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
+    return StepBatch(
+        problems=[p for b in batches for p in b.problems],
+        group_index=torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)]),
+        context_index=torch.cat([b.context_index for b in batches]),
+        contexts=[c for b in batches for c in b.contexts],
+        rollouts=Rollouts.concat([b.rollouts for b in batches]),
+        verdicts=[v for b in batches for v in b.verdicts],
+        rewards=torch.cat([b.rewards for b in batches]),
+    )
 
 
 def nan_to_none(history: list[dict]) -> list[dict]:

@@ -1,7 +1,9 @@
 """Methods as plug-ins of the one RL loop, and the registry of named presets.
 
 A registry entry is a `Method` subclass plus the `TrainerConfig` fields its
-paper fixes (its preset). ``method_config("grpo", steps=50)`` gives a validated
+paper fixes (its preset), and a one-line description
+(``METHODS[name].description``). The baselines the papers compare against
+live in `rlvr_lib.methods.baselines`. ``method_config("grpo", steps=50)`` gives a validated
 config; ``build_method(config)`` the hook object the trainer calls.
 """
 
@@ -53,5 +55,9 @@ def build_method(config) -> Method:
 
 # GRPO (DeepSeekMath, arXiv 2402.03300) with the KL anchor SAGE's baseline uses (beta 0.05, k3).
 register_method("grpo", Method, "GRPO: group-normalised advantages, PPO-clip, k3 KL to the base policy", kl_coef=0.05)
+
+# The GRPO-family baselines (DAPO, Dr.GRPO, BNPO, KL anchors, EntReg, Polaris, KL-/Clip-Cov, POPE,
+# INTUITOR) register themselves on import.
+from rlvr_lib.methods import baselines  # noqa: E402,F401
 
 __all__ = ["METHODS", "Method", "MethodSpec", "StepBatch", "build_method", "method_config", "register_method"]

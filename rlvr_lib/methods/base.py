@@ -5,20 +5,25 @@ A method changes it only through the hooks below; each hook's default is plain
 GRPO, so ``Method()`` *is* GRPO. A paper's method overrides the few hooks it
 needs:
 
-=====================  ==========================================  ===========
-hook                   what it decides                             used by
-=====================  ==========================================  ===========
-``contexts``           the hint appended to each rollout's prompt  NudgeRL, POPE
-``weight_samples``     how many weight perturbations per group,    3PO
-``perturbed``          and the weights a slice is rolled out from
-``rewards``            rewards (verifier or intrinsic)             VIGOR, INTUITOR
-``advantages``         advantages from rewards and group/context   NudgeRL, Dr.GRPO
-``anchor``             the per-token reference anchor (KL)         SAGE
-``policy_loss``        the per-token surrogate                     KL-Cov, Clip-Cov
-``extra_loss``         added loss terms (distillation, entropy)    NudgeRL, EntReg
-``sampling``           sampling temperature for the next step      Polaris
-``make_optimizer``     the optimizer                               3PO (IVON)
-=====================  ==========================================  ===========
+========================  ===========================================  =====================
+hook                      what it decides                              used by
+========================  ===========================================  =====================
+``contexts``              the hint appended to each rollout's prompt   NudgeRL, POPE
+``weight_samples``        how many weight perturbations per group,     3PO
+``perturbed``             and the weights a slice is rolled out from
+``rewards``               rewards (verifier or intrinsic)              VIGOR, INTUITOR, DAPO
+``keep_groups``           which groups to train on (dynamic sampling)  DAPO
+``refill_rounds``         cap on refilling dropped groups              DAPO
+``advantages``            advantages from rewards and group/context    NudgeRL, Dr.GRPO
+``anchor``                the per-token reference anchor (KL)          SAGE
+``policy_loss``           the per-token surrogate                      KL-Cov, Clip-Cov
+``extra_loss``            added loss terms (distillation, entropy)     NudgeRL, EntReg
+``sampling_temperature``  sampling temperature of a step               Polaris
+``make_optimizer``        the optimizer                                3PO (IVON)
+``on_step_start``         per-step method state (seeded generators)    Clip-Cov
+``on_step_end``           per-step method state (latches)              Polaris
+``state_dict``            the method state a checkpoint keeps          Polaris
+========================  ===========================================  =====================
 """
 
 from __future__ import annotations
@@ -96,6 +101,21 @@ class Method:
         """``(N,)`` rewards; default: the verifier's."""
         return torch.tensor([v.reward for v in batch.verdicts], dtype=torch.float32)
 
+    def keep_groups(self, batch: StepBatch) -> torch.Tensor | None:
+        """``(M,)`` bool over the batch's groups: True = train on it (dynamic sampling).
+
+        Called once per sampling round, after rewards and before advantages. The
+        default ``None`` keeps every group and turns dynamic sampling off (one
+        round, no ``dynamic_*`` metrics): plain GRPO. When a mask is returned, the
+        trainer refills dropped groups from fresh prompts for up to
+        :meth:`refill_rounds` rounds (see ``Trainer._collect``).
+        """
+        return None
+
+    def refill_rounds(self) -> int:
+        """Cap on the refill rounds that replace groups dropped by :meth:`keep_groups`."""
+        return 0
+
     def advantages(self, batch: StepBatch) -> torch.Tensor:
         """``(N,)`` advantages from the configured estimator (default GRPO mean/std)."""
         estimator = get_advantage_estimator(self.config.advantage)
@@ -125,8 +145,14 @@ class Method:
         )
 
     # -- method state (checkpointed) --------------------------------------------------
+    def on_step_start(self, step: int) -> None:
+        """Called at the start of each step, before any rollout (e.g. to seed a per-step generator)."""
+
     def on_step_end(self, step: int, metrics: dict) -> None:
-        """Called after each step with its logged metrics (e.g. to latch a temperature)."""
+        """Called after each step with its logged metrics (e.g. to latch a temperature).
+
+        Keys a method adds to ``metrics`` here are logged with the step.
+        """
 
     def state_dict(self) -> dict:
         return {}

@@ -1,0 +1,625 @@
+"""The GRPO-family baselines the four papers compare against, each a registered method.
+
+Every baseline is a small `Method` subclass that overrides only the hooks its
+paper changes, plus a `TrainerConfig` preset (registered at the bottom of this
+file). Method-specific settings live in ``TrainerConfig.method_options``; each
+class lists them with their defaults in ``OPTIONS`` and checks them when built
+(an unknown key, or a bad value, raises ``ValueError`` naming the option, the
+value and what is allowed).
+
+=================  ==========================================================  =================
+name               what changes against GRPO (``grpo``: k3 KL, beta 0.05)      compared in
+=================  ==========================================================  =================
+grpo_no_kl         no KL anchor                                                SAGE, 3PO, NudgeRL
+grpo_forward_kl    forward-KL anchor                                           SAGE
+grpo_k1, grpo_k2   k1 / k2 KL estimators                                       (anchor ablation)
+dapo               clip-higher, token-mean loss, overlong shaping, dynamic     (shared)
+                   sampling, no KL
+dr_grpo            no std normalisation, constant length normaliser, no KL     (shared)
+bnpo_loss          SAGE's "BNPO": token-mean loss, no KL                       SAGE
+bnpo_beta          the BNPO paper: Beta-normalised advantages                  (shared)
+entropy_reg        loss - alpha * mean token entropy                           3PO
+polaris            temperature latch 1.0 -> 1.2 when entropy halves            3PO
+polaris_fixed      temperature 1.2 from the start                              3PO (ablation)
+kl_cov, clip_cov   covariance-selected token penalty / gradient detach         3PO
+pope               oracle-prefix hints on half of the prompts                  NudgeRL
+intuitor           reward = self-certainty, no verifier                        VIGOR
+=================  ==========================================================  =================
+
+SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
+KL off (token-normalised over the local, resp. global, batch); on one process
+both are ``bnpo_loss``. The full DAPO recipe is ``dapo``.
+
+The 3PO and NudgeRL baselines run without a KL anchor, as those papers' GRPO
+does; compare them with ``grpo_no_kl``, not with ``grpo`` (SAGE's beta 0.05).
+GRPO with any group size needs no entry: ``method_config("grpo", group_size=32)``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from rlvr_lib.algos import (
+    clip_cov_loss,
+    dynamic_sampling_keep_mask,
+    entropy_bonus,
+    kl_cov_loss,
+    overlong_reward_shaping,
+    self_certainty,
+)
+from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.rollout.logprobs import position_ids_from_mask
+from rlvr_lib.tasks import CORRECT
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "BNPOBeta",
+    "BNPOLoss",
+    "ClipCov",
+    "DAPO",
+    "DrGRPO",
+    "EntropyReg",
+    "GRPOForwardKL",
+    "GRPOK1",
+    "GRPOK2",
+    "GRPONoKL",
+    "Intuitor",
+    "KLCov",
+    "OptionsMethod",
+    "POPE",
+    "Polaris",
+    "PolarisFixed",
+    "completion_logits",
+    "oracle_prefix",
+]
+
+
+# ------------------------------------------------------------------------------ options
+class OptionsMethod(Method):
+    """A method with validated ``method_options``.
+
+    ``OPTIONS`` maps every option to its default; :meth:`check_options` checks
+    the merged values (``self.options``). Unknown keys are rejected, listing the
+    valid ones.
+    """
+
+    OPTIONS: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, config):
+        super().__init__(config)
+        given = dict(config.method_options or {})
+        unknown = sorted(set(given) - set(self.OPTIONS))
+        if unknown:
+            valid = sorted(self.OPTIONS) if self.OPTIONS else "none (this method takes no options)"
+            raise ValueError(f"{self.name}: unknown method_options key(s) {unknown}; valid options: {valid}")
+        self.options: dict[str, Any] = {**self.OPTIONS, **given}
+        self.check_options()
+
+    def check_options(self) -> None:
+        """Raise ``ValueError`` (via :meth:`_require`) on a bad option value."""
+
+    # helpers ---------------------------------------------------------------------------
+    def _require(self, ok: bool, key: str, must: str) -> None:
+        if not ok:
+            raise ValueError(f"{self.name}: method_options[{key!r}]={self.options[key]!r} is invalid: must be {must}")
+
+    def _number(self, key: str, lo: float | None = None, hi: float | None = None, *,
+                lo_open: bool = False, hi_open: bool = False) -> float:
+        value = self.options[key]
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and lo is not None:
+            ok = value > lo if lo_open else value >= lo
+        if ok and hi is not None:
+            ok = value < hi if hi_open else value <= hi
+        interval = ("(" if lo_open else "[") + f"{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}" \
+            + (")" if hi_open else "]")
+        self._require(ok, key, f"a number in {interval}")
+        return float(value)
+
+    def _integer(self, key: str, lo: int, hi: int | None = None) -> int:
+        value = self.options[key]
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+        self._require(ok, key, f"an integer >= {lo}" + ("" if hi is None else f" and <= {hi}"))
+        return value
+
+    def _choice(self, key: str, allowed: tuple) -> Any:
+        self._require(self.options[key] in allowed, key, f"one of {list(allowed)}")
+        return self.options[key]
+
+    def _bool(self, key: str) -> bool:
+        self._require(isinstance(self.options[key], bool), key, "true or false")
+        return self.options[key]
+
+
+# ------------------------------------------------------------------------------ KL anchors
+class GRPONoKL(OptionsMethod):
+    """GRPO without a KL anchor (preset ``kl_coef=0``; no reference model is loaded).
+
+    Loss: PPO-clip surrogate only, A_i = (r_i - mean_g r) / (std_g r + eps)
+    (DeepSeekMath, arXiv 2402.03300). The GRPO of 3PO (arXiv 2608.09805) and
+    NudgeRL (arXiv 2605.15726), and SAGE's (arXiv 2605.18864) "no KL" anchor.
+    """
+
+    name = "grpo_no_kl"
+
+
+class GRPOForwardKL(OptionsMethod):
+    """GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta 0.05.
+
+    Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
+    the forward KL on samples of pi_theta; ``rlvr_lib.algos.forward_kl_penalty``).
+    The anchor alternative SAGE (arXiv 2605.18864) argues against.
+    """
+
+    name = "grpo_forward_kl"
+
+
+class GRPOK1(OptionsMethod):
+    """GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta 0.05.
+
+    Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
+    """
+
+    name = "grpo_k1"
+
+
+class GRPOK2(OptionsMethod):
+    """GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta 0.05.
+
+    Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
+    """
+
+    name = "grpo_k2"
+
+
+# ------------------------------------------------------------------------------ DAPO
+class DAPO(OptionsMethod):
+    """DAPO (arXiv 2503.14476): clip-higher, token-level loss, overlong shaping, dynamic sampling.
+
+    * Clip-higher: rho clipped to [1 - 0.2, 1 + 0.28] (preset ``eps_low``/``eps_high``).
+    * Token-level aggregation: sum_it m_it L_it / sum_it m_it (preset ``loss_agg="token_mean"``).
+    * No KL (preset ``kl_coef=0``).
+    * Overlong reward shaping, added to the verifier reward (``rewards`` hook), with
+      L_max = ``max_new_tokens`` and L_cache = option ``overlong_cache``:
+      R_len(L) = 0 for L <= L_max - L_cache, (L_max - L_cache - L) / L_cache on the
+      last L_cache tokens, so a truncated completion (L = L_max) gets -1. With the
+      testbed's 48-token budget the default cache of 8 starts the ramp at 40
+      tokens (the testbed's solution traces are 11-37 characters, 12-38 tokens with
+      EOS, so a well-formed solution is never penalised). ``overlong_cache=0`` turns
+      shaping off (only L > L_max would be punished, which cannot happen).
+      DAPO's verifier reward is +-1; ours is 1/0, so the -1 is relatively twice
+      as strong.
+    * Dynamic sampling (``keep_groups``): a group whose completions are all
+      correct or all incorrect is dropped (DAPO filters on accuracy, as its
+      recipe's ``filter_groups.metric=acc``; the length shaping does not rescue a
+      group) and refilled from fresh prompts, for at most option
+      ``max_refill_rounds`` rounds; each round draws a whole ``prompts_per_step``
+      batch as DAPO over-samples. At the cap the step trains on what was kept and
+      logs a warning. Logged: ``dynamic_refill_rounds``, ``dynamic_dropped_groups``,
+      ``dynamic_kept_groups``. Option ``dynamic_sampling=False`` turns it off.
+
+    Options: ``overlong_cache`` (int tokens in [0, max_new_tokens], default 8),
+    ``max_refill_rounds`` (int >= 0, default 3), ``dynamic_sampling`` (bool, default True).
+    """
+
+    name = "dapo"
+    OPTIONS = {"overlong_cache": 8, "max_refill_rounds": 3, "dynamic_sampling": True}
+
+    def check_options(self) -> None:
+        self._integer("overlong_cache", 0, self.config.max_new_tokens)
+        self._integer("max_refill_rounds", 0)
+        self._bool("dynamic_sampling")
+
+    def rewards(self, batch: StepBatch, model) -> torch.Tensor:
+        verifier = super().rewards(batch, model)
+        lengths = batch.rollouts.completion_mask.sum(1).float()
+        return verifier + overlong_reward_shaping(lengths, self.config.max_new_tokens, self.options["overlong_cache"])
+
+    def keep_groups(self, batch: StepBatch) -> torch.Tensor | None:
+        if not self.options["dynamic_sampling"]:
+            return None
+        correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float32)
+        keep_rows = dynamic_sampling_keep_mask(correct, batch.group_index)
+        keep = torch.zeros(len(batch.problems), dtype=torch.bool)
+        keep[batch.group_index[keep_rows]] = True
+        return keep
+
+    def refill_rounds(self) -> int:
+        return self.options["max_refill_rounds"] if self.options["dynamic_sampling"] else 0
+
+
+# ------------------------------------------------------------------------------ Dr.GRPO, BNPO
+class DrGRPO(OptionsMethod):
+    """Dr.GRPO (arXiv 2503.20783): GRPO without its two length/difficulty biases.
+
+    A_i = r_i - mean_g r (no division by the group std; preset ``advantage="dr_grpo"``),
+    loss = sum_it m_it L_it / (N * L_max) with the constant L_max =
+    ``max_new_tokens`` (preset ``loss_agg="seq_mean_token_sum_norm"``; set
+    ``loss_normalizer`` to change the constant), no KL.
+    """
+
+    name = "dr_grpo"
+
+
+class BNPOLoss(OptionsMethod):
+    """SAGE's "BNPO" baseline (arXiv 2605.18864, code tally0818/SAGE): a loss-aggregation variant.
+
+    GRPO advantages, loss token-normalised over the local batch:
+    sum_it m_it L_it / sum_it m_it (preset ``loss_agg="token_mean"``), KL off.
+    Not the BNPO paper's method: that is ``bnpo_beta``. SAGE's "DAPO" row, the
+    same normalisation over the global batch, is this method too on one process.
+    """
+
+    name = "bnpo_loss"
+
+
+class BNPOBeta(OptionsMethod):
+    """BNPO (arXiv 2506.02864, code changyi7231/BNPO): Beta-normalised advantages.
+
+    A_i = (R_i - p_g) / f(p_g; alpha, beta), f the Beta density whose
+    (alpha, beta) = (1 + a/3, 1 + b/3) come from a method-of-moments Beta fit
+    (a, b) of the batch's group success rates p_g
+    (``rlvr_lib.algos.bnpo_beta_advantages``; rewards must lie in [0, 1]).
+    The rest follows the authors' ``recipe/bnpo/run.sh``: clip-higher
+    [0.8, 1.28], ``loss_agg_mode=seq-mean-token-sum`` (our
+    ``seq_mean_token_sum_norm`` with ``loss_normalizer=1``), no KL.
+    """
+
+    name = "bnpo_beta"
+
+
+# ------------------------------------------------------------------------------ 3PO baselines
+class EntropyReg(OptionsMethod):
+    """Entropy regularisation: loss = L_PG - alpha * H, H the aggregated token entropy.
+
+    H = aggregate_loss(entropy, mask, loss_agg) (the mean token entropy for
+    ``token_mean``; aggregated like the policy loss), added through
+    ``extra_loss`` and logged as ``entropy_bonus``. The 3PO baseline (arXiv
+    2608.09805), no KL; option ``alpha`` (>= 0), default 1e-3 as the 3PO paper
+    states (its run script ``verl/recipes/run_rl.sh`` sets
+    ``ENTROPY_COEF=5e-3`` for ``grpo_entloss``).
+
+    Scale on the testbed: the tiny policy's per-token entropy is about 0.1-1 nats
+    (most tokens of a trace are determined by the numbers), so alpha = 1e-3
+    adds at most ~1e-3 to a loss whose advantage-weighted terms are O(1): a weak
+    bonus that barely moves the entropy in a short run. Raise it (1e-2 to 1e-1)
+    to see the regulariser act.
+    """
+
+    name = "entropy_reg"
+    OPTIONS = {"alpha": 1e-3}
+
+    def check_options(self) -> None:
+        self._number("alpha", 0.0)
+
+    def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
+        cfg = self.config
+        normalizer = None  # aggregated exactly as the trainer aggregates the policy loss
+        if cfg.loss_agg == "seq_mean_token_sum_norm":
+            normalizer = cfg.loss_normalizer or float(cfg.max_new_tokens)
+        bonus = entropy_bonus(entropy, mask, cfg.loss_agg, normalizer=normalizer)
+        return -self.options["alpha"] * bonus, {"entropy_bonus": bonus.detach()}
+
+
+class Polaris(OptionsMethod):
+    """"Polaris" as 3PO ran it (arXiv 2608.09805): a one-way sampling-temperature latch.
+
+    T_step = T_base (``config.temperature``, 1.0) until the step's mean token
+    entropy H_t (the logged ``entropy``) falls below ``entropy_fraction`` x H_0,
+    H_0 the entropy of the first step; from the next step on T = ``t_high``
+    (1.2), for good: the latch fires once and never releases (3PO code:
+    ``adaptive_temperature`` with ``temp_high=1.2``, ``low_ent_ratio=0.5``).
+    Entropies are measured at the step's sampling temperature, so H_t and H_0
+    are comparable until the latch fires. H_0 and the latch step are method
+    state, kept by checkpoints (``state_dict``); the firing is logged (a
+    ``logging`` INFO line) and every step logs ``polaris_latched`` (0/1). The
+    log-probs of the PPO ratio use the step's temperature, as rollouts do.
+
+    Options: ``mode`` ("latch" or "fixed": T = ``t_high`` from the first step),
+    ``t_high`` (> 0, default 1.2), ``entropy_fraction`` (in (0, 1), default 0.5).
+    No KL (preset), as 3PO's GRPO.
+    """
+
+    name = "polaris"
+    OPTIONS = {"mode": "latch", "t_high": 1.2, "entropy_fraction": 0.5}
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.initial_entropy: float | None = None
+        self.latched_at: int | None = None
+
+    def check_options(self) -> None:
+        self._choice("mode", ("latch", "fixed"))
+        self._number("t_high", 0.0, lo_open=True)
+        self._number("entropy_fraction", 0.0, 1.0, lo_open=True, hi_open=True)
+
+    @property
+    def latched(self) -> bool:
+        return self.options["mode"] == "fixed" or self.latched_at is not None
+
+    def sampling_temperature(self, step: int) -> float:
+        return float(self.options["t_high"]) if self.latched else self.config.temperature
+
+    def on_step_end(self, step: int, metrics: dict) -> None:
+        if self.options["mode"] == "latch" and self.latched_at is None:
+            entropy = float(metrics["entropy"])
+            if self.initial_entropy is None:
+                self.initial_entropy = entropy
+            elif entropy < self.options["entropy_fraction"] * self.initial_entropy:
+                self.latched_at = step
+                logger.info(
+                    "polaris: step %d entropy %.4f < %g x initial %.4f; sampling temperature %g -> %g from step %d on",
+                    step, entropy, self.options["entropy_fraction"], self.initial_entropy,
+                    self.config.temperature, self.options["t_high"], step + 1,
+                )
+        metrics["polaris_latched"] = float(self.latched)
+
+    def state_dict(self) -> dict:
+        return {"initial_entropy": self.initial_entropy, "latched_at": self.latched_at}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.initial_entropy, self.latched_at = state["initial_entropy"], state["latched_at"]
+
+
+class PolarisFixed(Polaris):
+    """Polaris's plain alternative: sampling temperature ``t_high`` (1.2) from the first step.
+
+    `Polaris` with option ``mode`` defaulting to "fixed" (arXiv 2608.09805 baseline family).
+    """
+
+    name = "polaris_fixed"
+    OPTIONS = {**Polaris.OPTIONS, "mode": "fixed"}
+
+
+class KLCov(OptionsMethod):
+    """KL-Cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
+
+    Per token, cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's
+    tokens; loss_t = -rho_t A_t + ``kl_cov_coef`` * |logp_t - old_logp_t| on the
+    k = max(1, floor(``k_frac`` x n_tokens)) tokens of largest cov_t (no PPO
+    clip; ``rlvr_lib.algos.kl_cov_loss``). ``k_frac`` is a FRACTION of tokens:
+    the default 2e-3 = 0.2% is the authors' ``kl_cov_ratio``/``k_percent`` of 0.2
+    percent for 7B models (the paper's 32B runs use 2e-4), and what 3PO's
+    ``grpo_klcov`` runs (``KL_COV_RATIO=0.2``, ``PPO_KL_COEF=1``). On the testbed a
+    step has ~10^3 completion tokens, so the penalty touches 1-2 tokens per
+    minibatch. No KL anchor (preset). Logged: ``kl_cov_frac``, ``abs_log_ratio``.
+
+    Options: ``k_frac`` (in (0, 1], default 2e-3), ``kl_cov_coef`` (>= 0, default 1).
+    """
+
+    name = "kl_cov"
+    OPTIONS = {"k_frac": 2e-3, "kl_cov_coef": 1.0}
+
+    def check_options(self) -> None:
+        self._number("k_frac", 0.0, 1.0, lo_open=True)
+        self._number("kl_cov_coef", 0.0)
+
+    def policy_loss(self, logp, old_logp, advantages, mask) -> tuple[torch.Tensor, dict]:
+        return kl_cov_loss(logp, old_logp, advantages, mask, k_frac=self.options["k_frac"],
+                           kl_coef=self.options["kl_cov_coef"])
+
+
+class ClipCov(OptionsMethod):
+    """Clip-Cov (arXiv 2505.22617): PPO-clip with the gradient of a few high-covariance tokens detached.
+
+    Candidates: tokens with ``lb`` < cov_t < ``ub`` (cov_t as in `KLCov`) that
+    PPO did not clip already; a uniformly random subset of
+    max(1, floor(``clip_frac`` x n_tokens)) of them keeps its loss value but
+    contributes no gradient (``rlvr_lib.algos.clip_cov_loss``). ``clip_frac`` is
+    a FRACTION of tokens: the default 2e-4 = 0.02% (the authors'
+    ``clip_cov_ratio``), with lb 1 and ub 5. The random subset is drawn from a
+    torch generator reseeded at every step from (seed, step) (``on_step_start``),
+    so runs and resumed runs are deterministic. The clip range is the config's
+    (0.2/0.2); the authors and 3PO's ``grpo_clipcov`` set clip_ratio_low = high = 1
+    (no PPO clip besides Clip-Cov). On the testbed's single on-policy pass
+    (``inner_epochs=1``, ``minibatches=1``) rho = 1 and the clip range is moot;
+    with more passes set ``eps_high=1.0`` (``eps_low`` must stay < 1). No KL
+    (preset). Logged: ``clip_cov_frac``.
+
+    Options: ``clip_frac`` (in (0, 1], default 2e-4), ``lb`` (default 1.0), ``ub`` (> lb, default 5.0).
+    """
+
+    name = "clip_cov"
+    OPTIONS = {"clip_frac": 2e-4, "lb": 1.0, "ub": 5.0}
+    _STREAM = 0xC11C  # keeps this generator's seeds apart from the trainer's streams
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.on_step_start(0)
+
+    def check_options(self) -> None:
+        self._number("clip_frac", 0.0, 1.0, lo_open=True)
+        lb = self._number("lb")
+        self._number("ub")
+        self._require(self.options["ub"] > lb, "ub", f"> lb = {lb}")
+
+    def on_step_start(self, step: int) -> None:
+        seed = int(np.random.SeedSequence([self.config.seed, step, self._STREAM]).generate_state(1)[0])
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def policy_loss(self, logp, old_logp, advantages, mask) -> tuple[torch.Tensor, dict]:
+        return clip_cov_loss(
+            logp, old_logp, advantages, mask, eps_low=self.config.eps_low, eps_high=self.config.eps_high,
+            clip_frac=self.options["clip_frac"], lb=self.options["lb"], ub=self.options["ub"],
+            generator=self.generator,
+        )
+
+
+# ------------------------------------------------------------------------------ POPE
+def oracle_prefix(trace: str, ratio: float, max_tokens: int) -> str:
+    """The first ``min(max_tokens, max(1, ceil(ratio * len(trace))))`` characters of ``trace``.
+
+    Lengths are counted in characters, which are the tokens of the testbed's
+    byte-level tokenizer (for a subword tokenizer a character cap is stricter
+    than the same token cap). ``ceil`` is taken after rounding ``ratio * len``
+    to 9 decimals, so 0.15 x 40 gives 6, not 7. An empty trace gives "".
+    """
+    if not trace:
+        return ""
+    n = max(1, math.ceil(round(ratio * len(trace), 9)))
+    return trace[: min(n, max_tokens)]
+
+
+class POPE(OptionsMethod):
+    """POPE, privileged oracle-prefix rollouts, as NudgeRL's comparison ran it (arXiv 2605.15726).
+
+    For a share ``share`` (0.5) of the step's prompts, chosen at random
+    (round(share x M) of the M prompts, from the step's stateless context RNG),
+    the first ``ratio`` (15%) of the problem's oracle solution, at most
+    ``max_prefix_tokens`` (512) tokens (`oracle_prefix`), is put in the prompt
+    as a partial solution; all G rollouts of such a prompt see it (context index
+    0; the others -1). The completion is still a full solution, verified as
+    usual, and the loss is taken on the prompt the rollout saw.
+
+    What the tiny policy sees: the context goes through ``Problem.prompt_with``
+    like any hint, e.g. ``48*51=? hint: round:``. The oracle traces have 27-37
+    characters, so 15% is 5-6 characters (``split``, ``split:``, ``round``,
+    ``round:``): the name of the oracle trace's strategy, which is the strategy
+    best suited to the problem. On the testbed POPE is therefore "hint the right
+    strategy on half the prompts", the privileged counterpart of NudgeRL's
+    unverified hints. The pretraining hints are bare strategy names and the
+    policy reads this form: measured on 64 ``train`` problems x 8 samples
+    (embedded policy, temperature 1), it follows the oracle strategy 99.8% of
+    the time (12% unhinted), accuracy 0.69 (0.59 unhinted). A label such as
+    ``"partial solution:"`` (option ``label``, put before the prefix) is text the
+    policy never saw: it then writes 44% malformed completions (accuracy 0.06),
+    so the default is no label. A newline in a context would end the prompt;
+    ``prompt_with`` folds whitespace to single spaces.
+
+    Options: ``share`` (in [0, 1], default 0.5), ``ratio`` (in (0, 1], default
+    0.15), ``max_prefix_tokens`` (int >= 1, default 512), ``label`` (str, default "").
+    No KL (preset), as NudgeRL's GRPO.
+    """
+
+    name = "pope"
+    OPTIONS = {"share": 0.5, "ratio": 0.15, "max_prefix_tokens": 512, "label": ""}
+
+    def check_options(self) -> None:
+        self._number("share", 0.0, 1.0)
+        self._number("ratio", 0.0, 1.0, lo_open=True)
+        self._integer("max_prefix_tokens", 1)
+        self._require(isinstance(self.options["label"], str), "label", "a string")
+
+    def context(self, problem) -> str:
+        """The partial-solution context of ``problem`` (label, then the oracle prefix)."""
+        prefix = oracle_prefix(problem.oracle_trace, self.options["ratio"], self.options["max_prefix_tokens"])
+        label = self.options["label"].strip()
+        return f"{label} {prefix}" if label else prefix
+
+    def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
+        n_prefixed = int(math.floor(self.options["share"] * len(problems) + 0.5))
+        chosen = set(rng.choice(len(problems), n_prefixed, replace=False).tolist())
+        return [
+            [(0, self.context(p))] * group_size if i in chosen else [(-1, None)] * group_size
+            for i, p in enumerate(problems)
+        ]
+
+
+# ------------------------------------------------------------------------------ INTUITOR
+def completion_logits(model: torch.nn.Module, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
+    """``(N, T, V)`` float32 logits at the positions that predict the completion tokens.
+
+    The teacher-forced forward of :func:`rlvr_lib.rollout.sequence_logprobs`
+    (input ``[prompt; completion[:, :-1]]``, positions ``cumsum(mask) - 1``,
+    only the last T positions through the LM head), without temperature:
+    ``log_softmax(logits)[y_t]`` equals its temperature-1 ``logp``. The caller
+    chooses ``no_grad``.
+    """
+    t_len = completion_ids.shape[1]
+    device = next(model.parameters()).device
+    if t_len == 0:
+        return torch.zeros(completion_ids.shape[0], 0, 0, device=device)
+    input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1).to(device)
+    attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1).long().to(device)
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    try:
+        keep = "logits_to_keep" in inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
+        keep = False
+    logits = model(**kwargs, logits_to_keep=t_len).logits if keep else model(**kwargs).logits[:, -t_len:]
+    return logits.float()
+
+
+class Intuitor(OptionsMethod):
+    """INTUITOR (arXiv 2505.19590): the reward is the policy's own self-certainty; no verifier.
+
+    r_i = SC(y_i) = (1/|y_i|) sum_t KL(U || pi_theta(. | x, y_<t))
+        = (1/|y_i|) sum_t [logsumexp(z_t) - mean_v z_t - log V],
+
+    z_t the logits of the current policy (temperature 1) at the position that
+    predicts completion token t, EOS included; computed under ``no_grad`` in one
+    teacher-forced forward over prompt + completion (`completion_logits`, in
+    chunks of ``forward_batch_size`` rows) and ``rlvr_lib.algos.self_certainty``.
+    Advantages are GRPO's group normalisation of r. The verifier still runs, so
+    ``accuracy`` is logged honestly, but it never enters the reward
+    (``reward_mean`` is the mean self-certainty, in nats). Preset: k3 KL with
+    beta 0.005, as the authors' ``verl-intuitor/math_intuitor.sh``
+    (``kl_loss_coef=0.005``, ``low_var_kl``). VIGOR's (arXiv 2605.09920) baseline.
+
+    Options: ``forward_batch_size`` (int >= 1, default 64; memory only, the result does not depend on it).
+    """
+
+    name = "intuitor"
+    OPTIONS = {"forward_batch_size": 64}
+
+    def check_options(self) -> None:
+        self._integer("forward_batch_size", 1)
+
+    def rewards(self, batch: StepBatch, model) -> torch.Tensor:
+        ro = batch.rollouts
+        out = []
+        with torch.no_grad():
+            for rows in torch.arange(len(ro)).split(self.options["forward_batch_size"]):
+                logits = completion_logits(model, ro.prompt_ids[rows], ro.prompt_mask[rows],
+                                           ro.completion_ids[rows], ro.completion_mask[rows])
+                mask = ro.completion_mask[rows].to(logits.device)
+                out.append(self_certainty(logits, mask).cpu())
+        return torch.cat(out).float()
+
+
+# ------------------------------------------------------------------------------ registry
+def _register() -> None:
+    """Register every baseline; run once, when ``rlvr_lib.methods`` imports this module."""
+    from rlvr_lib.methods import register_method
+
+    register_method("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
+                    kl_coef=0.0)
+    register_method("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
+                    kl_coef=0.05, kl_estimator="forward")
+    register_method("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
+                    kl_coef=0.05, kl_estimator="k1")
+    register_method("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
+                    kl_coef=0.05, kl_estimator="k2")
+    register_method("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
+                    eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
+    register_method("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
+                    advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
+    register_method("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
+                    loss_agg="token_mean", kl_coef=0.0)
+    register_method("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
+                    advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
+                    kl_coef=0.0)
+    register_method("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
+                    kl_coef=0.0)
+    register_method("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
+                    kl_coef=0.0)
+    register_method("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
+    register_method("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.2% tokens by covariance, no KL",
+                    kl_coef=0.0)
+    register_method("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
+                    kl_coef=0.0)
+    register_method("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
+                    kl_coef=0.0)
+    register_method("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
+                    kl_coef=0.005, kl_estimator="k3")
+
+
+_register()

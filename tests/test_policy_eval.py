@@ -1,0 +1,71 @@
+"""Policy evaluation and the cached train+evaluate pipeline, on the shipped tiny policy."""
+
+import pytest
+
+from rlvr_lib.eval import EvalSpec, evaluate_policy, mode_ari, sample_and_score
+from rlvr_lib.methods import method_config
+from rlvr_lib.pipeline import evaluate_base, train_and_evaluate
+from rlvr_lib.policy import load_policy
+from rlvr_lib.rollout import HFEngine, SamplingParams
+from rlvr_lib.tasks import MALFORMED, family_problems
+
+SPEC = EvalSpec(families=("easy_mix", "hard_mix", "ood_shift"), problems_per_family=12, samples=8,
+                diversity_problems=12, diversity_samples=8)
+
+
+@pytest.fixture(scope="module")
+def engine():
+    model, tokenizer = load_policy(device="cpu")
+    return HFEngine(model, tokenizer)
+
+
+def test_unsupervised_modes_recover_strategies_on_base_policy_samples(engine):
+    problems = family_problems("hard_mix", 40)
+    scored = sample_and_score(engine, problems, SamplingParams(n=8, seed=0))
+    keep = scored.statuses != MALFORMED
+    texts = [t for row, k in zip(scored.texts, keep) for t, ok in zip(row, k) if ok]
+    labels = list(scored.strategies[keep])
+    assert len(set(labels)) >= 2  # the base policy samples more than one strategy
+    assert mode_ari(texts, labels) >= 0.8
+
+
+def test_evaluate_policy_reports_every_family_and_the_in_distribution_average(engine):
+    result = evaluate_policy(engine, SPEC)
+    assert set(result["families"]) == {"easy_mix", "hard_mix", "ood_shift"}
+    avg = result["average"]
+    assert avg["families"] == ["easy_mix", "hard_mix"]  # OOD is reported, not averaged
+    for k in ("1", "2", "4", "8"):
+        expected = (result["families"]["easy_mix"]["pass_at_k"][k] + result["families"]["hard_mix"]["pass_at_k"][k]) / 2
+        assert avg["pass_at_k"][k] == pytest.approx(expected)
+    curve = [avg["pass_at_k"][k] for k in ("1", "2", "4", "8")]
+    assert curve == sorted(curve)
+    fam = result["families"]["easy_mix"]
+    assert len(fam["correct_counts"]) == 12 and max(fam["correct_counts"]) <= 8
+    assert fam["pass_at_k"]["1"] == pytest.approx(sum(fam["correct_counts"]) / (12 * 8))
+
+
+def test_eval_spec_validation():
+    with pytest.raises(ValueError, match="families"):
+        EvalSpec(families=("aime",))
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        EvalSpec(samples=12, group_size=8)
+
+
+def test_runs_are_cached_and_not_recomputed(tmp_path, monkeypatch):
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=4, samples=8, diversity_problems=4, diversity_samples=4)
+    cfg = method_config("grpo", steps=2, prompts_per_step=2, group_size=4, max_new_tokens=40, seed=1)
+    first = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
+    base = evaluate_base("t", spec, root=tmp_path)
+    assert len(first.history) == 2 and first.status == "finished"
+    assert not (tmp_path / ".checkpoints" / "t").exists() or not any((tmp_path / ".checkpoints" / "t").iterdir())
+
+    import rlvr_lib.pipeline as pipeline
+
+    def boom(*a, **k):
+        raise AssertionError("a cached run was recomputed")
+
+    monkeypatch.setattr(pipeline, "Trainer", boom)
+    monkeypatch.setattr(pipeline, "evaluate_policy", boom)
+    again = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
+    assert again.to_dict() == first.to_dict()
+    assert evaluate_base("t", spec, root=tmp_path).to_dict() == base.to_dict()
