@@ -25,7 +25,8 @@ def test_lm_hint_pool_samples_cleans_dedupes_and_caches(tiny_model_and_tokenizer
         assert len(h) <= 5 and len(set(h)) == len(h)
         assert all(x and "\n" not in x and "," not in x and len(x) <= 48 for x in h)
     again = LMHintPool(CountingEngine(model, tokenizer), n_hints=5, max_new_tokens=12, seed=3)
-    assert [again.contexts(p) for p in problems] == hints  # deterministic for a seed
+    again.prefetch(problems)
+    assert [again.contexts(p) for p in problems] == hints  # deterministic for a seed and batch
 
 
 def test_clean_keeps_the_first_phrase():

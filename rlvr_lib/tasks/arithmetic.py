@@ -210,8 +210,11 @@ def family_capacity(family: str) -> int:
     """The largest ``n`` that `family_problems` can draw from ``family``."""
     spec = check_family(family)
     sizes = [len(problem_pool(spec.split, d, spec.first_factors)) for d in DIFFICULTIES]
+    fits = lambda n: all(c <= size for c, size in zip(difficulty_counts(spec.mix, n), sizes))  # noqa: E731
     n = int(min(size / share for size, share in zip(sizes, spec.mix) if share > 0))
-    while any(c > size for c, size in zip(difficulty_counts(spec.mix, n), sizes)):
+    while fits(n + 1):  # rounding can leave room above the proportional bound
+        n += 1
+    while not fits(n):
         n -= 1
     return n
 

@@ -78,7 +78,9 @@ class LMHintPool:
     Samples ``n_hints`` completions of ``template`` per problem, keeps the first
     line of each (cut at a comma or period, at most ``max_chars``), drops empty
     and duplicate hints, and caches the pool per problem uid. Hints are not
-    checked, as in the paper.
+    checked, as in the paper. Pools are fixed by the seed and the batch they
+    were written in: `prefetch` the whole problem set once (as NudgeRL writes
+    its pools offline) to make them independent of the order of use.
 
     Args:
         engine: A rollout engine (``generate(prompts, SamplingParams) -> Rollouts``).
