@@ -28,6 +28,7 @@ import numpy as np
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
+from rlvr_lib.experiments import jsonable
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     EVAL_FAMILIES,
@@ -209,23 +210,10 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def _finite(value):
-    """NaN/inf -> None (JSON has no NaN); numpy scalars -> Python numbers."""
-    if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
-    if isinstance(value, (float, np.floating)):
-        return float(value) if np.isfinite(value) else None
-    if isinstance(value, np.integer):
-        return int(value)
-    return value
-
-
 def write_report(report: dict, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(_finite(report), indent=1, allow_nan=False) + "\n")
+    tmp.write_text(json.dumps(jsonable(report), indent=1, allow_nan=False) + "\n")
     tmp.replace(path)
     return path
