@@ -15,7 +15,7 @@ EXTRAS     ?= dev,notebooks
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr_lib-installed.stamp
 
-.PHONY: install test reproduce lab bench calibrate pretrain
+.PHONY: install test notebooks reproduce lab bench calibrate pretrain
 
 install: $(STAMP)
 
@@ -28,17 +28,23 @@ $(STAMP): pyproject.toml
 	touch $@
 
 # Unit tests, then the stored notebooks with nbval (lax; one notebook per
-# worker). Until notebooks/ holds a notebook the nbval step is skipped rather
+# worker, one torch thread per kernel: two kernels each spinning two OpenMP
+# threads on 2 cores run 20x slower; stored outputs are made the same way,
+# `make notebooks`, so the checked cells match bit for bit). Until notebooks/ holds a notebook the nbval step is skipped rather
 # than run: pytest would exit 5 ("no tests collected") and print "no tests ran"
 # as the last summary line.
 test: install
 	$(PY) -m pytest -n 2 -q tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  echo "$(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/"; \
-	  $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
+	  echo "OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/"; \
+	  OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
 	else \
 	  echo "nbval: no notebooks in notebooks/ yet, skipped"; \
 	fi
+
+# Re-execute the stored notebooks at the quick profile (their committed outputs).
+notebooks: install
+	for nb in notebooks/*.ipynb; do OMP_NUM_THREADS=1 $(PY) -m papermill "$$nb" "$$nb" -k python3 || exit 1; done
 
 # Every notebook at the full profile with papermill; finished runs are
 # cached under results/, so an interrupted reproduction resumes.

@@ -62,15 +62,18 @@ def _method_section(root: Path, experiment: str, title: str) -> list[str]:
     return lines
 
 
-SECTIONS = (("grpo_baseline_full", "GRPO baseline, notebook 01"),)
+SECTIONS = (("grpo_baseline_full", "GRPO baseline", "01_grpo_baseline"),)
 
 
 def render(root: str | Path | None = None) -> str:
     """The markdown of the results section (without the markers)."""
     root = results_root(root)
     lines = _calibration_section(root)
-    for experiment, title in SECTIONS:
+    for experiment, title, notebook in SECTIONS:
         lines += [""] + _method_section(root, experiment, title)
+        executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
+        if executed.exists():
+            lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`."]
     return "\n".join(lines)
 
 

@@ -1,0 +1,380 @@
+"""Triton kernels for the fused log-prob + entropy of :mod:`rlvr_lib.kernels.logprobs`.
+
+Same computation and same gradients as
+:func:`rlvr_lib.kernels.logprobs.chunked_logprob_entropy`:
+
+    z = (hidden @ weight.T + bias) / T,   logp = z_t - logZ,   H = logZ - E_p[z]
+
+Forward (fully fused, :func:`_fwd_kernel`)
+    A 2-D grid over (row blocks of ``block_n`` positions) x (``num_splits``
+    vocabulary splits). Each program walks its vocabulary split in tiles of
+    ``block_v`` columns; for every tile it computes the (block_n, block_v)
+    logits with ``tl.dot`` over ``block_h``-wide slices of H (float32
+    accumulation; bf16/fp16 operands run on tensor cores) and folds them into
+    an online logsumexp kept in registers:
+
+        m = running max,  s = sum exp(z - m),  a = sum exp(z - m) (z - m),
+        z_t = the target's logit (if the target lies in the split).
+
+    No logits tile is ever written to memory. Each program stores its four
+    (block_n,) partials to a (4, num_splits, N) float32 buffer, and a few
+    O(num_splits * N) torch ops merge the splits exactly like the chunk
+    update of the torch path (``M = max_k m_k``, ``s = sum_k s_k e^{m_k - M}``,
+    ``a = sum_k e^{m_k - M} (a_k + s_k (m_k - M))``), giving
+    ``logZ = M + log s``, ``E_p[z] = M + a / s``, ``H = log s - a / s``.
+    Splitting V keeps the GPU busy when N is small (few row blocks).
+
+Backward (torch chunked matmuls + a fused Triton elementwise kernel)
+    Backward is the recompute-per-chunk backward of the torch path
+    (:func:`rlvr_lib.kernels.logprobs._chunked_backward`): for each
+    vocabulary chunk the logits are recomputed with one (cuBLAS) matmul,
+    :func:`_dlogits_kernel` turns them *in place* into
+
+        dL/dlogits_v = (g_l 1[v = t] - p_v (g_l + g_h (z_v - E_p[z]))) / T
+
+    in a single pass (instead of ~6 torch elementwise passes), and two more
+    matmuls give ``dL/dhidden += dlogits @ W_chunk`` and
+    ``dL/dW_chunk = dlogits.T @ hidden``. The matmuls carry the FLOPs and
+    cuBLAS does them well; a fully fused backward would need either
+    atomics on (V, H) or recomputing the logits once per H tile, which is
+    not worth it here. The backward matmuls run in float32 (hidden and each
+    weight chunk are upcast), TF32 only if the caller enabled
+    ``torch.backends.cuda.matmul.allow_tf32``. Memory stays O(N * chunk_size).
+
+Importable without Triton: ``HAS_TRITON`` is False and calling
+:func:`triton_logprob_entropy` raises ``RuntimeError``. Without CUDA the
+kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1``
+*before* this module is imported (Triton decides at ``@triton.jit`` time);
+that is how the CPU tests exercise them. One interpreter-only difference:
+Triton 3.9's interpreter ``tl.dot`` multiplies bfloat16 operands as their raw
+uint16 bits, so under the interpreter bf16 tiles are upcast to float32 before
+the dot (``UPCAST_DOT``). That is numerically the same product (a bf16 x bf16
+product is exact in float32 and the GPU dot accumulates in float32); on CUDA
+the dot takes the bf16 tiles directly.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from .logprobs import _chunked_backward, _validate
+
+try:  # pragma: no cover - depends on the environment
+    import triton
+    import triton.language as tl
+
+    HAS_TRITON = True
+except Exception:  # ImportError, or a broken install
+    triton = None
+    tl = None
+    HAS_TRITON = False
+
+__all__ = ["HAS_TRITON", "TritonLogProbEntropy", "triton_interpret_mode", "triton_logprob_entropy"]
+
+_TRITON_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+
+
+if HAS_TRITON:
+
+    @triton.jit
+    def _fwd_kernel(
+        h_ptr, w_ptr, b_ptr, t_ptr, part_ptr,
+        N, V, H, v_per_split,
+        stride_hn, stride_hh, stride_wv, stride_wh,
+        inv_temp,
+        HAS_BIAS: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_V: tl.constexpr, BLOCK_H: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr, UPCAST_DOT: tl.constexpr,
+    ):
+        """Partials (m, s, a, z_t) of rows [pid_n * BLOCK_N, +BLOCK_N) over one vocabulary split.
+
+        part_ptr: (4, num_splits, N) float32, contiguous.
+        """
+        pid_n = tl.program_id(0)
+        pid_s = tl.program_id(1)
+        num_splits = tl.num_programs(1)
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        row_mask = rows < N
+        rows64 = rows.to(tl.int64)
+        tgt = tl.load(t_ptr + rows64, mask=row_mask, other=-1)
+        v_begin = pid_s * v_per_split
+        v_end = tl.minimum(v_begin + v_per_split, V)
+
+        m = tl.full([BLOCK_N], float("-inf"), tl.float32)
+        s = tl.zeros([BLOCK_N], tl.float32)
+        a = tl.zeros([BLOCK_N], tl.float32)
+        z_t = tl.zeros([BLOCK_N], tl.float32)
+        for v0 in range(v_begin, v_end, BLOCK_V):
+            cols = v0 + tl.arange(0, BLOCK_V)
+            col_mask = cols < v_end
+            cols64 = cols.to(tl.int64)
+            acc = tl.zeros([BLOCK_N, BLOCK_V], tl.float32)
+            for h0 in range(0, H, BLOCK_H):
+                hk = h0 + tl.arange(0, BLOCK_H)
+                h_mask = hk < H
+                x = tl.load(
+                    h_ptr + rows64[:, None] * stride_hn + hk[None, :] * stride_hh,
+                    mask=row_mask[:, None] & h_mask[None, :], other=0.0,
+                )  # (BLOCK_N, BLOCK_H)
+                w = tl.load(
+                    w_ptr + cols64[None, :] * stride_wv + hk[:, None] * stride_wh,
+                    mask=col_mask[None, :] & h_mask[:, None], other=0.0,
+                )  # (BLOCK_H, BLOCK_V) = W_tile.T
+                if UPCAST_DOT:  # interpreter only: its tl.dot multiplies bf16's raw uint16 bits
+                    x = x.to(tl.float32)
+                    w = w.to(tl.float32)
+                acc = tl.dot(x, w, acc, input_precision=INPUT_PRECISION)
+            if HAS_BIAS:
+                bias = tl.load(b_ptr + cols64, mask=col_mask, other=0.0).to(tl.float32)
+                acc = acc + bias[None, :]
+            z = acc * inv_temp
+            z = tl.where(col_mask[None, :], z, float("-inf"))
+            z_t += tl.sum(tl.where(cols[None, :] == tgt[:, None], z, 0.0), axis=1)
+            m_new = tl.maximum(m, tl.max(z, axis=1))
+            # shift by m' (by 0 while every logit so far is -inf: padding / fully masked tile)
+            m_sub = tl.where(m_new == float("-inf"), 0.0, m_new)
+            d = z - m_sub[:, None]
+            e = tl.exp(d)
+            ed = e * tl.where(e > 0.0, d, 0.0)  # exp(-inf) * -inf -> 0
+            r = tl.exp(m - m_sub)
+            shift = s * tl.where(s > 0.0, m - m_sub, 0.0)  # s == 0 while m == -inf
+            a = r * (a + shift) + tl.sum(ed, axis=1)
+            s = r * s + tl.sum(e, axis=1)
+            m = m_new
+
+        out = part_ptr + pid_s * N + rows64
+        plane = num_splits * N
+        tl.store(out, m, mask=row_mask)
+        tl.store(out + plane, s, mask=row_mask)
+        tl.store(out + 2 * plane, a, mask=row_mask)
+        tl.store(out + 3 * plane, z_t, mask=row_mask)
+
+    @triton.jit
+    def _dlogits_kernel(
+        z_ptr, t_ptr, logz_ptr, ez_ptr, gl_ptr, gh_ptr,
+        N, C, stride_zn, v_start, inv_temp,
+        HAS_GL: tl.constexpr, HAS_GH: tl.constexpr,
+        BLOCK_N: tl.constexpr, BLOCK_C: tl.constexpr,
+    ):
+        """In place: z (N, C) scaled chunk logits -> dL/dlogits of the chunk (columns v_start + [0, C))."""
+        pid_n = tl.program_id(0)
+        pid_c = tl.program_id(1)
+        rows = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        cols = pid_c * BLOCK_C + tl.arange(0, BLOCK_C)
+        row_mask = rows < N
+        mask = row_mask[:, None] & (cols < C)[None, :]
+        rows64 = rows.to(tl.int64)
+        ptrs = z_ptr + rows64[:, None] * stride_zn + cols[None, :]
+        z = tl.load(ptrs, mask=mask, other=0.0)
+        logz = tl.load(logz_ptr + rows64, mask=row_mask, other=0.0)
+        p = tl.exp(z - logz[:, None])
+        coef = tl.zeros([BLOCK_N, BLOCK_C], tl.float32)
+        if HAS_GL:
+            g_l = tl.load(gl_ptr + rows64, mask=row_mask, other=0.0)
+            coef += g_l[:, None]
+        if HAS_GH:
+            g_h = tl.load(gh_ptr + rows64, mask=row_mask, other=0.0)
+            ez = tl.load(ez_ptr + rows64, mask=row_mask, other=0.0)
+            coef += g_h[:, None] * (z - ez[:, None])
+        dz = -p * tl.where(p > 0.0, coef, 0.0)  # p = 0 (-inf logit): coef may be -inf
+        if HAS_GL:
+            tgt = tl.load(t_ptr + rows64, mask=row_mask, other=-1)
+            hit = (cols[None, :] + v_start) == tgt[:, None]
+            dz += tl.where(hit, g_l[:, None], 0.0)
+        tl.store(ptrs, dz * inv_temp, mask=mask)
+
+
+def triton_interpret_mode() -> bool:
+    """True when the kernels were built for the Triton interpreter (``TRITON_INTERPRET=1`` at import)."""
+    return HAS_TRITON and type(_fwd_kernel).__name__ == "InterpretedFunction"
+
+
+def _check_runnable(device: torch.device) -> None:
+    if not HAS_TRITON:
+        raise RuntimeError("triton is not installed (pip install triton); use backend='torch'")
+    if device.type != "cuda" and not triton_interpret_mode():
+        raise RuntimeError(
+            f"the Triton kernels need CUDA tensors (got {device}); on CPU they run only under the "
+            "interpreter: set TRITON_INTERPRET=1 before importing rlvr_lib.kernels"
+        )
+
+
+def _check_block(name: str, value: int, minimum: int = 16) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value & (value - 1):
+        raise ValueError(f"{name} must be a power of two >= {minimum}, got {value!r}")
+    return value
+
+
+def _dlogits_triton(z, start, targets, logz, ez, g_logp, g_ent, temperature, block_n=32, block_c=128):
+    """Drop-in for :func:`rlvr_lib.kernels.logprobs._dlogits_torch`, one fused pass, in place on ``z``."""
+    n_rows, width = z.shape
+    if n_rows == 0:
+        return z
+    z = z.contiguous()
+    grid = (triton.cdiv(n_rows, block_n), triton.cdiv(width, block_c))
+    _dlogits_kernel[grid](
+        z, targets, logz, ez,
+        g_logp if g_logp is not None else logz,
+        g_ent if g_ent is not None else logz,
+        n_rows, width, z.stride(0), start, 1.0 / temperature,
+        HAS_GL=g_logp is not None, HAS_GH=g_ent is not None,
+        BLOCK_N=block_n, BLOCK_C=block_c,
+    )
+    return z
+
+
+def _merge_splits(part: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(4, S, N) partials -> (logp, entropy, logZ, E_p[z]), each (N,) float32."""
+    m, s, a, z_t = part[0], part[1], part[2], part[3]
+    big_m = m.amax(dim=0)  # (N,)
+    diff = m - big_m
+    r = torch.exp(diff)
+    s_tot = (r * s).sum(0)
+    a_tot = (r * (a + torch.where(s > 0, s * diff, 0.0))).sum(0)
+    log_s = s_tot.log()
+    logz = big_m + log_s
+    ez = big_m + a_tot / s_tot
+    logp = z_t.sum(0) - logz
+    entropy = log_s - a_tot / s_tot
+    return logp, entropy, logz, ez
+
+
+def _triton_forward(hidden, weight, bias, targets, temperature, block_n, block_v, block_h, num_splits,
+                    input_precision, num_warps, num_stages):
+    n_rows, n_hidden = hidden.shape
+    vocab = weight.shape[0]
+    row_blocks = triton.cdiv(max(n_rows, 1), block_n)
+    v_tiles = triton.cdiv(vocab, block_v)
+    if num_splits is None:
+        if hidden.device.type == "cuda":
+            sms = torch.cuda.get_device_properties(hidden.device).multi_processor_count
+            num_splits = max(1, min(v_tiles, triton.cdiv(2 * sms, row_blocks)))
+        else:
+            num_splits = 1
+    num_splits = max(1, min(int(num_splits), v_tiles))
+    v_per_split = triton.cdiv(v_tiles, num_splits) * block_v  # a whole number of tiles
+    num_splits = triton.cdiv(vocab, v_per_split)  # every split non-empty
+    part = torch.empty(4, num_splits, n_rows, dtype=torch.float32, device=hidden.device)
+    if n_rows > 0:
+        launch = {}
+        if num_warps is not None:
+            launch["num_warps"] = num_warps
+        if num_stages is not None:
+            launch["num_stages"] = num_stages
+        _fwd_kernel[(row_blocks, num_splits)](
+            hidden, weight, bias if bias is not None else weight, targets, part,
+            n_rows, vocab, n_hidden, v_per_split,
+            hidden.stride(0), hidden.stride(1), weight.stride(0), weight.stride(1),
+            1.0 / temperature,
+            HAS_BIAS=bias is not None,
+            BLOCK_N=block_n, BLOCK_V=block_v, BLOCK_H=block_h,
+            INPUT_PRECISION=input_precision,
+            UPCAST_DOT=triton_interpret_mode() and hidden.dtype == torch.bfloat16,
+            **launch,
+        )
+    return _merge_splits(part)
+
+
+class TritonLogProbEntropy(torch.autograd.Function):
+    """Triton forward, chunked-recompute backward (see the module docstring and
+    :class:`rlvr_lib.kernels.logprobs.ChunkedLogProbEntropy` for the gradient formulas)."""
+
+    @staticmethod
+    def forward(ctx, hidden, weight, bias, targets, temperature, chunk_size, kw):  # noqa: D102
+        logp, entropy, logz, ez = _triton_forward(hidden, weight, bias, targets, temperature, **kw)
+        ctx.save_for_backward(hidden, weight, bias, targets, torch.stack([logz, ez]))
+        ctx.temperature = temperature
+        ctx.chunk_size = chunk_size
+        ctx.set_materialize_grads(False)
+        return logp, entropy
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, g_logp, g_ent):  # noqa: D102
+        hidden, weight, bias, targets, stats = ctx.saved_tensors
+        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+        if (g_logp is None and g_ent is None) or not (need_h or need_w or need_b):
+            return None, None, None, None, None, None, None
+        g_logp = None if g_logp is None else g_logp.float().contiguous()
+        g_ent = None if g_ent is None else g_ent.float().contiguous()
+        grad_h, grad_w, grad_b = _chunked_backward(
+            hidden.float(), weight, bias, targets, stats, g_logp, g_ent,
+            ctx.temperature, ctx.chunk_size, need_h, need_w, need_b and bias is not None,
+            dlogits_fn=_dlogits_triton,
+        )
+        if grad_h is not None:
+            grad_h = grad_h.to(hidden.dtype)
+        return grad_h, grad_w, grad_b, None, None, None, None
+
+
+def triton_logprob_entropy(
+    hidden: Tensor,
+    weight: Tensor,
+    targets: Tensor,
+    *,
+    temperature: float = 1.0,
+    chunk_size: int = 4096,
+    bias: Tensor | None = None,
+    block_n: int = 64,
+    block_v: int = 128,
+    block_h: int = 64,
+    num_splits: int | None = None,
+    allow_tf32: bool = False,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> tuple[Tensor, Tensor]:
+    """Triton version of :func:`rlvr_lib.kernels.chunked_logprob_entropy` (same math, same outputs).
+
+        z = (hidden @ weight.T + bias) / temperature
+        logp[n] = z[n, t_n] - logsumexp_v z[n, v],   entropy[n] = logsumexp_v z[n] - E_softmax(z[n])[z[n]]
+
+    Args:
+        hidden: (N, H) (or (..., H)) float16/bfloat16/float32, CUDA (or CPU
+            under ``TRITON_INTERPRET=1``).
+        weight: (V, H), same dtype and device.
+        targets: (N,) (or ``hidden.shape[:-1]``) integer ids in [0, V).
+        temperature: > 0.
+        chunk_size: vocabulary chunk of the (torch-matmul) backward; peak
+            backward memory O(N * chunk_size).
+        bias: optional (V,), same dtype.
+        block_n, block_v, block_h: forward tile sizes (powers of two >= 16).
+        num_splits: vocabulary splits of the forward grid; ``None`` picks
+            enough to give ~2 programs per SM on CUDA (1 on the interpreter).
+        allow_tf32: let float32 inputs use TF32 tensor cores in the forward
+            (faster, ~1e-3 relative error in the logits); default exact fp32.
+        num_warps, num_stages: Triton launch options (``None``: Triton's defaults).
+
+    Returns:
+        ``(logp, entropy)`` of shape ``targets.shape``, float32, differentiable
+        w.r.t. ``hidden``, ``weight`` and ``bias``.
+
+    Raises:
+        ValueError: bad shapes / dtypes (float64 is not supported here: use
+            the torch path) / block sizes.
+        RuntimeError: Triton missing, or CPU tensors without the interpreter.
+    """
+    n_rows, n_hidden, _ = _validate(hidden, weight, targets, bias, temperature, chunk_size)
+    if hidden.dtype not in _TRITON_DTYPES:
+        raise ValueError(
+            f"hidden dtype {hidden.dtype} is not supported by the Triton kernel (float16/bfloat16/float32)"
+        )
+    for name, value in (("block_n", block_n), ("block_v", block_v), ("block_h", block_h)):
+        _check_block(name, value)
+    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
+        raise ValueError(f"num_splits must be an int >= 1 or None, got {num_splits!r}")
+    _check_runnable(hidden.device)
+    out_shape = targets.shape
+    h2 = hidden.reshape(n_rows, n_hidden)
+    t1 = targets.reshape(n_rows).long().contiguous()
+    kw = dict(
+        block_n=block_n, block_v=block_v, block_h=block_h, num_splits=num_splits,
+        # "ieee" = exact fp32 dot for float32 operands; for 16-bit operands the setting is moot
+        # (tensor cores with fp32 accumulation either way), so keep Triton's default there.
+        input_precision="ieee" if (hidden.dtype == torch.float32 and not allow_tf32) else "tf32",
+        num_warps=num_warps, num_stages=num_stages,
+    )
+    logp, entropy = TritonLogProbEntropy.apply(h2, weight, bias, t1, float(temperature), int(chunk_size), kw)
+    if targets.dim() == 1:
+        return logp, entropy  # no view node: the outputs' grad_fn is the Function's node
+    return logp.reshape(out_shape), entropy.reshape(out_shape)
