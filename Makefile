@@ -15,7 +15,7 @@ EXTRAS     ?= dev,notebooks
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr_lib-installed.stamp
 
-.PHONY: install test notebooks reproduce lab bench calibrate pretrain
+.PHONY: install test notebooks reproduce lab calibrate pretrain
 
 install: $(STAMP)
 
@@ -53,9 +53,6 @@ reproduce: install
 
 lab: install
 	$(PY) -m jupyter lab
-
-bench: install
-	$(PY) -m rlvr_lib.bench
 
 calibrate: install
 	$(PY) -m rlvr_lib calibrate
