@@ -18,7 +18,6 @@ strategy is too rare unhinted to measure.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import numpy as np
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
-from rlvr_lib.experiments import jsonable
+from rlvr_lib.experiments import jsonable, write_json_atomic
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     EVAL_FAMILIES,
@@ -211,9 +210,7 @@ def format_report(report: dict) -> str:
 
 
 def write_report(report: dict, path: str | Path) -> Path:
+    """Write the report as strict JSON, atomically (NaN becomes null)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(jsonable(report), indent=1, allow_nan=False) + "\n")
-    tmp.replace(path)
+    write_json_atomic(path, jsonable(report))
     return path

@@ -163,7 +163,7 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def _atomic_write_json(path: Path, data: Any) -> None:
+def write_json_atomic(path: Path, data: Any) -> None:
     """Writes ``data`` as JSON to ``path`` atomically (temp file in the same folder + ``os.replace``)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
@@ -241,7 +241,7 @@ class RunRecord:
     def save(self, path: str | Path) -> Path:
         """Writes the record atomically to ``path`` and returns it."""
         path = Path(path)
-        _atomic_write_json(path, self.to_dict())
+        write_json_atomic(path, self.to_dict())
         return path
 
 
@@ -331,7 +331,7 @@ def cached_run(
         extra={**dict(extra or {}), **dict(fn_extra or {})},
     )
     data = rec.to_dict()
-    _atomic_write_json(path, data)
+    write_json_atomic(path, data)
     return RunRecord.from_dict(data)
 
 
