@@ -1,4 +1,9 @@
-"""Tests of ``rlvr_lib.rollout``: SamplingParams, Rollouts, HFEngine, sequence_logprobs."""
+"""Tests of ``rlvr_lib.rollout``: SamplingParams, Rollouts, the engines, sequence_logprobs.
+
+Engine tests run on every engine through the ``make_engine`` fixture: ``HFEngine``,
+``KVCacheEngine`` (lean decoder where the model allows) and ``KVCacheEngine`` on the
+model's own forward (``fast_path="never"``).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import torch
 
 from rlvr_lib.rollout import (
     HFEngine,
+    KVCacheEngine,
     RolloutEngine,
     Rollouts,
     SamplingParams,
@@ -17,6 +23,18 @@ from rlvr_lib.rollout import (
 )
 
 PROMPTS = ["12*34=", "a", "what is 7+8?\n", "xyz"]  # mixed lengths -> left padding
+
+ENGINES = {
+    "hf": HFEngine,
+    "kv": KVCacheEngine,
+    "kv_model_forward": lambda model, tok, **kw: KVCacheEngine(model, tok, fast_path="never", **kw),
+}
+
+
+@pytest.fixture(params=sorted(ENGINES))
+def make_engine(request):
+    """Builds the parametrised engine: ``make_engine(model, tokenizer, **kwargs)``."""
+    return ENGINES[request.param]
 
 
 def _with_logit_bias(model, bias: dict[int, float]):
@@ -87,9 +105,9 @@ def test_sampling_params_frozen_and_roundtrip():
 
 
 # ------------------------------------------------------------------- HFEngine
-def test_engine_protocol_and_seed_determinism(tiny_model_and_tokenizer):
+def test_engine_protocol_and_seed_determinism(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
-    engine = HFEngine(model, tok)
+    engine = make_engine(model, tok)
     assert isinstance(engine, RolloutEngine)
     params = SamplingParams(n=3, temperature=1.0, max_new_tokens=10, seed=11)
     a = engine.generate(PROMPTS, params)
@@ -101,8 +119,8 @@ def test_engine_protocol_and_seed_determinism(tiny_model_and_tokenizer):
     assert a.completion_ids.shape != c.completion_ids.shape or not torch.equal(a.completion_ids, c.completion_ids)
 
 
-def test_global_rng_untouched_and_mode_restored(fresh_tiny_model, tiny_tokenizer):
-    engine = HFEngine(fresh_tiny_model, tiny_tokenizer)
+def test_global_rng_untouched_and_mode_restored(make_engine, fresh_tiny_model, tiny_tokenizer):
+    engine = make_engine(fresh_tiny_model, tiny_tokenizer)
     params = SamplingParams(n=2, max_new_tokens=6, seed=3)
     torch.manual_seed(2024)
     state = torch.get_rng_state()
@@ -118,10 +136,10 @@ def test_global_rng_untouched_and_mode_restored(fresh_tiny_model, tiny_tokenizer
     assert tiny_tokenizer.padding_side == "right"  # caller's tokenizer not mutated
 
 
-def test_prompt_major_order_and_left_padding(tiny_model_and_tokenizer):
+def test_prompt_major_order_and_left_padding(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     n = 3
-    r = HFEngine(model, tok, batch_size=5).generate(PROMPTS, SamplingParams(n=n, max_new_tokens=5, seed=0))
+    r = make_engine(model, tok, batch_size=5).generate(PROMPTS, SamplingParams(n=n, max_new_tokens=5, seed=0))
     assert len(r) == len(PROMPTS) * n
     assert torch.equal(r.prompt_index, torch.arange(len(PROMPTS)).repeat_interleave(n))
     width = max(len(p) for p in PROMPTS)
@@ -160,7 +178,7 @@ def test_logprobs_match_teacher_forced_recompute(tiny_model_and_tokenizer, logpr
         assert torch.allclose(alone, r.logprobs[row : row + 1, :t], atol=1e-4)
 
 
-def test_left_padding_with_absolute_position_model(tiny_tokenizer):
+def test_left_padding_with_absolute_position_model(make_engine, tiny_tokenizer):
     """Qwen2's RoPE is shift-invariant, so a wrong position offset would go unnoticed there;
     GPT-2's learned absolute positions are not: generation and recomputation must agree on them."""
     from transformers import GPT2Config, GPT2LMHeadModel
@@ -173,17 +191,17 @@ def test_left_padding_with_absolute_position_model(tiny_tokenizer):
         model = GPT2LMHeadModel(config).eval()
     with torch.no_grad():
         model.transformer.wpe.weight.mul_(20.0)  # make positions matter
-    r = HFEngine(model, tok).generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_new_tokens=8, seed=3))
+    r = make_engine(model, tok).generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_new_tokens=8, seed=3))
     logp, _ = _recompute(model, r, 0.7)
     assert (logp - r.logprobs).abs().max().item() <= 1e-4
 
 
-def test_finish_reasons_and_masks(tiny_model_and_tokenizer):
+def test_finish_reasons_and_masks(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     eos, pad = tok.eos_token_id, tok.pad_token_id
     biased = _with_logit_bias(model, {eos: 2.3})
     max_new = 10
-    r = HFEngine(biased, tok).generate(PROMPTS, SamplingParams(n=8, max_new_tokens=max_new, seed=1))
+    r = make_engine(biased, tok).generate(PROMPTS, SamplingParams(n=8, max_new_tokens=max_new, seed=1))
     assert set(r.finish_reasons) == {"stop", "length"}
     lengths = r.completion_lengths
     assert r.completion_ids.shape[1] == int(lengths.max()) <= max_new
@@ -203,15 +221,15 @@ def test_finish_reasons_and_masks(tiny_model_and_tokenizer):
         assert "<eos>" not in r.texts[row] and "<pad>" not in r.texts[row]
 
 
-def test_greedy_equals_stepwise_argmax(tiny_model_and_tokenizer):
+def test_greedy_equals_stepwise_argmax(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     max_new = 8
     params = SamplingParams(greedy=True, temperature=0.3, top_p=0.5, n=2, max_new_tokens=max_new, seed=0)
-    r = HFEngine(model, tok, batch_size=3).generate(PROMPTS, params)
+    r = make_engine(model, tok, batch_size=3).generate(PROMPTS, params)
     # n copies are identical; temperature/top_p are ignored; seed is irrelevant
     assert torch.equal(r.completion_ids[0::2], r.completion_ids[1::2])
     greedy_9 = SamplingParams(greedy=True, max_new_tokens=max_new, seed=9)
-    r1 = HFEngine(model, tok, batch_size=64).generate(PROMPTS, greedy_9)  # other batching, no padding mix-up
+    r1 = make_engine(model, tok, batch_size=64).generate(PROMPTS, greedy_9)  # other batching, no padding mix-up
     assert torch.equal(r1.completion_ids, r.completion_ids[0::2])
     with torch.no_grad():
         for row in range(0, len(r), 2):
@@ -225,7 +243,7 @@ def test_greedy_equals_stepwise_argmax(tiny_model_and_tokenizer):
                 ids.append(expected)
 
 
-def test_top_p_samples_only_inside_nucleus(tiny_model_and_tokenizer):
+def test_top_p_samples_only_inside_nucleus(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     a, b, c = (tok.convert_tokens_to_ids(x) for x in "ABC")
     # other tokens have bias 0 and near-zero logits: ~probabilities .4/.3/.2 for A/B/C, .1 spread over the rest
@@ -233,7 +251,7 @@ def test_top_p_samples_only_inside_nucleus(tiny_model_and_tokenizer):
     bias = {a: float(torch.log(torch.tensor(4.0 * rest))), b: float(torch.log(torch.tensor(3.0 * rest))),
             c: float(torch.log(torch.tensor(2.0 * rest)))}
     biased = _with_logit_bias(model, bias)
-    engine = HFEngine(biased, tok)
+    engine = make_engine(biased, tok)
     nucleus = {a, b, c}
     r = engine.generate(["q"], SamplingParams(n=64, top_p=0.8, max_new_tokens=4, seed=0))
     sampled = set(r.completion_ids[r.completion_mask.bool()].tolist())
@@ -247,47 +265,47 @@ def test_top_p_samples_only_inside_nucleus(tiny_model_and_tokenizer):
     assert set(full.completion_ids[full.completion_mask.bool()].tolist()) - nucleus
 
 
-def test_no_hidden_top_k(tiny_model_and_tokenizer):
+def test_no_hidden_top_k(make_engine, tiny_model_and_tokenizer):
     """transformers defaults to top_k=50 unless told otherwise; the engine must sample the full vocabulary."""
     model, tok = tiny_model_and_tokenizer
-    r = HFEngine(model, tok).generate(["q"], SamplingParams(n=256, max_new_tokens=1, seed=0))
+    r = make_engine(model, tok).generate(["q"], SamplingParams(n=256, max_new_tokens=1, seed=0))
     distinct = set(r.completion_ids[:, 0].tolist())  # one context, 256 draws of the first token
     assert len(distinct) > 60  # near-uniform random model over ~99 tokens; top-50 would give <= 50
 
 
-def test_model_generation_config_does_not_leak(tiny_model_and_tokenizer):
+def test_model_generation_config_does_not_leak(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     params = SamplingParams(n=4, temperature=0.9, max_new_tokens=8, seed=4)
-    base = HFEngine(model, tok).generate(PROMPTS, params)
+    base = make_engine(model, tok).generate(PROMPTS, params)
     odd = copy.deepcopy(model)
     odd.generation_config.top_k = 1
     odd.generation_config.repetition_penalty = 5.0
     odd.generation_config.min_new_tokens = 8
     odd.generation_config.temperature = 0.1
     saved = odd.generation_config
-    other = HFEngine(odd, tok).generate(PROMPTS, params)
+    other = make_engine(odd, tok).generate(PROMPTS, params)
     assert odd.generation_config is saved and odd.generation_config.top_k == 1
     assert torch.equal(base.completion_ids, other.completion_ids)
     assert torch.equal(base.logprobs, other.logprobs)
 
 
-def test_empty_inputs(tiny_model_and_tokenizer):
+def test_empty_inputs(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
-    engine = HFEngine(model, tok)
+    engine = make_engine(model, tok)
     assert len(engine.generate([], SamplingParams())) == 0
     with pytest.raises(ValueError, match="prompt 1"):
         engine.generate(["a", ""], SamplingParams())
     with pytest.raises(ValueError, match="single str"):
         engine.generate("abc", SamplingParams())
     with pytest.raises(ValueError, match="batch_size"):
-        HFEngine(model, tok, batch_size=0)
+        make_engine(model, tok, batch_size=0)
 
 
 # -------------------------------------------------------------------- Rollouts
-def test_rollouts_select_and_concat(tiny_model_and_tokenizer):
+def test_rollouts_select_and_concat(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     biased = _with_logit_bias(model, {tok.eos_token_id: 2.5})
-    engine = HFEngine(biased, tok)
+    engine = make_engine(biased, tok)
     short = engine.generate(["ab"], SamplingParams(n=3, max_new_tokens=4, seed=0))
     long = engine.generate(["a longer prompt"], SamplingParams(n=2, max_new_tokens=9, seed=1))
     both = Rollouts.concat([short, long])
@@ -348,15 +366,15 @@ def test_sequence_logprobs_gradient_and_entropy(fresh_tiny_model):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_engine_on_cuda(tiny_model_and_tokenizer):
+def test_engine_on_cuda(make_engine, tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     cuda_model = copy.deepcopy(model).cuda()
     params = SamplingParams(n=3, temperature=0.7, max_new_tokens=10, seed=2)
     state = torch.cuda.get_rng_state()
-    r = HFEngine(cuda_model, tok).generate(PROMPTS, params)
+    r = make_engine(cuda_model, tok).generate(PROMPTS, params)
     assert torch.equal(torch.cuda.get_rng_state(), state)
     assert r.completion_ids.device.type == "cpu"
-    assert torch.equal(r.completion_ids, HFEngine(cuda_model, tok).generate(PROMPTS, params).completion_ids)
+    assert torch.equal(r.completion_ids, make_engine(cuda_model, tok).generate(PROMPTS, params).completion_ids)
     g = r.to("cuda")
     logp, _ = _recompute(cuda_model, g, 0.7)
     assert (logp - g.logprobs).abs().max().item() <= 1e-4

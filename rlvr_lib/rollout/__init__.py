@@ -4,19 +4,26 @@ Public API:
     SamplingParams: frozen, validated sampling configuration.
     Rollouts: the batch of completions (ids, masks, sampling log-probs, texts).
     RolloutEngine: the engine protocol (``generate(prompts, params)``).
+    BatchedEngine: what the in-process engines share (encoding, micro-batches, seeding).
     HFEngine: the default engine on ``transformers``' ``model.generate``.
+    KVCacheEngine: the fast engine (static KV cache, prompt encoded once per group,
+        finished rows dropped, lean decoder for the Llama family).
     sequence_logprobs: teacher-forced per-token log-probs / entropies (the
         trainer's recomputation of what an engine reports).
     position_ids_from_mask: position ids for left-padded batches.
 """
 
 from .base import FINISH_REASONS, RolloutEngine, Rollouts, SamplingParams
+from .batched import BatchedEngine
 from .hf import HFEngine
+from .kvcache import KVCacheEngine
 from .logprobs import position_ids_from_mask, sequence_logprobs
 
 __all__ = [
     "FINISH_REASONS",
+    "BatchedEngine",
     "HFEngine",
+    "KVCacheEngine",
     "RolloutEngine",
     "Rollouts",
     "SamplingParams",

@@ -12,7 +12,8 @@ from typing import Iterator, Literal, Sequence
 
 import torch
 
-from .base import Rollouts, SamplingParams
+from .base import SamplingParams
+from .batched import BatchedEngine
 
 __all__ = ["HFEngine"]
 
@@ -66,17 +67,7 @@ class _LogprobRecorder:
         return torch.stack(steps, dim=1)
 
 
-def _as_id_list(value) -> list[int]:
-    if value is None:
-        return []
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, torch.Tensor):
-        return [int(v) for v in value.flatten().tolist()]
-    return [int(v) for v in value]
-
-
-class HFEngine:
+class HFEngine(BatchedEngine):
     """Rollout engine built on ``transformers``' ``model.generate``.
 
     Sampling is fully specified by :class:`SamplingParams`: during each call
@@ -125,82 +116,32 @@ class HFEngine:
         logprob_mode: LogprobMode = "stream",
         progress: bool = False,
     ) -> None:
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"HFEngine.batch_size must be an int >= 1, got {batch_size!r}")
         if logprob_mode not in ("stream", "output_logits"):
             raise ValueError(f"HFEngine.logprob_mode must be 'stream' or 'output_logits', got {logprob_mode!r}")
-        self.model = model
-        self.tokenizer = tokenizer
-        self.batch_size = batch_size
-        self.add_special_tokens = add_special_tokens
+        super().__init__(model, tokenizer, batch_size=batch_size, eos_token_id=eos_token_id,
+                         add_special_tokens=add_special_tokens, progress=progress)
         self.logprob_mode = logprob_mode
-        self.progress = progress
-        if eos_token_id is None:
-            ids = _as_id_list(getattr(tokenizer, "eos_token_id", None))
-            gen_cfg = getattr(model, "generation_config", None)
-            ids += _as_id_list(getattr(gen_cfg, "eos_token_id", None))
-        else:
-            ids = _as_id_list(eos_token_id)
-        self.eos_token_ids: list[int] = list(dict.fromkeys(ids))
-        if not self.eos_token_ids:
-            raise ValueError("HFEngine.eos_token_id: none given and neither tokenizer nor model defines one")
-        pad = getattr(tokenizer, "pad_token_id", None)
-        self.pad_token_id: int = int(pad) if pad is not None else self.eos_token_ids[0]
-
-    # ------------------------------------------------------------------ helpers
-    @property
-    def device(self) -> torch.device:
-        """Device of the model (where inputs are sent)."""
-        dev = getattr(self.model, "device", None)
-        if isinstance(dev, torch.device):
-            return dev
-        return next(self.model.parameters()).device
 
     @contextlib.contextmanager
     def _generation_context(self, seed: int) -> Iterator[None]:
-        """Eval mode, no grad, neutral generation config, forked seeded RNG."""
+        """The base context plus a neutral ``generation_config`` (restored afterwards)."""
         from transformers import GenerationConfig
 
         model = self.model
-        was_training = model.training
         saved_config = getattr(model, "generation_config", None)
-        device = self.device
-        cuda_devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
         try:
-            model.eval()
             model.generation_config = GenerationConfig()
-            with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
-                torch.manual_seed(seed)
+            with super()._generation_context(seed):
                 yield
         finally:
             model.generation_config = saved_config
-            model.train(was_training)
 
-    def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
-        encoded = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
-        for i, ids in enumerate(encoded):
-            if len(ids) == 0:
-                raise ValueError(f"prompt {i} encodes to zero tokens; a completion needs a non-empty context")
-        return [list(ids) for ids in encoded]
-
-    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-                mask[i, width - len(r):] = 1
-        return ids, mask
-
-    def _generate_chunk(
-        self, prompt_index: list[int], token_rows: list[list[int]], params: SamplingParams
-    ) -> Rollouts:
+    def _sample_chunk(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         from transformers import GenerationConfig, LogitsProcessorList
 
-        prompt_ids, prompt_mask = self._left_pad(token_rows)
         width = prompt_ids.shape[1]
-        device = self.device
         config_kwargs = dict(
             max_new_tokens=params.max_new_tokens,
             pad_token_id=self.pad_token_id,
@@ -215,102 +156,17 @@ class HFEngine:
             config_kwargs.update(do_sample=False)
         else:
             config_kwargs.update(do_sample=True, temperature=params.temperature, top_p=params.top_p, top_k=0)
-        gen_config = GenerationConfig(**config_kwargs)
         recorder = _LogprobRecorder(width, params.logprob_temperature) if self.logprob_mode == "stream" else None
         out = self.model.generate(
-            input_ids=prompt_ids.to(device),
-            attention_mask=prompt_mask.to(device),
-            generation_config=gen_config,
+            input_ids=prompt_ids,
+            attention_mask=prompt_mask,
+            generation_config=GenerationConfig(**config_kwargs),
             logits_processor=LogitsProcessorList([recorder]) if recorder is not None else None,
         )
         generated = out.sequences[:, width:]  # (B, L)
         if recorder is not None:
-            step_logprobs = recorder.finish(generated)
-        else:
-            logits = torch.stack(out.logits, dim=1).float()  # (B, L, V)
-            if params.logprob_temperature != 1.0:
-                logits = logits / params.logprob_temperature
-            step_logprobs = torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)
-            del logits
-        generated = generated.cpu()
-        step_logprobs = step_logprobs.float().cpu()
-
-        length_total = generated.shape[1]
-        is_eos = torch.isin(generated, torch.tensor(self.eos_token_ids, dtype=generated.dtype))
-        stopped = is_eos.any(dim=1)
-        first_eos = is_eos.long().argmax(dim=1)
-        lengths = torch.where(stopped, first_eos + 1, torch.full_like(first_eos, length_total))
-        if not stopped.all() and length_total != params.max_new_tokens:  # pragma: no cover - defensive
-            raise RuntimeError(
-                f"generate stopped after {length_total} tokens with unfinished rows "
-                f"(max_new_tokens={params.max_new_tokens}); a stopping criterion other than EOS/length fired"
-            )
-        mask = (torch.arange(length_total).unsqueeze(0) < lengths.unsqueeze(1)).long()
-        completion_ids = torch.where(mask.bool(), generated, torch.full_like(generated, self.pad_token_id))
-        logprobs = step_logprobs * mask
-        lengths_list = lengths.tolist()
-        texts = self.tokenizer.batch_decode(
-            [row[:n].tolist() for row, n in zip(completion_ids, lengths_list)], skip_special_tokens=True
-        )
-        return Rollouts(
-            prompt_index=torch.tensor(prompt_index, dtype=torch.long),
-            prompt_ids=prompt_ids,
-            prompt_mask=prompt_mask,
-            completion_ids=completion_ids,
-            completion_mask=mask,
-            logprobs=logprobs,
-            texts=list(texts),
-            finish_reasons=["stop" if s else "length" for s in stopped.tolist()],
-            pad_token_id=self.pad_token_id,
-        )
-
-    # --------------------------------------------------------------------- API
-    def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        """Sample ``params.n`` completions per prompt.
-
-        Args:
-            prompts: ``M`` prompt strings, already formatted (chat template
-                applied by the caller). Each must encode to >= 1 token.
-            params: Sampling parameters.
-
-        Returns:
-            :class:`Rollouts` on CPU with ``N = M * params.n`` rows in
-            prompt-major order; ``P`` = longest prompt, ``T`` = longest
-            completion (``<= params.max_new_tokens``).
-
-        Raises:
-            ValueError: If ``prompts`` is a bare string or a prompt encodes
-                to zero tokens.
-        """
-        if isinstance(prompts, str):
-            raise ValueError("prompts must be a sequence of strings, got a single str")
-        if not isinstance(params, SamplingParams):
-            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
-        prompts = list(prompts)
-        if not prompts:
-            empty = torch.zeros(0, 0, dtype=torch.long)
-            return Rollouts(
-                prompt_index=torch.zeros(0, dtype=torch.long), prompt_ids=empty, prompt_mask=empty.clone(),
-                completion_ids=empty.clone(), completion_mask=empty.clone(),
-                logprobs=torch.zeros(0, 0), texts=[], finish_reasons=[], pad_token_id=self.pad_token_id,
-            )
-        encoded = self._encode(prompts)
-        rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # prompt-major
-        chunks = [rows[s:s + self.batch_size] for s in range(0, len(rows), self.batch_size)]
-        iterator = chunks
-        if self.progress:
-            from tqdm.auto import tqdm
-
-            iterator = tqdm(chunks, desc="rollout", unit="batch")
-        parts = []
-        with self._generation_context(params.seed):
-            for chunk in iterator:
-                parts.append(self._generate_chunk(chunk, [encoded[i] for i in chunk], params))
-        result = Rollouts.concat(parts)
-        # Trim the all-padding tail columns left by re-padding (none in practice).
-        t_max = int(result.completion_lengths.max()) if len(result) else 0
-        if t_max < result.completion_ids.shape[1]:
-            result.completion_ids = result.completion_ids[:, :t_max]
-            result.completion_mask = result.completion_mask[:, :t_max]
-            result.logprobs = result.logprobs[:, :t_max]
-        return result
+            return generated, recorder.finish(generated)
+        logits = torch.stack(out.logits, dim=1).float()  # (B, L, V)
+        if params.logprob_temperature != 1.0:
+            logits = logits / params.logprob_temperature
+        return generated, torch.log_softmax(logits, dim=-1).gather(-1, generated.unsqueeze(-1)).squeeze(-1)

@@ -1,0 +1,233 @@
+"""What every local (in-process) rollout engine shares.
+
+:class:`BatchedEngine` encodes prompts, expands each ``n`` times in
+prompt-major order, cuts the rows into micro-batches of ``batch_size``,
+left-pads each micro-batch, runs the subclass's ``_sample_chunk`` under a
+seeded, gradient-free, eval-mode context, and turns the raw generated tokens
+into a :class:`~rlvr_lib.rollout.base.Rollouts` (mask after the first EOS,
+pad, decode). Subclasses only decode: :class:`~rlvr_lib.rollout.hf.HFEngine`
+with ``model.generate``, :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine`
+with its own static-KV-cache loop.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator, Sequence
+
+import torch
+
+from .base import Rollouts, SamplingParams
+
+__all__ = ["BatchedEngine"]
+
+
+def _as_id_list(value) -> list[int]:
+    if value is None:
+        return []
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, torch.Tensor):
+        return [int(v) for v in value.flatten().tolist()]
+    return [int(v) for v in value]
+
+
+class BatchedEngine:
+    """Base of the in-process engines (see the module docstring).
+
+    Determinism: sampling runs inside ``torch.random.fork_rng`` seeded with
+    ``params.seed``, so the global RNG is untouched and the same seed gives the
+    same rollouts (bit for bit on CPU) for the same prompts, model and
+    ``batch_size`` (micro-batch composition changes the random stream).
+
+    Args:
+        model: A causal LM on any device; inputs are moved to its device.
+        tokenizer: Its tokenizer (a ``PreTrainedTokenizerBase``); not mutated.
+        batch_size: Maximum number of sequences decoded together (memory
+            bound). Prompts are expanded ``n`` times and cut into micro-batches
+            in prompt-major order.
+        eos_token_id: Token id(s) that end a completion. Default: the
+            tokenizer's EOS plus the model generation config's EOS id(s).
+        add_special_tokens: Passed to the tokenizer when encoding prompts
+            (e.g. adds BOS for Llama-style tokenizers).
+        progress: Show a tqdm bar over micro-batches.
+
+    Raises:
+        ValueError: If ``batch_size < 1`` or no EOS id can be found.
+    """
+
+    def __init__(
+        self,
+        model,
+        tokenizer,
+        *,
+        batch_size: int = 256,
+        eos_token_id: int | Sequence[int] | None = None,
+        add_special_tokens: bool = True,
+        progress: bool = False,
+    ) -> None:
+        name = type(self).__name__
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"{name}.batch_size must be an int >= 1, got {batch_size!r}")
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.add_special_tokens = add_special_tokens
+        self.progress = progress
+        if eos_token_id is None:
+            ids = _as_id_list(getattr(tokenizer, "eos_token_id", None))
+            gen_cfg = getattr(model, "generation_config", None)
+            ids += _as_id_list(getattr(gen_cfg, "eos_token_id", None))
+        else:
+            ids = _as_id_list(eos_token_id)
+        self.eos_token_ids: list[int] = list(dict.fromkeys(ids))
+        if not self.eos_token_ids:
+            raise ValueError(f"{name}.eos_token_id: none given and neither tokenizer nor model defines one")
+        pad = getattr(tokenizer, "pad_token_id", None)
+        self.pad_token_id: int = int(pad) if pad is not None else self.eos_token_ids[0]
+
+    # ------------------------------------------------------------------ subclass API
+    def _sample_chunk(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Decode one left-padded micro-batch.
+
+        Args:
+            prompt_ids: ``(B, P)`` long on the model's device, LEFT-padded.
+            prompt_mask: ``(B, P)`` 0/1 on the model's device.
+            params: Sampling parameters.
+
+        Returns:
+            ``(generated, logprobs)``: ``(B, L)`` sampled ids and their
+            ``(B, L)`` float32 log-probs (convention of :mod:`.base`), any
+            device, ``L <= params.max_new_tokens``. Tokens after a row's first
+            EOS are ignored; a row without EOS must have ``L == max_new_tokens``.
+        """
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _generation_context(self, seed: int) -> Iterator[None]:
+        """Eval mode, no grad, forked seeded RNG; restores the model's mode."""
+        model = self.model
+        was_training = model.training
+        device = self.device
+        cuda_devices = list(range(torch.cuda.device_count())) if device.type == "cuda" else []
+        try:
+            model.eval()
+            with torch.random.fork_rng(devices=cuda_devices), torch.no_grad():
+                torch.manual_seed(seed)
+                yield
+        finally:
+            model.train(was_training)
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def device(self) -> torch.device:
+        """Device of the model (where inputs are sent)."""
+        dev = getattr(self.model, "device", None)
+        if isinstance(dev, torch.device):
+            return dev
+        return next(self.model.parameters()).device
+
+    def _encode(self, prompts: Sequence[str]) -> list[list[int]]:
+        encoded = self.tokenizer(list(prompts), add_special_tokens=self.add_special_tokens)["input_ids"]
+        for i, ids in enumerate(encoded):
+            if len(ids) == 0:
+                raise ValueError(f"prompt {i} encodes to zero tokens; a completion needs a non-empty context")
+        return [list(ids) for ids in encoded]
+
+    def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
+        width = max(len(r) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            if r:
+                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+                mask[i, width - len(r):] = 1
+        return ids, mask
+
+    def _chunk_rollouts(self, prompt_index: list[int], token_rows: list[list[int]], params: SamplingParams) -> Rollouts:
+        prompt_ids, prompt_mask = self._left_pad(token_rows)
+        device = self.device
+        generated, step_logprobs = self._sample_chunk(prompt_ids.to(device), prompt_mask.to(device), params)
+        generated = generated.cpu()
+        step_logprobs = step_logprobs.float().cpu()
+
+        length_total = generated.shape[1]
+        is_eos = torch.isin(generated, torch.tensor(self.eos_token_ids, dtype=generated.dtype))
+        stopped = is_eos.any(dim=1)
+        first_eos = is_eos.long().argmax(dim=1)
+        lengths = torch.where(stopped, first_eos + 1, torch.full_like(first_eos, length_total))
+        if not stopped.all() and length_total != params.max_new_tokens:  # pragma: no cover - defensive
+            raise RuntimeError(
+                f"{type(self).__name__} stopped after {length_total} tokens with unfinished rows "
+                f"(max_new_tokens={params.max_new_tokens}); a stopping criterion other than EOS/length fired"
+            )
+        mask = (torch.arange(length_total).unsqueeze(0) < lengths.unsqueeze(1)).long()
+        completion_ids = torch.where(mask.bool(), generated, torch.full_like(generated, self.pad_token_id))
+        lengths_list = lengths.tolist()
+        texts = self.tokenizer.batch_decode(
+            [row[:n].tolist() for row, n in zip(completion_ids, lengths_list)], skip_special_tokens=True
+        )
+        return Rollouts(
+            prompt_index=torch.tensor(prompt_index, dtype=torch.long),
+            prompt_ids=prompt_ids,
+            prompt_mask=prompt_mask,
+            completion_ids=completion_ids,
+            completion_mask=mask,
+            logprobs=step_logprobs * mask,
+            texts=list(texts),
+            finish_reasons=["stop" if s else "length" for s in stopped.tolist()],
+            pad_token_id=self.pad_token_id,
+        )
+
+    # --------------------------------------------------------------------- API
+    def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
+        """Sample ``params.n`` completions per prompt.
+
+        Args:
+            prompts: ``M`` prompt strings, already formatted (chat template
+                applied by the caller). Each must encode to >= 1 token.
+            params: Sampling parameters.
+
+        Returns:
+            :class:`Rollouts` on CPU with ``N = M * params.n`` rows in
+            prompt-major order; ``P`` = longest prompt, ``T`` = longest
+            completion (``<= params.max_new_tokens``).
+
+        Raises:
+            ValueError: If ``prompts`` is a bare string or a prompt encodes
+                to zero tokens.
+        """
+        if isinstance(prompts, str):
+            raise ValueError("prompts must be a sequence of strings, got a single str")
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        prompts = list(prompts)
+        if not prompts:
+            empty = torch.zeros(0, 0, dtype=torch.long)
+            return Rollouts(
+                prompt_index=torch.zeros(0, dtype=torch.long), prompt_ids=empty, prompt_mask=empty.clone(),
+                completion_ids=empty.clone(), completion_mask=empty.clone(),
+                logprobs=torch.zeros(0, 0), texts=[], finish_reasons=[], pad_token_id=self.pad_token_id,
+            )
+        encoded = self._encode(prompts)
+        rows = [i for i in range(len(prompts)) for _ in range(params.n)]  # prompt-major
+        chunks = [rows[s:s + self.batch_size] for s in range(0, len(rows), self.batch_size)]
+        iterator = chunks
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(chunks, desc="rollout", unit="batch")
+        parts = []
+        with self._generation_context(params.seed):
+            for chunk in iterator:
+                parts.append(self._chunk_rollouts(chunk, [encoded[i] for i in chunk], params))
+        result = Rollouts.concat(parts)
+        # Trim the all-padding tail columns left by re-padding (none in practice).
+        t_max = int(result.completion_lengths.max()) if len(result) else 0
+        if t_max < result.completion_ids.shape[1]:
+            result.completion_ids = result.completion_ids[:, :t_max]
+            result.completion_mask = result.completion_mask[:, :t_max]
+            result.logprobs = result.logprobs[:, :t_max]
+        return result
