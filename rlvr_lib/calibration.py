@@ -19,11 +19,12 @@ strategy is too rare unhinted to measure.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
@@ -31,12 +32,12 @@ from rlvr_lib.experiments import jsonable, write_json_atomic
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     EVAL_FAMILIES,
+    FAMILIES,
     HARD_DIFFICULTY,
     OOD_FAMILIES,
     PRETRAIN_STRATEGY_PRIOR,
     STRATEGIES,
     TRAIN_FAMILY,
-    check_family,
     family_problems,
 )
 
@@ -45,7 +46,7 @@ RARE = min(PRETRAIN_STRATEGY_PRIOR, key=PRETRAIN_STRATEGY_PRIOR.get)
 
 
 @dataclass(frozen=True)
-class CalibrationConfig:
+class CalibrationConfig(ConfigBase):
     """What to measure.
 
     Attributes:
@@ -72,19 +73,18 @@ class CalibrationConfig:
     seed: int = 0
     families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES + (TRAIN_FAMILY,)
 
-    def __post_init__(self):
+    def validate(self) -> None:
         for name in ("problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "group_size"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"CalibrationConfig.{name}={value!r} is not valid: must be a positive int")
-        if self.samples % self.group_size:
-            raise ValueError(
-                f"CalibrationConfig.samples={self.samples} is not valid: must be a multiple of group_size={self.group_size}"
-            )
+            self.check_positive_int(name, getattr(self, name))
+        self.check_positive_int("max_new_tokens", self.max_new_tokens)
+        self.check_nonnegative_int("seed", self.seed)
+        self.check_positive("hot_temperature", self.hot_temperature)
+        self.check(self.samples % self.group_size == 0, "samples", self.samples,
+                   f"a multiple of group_size={self.group_size}")
         for family in self.families:
-            check_family(family)
-        if TRAIN_FAMILY not in self.families:
-            raise ValueError(f"CalibrationConfig.families={self.families!r} is not valid: must include {TRAIN_FAMILY!r}")
+            self.check_choice("families", family, sorted(FAMILIES))
+        self.check(TRAIN_FAMILY in self.families, "families", self.families,
+                   f"a tuple of family names that includes {TRAIN_FAMILY!r}")
 
 
 def _mean_or_nan(x: np.ndarray) -> float:
@@ -184,7 +184,7 @@ def calibrate(engine, config: CalibrationConfig = CalibrationConfig(), *, policy
         families[family], raw[family] = measure_family(engine, family, config)
     report = {
         "policy": policy,
-        "config": asdict(config),
+        "config": config.to_dict(),
         "families": families,
         "targets": pooled_targets(families, raw),
         "seconds": round(time.perf_counter() - t0, 1),

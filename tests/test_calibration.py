@@ -29,6 +29,7 @@ def test_report_has_the_stable_keys(report):
         assert 0 <= m["pass_at_1"] <= m["pass_at_8"] <= 1
         assert abs(sum(m["strategy_freq"].values()) - 1) < 1e-9
     assert report["all_targets_met"] == all(t["met"] for t in report["targets"].values())
+    assert report["config"] == SMALL.to_dict()
 
 
 def test_targets_agree_with_their_bounds(report):
@@ -70,12 +71,30 @@ def test_cli_writes_json_and_prints(tmp_path, capsys):
 @pytest.mark.parametrize(
     "kw,match",
     [
-        (dict(samples=12, group_size=8), "multiple of group_size"),
-        (dict(families=("easy_mix",)), "must include 'train'"),
-        (dict(families=("train", "aime")), "family='aime'"),
-        (dict(hint_samples=0), "hint_samples=0"),
+        (dict(samples=12, group_size=8), "CalibrationConfig.samples=12 is invalid: must be a multiple of group_size=8"),
+        (dict(families=("easy_mix",)), r"CalibrationConfig.families=\('easy_mix',\) is invalid: .*includes 'train'"),
+        (dict(families=()), "CalibrationConfig.families=.* is invalid: .*includes 'train'"),
+        (dict(families=("train", "aime")), r"CalibrationConfig.families='aime' is invalid: must be one of \["),
+        (dict(problems_per_family=0), "CalibrationConfig.problems_per_family=0 is invalid: must be an integer >= 1"),
+        (dict(samples=0), "CalibrationConfig.samples=0 is invalid"),
+        (dict(hint_problems=-1), "CalibrationConfig.hint_problems=-1 is invalid"),
+        (dict(hint_samples=0), "CalibrationConfig.hint_samples=0 is invalid"),
+        (dict(hot_samples=1.5), "CalibrationConfig.hot_samples=1.5 is invalid"),
+        (dict(group_size=0), "CalibrationConfig.group_size=0 is invalid"),
+        (dict(max_new_tokens=0), "CalibrationConfig.max_new_tokens=0 is invalid"),
+        (dict(seed=-2), "CalibrationConfig.seed=-2 is invalid"),
+        (dict(hot_temperature=0.0), "CalibrationConfig.hot_temperature=0.0 is invalid"),
     ],
 )
 def test_config_validation(kw, match):
     with pytest.raises(ValueError, match=match):
         CalibrationConfig(**kw)
+
+
+def test_config_json_round_trip_and_report_config():
+    assert CalibrationConfig.from_json(SMALL.to_json()) == SMALL
+    assert SMALL.to_dict()["families"] == ["easy_mix", "hard_mix", "train"]
+    assert list(CalibrationConfig().to_dict()) == [
+        "problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "hot_temperature",
+        "group_size", "max_new_tokens", "seed", "families",
+    ]

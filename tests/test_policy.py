@@ -55,7 +55,9 @@ def test_load_policy_defaults_to_the_embedded_policy():
 
 def test_pretraining_log_documents_the_rebuild():
     log = json.loads((TINY_POLICY_DIR / "pretrain_log.json").read_text())
-    assert log["config"] == json.loads(json.dumps(PretrainConfig().__dict__))
+    assert log["config"] == PretrainConfig().to_dict()
+    assert list(log["config"]) == list(PretrainConfig().to_dict())  # field order, as written
+    assert PretrainConfig.from_dict(log["config"]) == PretrainConfig()
     assert "python -m rlvr_lib pretrain" in (TINY_POLICY_DIR / "README.md").read_text()
 
 
@@ -103,10 +105,45 @@ def test_interrupted_pretraining_resumes_exactly(tmp_path, monkeypatch):
     assert log["history"] == json.loads((tmp_path / "full" / "pretrain_log.json").read_text())["history"]
 
 
-def test_pretrain_config_validation():
-    with pytest.raises(ValueError, match="hint_share=1.5"):
-        PretrainConfig(hint_share=1.5)
-    with pytest.raises(ValueError, match="strategy_prior"):
-        PretrainConfig(strategy_prior=(0.5, 0.5, 0.5))
-    with pytest.raises(ValueError, match="divisible by num_heads"):
-        PretrainConfig(hidden_size=30, num_heads=4)
+@pytest.mark.parametrize(
+    "kw,match",
+    [
+        (dict(steps=0), "PretrainConfig.steps=0 is invalid: must be an integer >= 1"),
+        (dict(batch_size=2.5), "PretrainConfig.batch_size=2.5 is invalid"),
+        (dict(hidden_size=-8), "PretrainConfig.hidden_size=-8 is invalid"),
+        (dict(num_layers=0), "PretrainConfig.num_layers=0 is invalid"),
+        (dict(num_heads=0), "PretrainConfig.num_heads=0 is invalid"),
+        (dict(intermediate_size=0), "PretrainConfig.intermediate_size=0 is invalid"),
+        (dict(save_every=0), "PretrainConfig.save_every=0 is invalid"),
+        (dict(hint_share=1.5), r"PretrainConfig.hint_share=1.5 is invalid: must be a number in \[0, 1\]"),
+        (dict(distractor_share=-0.1), "PretrainConfig.distractor_share=-0.1 is invalid"),
+        (dict(lr=0.0), r"PretrainConfig.lr=0.0 is invalid: must be a number in \(0, inf\)"),
+        (dict(strategy_prior=(0.5, 0.5, 0.5)),
+         r"PretrainConfig.strategy_prior=\(0.5, 0.5, 0.5\) is invalid: .*summing to 1"),
+        (dict(strategy_prior=(0.5, 0.5)), "PretrainConfig.strategy_prior=.* is invalid"),
+        (dict(strategy_prior=("a", "b", "c")), "PretrainConfig.strategy_prior=.* is invalid"),
+        (dict(strategy_prior=(1.5, -0.5, 0.0)), "PretrainConfig.strategy_prior=.* is invalid"),
+        (dict(seed=-1), "PretrainConfig.seed=-1 is invalid"),
+        (dict(warmup_steps=-1), "PretrainConfig.warmup_steps=-1 is invalid"),
+        (dict(weight_decay=-0.1), "PretrainConfig.weight_decay=-0.1 is invalid"),
+        (dict(hidden_size=30, num_heads=4),
+         "PretrainConfig.hidden_size=30 is invalid: must be a multiple of num_heads=4"),
+    ],
+)
+def test_pretrain_config_validation(kw, match):
+    with pytest.raises(ValueError, match=match):
+        PretrainConfig(**kw)
+
+
+def test_pretrain_config_accepts_the_same_bounds():
+    PretrainConfig(hint_share=0.0, distractor_share=1.0, lr=1e-9, steps=1, save_every=1)
+    PretrainConfig(hidden_size=16, num_heads=16, num_layers=1, intermediate_size=1, batch_size=1)
+    PretrainConfig(strategy_prior=(1.0, 0.0, 0.0), seed=0, warmup_steps=0, weight_decay=0.0)
+
+
+def test_pretrain_config_round_trips_json():
+    cfg = PretrainConfig(seed=3, strategy_prior=(0.6, 0.3, 0.1))
+    assert PretrainConfig.from_json(cfg.to_json()) == cfg
+    assert cfg.to_dict()["strategy_prior"] == [0.6, 0.3, 0.1]
+    with pytest.raises(ValueError, match="PretrainConfig.hint_share"):
+        cfg.replace(hint_share=2.0)

@@ -23,7 +23,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +31,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from rlvr_lib.config import ConfigBase, to_jsonable
 from rlvr_lib.policy.tokenizer import build_char_tokenizer
 from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
@@ -45,7 +46,7 @@ from rlvr_lib.tasks.arithmetic import (
 
 
 @dataclass(frozen=True)
-class PretrainConfig:
+class PretrainConfig(ConfigBase):
     """Pretraining settings (defaults rebuild the shipped checkpoint).
 
     Attributes:
@@ -77,26 +78,25 @@ class PretrainConfig:
     intermediate_size: int = 512
     save_every: int = 250
 
-    def __post_init__(self):
+    def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"PretrainConfig.{name}={value!r} is not valid: must be a positive int")
+            self.check_positive_int(name, getattr(self, name))
         for name in ("hint_share", "distractor_share"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"PretrainConfig.{name}={value!r} is not valid: must be in [0, 1]")
-        if not self.lr > 0:
-            raise ValueError(f"PretrainConfig.lr={self.lr!r} is not valid: must be > 0")
-        if len(self.strategy_prior) != len(STRATEGIES) or abs(sum(self.strategy_prior) - 1) > 1e-6:
-            raise ValueError(
-                f"PretrainConfig.strategy_prior={self.strategy_prior!r} is not valid: "
-                f"must be {len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1"
-            )
-        if self.hidden_size % self.num_heads:
-            raise ValueError(
-                f"PretrainConfig.hidden_size={self.hidden_size} is not valid: must be divisible by num_heads={self.num_heads}"
-            )
+            self.check_probability(name, getattr(self, name))
+        self.check_positive("lr", self.lr)
+        self.check_nonnegative_int("seed", self.seed)
+        self.check_nonnegative_int("warmup_steps", self.warmup_steps)
+        self.check_nonnegative("weight_decay", self.weight_decay)
+        prior = self.strategy_prior
+        try:
+            prior_ok = (len(prior) == len(STRATEGIES) and abs(sum(prior) - 1) <= 1e-6
+                        and all(p >= 0 for p in prior))
+        except TypeError:  # not a sequence of numbers
+            prior_ok = False
+        self.check(prior_ok, "strategy_prior", prior,
+                   f"{len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1")
+        self.check(self.hidden_size % self.num_heads == 0, "hidden_size", self.hidden_size,
+                   f"a multiple of num_heads={self.num_heads}")
 
 
 def model_config(config: PretrainConfig, vocab_size: int, pad_id: int, eos_id: int) -> Qwen2Config:
@@ -194,7 +194,8 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = Tr
     start, history, elapsed = 0, [], 0.0
     if state_path.exists():
         state = torch.load(state_path, weights_only=False)
-        if state["config"] == asdict(config):
+        # to_jsonable: state files written before configs were ConfigBase hold tuples, not lists.
+        if to_jsonable(state["config"]) == config.to_dict():
             model.load_state_dict(state["model"])
             optimizer.load_state_dict(state["optimizer"])
             rng.bit_generator.state = state["numpy_rng"]
@@ -224,7 +225,7 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = Tr
             tmp = state_path.with_suffix(".tmp")
             torch.save(
                 {
-                    "config": asdict(config),
+                    "config": config.to_dict(),
                     "model": model.state_dict(),
                     "optimizer": optimizer.state_dict(),
                     "numpy_rng": rng.bit_generator.state,
@@ -237,7 +238,7 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = Tr
             )
             os.replace(tmp, state_path)
     log = {
-        "config": asdict(config),
+        "config": config.to_dict(),
         "parameters": sum(p.numel() for p in model.parameters()),
         "train_seconds": round(time.perf_counter() - t0, 1),
         "torch_threads": torch.get_num_threads(),
