@@ -397,3 +397,77 @@ def test_logprob_recorder_handles_undone_steps():
             rec(torch.cat([prompt, tokens[:, :k]], dim=1), scores[k])
         got = rec.finish(tokens[:, :kept])
         assert torch.allclose(got, expected[:, :kept])
+
+
+# ------------------------------------------------- sequence_logprobs: kernel path
+def _llama(tok):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
+                      eos_token_id=tok.eos_token_id, bos_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return LlamaForCausalLM(cfg)
+
+
+def _gpt2_model(tok):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    # no dropout: the two paths are compared in train() mode
+    cfg = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
+                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(0)
+        return GPT2LMHeadModel(cfg)
+
+
+@pytest.mark.parametrize("arch", ["qwen2_biased_head", "llama", "gpt2"])
+def test_kernel_path_equals_logits_path_values_and_gradients(arch, tiny_model_and_tokenizer):
+    """Chunked kernel on hidden states == the model's logits + log-softmax, forward and backward
+    (entropy gradient included), and the LM head never runs on the kernel path."""
+    from rlvr_lib.rollout.logprobs import plain_lm_head
+
+    model, tok = tiny_model_and_tokenizer
+    if arch == "qwen2_biased_head":
+        model = _with_logit_bias(model, {tok.eos_token_id: 0.7, 5: -0.3})  # untied head with a bias
+    else:
+        model = (_llama if arch == "llama" else _gpt2_model)(tok)
+    model.train()
+    assert plain_lm_head(model) is not None
+    r = HFEngine(model, tok).generate(PROMPTS, SamplingParams(n=3, temperature=0.8, max_new_tokens=9, seed=2))
+    args = (r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask)
+    weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(0))
+
+    def run(kernel):
+        model.zero_grad(set_to_none=True)
+        calls = []
+        hook = model.get_output_embeddings().register_forward_hook(lambda *a: calls.append(1))
+        logp, ent = sequence_logprobs(model, *args, temperature=0.8, with_entropy=True, kernel=kernel)
+        hook.remove()
+        ((logp * weights).sum() + 0.3 * ent.sum()).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        return logp.detach(), ent.detach(), grads, len(calls)
+
+    logp_k, ent_k, grads_k, head_calls_k = run("auto")
+    logp_l, ent_l, grads_l, head_calls_l = run("logits")
+    assert head_calls_k == 0 and head_calls_l == 1
+    assert torch.allclose(logp_k, logp_l, atol=1e-5, rtol=1e-5)
+    assert torch.allclose(ent_k, ent_l, atol=1e-5, rtol=1e-5)
+    assert (logp_k[r.completion_mask == 0] == 0).all() and (ent_k[r.completion_mask == 0] == 0).all()
+    assert grads_k.keys() == grads_l.keys() and len(grads_k) == sum(1 for _ in model.parameters())
+    for name in grads_k:
+        assert torch.allclose(grads_k[name], grads_l[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_heads_with_logit_transforms_use_the_logits_path(tiny_model_and_tokenizer):
+    from rlvr_lib.rollout.logprobs import plain_lm_head
+
+    model, tok = tiny_model_and_tokenizer
+    capped = copy.deepcopy(model)
+    capped.config.final_logit_softcapping = 30.0  # Gemma-2 style: logits = 30 tanh(z / 30)
+    assert plain_lm_head(model) is not None and plain_lm_head(capped) is None
+    with pytest.raises(ValueError, match="kernel must be one of"):
+        sequence_logprobs(model, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long),
+                          torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), kernel="fast")

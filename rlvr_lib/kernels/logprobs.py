@@ -373,20 +373,37 @@ class ChunkedLogProbEntropy(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_logp, g_ent):  # noqa: D102
-        hidden, weight, bias, targets, stats = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        if (g_logp is None and g_ent is None) or not (need_h or need_w or need_b):
-            return None, None, None, None, None, None
-        acc = stats.dtype
-        g_logp = None if g_logp is None else g_logp.to(acc)
-        g_ent = None if g_ent is None else g_ent.to(acc)
-        grad_h, grad_w, grad_b = _chunked_backward(
-            hidden.to(acc), weight, bias, targets, stats, g_logp, g_ent,
-            ctx.temperature, ctx.chunk_size, need_h, need_w, need_b and bias is not None,
-        )
-        if grad_h is not None:
-            grad_h = grad_h.to(hidden.dtype)
-        return grad_h, grad_w, grad_b, None, None, None
+        return chunked_backward_from_ctx(ctx, g_logp, g_ent, n_extra=3)
+
+
+def chunked_backward_from_ctx(ctx, g_logp, g_ent, *, n_extra: int, dlogits_fn=_dlogits_torch) -> tuple:
+    """The ``backward`` of the chunked autograd Functions (torch and Triton).
+
+    ``ctx`` saved ``(hidden, weight, bias, targets, stats)`` and holds
+    ``temperature`` and ``chunk_size``; the Function's inputs are ``hidden,
+    weight, bias`` then ``n_extra`` non-differentiable ones. Upstream gradients
+    are cast to the accumulation dtype (``stats``'), each chunk's logits are
+    recomputed and ``dlogits_fn`` turns them into dL/dlogits.
+
+    Returns:
+        ``(grad_hidden, grad_weight, grad_bias)`` followed by ``n_extra`` ``None``.
+    """
+    hidden, weight, bias, targets, stats = ctx.saved_tensors
+    need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
+    extra = (None,) * n_extra
+    if (g_logp is None and g_ent is None) or not (need_h or need_w or need_b):
+        return (None, None, None) + extra
+    acc = stats.dtype
+    g_logp = None if g_logp is None else g_logp.to(acc).contiguous()
+    g_ent = None if g_ent is None else g_ent.to(acc).contiguous()
+    grad_h, grad_w, grad_b = _chunked_backward(
+        hidden.to(acc), weight, bias, targets, stats, g_logp, g_ent,
+        ctx.temperature, ctx.chunk_size, need_h, need_w, need_b and bias is not None,
+        dlogits_fn=dlogits_fn,
+    )
+    if grad_h is not None:
+        grad_h = grad_h.to(hidden.dtype)
+    return (grad_h, grad_w, grad_b) + extra
 
 
 def chunked_logprob_entropy(

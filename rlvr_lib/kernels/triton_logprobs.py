@@ -58,7 +58,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .logprobs import _chunked_backward, _validate
+from .logprobs import chunked_backward_from_ctx, _validate
 
 try:  # pragma: no cover - depends on the environment
     import triton
@@ -292,20 +292,7 @@ class TritonLogProbEntropy(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, g_logp, g_ent):  # noqa: D102
-        hidden, weight, bias, targets, stats = ctx.saved_tensors
-        need_h, need_w, need_b = ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2]
-        if (g_logp is None and g_ent is None) or not (need_h or need_w or need_b):
-            return None, None, None, None, None, None, None
-        g_logp = None if g_logp is None else g_logp.float().contiguous()
-        g_ent = None if g_ent is None else g_ent.float().contiguous()
-        grad_h, grad_w, grad_b = _chunked_backward(
-            hidden.float(), weight, bias, targets, stats, g_logp, g_ent,
-            ctx.temperature, ctx.chunk_size, need_h, need_w, need_b and bias is not None,
-            dlogits_fn=_dlogits_triton,
-        )
-        if grad_h is not None:
-            grad_h = grad_h.to(hidden.dtype)
-        return grad_h, grad_w, grad_b, None, None, None, None
+        return chunked_backward_from_ctx(ctx, g_logp, g_ent, n_extra=4, dlogits_fn=_dlogits_triton)
 
 
 def triton_logprob_entropy(

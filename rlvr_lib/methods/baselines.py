@@ -37,7 +37,6 @@ GRPO with any group size needs no entry: ``method_config("grpo", group_size=32)`
 
 from __future__ import annotations
 
-import inspect
 import logging
 import math
 from typing import Any, ClassVar
@@ -54,7 +53,7 @@ from rlvr_lib.algos import (
     self_certainty,
 )
 from rlvr_lib.methods.base import Method, StepBatch
-from rlvr_lib.rollout.logprobs import position_ids_from_mask
+from rlvr_lib.rollout.logprobs import completion_forward
 from rlvr_lib.tasks import CORRECT
 
 logger = logging.getLogger(__name__)
@@ -526,26 +525,16 @@ class POPE(OptionsMethod):
 def completion_logits(model: torch.nn.Module, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
     """``(N, T, V)`` float32 logits at the positions that predict the completion tokens.
 
-    The teacher-forced forward of :func:`rlvr_lib.rollout.sequence_logprobs`
-    (input ``[prompt; completion[:, :-1]]``, positions ``cumsum(mask) - 1``,
-    only the last T positions through the LM head), without temperature:
-    ``log_softmax(logits)[y_t]`` equals its temperature-1 ``logp``. The caller
-    chooses ``no_grad``.
+    :func:`rlvr_lib.rollout.logprobs.completion_forward` (the teacher-forced
+    forward of ``sequence_logprobs``) without temperature, on the model's
+    device: ``log_softmax(logits)[y_t]`` equals its temperature-1 ``logp``.
+    The caller chooses ``no_grad``.
     """
-    t_len = completion_ids.shape[1]
     device = next(model.parameters()).device
-    if t_len == 0:
+    if completion_ids.shape[1] == 0:
         return torch.zeros(completion_ids.shape[0], 0, 0, device=device)
-    input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1).to(device)
-    attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1).long().to(device)
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
-                  position_ids=position_ids_from_mask(attention_mask), use_cache=False)
-    try:
-        keep = "logits_to_keep" in inspect.signature(model.forward).parameters
-    except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        keep = False
-    logits = model(**kwargs, logits_to_keep=t_len).logits if keep else model(**kwargs).logits[:, -t_len:]
-    return logits.float()
+    tensors = (t.to(device) for t in (prompt_ids, prompt_mask, completion_ids, completion_mask))
+    return completion_forward(model, *tensors).float()
 
 
 class Intuitor(OptionsMethod):

@@ -11,7 +11,7 @@ import inspect
 
 import torch
 
-__all__ = ["sequence_logprobs", "position_ids_from_mask"]
+__all__ = ["LOGPROB_KERNELS", "completion_forward", "plain_lm_head", "position_ids_from_mask", "sequence_logprobs"]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -40,6 +40,81 @@ def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
         return False
 
 
+LOGPROB_KERNELS = ("auto", "torch", "triton", "naive", "logits")
+"""``kernel`` values of :func:`sequence_logprobs`: the backends of
+:func:`rlvr_lib.kernels.logprob_entropy` on the decoder's hidden states, or
+``"logits"`` (the model's own logits, then a full log-softmax)."""
+
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale")
+
+
+def plain_lm_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
+    """``(decoder, lm_head)`` when ``model``'s logits are exactly ``lm_head(decoder(...).last_hidden_state)``.
+
+    True of the usual ``*ForCausalLM`` (Llama, Qwen, Mistral, GPT-2, ...): a
+    ``nn.Linear`` output embedding and a decoder returned by ``get_decoder()``
+    (or the ``transformer`` attribute), with no logit soft-capping or scaling in
+    the config. ``None`` otherwise: the caller then uses the model's logits.
+    """
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = get_head() if callable(get_head) else None
+    if not isinstance(head, torch.nn.Linear):
+        return None
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) not in (None, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    decoder = None
+    get_decoder = getattr(model, "get_decoder", None)
+    if callable(get_decoder):
+        decoder = get_decoder()
+    if decoder is None or decoder is model:
+        decoder = getattr(model, "transformer", None)
+    if not isinstance(decoder, torch.nn.Module) or decoder is model:
+        return None
+    return decoder, head
+
+
+def completion_forward(
+    model: torch.nn.Module,
+    prompt_ids: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    completion_ids: torch.Tensor,
+    completion_mask: torch.Tensor,
+    *,
+    decoder: torch.nn.Module | None = None,
+) -> torch.Tensor:
+    """The teacher-forced forward shared by every log-prob computation.
+
+    One pass over ``[prompt; completion[:, :-1]]`` (the last completion token
+    predicts nothing) with attention mask ``[prompt_mask; completion_mask]``
+    and position ids ``cumsum(mask) - 1`` (clamped at 0), so left padding does
+    not shift positions; only the ``T`` positions that predict completion
+    tokens are returned (``logits_to_keep`` when the model supports it).
+
+    Args:
+        model: A causal LM.
+        prompt_ids, prompt_mask: ``(N, P)``, LEFT-padded, ``P >= 1``.
+        completion_ids, completion_mask: ``(N, T)``, RIGHT-padded, ``T >= 1``.
+        decoder: If given (from :func:`plain_lm_head`), run it instead of the
+            model and return hidden states instead of logits.
+
+    Returns:
+        ``(N, T, V)`` logits in the model's dtype, or ``(N, T, H)`` hidden
+        states when ``decoder`` is given; position ``t`` predicts completion
+        token ``t``.
+    """
+    t_len = completion_ids.shape[1]
+    input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1)
+    attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1).long()
+    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask,
+                  position_ids=position_ids_from_mask(attention_mask), use_cache=False)
+    if decoder is not None:
+        return decoder(**kwargs).last_hidden_state[:, -t_len:]
+    if _accepts_logits_to_keep(model):
+        return model(**kwargs, logits_to_keep=t_len).logits
+    return model(**kwargs).logits[:, -t_len:]
+
+
 def sequence_logprobs(
     model: torch.nn.Module,
     prompt_ids: torch.Tensor,
@@ -49,17 +124,21 @@ def sequence_logprobs(
     *,
     temperature: float = 1.0,
     with_entropy: bool = False,
+    kernel: str = "auto",
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of completions, teacher-forced.
 
-    One forward pass over ``[prompt; completion[:, :-1]]`` (the last completion
-    token predicts nothing) with attention mask ``[prompt_mask;
-    completion_mask]`` and explicit position ids ``cumsum(mask) - 1`` (clamped
-    at 0) so left padding does not shift positions. Only the ``T`` positions
-    that predict completion tokens go through the LM head (``logits_to_keep``
-    when the model supports it) and the log-softmax, in float32. Gradients
-    flow to the model parameters; the caller chooses ``train()``/``eval()``
-    mode and ``torch.no_grad()``.
+    The forward is :func:`completion_forward` (prompt logits are never
+    computed). When the model's head is a plain linear layer
+    (:func:`plain_lm_head`), the log-probs and entropies of the real
+    (unmasked) completion tokens come from
+    :func:`rlvr_lib.kernels.logprob_entropy` on the decoder's hidden states:
+    vocabulary chunks with an online logsumexp, so the float32
+    ``(tokens, vocab)`` log-softmax is never materialised, forward or
+    backward (the entropy's gradient included). Otherwise (or with
+    ``kernel="logits"``) the model's logits go through a float32 log-softmax.
+    Gradients flow to the model parameters; the caller chooses
+    ``train()``/``eval()`` mode and ``torch.no_grad()``.
 
     Formulas, for completion token ``y_t`` with logits ``z_t``::
 
@@ -74,6 +153,10 @@ def sequence_logprobs(
         completion_mask: ``(N, T)`` 0/1, 1 on real completion tokens.
         temperature: Temperature dividing the logits, ``> 0``.
         with_entropy: Also return per-token entropies.
+        kernel: One of :data:`LOGPROB_KERNELS`: ``"auto"`` (Triton on CUDA,
+            else the chunked torch kernel; the logits path for heads that are
+            not a plain linear layer), a kernel backend (``"torch"``,
+            ``"triton"``, ``"naive"``) or ``"logits"``.
 
     Returns:
         ``(logp, entropy)``: ``logp`` is ``(N, T)`` float32, 0 where
@@ -81,11 +164,13 @@ def sequence_logprobs(
         padding) if ``with_entropy`` else ``None``.
 
     Raises:
-        ValueError: On inconsistent shapes, an empty prompt width, or a
-            non-positive temperature.
+        ValueError: On inconsistent shapes, an empty prompt width, a
+            non-positive temperature or an unknown ``kernel``.
     """
     if not temperature > 0:
         raise ValueError(f"temperature must be > 0, got {temperature!r}")
+    if kernel not in LOGPROB_KERNELS:
+        raise ValueError(f"kernel must be one of {LOGPROB_KERNELS}, got {kernel!r}")
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
         raise ValueError(
             f"prompt_ids {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} "
@@ -107,22 +192,27 @@ def sequence_logprobs(
         empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
 
-    input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1)
-    attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1).long()
-    position_ids = position_ids_from_mask(attention_mask)
-    kwargs = dict(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids, use_cache=False)
-    if _accepts_logits_to_keep(model):
-        logits = model(**kwargs, logits_to_keep=t_len).logits
-    else:
-        logits = model(**kwargs).logits[:, -t_len:]
-    # (N, T, V): position P-1+t predicts completion token t.
-    logits = logits.float()
-    if temperature != 1.0:
-        logits = logits / temperature
-    log_probs = torch.log_softmax(logits, dim=-1)
-    mask = completion_mask.to(log_probs.dtype)
-    logp = log_probs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * mask
-    entropy = None
-    if with_entropy:
-        entropy = -(log_probs.exp() * log_probs).sum(-1) * mask
+    head = plain_lm_head(model) if kernel != "logits" else None
+    if head is None:
+        logits = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask).float()
+        if temperature != 1.0:
+            logits = logits / temperature
+        log_probs = torch.log_softmax(logits, dim=-1)
+        mask = completion_mask.to(log_probs.dtype)
+        logp = log_probs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * mask
+        entropy = -(log_probs.exp() * log_probs).sum(-1) * mask if with_entropy else None
+        return logp, entropy
+
+    from rlvr_lib.kernels import logprob_entropy
+
+    decoder, lm_head = head
+    hidden = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, decoder=decoder)
+    real = completion_mask.bool()
+    token_logp, token_entropy = logprob_entropy(
+        hidden[real], lm_head.weight, completion_ids[real], temperature=temperature,
+        backend="auto" if kernel == "auto" else kernel, bias=lm_head.bias,
+    )
+    zeros = torch.zeros(n_rows, t_len, device=hidden.device, dtype=torch.float32)
+    logp = zeros.masked_scatter(real, token_logp.float())
+    entropy = zeros.masked_scatter(real, token_entropy.float()) if with_entropy else None
     return logp, entropy
