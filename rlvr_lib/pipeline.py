@@ -15,7 +15,7 @@ from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.experiments import RunRecord, cached_run, results_root
 from rlvr_lib.policy import load_policy
-from rlvr_lib.rollout import HFEngine
+from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
 
 
@@ -24,7 +24,7 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
 
     def run():
         model, tokenizer = load_policy(policy)
-        return [], evaluate_policy(HFEngine(model, tokenizer), spec)
+        return [], evaluate_policy(KVCacheEngine(model, tokenizer), spec)
 
     return cached_run(experiment, "base", {"policy": policy, "eval": spec.to_dict()}, spec.seed, run, root=root)
 
@@ -56,7 +56,7 @@ def train_and_evaluate(
     def run():
         trainer = Trainer(config.replace(checkpoint_every=checkpoint_every), checkpoint_dir=ckpt)
         history = trainer.train(progress=progress)
-        final = evaluate_policy(HFEngine(trainer.model, trainer.tokenizer), spec)
+        final = evaluate_policy(KVCacheEngine(trainer.model, trainer.tokenizer), spec)
         return nan_to_none(history), final
 
     record = cached_run(experiment, name, key, config.seed, run, root=root)

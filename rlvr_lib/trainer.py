@@ -42,7 +42,7 @@ from rlvr_lib.algos.kl import KL_ESTIMATORS
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
-from rlvr_lib.rollout import HFEngine, Rollouts, SamplingParams, sequence_logprobs
+from rlvr_lib.rollout import KVCacheEngine, Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.tasks import CORRECT, FAMILIES, MALFORMED, family_capacity, family_problems, verify
 
 logger = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ class Trainer:
         model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted.
         checkpoint_dir: Where checkpoints go; a checkpoint found there for the same
             config is resumed from.
-        engine: Rollout engine over ``model`` (default: `HFEngine`).
+        engine: Rollout engine over ``model`` (default: `KVCacheEngine`; any `RolloutEngine` works).
     """
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None):
@@ -158,7 +158,6 @@ class Trainer:
         from rlvr_lib.policy import load_policy
 
         self.config = config
-        torch.manual_seed(config.seed)
         if model is None:
             model, tokenizer = load_policy(config.policy)
         self.model, self.tokenizer = model, tokenizer
@@ -167,7 +166,7 @@ class Trainer:
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.optimizer = self.method.make_optimizer(model)
-        self.engine = engine or HFEngine(model, tokenizer, batch_size=config.rollout_batch_size)
+        self.engine = engine or KVCacheEngine(model, tokenizer, batch_size=config.rollout_batch_size)
         pool_size = min(config.train_pool_size, family_capacity(config.train_family))
         self.train_problems = family_problems(config.train_family, pool_size, seed=0)
         self.step_count = 0

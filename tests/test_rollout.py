@@ -471,3 +471,25 @@ def test_heads_with_logit_transforms_use_the_logits_path(tiny_model_and_tokenize
     with pytest.raises(ValueError, match="kernel must be one of"):
         sequence_logprobs(model, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long),
                           torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), kernel="fast")
+
+
+def test_length_buckets_equal_one_pass(tiny_model_and_tokenizer):
+    """Rows sorted by length and run in trimmed buckets give one pass's values and gradients."""
+    model, tok = tiny_model_and_tokenizer
+    model = _with_logit_bias(model, {tok.eos_token_id: 2.0})  # lengths vary a lot
+    r = HFEngine(model, tok).generate(PROMPTS, SamplingParams(n=12, max_new_tokens=16, seed=4))
+    assert len(set(r.completion_lengths.tolist())) >= 5
+    args = (r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask)
+    weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(1))
+    results = {}
+    for buckets in (1, 4):
+        model.zero_grad(set_to_none=True)
+        logp, ent = sequence_logprobs(model, *args, temperature=0.9, with_entropy=True, length_buckets=buckets)
+        ((logp * weights).sum() + ent.sum()).backward()
+        results[buckets] = (logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters()})
+    (lp1, en1, g1), (lp4, en4, g4) = results[1], results[4]
+    assert torch.allclose(lp1, lp4, atol=1e-5) and torch.allclose(en1, en4, atol=1e-5)
+    for name in g1:
+        assert torch.allclose(g1[name], g4[name], atol=1e-5, rtol=1e-4), name
+    with pytest.raises(ValueError, match="length_buckets"):
+        sequence_logprobs(model, *args, length_buckets=0)

@@ -3,6 +3,7 @@
 import json
 
 import pytest
+import torch
 
 from rlvr_lib.eval.sampling import sample_and_score
 from rlvr_lib.methods import METHODS, method_config
@@ -113,3 +114,12 @@ def test_loaded_policy_is_the_trainers_default():
     model, _ = load_policy()
     trainer = Trainer(_small())
     assert all((p1 == p2).all() for p1, p2 in zip(model.parameters(), trainer.model.parameters()))
+
+
+def test_trainer_leaves_global_rng_alone():
+    """Every random choice is drawn from (seed, step) streams: the global torch RNG is neither read nor reset."""
+    torch.manual_seed(99)
+    state = torch.get_rng_state()
+    trainer = Trainer(TrainerConfig(method="grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8))
+    trainer.step()
+    assert torch.equal(torch.get_rng_state(), state)

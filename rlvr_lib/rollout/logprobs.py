@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 
 import torch
+import torch.nn.functional as F
 
 __all__ = ["LOGPROB_KERNELS", "completion_forward", "plain_lm_head", "position_ids_from_mask", "sequence_logprobs"]
 
@@ -125,6 +126,7 @@ def sequence_logprobs(
     temperature: float = 1.0,
     with_entropy: bool = False,
     kernel: str = "auto",
+    length_buckets: int = 4,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of completions, teacher-forced.
 
@@ -157,6 +159,11 @@ def sequence_logprobs(
             else the chunked torch kernel; the logits path for heads that are
             not a plain linear layer), a kernel backend (``"torch"``,
             ``"triton"``, ``"naive"``) or ``"logits"``.
+        length_buckets: Rows are sorted by completion length and run in up to
+            this many forward passes, each trimmed to its own longest prompt
+            and completion, so padding costs little compute (``>= 1``; each
+            bucket holds at least 8 rows). The outputs, and gradients through
+            them, are those of one pass up to float rounding.
 
     Returns:
         ``(logp, entropy)``: ``logp`` is ``(N, T)`` float32, 0 where
@@ -186,7 +193,43 @@ def sequence_logprobs(
     if prompt_ids.shape[1] < 1:
         raise ValueError("prompt width P must be >= 1 (the first completion token needs a context)")
 
+    if isinstance(length_buckets, bool) or not isinstance(length_buckets, int) or length_buckets < 1:
+        raise ValueError(f"length_buckets must be an int >= 1, got {length_buckets!r}")
+
     n_rows, t_len = completion_ids.shape
+    device = prompt_ids.device
+    if t_len == 0:
+        empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
+        return empty, (empty.clone() if with_entropy else None)
+    buckets = min(length_buckets, n_rows // _MIN_BUCKET_ROWS)
+    if buckets <= 1:
+        return _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                 temperature, with_entropy, kernel)
+    order = torch.argsort(completion_mask.sum(1), stable=True)
+    logps, entropies = [], []
+    for rows in order.chunk(buckets):
+        logp, entropy = _trimmed_logprobs(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows],
+                                          completion_mask[rows], temperature, with_entropy, kernel)
+        logps.append(F.pad(logp, (0, t_len - logp.shape[1])))
+        if with_entropy:
+            entropies.append(F.pad(entropy, (0, t_len - entropy.shape[1])))
+    back = torch.argsort(order)
+    logp = torch.cat(logps).index_select(0, back.to(device))
+    entropy = torch.cat(entropies).index_select(0, back.to(device)) if with_entropy else None
+    return logp, entropy
+
+
+_MIN_BUCKET_ROWS = 8
+
+
+def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy,
+                      kernel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`sequence_logprobs` of one bucket, cut to its longest prompt and completion."""
+    n_rows = completion_ids.shape[0]
+    p_keep = max(1, int(prompt_mask.sum(1).max()))
+    t_len = int(completion_mask.sum(1).max())
+    prompt_ids, prompt_mask = prompt_ids[:, -p_keep:], prompt_mask[:, -p_keep:]
+    completion_ids, completion_mask = completion_ids[:, :t_len], completion_mask[:, :t_len]
     device = prompt_ids.device
     if t_len == 0:
         empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
