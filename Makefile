@@ -15,7 +15,7 @@ EXTRAS     ?= dev,notebooks
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr_lib-installed.stamp
 
-.PHONY: install test notebooks reproduce lab calibrate pretrain
+.PHONY: install test notebooks reproduce bench lab calibrate pretrain
 
 install: $(STAMP)
 
@@ -50,6 +50,12 @@ notebooks: install
 # cached under results/, so an interrupted reproduction resumes.
 reproduce: install
 	$(PY) -m rlvr_lib.reproduce --profile full
+
+# Benchmarks against their baselines (generate, TRL GRPOTrainer, naive log-softmax),
+# measured in the same run; writes results/bench/*.json. Run it on a quiet machine,
+# then `$(PY) -m rlvr_lib.report` to put the figures in the README.
+bench: install
+	$(PY) -m rlvr_lib.bench
 
 lab: install
 	$(PY) -m jupyter lab

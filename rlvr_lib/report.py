@@ -62,6 +62,47 @@ def _method_section(root: Path, experiment: str, title: str) -> list[str]:
     return lines
 
 
+def _bench_section(root: Path) -> list[str]:
+    path = root / "bench" / "summary.json"
+    if not path.exists():
+        return ["*No benchmark committed yet (`make bench`).*"]
+    s = json.loads(path.read_text())
+    machine = s.get("machine", {})
+    lines = [
+        f"**Benchmarks** (`results/bench/`, `make bench`; {machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, "
+        f"{machine.get('torch_threads', '?')} torch threads, GPU: {machine.get('gpu') or 'none'}; each against its baseline "
+        "in the same run, medians after warm-up):",
+        "",
+        "| ratio | value | target | met | measured from |",
+        "|---|---|---|---|---|",
+    ]
+    if "rollout" in s:
+        r = s["rollout"]
+        other = ", ".join(f"{w} {v:.2f}x" for w, v in r["speedup_by_workload"].items() if w != r["workload"])
+        lines.append(
+            f"| rollout_speedup_vs_generate | {s['rollout_speedup_vs_generate']:.2f} | {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} | KVCacheEngine {r['kv_cache_tokens_per_s']:.0f} vs generate "
+            f"{r['generate_tokens_per_s']:.0f} tokens/s ({r['workload']} batch; other workloads: {other}; "
+            f"greedy tokens equal: {r['greedy_tokens_equal']}) |"
+        )
+    if "step" in s:
+        r = s["step"]
+        lines.append(
+            f"| step_time_ratio_vs_trl | {s['step_time_ratio_vs_trl']:.2f} | {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} | GRPO step {r['ours_median_s']:.3f} s (ours, {r['ours_engine']}) vs "
+            f"{r['trl_median_s']:.3f} s (TRL {r['trl_version']} GRPOTrainer) |"
+        )
+    if "logprob" in s:
+        r = s["logprob"]
+        lines.append(
+            f"| logprob_peak_mem_ratio | {s['logprob_peak_mem_ratio']:.3f} | {r['target']} | "
+            f"{'yes' if r['met'] else '**no**'} | peak {r['chunked_peak_bytes'] / 2**20:.0f} MiB (chunked) vs "
+            f"{r['naive_peak_bytes'] / 2**20:.0f} MiB (naive), {r['tokens']} tokens x {r['vocab']} vocab on {r['device']}, "
+            f"forward+backward; time ratio {r['time_ratio']:.2f}; values equal: {r['values_equal']} |"
+        )
+    return lines
+
+
 SECTIONS = (("grpo_baseline_full", "GRPO baseline", "01_grpo_baseline"),)
 
 
@@ -74,6 +115,7 @@ def render(root: str | Path | None = None) -> str:
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if executed.exists():
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`."]
+    lines += [""] + _bench_section(root)
     return "\n".join(lines)
 
 

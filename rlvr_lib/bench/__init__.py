@@ -1,0 +1,1 @@
+"""Benchmarks of the RL loop against reference implementations."""

@@ -1,0 +1,122 @@
+"""``python -m rlvr_lib.bench``: run the benchmarks, print JSON, write ``results/bench/``.
+
+Each benchmark measures our implementation against its baseline in the same
+run (medians over repeats after a warm-up); none asserts a time. Files:
+
+* ``rollout.json`` -- :func:`rlvr_lib.bench.rollout.bench_rollout`;
+* ``step.json`` -- :func:`rlvr_lib.bench.step.bench_step_time` (ours on
+  :class:`~rlvr_lib.rollout.KVCacheEngine` vs TRL ``GRPOTrainer``);
+* ``logprob.json`` -- :func:`rlvr_lib.bench.logprob.bench_logprob_memory`;
+* ``summary.json`` -- the three headline ratios, each next to the raw
+  medians it came from and its target; benchmarks not run this time keep
+  their previous entries.
+
+``--quick`` runs tiny sizes (a smoke run; written to ``--out`` like the
+full one, so point ``--out`` elsewhere).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+from rlvr_lib.bench.common import machine_info
+from rlvr_lib.experiments import results_root, write_json_atomic
+
+BENCHMARKS = ("rollout", "step", "logprob")
+TARGETS = {
+    "rollout_speedup_vs_generate": (">=", 3.0),
+    "step_time_ratio_vs_trl": ("<=", 0.5),
+    "logprob_peak_mem_ratio": ("<=", 0.25),
+}
+QUICK = {
+    "rollout": dict(batch=16, max_new_tokens=16, group_size=4, warmup=0, repeats=1),
+    "step": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
+    "logprob": dict(tokens=256, vocab=8192, hidden=64, warmup=0, repeats=1),
+}
+
+
+def _met(key: str, value: float) -> bool:
+    op, bound = TARGETS[key]
+    return value >= bound if op == ">=" else value <= bound
+
+
+def _run(name: str, quick: bool) -> dict:
+    kwargs = QUICK[name] if quick else {}
+    if name == "rollout":
+        from rlvr_lib.bench.rollout import bench_rollout
+
+        return bench_rollout(**kwargs)
+    if name == "step":
+        from rlvr_lib.bench.step import bench_step_time
+
+        return bench_step_time(**kwargs)  # our side: the Trainer's default engine (KVCacheEngine)
+    from rlvr_lib.bench.logprob import bench_logprob_memory
+
+    return bench_logprob_memory(**kwargs)
+
+
+def summarize(name: str, result: dict) -> dict:
+    """The summary entries of one benchmark's result: the ratio, its raw medians, target and verdict."""
+    if name == "rollout":
+        key, value = "rollout_speedup_vs_generate", result["rollout_speedup_vs_generate"]
+        grouped = result["workloads"]["grouped"]
+        raw = {"workload": "grouped", "generate_tokens_per_s": grouped["generate"]["tokens_per_s"],
+               "kv_cache_tokens_per_s": grouped["kv_cache"]["tokens_per_s"],
+               "generate_median_s": grouped["generate"]["median_s"], "kv_cache_median_s": grouped["kv_cache"]["median_s"],
+               "speedup_by_workload": {w: r["speedup"] for w, r in result["workloads"].items()},
+               "greedy_tokens_equal": result["greedy_tokens_equal"]}
+    elif name == "step":
+        key, value = "step_time_ratio_vs_trl", result["step_time_ratio_vs_trl"]
+        raw = {"ours_median_s": result["ours"]["median_s"], "trl_median_s": result["trl"]["median_s"],
+               "ours_engine": result["ours"]["engine"], "trl_version": result["trl"]["trl_version"]}
+    else:
+        key, value = "logprob_peak_mem_ratio", result["logprob_peak_mem_ratio"]
+        raw = {"naive_peak_bytes": result["variants"]["naive"]["peak_bytes"],
+               "chunked_peak_bytes": result["variants"]["chunked"]["peak_bytes"],
+               "naive_median_s": result["variants"]["naive"]["median_s"],
+               "chunked_median_s": result["variants"]["chunked"]["median_s"],
+               "time_ratio": result["logprob_time_ratio"], "values_equal": result["values_equal"],
+               "tokens": result["settings"]["tokens"], "vocab": result["settings"]["vocab"],
+               "device": result["settings"]["device"]}
+    op, bound = TARGETS[key]
+    return {key: value, name: {**raw, "target": f"{op} {bound}", "met": _met(key, value)}}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m rlvr_lib.bench", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", default=",".join(BENCHMARKS),
+                        help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
+    parser.add_argument("--out", default=None, help="output folder (default: results/bench)")
+    args = parser.parse_args(argv)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in BENCHMARKS]
+    if unknown or not names:
+        parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {BENCHMARKS}")
+    out = Path(args.out) if args.out else results_root() / "bench"
+    out.mkdir(parents=True, exist_ok=True)
+    summary_path = out / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    for name in names:
+        t0 = time.perf_counter()
+        result = _run(name, args.quick)
+        result["wall_s"] = round(time.perf_counter() - t0, 1)
+        result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        result["quick"] = args.quick
+        result.setdefault("machine", machine_info())
+        write_json_atomic(out / f"{name}.json", result)
+        summary.update(summarize(name, result))
+        summary.setdefault("finished_at", {})[name] = result["finished_at"]
+        summary["machine"] = result["machine"]
+        write_json_atomic(summary_path, summary)  # after each benchmark: nothing lost on interruption
+        print(json.dumps({name: summarize(name, result)}), flush=True)
+    print(json.dumps(summary, indent=1))
+    return summary
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

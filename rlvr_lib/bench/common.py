@@ -1,0 +1,63 @@
+"""What the benchmarks share: argument checks, medians, the machine's description."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["check_int", "machine_info", "median", "time_repeats"]
+
+
+def check_int(func: str, name: str, value: Any, lo: int) -> None:
+    """Raise ``ValueError`` unless ``value`` is an int (not a bool) ``>= lo``, naming ``func`` and ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+        what = "a positive int (>= 1)" if lo == 1 else ("a non-negative int (>= 0)" if lo == 0 else f"an int >= {lo}")
+        raise ValueError(f"{func}: {name}={value!r} is invalid: must be {what}")
+
+
+def median(values: Sequence[float]) -> float:
+    """The median as a float."""
+    return float(statistics.median(values))
+
+
+def time_repeats(fn: Callable[[], Any], *, warmup: int, repeats: int) -> tuple[list[float], list[Any]]:
+    """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed with ``perf_counter``.
+
+    Returns:
+        ``(seconds, results)`` of the timed calls.
+    """
+    for _ in range(warmup):
+        fn()
+    seconds, results = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        results.append(fn())
+        seconds.append(time.perf_counter() - t0)
+    return seconds, results
+
+
+def machine_info() -> dict:
+    """Where a benchmark ran: CPU, core count, torch threads, library versions, GPU if any."""
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {
+        "cpu": cpu,
+        "cpu_count": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "torch": torch.__version__,
+        "transformers": transformers.__version__,
+        "python": platform.python_version(),
+        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+    }

@@ -1,0 +1,64 @@
+"""The benchmark suite's plumbing: summaries hold the ratios of the raw medians, files are written,
+earlier entries survive a partial run, and the memory benchmark measures what it claims.
+
+No test asserts a time: times are measured, compared in the same run and reported.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from rlvr_lib.bench.__main__ import TARGETS, main
+from rlvr_lib.bench.logprob import bench_logprob_memory
+from rlvr_lib.bench.rollout import bench_rollout
+
+
+def test_cli_writes_results_and_summary_with_ratios_of_the_raw_medians(tmp_path):
+    summary = main(["--quick", "--only", "rollout,logprob", "--out", str(tmp_path)])
+    assert {p.name for p in tmp_path.iterdir()} == {"rollout.json", "logprob.json", "summary.json"}
+    assert json.loads((tmp_path / "summary.json").read_text()) == summary
+    r = summary["rollout"]
+    assert summary["rollout_speedup_vs_generate"] == pytest.approx(r["kv_cache_tokens_per_s"] / r["generate_tokens_per_s"])
+    assert r["greedy_tokens_equal"] is True
+    m = summary["logprob"]
+    assert summary["logprob_peak_mem_ratio"] == pytest.approx(m["chunked_peak_bytes"] / m["naive_peak_bytes"])
+    assert m["values_equal"] is True
+    for key, name in (("rollout_speedup_vs_generate", "rollout"), ("logprob_peak_mem_ratio", "logprob")):
+        op, bound = TARGETS[key]
+        assert summary[name]["target"] == f"{op} {bound}"
+        assert summary[name]["met"] == (summary[key] >= bound if op == ">=" else summary[key] <= bound)
+    # a later partial run adds its entry and keeps the others
+    before = dict(summary)
+    after = main(["--quick", "--only", "step", "--out", str(tmp_path)])
+    assert after["rollout"] == before["rollout"] and after["logprob"] == before["logprob"]
+    s = after["step"]
+    assert after["step_time_ratio_vs_trl"] == pytest.approx(s["ours_median_s"] / s["trl_median_s"])
+    assert s["ours_engine"] == "KVCacheEngine"
+
+
+def test_cli_rejects_unknown_benchmark(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--only", "rollout,speed", "--out", str(tmp_path)])
+    assert "unknown benchmark" in capsys.readouterr().err
+
+
+def test_chunked_kernel_peak_memory_is_a_fraction_of_naive():
+    """Vocabulary 16x the chunk: the naive path holds several (N, V) float32 tensors, the kernel one (N, chunk)."""
+    r = bench_logprob_memory(tokens=512, vocab=32768, hidden=64, chunk_size=2048, warmup=0, repeats=1)
+    naive, chunked = r["variants"]["naive"]["peak_bytes"], r["variants"]["chunked"]["peak_bytes"]
+    logits_bytes = 512 * 32768 * 4
+    assert naive >= 2 * logits_bytes  # at least the logits and the log-softmax
+    assert r["logprob_peak_mem_ratio"] < 0.25
+    assert r["values_equal"], r["diffs"]
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batch=10, group_size=4), "multiple of group_size"),
+    (dict(repeats=0), "repeats=0"),
+    (dict(workloads=("grouped", "huge")), "workloads="),
+])
+def test_rollout_bench_validates_arguments(kw, match):
+    with pytest.raises(ValueError, match=match):
+        bench_rollout(**kw)
