@@ -383,18 +383,19 @@ class KLCov(OptionsMethod):
     Per token, cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's
     tokens; loss_t = -rho_t A_t + ``kl_cov_coef`` * |logp_t - old_logp_t| on the
     k = max(1, floor(``k_frac`` x n_tokens)) tokens of largest cov_t (no PPO
-    clip; ``rlvr_lib.algos.kl_cov_loss``). ``k_frac`` is a FRACTION of tokens:
-    the default 2e-3 = 0.2% is the authors' ``kl_cov_ratio``/``k_percent`` of 0.2
-    percent for 7B models (the paper's 32B runs use 2e-4), and what 3PO's
-    ``grpo_klcov`` runs (``KL_COV_RATIO=0.2``, ``PPO_KL_COEF=1``). On the testbed a
-    step has ~10^3 completion tokens, so the penalty touches 1-2 tokens per
-    minibatch. No KL anchor (preset). Logged: ``kl_cov_frac``, ``abs_log_ratio``.
+    clip; ``rlvr_lib.algos.kl_cov_loss``). ``k_frac`` is a FRACTION of tokens,
+    default 2e-4 (0.02%), the setting PAPERS.md lists for arXiv 2505.22617;
+    3PO's ``grpo_klcov`` script runs ``KL_COV_RATIO=0.2`` percent, i.e.
+    ``k_frac=2e-3`` (pass it in ``method_options`` to run that). On the testbed
+    a step has ~10^3 completion tokens, so either fraction penalises
+    ``max(1, floor(k_frac x n))`` = 1-2 tokens per minibatch. No KL anchor
+    (preset). Logged: ``kl_cov_frac``, ``abs_log_ratio``.
 
-    Options: ``k_frac`` (in (0, 1], default 2e-3), ``kl_cov_coef`` (>= 0, default 1).
+    Options: ``k_frac`` (in (0, 1], default 2e-4), ``kl_cov_coef`` (>= 0, default 1).
     """
 
     name = "kl_cov"
-    OPTIONS = {"k_frac": 2e-3, "kl_cov_coef": 1.0}
+    OPTIONS = {"k_frac": 2e-4, "kl_cov_coef": 1.0}
 
     def check_options(self) -> None:
         self._number("k_frac", 0.0, 1.0, lo_open=True)
