@@ -257,9 +257,10 @@ class KVCacheEngine(BatchedEngine):
 
     Same contract as :class:`~rlvr_lib.rollout.hf.HFEngine` (see
     :mod:`rlvr_lib.rollout.base`); under greedy decoding the tokens are
-    HFEngine's. The sampling random stream differs from ``generate``'s, so
-    sampled rollouts for a seed differ between the two engines (each is
-    deterministic).
+    HFEngine's. Sampled rollouts for a seed are deterministic; they usually
+    match HFEngine's (both draw by the exponential race from the same seeded
+    stream) but are not guaranteed to: dropping finished rows changes the
+    stream's later draws.
 
     Args:
         model, tokenizer, batch_size, eos_token_id, add_special_tokens, progress:
