@@ -103,7 +103,10 @@ def _bench_section(root: Path) -> list[str]:
     return lines
 
 
-SECTIONS = (("grpo_baseline_full", "GRPO baseline", "01_grpo_baseline"),)
+SECTIONS = (
+    ("grpo_baseline_full", "GRPO baseline", "01_grpo_baseline"),
+    ("baselines_full", "Baselines", "02_baselines"),
+)
 
 
 def render(root: str | Path | None = None) -> str:
