@@ -433,13 +433,16 @@ def claims_table(rows: Sequence[Mapping[str, Any]], fmt: str = ".3f"):
             sequence of per-seed values (aggregated here) or one number.
         ``holds`` (bool), or ``expect`` (``">"`` or ``"<"``) with optional
             ``than`` (default 0): then ``holds`` is whether our *mean* lies on
-            the claimed side of ``than``. The interval is shown beside it, so
-            a reader sees whether it also clears ``than``.
+            the claimed side of ``than``, and ``ci_clears`` whether the whole
+            95% interval does (the claim is then resolved at our number of
+            seeds; ``holds`` with ``ci_clears`` False is a point estimate only;
+            one seed has no interval, so ``ci_clears`` is False).
     Any other keys (e.g. ``note``) become extra columns.
 
     Returns:
         ``pandas.DataFrame`` with columns ``claim``, ``paper``, ``ours``
-        (``"mean [lo, hi]"``), ``holds`` (bool), then the extra columns.
+        (``"mean [lo, hi]"``), ``holds`` (bool), ``ci_clears`` (bool, or
+        ``None`` for rows given ``holds`` directly), then the extra columns.
 
     Raises:
         ValueError: on a row without ``claim``/``paper``/``ours`` or without
@@ -454,21 +457,24 @@ def claims_table(rows: Sequence[Mapping[str, Any]], fmt: str = ".3f"):
             raise ValueError(f"claims_table row {i} lacks {missing}: {dict(row)!r}")
         ours = row["ours"]
         agg = ours if isinstance(ours, Mapping) else aggregate_seeds(ours)
+        ci_clears = None
         if "holds" in row:
             holds = bool(row["holds"])
         elif "expect" in row:
             than = row.get("than", 0.0)
+            lo, hi, seeds = agg["ci_low"], agg["ci_high"], agg["n"]
             if row["expect"] == ">":
-                holds = agg["mean"] > than
+                holds, ci_clears = agg["mean"] > than, bool(seeds >= 2 and lo > than)
             elif row["expect"] == "<":
-                holds = agg["mean"] < than
+                holds, ci_clears = agg["mean"] < than, bool(seeds >= 2 and hi < than)
             else:
                 raise ValueError(f"claims_table row {i}: expect={row['expect']!r} is invalid: must be '>' or '<'")
         else:
             raise ValueError(f"claims_table row {i} needs 'holds' or 'expect': {dict(row)!r}")
         extra = {k: v for k, v in row.items() if k not in ("claim", "paper", "ours", "holds", "expect", "than")}
-        out.append({"claim": row["claim"], "paper": row["paper"], "ours": format_ci(agg, fmt), "holds": holds, **extra})
-    df = pd.DataFrame(out, columns=None if out else ["claim", "paper", "ours", "holds"])
+        out.append({"claim": row["claim"], "paper": row["paper"], "ours": format_ci(agg, fmt), "holds": holds,
+                    "ci_clears": ci_clears, **extra})
+    df = pd.DataFrame(out, columns=None if out else ["claim", "paper", "ours", "holds", "ci_clears"])
     df["holds"] = df["holds"].astype(bool)
     return df
 

@@ -238,10 +238,13 @@ def test_claims_table_columns_holds_and_markdown():
         {"claim": "C3PO beats GRPO", "paper": "+1.05", "ours": aggregate_seeds([-0.1, 0.0]), "expect": ">"},
         {"claim": "Malformed rate below 5%", "paper": "<5%", "ours": [0.02], "expect": "<", "than": 0.05},
         {"claim": "Given", "paper": 1.0, "ours": 0.5, "holds": False, "note": "n/a at this scale"},
+        {"claim": "Clear gain", "paper": "+2", "ours": [0.10, 0.12, 0.11], "expect": ">"},
     ]
     df = claims_table(rows)
-    assert list(df.columns) == ["claim", "paper", "ours", "holds", "note"]
-    assert df["holds"].tolist() == [True, False, True, False]
+    assert list(df.columns) == ["claim", "paper", "ours", "holds", "ci_clears", "note"]
+    assert df["holds"].tolist() == [True, False, True, False, True]
+    # mean above 0 but the interval spans it; one seed has no interval; given rows have none
+    assert df["ci_clears"].tolist() == [False, False, False, None, True]
     assert df["holds"].dtype == bool
     assert df.loc[0, "ours"] == "0.020 [-0.005, 0.045]"  # half = 4.302653 * 0.01 / sqrt(3) = 0.02484
     assert df.loc[2, "ours"] == "0.020 (n=1)"
