@@ -493,3 +493,22 @@ def test_length_buckets_equal_one_pass(tiny_model_and_tokenizer):
         assert torch.allclose(g1[name], g4[name], atol=1e-5, rtol=1e-4), name
     with pytest.raises(ValueError, match="length_buckets"):
         sequence_logprobs(model, *args, length_buckets=0)
+
+
+@pytest.mark.parametrize("rows", [3, 40])  # one trimmed pass; several buckets
+def test_output_keeps_the_callers_width_when_padding_is_trimmed(tiny_model_and_tokenizer, rows):
+    """Columns past every row's end are cut before the forward, never from the returned (N, T)."""
+    model, tok = tiny_model_and_tokenizer
+    prompt_ids = torch.tensor([[0, 5, 6]] * rows)
+    prompt_mask = (prompt_ids != 0).long()
+    completion_ids = torch.zeros(rows, 9, dtype=torch.long)
+    completion_ids[:, :4] = torch.tensor([11, 12, 13, 1])
+    completion_mask = (torch.arange(9) < 4).long().expand(rows, -1).contiguous()
+    with torch.no_grad():
+        logp, ent = sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                      with_entropy=True)
+        short, _ = sequence_logprobs(model, prompt_ids[:, 1:], prompt_mask[:, 1:], completion_ids[:, :4],
+                                     completion_mask[:, :4])
+    assert logp.shape == ent.shape == (rows, 9)
+    assert (logp[:, 4:] == 0).all() and (ent[:, 4:] == 0).all()
+    assert torch.allclose(logp[:, :4], short, atol=1e-6)

@@ -201,10 +201,12 @@ def sequence_logprobs(
     if t_len == 0:
         empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
-    buckets = min(length_buckets, n_rows // _MIN_BUCKET_ROWS)
-    if buckets <= 1:
-        return _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                 temperature, with_entropy, kernel)
+    buckets = max(1, min(length_buckets, n_rows // _MIN_BUCKET_ROWS))
+    if buckets == 1:  # one trimmed pass, padded back to the caller's width T
+        logp, entropy = _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                          temperature, with_entropy, kernel)
+        logp = F.pad(logp, (0, t_len - logp.shape[1]))
+        return logp, (F.pad(entropy, (0, t_len - entropy.shape[1])) if with_entropy else None)
     order = torch.argsort(completion_mask.sum(1), stable=True)
     logps, entropies = [], []
     for rows in order.chunk(buckets):
