@@ -109,11 +109,12 @@ def main(argv: list[str] | None = None) -> dict:
         result["quick"] = args.quick
         result.setdefault("machine", machine_info())
         write_json_atomic(out / f"{name}.json", result)
-        summary.update(summarize(name, result))
+        entry = summarize(name, result)
+        summary.update(entry)
         summary.setdefault("finished_at", {})[name] = result["finished_at"]
         summary["machine"] = result["machine"]
         write_json_atomic(summary_path, summary)  # after each benchmark: nothing lost on interruption
-        print(json.dumps({name: summarize(name, result)}), flush=True)
+        print(json.dumps({name: entry}), flush=True)
     print(json.dumps(summary, indent=1))
     return summary
 

@@ -24,9 +24,11 @@ the same tokens on both engines (``greedy_tokens_equal``).
 
 from __future__ import annotations
 
+import time
+
 import torch
 
-from rlvr_lib.bench.common import check_int, machine_info, median, time_repeats
+from rlvr_lib.bench.common import check_int, machine_info, median
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
 
@@ -98,17 +100,16 @@ def bench_rollout(
         prompts, n = _workload_prompts(workload, batch, group_size)
         params = SamplingParams(n=n, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
         row = {}
-        for _ in range(warmup):  # alternate so that both engines see the same machine state
-            for name, pair in engines.items():
-                pair[workload == "forced_length"].generate(prompts, params)
+        chosen = {name: pair[workload == "forced_length"] for name, pair in engines.items()}
         timings: dict[str, list[float]] = {name: [] for name in engines}
         tokens: dict[str, int] = {}
-        for _ in range(repeats):
-            for name, pair in engines.items():
-                seconds, (rollouts,) = time_repeats(
-                    lambda e=pair[workload == "forced_length"]: e.generate(prompts, params), warmup=0, repeats=1)
-                timings[name] += seconds
-                tokens[name] = int(rollouts.completion_mask.sum())
+        for repeat in range(warmup + repeats):  # alternate so that both engines see the same machine state
+            for name, engine in chosen.items():
+                t0 = time.perf_counter()
+                rollouts = engine.generate(prompts, params)
+                if repeat >= warmup:
+                    timings[name].append(time.perf_counter() - t0)
+                    tokens[name] = int(rollouts.completion_mask.sum())
         for name in engines:
             med = median(timings[name])
             row[name] = {"seconds": timings[name], "median_s": med, "tokens_per_call": tokens[name],

@@ -101,7 +101,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from rlvr_lib.bench.common import check_int, median
+from rlvr_lib.bench.common import check_int, median, time_repeats
 from rlvr_lib.tasks import CORRECT, Problem, family_problems, verify
 
 __all__ = ["bench_step_time"]
@@ -237,12 +237,8 @@ def _run_ours(problems: list[Problem], *, group_size: int, max_new_tokens: int, 
         raise RuntimeError("our trainer's training pool differs from the benchmark's problems")
     if threads is not None:
         torch.set_num_threads(threads)
-    seconds, lengths = [], []
-    for _ in range(warmup + repeats):
-        t0 = time.perf_counter()
-        metrics = trainer.step()
-        seconds.append(time.perf_counter() - t0)
-        lengths.append(float(metrics["response_length"]))
+    seconds, history = time_repeats(trainer.step, warmup=0, repeats=warmup + repeats)  # warm-up kept, reported apart
+    lengths = [float(m["response_length"]) for m in history]
     return {
         "step_seconds": seconds[warmup:],
         "median_s": median(seconds[warmup:]),

@@ -5,7 +5,7 @@ Public API:
     Rollouts: the batch of completions (ids, masks, sampling log-probs, texts).
     RolloutEngine: the engine protocol (``generate(prompts, params)``).
     BatchedEngine: what the in-process engines share (encoding, micro-batches, seeding).
-    HFEngine: the default engine on ``transformers``' ``model.generate``.
+    HFEngine: the reference engine on ``transformers``' ``model.generate``.
     KVCacheEngine: the fast engine (static KV cache, prompt encoded once per group,
         finished rows dropped, lean decoder for the Llama family).
     sequence_logprobs: teacher-forced per-token log-probs / entropies (the

@@ -283,8 +283,9 @@ class Rollouts:
 class RolloutEngine(Protocol):
     """Anything that samples completions for prompts.
 
-    Implementations: :class:`rlvr_lib.rollout.hf.HFEngine` (transformers,
-    default). Engines must follow the conventions of this module's docstring.
+    Implementations: :class:`rlvr_lib.rollout.kvcache.KVCacheEngine` (the
+    trainer's default) and :class:`rlvr_lib.rollout.hf.HFEngine` (``generate``).
+    Engines must follow the conventions of this module's docstring.
     """
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:

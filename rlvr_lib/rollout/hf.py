@@ -1,6 +1,7 @@
-"""The default rollout engine: ``transformers`` ``model.generate``.
+"""The reference rollout engine: ``transformers`` ``model.generate``.
 
-Works with any ``AutoModelForCausalLM`` on CPU or CUDA. See
+The trainer's default is the faster :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine`;
+this one is the baseline it is tested and benchmarked against. Works with any ``AutoModelForCausalLM`` on CPU or CUDA. See
 :mod:`rlvr_lib.rollout.base` for the conventions of the returned
 :class:`~rlvr_lib.rollout.base.Rollouts`.
 """
@@ -8,7 +9,7 @@ Works with any ``AutoModelForCausalLM`` on CPU or CUDA. See
 from __future__ import annotations
 
 import contextlib
-from typing import Iterator, Literal, Sequence
+from typing import Iterator, Literal
 
 import torch
 
@@ -77,49 +78,29 @@ class HFEngine(BatchedEngine):
     reported log-probs; ``top_k=0`` disables the library's hidden top-k=50
     default.
 
-    Determinism: sampling runs inside ``torch.random.fork_rng`` seeded with
-    ``params.seed``, so the global RNG is untouched and the same seed gives the
-    same rollouts (bit for bit on CPU) for the same prompts, model and
-    ``batch_size`` (micro-batch composition changes the random stream).
+    Determinism, micro-batching and the other constructor arguments are
+    those of :class:`~rlvr_lib.rollout.batched.BatchedEngine`.
 
     Args:
-        model: A causal LM (``PreTrainedModel`` with ``GenerationMixin``), on
-            any device; inputs are moved to ``model.device``.
-        tokenizer: Its tokenizer (a ``PreTrainedTokenizerBase``); not mutated.
-        batch_size: Maximum number of sequences per ``generate`` call (memory
-            bound). Prompts are expanded ``n`` times and cut into micro-batches
-            in prompt-major order.
-        eos_token_id: Token id(s) that end a completion. Default: the
-            tokenizer's EOS plus the model generation config's EOS id(s).
-        add_special_tokens: Passed to the tokenizer when encoding prompts
-            (e.g. adds BOS for Llama-style tokenizers).
+        model: A causal LM (``PreTrainedModel`` with ``GenerationMixin``).
+        tokenizer: Its tokenizer.
         logprob_mode: ``"stream"`` (default) records log-probs step by step
             with a logits processor, memory ``O(batch * vocab)``;
             ``"output_logits"`` asks ``generate`` for all raw logits
             (``output_logits=True``), memory ``O(batch * T * vocab)``. Both
             give the same numbers.
-        progress: Show a tqdm bar over micro-batches.
+        **engine_kwargs: ``batch_size``, ``eos_token_id``,
+            ``add_special_tokens``, ``progress`` (see ``BatchedEngine``).
 
     Raises:
         ValueError: If ``batch_size < 1``, no EOS id can be found, or
             ``logprob_mode`` is unknown.
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        batch_size: int = 256,
-        eos_token_id: int | Sequence[int] | None = None,
-        add_special_tokens: bool = True,
-        logprob_mode: LogprobMode = "stream",
-        progress: bool = False,
-    ) -> None:
+    def __init__(self, model, tokenizer, *, logprob_mode: LogprobMode = "stream", **engine_kwargs) -> None:
         if logprob_mode not in ("stream", "output_logits"):
             raise ValueError(f"HFEngine.logprob_mode must be 'stream' or 'output_logits', got {logprob_mode!r}")
-        super().__init__(model, tokenizer, batch_size=batch_size, eos_token_id=eos_token_id,
-                         add_special_tokens=add_special_tokens, progress=progress)
+        super().__init__(model, tokenizer, **engine_kwargs)
         self.logprob_mode = logprob_mode
 
     @contextlib.contextmanager

@@ -2,22 +2,26 @@
 
 ``model.generate`` pays, at every new token, for its logits processors,
 stopping criteria, cache bookkeeping and the 4-D mask builders of the model's
-forward; on a small model on CPU that Python overhead, not arithmetic, is the
-cost of a rollout. :class:`KVCacheEngine` decodes with the least per-token
-work:
+forward, and it keeps computing every row until the last one stops.
+:class:`KVCacheEngine` does less work per token and, above all, fewer tokens
+(on the tiny policy at batch 64 the matmuls dominate, so skipped work is most
+of the gain; ``results/bench/rollout.json``):
 
 * **Static KV cache.** Keys and values of every layer live in tensors
   preallocated at ``(B, kv_heads, P + max_new_tokens, head_dim)``; each step
   writes one column and attends over a view of the filled prefix. Prompts
   are left-padded, so every row writes the same column and no index
   bookkeeping is needed; pad columns are masked.
-* **Prompt encoded once** (one prefill forward), then one token per step.
-* **Early exit** when every row has produced EOS.
+* **Each distinct prompt encoded once** (one prefill forward; a group's G
+  rows share it), then one token per step.
+* **Finished rows dropped** from the batch (once a quarter of the live rows
+  have stopped), and an early exit when every row has produced EOS.
 * **A lean decoder** for the Llama family (``llama``, ``mistral``, ``qwen2``,
   ``qwen3`` model types without sliding windows): it calls the model's own
   modules (embedding, RMSNorms, q/k/v/o projections, MLPs, rotary embedding,
-  LM head) -- so weights are shared, not copied -- and does attention with
-  ``scaled_dot_product_attention`` on the cache. Any other causal LM falls
+  LM head) -- so weights are shared, not copied; q/k/v and gate/up are fused
+  into one matmul each -- and attends over the cache (``scaled_dot_product_attention``
+  for the prefill, two batched matmuls for one-token steps). Any other causal LM falls
   back to its own ``forward`` with its own KV cache, one token per step
   (still without ``generate``'s overhead).
 
@@ -35,8 +39,6 @@ Sampling at step ``t`` with raw logits ``z_t`` (float32)::
 from __future__ import annotations
 
 import inspect
-from typing import Sequence
-
 import torch
 import torch.nn.functional as F
 
@@ -79,8 +81,9 @@ def _sample(logp: torch.Tensor) -> torch.Tensor:
 
     ``argmax_v p_v / E_v`` with ``E_v ~ Exp(1)`` i.i.d. is distributed as
     ``p`` (the smallest of independent ``Exp(p_v)`` clocks ``E_v / p_v`` rings
-    with probability ``p_v``); one fused pass instead of ``torch.multinomial``'s
-    per-row CDF search.
+    with probability ``p_v``). It is the algorithm ``torch.multinomial`` uses for
+    one draw without replacement, minus its input checks (reductions over
+    ``(B, V)`` at every step).
 
     Args:
         logp: ``(B, V)`` log-probabilities, ``-inf`` for excluded tokens.
@@ -263,31 +266,22 @@ class KVCacheEngine(BatchedEngine):
     stream's later draws.
 
     Args:
-        model, tokenizer, batch_size, eos_token_id, add_special_tokens, progress:
-            As :class:`~rlvr_lib.rollout.batched.BatchedEngine`.
+        model, tokenizer: A causal LM and its tokenizer.
         fast_path: ``"auto"`` (lean decoder when the model is of a type in
             :data:`LEAN_MODEL_TYPES` with the expected layout, else the
             model's own forward) or ``"never"`` (always the model's forward).
+        **engine_kwargs: ``batch_size``, ``eos_token_id``,
+            ``add_special_tokens``, ``progress`` (see
+            :class:`~rlvr_lib.rollout.batched.BatchedEngine`).
 
     Raises:
         ValueError: On a bad ``batch_size``/``fast_path`` or no EOS id.
     """
 
-    def __init__(
-        self,
-        model,
-        tokenizer,
-        *,
-        batch_size: int = 256,
-        eos_token_id: int | Sequence[int] | None = None,
-        add_special_tokens: bool = True,
-        progress: bool = False,
-        fast_path: str = "auto",
-    ) -> None:
+    def __init__(self, model, tokenizer, *, fast_path: str = "auto", **engine_kwargs) -> None:
         if fast_path not in FAST_PATH_MODES:
             raise ValueError(f"KVCacheEngine.fast_path must be one of {FAST_PATH_MODES}, got {fast_path!r}")
-        super().__init__(model, tokenizer, batch_size=batch_size, eos_token_id=eos_token_id,
-                         add_special_tokens=add_special_tokens, progress=progress)
+        super().__init__(model, tokenizer, **engine_kwargs)
         self.fast_path = fast_path
 
     @property

@@ -202,22 +202,18 @@ def sequence_logprobs(
         empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
     buckets = max(1, min(length_buckets, n_rows // _MIN_BUCKET_ROWS))
-    if buckets == 1:  # one trimmed pass, padded back to the caller's width T
-        logp, entropy = _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                          temperature, with_entropy, kernel)
-        logp = F.pad(logp, (0, t_len - logp.shape[1]))
-        return logp, (F.pad(entropy, (0, t_len - entropy.shape[1])) if with_entropy else None)
+    if buckets == 1:
+        return _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                                 temperature, with_entropy, kernel)
     order = torch.argsort(completion_mask.sum(1), stable=True)
-    logps, entropies = [], []
-    for rows in order.chunk(buckets):
-        logp, entropy = _trimmed_logprobs(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows],
-                                          completion_mask[rows], temperature, with_entropy, kernel)
-        logps.append(F.pad(logp, (0, t_len - logp.shape[1])))
-        if with_entropy:
-            entropies.append(F.pad(entropy, (0, t_len - entropy.shape[1])))
-    back = torch.argsort(order)
-    logp = torch.cat(logps).index_select(0, back.to(device))
-    entropy = torch.cat(entropies).index_select(0, back.to(device)) if with_entropy else None
+    parts = [
+        _trimmed_logprobs(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows], completion_mask[rows],
+                          temperature, with_entropy, kernel)
+        for rows in order.chunk(buckets)
+    ]
+    back = torch.argsort(order).to(device)
+    logp = torch.cat([lp for lp, _ in parts]).index_select(0, back)
+    entropy = torch.cat([en for _, en in parts]).index_select(0, back) if with_entropy else None
     return logp, entropy
 
 
@@ -226,16 +222,17 @@ _MIN_BUCKET_ROWS = 8
 
 def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy,
                       kernel) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`sequence_logprobs` of one bucket, cut to its longest prompt and completion."""
-    n_rows = completion_ids.shape[0]
+    """:func:`sequence_logprobs` of one bucket: computed on its longest prompt and completion
+    only, returned at the caller's width ``T`` (zeros past every row's end)."""
+    n_rows, width = completion_ids.shape
     p_keep = max(1, int(prompt_mask.sum(1).max()))
     t_len = int(completion_mask.sum(1).max())
     prompt_ids, prompt_mask = prompt_ids[:, -p_keep:], prompt_mask[:, -p_keep:]
     completion_ids, completion_mask = completion_ids[:, :t_len], completion_mask[:, :t_len]
     device = prompt_ids.device
     if t_len == 0:
-        empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
-        return empty, (empty.clone() if with_entropy else None)
+        logp = torch.zeros(n_rows, width, device=device, dtype=torch.float32)
+        return logp, (logp.clone() if with_entropy else None)
 
     head = plain_lm_head(model) if kernel != "logits" else None
     if head is None:
@@ -246,18 +243,17 @@ def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion
         mask = completion_mask.to(log_probs.dtype)
         logp = log_probs.gather(-1, completion_ids.unsqueeze(-1)).squeeze(-1) * mask
         entropy = -(log_probs.exp() * log_probs).sum(-1) * mask if with_entropy else None
-        return logp, entropy
+    else:
+        from rlvr_lib.kernels import logprob_entropy
 
-    from rlvr_lib.kernels import logprob_entropy
-
-    decoder, lm_head = head
-    hidden = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, decoder=decoder)
-    real = completion_mask.bool()
-    token_logp, token_entropy = logprob_entropy(
-        hidden[real], lm_head.weight, completion_ids[real], temperature=temperature,
-        backend="auto" if kernel == "auto" else kernel, bias=lm_head.bias,
-    )
-    zeros = torch.zeros(n_rows, t_len, device=hidden.device, dtype=torch.float32)
-    logp = zeros.masked_scatter(real, token_logp.float())
-    entropy = zeros.masked_scatter(real, token_entropy.float()) if with_entropy else None
-    return logp, entropy
+        decoder, lm_head = head
+        hidden = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, decoder=decoder)
+        real = completion_mask.bool()
+        # LOGPROB_KERNELS other than "logits" are the kernel backends themselves.
+        token_logp, token_entropy = logprob_entropy(hidden[real], lm_head.weight, completion_ids[real],
+                                                    temperature=temperature, backend=kernel, bias=lm_head.bias)
+        zeros = torch.zeros(n_rows, t_len, device=hidden.device, dtype=torch.float32)
+        logp = zeros.masked_scatter(real, token_logp.float())
+        entropy = zeros.masked_scatter(real, token_entropy.float()) if with_entropy else None
+    logp = F.pad(logp, (0, width - t_len))
+    return logp, (F.pad(entropy, (0, width - t_len)) if with_entropy else None)
