@@ -1,0 +1,37 @@
+"""Writes the regression records that `tests/test_regression.py` replays.
+
+Run once with the code whose behaviour is to be kept (the records say which
+commit made them): ``python tests/data/regression/make_records.py``. Each record
+is a quick `train_and_evaluate` run, small enough to replay in a test: several
+hooks (KL anchor, minibatch shuffles, a seeded policy-loss generator, an extra
+loss, hints, an intrinsic reward, another advantage) are exercised.
+"""
+
+from pathlib import Path
+
+import torch
+
+from rlvr_lib.eval.policy_eval import EvalSpec
+from rlvr_lib.methods import method_config
+from rlvr_lib.pipeline import train_and_evaluate
+
+ROOT = Path(__file__).resolve().parent
+EXPERIMENT = "records"
+SPEC = EvalSpec(families=("hard_mix",), problems_per_family=8, samples=8, diversity_problems=4,
+                diversity_samples=8)
+QUICK = dict(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=40, seed=0)
+CONFIGS = {
+    "grpo-mb2-ep2": method_config("grpo", inner_epochs=2, minibatches=2, **QUICK),
+    "grpo_no_kl": method_config("grpo_no_kl", **QUICK),
+    "clip_cov": method_config("clip_cov", inner_epochs=2, minibatches=2, **QUICK),
+    "entropy_reg": method_config("entropy_reg", method_options={"alpha": 0.05}, **QUICK),
+    "pope": method_config("pope", **QUICK),
+    "intuitor": method_config("intuitor", **QUICK),
+    "bnpo_beta": method_config("bnpo_beta", **QUICK),
+}
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for name, config in CONFIGS.items():
+        record = train_and_evaluate(EXPERIMENT, name, config, SPEC, root=ROOT, checkpoint_every=0)
+        print(name, record.run_id, record.history[-1]["reward_mean"])
