@@ -360,6 +360,7 @@ def test_kl_kinds_hand_worked():
     close(kl_penalty(logp, ref, "k2"), [[0.2402265, 0.0]])  # 0.5 * ln2^2
     close(kl_penalty(logp, ref, "k3"), [[0.1931472, 0.0]])  # r = 0.5: 0.5 - ln 0.5 - 1
     close(kl_penalty(logp, ref, "forward"), [[0.1534264, 0.0]])  # w = 0.5: 0.5*ln0.5 - (0.5-1)
+    close(kl_penalty(logp, ref, "reverse"), [[0.1931472, 0.0]])  # k3's value
     close(kl_penalty(logp, ref, "none"), [[0.0, 0.0]])
     torch.testing.assert_close(forward_kl_penalty(logp, ref), kl_penalty(logp, ref, "forward"))
 
@@ -373,10 +374,11 @@ def test_kl_estimators_unbiased_in_expectation():
     reverse = 0.3600624
     # KL(ref||pi) = .2 ln(.2/.5) + .2 ln(.2/.3) + .6 ln(.6/.2) = -.1832581 - .0810930 + .6591674
     forward = 0.3948163
-    for kind, expected in (("k1", reverse), ("k3", reverse), ("forward", forward)):
+    for kind, expected in (("k1", reverse), ("k3", reverse), ("reverse", reverse), ("forward", forward)):
         est = (pi * kl_penalty(lp, lr, kind)[0]).sum()
         assert abs(est.item() - expected) < 1e-6, kind
-    assert (kl_penalty(lp, lr, "k3") >= 0).all() and (kl_penalty(lp, lr, "forward") >= 0).all()
+    for kind in ("k3", "reverse", "forward"):
+        assert (kl_penalty(lp, lr, kind) >= 0).all(), kind
 
 
 def test_k3_gradient_pushes_towards_reference_and_ref_is_constant():
@@ -388,15 +390,25 @@ def test_k3_gradient_pushes_towards_reference_and_ref_is_constant():
     assert ref.grad is None
 
 
+def test_forward_and_reverse_per_token_gradients_hand_worked():
+    # forward: k3's gradient 1 - w (w = pi_ref/pi = 0.5 ; 2) ; reverse: k2's, logp - ref = ln 2 ; ln 0.5
+    for kind, expected in (("forward", [0.5, -1.0]), ("reverse", [0.6931472, -0.6931472])):
+        logp = T([math.log(0.5), math.log(0.1)], requires_grad=True)
+        ref = T([math.log(0.25), math.log(0.2)], requires_grad=True)
+        kl_penalty(logp, ref, kind).sum().backward()
+        close(logp.grad, expected)
+        assert ref.grad is None
+
+
 def test_k3_extreme_log_ratio_is_finite():
     out = kl_penalty(T([-200.0]), T([0.0]), "k3")
     assert torch.isfinite(out).all()
 
 
 def test_kl_registry_and_validation():
-    assert set(KL_ESTIMATORS) == {"k1", "k2", "k3", "forward", "none"}
+    assert set(KL_ESTIMATORS) == {"k1", "k2", "k3", "forward", "reverse", "none"}
     assert get_kl_estimator("k3") is KL_ESTIMATORS["k3"]
-    with pytest.raises(ValueError, match="valid names.*forward"):
+    with pytest.raises(ValueError, match="valid names.*forward.*reverse"):
         kl_penalty(T([0.0]), T([0.0]), "k4")
     with pytest.raises(ValueError, match="ref_logp"):
         kl_penalty(T([0.0, 1.0]), T([0.0]), "k1")

@@ -3,7 +3,8 @@
 * advantages: GRPO, Dr.GRPO, NudgeRL context, VIGOR rank, BNPO Beta; DAPO
   overlong shaping and dynamic-sampling filter.
 * policy_loss: PPO-clip (clip-higher), KL-Cov, Clip-Cov, loss aggregation.
-* kl: k1 / k2 / k3 / forward / none estimators against a reference.
+* kl: k1 / k2 / k3 / forward / reverse / none estimators against a reference
+  (each documents what its value estimates and what its gradient as used is).
 * regularizers: token entropy, entropy bonus, INTUITOR self-certainty.
 * guides: SAGE branch / token / random guides and the shaped KL anchor.
 
@@ -31,7 +32,7 @@ from .guides import (
     shaped_kl,
     token_guide,
 )
-from .kl import KL_ESTIMATORS, forward_kl_penalty, get_kl_estimator, kl_penalty
+from .kl import KL_ESTIMATORS, forward_kl_penalty, get_kl_estimator, kl_penalty, reverse_kl_penalty
 from .policy_loss import (
     LOSS_AGG_MODES,
     POLICY_LOSSES,
@@ -73,6 +74,7 @@ __all__ = [
     "ppo_clip_loss",
     "random_guide",
     "rank_advantages",
+    "reverse_kl_penalty",
     "self_certainty",
     "shaped_kl",
     "token_covariance",

@@ -5,14 +5,59 @@ Inputs are the log-probs of the tokens actually sampled (from pi_theta):
 (N, T). Each estimator returns (N, T); mask and aggregate them with
 :func:`rlvr_lib.algos.aggregate_loss`. ``ref_logp`` is treated as a constant.
 
-Estimators (Schulman, "Approximating KL divergence", 2020), with
-r = pi_ref / pi_theta = exp(ref_logp - logp) and samples from pi_theta:
+An estimator plays two roles, and they need not agree:
 
-* ``"k1"``: log(1/r) = logp - ref_logp; unbiased for KL(pi_theta || pi_ref), high variance.
-* ``"k2"``: 0.5 * (logp - ref_logp)^2; biased, low variance.
-* ``"k3"``: r - log r - 1; unbiased for KL(pi_theta || pi_ref), >= 0 (GRPO's choice).
-* ``"forward"``: r log r - (r - 1); unbiased for the forward KL(pi_ref || pi_theta), >= 0.
-* ``"none"``: zeros (no KL anchor).
+* its VALUE, averaged over tokens sampled from pi_theta, estimates a KL (what
+  gets logged);
+* its GRADIENT AS USED is what ``kl_coef * est(logp, ref_logp)`` contributes
+  to the loss gradient: autograd through ``logp`` only, on tokens sampled from
+  pi_theta, the sampling itself not differentiated and no importance weights.
+  In expectation that is E_{y~pi_theta}[d est / d logp(y) * grad logp(y)].
+
+Being an unbiased estimate of a KL does not make an estimator's gradient the
+gradient of that KL (Tang & Munos, "On a few pitfalls in KL divergence gradient
+estimation for RL", 2025, arXiv:2506.09477). For reference, with
+r = pi_ref / pi_theta = exp(ref_logp - logp) and E_theta[grad logp] = 0:
+
+* grad KL(pi_theta || pi_ref) (reverse) = E_theta[log(1/r) * grad logp];
+* grad KL(pi_ref || pi_theta) (forward) = -E_ref[grad logp] = E_theta[(1 - r) * grad logp].
+
+So an estimator whose d est / d logp is log(1/r) has the reverse KL's gradient
+as used, one whose d est / d logp is 1 - r has the forward KL's.
+
+Estimators (pi = pi_theta, ref = pi_ref; the values are Schulman's, "Approximating
+KL divergence", 2020):
+
+===========  ==========================  =======================  =================================
+name         per-token value             VALUE estimates          GRADIENT AS USED (expected)
+===========  ==========================  =======================  =================================
+``k1``       log(1/r) = logp - ref_logp  KL(pi || ref), unbiased  zero (d/dlogp = 1)
+``k2``       0.5 * (logp - ref_logp)^2   KL(pi || ref), biased    reverse KL's (d/dlogp = log(1/r))
+``k3``       r - log r - 1  (>= 0)       KL(pi || ref), unbiased  FORWARD KL's (d/dlogp = 1 - r)
+``reverse``  k3's value  (>= 0)          KL(pi || ref), unbiased  reverse KL's (k2's gradient)
+``forward``  r log r - (r - 1)  (>= 0)   KL(ref || pi), unbiased  forward KL's (k3's gradient)
+``none``     0                           -                        zero
+===========  ==========================  =======================  =================================
+
+``k3`` is the "low_var_kl" that GRPO and verl put in the loss: its value is
+an unbiased, non-negative estimate of the reverse KL(pi_theta || pi_ref) the
+GRPO papers name, but differentiated as a loss it pulls with the gradient of
+the forward KL(pi_ref || pi_theta). ``reverse`` keeps k3's value and swaps in
+k2's gradient, which is the reverse KL's; ``forward`` keeps its forward-KL
+value and swaps in k3's gradient. Both do this with a straight-through
+combination ``value.detach() + (surrogate - surrogate.detach())``, whose value
+is exactly ``value`` and whose gradient is exactly the surrogate's.
+
+The gradient statements are per token: they hold for the distribution of one
+token given its prefix. A sum of per-token terms over a sampled sequence does
+not include the score-function term through earlier tokens' sampling, so it is
+not the full gradient of the sequence-level KL (Tang & Munos, section on the
+sequential problem).
+
+The log-ratio inside exp() is clamped to [-20, 20] in ``k3``, ``forward`` and
+the value of ``reverse``. Inside that range the formulas above are exact;
+beyond it ``k3``'s and hence ``forward``'s gradient is zero, while
+``reverse``'s gradient (k2's, no exp) is not clamped.
 """
 
 from __future__ import annotations
@@ -24,7 +69,13 @@ from torch import Tensor
 
 from .policy_loss import _check_float_tensor, _check_same_shape
 
-__all__ = ["KL_ESTIMATORS", "forward_kl_penalty", "get_kl_estimator", "kl_penalty"]
+__all__ = [
+    "KL_ESTIMATORS",
+    "forward_kl_penalty",
+    "get_kl_estimator",
+    "kl_penalty",
+    "reverse_kl_penalty",
+]
 
 # exp() of a log-ratio beyond this overflows in low precision and is meaningless
 # as a penalty anyway; verl clamps at the same value.
@@ -38,29 +89,70 @@ def _check_pair(logp: Tensor, ref_logp: Tensor) -> tuple[Tensor, Tensor]:
     return logp, ref_logp.detach()
 
 
+def _straight_through(value: Tensor, surrogate: Tensor) -> Tensor:
+    """``value`` in the forward pass, ``surrogate``'s gradient in the backward pass.
+
+    ``surrogate - surrogate.detach()`` is exactly zero for finite values, so the
+    result equals ``value`` bit for bit.
+    """
+    return value.detach() + (surrogate - surrogate.detach())
+
+
 def _k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k1 = logp - ref_logp = log(1/r).
+
+    VALUE: unbiased for the reverse KL(pi_theta || pi_ref); can be negative,
+    high variance. GRADIENT AS USED: d/dlogp = 1, so E_theta[grad logp] = 0 -
+    it exerts no pull towards pi_ref in expectation (only noise).
+    """
     return logp - ref_logp
 
 
 def _k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k2 = 0.5 * (logp - ref_logp)^2 = 0.5 * (log r)^2.
+
+    VALUE: a biased (low-variance, >= 0) estimate of the reverse
+    KL(pi_theta || pi_ref). GRADIENT AS USED: d/dlogp = log(pi_theta / pi_ref),
+    so E_theta[log(pi_theta/pi_ref) grad logp] = grad KL(pi_theta || pi_ref):
+    exactly the reverse KL's gradient.
+    """
     return 0.5 * (logp - ref_logp) ** 2
 
 
 def _k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """k3 = r - log r - 1, r = pi_ref / pi_theta (GRPO's / verl's "low_var_kl").
+
+    VALUE: unbiased for the reverse KL(pi_theta || pi_ref), >= 0.
+    GRADIENT AS USED: d/dlogp = 1 - r, so E_theta[(1 - r) grad logp]
+    = grad KL(pi_ref || pi_theta): the FORWARD KL's gradient, not the reverse
+    KL's its value estimates. Use ``"reverse"`` for the reverse KL's gradient.
+    The log-ratio is clamped to [-20, 20] before exp.
+    """
     log_r = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     return torch.exp(log_r) - log_r - 1.0
 
 
 def forward_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Sampled-token estimator of the forward KL(pi_ref || pi_theta), samples from pi_theta.
+    """Sampled-token forward-KL penalty KL(pi_ref || pi_theta), samples from pi_theta.
 
-    With w = pi_ref / pi_theta = exp(ref_logp - logp):
+    VALUE. With w = pi_ref / pi_theta = exp(ref_logp - logp):
     KL(pi_ref || pi_theta) = E_ref[log w] = E_theta[w log w]. Since
     E_theta[w - 1] = 0, subtracting it keeps the estimator unbiased and makes
     every term non-negative (w log w - w + 1 >= 0, zero iff w = 1), which lowers
     the variance - the forward analogue of k3:
 
-        forward_t = w_t * log w_t - (w_t - 1)
+        value_t = w_t * log w_t - (w_t - 1)
+
+    GRADIENT AS USED. Differentiating value_t itself would give
+    d/dlogp = -w log w, whose expectation E_theta[-w log w grad logp] is
+    neither KL's gradient. Instead the gradient is k3's:
+
+        forward_t = value_t.detach() + (k3_t - k3_t.detach()),
+        k3_t = w_t - log w_t - 1,   d forward_t / d logp_t = 1 - w_t,
+
+    and E_theta[(1 - w) grad logp] = -E_ref[grad logp]
+    = grad KL(pi_ref || pi_theta), the forward KL's gradient. The value is
+    unchanged (bit for bit).
 
     The log-ratio is clamped to [-20, 20] before exp for numerical safety.
     This is the "forward KL" anchor SAGE (arXiv 2605.18864) compares against.
@@ -75,10 +167,41 @@ def forward_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
     logp, ref_logp = _check_pair(logp, ref_logp)
     log_w = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     w = torch.exp(log_w)
-    return w * log_w - (w - 1.0)
+    value = w * log_w - (w - 1.0)
+    return _straight_through(value, _k3(logp, ref_logp))
+
+
+def reverse_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Sampled-token reverse-KL penalty KL(pi_theta || pi_ref), samples from pi_theta.
+
+    This is the KL the GRPO papers write down ("KL(pi_theta || pi_ref)"), with
+    both its value and its gradient.
+
+    VALUE: k3's, r - log r - 1 with r = pi_ref / pi_theta: unbiased for
+    KL(pi_theta || pi_ref), >= 0 per token (Schulman 2020).
+
+    GRADIENT AS USED: k2's,
+
+        reverse_t = k3_t.detach() + (k2_t - k2_t.detach()),
+        k2_t = 0.5 * (logp_t - ref_logp_t)^2,
+        d reverse_t / d logp_t = logp_t - ref_logp_t = log(pi_theta / pi_ref),
+
+    and E_theta[log(pi_theta/pi_ref) grad logp] = grad KL(pi_theta || pi_ref),
+    the reverse KL's gradient (k3 alone would give the forward KL's).
+
+    Args:
+        logp: (N, T) log-probs of sampled tokens under pi_theta.
+        ref_logp: (N, T) log-probs of the same tokens under pi_ref.
+
+    Returns:
+        (N, T) tensor.
+    """
+    logp, ref_logp = _check_pair(logp, ref_logp)
+    return _straight_through(_k3(logp, ref_logp), _k2(logp, ref_logp))
 
 
 def _none(logp: Tensor, ref_logp: Tensor) -> Tensor:
+    """Zeros: no KL anchor. VALUE 0, GRADIENT AS USED zero (no graph to logp)."""
     return torch.zeros_like(logp)
 
 
@@ -87,6 +210,7 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
     "k2": _k2,
     "k3": _k3,
     "forward": forward_kl_penalty,
+    "reverse": reverse_kl_penalty,
     "none": _none,
 }
 
@@ -102,12 +226,24 @@ def get_kl_estimator(name: str) -> Callable[[Tensor, Tensor], Tensor]:
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
     """Per-token KL penalty against a reference policy, on sampled tokens.
 
+    With r = pi_ref / pi_theta. "Value" is what the mean over pi_theta samples
+    estimates; "gradient" is the expected gradient of ``kl_coef * penalty`` as
+    used in the loss (autograd through ``logp`` only). See the module docstring.
+
     kind:
-      * ``"k1"``: logp - ref_logp
-      * ``"k2"``: 0.5 * (logp - ref_logp)^2
-      * ``"k3"``: exp(ref_logp - logp) - (ref_logp - logp) - 1  (log-ratio clamped to [-20, 20])
-      * ``"forward"``: see :func:`forward_kl_penalty`
-      * ``"none"``: zeros
+      * ``"k1"``: logp - ref_logp. Value: KL(pi_theta || pi_ref), unbiased.
+        Gradient: zero in expectation.
+      * ``"k2"``: 0.5 * (logp - ref_logp)^2. Value: KL(pi_theta || pi_ref), biased.
+        Gradient: the reverse KL(pi_theta || pi_ref)'s.
+      * ``"k3"``: exp(ref_logp - logp) - (ref_logp - logp) - 1 (log-ratio clamped
+        to [-20, 20]). Value: KL(pi_theta || pi_ref), unbiased, >= 0.
+        Gradient: the FORWARD KL(pi_ref || pi_theta)'s.
+      * ``"reverse"``: k3's value with k2's gradient, see :func:`reverse_kl_penalty`.
+        Value: KL(pi_theta || pi_ref), unbiased, >= 0. Gradient: the reverse KL's.
+      * ``"forward"``: r log r - (r - 1) with k3's gradient, see
+        :func:`forward_kl_penalty`. Value: KL(pi_ref || pi_theta), unbiased, >= 0.
+        Gradient: the forward KL's.
+      * ``"none"``: zeros. Gradient: zero.
 
     Args:
         logp: (N, T) current-policy log-probs of the sampled tokens (carries the gradient).
