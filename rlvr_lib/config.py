@@ -27,6 +27,26 @@ enums and ``Optional`` fields; field types are read with
 ``typing.get_type_hints``, so classes must be defined at module level (as any
 importable class is). :meth:`ConfigBase.config_hash` is a short sha256 of the
 canonical JSON (sorted keys), used to name and cache runs.
+
+Adding a field without changing existing hashes. Cached runs are keyed by the
+hash of ``to_dict()``, so a new field would change every stored run id. Declare
+it with ``metadata={"omit_if_default": True}`` (the key is
+:data:`OMIT_IF_DEFAULT`) and it is left out of :func:`to_jsonable` (hence of
+``to_dict``, ``to_json`` and ``config_hash``) while its value equals its
+default, and written otherwise; ``from_dict`` of a dict without it gives the
+default::
+
+    @dataclass(frozen=True)
+    class EvalSpec(ConfigBase):
+        samples: int = 64
+        task: str = field(default="arith", metadata={"omit_if_default": True})
+
+    EvalSpec().to_dict()             # {'samples': 64}: same hash as before `task` existed
+    EvalSpec(task="echo").to_dict()  # {'samples': 64, 'task': 'echo'}
+
+The comparison is made on the JSON forms (so a list given for a tuple default
+still counts as the default); a ``default_factory`` is called to get the
+default. A field with neither default is always written.
 """
 
 from __future__ import annotations
@@ -42,12 +62,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, TypeVar, Union
 
-__all__ = ["ConfigBase", "canonical_json", "hash_jsonable", "to_jsonable"]
+__all__ = ["OMIT_IF_DEFAULT", "ConfigBase", "canonical_json", "hash_jsonable", "to_jsonable"]
 
 C = TypeVar("C", bound="ConfigBase")
 
 HASH_LENGTH = 12
 """Hex characters kept from the sha256 digest in :meth:`ConfigBase.config_hash`."""
+
+OMIT_IF_DEFAULT = "omit_if_default"
+"""Field-metadata key: a field marked with it is not serialised while it holds its default."""
 
 
 def _fmt(x: float) -> str:
@@ -255,7 +278,8 @@ class ConfigBase:
 def to_jsonable(value: Any) -> Any:
     """Converts a config value to JSON-compatible Python objects.
 
-    Dataclasses become dicts of their init fields, tuples/lists/sets become
+    Dataclasses become dicts of their init fields (less the fields marked
+    :data:`OMIT_IF_DEFAULT` that hold their default), tuples/lists/sets become
     lists, enums their ``.value``, paths strings, 0-d numpy/torch scalars
     Python numbers.
 
@@ -263,7 +287,15 @@ def to_jsonable(value: Any) -> Any:
         TypeError: for values with no JSON form.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value) if f.init}
+        out = {}
+        for f in dataclasses.fields(value):
+            if not f.init:
+                continue
+            item = to_jsonable(getattr(value, f.name))
+            if f.metadata.get(OMIT_IF_DEFAULT) and _is_default(f, item):
+                continue
+            out[f.name] = item
+        return out
     if isinstance(value, enum.Enum):
         return to_jsonable(value.value)
     if value is None or isinstance(value, (bool, int, float, str)):
@@ -279,6 +311,17 @@ def to_jsonable(value: Any) -> Any:
     if hasattr(value, "item") and getattr(value, "ndim", None) == 0:
         return value.item()
     raise TypeError(f"cannot serialise {type(value).__name__} value {value!r} to JSON")
+
+
+def _is_default(f: dataclasses.Field, jsonable: Any) -> bool:
+    """Whether ``jsonable`` (a field value's JSON form) equals the JSON form of the field's default."""
+    if f.default is not dataclasses.MISSING:
+        default = f.default
+    elif f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        default = f.default_factory()  # type: ignore[misc]
+    else:
+        return False
+    return to_jsonable(default) == jsonable
 
 
 def canonical_json(obj: Any) -> str:

@@ -6,11 +6,16 @@ in-distribution families; strategy frequencies and their entropy (SAGE T2);
 reasoning modes per problem from unsupervised clustering (NudgeRL Fig 1) with
 its agreement (ARI) with the testbed's strategy labels; outcome rates and
 lengths (3PO Fig 3).
+
+The problems, the verifier, the strategy labels and the in-distribution /
+out-of-distribution split come from the task named by ``EvalSpec.task``
+(`rlvr_lib.tasks.get_task`; ``"arith"``, the multiplication testbed, by
+default).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -20,7 +25,7 @@ from rlvr_lib.eval.diversity import mode_ari, mode_counts_per_problem, strategy_
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import EVAL_FAMILIES, FAMILIES, MALFORMED, OOD_FAMILIES, STRATEGIES, WRONG, family_problems
+from rlvr_lib.tasks import DEFAULT_TASK, EVAL_FAMILIES, MALFORMED, OOD_FAMILIES, WRONG, get_task, task_names
 
 AVERAGE = "average"
 
@@ -30,7 +35,10 @@ class EvalSpec(ConfigBase):
     """What an evaluation measures.
 
     Attributes:
-        families: Families to evaluate; the in-distribution ones among them are averaged.
+        families: Families of the task to evaluate; its in-distribution ones
+            (``task.eval_families``) among them are averaged (all of them when
+            none is). The default is the arithmetic testbed's evaluation and
+            OOD families: give ``families`` with any other ``task``.
         problems_per_family: Problems per family.
         samples: Samples per problem (pass@k for k up to this).
         temperature, top_p, max_new_tokens: Sampling.
@@ -38,6 +46,9 @@ class EvalSpec(ConfigBase):
         group_size: G for the zero-advantage fraction.
         diversity_problems, diversity_samples: Subset clustered for reasoning modes
             (clustering is quadratic in the number of traces).
+        task: Registered task name (`rlvr_lib.tasks.task_names`). Left out of
+            `to_dict` (and so of the hash) while it is the default ``"arith"``,
+            so specs and run ids from before the field existed are unchanged.
     """
 
     families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES
@@ -50,11 +61,14 @@ class EvalSpec(ConfigBase):
     group_size: int = 8
     diversity_problems: int = 100
     diversity_samples: int = 16
+    task: str = field(default=DEFAULT_TASK, metadata={"omit_if_default": True})
 
     def validate(self) -> None:
+        self.check_choice("task", self.task, task_names())
         self.check(len(self.families) > 0, "families", self.families, "a non-empty tuple of family names")
+        valid = get_task(self.task).families
         for family in self.families:
-            self.check_choice("families", family, sorted(FAMILIES))
+            self.check_choice("families", family, sorted(valid))
         for name in ("problems_per_family", "samples", "max_new_tokens", "group_size", "diversity_problems",
                      "diversity_samples"):
             self.check_positive_int(name, getattr(self, name))
@@ -86,7 +100,7 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
     """Metrics of one family's samples (JSON-ready)."""
     G = spec.group_size
     groups = samples.rewards.reshape(-1, G)
-    freq = samples.strategy_freq(STRATEGIES)
+    freq = samples.strategy_freq(get_task(spec.task).strategies)
     return {
         "pass_at_k": {str(k): v for k, v in pass_at_k_curve(samples.correct).items()},
         "strategy_freq": freq,
@@ -106,18 +120,25 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
 def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
     """Evaluate the engine's policy on every family of ``spec``.
 
+    Problems are ``task.family_problems(family, spec.problems_per_family,
+    seed=0)`` and every completion is scored by ``task.verify``, where ``task =
+    get_task(spec.task)``.
+
     Returns:
         ``{"families": {name: summary}, "average": {"pass_at_k": ..., ...}}``
-        where the average is the unweighted mean over the in-distribution
-        families evaluated (as the papers' "avg" columns).
+        where the average is the unweighted mean over the task's
+        in-distribution families (``task.eval_families``) evaluated, or over
+        all evaluated families when none of them is (as the papers' "avg"
+        columns); OOD and other families are reported, not averaged.
     """
+    task = get_task(spec.task)
     params = SamplingParams(n=spec.samples, temperature=spec.temperature, top_p=spec.top_p,
                             max_new_tokens=spec.max_new_tokens, seed=spec.seed)
     families = {}
     for family in spec.families:
-        problems = family_problems(family, spec.problems_per_family, seed=0)
-        families[family] = summarize(sample_and_score(engine, problems, params), spec)
-    ind = [f for f in spec.families if f in EVAL_FAMILIES] or list(spec.families)
+        problems = task.family_problems(family, spec.problems_per_family, seed=0)
+        families[family] = summarize(sample_and_score(engine, problems, params, verifier=task.verify), spec)
+    ind = [f for f in spec.families if f in task.eval_families] or list(spec.families)
     keys = families[ind[0]]["pass_at_k"].keys()
     average = {
         "pass_at_k": {k: float(np.mean([families[f]["pass_at_k"][k] for f in ind])) for k in keys},
@@ -126,7 +147,7 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
             for key in ("malformed_rate", "wrong_rate", "mean_length", "zero_adv_frac", "strategy_entropy")
         },
         "strategy_freq": {s: float(np.mean([families[f]["strategy_freq"][s] for f in ind])) for s in
-                          (*STRATEGIES, "none")},
+                          (*task.strategies, "none")},
         "mean_modes": float(np.mean([families[f]["diversity"]["mean_modes"] for f in ind])),
         "families": ind,
     }

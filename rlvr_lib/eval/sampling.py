@@ -86,7 +86,9 @@ def sample_and_score(
         problems: Problems to solve.
         params: Sampling parameters (``n`` samples per problem).
         contexts: One hint for all problems, one per problem, or ``None``.
-        verifier: ``(problem, completion) -> Verdict``; never raises on model output.
+        verifier: ``(problem, completion) -> Verdict``; never raises on model
+            output. The default is the arithmetic testbed's; for another task
+            pass its verifier, ``get_task(name).verify`` (as `evaluate_policy` does).
     """
     problems = list(problems)
     if not problems:

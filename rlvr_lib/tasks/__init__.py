@@ -1,4 +1,9 @@
-"""Verifiable problems, their verifiers and strategy-hint pools."""
+"""Verifiable problems, their verifiers and strategy-hint pools.
+
+Tasks are looked up by name through the registry (`get_task`, `register_task`,
+see `rlvr_lib.tasks.registry`); the arithmetic testbed is ``"arith"``, and its
+module-level functions stay importable from here.
+"""
 
 from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
@@ -26,5 +31,16 @@ from rlvr_lib.tasks.arithmetic import (
 )
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, WRONG, Problem, Verdict
 from rlvr_lib.tasks.contexts import ContextPool, LMHintPool, TaskHintPool
+from rlvr_lib.tasks.registry import (
+    DEFAULT_TASK,
+    TASKS,
+    ArithmeticTask,
+    Task,
+    TaskFactory,
+    get_task,
+    register_task,
+    task_names,
+    unregister_task,
+)
 
 __all__ = [name for name in dir() if not name.startswith("_")]

@@ -1,0 +1,228 @@
+"""The task registry: errors, the arithmetic task, and a toy task evaluated end to end."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr_lib.config import hash_jsonable
+from rlvr_lib.eval import EvalSpec, evaluate_policy
+from rlvr_lib.rollout import KVCacheEngine
+from rlvr_lib.tasks import (
+    CORRECT,
+    EVAL_FAMILIES,
+    FAMILIES,
+    MALFORMED,
+    OOD_FAMILIES,
+    STRATEGIES,
+    TASKS,
+    WRONG,
+    ArithmeticTask,
+    Problem,
+    Task,
+    TaskHintPool,
+    Verdict,
+    family_capacity,
+    family_problems,
+    get_task,
+    register_task,
+    solution_trace,
+    unregister_task,
+    verify,
+)
+
+BASELINE_RECORD = Path(__file__).resolve().parents[1] / "results" / "baselines_full" / "base-0d547c62a00b-s0.json"
+
+
+@pytest.fixture
+def restore_tasks():
+    """Restores the registry (entries and built instances) after the test."""
+    saved = dict(TASKS)
+    yield TASKS
+    TASKS.clear()
+    TASKS.update(saved)
+
+
+# --------------------------------------------------------------------------- a toy task
+
+
+class AddTask:
+    """Add two small numbers; the completion is the sum in digits."""
+
+    name = "toy_add"
+    families = ("small", "large", "shifted", "practice")
+    eval_families = ("small", "large")
+    ood_families = ("shifted",)
+    strategies = ("digits",)
+    _ranges = {"small": (0, 9), "large": (10, 49), "shifted": (50, 99), "practice": (0, 9)}
+
+    def __init__(self):
+        self.calls = 0
+        self.built = True
+
+    def family_capacity(self, family: str) -> int:
+        lo, hi = self._ranges[family]
+        return (hi - lo + 1) ** 2
+
+    def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
+        if family not in self._ranges:
+            raise ValueError(f"family={family!r} is not valid")
+        lo, hi = self._ranges[family]
+        pairs = [(a, b) for a in range(lo, hi + 1) for b in range(lo, hi + 1)]
+        pairs = pairs[seed:] + pairs[:seed]
+        return [
+            Problem(uid=f"add:{a}+{b}", question=f"{a}+{b}=?", answer=str(a + b), family=family, difficulty="easy",
+                    oracle_trace=str(a + b), strategy="digits", operands=(a, b))
+            for a, b in pairs[:n]
+        ]
+
+    def verify(self, problem: Problem, completion: object) -> Verdict:
+        self.calls += 1
+        if not isinstance(completion, str) or not completion.strip():
+            return Verdict(0.0, MALFORMED, None, "empty")
+        text = completion.strip()
+        strategy = "digits" if text.isdigit() else None
+        if text == problem.answer:
+            return Verdict(1.0, CORRECT, strategy)
+        return Verdict(0.0, WRONG, strategy, "not the sum")
+
+    def hints(self, problem: Problem) -> list[str]:
+        return []
+
+
+# --------------------------------------------------------------------------- registry
+
+
+def test_unknown_task_names_the_value_and_the_registered_names():
+    with pytest.raises(ValueError, match=r"task='aime' is not registered: must be one of \[.*'arith'.*\]"):
+        get_task("aime")
+    with pytest.raises(ValueError, match="not registered"):
+        unregister_task("aime")
+
+
+def test_duplicate_and_bad_registrations_are_refused(restore_tasks):
+    with pytest.raises(ValueError, match="task='arith' is already registered"):
+        register_task("arith", ArithmeticTask)
+    with pytest.raises(ValueError, match="name=''"):
+        register_task("", AddTask)
+    with pytest.raises(ValueError, match="must be a Task"):
+        register_task("junk", 3)
+
+
+def test_tasks_are_built_lazily_once_and_checked(restore_tasks):
+    built = []
+
+    def factory():
+        built.append(1)
+        return AddTask()
+
+    register_task("toy_add", factory)
+    assert built == [] and TASKS["toy_add"] is factory
+    task = get_task("toy_add")
+    assert isinstance(task, Task) and get_task("toy_add") is task and built == [1]
+    unregister_task("toy_add")
+    assert "toy_add" not in TASKS
+
+    register_task("other_name", AddTask)  # the built task's name differs from the key
+    with pytest.raises(ValueError, match="must be the registered name 'other_name'"):
+        get_task("other_name")
+    register_task("not_a_task", lambda: object())
+    with pytest.raises(ValueError, match="lacks"):
+        get_task("not_a_task")
+
+    class Stray(AddTask):
+        name = "stray"
+        ood_families = ("nowhere",)
+
+    with pytest.raises(ValueError, match=r"ood_families has \['nowhere'\]"):
+        register_task("stray", Stray())  # an instance is checked when registered
+    assert "stray" not in TASKS
+    instance = AddTask()
+    register_task("toy_add", instance)
+    assert get_task("toy_add") is instance
+
+
+# --------------------------------------------------------------------------- arithmetic
+
+
+def test_arith_task_reproduces_the_module_functions():
+    task = get_task("arith")
+    assert isinstance(task, ArithmeticTask) and isinstance(task, Task) and task.name == "arith"
+    assert task.families == tuple(FAMILIES)
+    assert task.eval_families == EVAL_FAMILIES and task.ood_families == OOD_FAMILIES
+    assert task.strategies == STRATEGIES
+    for family, n, seed in (("train", 30, 0), ("hard_mix", 20, 3), ("ood_shift", 10, 1)):
+        problems = task.family_problems(family, n, seed=seed)
+        assert problems == family_problems(family, n, seed=seed)
+        assert task.family_capacity(family) == family_capacity(family)
+        for p in problems[:5]:
+            a, b = p.operands
+            for completion in [p.oracle_trace, solution_trace(a, b, "direct"), f"direct: #{p.answer}1", "junk",
+                               None, 7, "split: 1=2 #3"]:
+                assert task.verify(p, completion) == verify(p, completion)
+    with pytest.raises(ValueError, match="family='aime'"):
+        task.family_problems("aime", 3)
+
+
+def test_arith_hints_are_the_default_task_hint_pool():
+    pool = TaskHintPool()
+    for p in family_problems("hard_mix", 10):
+        hints = get_task("arith").hints(p)
+        assert hints == pool.contexts(p) and len(hints) == 5
+
+
+# --------------------------------------------------------------------------- EvalSpec
+
+
+def test_default_eval_spec_serialises_as_before_the_task_field():
+    record = json.loads(BASELINE_RECORD.read_text())
+    assert EvalSpec().to_dict() == record["config"]["eval"]
+    assert "task" not in EvalSpec(task="arith").to_dict()
+    # The stored run id is the hash of {"policy": ..., "eval": spec.to_dict()} (pipeline.evaluate_base).
+    assert hash_jsonable({"policy": record["config"]["policy"], "eval": EvalSpec().to_dict()}) == record["config_hash"]
+    assert record["run_id"] == f"base-{record['config_hash']}-s0"
+    assert EvalSpec.from_dict(record["config"]["eval"]) == EvalSpec()
+    assert EvalSpec().config_hash() == hash_jsonable(record["config"]["eval"])
+
+
+def test_eval_spec_validates_task_and_families_against_the_task(restore_tasks):
+    with pytest.raises(ValueError, match=r"EvalSpec.task='aime' is invalid: must be one of \['arith'"):
+        EvalSpec(task="aime")
+    register_task("toy_add", AddTask)
+    with pytest.raises(ValueError, match="EvalSpec.families='easy_mix' is invalid"):
+        EvalSpec(task="toy_add")  # the default families are the arithmetic testbed's
+    spec = EvalSpec(task="toy_add", families=("small", "shifted"))
+    assert spec.to_dict()["task"] == "toy_add"
+    assert spec.config_hash() != EvalSpec(families=("easy_mix", "ood_shift")).config_hash()
+    assert EvalSpec.from_dict(spec.to_dict()) == spec
+    with pytest.raises(ValueError, match="EvalSpec.families='small' is invalid"):
+        EvalSpec(families=("small",))
+
+
+def test_a_registered_toy_task_is_evaluated_end_to_end(restore_tasks, tiny_model_and_tokenizer):
+    register_task("toy_add", AddTask)
+    task = get_task("toy_add")
+    families = ("small", "large", "shifted", "practice")
+    spec = EvalSpec(task="toy_add", families=families, problems_per_family=3, samples=4, group_size=4,
+                    max_new_tokens=6, diversity_problems=3, diversity_samples=4)
+    model, tokenizer = tiny_model_and_tokenizer
+    result = evaluate_policy(KVCacheEngine(model, tokenizer), spec)
+
+    assert task.calls == len(families) * 3 * 4  # every verdict came from the toy verifier
+    assert set(result["families"]) == set(families)
+    for family in families:
+        fam = result["families"][family]
+        assert fam["uids"] == [p.uid for p in task.family_problems(family, 3)]
+        assert set(fam["strategy_freq"]) == {"digits", "none"}
+        assert len(fam["correct_counts"]) == 3 and set(fam["pass_at_k"]) == {"1", "2", "4"}
+        assert fam["malformed_rate"] + fam["wrong_rate"] <= 1.0
+        assert fam["diversity"]["n_modes"] >= 1  # some samples were well formed by the toy verifier's rules
+    avg = result["average"]
+    assert avg["families"] == ["small", "large"]  # the toy's eval_families; OOD and practice not averaged
+    assert set(avg["strategy_freq"]) == {"digits", "none"}
+    expected = (result["families"]["small"]["pass_at_k"]["1"] + result["families"]["large"]["pass_at_k"]["1"]) / 2
+    assert avg["pass_at_k"]["1"] == pytest.approx(expected)
+
+
+def test_restore_fixture_left_only_the_builtin_tasks():
+    assert "toy_add" not in TASKS and "arith" in TASKS
