@@ -2,23 +2,28 @@
 
 One step, read top to bottom in `Trainer.step`:
 
-1. draw ``prompts_per_step`` training problems (stateless: a function of seed and step);
+1. draw ``prompts_per_step`` training problems of the config's task (stateless: a
+   function of seed and step);
 2. ask the method for each rollout's hint, and roll out G completions per problem,
-   split across the method's weight perturbations;
-3. verify every completion; the method turns verdicts into rewards. If the method
+   split across the method's weight samples (``perturbed(model, k)``);
+3. verify every completion with the task's verifier; the method turns verdicts into rewards. If the method
    filters groups (``keep_groups``, DAPO's dynamic sampling), steps 1-3 repeat on
    fresh prompts ("refill rounds") until ``prompts_per_step`` groups are kept or
    the method's cap on refill rounds is reached. The method turns the kept
    groups' rewards into advantages;
-4. ``inner_epochs`` passes over ``minibatches``: recompute log-probs (and entropy)
-   under the current weights, PPO-clip surrogate against the rollout log-probs,
-   ``kl_coef`` x the method's per-token anchor to a frozen reference (no
-   reference is loaded when ``kl_coef == 0``), aggregate, add the method's extra
-   terms, clip the gradient and step;
+4. ``before_update`` lets the method attach per-row data; then ``inner_epochs``
+   shuffled passes over ``minibatches`` (each a row slice ``batch.select(rows)``
+   that every loss hook receives): per weight sample in the minibatch, inside
+   ``perturbed(model, k, train=True)``, recompute log-probs (and entropy), the
+   method's surrogate against the rollout log-probs, ``kl_coef`` x the method's
+   per-token anchor to a frozen reference (no reference is loaded when
+   ``kl_coef == 0``), aggregate, add the method's extra terms, backward; then
+   clip the gradient and step once;
 5. log the diagnostics next to where they are computed.
 
-Everything random is derived from ``(seed, step)`` (and the refill round), so a resumed run replays the
-uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
+Everything random is derived from ``(seed, step)`` (and the refill round); a method
+draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
+replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
 optimizer, the method's state, the step and the history.
 """
 
@@ -29,7 +34,6 @@ import logging
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -37,105 +41,13 @@ import torch
 from tqdm.auto import tqdm
 
 from rlvr_lib.algos import LOSS_AGG_MODES, aggregate_loss
-from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
-from rlvr_lib.algos.kl import KL_ESTIMATORS
-from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import KVCacheEngine, Rollouts, SamplingParams, sequence_logprobs
-from rlvr_lib.tasks import CORRECT, FAMILIES, MALFORMED, family_capacity, family_problems, verify
+from rlvr_lib.tasks import CORRECT, MALFORMED, get_task
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class TrainerConfig(ConfigBase):
-    """Settings of the RL loop; a method's preset overrides some of them.
-
-    Attributes:
-        method: Registered method name (``rlvr_lib.methods.METHODS``).
-        policy: Hub name or local path of the initial policy; ``None`` = the embedded tiny policy.
-        train_family: Testbed family the training prompts come from.
-        train_pool_size: Distinct training problems drawn from it (fewer if the family holds fewer).
-        steps: RL steps (each does ``inner_epochs * minibatches`` optimizer steps).
-        prompts_per_step: Problems (groups) per step.
-        group_size: Rollouts per problem (G).
-        temperature, top_p, max_new_tokens: Rollout sampling.
-        lr, weight_decay, max_grad_norm: Optimizer (AdamW unless the method says otherwise).
-        inner_epochs: Passes over each step's rollouts (mu).
-        minibatches: Optimizer steps per pass.
-        eps_low, eps_high: PPO clip range ``[1 - eps_low, 1 + eps_high]``.
-        loss_agg: Loss aggregation mode (``rlvr_lib.algos.LOSS_AGG_MODES``).
-        loss_normalizer: Constant of ``seq_mean_token_sum_norm`` (default ``max_new_tokens``).
-        advantage: Advantage estimator name (``rlvr_lib.algos.ADVANTAGE_ESTIMATORS``).
-        kl_coef: beta of the KL anchor; 0 loads no reference model.
-        kl_estimator: Per-token KL estimator (``rlvr_lib.algos.KL_ESTIMATORS``).
-        method_options: Method-specific settings as a JSON object; the method's class
-            validates them when it is built (unknown keys and bad values raise ``ValueError``).
-        seed: Fixes prompts, sampling and every other random choice.
-        checkpoint_every: Steps between checkpoints (0 = never).
-        rollout_batch_size: Sequences per generation call.
-    """
-
-    method: str = "grpo"
-    policy: str | None = None
-    train_family: str = "train"
-    train_pool_size: int = 600
-    steps: int = 30
-    prompts_per_step: int = 8
-    group_size: int = 8
-    temperature: float = 1.0
-    top_p: float = 1.0
-    max_new_tokens: int = 48
-    lr: float = 1e-4
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    inner_epochs: int = 1
-    minibatches: int = 1
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    loss_agg: str = "seq_mean_token_mean"
-    loss_normalizer: float | None = None
-    advantage: str = "grpo"
-    kl_coef: float = 0.0
-    kl_estimator: str = "k3"
-    method_options: dict | None = None
-    seed: int = 0
-    checkpoint_every: int = 0
-    rollout_batch_size: int = 512
-
-    def validate(self) -> None:
-        from rlvr_lib.methods import METHODS
-
-        self.check_choice("method", self.method, sorted(METHODS))
-        self.check_choice("train_family", self.train_family, sorted(FAMILIES))
-        for name in ("train_pool_size", "steps", "prompts_per_step", "group_size", "max_new_tokens"):
-            self.check_positive_int(name, getattr(self, name))
-        for name in ("inner_epochs", "minibatches", "rollout_batch_size"):
-            self.check_positive_int(name, getattr(self, name))
-        self.check_nonnegative_int("seed", self.seed)
-        self.check_nonnegative_int("checkpoint_every", self.checkpoint_every)
-        self.check_range("temperature", self.temperature, 0, None, lo_open=True)
-        self.check_range("top_p", self.top_p, 0, 1, lo_open=True)
-        self.check_range("lr", self.lr, 0, 1, lo_open=True)
-        self.check_nonnegative("weight_decay", self.weight_decay)
-        self.check_range("max_grad_norm", self.max_grad_norm, 0, None, lo_open=True)
-        self.check_range("eps_low", self.eps_low, 0, 1, lo_open=True, hi_open=True)
-        self.check_range("eps_high", self.eps_high, 0, None, lo_open=True)
-        self.check_choice("loss_agg", self.loss_agg, LOSS_AGG_MODES)
-        if self.loss_normalizer is not None:
-            self.check_positive("loss_normalizer", self.loss_normalizer)
-        self.check_choice("advantage", self.advantage, sorted(ADVANTAGE_ESTIMATORS))
-        self.check_nonnegative("kl_coef", self.kl_coef)
-        self.check_choice("kl_estimator", self.kl_estimator, sorted(KL_ESTIMATORS))
-        self.check(
-            (self.prompts_per_step * self.group_size) % self.minibatches == 0,
-            "minibatches",
-            self.minibatches,
-            f"a divisor of prompts_per_step * group_size = {self.prompts_per_step * self.group_size}",
-        )
-        self.check(self.method_options is None or isinstance(self.method_options, dict),
-                   "method_options", self.method_options, "None or a dict")
 
 
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
@@ -167,8 +79,9 @@ class Trainer:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.optimizer = self.method.make_optimizer(model)
         self.engine = engine or KVCacheEngine(model, tokenizer, batch_size=config.rollout_batch_size)
-        pool_size = min(config.train_pool_size, family_capacity(config.train_family))
-        self.train_problems = family_problems(config.train_family, pool_size, seed=0)
+        self.task = get_task(config.task)
+        pool_size = min(config.train_pool_size, self.task.family_capacity(config.train_family))
+        self.train_problems = self.task.family_problems(config.train_family, pool_size, seed=0)
         self.step_count = 0
         self.history: list[dict] = []
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
@@ -181,15 +94,19 @@ class Trainer:
         key = [self.config.seed, step, stream] if round_ == 0 else [self.config.seed, step, stream, round_]
         return np.random.default_rng(key)
 
-    def _rollout(self, problems, step: int, round_: int = 0) -> tuple[Rollouts, list, torch.Tensor, torch.Tensor]:
+    def _rollout(self, problems, step: int, round_: int = 0) -> dict:
+        """Hints, then G rollouts per problem, slice k of every group from weight sample k.
+
+        Returns the `StepBatch` fields of the rollouts (everything but verdicts and rewards).
+        """
         cfg, G = self.config, self.config.group_size
         plan = self.method.contexts(problems, G, self._rng(step, 1, round_))
         K = self.method.weight_samples()
         if G % K:
             raise ValueError(f"group_size={G} is not divisible by the method's weight samples ({K})")
         temperature = self.method.sampling_temperature(step)
-        parts, order = [], []
-        for k in range(K):  # slice k of every group comes from perturbation k
+        parts, order, weight_index = [], [], []
+        for k in range(K):  # slice k of every group comes from weight sample k
             rows = [(i, j) for i in range(len(problems)) for j in range(k * G // K, (k + 1) * G // K)]
             prompts = [problems[i].prompt_with(plan[i][j][1]) for i, j in rows]
             params = SamplingParams(
@@ -199,28 +116,42 @@ class Trainer:
                 max_new_tokens=cfg.max_new_tokens,
                 seed=int(self._rng(step, 2 + k, round_).integers(2**31)),
             )
-            with self.method.perturbed(self.model, k):
+            with self.method.perturbed(self.model, k, train=False):
                 parts.append(self.engine.generate(prompts, params))
             order += [i * G + j for i, j in rows]
-        rollouts = Rollouts.concat(parts) if K > 1 else parts[0]
-        rollouts = rollouts.select(torch.tensor(np.argsort(order)))  # back to prompt-major
+            weight_index += [k] * len(rows)
+        back = torch.tensor(np.argsort(order))  # back to prompt-major
+        rollouts = (Rollouts.concat(parts) if K > 1 else parts[0]).select(back)
         flat = [plan[i][j] for i in range(len(problems)) for j in range(G)]
         contexts = [c for _, c in flat]
-        context_index = torch.tensor([ci for ci, _ in flat], dtype=torch.long)
         group_index = torch.arange(len(problems)).repeat_interleave(G)
-        return rollouts, contexts, group_index, context_index
+        if all(c is None for c in contexts):
+            plain_ids, plain_mask = rollouts.prompt_ids, rollouts.prompt_mask
+        else:
+            plain_ids, plain_mask = self.engine.encode_prompts([problems[g].prompt for g in group_index.tolist()])
+        return dict(
+            problems=problems,
+            group_index=group_index,
+            context_index=torch.tensor([ci for ci, _ in flat], dtype=torch.long),
+            contexts=contexts,
+            rollouts=rollouts,
+            weight_index=torch.tensor(weight_index, dtype=torch.long)[back],
+            plain_prompt_ids=plain_ids,
+            plain_prompt_mask=plain_mask,
+        )
 
     def _sample(self, problems, step: int, round_: int) -> tuple[StepBatch, float]:
         """Roll out -> verify -> reward for ``problems``; also returns the seconds spent rolling out."""
         t0 = time.perf_counter()
-        rollouts, contexts, group_index, context_index = self._rollout(problems, step, round_)
+        fields = self._rollout(problems, step, round_)
         seconds = time.perf_counter() - t0
-        verdicts = [verify(problems[g], text) for g, text in zip(group_index.tolist(), rollouts.texts)]
-        batch = StepBatch(problems, group_index, context_index, contexts, rollouts, verdicts)
+        verdicts = [self.task.verify(problems[g], text)
+                    for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
+        batch = StepBatch(**fields, verdicts=verdicts)
         batch.rewards = self.method.rewards(batch, self.model).float()
         return batch, seconds
 
-    def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, dict, float]:
+    def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, list[StepBatch], dict, float]:
         """The step's batch: roll out -> verify -> reward -> keep, refilling dropped groups.
 
         Round 0 draws ``prompts_per_step`` problems with ``rng``. A method whose
@@ -235,16 +166,17 @@ class Trainer:
         them), so that a step always has a batch and logs every metric.
 
         Returns:
-            (batch without advantages, dynamic-sampling metrics or ``{}``, seconds spent rolling out).
+            (batch to train on, without advantages; every round's whole batch as sampled;
+            dynamic-sampling metrics or ``{}``; seconds spent rolling out).
         """
         want, pool = self.config.prompts_per_step, self.train_problems
         drawn = rng.choice(len(pool), want, replace=False)
         batch, t_rollout = self._sample([pool[i] for i in drawn], step, 0)
         keep = self.method.keep_groups(batch)
         if keep is None:  # the method does not filter: plain GRPO sampling
-            return batch, {}, t_rollout
+            return batch, [batch], {}, t_rollout
 
-        first, kept, used = batch, [], set(drawn.tolist())
+        sampled, kept, used = [batch], [], set(drawn.tolist())
         n_kept = n_dropped = rounds = 0
         cap = self.method.refill_rounds()
         while True:
@@ -253,7 +185,7 @@ class Trainer:
                 raise ValueError(f"keep_groups returned shape {tuple(keep.shape)}; expected ({len(batch.problems)},)")
             kept_ids = keep.nonzero().flatten()[: want - n_kept]
             if len(kept_ids):
-                kept.append(_select_groups(batch, kept_ids))
+                kept.append(batch.select_groups(kept_ids))
             n_kept += len(kept_ids)
             n_dropped += int((~keep).sum())
             fresh = np.setdiff1d(np.arange(len(pool)), np.fromiter(used, dtype=np.int64))
@@ -263,6 +195,7 @@ class Trainer:
             drawn = self._rng(step, 0, rounds).choice(fresh, min(want, fresh.size), replace=False)
             used.update(drawn.tolist())
             batch, seconds = self._sample([pool[i] for i in drawn], step, rounds)
+            sampled.append(batch)
             t_rollout += seconds
             keep = self.method.keep_groups(batch)
 
@@ -274,7 +207,7 @@ class Trainer:
                 step, n_kept, want, n_dropped, why, what,
             )
         stats = {"dynamic_refill_rounds": rounds, "dynamic_dropped_groups": n_dropped, "dynamic_kept_groups": n_kept}
-        return (_concat_batches(kept) if kept else first), stats, t_rollout
+        return (StepBatch.concat(kept) if kept else sampled[0]), sampled, stats, t_rollout
 
     def step(self) -> dict:
         cfg, step = self.config, self.step_count
@@ -282,31 +215,25 @@ class Trainer:
         rng = self._rng(step, 0)
         self.method.on_step_start(step)
         temperature = self.method.sampling_temperature(step)
-        batch, sampling_stats, t_rollout = self._collect(step, rng)  # roll out -> verify -> reward -> keep
-        rollouts, verdicts, group_index = batch.rollouts, batch.verdicts, batch.group_index
+        batch, sampled, sampling_stats, t_rollout = self._collect(step, rng)  # roll out -> verify -> reward -> keep
         batch.advantages = self.method.advantages(batch).float()
         t_reward = time.perf_counter()
 
-        ref_logp = None
         if self.reference is not None:
+            ro = batch.rollouts
             with torch.no_grad():
-                ref_logp, _ = sequence_logprobs(
-                    self.reference, rollouts.prompt_ids, rollouts.prompt_mask, rollouts.completion_ids,
-                    rollouts.completion_mask, temperature=temperature,
+                batch.ref_logprobs, _ = sequence_logprobs(
+                    self.reference, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                    temperature=temperature,
                 )
-        stats = self._update(batch, ref_logp, temperature, rng)
+        stats = self._update(batch, temperature, rng)
         t_end = time.perf_counter()
 
-        lengths = rollouts.completion_mask.sum(1).float()
+        # What was sampled describes the policy; with dynamic sampling the trained (kept) subset is logged as kept_*.
         metrics = {
             "step": step,
-            "reward_mean": float(batch.rewards.mean()),
-            "accuracy": float(np.mean([v.status == CORRECT for v in verdicts])),
-            "malformed_rate": float(np.mean([v.status == MALFORMED for v in verdicts])),
-            "zero_adv_frac": zero_advantage_fraction(batch.rewards.numpy(), group_index.numpy()),
+            **_rollout_metrics(sampled),
             "advantage_abs_mean": float(batch.advantages.abs().mean()),
-            "response_length": float(lengths.mean()),
-            "truncated_rate": float(np.mean([r == "length" for r in rollouts.finish_reasons])),
             "temperature": temperature,
             **sampling_stats,
             **stats,
@@ -315,6 +242,9 @@ class Trainer:
             "time_update": t_end - t_reward,
             "time_step": t_end - t0,
         }
+        if sampling_stats:
+            kept = _rollout_metrics([batch])
+            metrics.update({f"kept_{k}": kept[k] for k in ("reward_mean", "accuracy", "zero_adv_frac")})
         self.method.on_step_end(step, metrics)
         self.history.append(metrics)
         self.step_count += 1
@@ -322,43 +252,80 @@ class Trainer:
             self.save_checkpoint(self.checkpoint_dir / "checkpoint.pt")
         return metrics
 
-    def _update(self, batch: StepBatch, ref_logp, temperature: float, rng: np.random.Generator) -> dict:
-        cfg, ro = self.config, batch.rollouts
-        normalizer = cfg.loss_normalizer or float(cfg.max_new_tokens)
+    def _update(self, batch: StepBatch, temperature: float, rng: np.random.Generator) -> dict:
+        """``inner_epochs`` shuffled passes of ``minibatches`` optimizer steps; returns the mean of each stat.
+
+        Per minibatch: for each weight sample k among its rows, forward, loss and
+        backward inside ``method.perturbed(model, k, train=True)``; sample k's
+        loss is weighted by its share of the minibatch (rows, or tokens for
+        ``token_mean``), so the gradients add up to the whole minibatch's; then
+        one clip and one ``optimizer.step()``.
+        """
+        cfg = self.config
+        self.method.before_update(batch, self.model)
         self.model.train()
         sums: dict[str, list[float]] = {}
+        n_steps = 0
         for _ in range(cfg.inner_epochs):
-            perm = torch.from_numpy(rng.permutation(len(ro))) if cfg.minibatches > 1 else torch.arange(len(ro))
-            for idx in perm.chunk(cfg.minibatches):
-                mask = ro.completion_mask[idx].float()
-                logp, entropy = sequence_logprobs(
-                    self.model, ro.prompt_ids[idx], ro.prompt_mask[idx], ro.completion_ids[idx],
-                    ro.completion_mask[idx], temperature=temperature, with_entropy=True,
-                )
-                per_token, pg_stats = self.method.policy_loss(logp, ro.logprobs[idx], batch.advantages[idx], mask)
-                if ref_logp is not None:
-                    kl = self.method.anchor(logp, ref_logp[idx], entropy.detach(), mask)
-                    per_token = per_token + cfg.kl_coef * kl
-                    sums.setdefault("kl", []).append(_masked_mean(kl.detach(), mask))
-                loss = aggregate_loss(per_token, mask, cfg.loss_agg, normalizer=normalizer if cfg.loss_agg == "seq_mean_token_sum_norm" else None)
-                extra, extra_stats = self.method.extra_loss(batch, self.model, logp, entropy, mask)
-                loss = loss + extra
+            perm = torch.from_numpy(rng.permutation(len(batch))) if cfg.minibatches > 1 else torch.arange(len(batch))
+            # tensor_split always gives `minibatches` pieces (chunk may give fewer when dynamic sampling kept
+            # fewer rows); they equal chunk's when the count divides the rows.
+            for rows in torch.tensor_split(perm, cfg.minibatches):
+                if len(rows) == 0:
+                    continue
+                minibatch = batch.select(rows)
                 self.optimizer.zero_grad(set_to_none=True)
-                loss.backward()
+                samples = minibatch.weight_index.unique().tolist()
+                for k in samples:
+                    part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
+                    with self.method.perturbed(self.model, k, train=True):
+                        loss, stats = self._loss(part, temperature)
+                        if len(samples) > 1:
+                            loss = loss * self._share(part, minibatch)
+                        loss.backward()
+                    for key, value in stats.items():
+                        sums.setdefault(key, []).append(value)
                 grad_norm = torch.nn.utils.clip_grad_norm_(
                     [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
                 )
                 self.optimizer.step()
-                for key, value in {
-                    "loss": float(loss.detach()),
-                    "entropy": _masked_mean(entropy.detach(), mask),
-                    "grad_norm": float(grad_norm),
-                    **{k: float(v) for k, v in pg_stats.items()},
-                    **{k: float(v) for k, v in extra_stats.items()},
-                }.items():
-                    sums.setdefault(key, []).append(value)
+                sums.setdefault("grad_norm", []).append(float(grad_norm))
+                n_steps += 1
         self.model.eval()
-        return {k: float(np.mean(v)) for k, v in sums.items()}
+        out = {k: float(np.mean(v)) for k, v in sums.items()}
+        if n_steps != cfg.inner_epochs * cfg.minibatches:
+            out["optimizer_steps"] = n_steps
+        return out
+
+    def _loss(self, batch: StepBatch, temperature: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """Scalar loss of a (mini)batch under the current weights, and its stats (diagnostics next to the loss)."""
+        cfg, ro = self.config, batch.rollouts
+        mask = ro.completion_mask.float()
+        logp, entropy = sequence_logprobs(
+            self.model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+            temperature=temperature, with_entropy=True,
+        )
+        per_token, pg_stats = self.method.policy_loss(batch, logp, entropy, mask)
+        stats = {k: float(v) for k, v in pg_stats.items()}
+        if batch.ref_logprobs is not None:
+            kl, anchor_stats = self.method.anchor(batch, logp, entropy.detach(), mask)
+            per_token = per_token + cfg.kl_coef * kl
+            stats["kl"] = _masked_mean(kl.detach(), mask)
+            stats.update({k: float(v) for k, v in anchor_stats.items()})
+        normalizer = (cfg.loss_normalizer or float(cfg.max_new_tokens)) if cfg.loss_agg == "seq_mean_token_sum_norm" \
+            else None
+        loss = aggregate_loss(per_token, mask, cfg.loss_agg, normalizer=normalizer)
+        extra, extra_stats = self.method.extra_loss(batch, self.model, logp, entropy, mask)
+        loss = loss + extra
+        stats.update({"loss": float(loss.detach()), "entropy": _masked_mean(entropy.detach(), mask)})
+        stats.update({k: float(v) for k, v in extra_stats.items()})
+        return loss, stats
+
+    def _share(self, part: StepBatch, whole: StepBatch) -> float:
+        """``part``'s weight in ``whole``'s loss: its share of tokens for ``token_mean``, else of rows."""
+        if self.config.loss_agg == "token_mean":
+            return float(part.rollouts.completion_mask.sum()) / float(whole.rollouts.completion_mask.sum().clamp(min=1))
+        return len(part) / len(whole)
 
     # ----------------------------------------------------------------- the loop
     def train(self, *, progress: bool = True) -> list[dict]:
@@ -400,41 +367,21 @@ class Trainer:
         self.step_count, self.history = state["step"], state["history"]
 
 
-def _select_groups(batch: StepBatch, groups: torch.Tensor) -> StepBatch:
-    """The rollouts of ``groups`` (indices into ``batch.problems``), renumbered 0..len(groups)-1."""
-    groups = groups.long()
-    remap = torch.full((len(batch.problems),), -1, dtype=torch.long)
-    remap[groups] = torch.arange(len(groups))
-    rows = (remap[batch.group_index] >= 0).nonzero().flatten()
-    rows = rows[torch.argsort(remap[batch.group_index[rows]], stable=True)]  # in the order of ``groups``
-    return StepBatch(
-        problems=[batch.problems[g] for g in groups.tolist()],
-        group_index=remap[batch.group_index[rows]],
-        context_index=batch.context_index[rows],
-        contexts=[batch.contexts[i] for i in rows.tolist()],
-        rollouts=batch.rollouts.select(rows),
-        verdicts=[batch.verdicts[i] for i in rows.tolist()],
-        rewards=None if batch.rewards is None else batch.rewards[rows],
-    )
-
-
-def _concat_batches(batches: list[StepBatch]) -> StepBatch:
-    """Stack batches of different rounds; group ids are offset so they stay distinct.
-
-    ``rollouts.prompt_index`` keeps each round's own numbering (the trainer reads ``group_index``).
-    """
-    if len(batches) == 1:
-        return batches[0]
+def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
+    """Outcome and length metrics of every rollout in ``batches`` (rewards set; group ids offset per batch)."""
+    rewards = torch.cat([b.rewards for b in batches])
+    verdicts = [v for b in batches for v in b.verdicts]
     offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
-    return StepBatch(
-        problems=[p for b in batches for p in b.problems],
-        group_index=torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)]),
-        context_index=torch.cat([b.context_index for b in batches]),
-        contexts=[c for b in batches for c in b.contexts],
-        rollouts=Rollouts.concat([b.rollouts for b in batches]),
-        verdicts=[v for b in batches for v in b.verdicts],
-        rewards=torch.cat([b.rewards for b in batches]),
-    )
+    groups = np.concatenate([b.group_index.numpy() + o for b, o in zip(batches, offsets)])
+    lengths = torch.cat([b.rollouts.completion_mask.sum(1) for b in batches]).float()
+    return {
+        "reward_mean": float(rewards.mean()),
+        "accuracy": float(np.mean([v.status == CORRECT for v in verdicts])),
+        "malformed_rate": float(np.mean([v.status == MALFORMED for v in verdicts])),
+        "zero_adv_frac": zero_advantage_fraction(rewards.numpy(), groups),
+        "response_length": float(lengths.mean()),
+        "truncated_rate": float(np.mean([r == "length" for b in batches for r in b.rollouts.finish_reasons])),
+    }
 
 
 def nan_to_none(history: list[dict]) -> list[dict]:

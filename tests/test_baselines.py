@@ -10,7 +10,6 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import rlvr_lib.trainer as trainer_module
 from rlvr_lib.methods import METHODS, build_method, method_config
 from rlvr_lib.methods.base import StepBatch
 from rlvr_lib.methods.baselines import completion_logits, oracle_prefix
@@ -85,6 +84,11 @@ def _scripted_verify(correct_if):
     return verify
 
 
+def _script_verifier(trainer, monkeypatch, correct_if):
+    monkeypatch.setattr(trainer.task, "verify", _scripted_verify(correct_if))
+    return trainer
+
+
 def _capture_update(trainer):
     seen = []
     update = trainer._update
@@ -104,8 +108,8 @@ def _spread_per_group(batch):
 
 def test_dapo_refills_dropped_groups_from_fresh_prompts(policy, monkeypatch, caplog):
     # Groups of even first factors alternate correct/wrong (kept); odd ones are all wrong (dropped).
-    monkeypatch.setattr(trainer_module, "verify", _scripted_verify(lambda p, k: p.operands[0] % 2 == 0 and k % 2 == 0))
-    trainer = _trainer(policy, "dapo", steps=1)
+    trainer = _script_verifier(_trainer(policy, "dapo", steps=1), monkeypatch,
+                               lambda p, k: p.operands[0] % 2 == 0 and k % 2 == 0)
     seen = _capture_update(trainer)
     with caplog.at_level(logging.WARNING, logger="rlvr_lib.trainer"):
         m = trainer.step()
@@ -116,12 +120,15 @@ def test_dapo_refills_dropped_groups_from_fresh_prompts(policy, monkeypatch, cap
     assert batch.group_index.tolist() == [g for g in range(4) for _ in range(4)]
     assert all(_spread_per_group(batch)) and all(p.operands[0] % 2 == 0 for p in batch.problems)
     assert len({p.uid for p in batch.problems}) == 4
-    assert m["zero_adv_frac"] == 0.0
+    # Main metrics describe everything sampled (the dropped all-wrong groups too); kept_* the trained groups.
+    assert m["kept_zero_adv_frac"] == 0.0 and m["kept_accuracy"] == 0.5
+    n_sampled = 4 * (1 + m["dynamic_refill_rounds"])  # groups; the spread (even) ones have 2 of 4 correct
+    assert m["accuracy"] == (n_sampled - m["dynamic_dropped_groups"]) * 2 / (4 * n_sampled) < 0.5
+    assert m["zero_adv_frac"] > 0  # dropped groups are all wrong (overlong shaping may still spread a few)
 
 
 def test_dapo_stops_at_the_refill_cap_with_a_clear_log_line(policy, monkeypatch, caplog):
-    monkeypatch.setattr(trainer_module, "verify", _scripted_verify(lambda p, k: False))  # every group all-wrong
-    trainer = _trainer(policy, "dapo", steps=1)
+    trainer = _script_verifier(_trainer(policy, "dapo", steps=1), monkeypatch, lambda p, k: False)  # all wrong
     seen = _capture_update(trainer)
     with caplog.at_level(logging.WARNING, logger="rlvr_lib.trainer"):
         m = trainer.step()
@@ -135,8 +142,8 @@ def test_dapo_stops_at_the_refill_cap_with_a_clear_log_line(policy, monkeypatch,
 
 
 def test_dapo_trains_on_the_kept_groups_when_refills_are_capped(policy, monkeypatch, caplog):
-    monkeypatch.setattr(trainer_module, "verify", _scripted_verify(lambda p, k: p.operands[0] % 2 == 0 and k % 2 == 0))
-    trainer = _trainer(policy, "dapo", steps=1, method_options={"max_refill_rounds": 0})
+    trainer = _script_verifier(_trainer(policy, "dapo", steps=1, method_options={"max_refill_rounds": 0}),
+                               monkeypatch, lambda p, k: p.operands[0] % 2 == 0 and k % 2 == 0)
     problems = [trainer.train_problems[i] for i in trainer._rng(0, 0).choice(32, 4, replace=False)]
     n_even = sum(p.operands[0] % 2 == 0 for p in problems)
     assert 0 < n_even < 4  # this seed's round 0 has both kinds
@@ -187,8 +194,8 @@ def test_polaris_latch_fires_once_and_survives_a_checkpoint(caplog):
             metrics = {"entropy": entropy}
             method.on_step_end(step, metrics)
             assert metrics["polaris_latched"] == 0.0 and method.sampling_temperature(step + 1) == 1.0
-        method.on_step_end(3, metrics := {"entropy": 0.39})
-        assert metrics["polaris_latched"] == 1.0 and method.sampling_temperature(4) == 1.2
+        method.on_step_end(3, metrics := {"entropy": 0.39})  # fires; step 3 still sampled at 1.0
+        assert metrics["polaris_latched"] == 0.0 and method.sampling_temperature(4) == 1.2
         for step, entropy in [(4, 0.9), (5, 0.1), (6, 0.01)]:  # latched for good, never fires again
             method.on_step_end(step, metrics := {"entropy": entropy})
             assert metrics["polaris_latched"] == 1.0 and method.sampling_temperature(step + 1) == 1.2
@@ -229,7 +236,7 @@ def test_clip_cov_generator_is_seeded_from_seed_and_step(policy):
     draws = {}
     for step in (5, 6, 5):
         method.on_step_start(step)
-        draws.setdefault(step, []).append(torch.randperm(50, generator=method.generator).tolist())
+        draws.setdefault(step, []).append(torch.randperm(50, generator=method.clip_generator).tolist())
     assert draws[5][0] == draws[5][1] != draws[6][0]
     a = _trainer(policy, "clip_cov", seed=2).train(progress=False)
     b = _trainer(policy, "clip_cov", seed=2).train(progress=False)
@@ -320,23 +327,27 @@ def test_completion_logits_match_sequence_logprobs(policy):
 @pytest.mark.parametrize(
     "name,options,match",
     [
-        ("dapo", {"bogus": 1}, r"dapo: unknown method_options key\(s\) \['bogus'\]; valid options: "
+        ("dapo", {"bogus": 1}, r"dapo: method_options: DAPOOptions: unknown key\(s\) \['bogus'\]; valid keys: "
                                r"\['dynamic_sampling', 'max_refill_rounds', 'overlong_cache'\]"),
-        ("dapo", {"max_refill_rounds": -1}, r"dapo: method_options\['max_refill_rounds'\]=-1 is invalid: must be an integer >= 0"),
-        ("dapo", {"overlong_cache": 41}, r"method_options\['overlong_cache'\]=41 is invalid: must be an integer >= 0 and <= 40"),
-        ("dapo", {"dynamic_sampling": "yes"}, r"method_options\['dynamic_sampling'\]='yes' is invalid: must be true or false"),
-        ("dr_grpo", {"alpha": 1}, r"valid options: none"),
-        ("entropy_reg", {"alpha": -1.0}, r"entropy_reg: method_options\['alpha'\]=-1.0 is invalid: must be a number in \[0.0, inf\]"),
-        ("polaris", {"mode": "sometimes"}, r"method_options\['mode'\]='sometimes' is invalid: must be one of \['latch', 'fixed'\]"),
-        ("polaris", {"entropy_fraction": 1.0}, r"entropy_fraction'\]=1.0 is invalid: must be a number in \(0.0, 1.0\)"),
-        ("polaris", {"t_high": 0}, r"t_high'\]=0 is invalid"),
-        ("kl_cov", {"k_frac": 2.0}, r"kl_cov: method_options\['k_frac'\]=2.0 is invalid: must be a number in \(0.0, 1.0\]"),
-        ("kl_cov", {"kl_coef": 1.0}, r"valid options: \['k_frac', 'kl_cov_coef'\]"),
-        ("clip_cov", {"lb": 5.0, "ub": 1.0}, r"clip_cov: method_options\['ub'\]=1.0 is invalid: must be > lb = 5.0"),
-        ("pope", {"share": 1.5}, r"pope: method_options\['share'\]=1.5 is invalid: must be a number in \[0.0, 1.0\]"),
-        ("pope", {"max_prefix_tokens": 0}, r"max_prefix_tokens'\]=0 is invalid: must be an integer >= 1"),
-        ("pope", {"label": 3}, r"label'\]=3 is invalid: must be a string"),
-        ("intuitor", {"forward_batch_size": 0}, r"forward_batch_size'\]=0 is invalid: must be an integer >= 1"),
+        ("dapo", {"max_refill_rounds": -1}, r"dapo: method_options: DAPOOptions.max_refill_rounds=-1 is invalid: "
+                                            r"must be an integer >= 0"),
+        ("dapo", {"overlong_cache": 41}, r"DAPOOptions.overlong_cache=41 is invalid: must be an integer in "
+                                         r"\[0, max_new_tokens=40\]"),
+        ("dapo", {"dynamic_sampling": "yes"}, r"DAPOOptions.dynamic_sampling: expected bool, got str 'yes'"),
+        ("dr_grpo", {"alpha": 1}, r"dr_grpo: method_options: NoOptions: unknown key\(s\) \['alpha'\]; valid keys: \[\]"),
+        ("entropy_reg", {"alpha": -1.0}, r"entropy_reg: method_options: EntropyRegOptions.alpha=-1.0 is invalid: "
+                                         r"must be a number in \[0, inf\)"),
+        ("polaris", {"mode": "sometimes"}, r"PolarisOptions.mode='sometimes' is invalid: must be one of \['latch', 'fixed'\]"),
+        ("polaris", {"entropy_fraction": 1.0}, r"PolarisOptions.entropy_fraction=1.0 is invalid: must be a number in \(0, 1\)"),
+        ("polaris", {"t_high": 0}, r"PolarisOptions.t_high=0.0 is invalid"),
+        ("kl_cov", {"k_frac": 2.0}, r"kl_cov: method_options: KLCovOptions.k_frac=2.0 is invalid: must be a number in \(0, 1\]"),
+        ("kl_cov", {"kl_coef": 1.0}, r"valid keys: \['k_frac', 'kl_cov_coef'\]"),
+        ("clip_cov", {"lb": 5.0, "ub": 1.0}, r"clip_cov: method_options: ClipCovOptions.ub=1.0 is invalid: "
+                                             r"must be a number in \(5, inf\)"),
+        ("pope", {"share": 1.5}, r"pope: method_options: POPEOptions.share=1.5 is invalid: must be a number in \[0, 1\]"),
+        ("pope", {"max_prefix_tokens": 0}, r"POPEOptions.max_prefix_tokens=0 is invalid: must be an integer >= 1"),
+        ("pope", {"label": 3}, r"POPEOptions.label: expected str, got int 3"),
+        ("intuitor", {"forward_batch_size": 0}, r"IntuitorOptions.forward_batch_size=0 is invalid: must be an integer >= 1"),
     ],
 )
 def test_option_validation_names_option_value_and_allowed(name, options, match):
@@ -348,6 +359,6 @@ def test_option_validation_names_option_value_and_allowed(name, options, match):
 def test_options_have_defaults_and_are_checked_by_the_trainer(policy):
     for name in BASELINES:
         method = build_method(method_config(name))
-        assert getattr(method, "options", {}) == dict(type(method).OPTIONS)
-    with pytest.raises(ValueError, match="unknown method_options"):
+        assert method.options == type(method).Options()  # every option at its default
+    with pytest.raises(ValueError, match=r"pope: method_options: POPEOptions: unknown key\(s\) \['prefix'\]"):
         Trainer(method_config("pope", method_options={"ratio": 0.15, "prefix": 3}), *policy)

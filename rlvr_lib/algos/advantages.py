@@ -4,8 +4,12 @@ Layout: N rollouts, one scalar reward each. ``group_index`` (N,) integer says
 which prompt a rollout belongs to; ids need not be contiguous or sorted.
 Group statistics are vectorised (``torch.unique`` + ``index_add_``).
 
-Every estimator has the signature ``fn(rewards, group_index, **kwargs) -> (N,)``
-and returns detached float advantages (rewards are treated as constants).
+Every estimator has the one signature
+``fn(rewards, group_index, context_index=None, **options) -> (N,)``: the hint
+(context) of each rollout is passed to all of them (only ``context`` reads it;
+the others ignore it), and estimator-specific settings (``eps``, NudgeRL's
+``lam``, ...) are keyword options. They return detached float advantages
+(rewards are treated as constants).
 Conventions shared by all of them:
 
 * a group whose rewards are all equal gets advantage exactly 0;
@@ -112,8 +116,8 @@ def _prepare(rewards: object, group_index: object, name: str = "rewards") -> tup
 # --------------------------------------------------------------------------
 # estimators
 # --------------------------------------------------------------------------
-def grpo_advantages(rewards: Tensor, group_index: Tensor, *, eps: float = 1e-6,
-                    normalize_std: bool = True) -> Tensor:
+def grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+                    eps: float = 1e-6, normalize_std: bool = True) -> Tensor:
     """GRPO group-normalised advantage (DeepSeekMath, arXiv 2402.03300).
 
     A_i = (r_i - mean_g) / (std_g + eps)    (normalize_std=True)
@@ -140,7 +144,7 @@ def grpo_advantages(rewards: Tensor, group_index: Tensor, *, eps: float = 1e-6,
     return _normalize(centred, std[inv], eps)
 
 
-def dr_grpo_advantages(rewards: Tensor, group_index: Tensor) -> Tensor:
+def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None) -> Tensor:
     """Dr.GRPO advantage (arXiv 2503.20783): A_i = r_i - mean_g (no std division).
 
     Args:
@@ -152,7 +156,7 @@ def dr_grpo_advantages(rewards: Tensor, group_index: Tensor) -> Tensor:
     return grpo_advantages(rewards, group_index, normalize_std=False)
 
 
-def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor, *,
+def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
                        lam: float = 1.1, eps: float = 1e-5) -> Tensor:
     """NudgeRL inter/intra-context advantage (arXiv 2605.15726).
 
@@ -187,6 +191,8 @@ def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
         (N,) advantages; 0 for a group of one or of equal rewards.
     """
     r, inv, n_groups = _prepare(rewards, group_index)
+    if context_index is None:
+        raise ValueError("context_advantages needs context_index= (N,): the hint of each rollout, -1 for none")
     ctx = _check_index("context_index", context_index, r.shape[0])
     if (ctx < -1).any():
         raise ValueError(f"context_index must be >= 0, or -1 for no context; got min {int(ctx.min())}")
@@ -205,7 +211,8 @@ def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
     return _normalize(centred, std[inv], eps)
 
 
-def rank_advantages(scores: Tensor, group_index: Tensor, *, eps: float = 1e-4) -> Tensor:
+def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+                    eps: float = 1e-4) -> Tensor:
     """VIGOR rank-shaped advantage (arXiv 2605.09920).
 
     Within each group of size G, rank the scores (1 = worst, G = best; tied
@@ -237,7 +244,8 @@ def rank_advantages(scores: Tensor, group_index: Tensor, *, eps: float = 1e-4) -
     return grpo_advantages(u, inv, eps=eps)
 
 
-def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, *, min_value: float = 0.0,
+def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+                         min_value: float = 0.0,
                          max_value: float = 1.0, max_weight: float = 1e6) -> Tensor:
     """BNPO Beta-normalised advantage (arXiv 2506.02864; authors' code changyi7231/BNPO).
 
@@ -364,14 +372,14 @@ AdvantageFn = Callable[..., Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
-    "context": context_advantages,  # NudgeRL; needs context_index=
+    "context": context_advantages,  # NudgeRL; reads context_index
     "rank": rank_advantages,  # VIGOR
     "bnpo": bnpo_beta_advantages,
 }
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
-    """Return the estimator ``fn(rewards, group_index, **kwargs) -> (N,)`` named ``name``."""
+    """Return the estimator ``fn(rewards, group_index, context_index=None, **options) -> (N,)`` named ``name``."""
     try:
         return ADVANTAGE_ESTIMATORS[name]
     except (KeyError, TypeError):

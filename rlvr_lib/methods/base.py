@@ -2,45 +2,91 @@
 
 The trainer (``rlvr_lib.trainer``) is one GRPO loop that never names a paper.
 A method changes it only through the hooks below; each hook's default is plain
-GRPO, so ``Method()`` *is* GRPO. A paper's method overrides the few hooks it
-needs:
+GRPO, so ``Method(config)`` *is* GRPO. A paper's method overrides the few hooks
+it needs, declares its settings as an ``Options`` dataclass, and registers a
+preset with `rlvr_lib.methods.registry.register_method`; no trainer edit is
+needed.
 
-========================  ===========================================  =====================
+========================  ===========================================  ==================================
 hook                      what it decides                              used by
-========================  ===========================================  =====================
-``contexts``              the hint appended to each rollout's prompt   NudgeRL, POPE
-``weight_samples``        how many weight perturbations per group,     3PO
-``perturbed``             and the weights a slice is rolled out from
+========================  ===========================================  ==================================
+``Options``               the method's validated settings              every method with settings
+``contexts``              the hint appended to each rollout's prompt   NudgeRL (hint pool), POPE
+``weight_samples``        weight samples per step; the G rollouts of   3PO (IVON posterior samples)
+``perturbed``             a group are split among them, and rollouts
+                          and each sample's forward/backward run in
+                          ``perturbed(model, k, train)``
 ``rewards``               rewards (verifier or intrinsic)              VIGOR, INTUITOR, DAPO
 ``keep_groups``           which groups to train on (dynamic sampling)  DAPO
 ``refill_rounds``         cap on refilling dropped groups              DAPO
-``advantages``            advantages from rewards and group/context    NudgeRL, Dr.GRPO
-``anchor``                the per-token reference anchor (KL)          SAGE
-``policy_loss``           the per-token surrogate                      KL-Cov, Clip-Cov
-``extra_loss``            added loss terms (distillation, entropy)     NudgeRL, EntReg
+``advantages``            advantages from rewards and group/context    NudgeRL (inter/intra), Dr.GRPO
+``before_update``         per-row side data for the loss hooks, put    3PO Seq-MIS (mean-policy
+                          in ``batch.extras`` (sliced with the rows)   log-probs), NudgeRL
+``policy_loss``           the per-token surrogate                      KL-Cov, Clip-Cov, 3PO Seq-MIS
+``anchor``                the per-token reference anchor (KL)          SAGE (shaped KL, logs q)
+``extra_loss``            added loss terms (distillation, entropy)     NudgeRL (hint-free distillation
+                                                                       via ``batch.plain_prompt_ids``),
+                                                                       EntReg
 ``sampling_temperature``  sampling temperature of a step               Polaris
 ``make_optimizer``        the optimizer                                3PO (IVON)
-``on_step_start``         per-step method state (seeded generators)    Clip-Cov
+``on_step_start``         per-step method state (seeded generators)    Clip-Cov, SAGE (random guide)
 ``on_step_end``           per-step method state (latches)              Polaris
-``state_dict``            the method state a checkpoint keeps          Polaris
-========================  ===========================================  =====================
+``state_dict``            the method state a checkpoint keeps          Polaris, 3PO (IVON step count)
+========================  ===========================================  ==================================
+
+How the four methods fit without a trainer edit:
+
+* NudgeRL: ``contexts`` draws hints (with context dropout: ``None``), the
+  ``context`` advantage estimator credits across hints (``advantage_options``
+  passes its lambda), and ``extra_loss`` distils into the hint-free policy by
+  scoring the minibatch's completions on ``batch.plain_prompt_ids``.
+* 3PO: ``make_optimizer`` returns ``ivon.IVON``; ``weight_samples`` > 1 and
+  ``perturbed`` enters ``optimizer.sampled_params(train=...)`` under
+  ``forked_torch_rng(seed, step, k)``; each row's ``batch.weight_index`` says
+  which sample rolled it out; ``before_update`` stores mean-policy log-probs for
+  Seq-MIS in ``batch.extras``, which ``policy_loss`` reads on its minibatch.
+* SAGE: ``anchor`` returns the guide-shaped KL and its stats (q); a random
+  guide draws from ``self.generator(step, stream)``.
+* VIGOR: ``rewards`` scores completions by their NLL-gradient norm with the
+  model, and the ``rank`` advantage estimator shapes them.
+
+Randomness: a method draws only from generators keyed by (seed, step, stream)
+(:meth:`Method.generator`, `rlvr_lib.seeding`), never from the global RNG.
 """
 
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
-from typing import Any, Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Iterator
 
 import numpy as np
 import torch
 
 from rlvr_lib.algos import get_advantage_estimator, kl_penalty, ppo_clip_loss
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.seeding import torch_generator
+
+
+def _take(value, rows: torch.Tensor, row_list: list[int]):
+    """Rows of a per-row field: tensors are indexed, lists picked, ``None`` kept."""
+    if value is None:
+        return None
+    if isinstance(value, torch.Tensor):
+        return value[rows.to(value.device)]
+    if hasattr(value, "select"):  # Rollouts
+        return value.select(rows)
+    return [value[i] for i in row_list]
 
 
 @dataclass
 class StepBatch:
-    """What the hooks see of one training step (``N = prompts * G`` rollouts).
+    """What the hooks see of one training step (``N = prompts * G`` rollouts), or of a minibatch of it.
+
+    Every per-row field is sliced together by :meth:`select`, so a loss hook
+    that receives a minibatch sees its rows' data lined up, whatever the
+    shuffle. ``problems`` is per group and is never sliced (``group_index``
+    indexes it).
 
     Attributes:
         problems: The step's problems, one per group.
@@ -48,11 +94,18 @@ class StepBatch:
         context_index: ``(N,)`` long, index of the rollout's hint in its
             problem's hint list, ``-1`` for none.
         contexts: ``N`` hint strings or ``None``.
-        rollouts: The engine's `Rollouts` (prompt-major).
+        rollouts: The engine's `Rollouts` (prompt-major), prompts as rolled out (hint included).
         verdicts: The verifier's verdict per rollout (always computed, also
             for intrinsic rewards, so accuracy is logged honestly).
+        weight_index: ``(N,)`` long, the weight sample (``perturbed`` index) that rolled each row out.
+        plain_prompt_ids, plain_prompt_mask: ``(N, P0)`` long, the hint-free
+            prompt of each row (``problem.prompt_with(None)``), left-padded as
+            the engine pads; the same tensors as the rollouts' prompt when no
+            row has a hint.
         rewards: ``(N,)`` float rewards, once computed.
         advantages: ``(N,)`` float advantages, once computed.
+        ref_logprobs: ``(N, T)`` reference log-probs of the completion tokens, when ``kl_coef > 0``.
+        extras: Per-row tensors a method adds (first dimension ``N``), sliced with the rows.
     """
 
     problems: list
@@ -61,22 +114,125 @@ class StepBatch:
     contexts: list
     rollouts: Any
     verdicts: list
+    weight_index: torch.Tensor | None = None
+    plain_prompt_ids: torch.Tensor | None = None
+    plain_prompt_mask: torch.Tensor | None = None
     rewards: torch.Tensor | None = None
     advantages: torch.Tensor | None = None
+    ref_logprobs: torch.Tensor | None = None
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    ROW_FIELDS: ClassVar[tuple[str, ...]] = (
+        "group_index", "context_index", "contexts", "rollouts", "verdicts", "weight_index",
+        "plain_prompt_ids", "plain_prompt_mask", "rewards", "advantages", "ref_logprobs",
+    )
+
+    def __post_init__(self) -> None:
+        n = len(self.group_index)
+        if self.weight_index is None:
+            self.weight_index = torch.zeros(n, dtype=torch.long)
+        for name in self.ROW_FIELDS:
+            value = getattr(self, name)
+            if hasattr(value, "__len__") and len(value) != n:
+                raise ValueError(f"StepBatch.{name} has {len(value)} rows; expected {n} (one per rollout)")
+        for name, value in self.extras.items():
+            if len(value) != n:
+                raise ValueError(f"StepBatch.extras[{name!r}] has {len(value)} rows; expected {n} (one per rollout)")
+
+    def __len__(self) -> int:
+        return len(self.group_index)
+
+    def select(self, rows) -> "StepBatch":
+        """The batch restricted to ``rows`` (indices or a bool mask over the N rows), in that order.
+
+        Every per-row field and every ``extras`` tensor is sliced; ``problems``
+        and group ids are kept, so ``group_index`` still indexes ``problems``.
+        """
+        rows = torch.as_tensor(rows)
+        if rows.dtype == torch.bool:
+            if rows.shape != (len(self),):
+                raise ValueError(f"boolean row selection must have shape ({len(self)},), got {tuple(rows.shape)}")
+            rows = rows.nonzero().flatten()
+        rows = rows.long().reshape(-1)
+        row_list = rows.tolist()
+        sliced = {name: _take(getattr(self, name), rows, row_list) for name in self.ROW_FIELDS}
+        extras = {name: _take(value, rows, row_list) for name, value in self.extras.items()}
+        return StepBatch(problems=self.problems, **sliced, extras=extras)
+
+    @classmethod
+    def concat(cls, batches: list["StepBatch"]) -> "StepBatch":
+        """Stack batches of different sampling rounds; group ids are offset so they stay distinct.
+
+        ``rollouts.prompt_index`` keeps each round's own numbering (the trainer reads ``group_index``).
+        Fields computed per step (advantages, reference log-probs, extras) must not be set yet.
+        """
+        if len(batches) == 1:
+            return batches[0]
+        from rlvr_lib.rollout import Rollouts
+        from rlvr_lib.rollout.base import _pad_to
+
+        for b in batches:
+            if b.advantages is not None or b.ref_logprobs is not None or b.extras:
+                raise ValueError("StepBatch.concat joins sampling rounds, before advantages and extras exist")
+        offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
+        width = max(b.plain_prompt_ids.shape[1] for b in batches)
+        pad = batches[0].rollouts.pad_token_id
+        return cls(
+            problems=[p for b in batches for p in b.problems],
+            group_index=torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)]),
+            context_index=torch.cat([b.context_index for b in batches]),
+            contexts=[c for b in batches for c in b.contexts],
+            rollouts=Rollouts.concat([b.rollouts for b in batches]),
+            verdicts=[v for b in batches for v in b.verdicts],
+            weight_index=torch.cat([b.weight_index for b in batches]),
+            plain_prompt_ids=torch.cat([_pad_to(b.plain_prompt_ids, width, pad, left=True) for b in batches]),
+            plain_prompt_mask=torch.cat([_pad_to(b.plain_prompt_mask, width, 0, left=True) for b in batches]),
+            rewards=None if any(b.rewards is None for b in batches) else torch.cat([b.rewards for b in batches]),
+        )
+
+    def select_groups(self, groups: torch.Tensor) -> "StepBatch":
+        """The rollouts of ``groups`` (indices into ``problems``), renumbered 0..len(groups)-1, in that order."""
+        groups = torch.as_tensor(groups).long()
+        remap = torch.full((len(self.problems),), -1, dtype=torch.long)
+        remap[groups] = torch.arange(len(groups))
+        rows = (remap[self.group_index] >= 0).nonzero().flatten()
+        rows = rows[torch.argsort(remap[self.group_index[rows]], stable=True)]
+        out = self.select(rows)
+        out.problems = [self.problems[g] for g in groups.tolist()]
+        out.group_index = remap[out.group_index]
+        return out
+
+
+@dataclass(frozen=True)
+class NoOptions(ConfigBase):
+    """The options of a method that takes none: any key in ``method_options`` is an error."""
 
 
 class Method:
     """GRPO: every hook at its default. Subclasses override what their paper changes.
 
     Args:
-        config: The trainer config (`rlvr_lib.trainer.TrainerConfig`); a
-            method reads its own settings from its own config object.
+        config: The trainer config (`rlvr_lib.trainer_config.TrainerConfig`).
+            ``config.method_options`` is parsed into ``self.options``, an
+            instance of the class attribute ``Options`` (a frozen `ConfigBase`
+            dataclass: unknown keys and bad values raise ``ValueError`` naming
+            the option, the value and what is allowed).
     """
 
     name = "grpo"
+    Options: ClassVar[type[ConfigBase]] = NoOptions
 
     def __init__(self, config):
         self.config = config
+        try:
+            self.options = self.Options.from_dict(config.method_options or {})
+        except ValueError as err:
+            raise ValueError(f"{self.name}: method_options: {err}") from None
+        self.step = 0
+
+    def generator(self, step: int, stream: int, device: str | torch.device = "cpu") -> torch.Generator:
+        """A torch generator seeded by ``(config.seed, step, stream)``: a method's one source of randomness."""
+        return torch_generator(self.config.seed, step, stream, device=device)
 
     # -- sampling ---------------------------------------------------------------------
     def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
@@ -88,12 +244,19 @@ class Method:
         return self.config.temperature
 
     def weight_samples(self) -> int:
-        """Number of weight perturbations per step; the G rollouts of each group are split among them."""
+        """Number of weight samples per step; the G rollouts of each group are split evenly among them."""
         return 1
 
     @contextlib.contextmanager
-    def perturbed(self, model: torch.nn.Module, index: int) -> Iterator[None]:
-        """Context in which rollouts (and, for 3PO, gradients) use perturbed weights."""
+    def perturbed(self, model: torch.nn.Module, index: int, train: bool = False) -> Iterator[None]:
+        """Scope in which ``model`` has the weights of sample ``index`` of this step.
+
+        The trainer enters it for rollouts (``train=False``) and, in the update,
+        once per minibatch and weight sample present in it, around that
+        sample's forward, loss and backward (``train=True``); one gradient clip
+        and one ``optimizer.step()`` follow per minibatch. Default: the weights
+        as they are.
+        """
         yield
 
     # -- credit assignment ------------------------------------------------------------
@@ -116,26 +279,48 @@ class Method:
         """Cap on the refill rounds that replace groups dropped by :meth:`keep_groups`."""
         return 0
 
+    def advantage_options(self) -> dict:
+        """Keyword options of the configured advantage estimator (e.g. NudgeRL's ``lam``); default none."""
+        return {}
+
     def advantages(self, batch: StepBatch) -> torch.Tensor:
-        """``(N,)`` advantages from the configured estimator (default GRPO mean/std)."""
+        """``(N,)`` advantages from the configured estimator (default GRPO mean/std).
+
+        Every estimator takes ``(rewards, group_index, context_index=..., **options)``.
+        """
         estimator = get_advantage_estimator(self.config.advantage)
-        if self.config.advantage == "context":  # NudgeRL's inter/intra needs the hint of each rollout
-            return estimator(batch.rewards, batch.group_index, batch.context_index)
-        return estimator(batch.rewards, batch.group_index)
+        return estimator(batch.rewards, batch.group_index, context_index=batch.context_index,
+                         **self.advantage_options())
 
-    # -- loss -------------------------------------------------------------------------
-    def policy_loss(self, logp, old_logp, advantages, mask) -> tuple[torch.Tensor, dict]:
-        """Per-token surrogate ``(N, T)`` and its stats; default PPO-clip."""
-        return ppo_clip_loss(
-            logp, old_logp, advantages, mask, eps_low=self.config.eps_low, eps_high=self.config.eps_high
-        )
+    def before_update(self, batch: StepBatch, model: torch.nn.Module) -> None:
+        """Called once per step before the update, with the whole batch; put per-row data in ``batch.extras``."""
 
-    def anchor(self, logp, ref_logp, entropy, mask) -> torch.Tensor:
-        """Per-token KL anchor ``(N, T)`` to the reference; scaled by ``kl_coef`` in the loop."""
-        return kl_penalty(logp, ref_logp, self.config.kl_estimator)
+    # -- loss (each hook gets the minibatch as a StepBatch) ------------------------------
+    def policy_loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor,
+                    mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Per-token surrogate ``(n, T)`` and its stats; default PPO-clip against the rollout log-probs.
+
+        Args:
+            batch: The minibatch (``batch.rollouts.logprobs`` are the behaviour log-probs,
+                ``batch.advantages`` the advantages).
+            logp: ``(n, T)`` log-probs under the current weights (with gradient).
+            entropy: ``(n, T)`` token entropies (with gradient).
+            mask: ``(n, T)`` float completion mask.
+        """
+        return ppo_clip_loss(logp, batch.rollouts.logprobs, batch.advantages, mask,
+                             eps_low=self.config.eps_low, eps_high=self.config.eps_high)
+
+    def anchor(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor,
+               mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
+        """Per-token anchor ``(n, T)`` to the reference (``batch.ref_logprobs``) and its stats.
+
+        Scaled by ``kl_coef`` in the loop, which logs its masked mean as ``kl``.
+        Default: the configured KL estimator.
+        """
+        return kl_penalty(logp, batch.ref_logprobs, self.config.kl_estimator), {}
 
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor | float, dict]:
-        """Extra scalar loss terms and their stats; default none."""
+        """Extra scalar loss terms on the minibatch and their stats; default none."""
         return 0.0, {}
 
     def make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
@@ -147,6 +332,7 @@ class Method:
     # -- method state (checkpointed) --------------------------------------------------
     def on_step_start(self, step: int) -> None:
         """Called at the start of each step, before any rollout (e.g. to seed a per-step generator)."""
+        self.step = step
 
     def on_step_end(self, step: int, metrics: dict) -> None:
         """Called after each step with its logged metrics (e.g. to latch a temperature).
@@ -159,3 +345,4 @@ class Method:
 
     def load_state_dict(self, state: dict) -> None:
         pass
+

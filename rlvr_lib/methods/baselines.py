@@ -3,7 +3,8 @@
 Every baseline is a small `Method` subclass that overrides only the hooks its
 paper changes, plus a `TrainerConfig` preset (registered at the bottom of this
 file). Method-specific settings live in ``TrainerConfig.method_options``; each
-class lists them with their defaults in ``OPTIONS`` and checks them when built
+class declares them as a frozen `ConfigBase` dataclass ``Options`` (fields,
+defaults, ``validate``), parsed into ``self.options`` when the method is built
 (an unknown key, or a bad value, raises ``ValueError`` naming the option, the
 value and what is allowed).
 
@@ -39,7 +40,7 @@ from __future__ import annotations
 
 import logging
 import math
-from typing import Any, ClassVar
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -52,7 +53,9 @@ from rlvr_lib.algos import (
     overlong_reward_shaping,
     self_certainty,
 )
+from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import completion_forward
 from rlvr_lib.tasks import CORRECT
 
@@ -71,7 +74,6 @@ __all__ = [
     "GRPONoKL",
     "Intuitor",
     "KLCov",
-    "OptionsMethod",
     "POPE",
     "Polaris",
     "PolarisFixed",
@@ -80,65 +82,8 @@ __all__ = [
 ]
 
 
-# ------------------------------------------------------------------------------ options
-class OptionsMethod(Method):
-    """A method with validated ``method_options``.
-
-    ``OPTIONS`` maps every option to its default; :meth:`check_options` checks
-    the merged values (``self.options``). Unknown keys are rejected, listing the
-    valid ones.
-    """
-
-    OPTIONS: ClassVar[dict[str, Any]] = {}
-
-    def __init__(self, config):
-        super().__init__(config)
-        given = dict(config.method_options or {})
-        unknown = sorted(set(given) - set(self.OPTIONS))
-        if unknown:
-            valid = sorted(self.OPTIONS) if self.OPTIONS else "none (this method takes no options)"
-            raise ValueError(f"{self.name}: unknown method_options key(s) {unknown}; valid options: {valid}")
-        self.options: dict[str, Any] = {**self.OPTIONS, **given}
-        self.check_options()
-
-    def check_options(self) -> None:
-        """Raise ``ValueError`` (via :meth:`_require`) on a bad option value."""
-
-    # helpers ---------------------------------------------------------------------------
-    def _require(self, ok: bool, key: str, must: str) -> None:
-        if not ok:
-            raise ValueError(f"{self.name}: method_options[{key!r}]={self.options[key]!r} is invalid: must be {must}")
-
-    def _number(self, key: str, lo: float | None = None, hi: float | None = None, *,
-                lo_open: bool = False, hi_open: bool = False) -> float:
-        value = self.options[key]
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-        if ok and lo is not None:
-            ok = value > lo if lo_open else value >= lo
-        if ok and hi is not None:
-            ok = value < hi if hi_open else value <= hi
-        interval = ("(" if lo_open else "[") + f"{'-inf' if lo is None else lo}, {'inf' if hi is None else hi}" \
-            + (")" if hi_open else "]")
-        self._require(ok, key, f"a number in {interval}")
-        return float(value)
-
-    def _integer(self, key: str, lo: int, hi: int | None = None) -> int:
-        value = self.options[key]
-        ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
-        self._require(ok, key, f"an integer >= {lo}" + ("" if hi is None else f" and <= {hi}"))
-        return value
-
-    def _choice(self, key: str, allowed: tuple) -> Any:
-        self._require(self.options[key] in allowed, key, f"one of {list(allowed)}")
-        return self.options[key]
-
-    def _bool(self, key: str) -> bool:
-        self._require(isinstance(self.options[key], bool), key, "true or false")
-        return self.options[key]
-
-
 # ------------------------------------------------------------------------------ KL anchors
-class GRPONoKL(OptionsMethod):
+class GRPONoKL(Method):
     """GRPO without a KL anchor (preset ``kl_coef=0``; no reference model is loaded).
 
     Loss: PPO-clip surrogate only, A_i = (r_i - mean_g r) / (std_g r + eps)
@@ -149,7 +94,7 @@ class GRPONoKL(OptionsMethod):
     name = "grpo_no_kl"
 
 
-class GRPOForwardKL(OptionsMethod):
+class GRPOForwardKL(Method):
     """GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta 0.05.
 
     Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
@@ -160,7 +105,7 @@ class GRPOForwardKL(OptionsMethod):
     name = "grpo_forward_kl"
 
 
-class GRPOK1(OptionsMethod):
+class GRPOK1(Method):
     """GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta 0.05.
 
     Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
@@ -169,7 +114,7 @@ class GRPOK1(OptionsMethod):
     name = "grpo_k1"
 
 
-class GRPOK2(OptionsMethod):
+class GRPOK2(Method):
     """GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta 0.05.
 
     Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
@@ -179,7 +124,20 @@ class GRPOK2(OptionsMethod):
 
 
 # ------------------------------------------------------------------------------ DAPO
-class DAPO(OptionsMethod):
+@dataclass(frozen=True)
+class DAPOOptions(ConfigBase):
+    """`DAPO`'s settings (see its docstring)."""
+
+    overlong_cache: int = 8
+    max_refill_rounds: int = 3
+    dynamic_sampling: bool = True
+
+    def validate(self) -> None:
+        self.check_nonnegative_int("overlong_cache", self.overlong_cache)
+        self.check_nonnegative_int("max_refill_rounds", self.max_refill_rounds)
+
+
+class DAPO(Method):
     """DAPO (arXiv 2503.14476): clip-higher, token-level loss, overlong shaping, dynamic sampling.
 
     * Clip-higher: rho clipped to [1 - 0.2, 1 + 0.28] (preset ``eps_low``/``eps_high``).
@@ -209,20 +167,21 @@ class DAPO(OptionsMethod):
     """
 
     name = "dapo"
-    OPTIONS = {"overlong_cache": 8, "max_refill_rounds": 3, "dynamic_sampling": True}
+    Options = DAPOOptions
 
-    def check_options(self) -> None:
-        self._integer("overlong_cache", 0, self.config.max_new_tokens)
-        self._integer("max_refill_rounds", 0)
-        self._bool("dynamic_sampling")
+    def __init__(self, config):
+        super().__init__(config)
+        limit = config.max_new_tokens
+        DAPOOptions.check(self.options.overlong_cache <= limit, "overlong_cache", self.options.overlong_cache,
+                          f"an integer in [0, max_new_tokens={limit}]")
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
         verifier = super().rewards(batch, model)
         lengths = batch.rollouts.completion_mask.sum(1).float()
-        return verifier + overlong_reward_shaping(lengths, self.config.max_new_tokens, self.options["overlong_cache"])
+        return verifier + overlong_reward_shaping(lengths, self.config.max_new_tokens, self.options.overlong_cache)
 
     def keep_groups(self, batch: StepBatch) -> torch.Tensor | None:
-        if not self.options["dynamic_sampling"]:
+        if not self.options.dynamic_sampling:
             return None
         correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float32)
         keep_rows = dynamic_sampling_keep_mask(correct, batch.group_index)
@@ -231,11 +190,11 @@ class DAPO(OptionsMethod):
         return keep
 
     def refill_rounds(self) -> int:
-        return self.options["max_refill_rounds"] if self.options["dynamic_sampling"] else 0
+        return self.options.max_refill_rounds if self.options.dynamic_sampling else 0
 
 
 # ------------------------------------------------------------------------------ Dr.GRPO, BNPO
-class DrGRPO(OptionsMethod):
+class DrGRPO(Method):
     """Dr.GRPO (arXiv 2503.20783): GRPO without its two length/difficulty biases.
 
     A_i = r_i - mean_g r (no division by the group std; preset ``advantage="dr_grpo"``),
@@ -247,7 +206,7 @@ class DrGRPO(OptionsMethod):
     name = "dr_grpo"
 
 
-class BNPOLoss(OptionsMethod):
+class BNPOLoss(Method):
     """SAGE's "BNPO" baseline (arXiv 2605.18864, code tally0818/SAGE): a loss-aggregation variant.
 
     GRPO advantages, loss token-normalised over the local batch:
@@ -259,7 +218,7 @@ class BNPOLoss(OptionsMethod):
     name = "bnpo_loss"
 
 
-class BNPOBeta(OptionsMethod):
+class BNPOBeta(Method):
     """BNPO (arXiv 2506.02864, code changyi7231/BNPO): Beta-normalised advantages.
 
     A_i = (R_i - p_g) / f(p_g; alpha, beta), f the Beta density whose
@@ -275,7 +234,17 @@ class BNPOBeta(OptionsMethod):
 
 
 # ------------------------------------------------------------------------------ 3PO baselines
-class EntropyReg(OptionsMethod):
+@dataclass(frozen=True)
+class EntropyRegOptions(ConfigBase):
+    """`EntropyReg`'s settings: the bonus weight ``alpha`` >= 0."""
+
+    alpha: float = 1e-3
+
+    def validate(self) -> None:
+        self.check_nonnegative("alpha", self.alpha)
+
+
+class EntropyReg(Method):
     """Entropy regularisation: loss = L_PG - alpha * H, H the aggregated token entropy.
 
     H = aggregate_loss(entropy, mask, loss_agg) (the mean token entropy for
@@ -293,10 +262,7 @@ class EntropyReg(OptionsMethod):
     """
 
     name = "entropy_reg"
-    OPTIONS = {"alpha": 1e-3}
-
-    def check_options(self) -> None:
-        self._number("alpha", 0.0)
+    Options = EntropyRegOptions
 
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
         cfg = self.config
@@ -304,10 +270,31 @@ class EntropyReg(OptionsMethod):
         if cfg.loss_agg == "seq_mean_token_sum_norm":
             normalizer = cfg.loss_normalizer or float(cfg.max_new_tokens)
         bonus = entropy_bonus(entropy, mask, cfg.loss_agg, normalizer=normalizer)
-        return -self.options["alpha"] * bonus, {"entropy_bonus": bonus.detach()}
+        return -self.options.alpha * bonus, {"entropy_bonus": bonus.detach()}
 
 
-class Polaris(OptionsMethod):
+@dataclass(frozen=True)
+class PolarisOptions(ConfigBase):
+    """`Polaris`'s settings (see its docstring)."""
+
+    mode: str = "latch"
+    t_high: float = 1.2
+    entropy_fraction: float = 0.5
+
+    def validate(self) -> None:
+        self.check_choice("mode", self.mode, ("latch", "fixed"))
+        self.check_positive("t_high", self.t_high)
+        self.check_range("entropy_fraction", self.entropy_fraction, 0, 1, lo_open=True, hi_open=True)
+
+
+@dataclass(frozen=True)
+class PolarisFixedOptions(PolarisOptions):
+    """`PolarisFixed`'s settings: `PolarisOptions` with ``mode`` defaulting to "fixed"."""
+
+    mode: str = "fixed"
+
+
+class Polaris(Method):
     """"Polaris" as 3PO ran it (arXiv 2608.09805): a one-way sampling-temperature latch.
 
     T_step = T_base (``config.temperature``, 1.0) until the step's mean token
@@ -318,7 +305,8 @@ class Polaris(OptionsMethod):
     Entropies are measured at the step's sampling temperature, so H_t and H_0
     are comparable until the latch fires. H_0 and the latch step are method
     state, kept by checkpoints (``state_dict``); the firing is logged (a
-    ``logging`` INFO line) and every step logs ``polaris_latched`` (0/1). The
+    ``logging`` INFO line) and every step logs ``polaris_latched``: 1 when that step
+    sampled at ``t_high`` (so 0 on the step whose entropy fires the latch). The
     log-probs of the PPO ratio use the step's temperature, as rollouts do.
 
     Options: ``mode`` ("latch" or "fixed": T = ``t_high`` from the first step),
@@ -327,38 +315,34 @@ class Polaris(OptionsMethod):
     """
 
     name = "polaris"
-    OPTIONS = {"mode": "latch", "t_high": 1.2, "entropy_fraction": 0.5}
+    Options = PolarisOptions
 
     def __init__(self, config):
         super().__init__(config)
         self.initial_entropy: float | None = None
         self.latched_at: int | None = None
 
-    def check_options(self) -> None:
-        self._choice("mode", ("latch", "fixed"))
-        self._number("t_high", 0.0, lo_open=True)
-        self._number("entropy_fraction", 0.0, 1.0, lo_open=True, hi_open=True)
-
     @property
     def latched(self) -> bool:
-        return self.options["mode"] == "fixed" or self.latched_at is not None
+        return self.options.mode == "fixed" or self.latched_at is not None
 
     def sampling_temperature(self, step: int) -> float:
-        return float(self.options["t_high"]) if self.latched else self.config.temperature
+        return float(self.options.t_high) if self.latched else self.config.temperature
 
     def on_step_end(self, step: int, metrics: dict) -> None:
-        if self.options["mode"] == "latch" and self.latched_at is None:
+        sampled_high = self.latched  # this step's temperature, before the latch can fire below
+        if self.options.mode == "latch" and self.latched_at is None:
             entropy = float(metrics["entropy"])
             if self.initial_entropy is None:
                 self.initial_entropy = entropy
-            elif entropy < self.options["entropy_fraction"] * self.initial_entropy:
+            elif entropy < self.options.entropy_fraction * self.initial_entropy:
                 self.latched_at = step
                 logger.info(
                     "polaris: step %d entropy %.4f < %g x initial %.4f; sampling temperature %g -> %g from step %d on",
-                    step, entropy, self.options["entropy_fraction"], self.initial_entropy,
-                    self.config.temperature, self.options["t_high"], step + 1,
+                    step, entropy, self.options.entropy_fraction, self.initial_entropy,
+                    self.config.temperature, self.options.t_high, step + 1,
                 )
-        metrics["polaris_latched"] = float(self.latched)
+        metrics["polaris_latched"] = float(sampled_high)
 
     def state_dict(self) -> dict:
         return {"initial_entropy": self.initial_entropy, "latched_at": self.latched_at}
@@ -374,10 +358,22 @@ class PolarisFixed(Polaris):
     """
 
     name = "polaris_fixed"
-    OPTIONS = {**Polaris.OPTIONS, "mode": "fixed"}
+    Options = PolarisFixedOptions
 
 
-class KLCov(OptionsMethod):
+@dataclass(frozen=True)
+class KLCovOptions(ConfigBase):
+    """`KLCov`'s settings: token fraction ``k_frac`` in (0, 1], penalty weight ``kl_cov_coef`` >= 0."""
+
+    k_frac: float = 2e-4
+    kl_cov_coef: float = 1.0
+
+    def validate(self) -> None:
+        self.check_range("k_frac", self.k_frac, 0, 1, lo_open=True)
+        self.check_nonnegative("kl_cov_coef", self.kl_cov_coef)
+
+
+class KLCov(Method):
     """KL-Cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
 
     Per token, cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's
@@ -395,18 +391,28 @@ class KLCov(OptionsMethod):
     """
 
     name = "kl_cov"
-    OPTIONS = {"k_frac": 2e-4, "kl_cov_coef": 1.0}
+    Options = KLCovOptions
 
-    def check_options(self) -> None:
-        self._number("k_frac", 0.0, 1.0, lo_open=True)
-        self._number("kl_cov_coef", 0.0)
-
-    def policy_loss(self, logp, old_logp, advantages, mask) -> tuple[torch.Tensor, dict]:
-        return kl_cov_loss(logp, old_logp, advantages, mask, k_frac=self.options["k_frac"],
-                           kl_coef=self.options["kl_cov_coef"])
+    def policy_loss(self, batch: StepBatch, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
+        return kl_cov_loss(logp, batch.rollouts.logprobs, batch.advantages, mask, k_frac=self.options.k_frac,
+                           kl_coef=self.options.kl_cov_coef)
 
 
-class ClipCov(OptionsMethod):
+@dataclass(frozen=True)
+class ClipCovOptions(ConfigBase):
+    """`ClipCov`'s settings: token fraction ``clip_frac`` in (0, 1], covariance band ``lb`` < ``ub``."""
+
+    clip_frac: float = 2e-4
+    lb: float = 1.0
+    ub: float = 5.0
+
+    def validate(self) -> None:
+        self.check_range("clip_frac", self.clip_frac, 0, 1, lo_open=True)
+        self.check_range("lb", self.lb, None, None)
+        self.check_range("ub", self.ub, self.lb, None, lo_open=True)
+
+
+class ClipCov(Method):
     """Clip-Cov (arXiv 2505.22617): PPO-clip with the gradient of a few high-covariance tokens detached.
 
     Candidates: tokens with ``lb`` < cov_t < ``ub`` (cov_t as in `KLCov`) that
@@ -427,28 +433,22 @@ class ClipCov(OptionsMethod):
     """
 
     name = "clip_cov"
-    OPTIONS = {"clip_frac": 2e-4, "lb": 1.0, "ub": 5.0}
+    Options = ClipCovOptions
     _STREAM = 0xC11C  # keeps this generator's seeds apart from the trainer's streams
 
     def __init__(self, config):
         super().__init__(config)
         self.on_step_start(0)
 
-    def check_options(self) -> None:
-        self._number("clip_frac", 0.0, 1.0, lo_open=True)
-        lb = self._number("lb")
-        self._number("ub")
-        self._require(self.options["ub"] > lb, "ub", f"> lb = {lb}")
-
     def on_step_start(self, step: int) -> None:
-        seed = int(np.random.SeedSequence([self.config.seed, step, self._STREAM]).generate_state(1)[0])
-        self.generator = torch.Generator().manual_seed(seed)
+        super().on_step_start(step)
+        self.clip_generator = self.generator(step, self._STREAM)
 
-    def policy_loss(self, logp, old_logp, advantages, mask) -> tuple[torch.Tensor, dict]:
+    def policy_loss(self, batch: StepBatch, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
         return clip_cov_loss(
-            logp, old_logp, advantages, mask, eps_low=self.config.eps_low, eps_high=self.config.eps_high,
-            clip_frac=self.options["clip_frac"], lb=self.options["lb"], ub=self.options["ub"],
-            generator=self.generator,
+            logp, batch.rollouts.logprobs, batch.advantages, mask, eps_low=self.config.eps_low,
+            eps_high=self.config.eps_high, clip_frac=self.options.clip_frac, lb=self.options.lb, ub=self.options.ub,
+            generator=self.clip_generator,
         )
 
 
@@ -467,7 +467,22 @@ def oracle_prefix(trace: str, ratio: float, max_tokens: int) -> str:
     return trace[: min(n, max_tokens)]
 
 
-class POPE(OptionsMethod):
+@dataclass(frozen=True)
+class POPEOptions(ConfigBase):
+    """`POPE`'s settings (see its docstring)."""
+
+    share: float = 0.5
+    ratio: float = 0.15
+    max_prefix_tokens: int = 512
+    label: str = ""
+
+    def validate(self) -> None:
+        self.check_probability("share", self.share)
+        self.check_range("ratio", self.ratio, 0, 1, lo_open=True)
+        self.check_positive_int("max_prefix_tokens", self.max_prefix_tokens)
+
+
+class POPE(Method):
     """POPE, privileged oracle-prefix rollouts, as NudgeRL's comparison ran it (arXiv 2605.15726).
 
     For a share ``share`` (0.5) of the step's prompts, chosen at random
@@ -499,22 +514,16 @@ class POPE(OptionsMethod):
     """
 
     name = "pope"
-    OPTIONS = {"share": 0.5, "ratio": 0.15, "max_prefix_tokens": 512, "label": ""}
-
-    def check_options(self) -> None:
-        self._number("share", 0.0, 1.0)
-        self._number("ratio", 0.0, 1.0, lo_open=True)
-        self._integer("max_prefix_tokens", 1)
-        self._require(isinstance(self.options["label"], str), "label", "a string")
+    Options = POPEOptions
 
     def context(self, problem) -> str:
         """The partial-solution context of ``problem`` (label, then the oracle prefix)."""
-        prefix = oracle_prefix(problem.oracle_trace, self.options["ratio"], self.options["max_prefix_tokens"])
-        label = self.options["label"].strip()
+        prefix = oracle_prefix(problem.oracle_trace, self.options.ratio, self.options.max_prefix_tokens)
+        label = self.options.label.strip()
         return f"{label} {prefix}" if label else prefix
 
     def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
-        n_prefixed = int(math.floor(self.options["share"] * len(problems) + 0.5))
+        n_prefixed = int(math.floor(self.options.share * len(problems) + 0.5))
         chosen = set(rng.choice(len(problems), n_prefixed, replace=False).tolist())
         return [
             [(0, self.context(p))] * group_size if i in chosen else [(-1, None)] * group_size
@@ -538,7 +547,17 @@ def completion_logits(model: torch.nn.Module, prompt_ids, prompt_mask, completio
     return completion_forward(model, *tensors).float()
 
 
-class Intuitor(OptionsMethod):
+@dataclass(frozen=True)
+class IntuitorOptions(ConfigBase):
+    """`Intuitor`'s settings: rows per no-grad forward (memory only)."""
+
+    forward_batch_size: int = 64
+
+    def validate(self) -> None:
+        self.check_positive_int("forward_batch_size", self.forward_batch_size)
+
+
+class Intuitor(Method):
     """INTUITOR (arXiv 2505.19590): the reward is the policy's own self-certainty; no verifier.
 
     r_i = SC(y_i) = (1/|y_i|) sum_t KL(U || pi_theta(. | x, y_<t))
@@ -558,16 +577,13 @@ class Intuitor(OptionsMethod):
     """
 
     name = "intuitor"
-    OPTIONS = {"forward_batch_size": 64}
-
-    def check_options(self) -> None:
-        self._integer("forward_batch_size", 1)
+    Options = IntuitorOptions
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
         ro = batch.rollouts
         out = []
         with torch.no_grad():
-            for rows in torch.arange(len(ro)).split(self.options["forward_batch_size"]):
+            for rows in torch.arange(len(ro)).split(self.options.forward_batch_size):
                 logits = completion_logits(model, ro.prompt_ids[rows], ro.prompt_mask[rows],
                                            ro.completion_ids[rows], ro.completion_mask[rows])
                 mask = ro.completion_mask[rows].to(logits.device)
@@ -576,40 +592,33 @@ class Intuitor(OptionsMethod):
 
 
 # ------------------------------------------------------------------------------ registry
-def _register() -> None:
-    """Register every baseline; run once, when ``rlvr_lib.methods`` imports this module."""
-    from rlvr_lib.methods import register_method
-
-    register_method("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
-                    kl_coef=0.0)
-    register_method("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
-                    kl_coef=0.05, kl_estimator="forward")
-    register_method("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
-                    kl_coef=0.05, kl_estimator="k1")
-    register_method("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
-                    kl_coef=0.05, kl_estimator="k2")
-    register_method("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
-                    eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
-    register_method("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
-                    advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
-    register_method("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
-                    loss_agg="token_mean", kl_coef=0.0)
-    register_method("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
-                    advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
-                    kl_coef=0.0)
-    register_method("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
-                    kl_coef=0.0)
-    register_method("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
-                    kl_coef=0.0)
-    register_method("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
-    register_method("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.2% tokens by covariance, no KL",
-                    kl_coef=0.0)
-    register_method("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
-                    kl_coef=0.0)
-    register_method("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
-                    kl_coef=0.0)
-    register_method("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
-                    kl_coef=0.005, kl_estimator="k3")
-
-
-_register()
+register_method("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
+                kl_coef=0.0)
+register_method("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
+                kl_coef=0.05, kl_estimator="forward")
+register_method("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
+                kl_coef=0.05, kl_estimator="k1")
+register_method("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
+                kl_coef=0.05, kl_estimator="k2")
+register_method("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
+                eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
+register_method("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
+                advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
+register_method("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
+                loss_agg="token_mean", kl_coef=0.0)
+register_method("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
+                advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
+                kl_coef=0.0)
+register_method("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
+                kl_coef=0.0)
+register_method("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
+                kl_coef=0.0)
+register_method("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
+register_method("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens by covariance, no KL",
+                kl_coef=0.0)
+register_method("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
+                kl_coef=0.0)
+register_method("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
+                kl_coef=0.0)
+register_method("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
+                kl_coef=0.005, kl_estimator="k3")

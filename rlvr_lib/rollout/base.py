@@ -300,3 +300,11 @@ class RolloutEngine(Protocol):
             :class:`Rollouts` with ``N = M * params.n`` rows, prompt-major.
         """
         ...
+
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, mask)``, ``(M, P)`` long: the prompts left-padded exactly as :meth:`generate` encodes them.
+
+        The trainer scores completions under prompts other than the ones rolled
+        out (the hint-free prompt of a hinted rollout) with these.
+        """
+        ...

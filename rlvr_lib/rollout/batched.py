@@ -136,6 +136,10 @@ class BatchedEngine:
                 raise ValueError(f"prompt {i} encodes to zero tokens; a completion needs a non-empty context")
         return [list(ids) for ids in encoded]
 
+    def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(ids, mask)`` of ``prompts``, left-padded exactly as :meth:`generate` encodes them."""
+        return self._left_pad(self._encode(prompts))
+
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
         width = max(len(r) for r in rows)
         ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)

@@ -1,0 +1,112 @@
+"""`TrainerConfig`: the settings of the RL loop, in a module of their own.
+
+Kept apart from `rlvr_lib.trainer` so that the method registry
+(`rlvr_lib.methods`) can build configs without importing the loop: importing
+`rlvr_lib.methods` never imports `rlvr_lib.trainer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rlvr_lib.algos import LOSS_AGG_MODES
+from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
+from rlvr_lib.algos.kl import KL_ESTIMATORS
+from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase
+from rlvr_lib.tasks import DEFAULT_TASK, get_task, task_names
+
+__all__ = ["TrainerConfig"]
+
+
+@dataclass(frozen=True)
+class TrainerConfig(ConfigBase):
+    """Settings of the RL loop; a method's preset overrides some of them.
+
+    Attributes:
+        method: Registered method name (``rlvr_lib.methods.METHODS``).
+        policy: Hub name or local path of the initial policy; ``None`` = the embedded tiny policy.
+        task: Registered task (`rlvr_lib.tasks.TASKS`) the problems and the verifier come from;
+            left out of ``to_dict`` (so of config hashes) while it is the default ``"arith"``.
+        train_family: The task's family the training prompts come from.
+        train_pool_size: Distinct training problems drawn from it (fewer if the family holds fewer).
+        steps: RL steps (each does ``inner_epochs * minibatches`` optimizer steps).
+        prompts_per_step: Problems (groups) per step.
+        group_size: Rollouts per problem (G).
+        temperature, top_p, max_new_tokens: Rollout sampling.
+        lr, weight_decay, max_grad_norm: Optimizer (AdamW unless the method says otherwise).
+        inner_epochs: Passes over each step's rollouts (mu).
+        minibatches: Optimizer steps per pass.
+        eps_low, eps_high: PPO clip range ``[1 - eps_low, 1 + eps_high]``.
+        loss_agg: Loss aggregation mode (``rlvr_lib.algos.LOSS_AGG_MODES``).
+        loss_normalizer: Constant of ``seq_mean_token_sum_norm`` (default ``max_new_tokens``).
+        advantage: Advantage estimator name (``rlvr_lib.algos.ADVANTAGE_ESTIMATORS``).
+        kl_coef: beta of the KL anchor; 0 loads no reference model.
+        kl_estimator: Per-token KL estimator (``rlvr_lib.algos.KL_ESTIMATORS``).
+        method_options: Method-specific settings as a JSON object; the method's class
+            validates them when it is built (unknown keys and bad values raise ``ValueError``).
+        seed: Fixes prompts, sampling and every other random choice.
+        checkpoint_every: Steps between checkpoints (0 = never).
+        rollout_batch_size: Sequences per generation call.
+    """
+
+    method: str = "grpo"
+    policy: str | None = None
+    train_family: str = "train"
+    train_pool_size: int = 600
+    steps: int = 30
+    prompts_per_step: int = 8
+    group_size: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 48
+    lr: float = 1e-4
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    inner_epochs: int = 1
+    minibatches: int = 1
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    loss_agg: str = "seq_mean_token_mean"
+    loss_normalizer: float | None = None
+    advantage: str = "grpo"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    method_options: dict | None = None
+    seed: int = 0
+    checkpoint_every: int = 0
+    rollout_batch_size: int = 512
+    task: str = field(default=DEFAULT_TASK, metadata={OMIT_IF_DEFAULT: True})
+
+    def validate(self) -> None:
+        from rlvr_lib.methods import METHODS
+
+        self.check_choice("method", self.method, sorted(METHODS))
+        self.check_choice("task", self.task, task_names())
+        self.check_choice("train_family", self.train_family, list(get_task(self.task).families))
+        for name in ("train_pool_size", "steps", "prompts_per_step", "group_size", "max_new_tokens"):
+            self.check_positive_int(name, getattr(self, name))
+        for name in ("inner_epochs", "minibatches", "rollout_batch_size"):
+            self.check_positive_int(name, getattr(self, name))
+        self.check_nonnegative_int("seed", self.seed)
+        self.check_nonnegative_int("checkpoint_every", self.checkpoint_every)
+        self.check_range("temperature", self.temperature, 0, None, lo_open=True)
+        self.check_range("top_p", self.top_p, 0, 1, lo_open=True)
+        self.check_range("lr", self.lr, 0, 1, lo_open=True)
+        self.check_nonnegative("weight_decay", self.weight_decay)
+        self.check_range("max_grad_norm", self.max_grad_norm, 0, None, lo_open=True)
+        self.check_range("eps_low", self.eps_low, 0, 1, lo_open=True, hi_open=True)
+        self.check_range("eps_high", self.eps_high, 0, None, lo_open=True)
+        self.check_choice("loss_agg", self.loss_agg, LOSS_AGG_MODES)
+        if self.loss_normalizer is not None:
+            self.check_positive("loss_normalizer", self.loss_normalizer)
+        self.check_choice("advantage", self.advantage, sorted(ADVANTAGE_ESTIMATORS))
+        self.check_nonnegative("kl_coef", self.kl_coef)
+        self.check_choice("kl_estimator", self.kl_estimator, sorted(KL_ESTIMATORS))
+        self.check(
+            (self.prompts_per_step * self.group_size) % self.minibatches == 0,
+            "minibatches",
+            self.minibatches,
+            f"a divisor of prompts_per_step * group_size = {self.prompts_per_step * self.group_size}",
+        )
+        self.check(self.method_options is None or isinstance(self.method_options, dict),
+                   "method_options", self.method_options, "None or a dict")
