@@ -26,7 +26,7 @@ import math
 import numbers
 from typing import Any, Iterable, TypeVar
 
-__all__ = ["check", "check_choice", "check_int", "check_range", "invalid"]
+__all__ = ["check", "check_choice", "check_int", "check_range", "invalid", "is_int", "is_real"]
 
 T = TypeVar("T")
 
