@@ -220,3 +220,123 @@ def test_config_base_checks_use_the_one_format(call, message):
 
 # ------------------------------------------------------------------ call sites
 ONE_FORMAT = re.compile(r"^(?P<name>[\w.\[\]']+)=(?P<value>.+) is invalid: must be (?P<must>.+)$")
+
+
+def _sampling_params(**kw):
+    from rlvr_lib.rollout import SamplingParams
+
+    return SamplingParams(**kw)
+
+
+def _branch_guide(**kw):
+    import torch
+
+    from rlvr_lib.algos.guides import branch_guide
+
+    return branch_guide(torch.zeros(2, 3), **kw)
+
+
+def _aggregate_loss(mode):
+    import torch
+
+    from rlvr_lib.algos import aggregate_loss
+
+    return aggregate_loss(torch.zeros(2, 3), torch.ones(2, 3), mode)
+
+
+def _ppo_clip(**kw):
+    import torch
+
+    from rlvr_lib.algos import ppo_clip_loss
+
+    z = torch.zeros(2, 3)
+    return ppo_clip_loss(z, z, torch.zeros(2), torch.ones(2, 3), **kw)
+
+
+def _grpo_advantages(**kw):
+    import torch
+
+    from rlvr_lib.algos import grpo_advantages
+
+    return grpo_advantages(torch.tensor([1.0, 0.0]), torch.tensor([0, 0]), **kw)
+
+
+def _mode_counts(**kw):
+    from rlvr_lib.eval.diversity import mode_counts_per_problem
+
+    return mode_counts_per_problem([["direct: #1"]], **kw)
+
+
+def _pass_at_k(*args):
+    from rlvr_lib.eval.passk import pass_at_k
+
+    return pass_at_k(*args)
+
+
+def _dead_groups(**kw):
+    from rlvr_lib.eval.diagnostics import dead_group_mask
+
+    return dead_group_mask([[0.0, 1.0]], **kw)
+
+
+def _hint_pool(**kw):
+    from rlvr_lib.tasks import TaskHintPool
+
+    return TaskHintPool(**kw)
+
+
+def _aggregate_seeds(**kw):
+    from rlvr_lib.experiments import aggregate_seeds
+
+    return aggregate_seeds([1.0, 2.0], **kw)
+
+
+def _logprob_backend(backend):
+    import torch
+
+    from rlvr_lib.kernels import logprob_entropy
+
+    return logprob_entropy(torch.zeros(2, 4), torch.zeros(5, 4), torch.zeros(2, dtype=torch.long), backend=backend)
+
+
+def _guide_schedule(step):
+    from rlvr_lib.algos.guides import guide_schedule
+
+    return guide_schedule(step, max_steps=10, start=1.0, end=0.0)
+
+
+def _policy_loss(name):
+    from rlvr_lib.algos import get_policy_loss
+
+    return get_policy_loss(name)
+
+
+CALL_SITES = [
+    # (call, name, value repr, what is allowed)
+    (lambda: _sampling_params(top_p=0), "SamplingParams.top_p", "0", "a number in (0, 1]"),
+    (lambda: _sampling_params(n=0), "SamplingParams.n", "0", "an integer >= 1"),
+    (lambda: _branch_guide(q_min=1.5, q_max=1.4), "q_min", "1.5", "a number in (0, 1.4]"),
+    (lambda: _branch_guide(q_max=0.0), "q_max", "0.0", "a number in (0, inf)"),
+    (lambda: _aggregate_loss("sum"), "mode", "'sum'",
+     "one of ['seq_mean_token_mean', 'token_mean', 'seq_mean_token_sum_norm']"),
+    (lambda: _ppo_clip(eps_low=1.0), "eps_low", "1.0", "a number in [0, 1)"),
+    (lambda: _ppo_clip(eps_high=math.inf), "eps_high", "inf", "a number in [0, inf)"),
+    (lambda: _grpo_advantages(eps=-1e-3), "eps", "-0.001", "a number in [0, inf)"),
+    (lambda: _policy_loss("gspo"), "policy_loss", "'gspo'", "one of ['clip_cov', 'kl_cov', 'ppo_clip']"),
+    (lambda: _guide_schedule(-1), "step", "-1", "an integer >= 0"),
+    (lambda: _mode_counts(min_share=1.5), "min_share", "1.5", "a number in [0, 1]"),
+    (lambda: _pass_at_k(4, 2, 5), "k", "5", "an integer in [1, 4]"),
+    (lambda: _dead_groups(criterion="dead"), "criterion", "'dead'", "one of ['zero_advantage', 'all_zero']"),
+    (lambda: _hint_pool(unhelpful_share=-0.1), "unhelpful_share", "-0.1", "a number in [0, 1]"),
+    (lambda: _aggregate_seeds(confidence=1.0), "confidence", "1.0", "a number in (0, 1)"),
+    (lambda: _logprob_backend("cuda"), "backend", "'cuda'", "one of ['auto', 'torch', 'triton', 'naive']"),
+]
+
+
+@pytest.mark.parametrize("call, name, value, must", CALL_SITES, ids=[f"{c[1]}={c[2]}" for c in CALL_SITES])
+def test_call_sites_raise_the_one_format(call, name, value, must):
+    with pytest.raises(ValueError) as exc:
+        call()
+    message = str(exc.value)
+    assert message == f"{name}={value} is invalid: must be {must}"
+    assert ONE_FORMAT.match(message)
