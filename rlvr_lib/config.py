@@ -55,12 +55,13 @@ import dataclasses
 import enum
 import hashlib
 import json
-import math
 import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable, TypeVar, Union
+
+from rlvr_lib import validation
 
 __all__ = ["OMIT_IF_DEFAULT", "ConfigBase", "canonical_json", "hash_jsonable", "to_jsonable"]
 
@@ -71,22 +72,6 @@ HASH_LENGTH = 12
 
 OMIT_IF_DEFAULT = "omit_if_default"
 """Field-metadata key: a field marked with it is not serialised while it holds its default."""
-
-
-def _fmt(x: float) -> str:
-    """Formats a bound compactly: ``1.0 -> '1'``, ``inf -> 'inf'``."""
-    if isinstance(x, float) and x.is_integer():
-        return str(int(x))
-    return repr(x) if isinstance(x, float) else str(x)
-
-
-def _is_real(value: Any) -> bool:
-    """True for ints and floats (and numpy scalars of them), false for bools."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, (int, float)):
-        return True
-    return hasattr(value, "dtype") and getattr(value, "ndim", None) == 0 and value.dtype.kind in "iuf"
 
 
 def _is_int(value: Any) -> bool:
@@ -119,6 +104,8 @@ class ConfigBase:
         """
 
     # ------------------------------------------------------------- checkers
+    # Thin wrappers over rlvr_lib.validation that name the value
+    # "<Class>.<field>"; the message format is validation.invalid's.
     @classmethod
     def invalid(cls, field: str, value: Any, must: str) -> ValueError:
         """Builds the library's standard error for a bad field value.
@@ -131,15 +118,15 @@ class ConfigBase:
 
         Returns:
             A ``ValueError`` (to be raised by the caller) with message
-            ``"<Class>.<field>=<value!r> is invalid: must be <must>"``.
+            ``"<Class>.<field>=<value!r> is invalid: must be <must>"``
+            (:func:`rlvr_lib.validation.invalid`).
         """
-        return ValueError(f"{cls.__name__}.{field}={value!r} is invalid: must be {must}")
+        return validation.invalid(f"{cls.__name__}.{field}", value, must)
 
     @classmethod
     def check(cls, condition: bool, field: str, value: Any, must: str) -> None:
         """Raises :meth:`invalid` ``(field, value, must)`` unless ``condition`` holds."""
-        if not condition:
-            raise cls.invalid(field, value, must)
+        validation.check(condition, f"{cls.__name__}.{field}", value, must)
 
     @classmethod
     def check_range(
@@ -154,29 +141,20 @@ class ConfigBase:
     ) -> None:
         """Checks that ``value`` is a real number within ``lo``..``hi``.
 
+        See :func:`rlvr_lib.validation.check_range`.
+
         Args:
             field: Field name, for the error message.
             value: Value to check. Bools and NaN are rejected.
-            lo: Lower bound, or ``None`` for unbounded below.
-            hi: Upper bound, or ``None`` for unbounded above.
+            lo: Lower bound, or ``None`` for unbounded below (finite values only).
+            hi: Upper bound, or ``None`` for unbounded above (finite values only).
             lo_open: Exclude ``lo`` itself.
             hi_open: Exclude ``hi`` itself.
 
         Raises:
             ValueError: e.g. ``"Cfg.lr=-1 is invalid: must be a number in (0, 1]"``.
         """
-        lo_ = -math.inf if lo is None else lo
-        hi_ = math.inf if hi is None else hi
-        interval = (
-            ("(" if lo_open or lo is None else "[")
-            + f"{_fmt(lo_)}, {_fmt(hi_)}"
-            + (")" if hi_open or hi is None else "]")
-        )
-        ok = _is_real(value) and not math.isnan(float(value))
-        if ok:
-            v = float(value)
-            ok = (v > lo_ if lo_open else v >= lo_) and (v < hi_ if hi_open else v <= hi_)
-        cls.check(ok, field, value, f"a number in {interval}")
+        validation.check_range(f"{cls.__name__}.{field}", value, lo, hi, lo_open=lo_open, hi_open=hi_open)
 
     @classmethod
     def check_choice(cls, field: str, value: Any, choices: Iterable[Any]) -> None:
@@ -185,27 +163,26 @@ class ConfigBase:
         Raises:
             ValueError: e.g. ``"Cfg.kl='k2' is invalid: must be one of ['k1', 'k3']"``.
         """
-        choices = list(choices)
-        cls.check(value in choices, field, value, f"one of {choices!r}")
+        validation.check_choice(f"{cls.__name__}.{field}", value, choices)
 
     @classmethod
     def check_positive_int(cls, field: str, value: Any) -> None:
         """Checks that ``value`` is an int >= 1 (bools are rejected)."""
-        cls.check(_is_int(value) and value >= 1, field, value, "an integer >= 1")
+        validation.check_int(f"{cls.__name__}.{field}", value, 1)
 
     @classmethod
     def check_nonnegative_int(cls, field: str, value: Any) -> None:
         """Checks that ``value`` is an int >= 0 (bools are rejected)."""
-        cls.check(_is_int(value) and value >= 0, field, value, "an integer >= 0")
+        validation.check_int(f"{cls.__name__}.{field}", value, 0)
 
     @classmethod
     def check_positive(cls, field: str, value: Any) -> None:
-        """Checks that ``value`` is a real number > 0 (inf allowed)."""
+        """Checks that ``value`` is a finite real number > 0."""
         cls.check_range(field, value, 0, None, lo_open=True)
 
     @classmethod
     def check_nonnegative(cls, field: str, value: Any) -> None:
-        """Checks that ``value`` is a real number >= 0 (inf allowed)."""
+        """Checks that ``value`` is a finite real number >= 0."""
         cls.check_range(field, value, 0, None)
 
     @classmethod

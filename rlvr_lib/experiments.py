@@ -41,6 +41,7 @@ from typing import Any, Optional
 
 from . import __version__
 from .config import ConfigBase, hash_jsonable
+from .validation import check, check_choice, check_int, check_range
 
 __all__ = [
     "RESULTS_ENV",
@@ -80,11 +81,10 @@ def results_root(root: str | Path | None = None) -> Path:
 
 
 def _check_name(kind: str, value: str) -> None:
-    if not isinstance(value, str) or not _NAME_RE.match(value):
-        raise ValueError(
-            f"{kind}={value!r} is invalid: must be a non-empty file-name-safe string "
-            f"(letters, digits and . _ + = @ -, not starting with a symbol)"
-        )
+    check(
+        isinstance(value, str) and _NAME_RE.match(value), kind, value,
+        "a non-empty file-name-safe string (letters, digits and . _ + = @ -, not starting with a symbol)",
+    )
 
 
 def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = False) -> Path:
@@ -290,8 +290,7 @@ def cached_run(
         from JSON (NaN appears as ``None``) whether computed now or cached.
     """
     _check_name("name", name)
-    if isinstance(seed, bool) or not isinstance(seed, int):
-        raise ValueError(f"seed={seed!r} is invalid: must be an int")
+    seed = check_int("seed", seed)
     cfg, cfg_type = _config_dict(config)
     chash = hash_jsonable(cfg)
     run_id = f"{name}-{chash}-s{seed}"
@@ -397,8 +396,7 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     """
     from scipy import stats
 
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence={confidence!r} is invalid: must be in (0, 1)")
+    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
     xs = jsonable(values)
     xs = [xs] if not isinstance(xs, list) else xs
     if not xs:
@@ -461,14 +459,13 @@ def claims_table(rows: Sequence[Mapping[str, Any]], fmt: str = ".3f"):
         if "holds" in row:
             holds = bool(row["holds"])
         elif "expect" in row:
+            expect = check_choice(f"claims_table row {i}: expect", row["expect"], (">", "<"))
             than = row.get("than", 0.0)
             lo, hi, seeds = agg["ci_low"], agg["ci_high"], agg["n"]
-            if row["expect"] == ">":
+            if expect == ">":
                 holds, ci_clears = agg["mean"] > than, bool(seeds >= 2 and lo > than)
-            elif row["expect"] == "<":
-                holds, ci_clears = agg["mean"] < than, bool(seeds >= 2 and hi < than)
             else:
-                raise ValueError(f"claims_table row {i}: expect={row['expect']!r} is invalid: must be '>' or '<'")
+                holds, ci_clears = agg["mean"] < than, bool(seeds >= 2 and hi < than)
         else:
             raise ValueError(f"claims_table row {i} needs 'holds' or 'expect': {dict(row)!r}")
         extra = {k: v for k, v in row.items() if k not in ("claim", "paper", "ours", "holds", "expect", "than")}

@@ -31,6 +31,8 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from rlvr_lib.validation import check, check_range
+
 __all__ = [
     "plot_hint_follow",
     "plot_mode_histogram",
@@ -115,8 +117,8 @@ def _int_key(name: str, label: Any, key: Any, what: str) -> int:
         k = int(key)
     except (TypeError, ValueError):
         k = None
-    if k is None or isinstance(key, bool) or k < 1 or (isinstance(key, float) and key != k):
-        raise ValueError(f"{name}[{label!r}] has {what}={key!r}: {what} must be a positive integer")
+    ok = k is not None and not isinstance(key, bool) and k >= 1 and not (isinstance(key, float) and key != k)
+    check(ok, f"{name}[{label!r}]: {what}", key, "a positive integer")
     return k
 
 
@@ -245,8 +247,8 @@ def plot_hint_follow(
     """
     if not isinstance(follow, Mapping) or not follow:
         raise ValueError(f"follow must be a non-empty dict {{strategy: rate}}, got {follow!r}")
-    if target is not None and not 0.0 <= target <= 1.0:
-        raise ValueError(f"target={target!r} is invalid: must be None or in [0, 1]")
+    if target is not None:
+        check_range("target", target, 0, 1)
     fig, ax = _target_axes(ax)
     names = [str(s) for s in follow]
     ax.bar(names, [_num(v) for v in follow.values()], color=_colors(len(names)))
@@ -373,8 +375,7 @@ def plot_training_curves(
         raise ValueError(f"histories must be a non-empty dict {{label: history}}, got {histories!r:.80}")
     if isinstance(metrics, str) or not metrics:
         raise ValueError(f"metrics must be a non-empty list of metric names, got {metrics!r}")
-    if not 0.0 < confidence < 1.0:
-        raise ValueError(f"confidence={confidence!r} is invalid: must be in (0, 1)")
+    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
     runs = {label: _as_runs(label, h) for label, h in histories.items()}
     for label, label_runs in runs.items():
         keys = set().union(*(row.keys() for run in label_runs for row in run))

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .validation import check_choice
 
 __all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
 
@@ -242,8 +243,7 @@ def reproduce(
         ValueError: on an unknown ``profile``, a missing ``notebooks_dir`` or
             a name in ``only`` that is not a notebook there.
     """
-    if profile not in PROFILES:
-        raise ValueError(f"profile={profile!r} is invalid: must be one of {PROFILES}")
+    check_choice("profile", profile, PROFILES)
     src_dir = Path(notebooks_dir) if notebooks_dir is not None else _default_notebooks_dir()
     if not src_dir.is_dir():
         raise ValueError(f"notebooks_dir={str(src_dir)!r} is not a folder")

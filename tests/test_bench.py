@@ -56,7 +56,7 @@ def test_chunked_kernel_peak_memory_is_a_fraction_of_naive():
 
 @pytest.mark.parametrize("kw, match", [
     (dict(batch=10, group_size=4), "multiple of group_size"),
-    (dict(repeats=0), "repeats=0"),
+    (dict(repeats=0), r"^bench_rollout: repeats=0 is invalid: must be an integer >= 1$"),
     (dict(workloads=("grouped", "huge")), "workloads="),
 ])
 def test_rollout_bench_validates_arguments(kw, match):

@@ -48,7 +48,7 @@ def test_zero_advantage_fraction_rejects_bad_input():
         zero_advantage_fraction([[0, float("nan")]])
     with pytest.raises(ValueError, match="empty"):
         zero_advantage_fraction(np.zeros((0, 4)))
-    with pytest.raises(ValueError, match="atol=-1"):
+    with pytest.raises(ValueError, match=r"^atol=-1 is invalid: must be a number in \[0, inf\)$"):
         zero_advantage_fraction([[0, 1]], atol=-1)
     with pytest.raises(ValueError, match="dtype"):
         zero_advantage_fraction([["a", "b"]])
@@ -124,7 +124,7 @@ def test_rescued_lost_rejects_bad_input():
         rescued_lost_groups(BASE, {k: v for k, v in METHOD.items() if k != "p5"})
     with pytest.raises(ValueError, match="base_rewards_by_prompt is empty"):
         rescued_lost_groups({}, {})
-    with pytest.raises(ValueError, match="criterion='dead'"):
+    with pytest.raises(ValueError, match=r"^criterion='dead' is invalid: must be one of \['zero_advantage', 'all_zero'\]$"):
         rescued_lost_groups(BASE, METHOD, criterion="dead")
     with pytest.raises(ValueError, match=r"rewards_by_group\[0\] is empty"):
         rescued_lost_groups({"x": []}, {"x": [1]})
@@ -138,7 +138,7 @@ def test_dead_group_mask():
     np.testing.assert_array_equal(dead_group_mask(groups, criterion="all_zero"), [True, False, False, True])
     with pytest.raises(ValueError, match="rewards_by_group is empty"):
         dead_group_mask([])
-    with pytest.raises(ValueError, match="success_threshold=nan"):
+    with pytest.raises(ValueError, match=r"^success_threshold=nan is invalid: must be a number in \(-inf, inf\)$"):
         dead_group_mask(groups, criterion="all_zero", success_threshold=float("nan"))
 
 
@@ -162,7 +162,7 @@ def test_outcome_rates_hand_worked():
 def test_outcome_rates_rejects_bad_input():
     with pytest.raises(ValueError, match="statuses is empty"):
         outcome_rates([])
-    with pytest.raises(ValueError, match=r"statuses\[1\]='Correct'"):
+    with pytest.raises(ValueError, match=r"^statuses\[1\]='Correct' is invalid: must be one of \['correct', 'wrong', 'malformed'\]$"):
         outcome_rates(["correct", "Correct"])
     with pytest.raises(ValueError, match="statuses="):
         outcome_rates("correct")

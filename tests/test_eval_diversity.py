@@ -156,10 +156,10 @@ def test_fitted_vectorizer_pickles_and_transforms():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(analyzer="chars"), "analyzer='chars'"),
-        (dict(ngram_range=(3, 2)), r"ngram_range=\(3, 2\)"),
+        (dict(analyzer="chars"), r"^analyzer='chars' is invalid: must be one of \["),
+        (dict(ngram_range=(3, 2)), r"^ngram_range=\(3, 2\) is invalid: must be \(min_n, max_n\) integers with 1 <= min_n <= max_n$"),
         (dict(preprocessor=str.lower), "preprocessor"),
-        (dict(mask_digits="yes"), "mask_digits='yes'"),
+        (dict(mask_digits="yes"), r"^mask_digits='yes' is invalid: must be True or False$"),
         (dict(n_clusters=3), r"unknown keyword argument\(s\) \['n_clusters'\]"),
     ],
 )
@@ -263,11 +263,12 @@ def test_agglomerative_can_find_one_mode_where_kmeans_cannot():
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
-        (dict(method="dbscan"), "method='dbscan'"),
-        (dict(k_range=(1, 4)), r"k_range=\(1, 4\)"),
+        (dict(method="dbscan"), r"^method='dbscan' is invalid: must be one of \["),
+        (dict(k_range=(1, 4)), r"^k_range=\(1, 4\) is invalid: must be \(k_min, k_max\) integers with 2 <= k_min <= k_max$"),
         (dict(k_range=(4, 3)), "k_range"),
-        (dict(distance_threshold=0.0), "distance_threshold=0.0"),
-        (dict(seed=-1), "seed=-1"),
+        (dict(distance_threshold=0.0), r"^distance_threshold=0.0 is invalid: must be a number in \(0, 2\]$"),
+        (dict(seed=-1), r"^seed=-1 is invalid: must be an integer >= 0$"),
+        (dict(silhouette_sample_size=2), r"^silhouette_sample_size=2 is invalid: must be None or an integer >= 3$"),
     ],
 )
 def test_cluster_rejects_bad_options(kwargs, match):
@@ -348,7 +349,7 @@ def test_mode_counts_rejects_bad_input():
         mode_counts_per_problem([])
     with pytest.raises(ValueError, match=r"texts_by_problem\[1\] is empty"):
         mode_counts_per_problem([["direct: #1"], []])
-    with pytest.raises(ValueError, match="min_share=1.5"):
+    with pytest.raises(ValueError, match=r"^min_share=1.5 is invalid: must be a number in \[0, 1\]$"):
         mode_counts_per_problem([["direct: #1"]], min_share=1.5)
 
 

@@ -171,7 +171,7 @@ def test_numpy_torch_and_nan_are_converted(tmp_path):
 def test_bad_fn_return_and_seed(tmp_path):
     with pytest.raises(TypeError, match="fn must return"):
         cached_run("exp", "run", {}, 0, lambda: {"x": 1}, root=tmp_path)
-    with pytest.raises(ValueError, match="seed="):
+    with pytest.raises(ValueError, match=r"^seed=1.5 is invalid: must be an integer$"):
         cached_run("exp", "run", {}, 1.5, Counter(), root=tmp_path)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="name="):
         cached_run("exp", "a/b", {}, 0, Counter(), root=tmp_path)
@@ -258,7 +258,7 @@ def test_claims_table_errors():
         claims_table([{"claim": "x", "ours": [1.0]}])
     with pytest.raises(ValueError, match="needs 'holds' or 'expect'"):
         claims_table([{"claim": "x", "paper": 1, "ours": [1.0]}])
-    with pytest.raises(ValueError, match="expect='>='"):
+    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='>=' is invalid: must be one of \['>', '<'\]$"):
         claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "expect": ">="}])
 
 

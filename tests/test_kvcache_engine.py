@@ -91,7 +91,7 @@ def test_lean_decoder_chosen_by_architecture(arch_model):
     model, tok, lean, _ = arch_model
     assert KVCacheEngine(model, tok).uses_lean_decoder is lean
     assert KVCacheEngine(model, tok, fast_path="never").uses_lean_decoder is False
-    with pytest.raises(ValueError, match="fast_path"):
+    with pytest.raises(ValueError, match=r"KVCacheEngine.fast_path='always' is invalid: must be one of \['auto', 'never'\]"):
         KVCacheEngine(model, tok, fast_path="always")
 
 

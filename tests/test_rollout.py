@@ -8,6 +8,7 @@ model's own forward (``fast_path="never"``).
 from __future__ import annotations
 
 import copy
+import re
 
 import pytest
 import torch
@@ -88,8 +89,24 @@ def test_fixture_tokenizer_roundtrip(tiny_model_and_tokenizer):
     ],
 )
 def test_sampling_params_validation_names_field(field, value):
-    with pytest.raises(ValueError, match=rf"SamplingParams\.{field}.*{value!r}"):
+    with pytest.raises(ValueError, match=rf"^SamplingParams\.{field}={re.escape(repr(value))} is invalid: must be "):
         SamplingParams(**{field: value})
+
+
+@pytest.mark.parametrize(
+    "kwargs, must",
+    [
+        (dict(n=0), "an integer >= 1"),
+        (dict(seed=-1), "an integer >= 0"),
+        (dict(greedy=1), "a bool"),
+        (dict(temperature=0.0), "a number in (0, inf) (use greedy=True for argmax decoding)"),
+        (dict(top_p=1.01), "a number in (0, 1]"),
+    ],
+)
+def test_sampling_params_message_says_what_is_allowed(kwargs, must):
+    with pytest.raises(ValueError) as exc:
+        SamplingParams(**kwargs)
+    assert str(exc.value).endswith(f"is invalid: must be {must}")
 
 
 def test_sampling_params_frozen_and_roundtrip():
@@ -297,7 +314,7 @@ def test_empty_inputs(make_engine, tiny_model_and_tokenizer):
         engine.generate(["a", ""], SamplingParams())
     with pytest.raises(ValueError, match="single str"):
         engine.generate("abc", SamplingParams())
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(ValueError, match=r"\.batch_size=0 is invalid: must be an integer >= 1"):
         make_engine(model, tok, batch_size=0)
 
 
@@ -360,7 +377,7 @@ def test_sequence_logprobs_gradient_and_entropy(fresh_tiny_model):
     assert abs(logp[0, 0].item() - expected_lp.item()) < 1e-5
     assert abs(ent[0, 0].item() - expected_ent.item()) < 1e-5
     assert position_ids_from_mask(torch.tensor([[0, 0, 1, 1, 1]])).tolist() == [[0, 0, 0, 1, 2]]
-    with pytest.raises(ValueError, match="temperature"):
+    with pytest.raises(ValueError, match=r"^temperature=0.0 is invalid: must be a number in \(0, inf\)"):
         sequence_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature=0.0)
 
 
@@ -468,7 +485,7 @@ def test_heads_with_logit_transforms_use_the_logits_path(tiny_model_and_tokenize
     capped = copy.deepcopy(model)
     capped.config.final_logit_softcapping = 30.0  # Gemma-2 style: logits = 30 tanh(z / 30)
     assert plain_lm_head(model) is not None and plain_lm_head(capped) is None
-    with pytest.raises(ValueError, match="kernel must be one of"):
+    with pytest.raises(ValueError, match=r"^kernel='fast' is invalid: must be one of \["):
         sequence_logprobs(model, torch.ones(1, 2, dtype=torch.long), torch.ones(1, 2, dtype=torch.long),
                           torch.ones(1, 1, dtype=torch.long), torch.ones(1, 1, dtype=torch.long), kernel="fast")
 
@@ -491,7 +508,7 @@ def test_length_buckets_equal_one_pass(tiny_model_and_tokenizer):
     assert torch.allclose(lp1, lp4, atol=1e-5) and torch.allclose(en1, en4, atol=1e-5)
     for name in g1:
         assert torch.allclose(g1[name], g4[name], atol=1e-5, rtol=1e-4), name
-    with pytest.raises(ValueError, match="length_buckets"):
+    with pytest.raises(ValueError, match=r"^length_buckets=0 is invalid: must be an integer >= 1"):
         sequence_logprobs(model, *args, length_buckets=0)
 
 

@@ -24,7 +24,9 @@ from typing import Callable
 import torch
 from torch import Tensor
 
-from .policy_loss import _check_number, _check_tensor
+from rlvr_lib.validation import check_choice, check_range
+
+from .policy_loss import _check_tensor
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
@@ -136,7 +138,7 @@ def grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor 
         (N,) advantages.
     """
     r, inv, n_groups = _prepare(rewards, group_index)
-    _check_number("eps", eps, low=0.0)
+    check_range("eps", eps, 0.0)
     centred = _center(r, inv, n_groups)
     if not normalize_std:
         return centred
@@ -196,8 +198,8 @@ def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
     ctx = _check_index("context_index", context_index, r.shape[0])
     if (ctx < -1).any():
         raise ValueError(f"context_index must be >= 0, or -1 for no context; got min {int(ctx.min())}")
-    _check_number("lam", lam, low=0.0)
-    _check_number("eps", eps, low=0.0)
+    check_range("lam", lam, 0.0)
+    check_range("eps", eps, 0.0)
 
     c = _center(r, inv, n_groups)
     # Sub-groups (group, context); no-context rollouts get their own key but it is unused.
@@ -234,7 +236,7 @@ def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor |
         (N,) advantages.
     """
     s, inv, n_groups = _prepare(scores, group_index, name="scores")
-    _check_number("eps", eps, low=0.0)
+    check_range("eps", eps, 0.0)
     same = inv[:, None] == inv[None, :]
     below = ((s[None, :] < s[:, None]) & same).sum(1)
     ties = ((s[None, :] == s[:, None]) & same).sum(1)  # includes i itself
@@ -284,11 +286,9 @@ def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, context_index: Te
         (N,) advantages, in units of the rescaled reward.
     """
     r, inv, n_groups = _prepare(rewards, group_index)
-    _check_number("min_value", min_value)
-    _check_number("max_value", max_value)
-    if not min_value < max_value:
-        raise ValueError(f"min_value must be < max_value, got {min_value} and {max_value}")
-    _check_number("max_weight", max_weight, low=0.0, low_open=True)
+    check_range("max_value", max_value)
+    check_range("min_value", min_value, None, max_value, hi_open=True)
+    check_range("max_weight", max_weight, 0.0, lo_open=True)
     if r.numel() and (r.min() < min_value or r.max() > max_value):
         raise ValueError(f"rewards must lie in [min_value, max_value] = [{min_value}, {max_value}], "
                          f"got range [{float(r.min())}, {float(r.max())}]")
@@ -337,8 +337,8 @@ def overlong_reward_shaping(lengths: Tensor, max_len: int, cache_len: int) -> Te
     lengths = _check_values("lengths", lengths)
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got min {float(lengths.min())}")
-    _check_number("max_len", max_len, low=0.0, low_open=True)
-    _check_number("cache_len", cache_len, low=0.0, high=max_len)
+    check_range("max_len", max_len, 0.0, lo_open=True)
+    check_range("cache_len", cache_len, 0.0, max_len)
     if cache_len == 0:
         return torch.where(lengths > max_len, -1.0, 0.0).to(lengths.dtype)
     # The ramp is positive before the buffer and below -1 past max_len: clamp gives all three cases.
@@ -380,9 +380,4 @@ ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
     """Return the estimator ``fn(rewards, group_index, context_index=None, **options) -> (N,)`` named ``name``."""
-    try:
-        return ADVANTAGE_ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown advantage estimator {name!r}; valid names: {sorted(ADVANTAGE_ESTIMATORS)}"
-        ) from None
+    return ADVANTAGE_ESTIMATORS[check_choice("advantage_estimator", name, sorted(ADVANTAGE_ESTIMATORS))]

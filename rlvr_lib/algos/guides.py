@@ -26,7 +26,9 @@ from typing import Callable, Sequence
 import torch
 from torch import Tensor
 
-from .policy_loss import _check_float_tensor, _check_mask, _check_number, _check_same_shape
+from rlvr_lib.validation import check_choice, check_int, check_range
+
+from .policy_loss import _check_float_tensor, _check_mask, _check_same_shape
 
 __all__ = [
     "GUIDES",
@@ -39,13 +41,6 @@ __all__ = [
 ]
 
 _MAX_LOG_RATIO = 20.0  # same safety clamp as rlvr_lib.algos.kl
-
-
-def _check_q_range(q_min: float, q_max: float) -> None:
-    _check_number("q_min", q_min, low=0.0, low_open=True)
-    _check_number("q_max", q_max, low=0.0, low_open=True)
-    if not q_min <= q_max:
-        raise ValueError(f"q_min must be <= q_max, got q_min={q_min}, q_max={q_max}")
 
 
 def branch_guide(entropy: Tensor, *, gamma: float = 0.3, tau: float = 1.2,
@@ -65,9 +60,10 @@ def branch_guide(entropy: Tensor, *, gamma: float = 0.3, tau: float = 1.2,
         q, same shape as ``entropy``, detached.
     """
     entropy = _check_float_tensor("entropy", entropy)
-    _check_number("gamma", gamma, low=0.0)
-    _check_number("tau", tau)
-    _check_q_range(q_min, q_max)
+    check_range("gamma", gamma, 0.0)
+    check_range("tau", tau)
+    check_range("q_max", q_max, 0.0, lo_open=True)
+    check_range("q_min", q_min, 0.0, q_max, lo_open=True)
     return (1.0 + gamma * torch.relu(entropy.detach() - tau)).clamp(q_min, q_max)
 
 
@@ -99,10 +95,11 @@ def token_guide(logp: Tensor, mask: Tensor, *, alpha: float = 0.3, sigma: float 
     """
     logp = _check_float_tensor("logp", logp, ndim=2)
     m = _check_mask(mask, logp.shape)
-    _check_number("alpha", alpha, low=0.0)
-    _check_number("sigma", sigma, low=0.0)
-    _check_q_range(q_min, q_max)
-    _check_number("quantile", quantile, low=0.0, high=0.5, high_open=True)
+    check_range("alpha", alpha, 0.0)
+    check_range("sigma", sigma, 0.0)
+    check_range("q_max", q_max, 0.0, lo_open=True)
+    check_range("q_min", q_min, 0.0, q_max, lo_open=True)
+    check_range("quantile", quantile, 0.0, 0.5, hi_open=True)
 
     s = (-logp.detach()).masked_fill(~m, float("nan"))  # NaN = ignored by nanquantile
     levels = torch.tensor([quantile, 1.0 - quantile], dtype=s.dtype, device=s.device)
@@ -139,9 +136,10 @@ def random_guide(shape: Sequence[int], generator: torch.Generator | None = None,
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError(f"shape must have non-negative sizes, got {shape}")
-    _check_number("eps", eps, low=0.0, high=1.0)
-    _check_number("sigma", sigma, low=0.0)
-    _check_q_range(q_min, q_max)
+    check_range("eps", eps, 0.0, 1.0)
+    check_range("sigma", sigma, 0.0)
+    check_range("q_max", q_max, 0.0, lo_open=True)
+    check_range("q_min", q_min, 0.0, q_max, lo_open=True)
     dtype = dtype or torch.float32
     gen_device = generator.device if generator is not None else (device or "cpu")
     perturb = torch.rand(shape, generator=generator, dtype=dtype, device=gen_device) < eps
@@ -174,15 +172,12 @@ def guide_schedule(step: int, *, max_steps: int, start: float, end: float, num_c
     Returns:
         the scheduled value (float).
     """
-    for name, value in (("step", step), ("max_steps", max_steps), ("num_cycles", num_cycles)):
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"{name} must be an int, got {value!r}")
-    if step < 0 or max_steps < 1 or num_cycles < 1:
-        raise ValueError(f"need step >= 0, max_steps >= 1, num_cycles >= 1; "
-                         f"got step={step}, max_steps={max_steps}, num_cycles={num_cycles}")
-    _check_number("start", start)
-    _check_number("end", end)
-    _check_number("decay_rate", decay_rate, low=0.0)
+    step = check_int("step", step, 0)
+    max_steps = check_int("max_steps", max_steps, 1)
+    num_cycles = check_int("num_cycles", num_cycles, 1)
+    check_range("start", start)
+    check_range("end", end)
+    check_range("decay_rate", decay_rate, 0.0)
     cycle_len = max(1, max_steps // num_cycles)
     cycle = min(step // cycle_len, num_cycles - 1)
     t = (step % cycle_len) / cycle_len
@@ -224,7 +219,4 @@ GUIDES: dict[str, Callable[..., Tensor]] = {
 
 def get_guide(name: str) -> Callable[..., Tensor]:
     """Return the SAGE guide function named ``name`` (see :data:`GUIDES`)."""
-    try:
-        return GUIDES[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown guide {name!r}; valid names: {sorted(GUIDES)}") from None
+    return GUIDES[check_choice("guide", name, sorted(GUIDES))]

@@ -67,6 +67,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from rlvr_lib.validation import check_choice
+
 from .policy_loss import _check_float_tensor, _check_same_shape
 
 __all__ = [
@@ -217,10 +219,7 @@ KL_ESTIMATORS: dict[str, Callable[[Tensor, Tensor], Tensor]] = {
 
 def get_kl_estimator(name: str) -> Callable[[Tensor, Tensor], Tensor]:
     """Return the per-token KL estimator ``fn(logp, ref_logp) -> (N, T)`` named ``name``."""
-    try:
-        return KL_ESTIMATORS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"unknown KL estimator {name!r}; valid names: {sorted(KL_ESTIMATORS)}") from None
+    return KL_ESTIMATORS[check_choice("kl_estimator", name, sorted(KL_ESTIMATORS))]
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:

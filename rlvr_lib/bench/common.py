@@ -1,4 +1,9 @@
-"""What the benchmarks share: argument checks, medians, the machine's description."""
+"""What the benchmarks share: medians, timing, the machine's description.
+
+Arguments are checked with :mod:`rlvr_lib.validation`, naming the value
+``"<benchmark>: <argument>"``, e.g. ``bench_rollout: repeats=0 is invalid: must
+be an integer >= 1``.
+"""
 
 from __future__ import annotations
 
@@ -11,14 +16,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_int", "machine_info", "median", "time_repeats"]
-
-
-def check_int(func: str, name: str, value: Any, lo: int) -> None:
-    """Raise ``ValueError`` unless ``value`` is an int (not a bool) ``>= lo``, naming ``func`` and ``name``."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        what = "a positive int (>= 1)" if lo == 1 else ("a non-negative int (>= 0)" if lo == 0 else f"an int >= {lo}")
-        raise ValueError(f"{func}: {name}={value!r} is invalid: must be {what}")
+__all__ = ["machine_info", "median", "time_repeats"]
 
 
 def median(values: Sequence[float]) -> float:

@@ -33,7 +33,8 @@ from pathlib import Path
 
 import torch
 
-from rlvr_lib.bench.common import check_int, machine_info, median
+from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.validation import check_choice, check_int
 
 __all__ = ["VARIANTS", "bench_logprob_memory"]
 
@@ -142,10 +143,9 @@ def bench_logprob_memory(
     """
     for name, value, lo in (("tokens", tokens, 1), ("vocab", vocab, 2), ("hidden", hidden, 1),
                             ("warmup", warmup, 0), ("repeats", repeats, 1), ("chunk_size", chunk_size, 1)):
-        check_int("bench_logprob_memory", name, value, lo)
+        check_int(f"bench_logprob_memory: {name}", value, lo)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if device not in ("cpu", "cuda"):
-        raise ValueError(f"bench_logprob_memory: device={device!r} is invalid: must be 'cpu' or 'cuda'")
+    check_choice("bench_logprob_memory: device", device, ("cpu", "cuda"))
     if device == "cpu" and not Path("/proc/self/clear_refs").exists():
         raise RuntimeError("bench_logprob_memory on CPU reads peak RSS from /proc (Linux only)")
     out: dict = {"variants": {}}

@@ -28,7 +28,8 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import check_int, machine_info, median
+from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.validation import check, check_int
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
 
@@ -72,12 +73,10 @@ def bench_rollout(
     for name, value, lo in (("batch", batch, 1), ("max_new_tokens", max_new_tokens, 1),
                             ("group_size", group_size, 1), ("warmup", warmup, 0), ("repeats", repeats, 1),
                             ("seed", seed, 0)):
-        check_int("bench_rollout", name, value, lo)
-    if batch % group_size:
-        raise ValueError(f"bench_rollout: batch={batch} is invalid: must be a multiple of group_size={group_size}")
+        check_int(f"bench_rollout: {name}", value, lo)
+    check(batch % group_size == 0, "bench_rollout: batch", batch, f"a multiple of group_size={group_size}")
     unknown = [w for w in workloads if w not in WORKLOADS]
-    if unknown or not workloads:
-        raise ValueError(f"bench_rollout: workloads={workloads!r} is invalid: must be a non-empty subset of {WORKLOADS}")
+    check(workloads and not unknown, "bench_rollout: workloads", workloads, f"a non-empty subset of {WORKLOADS}")
 
     from rlvr_lib.policy import load_policy
 

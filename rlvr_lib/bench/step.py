@@ -101,8 +101,9 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from rlvr_lib.bench.common import check_int, median, time_repeats
+from rlvr_lib.bench.common import median, time_repeats
 from rlvr_lib.tasks import CORRECT, Problem, family_problems, verify
+from rlvr_lib.validation import check, check_int
 
 __all__ = ["bench_step_time"]
 
@@ -121,26 +122,19 @@ EngineFactory = Callable[[Any, Any], Any]
 
 
 # ------------------------------------------------------------------------------ validation
-def _check_int(name: str, value: Any, lo: int) -> None:
-    check_int("bench_step_time", name, value, lo)
-
-
 def _validate(*, prompts_per_step, group_size, max_new_tokens, warmup, repeats, seed, engine, threads) -> None:
     """Check every argument of `bench_step_time`; raise ``ValueError`` naming the bad one."""
-    _check_int("prompts_per_step", prompts_per_step, 1)
     # TRL refuses num_generations < 2 (a group of one has no advantage).
-    _check_int("group_size", group_size, 2)
-    _check_int("max_new_tokens", max_new_tokens, 1)
-    _check_int("warmup", warmup, 0)
-    _check_int("repeats", repeats, 1)
-    _check_int("seed", seed, 0)
+    for name, value, lo in (("prompts_per_step", prompts_per_step, 1), ("group_size", group_size, 2),
+                            ("max_new_tokens", max_new_tokens, 1), ("warmup", warmup, 0), ("repeats", repeats, 1),
+                            ("seed", seed, 0)):
+        check_int(f"bench_step_time: {name}", value, lo)
     if threads is not None:
-        _check_int("threads", threads, 1)
-    if engine is not None and not callable(engine):
-        raise ValueError(
-            f"bench_step_time: engine={engine!r} is invalid: must be None (the Trainer's default engine) "
-            "or a callable (model, tokenizer) -> engine"
-        )
+        check_int("bench_step_time: threads", threads, 1)
+    check(
+        engine is None or callable(engine), "bench_step_time: engine", engine,
+        "None (the Trainer's default engine) or a callable (model, tokenizer) -> engine",
+    )
 
 
 # ------------------------------------------------------------------------------ shared pieces

@@ -17,12 +17,13 @@ modify their input.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import numpy as np
+
+from rlvr_lib.validation import check_choice, check_range
 
 __all__ = [
     "CRITERIA",
@@ -69,12 +70,6 @@ def _as_rewards(name: str, x: Any, ndim: tuple[int, ...] = (1,)) -> np.ndarray:
     return arr
 
 
-def _check_atol(atol: Any) -> float:
-    if isinstance(atol, bool) or not isinstance(atol, numbers.Real) or not (0.0 <= atol < np.inf):
-        raise ValueError(f"atol={atol!r} is not valid: must be a finite number >= 0")
-    return float(atol)
-
-
 def _group_spread(rewards: np.ndarray, group_index: Any) -> np.ndarray:
     """``max(r) - min(r)`` per group; groups ordered by sorted group id."""
     idx = _to_numpy("group_index", group_index)
@@ -112,7 +107,7 @@ def zero_advantage_fraction(rewards: Any, group_index: Any = None, *, atol: floa
     Raises:
         ValueError: on empty / non-finite rewards, a shape mismatch or a bad ``atol``.
     """
-    atol = _check_atol(atol)
+    atol = check_range("atol", atol, 0)
     if group_index is None:
         r = _as_rewards("rewards", rewards, ndim=(2,))
         spread = r.max(axis=1) - r.min(axis=1)
@@ -145,13 +140,9 @@ def dead_group_mask(
     Raises:
         ValueError: on no groups, an empty / non-finite group or a bad option.
     """
-    if criterion not in CRITERIA:
-        raise ValueError(f"criterion={criterion!r} is not valid: must be one of {CRITERIA}")
-    atol = _check_atol(atol)
-    if isinstance(success_threshold, bool) or not isinstance(success_threshold, numbers.Real) or not np.isfinite(
-        success_threshold
-    ):
-        raise ValueError(f"success_threshold={success_threshold!r} is not valid: must be a finite number")
+    check_choice("criterion", criterion, CRITERIA)
+    atol = check_range("atol", atol, 0)
+    check_range("success_threshold", success_threshold)
     if isinstance(rewards_by_group, (str, bytes)) or not hasattr(rewards_by_group, "__len__"):
         raise ValueError(f"rewards_by_group={rewards_by_group!r:.80} is not valid: must be a sequence of reward arrays")
     if len(rewards_by_group) == 0:
@@ -301,8 +292,7 @@ def outcome_rates(statuses: Sequence[Any]) -> dict[str, float]:
     counts = dict.fromkeys(STATUSES, 0)
     for i, s in enumerate(statuses):
         s = getattr(s, "value", s)
-        if s not in counts:
-            raise ValueError(f"statuses[{i}]={s!r} is not valid: must be one of {STATUSES}")
+        check_choice(f"statuses[{i}]", s, STATUSES)
         counts[s] += 1
     n = len(statuses)
     return {s: c / n for s, c in counts.items()}

@@ -43,7 +43,6 @@ recovered the 3 strategies (ARI >= 0.97) in every setting above, so
 
 from __future__ import annotations
 
-import numbers
 import re
 from collections import Counter
 from collections.abc import Hashable, Sequence
@@ -57,6 +56,8 @@ from sklearn.cluster import AgglomerativeClustering, KMeans
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.metrics import adjusted_rand_score, silhouette_score
 from sklearn.metrics.pairwise import cosine_distances
+
+from rlvr_lib.validation import check, check_choice, check_int, check_range, is_int
 
 __all__ = [
     "CLUSTER_METHODS",
@@ -94,16 +95,11 @@ def _check_texts(name: str, texts: Any) -> list[str]:
     return list(texts)
 
 
-def _check_k_range(k_range: Any) -> tuple[int, int]:
-    ok = (
-        isinstance(k_range, (tuple, list))
-        and len(k_range) == 2
-        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in k_range)
-        and 2 <= k_range[0] <= k_range[1]
-    )
-    if not ok:
-        raise ValueError(f"k_range={k_range!r} is not valid: must be (k_min, k_max) integers with 2 <= k_min <= k_max")
-    return int(k_range[0]), int(k_range[1])
+def _check_int_pair(name: str, pair: Any, lo: int, first: str, second: str) -> tuple[int, int]:
+    """``pair`` as ``(first, second)`` integers with ``lo <= first <= second``."""
+    ok = isinstance(pair, (tuple, list)) and len(pair) == 2 and all(is_int(v) for v in pair)
+    check(ok and lo <= pair[0] <= pair[1], name, pair, f"({first}, {second}) integers with {lo} <= {first} <= {second}")
+    return int(pair[0]), int(pair[1])
 
 
 # --------------------------------------------------------------------------- features
@@ -169,16 +165,8 @@ def build_vectorizer(
         ValueError: on an unknown analyzer, a bad ``ngram_range``, a
             ``preprocessor`` keyword or a keyword ``TfidfVectorizer`` lacks.
     """
-    if analyzer not in _ANALYZERS:
-        raise ValueError(f"analyzer={analyzer!r} is not valid: must be one of {_ANALYZERS}")
-    ok = (
-        isinstance(ngram_range, (tuple, list))
-        and len(ngram_range) == 2
-        and all(isinstance(v, numbers.Integral) and not isinstance(v, bool) for v in ngram_range)
-        and 1 <= ngram_range[0] <= ngram_range[1]
-    )
-    if not ok:
-        raise ValueError(f"ngram_range={ngram_range!r} is not valid: must be (min_n, max_n) with 1 <= min_n <= max_n")
+    check_choice("analyzer", analyzer, _ANALYZERS)
+    _check_int_pair("ngram_range", ngram_range, 1, "min_n", "max_n")
     if "preprocessor" in tfidf_kwargs:
         raise ValueError("preprocessor=... is not accepted: use mask_digits=, collapse_numbers=, lowercase= instead")
     allowed = sorted(set(TfidfVectorizer().get_params()) - {"analyzer", "ngram_range", "preprocessor", "lowercase"})
@@ -186,8 +174,7 @@ def build_vectorizer(
     if unknown:
         raise ValueError(f"unknown keyword argument(s) {unknown}: allowed TfidfVectorizer options are {allowed}")
     for name, flag in (("mask_digits", mask_digits), ("collapse_numbers", collapse_numbers), ("lowercase", lowercase)):
-        if not isinstance(flag, bool):
-            raise ValueError(f"{name}={flag!r} is not valid: must be True or False")
+        check(isinstance(flag, bool), name, flag, "True or False")
     pre = _TracePreprocessor(lowercase=lowercase, mask_digits=mask_digits, collapse_numbers=collapse_numbers)
     return TfidfVectorizer(
         analyzer=analyzer, ngram_range=tuple(ngram_range), preprocessor=pre, lowercase=False, **tfidf_kwargs
@@ -310,17 +297,14 @@ def cluster_features(
     Raises:
         ValueError: on a bad method, ``k_range``, threshold or matrix.
     """
-    if method not in CLUSTER_METHODS:
-        raise ValueError(f"method={method!r} is not valid: must be one of {CLUSTER_METHODS}")
-    k_min, k_max = _check_k_range(k_range)
-    if not isinstance(seed, numbers.Integral) or isinstance(seed, bool) or seed < 0:
-        raise ValueError(f"seed={seed!r} is not valid: must be a non-negative integer")
-    if not isinstance(distance_threshold, numbers.Real) or not 0 < distance_threshold <= 2:
-        raise ValueError(f"distance_threshold={distance_threshold!r} is not valid: must be a cosine distance in (0, 2]")
-    if silhouette_sample_size is not None and (
-        not isinstance(silhouette_sample_size, numbers.Integral) or silhouette_sample_size < 3
-    ):
-        raise ValueError(f"silhouette_sample_size={silhouette_sample_size!r} is not valid: must be None or an int >= 3")
+    check_choice("method", method, CLUSTER_METHODS)
+    k_min, k_max = _check_int_pair("k_range", k_range, 2, "k_min", "k_max")
+    check_int("seed", seed, 0)
+    check_range("distance_threshold", distance_threshold, 0, 2, lo_open=True)
+    check(
+        silhouette_sample_size is None or (is_int(silhouette_sample_size) and silhouette_sample_size >= 3),
+        "silhouette_sample_size", silhouette_sample_size, "None or an integer >= 3",
+    )
     X = sp.csr_matrix(X, dtype=np.float64)
     if X.ndim != 2 or X.shape[0] < 1:
         raise ValueError(f"X has shape {X.shape}: must be 2-D with at least one row")
@@ -474,8 +458,7 @@ def mode_counts_per_problem(
         raise ValueError(
             f"texts_by_problem={texts_by_problem!r:.80} is not valid: must be a non-empty list of lists of strings"
         )
-    if not isinstance(min_share, numbers.Real) or not 0.0 <= min_share <= 1.0:
-        raise ValueError(f"min_share={min_share!r} is not valid: must be a number in [0, 1]")
+    check_range("min_share", min_share, 0, 1)
     per = [_check_texts(f"texts_by_problem[{i}]", t) for i, t in enumerate(texts_by_problem)]
     pooled = [t for texts in per for t in texts]
     labels = cluster_traces(

@@ -28,6 +28,8 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_lib.validation import check_int
+
 __all__ = [
     "AVERAGE_KEY",
     "default_ks",
@@ -39,22 +41,6 @@ __all__ = [
 
 AVERAGE_KEY = "average"
 """Key of the unweighted mean over families in :func:`per_family_pass_at_k`."""
-
-
-def _check_int(name: str, value: Any, lo: int, hi: int | None = None) -> int:
-    """Return ``value`` as ``int`` if it is an integer in ``[lo, hi]``.
-
-    Raises:
-        ValueError: naming ``name``, the value and the allowed range when
-            ``value`` is not an integer (bools are refused) or is out of range.
-    """
-    allowed = f"an integer in [{lo}, {hi}]" if hi is not None else f"an integer >= {lo}"
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{name}={value!r} is not valid: must be {allowed}")
-    value = int(value)
-    if value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name}={value} is out of range: must be {allowed}")
-    return value
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -74,9 +60,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     Raises:
         ValueError: if an argument is not an integer or is out of its range.
     """
-    n = _check_int("n", n, 1)
-    c = _check_int("c", c, 0, n)
-    k = _check_int("k", k, 1, n)
+    n = check_int("n", n, 1)
+    c = check_int("c", c, 0, n)
+    k = check_int("k", k, 1, n)
     if n - c < k:
         return 1.0
     return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1, dtype=np.float64)))
@@ -114,8 +100,8 @@ def pass_at_k_array(n: int, c_array: Any, k: int) -> np.ndarray:
     Raises:
         ValueError: on a bad ``n``/``k`` or a count that is not an integer in ``[0, n]``.
     """
-    n = _check_int("n", n, 1)
-    k = _check_int("k", k, 1, n)
+    n = check_int("n", n, 1)
+    k = check_int("k", k, 1, n)
     counts = _as_counts("c_array", c_array, n)
     # suffix[c] = prod_{i=n-c+1}^{n} (1 - k/i); suffix[0] = 1 (empty product).
     factors = 1.0 - k / np.arange(n, 0, -1, dtype=np.float64)
@@ -129,7 +115,7 @@ def default_ks(n: int) -> list[int]:
 
     Example: ``default_ks(12) == [1, 2, 4, 8, 12]``.
     """
-    n = _check_int("n", n, 1)
+    n = check_int("n", n, 1)
     ks = [1 << p for p in range(n.bit_length()) if (1 << p) <= n]
     if ks[-1] != n:
         ks.append(n)
@@ -160,7 +146,7 @@ def _check_ks(ks: Iterable[int] | None, n: int) -> list[int]:
         return default_ks(n)
     if isinstance(ks, numbers.Integral):
         ks = [ks]
-    ks_list = [_check_int("ks element", k, 1, n) for k in ks]
+    ks_list = [check_int(f"ks[{i}]", k, 1, n) for i, k in enumerate(ks)]
     if not ks_list:
         raise ValueError(f"ks={ks!r} is empty: give at least one k in [1, {n}] or None for the default")
     return sorted(set(ks_list))

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from torch import Tensor
 
+from rlvr_lib.validation import check_choice
+
 from .logprobs import ChunkedLogProbEntropy, chunked_logprob_entropy, naive_logprob_entropy
 from .triton_logprobs import HAS_TRITON, triton_interpret_mode, triton_logprob_entropy
 
@@ -65,8 +67,7 @@ def logprob_entropy(
     Raises:
         ValueError: unknown ``backend`` (or bad arguments, see the backends).
     """
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
+    check_choice("backend", backend, BACKENDS)
     if backend == "auto":
         use_triton = (
             HAS_TRITON

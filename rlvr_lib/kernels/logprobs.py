@@ -43,11 +43,10 @@ then ``dL/dlogits = dL/dz / T`` and the chain rule through the matmul.
 
 from __future__ import annotations
 
-import math
-from numbers import Real
-
 import torch
 from torch import Tensor
+
+from rlvr_lib.validation import check_int, check_range
 
 __all__ = [
     "ChunkedLogProbEntropy",
@@ -124,15 +123,9 @@ def _validate(
             raise ValueError(f"bias dtype {bias.dtype} must equal hidden dtype {hidden.dtype}")
         if bias.device != hidden.device:
             raise ValueError(f"bias is on {bias.device} but hidden is on {hidden.device}")
-    if (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, Real)
-        or not math.isfinite(float(temperature))
-        or float(temperature) <= 0
-    ):
-        raise ValueError(f"temperature must be a finite number > 0, got {temperature!r}")
-    if chunk_size is not None and (isinstance(chunk_size, bool) or not isinstance(chunk_size, int) or chunk_size < 1):
-        raise ValueError(f"chunk_size must be an int >= 1, got {chunk_size!r}")
+    check_range("temperature", temperature, 0, lo_open=True)
+    if chunk_size is not None:
+        check_int("chunk_size", chunk_size, 1)
     n_rows = targets.numel()
     if n_rows > 0:
         # One host sync; an out-of-range target would otherwise silently give logp = -logZ.

@@ -58,6 +58,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from rlvr_lib.validation import check, check_int, is_int
+
 from .logprobs import chunked_backward_from_ctx, _validate
 
 try:  # pragma: no cover - depends on the environment
@@ -198,12 +200,6 @@ def _check_runnable(device: torch.device) -> None:
             f"the Triton kernels need CUDA tensors (got {device}); on CPU they run only under the "
             "interpreter: set TRITON_INTERPRET=1 before importing rlvr_lib.kernels"
         )
-
-
-def _check_block(name: str, value: int, minimum: int = 16) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or value & (value - 1):
-        raise ValueError(f"{name} must be a power of two >= {minimum}, got {value!r}")
-    return value
 
 
 def _dlogits_triton(z, start, targets, logz, ez, g_logp, g_ent, temperature, block_n=32, block_c=128):
@@ -347,9 +343,9 @@ def triton_logprob_entropy(
             f"hidden dtype {hidden.dtype} is not supported by the Triton kernel (float16/bfloat16/float32)"
         )
     for name, value in (("block_n", block_n), ("block_v", block_v), ("block_h", block_h)):
-        _check_block(name, value)
-    if num_splits is not None and (isinstance(num_splits, bool) or not isinstance(num_splits, int) or num_splits < 1):
-        raise ValueError(f"num_splits must be an int >= 1 or None, got {num_splits!r}")
+        check(is_int(value) and value >= 16 and not value & (value - 1), name, value, "a power of two >= 16")
+    if num_splits is not None:
+        check_int("num_splits", num_splits, 1)
     _check_runnable(hidden.device)
     out_shape = targets.shape
     h2 = hidden.reshape(n_rows, n_hidden)

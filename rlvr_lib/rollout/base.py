@@ -22,26 +22,16 @@ Conventions shared by every engine (transformers, KV-cached sampler, vLLM):
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol, Sequence, runtime_checkable
 
 import torch
 
+from rlvr_lib.validation import check, check_int, check_range
+
 __all__ = ["SamplingParams", "Rollouts", "RolloutEngine", "FINISH_REASONS"]
 
 FINISH_REASONS = ("stop", "length")
-
-
-def _check_int(name: str, value: Any, lo: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < lo:
-        raise ValueError(f"SamplingParams.{name} must be an int >= {lo}, got {value!r}")
-
-
-def _check_float(name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"SamplingParams.{name} must be a finite float, got {value!r}")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -72,21 +62,15 @@ class SamplingParams:
     greedy: bool = False
 
     def __post_init__(self) -> None:
-        _check_int("n", self.n, 1)
-        _check_int("max_new_tokens", self.max_new_tokens, 1)
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
-            raise ValueError(f"SamplingParams.seed must be an int >= 0, got {self.seed!r}")
-        if not isinstance(self.greedy, bool):
-            raise ValueError(f"SamplingParams.greedy must be a bool, got {self.greedy!r}")
-        temperature = _check_float("temperature", self.temperature)
-        if temperature <= 0:
-            raise ValueError(
-                f"SamplingParams.temperature must be > 0 (use greedy=True for argmax decoding), "
-                f"got {self.temperature!r}"
-            )
-        top_p = _check_float("top_p", self.top_p)
-        if not 0 < top_p <= 1:
-            raise ValueError(f"SamplingParams.top_p must be in (0, 1], got {self.top_p!r}")
+        check_int("SamplingParams.n", self.n, 1)
+        check_int("SamplingParams.max_new_tokens", self.max_new_tokens, 1)
+        check_int("SamplingParams.seed", self.seed, 0)
+        check(isinstance(self.greedy, bool), "SamplingParams.greedy", self.greedy, "a bool")
+        try:
+            temperature = check_range("SamplingParams.temperature", self.temperature, 0, lo_open=True)
+        except ValueError as err:
+            raise ValueError(f"{err} (use greedy=True for argmax decoding)") from None
+        top_p = check_range("SamplingParams.top_p", self.top_p, 0, 1, lo_open=True)
         object.__setattr__(self, "temperature", temperature)
         object.__setattr__(self, "top_p", top_p)
 

@@ -17,6 +17,8 @@ from typing import Iterator, Sequence
 
 import torch
 
+from rlvr_lib.validation import check_int
+
 from .base import Rollouts, SamplingParams
 
 __all__ = ["BatchedEngine"]
@@ -67,8 +69,7 @@ class BatchedEngine:
         progress: bool = False,
     ) -> None:
         name = type(self).__name__
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise ValueError(f"{name}.batch_size must be an int >= 1, got {batch_size!r}")
+        check_int(f"{name}.batch_size", batch_size, 1)
         self.model = model
         self.tokenizer = tokenizer
         self.batch_size = batch_size

@@ -13,6 +13,8 @@ from typing import Iterator, Literal
 
 import torch
 
+from rlvr_lib.validation import check_choice
+
 from .base import SamplingParams
 from .batched import BatchedEngine
 
@@ -98,8 +100,7 @@ class HFEngine(BatchedEngine):
     """
 
     def __init__(self, model, tokenizer, *, logprob_mode: LogprobMode = "stream", **engine_kwargs) -> None:
-        if logprob_mode not in ("stream", "output_logits"):
-            raise ValueError(f"HFEngine.logprob_mode must be 'stream' or 'output_logits', got {logprob_mode!r}")
+        check_choice("HFEngine.logprob_mode", logprob_mode, ("stream", "output_logits"))
         super().__init__(model, tokenizer, **engine_kwargs)
         self.logprob_mode = logprob_mode
 

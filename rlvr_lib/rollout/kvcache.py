@@ -42,6 +42,8 @@ import inspect
 import torch
 import torch.nn.functional as F
 
+from rlvr_lib.validation import check_choice
+
 from .base import SamplingParams
 from .batched import BatchedEngine
 
@@ -279,8 +281,7 @@ class KVCacheEngine(BatchedEngine):
     """
 
     def __init__(self, model, tokenizer, *, fast_path: str = "auto", **engine_kwargs) -> None:
-        if fast_path not in FAST_PATH_MODES:
-            raise ValueError(f"KVCacheEngine.fast_path must be one of {FAST_PATH_MODES}, got {fast_path!r}")
+        check_choice("KVCacheEngine.fast_path", fast_path, FAST_PATH_MODES)
         super().__init__(model, tokenizer, **engine_kwargs)
         self.fast_path = fast_path
 

@@ -12,6 +12,8 @@ import inspect
 import torch
 import torch.nn.functional as F
 
+from rlvr_lib.validation import check_choice, check_int, check_range
+
 __all__ = ["LOGPROB_KERNELS", "completion_forward", "plain_lm_head", "position_ids_from_mask", "sequence_logprobs"]
 
 
@@ -174,10 +176,8 @@ def sequence_logprobs(
         ValueError: On inconsistent shapes, an empty prompt width, a
             non-positive temperature or an unknown ``kernel``.
     """
-    if not temperature > 0:
-        raise ValueError(f"temperature must be > 0, got {temperature!r}")
-    if kernel not in LOGPROB_KERNELS:
-        raise ValueError(f"kernel must be one of {LOGPROB_KERNELS}, got {kernel!r}")
+    check_range("temperature", temperature, 0, lo_open=True)
+    check_choice("kernel", kernel, LOGPROB_KERNELS)
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
         raise ValueError(
             f"prompt_ids {tuple(prompt_ids.shape)} and prompt_mask {tuple(prompt_mask.shape)} "
@@ -193,8 +193,7 @@ def sequence_logprobs(
     if prompt_ids.shape[1] < 1:
         raise ValueError("prompt width P must be >= 1 (the first completion token needs a context)")
 
-    if isinstance(length_buckets, bool) or not isinstance(length_buckets, int) or length_buckets < 1:
-        raise ValueError(f"length_buckets must be an int >= 1, got {length_buckets!r}")
+    check_int("length_buckets", length_buckets, 1)
 
     n_rows, t_len = completion_ids.shape
     device = prompt_ids.device

@@ -20,6 +20,7 @@ import numpy as np
 
 from rlvr_lib.tasks.arithmetic import DISTRACTOR_HINTS, STRATEGIES, USEFUL_STRATEGIES, _stable_unit
 from rlvr_lib.tasks.base import Problem
+from rlvr_lib.validation import check_range
 
 
 class ContextPool(Protocol):
@@ -45,8 +46,7 @@ class TaskHintPool:
     def __init__(self, n_hints: int = 5, unhelpful_share: float = 0.4, seed: int = 0):
         if not isinstance(n_hints, int) or n_hints < 1:
             raise ValueError(f"n_hints={n_hints!r} is not valid: must be a positive int")
-        if not 0.0 <= unhelpful_share <= 1.0:
-            raise ValueError(f"unhelpful_share={unhelpful_share!r} is not valid: must be in [0, 1]")
+        check_range("unhelpful_share", unhelpful_share, 0, 1)
         self.n_hints, self.unhelpful_share, self.seed = n_hints, unhelpful_share, seed
 
     def contexts(self, problem: Problem) -> list[str]:
