@@ -268,8 +268,21 @@ def test_shaped_kl_hand_worked_and_gradient():
         shaped_kl(logp, ref, log_q[:2])
 
 
-def test_guide_registry():
+def test_guide_registry_has_one_signature():
     assert set(GUIDES) == {"branch", "token", "random"}
-    assert get_guide("branch") is branch_guide
+    torch.manual_seed(0)
+    logp, entropy = -torch.rand(3, 5) * 3, torch.rand(3, 5) * 3
+    mask = torch.ones(3, 5, dtype=torch.long)
+    mask[0, 3:] = 0
+    direct = {
+        "branch": branch_guide(entropy, gamma=0.5),
+        "token": token_guide(logp, mask, sigma=0.2, generator=torch.Generator().manual_seed(4)),
+        "random": random_guide((3, 5), torch.Generator().manual_seed(4), eps=0.5),
+    }
+    options = {"branch": {"gamma": 0.5}, "token": {"sigma": 0.2}, "random": {"eps": 0.5}}
+    for name, guide in GUIDES.items():  # every guide is called the same way, whatever it reads
+        q = get_guide(name)(logp, entropy, mask, generator=torch.Generator().manual_seed(4), **options[name])
+        assert q.shape == logp.shape and torch.equal(q, direct[name]), name
+        assert ((q >= 0.6) & (q <= 1.4)).all(), name
     with pytest.raises(ValueError, match=r"guide='entropy' is invalid: must be one of \[.*'random'"):
         get_guide("entropy")

@@ -210,13 +210,30 @@ def shaped_kl(logp: Tensor, ref_logp: Tensor, log_q: Tensor) -> Tensor:
     return torch.exp(d) - d - 1.0
 
 
-GUIDES: dict[str, Callable[..., Tensor]] = {
-    "branch": branch_guide,
-    "token": token_guide,
-    "random": random_guide,
+GuideFn = Callable[..., Tensor]
+"""The registry's one signature: ``guide(logp, entropy, mask, *, generator=None, **options) -> q (N, T)``."""
+
+
+def _branch(logp: Tensor, entropy: Tensor, mask: Tensor, *, generator=None, **options) -> Tensor:
+    return branch_guide(entropy, **options)
+
+
+def _token(logp: Tensor, entropy: Tensor, mask: Tensor, *, generator=None, **options) -> Tensor:
+    return token_guide(logp, mask, generator=generator, **options)
+
+
+def _random(logp: Tensor, entropy: Tensor, mask: Tensor, *, generator=None, **options) -> Tensor:
+    return random_guide(logp.shape, generator, dtype=logp.dtype, device=logp.device, **options)
+
+
+# Every entry takes the minibatch's (logp, entropy, mask) and a generator; each reads what its guide needs.
+GUIDES: dict[str, GuideFn] = {
+    "branch": _branch,
+    "token": _token,
+    "random": _random,
 }
 
 
 def get_guide(name: str) -> Callable[..., Tensor]:
-    """Return the SAGE guide function named ``name`` (see :data:`GUIDES`)."""
+    """Return ``guide(logp, entropy, mask, *, generator=None, **options) -> q`` named ``name`` (:data:`GUIDES`)."""
     return GUIDES[check_choice("guide", name, sorted(GUIDES))]
