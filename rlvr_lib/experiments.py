@@ -51,6 +51,7 @@ __all__ = [
     "claims_table",
     "format_ci",
     "git_commit",
+    "has_interval",
     "jsonable",
     "load_runs",
     "render_markdown",
@@ -411,6 +412,20 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
     return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std}
+
+
+def has_interval(agg: Mapping[str, Any]) -> bool:
+    """Whether an interval dict carries an interval at all.
+
+    A dict has one when it was resampled over at least two units: ``n >= 2``
+    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
+    bootstraps of :mod:`rlvr_lib.eval.stats`, where a single evaluation still
+    varies over problems). A single seed's value (``n == 1`` and no
+    ``n_problems``) has none: its ``ci_low == ci_high == mean`` is a
+    measurement, not a certainty. Also exported as
+    ``rlvr_lib.eval.stats.has_interval``.
+    """
+    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
 
 
 def format_ci(agg: Mapping[str, float], fmt: str = ".3f") -> str:
