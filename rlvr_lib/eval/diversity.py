@@ -85,6 +85,7 @@ __all__ = [
     "featurize_traces",
     "mode_ari",
     "mode_counts_per_problem",
+    "modes_and_ari",
     "strategy_entropy",
     "strip_strategy_tag",
 ]
@@ -484,6 +485,32 @@ class ModeCounts:
         }
 
 
+def _check_texts_by_problem(texts_by_problem: Any) -> list[list[str]]:
+    if isinstance(texts_by_problem, str) or not isinstance(texts_by_problem, Sequence) or len(texts_by_problem) == 0:
+        raise ValueError(
+            f"texts_by_problem={texts_by_problem!r:.80} is not valid: must be a non-empty list of lists of strings"
+        )
+    return [_check_texts(f"texts_by_problem[{i}]", t) for i, t in enumerate(texts_by_problem)]
+
+
+def _pooled_modes(
+    per: list[list[str]], min_share: float, cluster_kwargs: dict[str, Any]
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray, dict[int, float]]:
+    """One clustering of the pooled traces; ``(labels, labels_by_problem, counts, histogram)``."""
+    check_range("min_share", min_share, 0, 1)
+    pooled = [t for texts in per for t in texts]
+    labels = cluster_traces(pooled, **cluster_kwargs)
+    bounds = np.cumsum([0] + [len(t) for t in per])
+    labels_by_problem = [labels[bounds[i] : bounds[i + 1]] for i in range(len(per))]
+    counts = np.empty(len(per), dtype=np.int64)
+    for i, lab in enumerate(labels_by_problem):
+        shares = np.bincount(lab) / len(lab)
+        counts[i] = int(np.sum((shares > 0) & (shares >= min_share)))
+    start = 0 if counts.min() == 0 else 1
+    histogram = {m: float(np.mean(counts == m)) for m in range(start, int(counts.max()) + 1)}
+    return labels, labels_by_problem, counts, histogram
+
+
 def mode_counts_per_problem(
     texts_by_problem: Sequence[Sequence[str]],
     *,
@@ -507,6 +534,9 @@ def mode_counts_per_problem(
 
         count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|
 
+    To report mode counts together with their agreement with strategy
+    labels, use :func:`modes_and_ari` (same clustering for both).
+
     Args:
         texts_by_problem: P lists of trace strings, each non-empty.
         min_share: in ``[0, 1]``; count only modes holding at least this
@@ -528,34 +558,146 @@ def mode_counts_per_problem(
         ValueError: on no problems, an empty problem, a non-string trace or
             ``min_share`` outside ``[0, 1]``.
     """
-    if isinstance(texts_by_problem, str) or not isinstance(texts_by_problem, Sequence) or len(texts_by_problem) == 0:
-        raise ValueError(
-            f"texts_by_problem={texts_by_problem!r:.80} is not valid: must be a non-empty list of lists of strings"
-        )
-    check_range("min_share", min_share, 0, 1)
-    per = [_check_texts(f"texts_by_problem[{i}]", t) for i, t in enumerate(texts_by_problem)]
-    pooled = [t for texts in per for t in texts]
-    labels = cluster_traces(
-        pooled,
-        method=method,
-        k_range=k_range,
-        seed=seed,
-        distance_threshold=distance_threshold,
-        silhouette_sample_size=silhouette_sample_size,
-        strip_tag=strip_tag,
-        **featurize_kwargs,
+    per = _check_texts_by_problem(texts_by_problem)
+    labels, labels_by_problem, counts, histogram = _pooled_modes(
+        per,
+        min_share,
+        dict(
+            method=method,
+            k_range=k_range,
+            seed=seed,
+            distance_threshold=distance_threshold,
+            silhouette_sample_size=silhouette_sample_size,
+            strip_tag=strip_tag,
+            **featurize_kwargs,
+        ),
     )
-    bounds = np.cumsum([0] + [len(t) for t in per])
-    labels_by_problem = [labels[bounds[i] : bounds[i + 1]] for i in range(len(per))]
-    counts = np.empty(len(per), dtype=np.int64)
-    for i, lab in enumerate(labels_by_problem):
-        shares = np.bincount(lab) / len(lab)
-        counts[i] = int(np.sum((shares > 0) & (shares >= min_share)))
-    start = 0 if counts.min() == 0 else 1
-    histogram = {m: float(np.mean(counts == m)) for m in range(start, int(counts.max()) + 1)}
     return ModeCounts(
         counts=counts, histogram=histogram, n_modes=int(labels.max()) + 1, labels_by_problem=labels_by_problem
     )
+
+
+def _label_ids(labels: Sequence[Hashable]) -> np.ndarray:
+    """Integer class ids of labels compared as ``str`` (so ``None`` is a class of its own)."""
+    return np.unique(np.asarray([str(v) for v in labels]), return_inverse=True)[1]
+
+
+def modes_and_ari(
+    texts_by_problem: Sequence[Sequence[str]],
+    labels_by_problem: Sequence[Sequence[Hashable]],
+    *,
+    min_share: float = 0.0,
+    method: str = "agglomerative",
+    k_range: tuple[int, int] = (2, 8),
+    seed: int = 0,
+    distance_threshold: float = 0.3,
+    silhouette_sample_size: int | None = 2000,
+    strip_tag: bool = True,
+    **featurize_kwargs: Any,
+) -> dict[str, Any]:
+    """Mode counts per problem AND their ARI against strategy labels, from ONE clustering.
+
+    The traces of all problems are pooled, featurised and clustered once
+    (exactly as :func:`mode_counts_per_problem`); from those cluster labels:
+
+    * ``count_p`` = number of distinct clusters among problem ``p``'s traces
+      (those holding at least ``min_share`` of them), as in
+      :func:`mode_counts_per_problem`;
+    * ``ari_vs_strategy`` = ``adjusted_rand_score`` between the pooled
+      strategy labels and the SAME pooled cluster labels (all traces, whatever
+      ``min_share``).
+
+    Why pooled and not per problem: a mode is a way of reasoning, and a way
+    of reasoning is shared across problems (``split`` on ``47*86`` and on
+    ``23*5`` is one mode). Only a pooled clustering gives mode ids that mean
+    the same thing in every problem, so that the ARI (which can only be
+    scored over all traces against the pooled labels) rates the very
+    partition whose per-problem restriction gives the counts. Per-problem
+    clusterings would each see a handful of traces (16 by default in
+    ``policy_eval``), have no shared ids, and their ARI could not be pooled.
+    Reporting counts from one clustering and an ARI from another (as two
+    calls to :func:`mode_counts_per_problem` and :func:`mode_ari` with their
+    different default methods do) can pair "1 mode everywhere" with "ARI 1".
+
+    Consistency this guarantees: with ``min_share=0`` and ARI 1 the clusters
+    are the label classes, so ``count_p`` is the number of distinct labels in
+    problem ``p``; when one cluster holds everything, every ``count_p`` is 1
+    and the ARI is 0 (or ``None``, see below).
+
+    Args:
+        texts_by_problem: P non-empty lists of trace strings.
+        labels_by_problem: P lists of strategy labels (any hashable; compared
+            as ``str``, so ``None`` is a label of its own), with the same
+            lengths as ``texts_by_problem``.
+        min_share: see :func:`mode_counts_per_problem` (counts only).
+        method: ``"agglomerative"`` (default) or ``"kmeans"``.
+        k_range, seed, distance_threshold, silhouette_sample_size: see
+            :func:`cluster_features`.
+        strip_tag: cluster without the strategy tag (default;
+            :func:`strip_strategy_tag`); ``False`` for the old, tagged (and
+            close to circular) measurement.
+        **featurize_kwargs: see :func:`featurize_traces`.
+
+    Returns:
+        JSON-ready dict::
+
+            mean_modes         mean of count_p over problems
+            histogram          {m: share of problems with exactly m modes}
+            n_modes            clusters in the pooled clustering
+            counts             [count_p for each problem]
+            ari_vs_strategy    float, or None when the labels hold fewer
+                               than two distinct values (ARI undefined)
+            tag_free           strip_tag (True: the tag was not seen)
+            n_traces           number of pooled traces
+            labels_by_problem  per problem, the cluster id of each trace
+                               (0 = largest cluster), so both numbers can be
+                               recomputed
+
+    Raises:
+        ValueError: on bad texts (as :func:`mode_counts_per_problem`), labels
+            not shaped like the texts, or bad clustering options.
+    """
+    per = _check_texts_by_problem(texts_by_problem)
+    if isinstance(labels_by_problem, str) or not isinstance(labels_by_problem, Sequence):
+        raise ValueError(
+            f"labels_by_problem={labels_by_problem!r:.80} is not valid: must be a list of P={len(per)} lists of labels"
+        )
+    if len(labels_by_problem) != len(per):
+        raise ValueError(
+            f"labels_by_problem has {len(labels_by_problem)} problems: must equal len(texts_by_problem)={len(per)}"
+        )
+    for i, (texts, labs) in enumerate(zip(per, labels_by_problem)):
+        if isinstance(labs, str) or not isinstance(labs, (Sequence, np.ndarray)) or len(labs) != len(texts):
+            raise ValueError(
+                f"labels_by_problem[{i}]={labs!r:.80} is not valid: must be a list of {len(texts)} labels "
+                f"(one per trace of texts_by_problem[{i}])"
+            )
+    check(isinstance(strip_tag, bool), "strip_tag", strip_tag, "True or False")
+    labels, labels_by_problem_out, counts, histogram = _pooled_modes(
+        per,
+        min_share,
+        dict(
+            method=method,
+            k_range=k_range,
+            seed=seed,
+            distance_threshold=distance_threshold,
+            silhouette_sample_size=silhouette_sample_size,
+            strip_tag=strip_tag,
+            **featurize_kwargs,
+        ),
+    )
+    truth = _label_ids([v for labs in labels_by_problem for v in labs])
+    ari = float(adjusted_rand_score(truth, labels)) if truth.max() > 0 else None
+    return {
+        "mean_modes": float(np.mean(counts)),
+        "histogram": {int(m): float(f) for m, f in histogram.items()},
+        "n_modes": int(labels.max()) + 1,
+        "counts": [int(c) for c in counts],
+        "ari_vs_strategy": ari,
+        "tag_free": strip_tag,
+        "n_traces": int(len(labels)),
+        "labels_by_problem": [[int(v) for v in lab] for lab in labels_by_problem_out],
+    }
 
 
 # --------------------------------------------------------------------------- scalar summaries
@@ -569,7 +711,9 @@ def mode_ari(
     ``ARI = (RI - E[RI]) / (max RI - E[RI])`` (Hubert & Arabie 1985; sklearn
     ``adjusted_rand_score``): 1 = same partition, about 0 = chance. Checks
     that the clusters of :func:`cluster_traces` recover the testbed's
-    strategies before mode counts are trusted.
+    strategies before mode counts are trusted. This clusters on its own, with
+    :func:`cluster_traces`' defaults (KMeans): for an ARI that rates the very
+    clustering the mode counts come from, use :func:`modes_and_ari`.
 
     Args:
         texts: N traces.
@@ -588,8 +732,7 @@ def mode_ari(
     if len(labels) != len(texts):
         raise ValueError(f"labels has length {len(labels)}: must equal len(texts)={len(texts)}")
     pred = cluster_traces(texts, strip_tag=strip_tag, **cluster_kwargs)
-    truth = np.unique(np.asarray([str(v) for v in labels]), return_inverse=True)[1]
-    return float(adjusted_rand_score(truth, pred))
+    return float(adjusted_rand_score(_label_ids(labels), pred))
 
 
 def strategy_entropy(labels: Sequence[Hashable]) -> float:
