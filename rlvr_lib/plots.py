@@ -273,7 +273,8 @@ def _split_labels(
                 raise invalid(f"groups[{i}]", group, "a non-empty list of labels")
             group = list(group)
             unknown = [g for g in group if g not in labels]
-            check(not unknown, f"groups[{i}]", group, f"a list of known labels (unknown: {unknown}; known: {list(labels)})")
+            check(not unknown, f"groups[{i}]", group,
+                  f"a list of known labels (unknown: {unknown}; known: {list(labels)})")
             check(len(set(group)) == len(group), f"groups[{i}]", group, "a list without repeated labels")
             check(len(group) <= max_per_panel, f"groups[{i}]", group,
                   f"a list of at most max_per_panel={max_per_panel} labels")
