@@ -224,7 +224,8 @@ class NudgeRL(Method):
         """Per-step diagnostics of the whole batch (hinted vs hint-free rollouts)."""
         hinted = batch.context_index >= 0
         correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.bool)
-        stats = {"nudge_share_hinted": float(hinted.float().mean()), "nudge_share_none": float((~hinted).float().mean())}
+        stats = {"nudge_share_hinted": float(hinted.float().mean()),
+                 "nudge_share_none": float((~hinted).float().mean())}
         if hinted.any():
             stats["nudge_acc_hinted"] = float(correct[hinted].float().mean())
         if (~hinted).any():
