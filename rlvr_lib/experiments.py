@@ -44,6 +44,7 @@ from .config import ConfigBase, hash_jsonable
 from .validation import check, check_choice, check_int, check_range
 
 __all__ = [
+    "CLAIMS_COLUMNS",
     "RESULTS_ENV",
     "RunRecord",
     "aggregate_seeds",
@@ -51,6 +52,7 @@ __all__ = [
     "claims_table",
     "format_ci",
     "git_commit",
+    "has_interval",
     "jsonable",
     "load_runs",
     "render_markdown",
@@ -375,7 +377,7 @@ def runs_frame(records: Sequence[RunRecord]):
 
 
 # -------------------------------------------------------------- statistics
-def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
+def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
     """Mean and Student-t confidence interval over per-seed values.
 
     ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample
@@ -383,12 +385,28 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
     single measurement, not a certainty.
 
+    When to use something else (:mod:`rlvr_lib.eval.stats`): the t-interval
+    assumes roughly normal per-seed values and knows no range, so on 3 seeds
+    (``t = 4.30``) of a rate it often reaches below 0 or above 1, and it
+    ignores the variance from the fixed draw of evaluation problems. Prefer
+    :func:`~rlvr_lib.eval.stats.bootstrap_ci` with ``bounds=(0, 1)`` for
+    per-seed rates (never leaves the range),
+    :func:`~rlvr_lib.eval.stats.hierarchical_bootstrap_ci` when per-problem
+    results exist (puts problem sampling in the interval and gives the
+    single-evaluation base policy one), and
+    :func:`~rlvr_lib.eval.stats.paired_difference_ci` for a difference
+    between two methods on the same problems. This function stays for
+    unbounded metrics (lengths, entropies) and for training curves.
+
     Args:
         values: One number per seed (lists, numpy arrays, tensors all work).
         confidence: Two-sided confidence level in (0, 1).
 
     Returns:
-        ``{"mean", "ci_low", "ci_high", "n", "std"}`` as Python floats/int.
+        ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
+        Python floats/int, ``method`` ``"Student-t over seeds"`` (or
+        ``"single value: no interval (n=1)"``), as the interval dicts of
+        :mod:`rlvr_lib.eval.stats` carry, for :func:`claims_table`.
 
     Raises:
         ValueError: if ``values`` is empty or holds a non-finite value or
@@ -407,72 +425,198 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     n = len(xs)
     mean = math.fsum(xs) / n
     if n == 1:
-        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1, "std": 0.0}
+        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1, "std": 0.0,
+                "method": "single value: no interval (n=1)"}
     std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
     half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std}
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std,
+            "method": "Student-t over seeds"}
 
 
-def format_ci(agg: Mapping[str, float], fmt: str = ".3f") -> str:
-    """Formats an :func:`aggregate_seeds` dict as ``"mean [lo, hi]"`` (``"mean (n=1)"`` for one seed)."""
-    if agg["n"] == 1:
-        return f"{agg['mean']:{fmt}} (n=1)"
+def has_interval(agg: Mapping[str, Any]) -> bool:
+    """Whether an interval dict carries an interval at all.
+
+    A dict has one when it was resampled over at least two units: ``n >= 2``
+    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
+    bootstraps of :mod:`rlvr_lib.eval.stats`, where a single evaluation still
+    varies over problems). A single seed's value (``n == 1`` and no
+    ``n_problems``) has none: its ``ci_low == ci_high == mean`` is a
+    measurement, not a certainty. Also exported as
+    ``rlvr_lib.eval.stats.has_interval``.
+    """
+    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
+
+
+def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
+    """Formats an interval dict as ``"mean [lo, hi]"``.
+
+    Takes :func:`aggregate_seeds` dicts and those of :mod:`rlvr_lib.eval.stats`
+    (:func:`~rlvr_lib.eval.stats.bootstrap_ci`, the seeds x problems and paired
+    bootstraps). A dict without an interval
+    (:func:`has_interval` false: one seed, no problems
+    resampled) gives ``"mean (n=1)"``.
+    """
+    if not has_interval(agg):
+        return f"{agg['mean']:{fmt}} (n={agg.get('n', 1)})"
     return f"{agg['mean']:{fmt}} [{agg['ci_low']:{fmt}}, {agg['ci_high']:{fmt}}]"
 
 
 # ------------------------------------------------------------ claims tables
-def claims_table(rows: Sequence[Mapping[str, Any]], fmt: str = ".3f"):
-    """Builds a notebook's claims table.
+CLAIMS_COLUMNS = ("claim", "paper", "ours", "interval", "point_side", "holds")
+"""The fixed columns of :func:`claims_table`, in order; extra row keys follow."""
 
-    Each row is a mapping with:
-        ``claim`` (str): the paper's claim, e.g. ``"NudgeRL@8 > GRPO@32 (avg pass@1)"``.
-        ``paper``: the paper's number(s), shown as given (str or number).
-        ``ours``: our measurement: an :func:`aggregate_seeds` dict, a
-            sequence of per-seed values (aggregated here) or one number.
-        ``holds`` (bool), or ``expect`` (``">"`` or ``"<"``) with optional
-            ``than`` (default 0): then ``holds`` is whether our *mean* lies on
-            the claimed side of ``than``, and ``ci_clears`` whether the whole
-            95% interval does (the claim is then resolved at our number of
-            seeds; ``holds`` with ``ci_clears`` False is a point estimate only;
-            one seed has no interval, so ``ci_clears`` is False).
-    Any other keys (e.g. ``note``) become extra columns.
+_ROW_KEYS = frozenset(CLAIMS_COLUMNS) | {"expect", "than", "bounds"}
 
-    Returns:
-        ``pandas.DataFrame`` with columns ``claim``, ``paper``, ``ours``
-        (``"mean [lo, hi]"``), ``holds`` (bool), ``ci_clears`` (bool, or
-        ``None`` for rows given ``holds`` directly), then the extra columns.
 
-    Raises:
-        ValueError: on a row without ``claim``/``paper``/``ours`` or without
-            either ``holds`` or ``expect``.
+@functools.lru_cache(maxsize=1)
+def _claims_table_class():
+    """``ClaimsTable``: a ``pandas.DataFrame`` whose notebook/console display never shortens cells.
+
+    pandas cuts cells to ``display.max_colwidth`` (50) characters in
+    ``repr`` and in notebooks' HTML, which hid the end of long claims; this
+    subclass shows every cell whole whatever the option. Built on first use so
+    importing this module does not import pandas.
     """
     import pandas as pd
 
+    class ClaimsTable(pd.DataFrame):
+        _metadata: list[str] = []
+
+        @property
+        def _constructor(self):
+            return ClaimsTable
+
+        def __repr__(self) -> str:
+            with pd.option_context("display.max_colwidth", None):
+                return super().__repr__()
+
+        def _repr_html_(self):
+            with pd.option_context("display.max_colwidth", None):
+                return super()._repr_html_()
+
+    ClaimsTable.__module__ = __name__
+    ClaimsTable.__qualname__ = "ClaimsTable"  # found through the module's __getattr__ (pickling)
+    return ClaimsTable
+
+
+def __getattr__(name: str) -> Any:  # ``rlvr_lib.experiments.ClaimsTable``, e.g. for unpickling
+    if name == "ClaimsTable":
+        return _claims_table_class()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _row_interval(i: int, row: Mapping[str, Any], aggregate: Optional[Callable[..., Mapping[str, Any]]]):
+    """The interval dict of a claims-table row's ``ours``."""
+    from .eval.stats import bootstrap_ci
+
+    ours = row["ours"]
+    if isinstance(ours, Mapping):
+        missing = [k for k in ("mean", "ci_low", "ci_high", "n") if k not in ours]
+        if missing:
+            raise ValueError(f"claims_table row {i}: ours={dict(ours)!r} is invalid: must be an interval dict with "
+                             f"'mean', 'ci_low', 'ci_high', 'n' (and 'method'); missing {missing}")
+        return ours
+    try:
+        return bootstrap_ci(ours, bounds=row.get("bounds")) if aggregate is None else aggregate(ours)
+    except ValueError as e:
+        raise ValueError(f"claims_table row {i}: {e}") from None
+
+
+def claims_table(
+    rows: Sequence[Mapping[str, Any]],
+    fmt: str = ".3f",
+    *,
+    aggregate: Optional[Callable[..., Mapping[str, Any]]] = None,
+):
+    """Builds a notebook's claims table: does each paper claim hold in our runs, with what interval.
+
+    Each row is a mapping with:
+        ``claim`` (str): the paper's claim, e.g. ``"NudgeRL@8 > GRPO@32
+            (avg pass@1)"``; kept whole, whatever its length (the returned
+            table also displays it whole, see Returns).
+        ``paper``: the paper's number(s), shown as given (str or number).
+        ``ours``: our measurement, one of
+            * an interval dict carrying a ``"method"``: from
+              :mod:`rlvr_lib.eval.stats` (:func:`~rlvr_lib.eval.stats.bootstrap_ci`,
+              :func:`~rlvr_lib.eval.stats.hierarchical_bootstrap_ci`,
+              :func:`~rlvr_lib.eval.stats.paired_difference_ci`) or
+              :func:`aggregate_seeds`; a dict without ``"method"`` is shown
+              with interval ``"unspecified"``;
+            * a sequence of per-seed values: aggregated here, by default
+              with :func:`~rlvr_lib.eval.stats.bootstrap_ci` (percentile
+              bootstrap, 95%, 10000 resamples, seed 0), clipped to the row's
+              ``bounds`` when given (e.g. ``(0, 1)`` for a rate,
+              ``(-1, 1)`` for a difference of rates); or with ``aggregate``;
+            * one number: a single measurement, no interval.
+        ``expect`` (``">"`` or ``"<"``) with optional ``than`` (default 0):
+            the claimed side. Then
+            ``point_side = mean > than`` (or ``<``): the point estimate lies on
+            the claimed side; and
+            ``holds = ci_low > than`` (or ``ci_high < than``): the *whole
+            interval* clears ``than`` on the claimed side. A row without an
+            interval (one seed, :func:`has_interval` false) never
+            holds.
+        or ``holds`` (bool) given directly, for a claim that is no
+            comparison with a threshold: kept as given, ``point_side`` None.
+            (``holds`` wins when a row has both.)
+        ``bounds`` (optional): see ``ours``.
+    Any other keys (e.g. ``note``) become extra columns.
+
+    Args:
+        rows: The claims, as above.
+        fmt: Number format of ``ours``.
+        aggregate: How to turn per-seed values into an interval dict:
+            ``aggregate(values)``, e.g. :func:`aggregate_seeds` for the
+            Student-t interval. Default (None):
+            ``bootstrap_ci(values, bounds=row.get("bounds"))``; a row's
+            ``bounds`` is used only by the default.
+
+    ``holds`` used to mean "the mean is on the claimed side" with a separate
+    ``ci_clears`` column for the interval; now ``holds`` is the interval test
+    (what ``ci_clears`` was) and ``point_side`` the mean test, and
+    ``ci_clears`` is gone (read ``holds``).
+
+    Returns:
+        A ``ClaimsTable`` (a ``pandas.DataFrame`` that displays cells whole,
+        never cut to ``display.max_colwidth``) with columns ``claim``,
+        ``paper``, ``ours`` (``"mean [lo, hi]"``, or ``"mean (n=1)"``),
+        ``interval`` (how the interval was made: the dict's ``method``),
+        ``point_side`` (bool, or None for rows given ``holds``), ``holds``
+        (bool), then the extra columns (:data:`CLAIMS_COLUMNS` first).
+
+    Raises:
+        ValueError: on a row without ``claim``/``paper``/``ours``, without
+            either ``holds`` or ``expect``, with a bad ``expect``, an
+            ``ours`` dict lacking interval keys, or per-seed values that
+            :func:`~rlvr_lib.eval.stats.bootstrap_ci` refuses.
+    """
     out = []
     for i, row in enumerate(rows):
         missing = [k for k in ("claim", "paper", "ours") if k not in row]
         if missing:
             raise ValueError(f"claims_table row {i} lacks {missing}: {dict(row)!r}")
-        ours = row["ours"]
-        agg = ours if isinstance(ours, Mapping) else aggregate_seeds(ours)
-        ci_clears = None
+        if "holds" not in row and "expect" not in row:
+            raise ValueError(f"claims_table row {i} needs 'holds' or 'expect': {dict(row)!r}")
+        agg = _row_interval(i, row, aggregate)
+        point_side = None
         if "holds" in row:
             holds = bool(row["holds"])
-        elif "expect" in row:
-            expect = check_choice(f"claims_table row {i}: expect", row["expect"], (">", "<"))
-            than = row.get("than", 0.0)
-            lo, hi, seeds = agg["ci_low"], agg["ci_high"], agg["n"]
-            if expect == ">":
-                holds, ci_clears = agg["mean"] > than, bool(seeds >= 2 and lo > than)
-            else:
-                holds, ci_clears = agg["mean"] < than, bool(seeds >= 2 and hi < than)
         else:
-            raise ValueError(f"claims_table row {i} needs 'holds' or 'expect': {dict(row)!r}")
-        extra = {k: v for k, v in row.items() if k not in ("claim", "paper", "ours", "holds", "expect", "than")}
-        out.append({"claim": row["claim"], "paper": row["paper"], "ours": format_ci(agg, fmt), "holds": holds,
-                    "ci_clears": ci_clears, **extra})
-    df = pd.DataFrame(out, columns=None if out else ["claim", "paper", "ours", "holds", "ci_clears"])
+            expect = check_choice(f"claims_table row {i}: expect", row["expect"], (">", "<"))
+            than = check_range(f"claims_table row {i}: than", row.get("than", 0.0))
+            ok = has_interval(agg)
+            if expect == ">":
+                point_side, holds = bool(agg["mean"] > than), bool(ok and agg["ci_low"] > than)
+            else:
+                point_side, holds = bool(agg["mean"] < than), bool(ok and agg["ci_high"] < than)
+        extra = {k: v for k, v in row.items() if k not in _ROW_KEYS}
+        out.append({"claim": row["claim"], "paper": row["paper"], "ours": format_ci(agg, fmt),
+                    "interval": agg.get("method", "unspecified"), "point_side": point_side, "holds": holds,
+                    **extra})
+    cls = _claims_table_class()
+    df = cls(out, columns=None if out else list(CLAIMS_COLUMNS))
     df["holds"] = df["holds"].astype(bool)
+    df["point_side"] = df["point_side"].astype(object)
     return df
 
 

@@ -3,9 +3,35 @@ training curves and reasoning-mode histograms.
 
 Every helper takes plain dicts (what :mod:`rlvr_lib.experiments` records hold,
 JSON string keys such as ``"16"`` included), returns the
-:class:`matplotlib.figure.Figure` and, given ``path``, also saves it (parent
-folders are created). Pass ``ax`` (``axes`` for :func:`plot_training_curves`)
-to draw into an existing figure instead of a new one.
+:class:`matplotlib.figure.Figure` and, given ``path``, also saves it through
+:func:`save_figure` (atomic; parent folders are created). Use
+:func:`figure_path` for the conventional place,
+``results/<experiment>/figures/<name>.png``. Pass ``ax`` (``axes`` for
+:func:`plot_training_curves`) to draw into an existing figure instead of a new
+one.
+
+Readability rules shared by the line and bar figures with many labels
+(:func:`plot_training_curves`, :func:`plot_pass_at_k`,
+:func:`plot_mode_histogram`):
+
+* **At most** :data:`MAX_LINES_PER_PANEL` (6) **labels per panel.** More
+  labels are split, in the given order, over several panels of near-equal size
+  (``split=True``, the default); ``split=False`` raises ``ValueError``
+  instead; ``groups=[[...], [...]]`` chooses the panels by hand;
+  ``reference="base"`` draws that label first in every panel, dark grey and
+  solid, as a common yardstick.
+* **Colour-blind-safe colours and distinct line styles.** Within a panel the
+  i-th label gets the i-th colour of seaborn's ``"colorblind"`` palette and
+  its own line style (:data:`LINESTYLES`), so no two curves of a panel share a
+  colour or a line style (only a dark-grey reference may share the solid
+  style, never the colour); across panels the (colour, style) pairs of
+  different labels are distinct too (for up to six panels).
+* **Legend outside the axes**, to the right of the panel (top row for a grid),
+  one legend per panel column.
+* **Bands over seeds** are Student-t intervals (the formula of
+  :func:`rlvr_lib.experiments.aggregate_seeds`), clipped to the quantity's
+  valid range (``[0, 1]`` for rates and pass@k; see :data:`METRIC_BOUNDS`).
+  The title says what lines and bands are and over how many seeds.
 
 Display: a new figure is created through pyplot -- which is what switches on
 Jupyter's inline backend -- and then detached from pyplot with
@@ -14,13 +40,16 @@ and nothing here calls ``plt.show()`` (safe under ``Agg``). In a notebook, end
 the cell with the returned figure (or call ``display(fig)``) to show it once.
 
 Styling uses seaborn's ``whitegrid`` axes style (as a context, so global
-``rcParams`` are left alone) and its colour-blind palette.
+``rcParams`` are left alone).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import os
+import re
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +60,16 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
-from rlvr_lib.validation import check, check_range
+from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 
 __all__ = [
+    "DEFAULT_METRICS",
+    "LINESTYLES",
+    "MAX_LINES_PER_PANEL",
+    "METRIC_BOUNDS",
+    "REFERENCE_COLOR",
+    "figure_path",
+    "final_mode_histogram",
     "plot_hint_follow",
     "plot_mode_histogram",
     "plot_pass_at_k",
@@ -42,14 +78,63 @@ __all__ = [
     "save_figure",
 ]
 
-DEFAULT_METRICS = ("reward_mean", "entropy", "zero_adv_frac")
+DEFAULT_METRICS = ("accuracy", "entropy", "zero_adv_frac")
+MAX_LINES_PER_PANEL = 6
+#: One line style per position in a panel: solid, dashed, dash-dot, dotted,
+#: dash-dot-dot and long dash -- six patterns that stay apart in print and grey.
+LINESTYLES: tuple = ("-", "--", "-.", ":", (0, (6, 1.5, 1, 1.5, 1, 1.5)), (0, (10, 3)))
+#: Valid range of the trainer's step metrics, used to clip bands when
+#: ``bounds`` is not given. Unlisted metrics are not clipped. ``reward_mean``
+#: is not listed: INTUITOR's self-certainty reward is not a rate.
+METRIC_BOUNDS: dict[str, tuple[float, float]] = {
+    **{m: (0.0, 1.0) for m in (
+        "accuracy", "zero_adv_frac", "malformed_rate", "truncated_rate", "clip_frac_high", "clip_frac_low",
+    )},
+    **{m: (0.0, math.inf) for m in ("entropy", "response_length", "grad_norm", "advantage_abs_mean")},
+}
+PASS_AT_K_BOUNDS = (0.0, 1.0)
+#: Colour of the ``reference`` label (e.g. ``"base"``), drawn solid in every panel.
+REFERENCE_COLOR = "0.2"
 _STYLE = "whitegrid"
 _PALETTE = "colorblind"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
 
 
-# ------------------------------------------------------------------ helpers
+# ------------------------------------------------------------------ saving
+def figure_path(experiment: str, name: str, root: str | Path | None = None) -> Path:
+    """Returns ``<results root>/<experiment>/figures/<name>.png``.
+
+    The folder is not created here; :func:`save_figure` (and every ``path=``
+    of this module) creates it.
+
+    Args:
+        experiment: Experiment (folder) name, as for
+            :func:`rlvr_lib.experiments.run_dir`.
+        name: Figure name without extension, file-name safe (letters,
+            digits and ``. _ + = @ -``, not starting with a symbol, not ending
+            in ``.png``), e.g. ``"training_accuracy"``.
+        root: Results root; default from
+            :func:`rlvr_lib.experiments.results_root`.
+
+    Raises:
+        ValueError: if ``experiment`` or ``name`` is not file-name safe.
+    """
+    from .experiments import run_dir
+
+    check(
+        isinstance(name, str) and _NAME_RE.match(name) and not name.lower().endswith(".png"), "name", name,
+        "a file-name-safe figure name without extension (letters, digits and . _ + = @ -, not starting with a symbol)",
+    )
+    return run_dir(experiment, root) / "figures" / f"{name}.png"
+
+
 def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
-    """Saves ``fig`` to ``path``, creating parent folders.
+    """Saves ``fig`` to ``path`` atomically, creating parent folders.
+
+    The image is written to a temporary file in the same folder and moved
+    over ``path`` with ``os.replace``: a reader never sees a half-written
+    file, a failed save leaves an older file at ``path`` untouched, and no
+    temporary file is left behind.
 
     Args:
         fig: The figure.
@@ -61,33 +146,68 @@ def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
         The path written.
 
     Raises:
-        ValueError: if ``fig`` is not a matplotlib Figure.
+        ValueError: if ``fig`` is not a matplotlib Figure or the suffix is not
+            a format matplotlib writes.
     """
     if not isinstance(fig, Figure):
         raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
     path = Path(path)
     if not path.suffix:
         path = path.with_suffix(".png")
+    fmt = path.suffix[1:].lower()
+    formats = fig.canvas.get_supported_filetypes()
+    check(fmt in formats, "path", str(path), f"a file name ending in one of {sorted('.' + f for f in formats)}")
+    check_int("dpi", dpi, 1)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=dpi, bbox_inches="tight")
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
     return path
 
 
-def _new_figure(ncols: int = 1, *, width: float = 5.0, height: float = 3.5) -> tuple[Figure, list[Axes]]:
-    """New figure with ``ncols`` axes in one row, detached from pyplot (see module docstring)."""
+# ------------------------------------------------------------------ helpers
+def _new_figure(ncols: int = 1, *, width: float = 5.0, height: float = 3.5, nrows: int = 1,
+                sharey: bool | str = False) -> tuple[Figure, np.ndarray]:
+    """New ``nrows x ncols`` figure (constrained layout), detached from pyplot (see module docstring)."""
     with sns.axes_style(_STYLE):
-        fig, axes = plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False, layout="constrained")
+        fig, axes = plt.subplots(nrows, ncols, figsize=(width * ncols, height * nrows), squeeze=False,
+                                 layout="constrained", sharey=sharey)
     plt.close(fig)
-    return fig, list(axes[0])
+    return fig, axes
 
 
 def _target_axes(ax: Axes | None, **size: float) -> tuple[Figure, Axes]:
     if ax is None:
         fig, axes = _new_figure(**size)
-        return fig, axes[0]
+        return fig, axes[0, 0]
     if not isinstance(ax, Axes):
         raise ValueError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     return ax.figure, ax
+
+
+def _panel_axes(ax: Axes | Sequence[Axes] | None, n_panels: int, *, width: float, height: float,
+                sharey: bool = True) -> tuple[Figure, list[Axes]]:
+    """One Axes per panel: a new one-row figure, or the caller's Axes (one, or one per panel)."""
+    if ax is None:
+        fig, axes = _new_figure(n_panels, width=width, height=height, sharey=sharey)
+        return fig, list(axes[0])
+    given = [ax] if isinstance(ax, Axes) else list(ax) if isinstance(ax, Sequence) else None
+    if given is None or len(given) != n_panels or not all(isinstance(a, Axes) for a in given):
+        raise ValueError(
+            f"ax must be None or hold one matplotlib Axes per panel ({n_panels} panels needed), got {ax!r:.80}"
+        )
+    return given[0].figure, given
 
 
 def _finish(fig: Figure, title: str | None, path: str | Path | None, ax: Axes | None = None) -> Figure:
@@ -102,6 +222,108 @@ def _colors(n: int) -> list:
     return sns.color_palette(_PALETTE, n)
 
 
+def _style(panel: int, pos: int) -> tuple[Any, Any]:
+    """(colour, line style) of the ``pos``-th label of panel ``panel``.
+
+    Colour by position, style shifted by panel: within a panel both differ
+    from line to line, and across up to six panels no pair repeats.
+    """
+    n = MAX_LINES_PER_PANEL
+    return _colors(n)[pos], LINESTYLES[(pos + panel) % n]
+
+
+def _panel_styles(panel: int, labels: Sequence[Any], reference: Any = None) -> list[tuple[Any, Any]]:
+    """(colour, line style) of each label of a panel; the reference is dark grey and solid."""
+    return [(REFERENCE_COLOR, "-") if label == reference else _style(panel, j) for j, label in enumerate(labels)]
+
+
+def _legend_outside(ax: Axes, **kwargs: Any) -> None:
+    """Legend to the right of ``ax``, outside its box (constrained layout makes room)."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0, frameon=False, **kwargs)
+
+
+def _split_labels(
+    labels: Sequence[Any], max_per_panel: int, split: bool, groups: Sequence[Sequence[Any]] | None,
+    reference: Any = None,
+) -> list[list[Any]]:
+    """Labels per panel: the caller's ``groups``, one panel, or near-equal consecutive chunks.
+
+    A ``reference`` label comes first in every panel (and counts towards
+    ``max_per_panel``).
+    """
+    check_int("max_per_panel", max_per_panel, 1, MAX_LINES_PER_PANEL)
+    if reference is not None:
+        check(reference in labels, "reference", reference, f"None or one of the labels {list(labels)}")
+        check(max_per_panel >= 2, "max_per_panel", max_per_panel, "an integer >= 2 when a reference is drawn")
+        if groups is not None and not isinstance(groups, (str, bytes, Mapping)) and isinstance(groups, Sequence):
+            groups = [[reference, *(g for g in group if g != reference)]
+                      if isinstance(group, Sequence) and not isinstance(group, (str, bytes)) and group else group
+                      for group in groups]
+        else:
+            rest = [lab for lab in labels if lab != reference]
+            if not rest:
+                return [[reference]]
+            return [[reference, *chunk] for chunk in _split_labels(rest, max_per_panel - 1, split, None)]
+    if groups is not None:
+        if isinstance(groups, (str, bytes, Mapping)) or not isinstance(groups, Sequence) or not groups:
+            raise invalid("groups", groups, "None or a non-empty list of non-empty lists of labels")
+        out = []
+        for i, group in enumerate(groups):
+            if isinstance(group, (str, bytes, Mapping)) or not isinstance(group, Sequence) or not group:
+                raise invalid(f"groups[{i}]", group, "a non-empty list of labels")
+            group = list(group)
+            unknown = [g for g in group if g not in labels]
+            check(not unknown, f"groups[{i}]", group,
+                  f"a list of known labels (unknown: {unknown}; known: {list(labels)})")
+            check(len(set(group)) == len(group), f"groups[{i}]", group, "a list without repeated labels")
+            check(len(group) <= max_per_panel, f"groups[{i}]", group,
+                  f"a list of at most max_per_panel={max_per_panel} labels")
+            out.append(group)
+        missing = [lab for lab in labels if not any(lab in g for g in out)]
+        check(not missing, "groups", groups, f"a grouping that places every label (missing: {missing})")
+        return out
+    labels = list(labels)
+    if len(labels) <= max_per_panel:
+        return [labels]
+    if not split:
+        raise ValueError(
+            f"{len(labels)} labels do not fit one panel of at most {max_per_panel} lines (max_per_panel, less one "
+            f"for a reference) and split=False; pass split=True (several panels), groups=[[...], ...], or fewer "
+            f"labels"
+        )
+    n_panels = math.ceil(len(labels) / max_per_panel)
+    base, extra = divmod(len(labels), n_panels)
+    out, start = [], 0
+    for i in range(n_panels):
+        size = base + (i < extra)
+        out.append(labels[start:start + size])
+        start += size
+    return out
+
+
+def _seed_note(counts: Mapping[Any, int], what: str, band: str | None) -> tuple[dict[Any, str], str]:
+    """Legend labels and a title line saying over how many seeds ``what`` is taken.
+
+    When every label has the same number of seeds the title says it once;
+    otherwise each legend label carries its ``(n=...)``.
+    """
+    ns = set(counts.values())
+    if len(ns) == 1:
+        n = ns.pop()
+        names = {label: str(label) for label in counts}
+        note = f"{what}: one run" if n == 1 else f"{what}: mean over {n} seeds"
+    else:
+        names = {label: f"{label} (n={n})" for label, n in counts.items()}
+        note = f"{what}: mean over the seeds of each label (n in the legend)"
+    if band and any(n > 1 for n in counts.values()):
+        note += f"; {band}"
+    return names, note
+
+
+def _join_title(title: str | None, note: str) -> str:
+    return f"{title}\n{note}" if title else note
+
+
 def _check_nested(name: str, value: Any) -> None:
     """``value`` must be a non-empty ``{label: non-empty mapping}``."""
     if not isinstance(value, Mapping) or not value:
@@ -109,6 +331,27 @@ def _check_nested(name: str, value: Any) -> None:
     for label, inner in value.items():
         if not isinstance(inner, Mapping) or not inner:
             raise ValueError(f"{name}[{label!r}] must be a non-empty dict, got {inner!r}")
+
+
+def _check_per_seed(name: str, value: Any) -> dict[Any, list[Mapping]]:
+    """``{label: mapping | [mapping per seed]}`` -> ``{label: [mapping per seed]}``, all non-empty."""
+    if not isinstance(value, Mapping) or not value:
+        raise ValueError(
+            f"{name} must be a non-empty dict {{label: {{key: value}}}} or {{label: [{{key: value}}, ...]}} "
+            f"(one dict per seed), got {value!r:.80}"
+        )
+    out = {}
+    for label, inner in value.items():
+        seeds = [inner] if isinstance(inner, Mapping) else inner
+        if isinstance(seeds, (str, bytes)) or not isinstance(seeds, Sequence) or not seeds:
+            raise ValueError(f"{name}[{label!r}] must be a non-empty dict or a non-empty list of dicts, "
+                             f"got {inner!r:.80}")
+        for s in seeds:
+            if not isinstance(s, Mapping) or not s:
+                raise ValueError(f"{name}[{label!r}] must be a non-empty dict or a list of non-empty dicts, "
+                                 f"got {s!r:.80}")
+        out[label] = list(seeds)
+    return out
 
 
 def _int_key(name: str, label: Any, key: Any, what: str) -> int:
@@ -127,6 +370,24 @@ def _num(value: Any) -> float:
     return math.nan if value is None else float(value)
 
 
+def _check_bounds(name: str, bounds: Any) -> tuple[float, float]:
+    """``(lo, hi)`` of real numbers (infinities allowed) with ``lo < hi``."""
+    ok = (
+        isinstance(bounds, Sequence) and not isinstance(bounds, (str, bytes)) and len(bounds) == 2
+        and all(is_real(b) and not math.isnan(float(b)) for b in bounds) and float(bounds[0]) < float(bounds[1])
+    )
+    check(ok, name, bounds, "a pair (lo, hi) of numbers with lo < hi (infinities allowed), or None")
+    return float(bounds[0]), float(bounds[1])
+
+
+def _mean_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
+    """Mean and Student-t interval over seeds (:func:`~rlvr_lib.experiments.aggregate_seeds`)."""
+    from .experiments import aggregate_seeds
+
+    a = aggregate_seeds(list(values), confidence)
+    return a["mean"], a["ci_low"], a["ci_high"]
+
+
 def _grouped_bars(ax: Axes, groups: Mapping[Any, Mapping[Any, float]], categories: Sequence[Any]) -> None:
     """One bar per (group, category), groups side by side within each category; missing -> 0."""
     n = len(groups)
@@ -141,45 +402,117 @@ def _grouped_bars(ax: Axes, groups: Mapping[Any, Mapping[Any, float]], categorie
 
 
 # ----------------------------------------------------------------- pass@k
+def _pass_at_k_points(label: Any, seeds: list[Mapping], confidence: float) -> tuple[list[tuple], bool]:
+    """Sorted ``(k, mean, low, high)`` of one label and whether it has an interval.
+
+    One dict of floats: no interval. One dict of ``{"mean", "ci_low",
+    "ci_high"}`` dicts: the given interval. A list of float dicts (one per
+    seed): mean and Student-t interval over the seeds that have the ``k``
+    (``None``/NaN values are skipped).
+    """
+    if len(seeds) == 1:
+        points, has_band = [], False
+        for k, v in seeds[0].items():
+            k = _int_key("curves", label, k, "k")
+            if isinstance(v, Mapping):
+                ok = all(key in v and is_real(v[key]) for key in ("mean", "ci_low", "ci_high"))
+                check(ok, f"curves[{label!r}][{k}]", v, "a number or a dict with numbers mean, ci_low, ci_high")
+                points.append((k, float(v["mean"]), float(v["ci_low"]), float(v["ci_high"])))
+                has_band = True
+            else:
+                m = _num(v)
+                points.append((k, m, m, m))
+        return sorted(points), has_band
+    by_k: dict[int, list[float]] = {}
+    for seed in seeds:
+        for k, v in seed.items():
+            k = _int_key("curves", label, k, "k")
+            check(not isinstance(v, Mapping), f"curves[{label!r}][{k}]", v, "a number in a per-seed curve")
+            if v is not None and math.isfinite(float(v)):
+                by_k.setdefault(k, []).append(float(v))
+    points = [(k, *_mean_interval(vs, confidence)) for k, vs in sorted(by_k.items())]
+    check(points, f"curves[{label!r}]", seeds, "a list of per-seed curves with at least one finite value")
+    return points, True
+
+
 def plot_pass_at_k(
-    curves: Mapping[str, Mapping[int, float]],
+    curves: Mapping[str, Any],
     title: str | None = None,
-    ax: Axes | None = None,
+    ax: Axes | Sequence[Axes] | None = None,
     path: str | Path | None = None,
+    *,
+    confidence: float = 0.95,
+    max_per_panel: int = MAX_LINES_PER_PANEL,
+    split: bool = True,
+    groups: Sequence[Sequence[str]] | None = None,
+    reference: str | None = None,
 ) -> Figure:
-    """pass@k against k (log2 axis), one line per label.
+    """pass@k against k (log2 axis), one line per label, with intervals.
+
+    Each label's value is one of
+
+    * ``{k: pass@k}`` -- one curve, no interval;
+    * ``{k: {"mean": m, "ci_low": lo, "ci_high": hi}}`` -- e.g. from
+      :func:`rlvr_lib.experiments.aggregate_seeds`; the interval is shaded;
+    * ``[{k: pass@k}, ...]`` -- one curve per seed; drawn as the mean with a
+      shaded Student-t interval over the seeds.
+
+    ``k`` may be an int or an int-like string (JSON keys). Bands are clipped
+    to [0, 1]. More than ``max_per_panel`` labels are split over panels side
+    by side with a shared y axis (see module docstring).
 
     Args:
-        curves: ``{label: {k: pass@k}}``, e.g. one label per family or per
-            method, or ``"before"``/``"after"``. ``k`` may be an int or an
-            int-like string.
-        title: Axes title.
-        ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there.
+        curves: ``{label: curve}``, e.g. one label per method (with
+            ``"base"``), per family, or ``"before"``/``"after"``.
+        title: Figure title (axes title when one panel); a line saying what
+            the lines and bands are is added when a label has several seeds.
+        ax: Axes to draw into (one per panel); a new figure when None.
+        path: Also save the figure there (see :func:`figure_path`).
+        confidence: Level of the interval computed from per-seed curves.
+        max_per_panel: At most this many lines per panel, in [1, 6].
+        split: With more labels than ``max_per_panel``: split them over
+            panels (True) or raise ``ValueError`` (False).
+        groups: Labels of each panel, chosen by hand (overrides ``split``).
+        reference: A label drawn first in every panel, dark grey and solid
+            (e.g. ``"base"``); it counts towards ``max_per_panel``.
 
     Returns:
-        The figure.
+        The figure (one line per label and panel; one band per label with an
+        interval).
 
     Raises:
-        ValueError: if ``curves`` is empty, holds an empty curve or a ``k``
-            that is not a positive integer.
+        ValueError: if ``curves`` is empty, holds an empty curve, a ``k``
+            that is not a positive integer or a malformed interval, if the
+            labels do not fit and ``split`` is False, or ``ax`` does not hold
+            one Axes per panel.
     """
-    _check_nested("curves", curves)
-    fig, ax = _target_axes(ax)
-    all_k: set[int] = set()
-    for (label, curve), colour in zip(curves.items(), _colors(len(curves))):
-        points = sorted((_int_key("curves", label, k, "k"), _num(v)) for k, v in curve.items())
-        ks, values = zip(*points)
-        all_k.update(ks)
-        ax.plot(ks, values, marker="o", color=colour, label=str(label))
-    ax.set_xscale("log", base=2)
-    ax.set_xticks(sorted(all_k), [str(k) for k in sorted(all_k)])
-    ax.xaxis.set_minor_locator(NullLocator())
-    ax.set_xlabel("k")
-    ax.set_ylabel("pass@k")
-    ax.set_ylim(bottom=0.0)
-    ax.legend(frameon=False)
-    return _finish(fig, title, path, ax)
+    per_label = _check_per_seed("curves", curves)
+    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
+    panels = _split_labels(list(per_label), max_per_panel, split, groups, reference)
+    points = {label: _pass_at_k_points(label, seeds, confidence) for label, seeds in per_label.items()}
+    fig, axes = _panel_axes(ax, len(panels), width=6.0, height=3.6)
+    lo, hi = PASS_AT_K_BOUNDS
+    counts = {label: len(seeds) for label, seeds in per_label.items()}
+    names, note = _seed_note(counts, "lines", f"bands: {confidence:.0%} Student-t interval over seeds")
+    if any(band for _, band in points.values()) and all(n == 1 for n in counts.values()):
+        note = "bands: the given intervals"
+    all_k = sorted({p[0] for pts, _ in points.values() for p in pts})
+    for i, (panel_ax, labels) in enumerate(zip(axes, panels)):
+        for label, (colour, style) in zip(labels, _panel_styles(i, labels, reference)):
+            pts, has_band = points[label]
+            ks, mean, low, high = (np.array(v, dtype=float) for v in zip(*pts))
+            panel_ax.plot(ks, mean, marker="o", markersize=4, color=colour, linestyle=style, label=names[label])
+            if has_band:
+                panel_ax.fill_between(ks, np.clip(low, lo, hi), np.clip(high, lo, hi), color=colour, alpha=0.15,
+                                      linewidth=0)
+        panel_ax.set_xscale("log", base=2)
+        panel_ax.set_xticks(all_k, [str(k) for k in all_k])
+        panel_ax.xaxis.set_minor_locator(NullLocator())
+        panel_ax.set_xlabel("k (log2 scale)")
+        panel_ax.set_ylabel("pass@k")
+        _legend_outside(panel_ax)
+    full_title = _join_title(title, note) if len(per_label) > 1 or any(b for _, b in points.values()) else title
+    return _finish(fig, full_title, path, axes[0] if len(axes) == 1 else None)
 
 
 # ------------------------------------------------------ strategy shares, hints
@@ -197,7 +530,7 @@ def plot_strategy_freq(
             counts as share 0.
         title: Axes title.
         ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there.
+        path: Also save the figure there (see :func:`figure_path`).
         strategies: Order of the strategies on x; default: order of first
             appearance in ``freqs``.
 
@@ -235,7 +568,7 @@ def plot_hint_follow(
             the hinted strategy.
         title: Axes title.
         ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there.
+        path: Also save the figure there (see :func:`figure_path`).
         target: Draw a dashed horizontal line at this rate (the testbed's
             calibration asks for 0.8); no line when None.
 
@@ -262,40 +595,114 @@ def plot_hint_follow(
     return _finish(fig, title, path, ax)
 
 
+# ------------------------------------------------------- reasoning modes
+def final_mode_histogram(final: Mapping[str, Any]) -> dict[int, float]:
+    """Mode histogram of one run's evaluation, averaged over its families.
+
+    Args:
+        final: A run record's ``final`` dict (``final["average"]["families"]``
+            names the families; each ``final["families"][f]["diversity"]
+            ["histogram"]`` is ``{n_modes: fraction of problems}``).
+
+    Returns:
+        ``{n_modes: mean fraction over the families}``, a count missing from
+        a family read as 0, sorted by ``n_modes``.
+
+    Raises:
+        ValueError: if ``final`` lacks those entries.
+    """
+    try:
+        fams = list(final["average"]["families"])
+        hists = [final["families"][f]["diversity"]["histogram"] for f in fams]
+    except (KeyError, TypeError) as e:
+        raise ValueError(
+            "final must be a run record's evaluation with average.families and "
+            f"families[f].diversity.histogram; missing {e}"
+        ) from None
+    check(fams, "final['average']['families']", fams, "a non-empty list of families")
+    parsed = [{_int_key("histogram", f, n, "n_modes"): _num(v) for n, v in h.items()} for f, h in zip(fams, hists)]
+    counts = sorted({n for h in parsed for n in h})
+    return {n: float(np.mean([h.get(n, 0.0) for h in parsed])) for n in counts}
+
+
 def plot_mode_histogram(
-    hists: Mapping[str, Mapping[int, float]],
+    hists: Mapping[str, Any],
     title: str | None = None,
-    ax: Axes | None = None,
+    ax: Axes | Sequence[Axes] | None = None,
     path: str | Path | None = None,
+    *,
+    confidence: float = 0.95,
+    max_per_panel: int = MAX_LINES_PER_PANEL,
+    split: bool = True,
+    groups: Sequence[Sequence[str]] | None = None,
+    reference: str | None = None,
 ) -> Figure:
     """Fraction of problems with 1, 2, ... distinct reasoning modes (NudgeRL Fig. 1).
 
+    A label's value is one histogram ``{n_modes: fraction}`` (one run) or a
+    list of them, one per seed (see :func:`final_mode_histogram`); with
+    several seeds the bar is the mean over the seeds, a count missing from a
+    seed counting as 0, with a Student-t error bar clipped to [0, 1]. The
+    title says over how many seeds the bars are taken ("one run" when each
+    label has a single histogram). More than ``max_per_panel`` labels are
+    split over panels (see module docstring).
+
     Args:
-        hists: ``{label: {n_modes: fraction of problems}}``; ``n_modes`` may
-            be an int or an int-like string. A count missing from a label is
-            drawn as 0.
-        title: Axes title.
-        ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there.
+        hists: ``{label: histogram or [histogram per seed]}``; ``n_modes`` may
+            be an int or an int-like string.
+        title: Figure title (axes title when one panel).
+        ax: Axes to draw into (one per panel); a new figure when None.
+        path: Also save the figure there (see :func:`figure_path`).
+        confidence: Level of the error bars.
+        max_per_panel: At most this many labels (bar groups) per panel, in
+            [1, 6].
+        split: With more labels than ``max_per_panel``: split them over
+            panels (True) or raise ``ValueError`` (False).
+        groups: Labels of each panel, chosen by hand (overrides ``split``).
+        reference: A label drawn first in every panel, dark grey and solid
+            (e.g. ``"base"``); it counts towards ``max_per_panel``.
 
     Returns:
-        The figure (``len(hists)`` bars per mode count present in any label).
+        The figure (per panel, one bar per label and mode count present in
+        any label).
 
     Raises:
-        ValueError: if ``hists`` is empty, holds an empty dict or an
-            ``n_modes`` that is not a positive integer.
+        ValueError: if ``hists`` is empty, holds an empty histogram or an
+            ``n_modes`` that is not a positive integer, if the labels do not
+            fit and ``split`` is False, or ``ax`` does not hold one Axes per
+            panel.
     """
-    _check_nested("hists", hists)
-    groups = {
-        label: {_int_key("hists", label, n, "n_modes"): v for n, v in hist.items()} for label, hist in hists.items()
+    per_label = _check_per_seed("hists", hists)
+    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
+    parsed = {
+        label: [{_int_key("hists", label, n, "n_modes"): _num(v) for n, v in h.items()} for h in seeds]
+        for label, seeds in per_label.items()
     }
-    counts = sorted({n for hist in groups.values() for n in hist})
-    fig, ax = _target_axes(ax)
-    _grouped_bars(ax, groups, counts)
-    ax.set_xlabel("number of reasoning modes")
-    ax.set_ylabel("fraction of problems")
-    ax.set_ylim(bottom=0.0)
-    return _finish(fig, title, path, ax)
+    counts = sorted({n for seeds in parsed.values() for h in seeds for n in h})
+    stats = {
+        label: np.array([_mean_interval([h.get(n, 0.0) for h in seeds], confidence) for n in counts]).T
+        for label, seeds in parsed.items()
+    }
+    panels = _split_labels(list(per_label), max_per_panel, split, groups, reference)
+    fig, axes = _panel_axes(ax, len(panels), width=5.5, height=3.5)
+    names, note = _seed_note({lab: len(s) for lab, s in parsed.items()}, "bars",
+                             f"error bars: {confidence:.0%} Student-t interval over seeds")
+    x = np.arange(len(counts))
+    for i, (panel_ax, labels) in enumerate(zip(axes, panels)):
+        width = 0.8 / len(labels)
+        for j, (label, (colour, _)) in enumerate(zip(labels, _panel_styles(i, labels, reference))):
+            mean, low, high = stats[label]
+            yerr = None
+            if len(parsed[label]) > 1:
+                yerr = np.array([mean - np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0) - mean])
+            panel_ax.bar(x + (j - (len(labels) - 1) / 2) * width, mean, width=width, color=colour,
+                         label=names[label], yerr=yerr, capsize=2 if yerr is not None else 0)
+        panel_ax.set_xticks(x, [str(c) for c in counts])
+        panel_ax.set_xlabel("number of reasoning modes")
+        panel_ax.set_ylabel("fraction of problems")
+        panel_ax.set_ylim(bottom=0.0)
+        _legend_outside(panel_ax)
+    return _finish(fig, _join_title(title, note), path, axes[0] if len(axes) == 1 else None)
 
 
 # --------------------------------------------------------- training curves
@@ -326,80 +733,187 @@ def _series(label: Any, run: Sequence[Mapping], metric: str, x: str) -> dict[flo
     return out
 
 
-def _mean_band(series: list[dict[float, float]], confidence: float) -> tuple[np.ndarray, ...]:
-    """Per-x mean and Student-t interval over runs (interval = mean where one run has the x)."""
-    from .experiments import aggregate_seeds
+def _smoother(smoothing: Any) -> tuple[Callable[[np.ndarray], np.ndarray], str]:
+    """``(function on a run's values in x order, its name for the plot)``."""
+    if smoothing is None:
+        return (lambda v: v), "no smoothing"
+    must = "None, ('ema', alpha) with alpha in (0, 1), or ('rolling', window) with an integer window >= 1"
+    ok = isinstance(smoothing, (tuple, list)) and len(smoothing) == 2 and smoothing[0] in ("ema", "rolling")
+    check(ok, "smoothing", smoothing, must)
+    kind, param = smoothing
+    if kind == "ema":
+        check(is_real(param) and 0 < float(param) < 1, "smoothing", smoothing, must)
+        alpha = float(param)
 
-    xs = sorted(set().union(*series))
-    aggs = [aggregate_seeds([s[x] for s in series if x in s], confidence) for x in xs]
-    return tuple(np.array(v) for v in (xs, [a["mean"] for a in aggs], [a["ci_low"] for a in aggs],
-                                       [a["ci_high"] for a in aggs]))
+        def ema(v: np.ndarray) -> np.ndarray:
+            out = np.empty_like(v)
+            acc = v[0]
+            for i, value in enumerate(v):
+                acc = alpha * acc + (1 - alpha) * value
+                out[i] = acc
+            return out
+
+        return ema, f"EMA {alpha:g}"
+    check(not isinstance(param, bool) and isinstance(param, (int, np.integer)) and param >= 1, "smoothing",
+          smoothing, must)
+    window = int(param)
+
+    def rolling(v: np.ndarray) -> np.ndarray:
+        csum = np.concatenate([[0.0], np.cumsum(v)])
+        idx = np.arange(1, len(v) + 1)
+        start = np.maximum(idx - window, 0)
+        return (csum[idx] - csum[start]) / (idx - start)
+
+    return rolling, f"rolling mean over {window} logged steps"
+
+
+def _smoothed_band(series: list[dict[float, float]], smooth: Callable, confidence: float) -> tuple[np.ndarray, ...]:
+    """Each run smoothed in x order, then per-x mean and Student-t interval over the runs that have the x."""
+    smoothed = []
+    for s in series:
+        xs = sorted(s)
+        smoothed.append(dict(zip(xs, smooth(np.array([s[x] for x in xs], dtype=float))) if xs else {}))
+    xs = sorted(set().union(*smoothed))
+    rows = [_mean_interval([s[x] for s in smoothed if x in s], confidence) for x in xs]
+    if not rows:
+        return tuple(np.array([]) for _ in range(4))
+    return (np.array(xs), *(np.array(col) for col in zip(*rows)))
+
+
+def _resolve_bounds(bounds: Any, metrics: Sequence[str]) -> dict[str, tuple[float, float] | None]:
+    """Per-metric ``(lo, hi)`` or None (no clipping); see :func:`plot_training_curves`."""
+    if bounds is None:
+        return {m: METRIC_BOUNDS.get(m) for m in metrics}
+    if isinstance(bounds, Mapping):
+        out = {}
+        for m in metrics:
+            b = bounds[m] if m in bounds else METRIC_BOUNDS.get(m)
+            out[m] = None if b is None else _check_bounds(f"bounds[{m!r}]", b)
+        return out
+    b = _check_bounds("bounds", bounds)
+    return {m: b for m in metrics}
 
 
 def plot_training_curves(
     histories: Mapping[str, Sequence[Mapping] | Sequence[Sequence[Mapping]]],
-    metrics: Sequence[str] = DEFAULT_METRICS,
+    metrics: str | Sequence[str] = DEFAULT_METRICS,
     title: str | None = None,
     axes: Sequence[Axes] | None = None,
     path: str | Path | None = None,
     confidence: float = 0.95,
     x: str = "step",
+    *,
+    smoothing: tuple[str, float] | None = None,
+    bounds: tuple[float, float] | Mapping[str, tuple[float, float] | None] | None = None,
+    max_per_panel: int = MAX_LINES_PER_PANEL,
+    split: bool = True,
+    groups: Sequence[Sequence[str]] | None = None,
+    reference: str | None = None,
 ) -> Figure:
-    """Training metrics against step: one subplot per metric, one line per label.
+    """Training metrics against step: a grid with one row per metric and one
+    column per group of at most ``max_per_panel`` labels.
 
-    A label with several seeds is drawn as the per-step mean with a shaded
-    Student-t confidence band (the same formula as
-    :func:`rlvr_lib.experiments.aggregate_seeds`). Rows lacking a metric or
-    holding ``None``/NaN for it are skipped, so metrics logged every few
-    steps work.
+    Each label is one line per panel; a label with several seeds is drawn as
+    the per-step mean with a shaded Student-t confidence band (the formula of
+    :func:`rlvr_lib.experiments.aggregate_seeds`) clipped to the metric's
+    valid range. Smoothing, when asked for, is applied to each seed's curve
+    before the mean and band are taken, and is named in every panel's title
+    ("no smoothing" by default). Rows lacking a metric or holding
+    ``None``/NaN for it are skipped, so metrics logged every few steps work.
+    A panel's y axis is shared along its row (same metric), so columns
+    compare directly; the legend of a column sits to the right of its top
+    panel.
+
+    Prefer ``"accuracy"`` over ``"reward_mean"`` when comparing methods:
+    INTUITOR's reward is a self-certainty score (~11), not a rate.
 
     Args:
         histories: ``{label: history}`` where a history is the trainer's list
             of per-step dicts (one run) or a list of such lists (one per seed).
-        metrics: Keys of the step dicts to plot, one subplot each.
-        title: Figure title.
-        axes: One Axes per metric to draw into; a new figure when None.
-        path: Also save the figure there.
+        metrics: A key of the step dicts, or several (one row each).
+        title: Figure title; a line saying what lines and bands are follows.
+        axes: Axes to draw into, one per (metric, panel) in row-major order
+            (all panels of the first metric, then the second, ...); a new
+            figure when None.
+        path: Also save the figure there (see :func:`figure_path`).
         confidence: Level of the band, in (0, 1).
         x: Key of the x value in each step dict.
+        smoothing: ``None`` (default: raw per-step values), ``("ema",
+            alpha)`` -- exponential moving average ``s_t = alpha * s_{t-1} +
+            (1 - alpha) * v_t`` started at the first value, alpha in (0, 1),
+            named "EMA <alpha>" -- or ``("rolling", w)`` -- trailing mean of
+            the last ``w`` logged values (fewer at the start), named "rolling
+            mean over <w> logged steps".
+        bounds: Range the bands are clipped to: ``None`` (default) uses
+            :data:`METRIC_BOUNDS` (``[0, 1]`` for rates, ``[0, inf)`` for
+            entropy, ...; other metrics unclipped); a pair ``(lo, hi)`` applies
+            to every metric; a dict ``{metric: (lo, hi) or None}`` sets some
+            metrics (None: no clipping), the rest from :data:`METRIC_BOUNDS`.
+        max_per_panel: At most this many lines per panel, in [1, 6].
+        split: With more labels than ``max_per_panel``: split them over
+            panel columns (True) or raise ``ValueError`` (False).
+        groups: Labels of each panel column, chosen by hand (overrides
+            ``split``).
+        reference: A label drawn first in every panel, dark grey and solid
+            (e.g. ``"grpo"``); it counts towards ``max_per_panel``.
 
     Returns:
-        The figure (``len(metrics)`` axes, ``len(histories)`` lines each).
+        The figure (``len(metrics) * n_panels`` axes).
 
     Raises:
         ValueError: if ``histories`` or ``metrics`` is empty or malformed, a
-            row lacks ``x``, a metric is absent from a label's history, or
-            ``axes`` does not hold one Axes per metric.
+            row lacks ``x``, a metric is absent from a label's history, a
+            bound pair is not ``lo < hi``, ``smoothing`` is malformed, the
+            labels do not fit and ``split`` is False, or ``axes`` does not
+            hold one Axes per (metric, panel).
     """
     if not isinstance(histories, Mapping) or not histories:
         raise ValueError(f"histories must be a non-empty dict {{label: history}}, got {histories!r:.80}")
-    if isinstance(metrics, str) or not metrics:
-        raise ValueError(f"metrics must be a non-empty list of metric names, got {metrics!r}")
+    if isinstance(metrics, str):
+        metrics = (metrics,)
+    if not isinstance(metrics, Sequence) or not metrics or not all(isinstance(m, str) for m in metrics):
+        raise ValueError(f"metrics must be a metric name or a non-empty list of metric names, got {metrics!r}")
+    metrics = list(metrics)
     check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
+    smooth, smooth_name = _smoother(smoothing)
+    clip = _resolve_bounds(bounds, metrics)
     runs = {label: _as_runs(label, h) for label, h in histories.items()}
     for label, label_runs in runs.items():
         keys = set().union(*(row.keys() for run in label_runs for row in run))
         missing = [m for m in metrics if m not in keys]
         if missing:
             raise ValueError(f"metrics {missing} not in histories[{label!r}]; it has {sorted(keys)}")
+    panels = _split_labels(list(runs), max_per_panel, split, groups, reference)
 
+    n_rows, n_cols = len(metrics), len(panels)
     if axes is None:
-        fig, axes = _new_figure(len(metrics), width=4.2, height=3.2)
+        fig, grid = _new_figure(n_cols, nrows=n_rows, width=6.2, height=3.0, sharey="row")
     else:
         axes = list(axes)
-        if len(axes) != len(metrics) or not all(isinstance(a, Axes) for a in axes):
-            raise ValueError(f"axes must hold one Axes per metric ({len(metrics)}), got {len(axes)}")
+        if len(axes) != n_rows * n_cols or not all(isinstance(a, Axes) for a in axes):
+            raise ValueError(
+                f"axes must hold one Axes per (metric, panel): {n_rows} metrics x {n_cols} panels = "
+                f"{n_rows * n_cols}, got {len(axes)}"
+            )
         fig = axes[0].figure
+        grid = np.array(axes, dtype=object).reshape(n_rows, n_cols)
 
-    colours = _colors(len(runs))
-    for ax, metric in zip(axes, metrics):
-        for (label, label_runs), colour in zip(runs.items(), colours):
-            xs, mean, low, high = _mean_band([_series(label, r, metric, x) for r in label_runs], confidence)
-            ax.plot(xs, mean, color=colour, label=str(label))
-            if len(label_runs) > 1:
-                ax.fill_between(xs, low, high, color=colour, alpha=0.2, linewidth=0)
-        ax.set_xlabel(x)
-        ax.set_ylabel(metric)
-        ax.set_title(metric)
-    axes[0].legend(frameon=False)
-    return _finish(fig, title, path)
+    names, note = _seed_note({lab: len(r) for lab, r in runs.items()}, "lines",
+                             f"bands: {confidence:.0%} Student-t interval over seeds")
+    for r, metric in enumerate(metrics):
+        lo, hi = clip[metric] or (-math.inf, math.inf)
+        for c, labels in enumerate(panels):
+            ax = grid[r, c]
+            for label, (colour, style) in zip(labels, _panel_styles(c, labels, reference)):
+                xs, mean, low, high = _smoothed_band([_series(label, run, metric, x) for run in runs[label]], smooth,
+                                                     confidence)
+                ax.plot(xs, mean, color=colour, linestyle=style, linewidth=1.4, label=names[label])
+                if len(runs[label]) > 1:
+                    ax.fill_between(xs, np.clip(low, lo, hi), np.clip(high, lo, hi), color=colour, alpha=0.15,
+                                    linewidth=0)
+            ax.set_xlabel(x)
+            ax.set_ylabel(metric)
+            ax.set_title(f"{metric} ({smooth_name})", fontsize="medium")
+            if r == 0:
+                _legend_outside(ax)
+    return _finish(fig, _join_title(title, note), path)

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 
-from rlvr_lib.experiments import aggregate_seeds, format_ci, load_runs, results_root
+from rlvr_lib.eval.stats import bootstrap_ci, hierarchical_bootstrap_ci, per_problem_scores
+from rlvr_lib.experiments import format_ci, load_runs, results_root
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -42,8 +43,11 @@ def _method_section(root: Path, experiment: str, title: str) -> list[str]:
     for r in records:
         by_name.setdefault(r.name, []).append(r)
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
+    families, samples = records[0].final["average"]["families"], records[0].config["eval"]["samples"]
     lines = [
-        f"**{title}** (`results/{experiment}/`; mean [95% CI] over seeds, average of in-distribution families):",
+        f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
+        "pass@k by a bootstrap over seeds x problems (the base policy, one evaluation, over problems), "
+        "the other columns by a percentile bootstrap over seeds):",
         "",
         f"| run | seeds | pass@1 | pass@8 | pass@{kmax} | strategy entropy | malformed | modes/problem |",
         "|---|---|---|---|---|---|---|---|",
@@ -51,13 +55,16 @@ def _method_section(root: Path, experiment: str, title: str) -> list[str]:
     for name, recs in sorted(by_name.items(), key=lambda kv: (kv[0] != "base", kv[0])):
         avg = [r.final["average"] for r in recs]
 
-        def cell(values):
-            return format_ci(aggregate_seeds(values))
+        def passk(k):
+            scores, _ = per_problem_scores(recs, families, samples=samples, k=k)
+            return format_ci(hierarchical_bootstrap_ci(scores, bounds=(0, 1)))
+
+        def cell(key):
+            return format_ci(bootstrap_ci([a[key] for a in avg]))
 
         lines.append(
-            f"| {name} | {len(recs)} | {cell([a['pass_at_k']['1'] for a in avg])} | {cell([a['pass_at_k']['8'] for a in avg])} "
-            f"| {cell([a['pass_at_k'][str(kmax)] for a in avg])} | {cell([a['strategy_entropy'] for a in avg])} "
-            f"| {cell([a['malformed_rate'] for a in avg])} | {cell([a['mean_modes'] for a in avg])} |"
+            f"| {name} | {len(recs)} | {passk(1)} | {passk(8)} | {passk(kmax)} | {cell('strategy_entropy')} "
+            f"| {cell('malformed_rate')} | {cell('mean_modes')} |"
         )
     return lines
 

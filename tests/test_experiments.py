@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import json
 import math
+import pickle
 from dataclasses import dataclass
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
+from rlvr_lib.eval.stats import hierarchical_bootstrap_ci, paired_difference_ci
 from rlvr_lib.experiments import (
+    CLAIMS_COLUMNS,
     RESULTS_ENV,
     RunRecord,
     aggregate_seeds,
     cached_run,
     claims_table,
+    format_ci,
     git_commit,
     jsonable,
     load_runs,
@@ -218,11 +223,13 @@ def test_aggregate_seeds_two_values_and_inputs():
     # 90% interval with 5 values: [1..5] mean 3, sd 1.581139, t_{0.95, 4} = 2.131847, half = 1.507443
     agg90 = aggregate_seeds(torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0]), confidence=0.90)
     assert agg90["ci_high"] - 3.0 == pytest.approx(1.507443, abs=1e-5)
-    assert all(type(v) in (int, float) for v in agg.values())
+    assert all(type(v) in (int, float) for k, v in agg.items() if k != "method")
+    assert agg["method"] == "Student-t over seeds"
 
 
 def test_aggregate_seeds_single_value_and_errors():
-    assert aggregate_seeds([0.7]) == {"mean": 0.7, "ci_low": 0.7, "ci_high": 0.7, "n": 1, "std": 0.0}
+    assert aggregate_seeds([0.7]) == {"mean": 0.7, "ci_low": 0.7, "ci_high": 0.7, "n": 1, "std": 0.0,
+                                      "method": "single value: no interval (n=1)"}
     with pytest.raises(ValueError, match="no values"):
         aggregate_seeds([])
     with pytest.raises(ValueError, match="non-finite"):
@@ -232,25 +239,111 @@ def test_aggregate_seeds_single_value_and_errors():
 
 
 # ------------------------------------------------------------- claims table
-def test_claims_table_columns_holds_and_markdown():
+# With 3 seeds a percentile bootstrap of the mean has ci_low = the smallest
+# value: the 27 equally likely resamples include (min, min, min) with
+# probability 1/27 = 0.037 > 0.025 (and with B = 10000 the empirical share is
+# 0.037 +- 0.002), so the 2.5% quantile is the minimum; likewise ci_high = max.
+def test_claims_table_columns_point_side_and_holds():
     rows = [
-        {"claim": "NudgeRL@8 > GRPO@32", "paper": ".489 vs .487", "ours": [0.01, 0.02, 0.03], "expect": ">"},
+        # mean 0.0133 > 0 but the interval [-0.01, 0.03] reaches below 0: point on side, does not hold
+        {"claim": "NudgeRL@8 > GRPO@32", "paper": ".489 vs .487", "ours": [-0.01, 0.02, 0.03], "expect": ">"},
         {"claim": "C3PO beats GRPO", "paper": "+1.05", "ours": aggregate_seeds([-0.1, 0.0]), "expect": ">"},
+        # one seed: no interval, so never holds even though the point is on the claimed side
         {"claim": "Malformed rate below 5%", "paper": "<5%", "ours": [0.02], "expect": "<", "than": 0.05},
         {"claim": "Given", "paper": 1.0, "ours": 0.5, "holds": False, "note": "n/a at this scale"},
+        # interval [0.10, 0.12] clears 0
         {"claim": "Clear gain", "paper": "+2", "ours": [0.10, 0.12, 0.11], "expect": ">"},
+        # claimed below 0.09, measured 0.11 [0.10, 0.12]: neither point_side nor holds
+        {"claim": "Below 0.09", "paper": "-", "ours": [0.10, 0.12, 0.11], "expect": "<", "than": 0.09},
     ]
     df = claims_table(rows)
-    assert list(df.columns) == ["claim", "paper", "ours", "holds", "ci_clears", "note"]
-    assert df["holds"].tolist() == [True, False, True, False, True]
-    # mean above 0 but the interval spans it; one seed has no interval; given rows have none
-    assert df["ci_clears"].tolist() == [False, False, False, None, True]
+    assert list(df.columns) == ["claim", "paper", "ours", "interval", "point_side", "holds", "note"]
+    assert list(CLAIMS_COLUMNS) == list(df.columns[:6])
+    assert df["point_side"].tolist() == [True, False, True, None, True, False]
+    assert df["holds"].tolist() == [False, False, False, False, True, False]
     assert df["holds"].dtype == bool
-    assert df.loc[0, "ours"] == "0.020 [-0.005, 0.045]"  # half = 4.302653 * 0.01 / sqrt(3) = 0.02484
+    assert df.loc[0, "ours"] == "0.013 [-0.010, 0.030]"
+    assert df.loc[4, "ours"] == "0.110 [0.100, 0.120]"
     assert df.loc[2, "ours"] == "0.020 (n=1)"
+    assert df["interval"].tolist() == [
+        "percentile bootstrap over seeds (B=10000)", "Student-t over seeds", "single value: no interval (n=1)",
+        "single value: no interval (n=1)", "percentile bootstrap over seeds (B=10000)",
+        "percentile bootstrap over seeds (B=10000)"]
     md = render_markdown(df)
     assert md.splitlines()[0].startswith("| claim")
     assert "NudgeRL@8 > GRPO@32" in md
+
+
+def test_claims_table_holds_only_when_the_interval_clears():
+    # the same point estimate, 0.02 above `than`, with a narrow and a wide interval
+    narrow = {"mean": 0.52, "ci_low": 0.51, "ci_high": 0.53, "n": 3, "method": "m"}
+    wide = {"mean": 0.52, "ci_low": 0.49, "ci_high": 0.55, "n": 3, "method": "m"}
+    touching = {"mean": 0.52, "ci_low": 0.50, "ci_high": 0.55, "n": 3, "method": "m"}
+    df = claims_table([{"claim": c, "paper": "-", "ours": o, "expect": ">", "than": 0.5}
+                       for c, o in (("narrow", narrow), ("wide", wide), ("touching", touching))])
+    assert df["point_side"].tolist() == [True, True, True]
+    assert df["holds"].tolist() == [True, False, False]  # clearing means strictly beyond `than`
+    below = claims_table([{"claim": "c", "paper": "-", "ours": narrow, "expect": "<", "than": 0.54},
+                          {"claim": "c", "paper": "-", "ours": wide, "expect": "<", "than": 0.54}])
+    assert below["holds"].tolist() == [True, False]
+
+
+def test_claims_table_takes_stats_intervals_and_names_their_method():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.8, (1, 100))
+    method = np.clip(base + 0.1 + rng.normal(0, 0.01, (3, 100)), 0, 1)
+    base_ci = hierarchical_bootstrap_ci(base, bounds=(0, 1), n_resamples=2000)  # one evaluation, problems vary
+    gain = paired_difference_ci(method, base, bounds=(0, 1), n_resamples=2000)
+    df = claims_table([
+        {"claim": "base pass@1 above 0.3", "paper": "-", "ours": base_ci, "expect": ">", "than": 0.3},
+        {"claim": "method beats base", "paper": "-", "ours": gain, "expect": ">"},
+        {"claim": "method loses to base", "paper": "-", "ours": gain, "expect": "<"},
+    ])
+    assert df["interval"].tolist() == [base_ci["method"], gain["method"], gain["method"]]
+    assert df.loc[0, "interval"].startswith("bootstrap over seeds x problems (S=1, P=100")
+    assert df.loc[1, "interval"].startswith("paired bootstrap over problems")
+    assert df["holds"].tolist() == [True, True, False]  # a single evaluation has an interval over problems
+    assert df.loc[0, "ours"] == format_ci(base_ci) and "(n=1)" not in df.loc[0, "ours"]
+    no_method = {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 3}
+    assert claims_table([{"claim": "c", "paper": "-", "ours": no_method, "holds": True}])["interval"][0] == "unspecified"
+
+
+def test_claims_table_bounds_and_aggregate():
+    values = [0.0, 0.05, 0.9]  # a t-interval reaches below 0 here
+    t = claims_table([{"claim": "c", "paper": "-", "ours": values, "expect": ">"}], aggregate=aggregate_seeds)
+    assert t.loc[0, "interval"] == "Student-t over seeds" and t.loc[0, "ours"].split("[")[1].startswith("-")
+    b = claims_table([{"claim": "c", "paper": "-", "ours": values, "expect": ">", "bounds": (0, 1)}])
+    assert b.loc[0, "ours"] == "0.317 [0.000, 0.900]"
+    assert "bounds" not in b.columns
+    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[0.5, 1.5\] is invalid: must be values "
+                                         r"within bounds=\(0, 1\)"):
+        claims_table([{"claim": "c", "paper": "-", "ours": [0.5, 1.5], "expect": ">", "bounds": (0, 1)}])
+
+
+def test_claims_table_keeps_and_shows_the_full_claim():
+    claim = ("GRPO with a large group raises pass@1 on every in-distribution family while its pass@k at the "
+             "largest budget stays within the base model's interval, so the gain is sharpening, not new ability.")
+    claim = (claim + " " + "x" * 200)[:200]
+    assert len(claim) == 200
+    df = claims_table([{"claim": claim, "paper": "p" * 120, "ours": [0.1, 0.2, 0.3], "expect": ">"}])
+    assert df.loc[0, "claim"] == claim
+    assert df.loc[0, "paper"] == "p" * 120
+    # displays: pandas cuts cells to display.max_colwidth (50 by default); this table never does
+    with pd.option_context("display.max_colwidth", 50):
+        assert claim not in repr(pd.DataFrame(df))  # what a plain DataFrame shows
+        assert claim in repr(df)
+        assert claim in df._repr_html_()
+    assert claim in render_markdown(df)
+    assert claim in df.to_string()
+    assert claim in repr(df[df["holds"]])  # a slice is still a claims table
+    assert pickle.loads(pickle.dumps(df)).equals(df)
+
+
+def test_format_ci_takes_new_dicts():
+    assert format_ci(aggregate_seeds([0.7])) == "0.700 (n=1)"
+    assert format_ci({"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 1, "n_problems": 200}) == "0.500 [0.400, 0.600]"
+    assert format_ci({"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1, "method": "single"}) == "0.500 (n=1)"
+    assert format_ci({"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 3, "method": "m"}, ".2f") == "0.50 [0.40, 0.60]"
 
 
 def test_claims_table_errors():
@@ -260,6 +353,16 @@ def test_claims_table_errors():
         claims_table([{"claim": "x", "paper": 1, "ours": [1.0]}])
     with pytest.raises(ValueError, match=r"^claims_table row 0: expect='>=' is invalid: must be one of \['>', '<'\]$"):
         claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "expect": ">="}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: than='0' is invalid: must be a number in \(-inf, inf\)$"):
+        claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "expect": ">", "than": "0"}])
+    with pytest.raises(ValueError, match=r"^claims_table row 1: ours=.* must be an interval dict with 'mean', 'ci_low', "
+                                         r"'ci_high', 'n' \(and 'method'\); missing \['ci_low', 'ci_high'\]$"):
+        claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "holds": True},
+                      {"claim": "x", "paper": 1, "ours": {"mean": 1.0, "n": 3}, "holds": True}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[\] is invalid: must be a non-empty"):
+        claims_table([{"claim": "x", "paper": 1, "ours": [], "expect": ">"}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[0.1, nan\] is invalid"):
+        claims_table([{"claim": "x", "paper": 1, "ours": [0.1, float("nan")], "expect": ">"}])
 
 
 def test_jsonable_rejects_unknown_objects():

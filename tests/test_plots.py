@@ -16,7 +16,8 @@ CURVES = {"before": {1: 0.1, 4: 0.3, 16: 0.5}, "after": {"1": 0.2, "4": 0.35, "1
 
 def _history(offset: float, steps: int = 5) -> list[dict]:
     return [
-        {"step": s, "reward_mean": offset + 0.1 * s, "entropy": 1.0 - 0.05 * s, "zero_adv_frac": 0.5}
+        {"step": s, "accuracy": offset + 0.1 * s, "reward_mean": offset + 0.1 * s, "entropy": 1.0 - 0.05 * s,
+         "zero_adv_frac": 0.5}
         for s in range(steps)
     ]
 

@@ -14,6 +14,9 @@ Guides return q (not log q), detached, clamped to [q_min, q_max]
 * :func:`token_guide`: q rises with the per-sequence normalised surprisal -log p.
 * :func:`random_guide`: random perturbation of q on a random subset of tokens.
 
+:func:`shaped_anchor` applies any KL estimator of `rlvr_lib.algos.kl` to the
+shaped reference ref_logp + log q; with ``"k3"`` it is :func:`shaped_kl`.
+
 The token and random guides' magnitudes follow a cosine schedule with warm
 restarts in the authors' code: see :func:`guide_schedule`.
 """
@@ -28,6 +31,7 @@ from torch import Tensor
 
 from rlvr_lib.validation import check_choice, check_int, check_range
 
+from .kl import kl_penalty
 from .policy_loss import _check_float_tensor, _check_mask, _check_same_shape
 
 __all__ = [
@@ -36,6 +40,7 @@ __all__ = [
     "get_guide",
     "guide_schedule",
     "random_guide",
+    "shaped_anchor",
     "shaped_kl",
     "token_guide",
 ]
@@ -208,6 +213,43 @@ def shaped_kl(logp: Tensor, ref_logp: Tensor, log_q: Tensor) -> Tensor:
     _check_same_shape("logp", logp, ref_logp=ref_logp, log_q=log_q)
     d = (ref_logp.detach() + log_q.detach() - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     return torch.exp(d) - d - 1.0
+
+
+def shaped_anchor(logp: Tensor, ref_logp: Tensor, q: Tensor, estimator: str = "k3") -> Tensor:
+    """SAGE's shaped anchor with any KL estimator: the estimator against the reference q * pi_ref.
+
+        shaped_ref_t = ref_logp_t + log q_t
+        anchor_t     = kl_penalty(logp_t, shaped_ref_t, estimator)
+
+    ``estimator`` is a key of `rlvr_lib.algos.kl.KL_ESTIMATORS`; its log-ratio
+    clamp ([-20, 20]) applies to shaped_ref - logp. With ``"k3"`` this is
+    :func:`shaped_kl` (the authors' code) bit for bit; with ``"reverse"`` the
+    value is k3's and the gradient as used is the reverse KL(pi_theta || q pi_ref)'s
+    (d/dlogp = logp - ref_logp - log q). Where q = 1, log q = 0 and
+    ref_logp + 0 = ref_logp exactly, so the result equals
+    ``kl_penalty(logp, ref_logp, estimator)`` bit for bit (values and gradients).
+    q and ref_logp are constants (detached): the guide never carries gradient.
+
+    Args:
+        logp: (N, T) current-policy log-probs of the sampled tokens (carries the gradient).
+        ref_logp: (N, T) reference log-probs of the same tokens.
+        q: (N, T) guide, > 0 everywhere (the guides clamp it to [q_min, q_max]).
+        estimator: KL estimator name.
+
+    Returns:
+        (N, T) tensor; not masked.
+
+    Raises:
+        ValueError: on mismatched shapes, a non-positive or non-finite q, or an unknown estimator.
+    """
+    logp = _check_float_tensor("logp", logp)
+    _check_float_tensor("ref_logp", ref_logp)
+    q = _check_float_tensor("q", q)
+    _check_same_shape("logp", logp, ref_logp=ref_logp, q=q)
+    q = q.detach()
+    if not bool(torch.all((q > 0) & torch.isfinite(q))):
+        raise ValueError("q must be finite and > 0 everywhere (a guide's q is clamped to [q_min, q_max], q_min > 0)")
+    return kl_penalty(logp, ref_logp.detach() + torch.log(q), estimator)
 
 
 GuideFn = Callable[..., Tensor]

@@ -5,6 +5,9 @@
   into reasoning modes (NudgeRL Fig. 1), ARI against strategy labels, entropy.
 * :mod:`rlvr_lib.eval.diagnostics` -- zero-advantage groups, rescued / lost
   groups (3PO Fig. 3), outcome rates, length statistics.
+* :mod:`rlvr_lib.eval.stats` -- bootstrap intervals over seeds and over
+  seeds x problems, paired differences between methods, rescued / lost
+  problems against a reference with their resampling null, strategy shares.
 """
 
 from rlvr_lib.eval.diagnostics import (
@@ -32,6 +35,18 @@ from rlvr_lib.eval.diversity import (
 )
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
+from rlvr_lib.eval.stats import (
+    bootstrap_ci,
+    eval_counts,
+    has_interval,
+    hierarchical_bootstrap_ci,
+    paired_difference_ci,
+    per_problem_scores,
+    rescue_loss,
+    rescue_loss_null,
+    rescue_loss_table,
+    strategy_shares,
+)
 from rlvr_lib.eval.passk import (
     AVERAGE_KEY,
     default_ks,
@@ -71,4 +86,14 @@ __all__ = [
     "rescued_lost_groups",
     "strategy_entropy",
     "zero_advantage_fraction",
+    "bootstrap_ci",
+    "eval_counts",
+    "has_interval",
+    "hierarchical_bootstrap_ci",
+    "paired_difference_ci",
+    "per_problem_scores",
+    "rescue_loss",
+    "rescue_loss_null",
+    "rescue_loss_table",
+    "strategy_shares",
 ]

@@ -21,6 +21,8 @@ register_method("grpo", Method, "GRPO: group-normalised advantages, PPO-clip, re
 
 # Each module of methods registers its own on import.
 from rlvr_lib.methods import baselines  # noqa: E402,F401
+from rlvr_lib.methods import nudgerl  # noqa: E402,F401
+from rlvr_lib.methods import sage  # noqa: E402,F401
 
 __all__ = ["METHODS", "Method", "MethodSpec", "NoOptions", "StepBatch", "build_method", "method_config",
            "register_method"]

@@ -62,6 +62,7 @@ from rlvr_lib.tasks import CORRECT
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "BASELINES",
     "BNPOBeta",
     "BNPOLoss",
     "ClipCov",
@@ -592,33 +593,42 @@ class Intuitor(Method):
 
 
 # ------------------------------------------------------------------------------ registry
-register_method("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
+BASELINES: list[str] = []
+"""Names registered by this module, in registration order (notebook 02 trains ``grpo`` and these)."""
+
+
+def _register(name: str, cls: type, description: str, **preset) -> None:
+    register_method(name, cls, description, **preset)
+    BASELINES.append(name)
+
+
+_register("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
                 kl_coef=0.0)
-register_method("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
+_register("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
                 kl_coef=0.05, kl_estimator="forward")
-register_method("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
+_register("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
                 kl_coef=0.05, kl_estimator="k1")
-register_method("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
+_register("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
                 kl_coef=0.05, kl_estimator="k2")
-register_method("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
+_register("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
                 eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
-register_method("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
+_register("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
                 advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
-register_method("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
+_register("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
                 loss_agg="token_mean", kl_coef=0.0)
-register_method("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
+_register("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
                 advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
                 kl_coef=0.0)
-register_method("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
+_register("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
                 kl_coef=0.0)
-register_method("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
+_register("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
                 kl_coef=0.0)
-register_method("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
-register_method("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens by covariance, no KL",
+_register("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
+_register("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens by covariance, no KL",
                 kl_coef=0.0)
-register_method("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
+_register("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
                 kl_coef=0.0)
-register_method("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
+_register("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
                 kl_coef=0.0)
-register_method("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
+_register("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
                 kl_coef=0.005, kl_estimator="k3")
