@@ -24,6 +24,7 @@ a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import functools
@@ -37,7 +38,7 @@ import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Optional
+from typing import IO, Any, Iterator, Optional
 
 from . import __version__
 from .config import ConfigBase, hash_jsonable
@@ -165,16 +166,30 @@ def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
 
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Writes ``data`` as JSON to ``path`` atomically (temp file in the same folder + ``os.replace``)."""
+@contextlib.contextmanager
+def atomic_file(path: str | Path, mode: str = "w", *, permissions: int | None = None) -> Iterator[IO]:
+    """Open ``path`` for writing so that readers see the old file or the whole new one, never a part.
+
+    Writes go to a temp file in the same folder (created with its parents),
+    which is flushed, fsynced and ``os.replace``-d onto ``path`` when the block
+    exits; on an exception the temp file is removed and ``path`` is untouched.
+
+    Args:
+        path: Destination.
+        mode: ``"w"`` (text) or ``"wb"`` (bytes).
+        permissions: ``chmod`` applied to the file (``mkstemp`` makes it owner-only), or ``None``.
+    """
+    check_choice("mode", mode, ("w", "wb"))
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, mode) as f:
+            yield f
             f.flush()
             os.fsync(f.fileno())
+        if permissions is not None:
+            os.chmod(tmp, permissions)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -182,6 +197,13 @@ def write_json_atomic(path: Path, data: Any) -> None:
         except FileNotFoundError:
             pass
         raise
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    """Writes ``data`` as JSON to ``path`` atomically (:func:`atomic_file`)."""
+    text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
+    with atomic_file(path) as f:
+        f.write(text)
 
 
 # ------------------------------------------------------------------ records

@@ -46,9 +46,7 @@ Styling uses seaborn's ``whitegrid`` axes style (as a context, so global
 from __future__ import annotations
 
 import math
-import os
 import re
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -60,6 +58,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import NullLocator
 
+from rlvr_lib.experiments import atomic_file
 from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 
 __all__ = [
@@ -158,21 +157,8 @@ def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
     formats = fig.canvas.get_supported_filetypes()
     check(fmt in formats, "path", str(path), f"a file name ending in one of {sorted('.' + f for f in formats)}")
     check_int("dpi", dpi, 1)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp makes it owner-only
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_file(path, "wb", permissions=0o644) as f:
+        fig.savefig(f, format=fmt, dpi=dpi, bbox_inches="tight")
     return path
 
 

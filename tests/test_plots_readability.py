@@ -280,7 +280,7 @@ def test_plot_saves_a_readable_png_atomically(tmp_path, monkeypatch):
         replaced.append((os.fspath(src), os.fspath(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(plots.os, "replace", spy)
+    monkeypatch.setattr(os, "replace", spy)  # atomic_file (rlvr_lib.experiments) calls os.replace
     path = plots.figure_path("exp1", "curves", root=tmp_path)
     plots.plot_training_curves(_histories(8, seeds=2), "accuracy", path=path)
     assert path.read_bytes()[:8] == PNG_MAGIC
