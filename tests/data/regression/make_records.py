@@ -7,6 +7,8 @@ hooks (KL anchor, minibatch shuffles, a seeded policy-loss generator, an extra
 loss, hints, an intrinsic reward, another advantage) are exercised.
 """
 
+import json
+import platform
 from pathlib import Path
 
 import torch
@@ -31,8 +33,20 @@ CONFIGS = {
     "bnpo_beta": method_config("bnpo_beta", **QUICK),
 }
 
+def cpu_model() -> str:
+    """The processor's model name (float rounding, hence bit identity, depends on it)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     for name, config in CONFIGS.items():
         record = train_and_evaluate(EXPERIMENT, name, config, SPEC, root=ROOT, checkpoint_every=0)
         print(name, record.run_id, record.history[-1]["reward_mean"])
+    (ROOT / "machine.json").write_text(json.dumps({"cpu_model": cpu_model(), "torch": torch.__version__}) + "\n")
