@@ -1,0 +1,250 @@
+"""3PO (B3PO, M3PO, C3PO; `rlvr_lib.methods.threepo`): IVON posterior samples for rollouts and gradients."""
+
+import contextlib
+import copy
+import math
+from types import SimpleNamespace
+
+import ivon
+import pytest
+import torch
+
+from rlvr_lib.algos import ppo_clip_loss
+from rlvr_lib.methods import METHODS, Method, register_method
+from rlvr_lib.methods.threepo import (C3PO, M3PO, B3PO, _SummedIVON, calibrated_ess, initial_sigma,
+                                      noise_to_weight_ratio, sample_disagreement)
+from rlvr_lib.policy import load_policy
+from rlvr_lib.trainer import Trainer
+from rlvr_lib.trainer_config import TrainerConfig
+
+SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
+             train_pool_size=32, lr=1e-3)
+
+
+@pytest.fixture(scope="module")
+def policy():
+    return load_policy()
+
+
+@pytest.fixture
+def registered():
+    methods = dict(METHODS)
+
+    def add(name, cls, **preset):
+        cls.name = name
+        register_method(name, cls, f"test method {name}", **preset)
+
+    yield add
+    METHODS.clear(), METHODS.update(methods)
+
+
+def _trainer(policy, name, options=None, **kw):
+    model, tokenizer = policy
+    cfg = TrainerConfig(method=name, method_options=options or {}, **{**SMALL, **kw})
+    return Trainer(cfg, copy.deepcopy(model), tokenizer)
+
+
+def _untimed(history):
+    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
+
+
+class IVONMeanGRPO(Method):
+    """Reference: GRPO whose optimizer is plain ``ivon.IVON`` fed the gradient at the mean weights (no noise)."""
+
+    def make_optimizer(self, model):
+        params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = ivon.IVON(params, lr=1.0, ess=1e9, hess_init=1e-3, beta1=0.9, beta2=0.9999,
+                                   weight_decay=1e-6, clip_radius=1e-3, rescale_lr=True)
+        return self.optimizer
+
+    @contextlib.contextmanager
+    def perturbed(self, model, index, train=False):
+        if not train:
+            yield
+            return
+        self.optimizer.zero_grad(set_to_none=True)
+        avg = torch.cat([p.data.flatten() for p in self.optimizer.param_groups[0]["params"]])
+        yield
+        self.optimizer._restore_param_average(True, avg, torch.zeros_like(avg))  # IVON's record, noise 0
+
+
+# ----------------------------------------------------------------------------- zero noise = IVON mean update
+@pytest.mark.parametrize("name,options", [
+    ("b3po", {}),
+    ("m3po", {"samples": 1}),
+    ("c3po", {"samples": 1, "seq_mis": False}),
+])
+def test_with_zero_noise_each_variant_is_grpo_with_ivons_mean_update(policy, registered, name, options):
+    registered("ivon_mean_grpo", IVONMeanGRPO, kl_coef=0.0)
+    ref = _trainer(policy, "ivon_mean_grpo")
+    got = _trainer(policy, name, {**options, "noise_scale": 0.0})
+    h_ref, h_got = _untimed(ref.train(progress=False)), _untimed(got.train(progress=False))
+    for a, b in zip(h_ref, h_got):
+        assert {k: v for k, v in b.items() if k in a} == a
+    for (n, p), q in zip(ref.model.named_parameters(), got.model.parameters()):
+        assert torch.equal(p, q), n
+    # and with the default noise the run differs (the test above can fail)
+    noisy = _trainer(policy, name, options)
+    noisy.train(progress=False)
+    assert any(not torch.equal(p, q) for p, q in zip(ref.model.parameters(), noisy.model.parameters()))
+
+
+def test_summed_ivon_records_the_sum_of_the_weighted_sample_gradients():
+    """Two samples with loss shares 1/4 and 3/4 step as one sample carrying the whole gradient."""
+    torch.manual_seed(0)
+    w0 = torch.randn(5)
+    g0, g1 = torch.randn(5), torch.randn(5)
+
+    def run(grads):
+        p = torch.nn.Parameter(w0.clone())
+        opt = _SummedIVON([p], noise_scale=0.0, lr=1.0, ess=1e3, hess_init=1.0, clip_radius=10.0)
+        for g in grads:
+            with opt.sampled_params(train=True):
+                p.grad = g.clone()
+        opt.step()
+        return p.detach().clone(), opt.param_groups[0]["momentum"].clone()
+
+    split = run([0.25 * g0, 0.75 * g1])
+    whole = run([0.25 * g0 + 0.75 * g1])
+    assert torch.allclose(split[0], whole[0], atol=1e-7) and torch.allclose(split[1], whole[1], atol=1e-7)
+    plain_mean = run([0.5 * (0.25 * g0 + 0.75 * g1)])  # what IVON's own averaging would give
+    assert not torch.allclose(split[1], plain_mean[1])
+
+
+# ----------------------------------------------------------------------------- weights inside the scopes
+def test_gradient_is_taken_at_the_sampled_weights_of_the_rollouts(policy, registered):
+    class Spy(M3PO):
+        def __init__(self, config):
+            super().__init__(config)
+            self.seen, self.mean = {}, {}
+
+        def on_step_start(self, step):
+            super().on_step_start(step)
+            self.mean[step] = [p.detach().clone() for p in self.optimizer.param_groups[0]["params"]]
+
+        @contextlib.contextmanager
+        def perturbed(self, model, index, train=False):
+            with super().perturbed(model, index, train):
+                self.seen[(self.step, index, train)] = [p.detach().clone() for p in model.parameters()
+                                                        if p.requires_grad]
+                yield
+
+    registered("spy_m3po", Spy, kl_coef=0.0)
+    trainer = _trainer(policy, "spy_m3po", {"samples": 2})
+    trainer.train(progress=False)
+    spy = trainer.method
+    for step in range(SMALL["steps"]):
+        for k in range(2):
+            rollout, train = spy.seen[(step, k, False)], spy.seen[(step, k, True)]
+            assert all(torch.equal(a, b) for a, b in zip(rollout, train)), (step, k)
+            assert any(not torch.equal(a, m) for a, m in zip(train, spy.mean[step]))
+        assert any(not torch.equal(a, b) for a, b in zip(spy.seen[(step, 0, True)], spy.seen[(step, 1, True)]))
+    # after the scopes the mean is back
+    assert spy.optimizer.current_step == SMALL["steps"]
+
+
+# ----------------------------------------------------------------------------- advantages
+def _adv_batch():
+    # group 0: rewards [1, 0, 1, 1], slices [0, 0, 1, 1]; group 1: [0, 0, 0, 1], slices [0, 1, 0, 1]
+    return SimpleNamespace(rewards=torch.tensor([1., 0., 1., 1., 0., 0., 0., 1.]),
+                           group_index=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
+                           weight_index=torch.tensor([0, 0, 1, 1, 0, 1, 0, 1]),
+                           context_index=torch.full((8,), -1))
+
+
+def test_m3po_advantage_uses_each_weight_slice_alone():
+    method = M3PO(TrainerConfig(method="m3po", method_options={"samples": 2}, **SMALL))
+    s = 1 / (math.sqrt(0.5) + 1e-6)  # slice [1, 0] / [0, 1]: mean 0.5, unbiased std sqrt(0.5)
+    expected = torch.tensor([0.5 * s, -0.5 * s, 0., 0., 0., -0.5 * s, 0., 0.5 * s])
+    assert torch.allclose(method.advantages(_adv_batch()), expected, atol=1e-6)
+
+
+def test_c3po_advantage_uses_the_pooled_group():
+    method = C3PO(TrainerConfig(method="c3po", method_options={"samples": 2}, **SMALL))
+    s = 1 / (0.5 + 1e-6)  # [1, 0, 1, 1]: mean 0.75, unbiased std 0.5; [0, 0, 0, 1]: mean 0.25, std 0.5
+    expected = torch.tensor([0.25, -0.75, 0.25, 0.25, -0.25, -0.25, -0.25, 0.75]) * s
+    assert torch.allclose(method.advantages(_adv_batch()), expected, atol=1e-6)
+
+
+# ----------------------------------------------------------------------------- Seq-MIS
+@pytest.mark.parametrize("seq_mis", [True, False])
+def test_seq_mis_masks_exactly_the_rows_over_the_threshold(seq_mis):
+    method = C3PO(TrainerConfig(method="c3po", method_options={"seq_mis": seq_mis}, **SMALL))
+    torch.manual_seed(1)
+    n, T = 5, 3
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.float32)
+    old = -torch.rand(n, T) * mask
+    old[1, 2] = old[2, 1:] = -1e9  # padded positions must not count
+    ratio = torch.tensor([0.5, 1.9, 2.1, 3.0, 1.0])
+    mean_seq = (old * mask).sum(-1).double() + ratio.double().log()
+    batch = SimpleNamespace(rollouts=SimpleNamespace(logprobs=old), advantages=torch.tensor([1., -1., 1., -1., .5]),
+                            extras={"mean_seq_logprob": mean_seq})
+    logp = old + 0.05 * torch.randn(n, T)
+    per_token, stats = method.policy_loss(batch, logp, torch.zeros(n, T), mask)
+    plain, _ = ppo_clip_loss(logp, old, batch.advantages, mask, eps_low=0.2, eps_high=0.2)
+    if seq_mis:
+        weight = torch.tensor([0.5, 1.9, 0.0, 0.0, 1.0])
+        assert torch.allclose(per_token, plain * weight[:, None], atol=1e-6)
+        assert (per_token[2:4] == 0).all() and (per_token[[0, 1, 4]] != 0).any()
+        assert float(stats["seq_mis_masked_frac"]) == pytest.approx(2 / 5)
+    else:
+        assert torch.equal(per_token, plain) and "seq_mis_masked_frac" not in stats
+
+
+# ----------------------------------------------------------------------------- runs
+@pytest.mark.parametrize("name", ["b3po", "m3po", "c3po"])
+def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, name):
+    trainer = _trainer(policy, name)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    history = trainer.train(progress=False)
+    for row in history:
+        assert all(not (isinstance(v, float) and math.isnan(v)) for v in row.values()), row
+        assert row["ivon_mean_sigma"] > 0 and 0 <= row["weight_sample_disagreement"] <= 1
+        assert row["accuracy"] + row["malformed_rate"] + row["incorrect_rate"] == pytest.approx(1.0)
+        if name == "c3po":
+            assert 0 <= row["seq_mis_masked_frac"] <= 1
+    assert not [n for n, p in trainer.model.named_parameters() if torch.equal(p, before[n])]
+    assert all(p.isfinite().all() for p in trainer.model.parameters())
+    assert history[0]["ivon_mean_sigma"] == pytest.approx(initial_sigma(1e9, 1e-3, 1e-6), rel=1e-6)
+    assert trainer.optimizer.current_step == SMALL["steps"]
+
+
+@pytest.mark.parametrize("name", ["b3po", "m3po", "c3po"])
+def test_runs_are_bit_identical_across_runs_and_resume(policy, name, tmp_path):
+    torch.manual_seed(7)
+    global_state = torch.get_rng_state()
+    a = _trainer(policy, name, steps=3, checkpoint_every=1).train(progress=False)
+    b = _trainer(policy, name, steps=3, checkpoint_every=1).train(progress=False)
+    assert _untimed(a) == _untimed(b)
+    assert torch.equal(torch.get_rng_state(), global_state)
+    cfg = TrainerConfig(method=name, **{**SMALL, "steps": 3, "checkpoint_every": 1})
+    first = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
+    first.step()
+    resumed = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
+    assert resumed.step_count == 1 and resumed.optimizer.current_step == 1
+    assert _untimed(resumed.train(progress=False)) == _untimed(a)
+
+
+# ----------------------------------------------------------------------------- helpers
+def test_disagreement_counts_groups_whose_slices_majorities_differ():
+    v = lambda s: SimpleNamespace(strategy=s)  # noqa: E731
+    batch = SimpleNamespace(group_index=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
+                            weight_index=torch.tensor([0, 0, 1, 1, 0, 0, 1, 1]),
+                            verdicts=[v("a"), v("a"), v("b"), v("b"), v("a"), v("a"), v("a"), v("b")])
+    assert sample_disagreement(batch) == 0.5  # group 0: a vs b; group 1: a vs a (tie broken by first seen)
+
+
+def test_noise_calibration_helpers_invert_each_other(policy):
+    model = policy[0]
+    assert initial_sigma(1e9, 1e-3, 1e-6) == pytest.approx(1 / math.sqrt(1e9 * 1.001e-3))
+    ratio = noise_to_weight_ratio(model, 1e9, 1e-3, 1e-6)
+    assert 0 < ratio < 1
+    assert calibrated_ess(model, ratio, 1e-3, 1e-6) == pytest.approx(1e9, rel=1e-9)
+    assert noise_to_weight_ratio(model, 1e7, 1e-3, 1e-6) == pytest.approx(10 * ratio)
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="noise_scale"):
+        B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": -1.0}, **SMALL))
+    with pytest.raises(ValueError, match="samples"):
+        M3PO(TrainerConfig(method="m3po", method_options={"samples": 0}, **SMALL))
