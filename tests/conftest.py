@@ -31,6 +31,11 @@ Fixtures
     * ``tiny_tokenizer`` (session scope): the tokenizer alone.
     * ``fresh_tiny_model`` (function scope): a deep copy of the session model,
       safe to modify.
+    * ``policy`` (module scope): the shipped tiny policy ``(model, tokenizer)``
+      (`rlvr_lib.policy.load_policy`); deep-copy the model before training it.
+    * ``registered`` (function scope): a function ``add(name, cls, **preset)``
+      that registers a test method; the method and task registries are
+      restored after the test.
 
 Threads
     ``pytest_configure`` sets ``torch.set_num_threads(RLVR_TEST_THREADS)``
@@ -154,3 +159,28 @@ def tiny_model_and_tokenizer(tiny_tokenizer):
 def fresh_tiny_model(tiny_model_and_tokenizer):
     """A deep copy of the session model that a test may modify freely."""
     return copy.deepcopy(tiny_model_and_tokenizer[0])
+
+
+@pytest.fixture(scope="module")
+def policy():
+    """The shipped tiny policy ``(model, tokenizer)``; tests deep-copy the model before training it."""
+    from rlvr_lib.policy import load_policy
+
+    return load_policy()
+
+
+@pytest.fixture
+def registered():
+    """``add(name, cls, **preset)`` registers a test method; METHODS and TASKS are restored afterwards."""
+    from rlvr_lib.methods import METHODS, register_method
+    from rlvr_lib.tasks import TASKS
+
+    methods, tasks = dict(METHODS), dict(TASKS)
+
+    def add(name, cls, **preset):
+        cls.name = name
+        register_method(name, cls, f"test method {name}", **preset)
+
+    yield add
+    METHODS.clear(), METHODS.update(methods)
+    TASKS.clear(), TASKS.update(tasks)

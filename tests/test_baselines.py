@@ -13,7 +13,6 @@ import torch
 from rlvr_lib.methods import METHODS, build_method, method_config
 from rlvr_lib.methods.base import StepBatch
 from rlvr_lib.methods.baselines import completion_logits, oracle_prefix
-from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import sequence_logprobs
 from rlvr_lib.tasks import CORRECT, WRONG, Verdict, make_problem
 from rlvr_lib.trainer import Trainer
@@ -22,11 +21,6 @@ SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train
              train_pool_size=32, lr=1e-3)
 BASELINES = ("grpo_no_kl", "grpo_forward_kl", "grpo_k1", "grpo_k2", "dapo", "dr_grpo", "bnpo_loss", "bnpo_beta",
              "entropy_reg", "polaris", "polaris_fixed", "kl_cov", "clip_cov", "pope", "intuitor")
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
 
 
 def _trainer(policy, name, **kw):

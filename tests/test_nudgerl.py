@@ -13,18 +13,12 @@ import torch
 from rlvr_lib.methods import METHODS, build_method, method_config, register_method
 from rlvr_lib.methods.base import StepBatch
 from rlvr_lib.methods.nudgerl import NudgeRL
-from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import sequence_logprobs
 from rlvr_lib.tasks import CORRECT, TASKS, WRONG, ArithmeticTask, Verdict, get_task, register_task
 from rlvr_lib.trainer import Trainer
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=8, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
 
 
 @pytest.fixture
@@ -190,7 +184,6 @@ def test_fewer_hints_than_needed_give_no_context_rollouts(registry):
 
 # ----------------------------------------------------------------------------- inter/intra advantage
 def _batch(group_index, rewards, context_index, problems=None, correct=None):
-    n = len(group_index)
     correct = correct if correct is not None else [r > 0.5 for r in rewards]
     return StepBatch(
         problems=problems or [f"p{g}" for g in range(max(group_index) + 1)],

@@ -15,7 +15,6 @@ from rlvr_lib.algos import KL_ESTIMATORS, guide_schedule, kl_penalty, shaped_kl
 from rlvr_lib.algos.guides import shaped_anchor
 from rlvr_lib.methods import METHODS, Method, StepBatch, build_method, method_config
 from rlvr_lib.methods.sage import TESTBED_TAU, base_token_entropies, guide_stats
-from rlvr_lib.policy import load_policy
 from rlvr_lib.trainer import Trainer
 
 SAGE_METHODS = ("sage", "sage_token", "sage_random", "dapo_branch", "bnpo_loss_branch")
@@ -23,11 +22,6 @@ SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train
              train_pool_size=32, lr=1e-3)
 ESTIMATORS = sorted(set(KL_ESTIMATORS) - {"none"})
 T = torch.tensor
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy(device="cpu")
 
 
 def _trainer(policy, name, checkpoint_dir=None, **kw):

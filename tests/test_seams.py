@@ -11,34 +11,14 @@ import ivon
 import pytest
 import torch
 
-from rlvr_lib.methods import METHODS, Method, StepBatch, register_method
-from rlvr_lib.policy import load_policy
+from rlvr_lib.methods import Method, StepBatch
 from rlvr_lib.seeding import forked_torch_rng
-from rlvr_lib.tasks import CORRECT, MALFORMED, TASKS, WRONG, Problem, Verdict, register_task
+from rlvr_lib.tasks import CORRECT, MALFORMED, WRONG, Problem, Verdict, register_task
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
-
-
-@pytest.fixture
-def registered():
-    """Registers test methods/tasks for one test and removes them afterwards."""
-    methods, tasks = dict(METHODS), dict(TASKS)
-
-    def add_method(name, cls, **preset):
-        cls.name = name
-        register_method(name, cls, f"test method {name}", **preset)
-
-    yield add_method
-    METHODS.clear(), METHODS.update(methods)
-    TASKS.clear(), TASKS.update(tasks)
 
 
 def _trainer(policy, name, **kw):

@@ -10,32 +10,14 @@ import pytest
 import torch
 
 from rlvr_lib.algos import ppo_clip_loss
-from rlvr_lib.methods import METHODS, Method, register_method
+from rlvr_lib.methods import Method
 from rlvr_lib.methods.threepo import (C3PO, M3PO, B3PO, _SummedIVON, calibrated_ess, initial_sigma,
                                       noise_to_weight_ratio, sample_disagreement)
-from rlvr_lib.policy import load_policy
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
-
-
-@pytest.fixture(scope="module")
-def policy():
-    return load_policy()
-
-
-@pytest.fixture
-def registered():
-    methods = dict(METHODS)
-
-    def add(name, cls, **preset):
-        cls.name = name
-        register_method(name, cls, f"test method {name}", **preset)
-
-    yield add
-    METHODS.clear(), METHODS.update(methods)
 
 
 def _trainer(policy, name, options=None, **kw):
