@@ -40,7 +40,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from rlvr_lib.algos import LOSS_AGG_MODES, aggregate_loss
+from rlvr_lib.algos import aggregate_loss
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig

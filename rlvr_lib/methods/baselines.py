@@ -603,32 +603,32 @@ def _register(name: str, cls: type, description: str, **preset) -> None:
 
 
 _register("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
-                kl_coef=0.05, kl_estimator="forward")
+          kl_coef=0.05, kl_estimator="forward")
 _register("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
-                kl_coef=0.05, kl_estimator="k1")
+          kl_coef=0.05, kl_estimator="k1")
 _register("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
-                kl_coef=0.05, kl_estimator="k2")
+          kl_coef=0.05, kl_estimator="k2")
 _register("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
-                eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
+          eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
 _register("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
-                advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
+          advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
 _register("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
-                loss_agg="token_mean", kl_coef=0.0)
+          loss_agg="token_mean", kl_coef=0.0)
 _register("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
-                advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
-                kl_coef=0.0)
+          advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
+          kl_coef=0.0)
 _register("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("polaris", Polaris, "Polaris latch: temperature 1.0 -> 1.2 once entropy < 0.5 x initial, no KL",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("polaris_fixed", PolarisFixed, "sampling temperature 1.2 from the start, no KL", kl_coef=0.0)
 _register("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens by covariance, no KL",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
-                kl_coef=0.0)
+          kl_coef=0.0)
 _register("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
-                kl_coef=0.005, kl_estimator="k3")
+          kl_coef=0.005, kl_estimator="k3")

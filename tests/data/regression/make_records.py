@@ -44,9 +44,14 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def write_machine() -> None:
+    """Records the processor model and torch version the records were made with (``machine.json``)."""
+    (ROOT / "machine.json").write_text(json.dumps({"cpu_model": cpu_model(), "torch": torch.__version__}) + "\n")
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     for name, config in CONFIGS.items():
         record = train_and_evaluate(EXPERIMENT, name, config, SPEC, root=ROOT, checkpoint_every=0)
         print(name, record.run_id, record.history[-1]["reward_mean"])
-    (ROOT / "machine.json").write_text(json.dumps({"cpu_model": cpu_model(), "torch": torch.__version__}) + "\n")
+    write_machine()
