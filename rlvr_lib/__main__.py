@@ -1,4 +1,4 @@
-"""Command line: ``python -m rlvr_lib {pretrain,calibrate} ...``."""
+"""Command line: ``python -m rlvr_lib {pretrain,calibrate,plateau} ...``."""
 
 from __future__ import annotations
 
@@ -23,19 +23,50 @@ def _pretrain(args: argparse.Namespace) -> int:
 def _calibrate(args: argparse.Namespace) -> int:
     from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, write_report
     from rlvr_lib.policy import load_policy
-    from rlvr_lib.rollout import HFEngine
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
 
     model, tokenizer = load_policy(args.model)
-    engine = HFEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
+    engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
     config = CalibrationConfig(
         problems_per_family=args.problems, samples=args.samples, hint_problems=min(args.problems, 100), seed=args.seed
     )
     report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
+    report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
     out = Path(args.out) if args.out else results_root() / "testbed" / "calibration.json"
     write_report(report, out)
     print(format_report(report))
     print(f"wrote {out}")
     return 0 if report["all_targets_met"] else 1
+
+
+def _plateau(args: argparse.Namespace) -> int:
+    """Train GRPO longer than the profiles do and find where its training entropy flattens."""
+    import torch
+
+    from rlvr_lib.eval.diagnostics import plateau_step
+    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.trainer import Trainer
+
+    runs = {}
+    for seed in args.seeds:
+        config = method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
+                               policy=args.model)
+        history = Trainer(config).train(progress=True)
+        entropy = [h["entropy"] for h in history]
+        runs[str(seed)] = {"entropy": entropy, "accuracy": [h["accuracy"] for h in history],
+                           "plateau_step": plateau_step(entropy, window=args.window, rel_drop=args.rel_drop)}
+    steps = [r["plateau_step"] for r in runs.values()]
+    report = {"method": "grpo", "steps": args.steps, "window": args.window, "rel_drop": args.rel_drop,
+              "policy_sha": policy_fingerprint(args.model), "torch_threads": torch.get_num_threads(),
+              "plateau_step_per_seed": steps,
+              "plateau_step": None if None in steps else max(steps), "runs": runs}
+    out = Path(args.out) if args.out else results_root() / "testbed" / "entropy_plateau.json"
+    write_json_atomic(out, report)
+    print(f"entropy flattens by step {report['plateau_step']} (per seed {steps}); wrote {out}")
+    return 0 if report["plateau_step"] is not None else 1
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -54,6 +85,14 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch-size", type=int, default=512)
     c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
     c.set_defaults(func=_calibrate)
+    t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
+    t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
+    t.add_argument("--steps", type=int, default=200)
+    t.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    t.add_argument("--window", type=int, default=20)
+    t.add_argument("--rel-drop", type=float, default=0.1)
+    t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
+    t.set_defaults(func=_plateau)
     args = parser.parse_args(argv)
     return args.func(args)
 

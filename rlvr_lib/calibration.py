@@ -9,7 +9,11 @@ make the testbed meaningful for the four papers:
   rare one <= 10%, and the rare one >= 3x as accurate on the hard subset;
 * steerable: every strategy hint followed >= 80% of the time;
 * GRPO's dead groups: 30-80% of training prompts have all G=8 rewards equal;
-* degeneration when hot: malformed <= 10% at T=1.0 and >= 30% at T=2.0.
+* degeneration when hot: malformed <= 10% at T=1.0 and >= 30% at T=2.0;
+* headroom where only the rare strategy works (``rare_mix``): pass@64 <= 0.7,
+  and on its items the rare strategy >= 3x as accurate as each other one;
+* the in-distribution families ordered by difficulty: pass@1 falls from
+  ``easy_mix`` to ``hardest_mix``.
 
 Strategy accuracy on the hard subset is measured on hinted samples (the hint
 forces the strategy; only samples that used it count), because the rare
@@ -36,6 +40,7 @@ from rlvr_lib.tasks import (
     HARD_DIFFICULTY,
     OOD_FAMILIES,
     PRETRAIN_STRATEGY_PRIOR,
+    RARE_FAMILIES,
     STRATEGIES,
     TRAIN_FAMILY,
     family_problems,
@@ -71,7 +76,7 @@ class CalibrationConfig(ConfigBase):
     group_size: int = 8
     max_new_tokens: int = 48
     seed: int = 0
-    families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES + (TRAIN_FAMILY,)
+    families: tuple[str, ...] = EVAL_FAMILIES + RARE_FAMILIES + OOD_FAMILIES + (TRAIN_FAMILY,)
 
     def validate(self) -> None:
         for name in ("problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "group_size"):
@@ -144,6 +149,25 @@ def _target(value: float, lo: float | None = None, hi: float | None = None) -> d
     return {"value": round(float(value), 4) if np.isfinite(value) else None, "bound": bound, "met": met}
 
 
+def _ratio(num: float, den: float) -> float:
+    """``num / den``, capped at 1e6 (``den == 0 < num``); NaN when both are 0 or either is unmeasured."""
+    if not (np.isfinite(num) and np.isfinite(den)) or (num == 0 and den == 0):
+        return float("nan")
+    return min(num / den, 1e6) if den > 0 else 1e6
+
+
+def rare_family_targets(family: str, metrics: dict) -> dict[str, dict]:
+    """Headroom targets of a family where only the rare strategy works: pass@64 and hard-item accuracy ratios."""
+    n = metrics["n_samples"]
+    acc = metrics["hard_acc_by_strategy"]
+    targets = {f"pass_at_{n}[{family}]": _target(metrics[f"pass_at_{n}"], hi=0.70)}
+    for other in (s for s in STRATEGIES if s != RARE):
+        targets[f"hard_acc_ratio[{family}: {RARE}/{other}]"] = _target(_ratio(acc[RARE], acc[other]), lo=3.0)
+        targets[f"hard_acc_ratio[{family}: {RARE}/{other}]"]["detail"] = {
+            RARE: round(acc[RARE], 4), other: round(acc[other], 4)}
+    return targets
+
+
 def pooled_targets(families: dict[str, dict], raw: dict[str, dict]) -> dict[str, dict]:
     """The calibration targets over the in-distribution evaluation families."""
     ind = [f for f in EVAL_FAMILIES if f in families]
@@ -157,13 +181,13 @@ def pooled_targets(families: dict[str, dict], raw: dict[str, dict]) -> dict[str,
         s: float(np.mean(np.concatenate([raw[f]["hinted"][s].strategies.ravel() == s for f in ind])))
         for s in STRATEGIES
     }
-    ratio = hard_rare / hard_dom if hard_dom > 0 else (float("inf") if hard_rare > 0 else float("nan"))
+    ratio = _ratio(hard_rare, hard_dom)
     targets = {
         "mean_pass_at_1": _target(pass1, 0.10, 0.40),
         "pass_at_64_over_pass_at_1": _target(passmax / pass1 if pass1 > 0 else float("nan"), lo=2.0),
         f"dominant_strategy_share[{DOMINANT}]": _target(np.mean(strategies == DOMINANT), lo=0.60),
         f"rare_strategy_share[{RARE}]": _target(np.mean(strategies == RARE), hi=0.10),
-        f"hard_acc_ratio[{RARE}/{DOMINANT}]": _target(min(ratio, 1e6), lo=3.0),
+        f"hard_acc_ratio[{RARE}/{DOMINANT}]": _target(ratio, lo=3.0),
         **{f"hint_follow[{s}]": _target(v, lo=0.80) for s, v in follow.items()},
         "zero_adv_frac_g8[train]": _target(families[TRAIN_FAMILY]["zero_adv_frac_g8"], 0.30, 0.80),
         "malformed_t1": _target(np.mean([s.rate("malformed") for s in plain]), hi=0.10),
@@ -173,6 +197,13 @@ def pooled_targets(families: dict[str, dict], raw: dict[str, dict]) -> dict[str,
         f"{RARE}": round(hard_rare, 4),
         f"{DOMINANT}": round(hard_dom, 4),
     }
+    if len(ind) >= 2:  # the smallest drop in pass@1 from one family to the next harder one
+        drops = [families[a]["pass_at_1"] - families[b]["pass_at_1"] for a, b in zip(ind, ind[1:])]
+        targets["pass_at_1_falls_with_difficulty"] = _target(min(drops), lo=0.0)
+        targets["pass_at_1_falls_with_difficulty"]["detail"] = {f: round(families[f]["pass_at_1"], 4) for f in ind}
+    for family in RARE_FAMILIES:
+        if family in families:
+            targets.update(rare_family_targets(family, families[family]))
     return targets
 
 

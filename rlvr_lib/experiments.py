@@ -50,6 +50,7 @@ __all__ = [
     "RunRecord",
     "aggregate_seeds",
     "cached_run",
+    "claims_summary",
     "claims_table",
     "format_ci",
     "git_commit",
@@ -640,6 +641,30 @@ def claims_table(
     df["holds"] = df["holds"].astype(bool)
     df["point_side"] = df["point_side"].astype(object)
     return df
+
+
+def claims_summary(table) -> str:
+    """A markdown summary of a claims table, for the top of a notebook's results.
+
+    One line with how many claims hold, then one bullet per claim: whether it
+    holds (its whole interval on the claimed side), where the point estimate
+    alone lies when it does not, our number with its interval and method, and
+    the paper's.
+    """
+    n, held = len(table), int(table["holds"].sum())
+    lines = [f"**{held} of {n} claims hold at our scale** (a claim holds only when its whole 95% interval "
+             "lies on the claimed side).", ""]
+    for _, row in table.iterrows():
+        if row["holds"]:
+            verdict = "**holds**"
+        elif row["point_side"]:
+            verdict = "**not resolved** (point estimate on the claimed side, interval crosses the threshold)"
+        elif row["point_side"] is None:
+            verdict = "**does not hold**"
+        else:
+            verdict = "**does not hold** (point estimate against the claimed side)"
+        lines.append(f"- {verdict}: {row['claim']} -- ours {row['ours']} ({row['interval']}); paper: {row['paper']}")
+    return "\n".join(lines)
 
 
 def render_markdown(df) -> str:

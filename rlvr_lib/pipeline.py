@@ -15,18 +15,24 @@ from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.experiments import RunRecord, cached_run, results_root
 from rlvr_lib.policy import load_policy
+from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
 
 
 def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None) -> RunRecord:
-    """Evaluate the untrained policy (cached as run ``base``)."""
+    """Evaluate the untrained policy (cached as run ``base``, one record per ``spec.seed``).
+
+    The cache key holds the policy's content hash (`policy_fingerprint`), as
+    does `train_and_evaluate`'s: a retrained checkpoint never hits an old record.
+    """
 
     def run():
         model, tokenizer = load_policy(policy)
         return [], evaluate_policy(KVCacheEngine(model, tokenizer), spec)
 
-    return cached_run(experiment, "base", {"policy": policy, "eval": spec.to_dict()}, spec.seed, run, root=root)
+    key = {"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()}
+    return cached_run(experiment, "base", key, spec.seed, run, root=root)
 
 
 def train_and_evaluate(
@@ -50,7 +56,7 @@ def train_and_evaluate(
         checkpoint_every: Steps between resumable checkpoints.
         progress: Show a progress bar.
     """
-    key = {"train": config.to_dict(), "eval": spec.to_dict()}
+    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy), "eval": spec.to_dict()}
     ckpt = results_root(root) / ".checkpoints" / experiment / f"{name}-{hash_jsonable(key)}-s{config.seed}"
 
     def run():

@@ -509,7 +509,8 @@ def plot_strategy_freq(
     path: str | Path | None = None,
     strategies: Sequence[str] | None = None,
 ) -> Figure:
-    """Grouped bar chart of strategy shares: strategies on x, one bar per label.
+    """Strategy shares: grouped bars (strategies on x, one bar per label), or with
+    more than ``MAX_LINES_PER_PANEL`` labels one stacked horizontal bar per label.
 
     Args:
         freqs: ``{label: {strategy: share}}``; a strategy missing from a label
@@ -532,11 +533,26 @@ def plot_strategy_freq(
         strategies = list(dict.fromkeys(s for shares in freqs.values() for s in shares))
     elif not strategies:
         raise ValueError("strategies must be None or a non-empty list of strategy names")
-    fig, ax = _target_axes(ax)
-    _grouped_bars(ax, freqs, list(strategies))
-    ax.set_xlabel("strategy")
-    ax.set_ylabel("share")
-    ax.set_ylim(bottom=0.0)
+    if len(freqs) <= MAX_LINES_PER_PANEL:
+        fig, ax = _target_axes(ax)
+        _grouped_bars(ax, freqs, list(strategies))
+        ax.set_xlabel("strategy")
+        ax.set_ylabel("share")
+        ax.set_ylim(bottom=0.0)
+        return _finish(fig, title, path, ax)
+    # Many labels: one stacked horizontal bar per label, so every label keeps a readable row.
+    fig, ax = _target_axes(ax, width=6.0, height=max(3.5, 0.3 * len(freqs) + 1.0))
+    labels = list(freqs)
+    left = np.zeros(len(labels))
+    for strategy, colour in zip(strategies, _colors(len(strategies))):
+        widths = np.array([_num(freqs[label].get(strategy, 0.0)) for label in labels])
+        ax.barh(np.arange(len(labels)), widths, left=left, color=colour, label=str(strategy))
+        left += widths
+    ax.set_yticks(np.arange(len(labels)), [str(label) for label in labels])
+    ax.invert_yaxis()
+    ax.set_xlabel("share")
+    ax.set_xlim(0.0, max(1.0, float(left.max())))
+    _legend_outside(ax, title="strategy")
     return _finish(fig, title, path, ax)
 
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 
-from rlvr_lib.eval.stats import bootstrap_ci, hierarchical_bootstrap_ci, per_problem_scores
+from rlvr_lib.eval.summaries import PASSK_INTERVAL, SEED_INTERVAL, summary_row
 from rlvr_lib.experiments import format_ci, load_runs, results_root
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -43,28 +43,19 @@ def _method_section(root: Path, experiment: str, title: str) -> list[str]:
     for r in records:
         by_name.setdefault(r.name, []).append(r)
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
-    families, samples = records[0].final["average"]["families"], records[0].config["eval"]["samples"]
     lines = [
         f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
-        "pass@k by a bootstrap over seeds x problems (the base policy, one evaluation, over problems), "
-        "the other columns by a percentile bootstrap over seeds):",
+        f"pass@k by a {PASSK_INTERVAL}, the other columns by a {SEED_INTERVAL}; the base policy's seeds "
+        "are its sampling seeds):",
         "",
         f"| run | seeds | pass@1 | pass@8 | pass@{kmax} | strategy entropy | malformed | modes/problem |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for name, recs in sorted(by_name.items(), key=lambda kv: (kv[0] != "base", kv[0])):
-        avg = [r.final["average"] for r in recs]
-
-        def passk(k):
-            scores, _ = per_problem_scores(recs, families, samples=samples, k=k)
-            return format_ci(hierarchical_bootstrap_ci(scores, bounds=(0, 1)))
-
-        def cell(key):
-            return format_ci(bootstrap_ci([a[key] for a in avg]))
-
+        row = {col: format_ci(ci) for col, ci in summary_row(recs, (1, 8, kmax)).items()}
         lines.append(
-            f"| {name} | {len(recs)} | {passk(1)} | {passk(8)} | {passk(kmax)} | {cell('strategy_entropy')} "
-            f"| {cell('malformed_rate')} | {cell('mean_modes')} |"
+            f"| {name} | {len(recs)} | {row['pass@1']} | {row['pass@8']} | {row[f'pass@{kmax}']} "
+            f"| {row['strategy entropy']} | {row['malformed']} | {row['modes/problem']} |"
         )
     return lines
 
@@ -111,8 +102,8 @@ def _bench_section(root: Path) -> list[str]:
 
 
 SECTIONS = (
-    ("grpo_baseline_full", "GRPO baseline", "01_grpo_baseline"),
-    ("baselines_full", "Baselines", "02_baselines"),
+    ("grpo_baseline_full", "GRPO baseline", "01_grpo_pass_at_k_modes_group_size"),
+    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors"),
 )
 
 

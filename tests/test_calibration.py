@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report
+from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine
 from rlvr_lib.tasks import EVAL_FAMILIES, STRATEGIES
@@ -64,7 +64,9 @@ def test_cli_writes_json_and_prints(tmp_path, capsys):
     code = main(["calibrate", "--problems", "4", "--samples", "8", "--out", str(out)])
     data = json.loads(out.read_text())
     assert code == (0 if data["all_targets_met"] else 1)
-    assert set(data["families"]) == set(EVAL_FAMILIES) | {"ood_shift", "train"}
+    assert set(data["families"]) == set(EVAL_FAMILIES) | {"rare_mix", "ood_shift", "train"}
+    assert {"pass_at_8[rare_mix]", "hard_acc_ratio[rare_mix: round/split]",
+            "hard_acc_ratio[rare_mix: round/direct]", "pass_at_1_falls_with_difficulty"} <= set(data["targets"])
     assert "mean_pass_at_1" in capsys.readouterr().out
 
 
@@ -98,3 +100,32 @@ def test_config_json_round_trip_and_report_config():
         "problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "hot_temperature",
         "group_size", "max_new_tokens", "seed", "families",
     ]
+
+
+def test_rare_family_targets_by_hand():
+    metrics = {"n_samples": 64, "pass_at_64": 0.65, "hard_acc_by_strategy": {"direct": 0.1, "split": 0.2, "round": 0.45}}
+    t = rare_family_targets("rare_mix", metrics)
+    assert t["pass_at_64[rare_mix]"] == {"value": 0.65, "bound": "<= 0.7", "met": True}
+    assert t["hard_acc_ratio[rare_mix: round/direct]"]["value"] == 4.5
+    assert t["hard_acc_ratio[rare_mix: round/direct]"]["met"] is True
+    assert t["hard_acc_ratio[rare_mix: round/split]"]["value"] == 2.25
+    assert t["hard_acc_ratio[rare_mix: round/split]"]["met"] is False
+    assert t["hard_acc_ratio[rare_mix: round/split]"]["detail"] == {"round": 0.45, "split": 0.2}
+    never = rare_family_targets("rare_mix", {**metrics, "hard_acc_by_strategy": {"direct": 0.0, "split": 0.0,
+                                                                                 "round": 0.3}})
+    assert never["hard_acc_ratio[rare_mix: round/split]"] == {"value": 1e6, "bound": ">= 3.0", "met": True,
+                                                             "detail": {"round": 0.3, "split": 0.0}}
+    unmeasured = rare_family_targets("rare_mix", {**metrics, "hard_acc_by_strategy": {"direct": 0.0, "split": 0.0,
+                                                                                      "round": float("nan")}})
+    assert unmeasured["hard_acc_ratio[rare_mix: round/split]"]["met"] is False
+
+
+def test_only_round_works_on_rare_mix_for_the_shipped_policy():
+    # The reduced-sample version of the rare_mix calibration targets (the full ones: results/testbed).
+    config = CalibrationConfig(problems_per_family=16, samples=8, hint_problems=16, hint_samples=8, hot_samples=1,
+                               families=("rare_mix", "train"))
+    model, tokenizer = load_policy(device="cpu")
+    report = calibrate(HFEngine(model, tokenizer), config)
+    acc = report["families"]["rare_mix"]["hard_acc_by_strategy"]
+    assert acc["round"] >= 0.25
+    assert acc["round"] >= 2 * acc["split"] and acc["round"] >= 2 * acc["direct"], acc

@@ -187,3 +187,34 @@ def test_length_stats_rejects_bad_input():
         length_stats([[1, 2]])
     with pytest.raises(ValueError, match="NaN or inf"):
         length_stats([1, float("inf")])
+
+
+def test_plateau_step_finds_the_first_window_that_stops_falling():
+    from rlvr_lib.eval.diagnostics import plateau_step
+
+    # Window means 1.0, 0.8, 0.6, 0.55, 0.54: drops 0.2, 0.2, 0.05 (< 0.1 * 1.0) -> flat by the end of window 3.
+    curve = np.repeat([1.0, 0.8, 0.6, 0.55, 0.54], 4)
+    assert plateau_step(curve, window=4, rel_drop=0.1) == 16
+    assert plateau_step(curve, window=4, rel_drop=0.25) == 8  # every drop counts as flat
+    assert plateau_step(np.linspace(1, 0, 40), window=4, rel_drop=0.05) is None  # still falling: train longer
+    with_gaps = list(curve)
+    with_gaps[5] = None  # an unlogged step is skipped within its window
+    assert plateau_step(with_gaps, window=4, rel_drop=0.1) == 16
+    with pytest.raises(ValueError, match="at least two windows"):
+        plateau_step([1.0, 0.5], window=2)
+    with pytest.raises(ValueError, match="window=0 is invalid"):
+        plateau_step(curve, window=0)
+    with pytest.raises(ValueError, match="rel_drop"):
+        plateau_step(curve, rel_drop=0.0)
+
+
+def test_plateau_cli_writes_the_per_seed_measurement(tmp_path):
+    import json
+
+    from rlvr_lib.__main__ import main
+
+    out = tmp_path / "plateau.json"
+    code = main(["plateau", "--steps", "4", "--window", "2", "--seeds", "0", "--rel-drop", "10", "--out", str(out)])
+    report = json.loads(out.read_text())
+    assert code == 0 and report["plateau_step"] == 4  # rel_drop 10: the first comparison already counts as flat
+    assert len(report["runs"]["0"]["entropy"]) == 4 and report["plateau_step_per_seed"] == [4]

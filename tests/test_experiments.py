@@ -368,3 +368,24 @@ def test_claims_table_errors():
 def test_jsonable_rejects_unknown_objects():
     with pytest.raises(TypeError):
         jsonable({"x": object()})
+
+
+def test_claims_summary_counts_and_words_each_verdict():
+    from rlvr_lib.experiments import claims_summary
+
+    rows = [
+        dict(claim="A rises", paper="+.04", ours={"mean": 0.1, "ci_low": 0.05, "ci_high": 0.2, "n": 5, "method": "m"},
+             expect=">"),
+        dict(claim="B rises", paper="+.01", ours={"mean": 0.1, "ci_low": -0.05, "ci_high": 0.2, "n": 5, "method": "m"},
+             expect=">"),
+        dict(claim="C falls", paper="-.02", ours={"mean": 0.1, "ci_low": 0.05, "ci_high": 0.2, "n": 5, "method": "m"},
+             expect="<"),
+        dict(claim="D checks", paper="-", ours=[0.9], holds=False),
+    ]
+    text = claims_summary(claims_table(rows))
+    lines = text.splitlines()
+    assert lines[0].startswith("**1 of 4 claims hold at our scale**")
+    assert lines[2] == "- **holds**: A rises -- ours 0.100 [0.050, 0.200] (m); paper: +.04"
+    assert lines[3].startswith("- **not resolved** (point estimate on the claimed side") and "B rises" in lines[3]
+    assert lines[4].startswith("- **does not hold** (point estimate against the claimed side): C falls")
+    assert lines[5].startswith("- **does not hold**: D checks")

@@ -373,3 +373,17 @@ def test_failed_save_keeps_the_old_file_and_leaves_no_temp(tmp_path, monkeypatch
 def test_bad_inputs_raise_clear_value_errors(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_strategy_shares_of_many_runs_become_one_stacked_row_each():
+    from rlvr_lib.plots import MAX_LINES_PER_PANEL, plot_strategy_freq
+
+    n = MAX_LINES_PER_PANEL + 4
+    freqs = {f"method_{i}": {"direct": 0.5, "split": 0.3, "round": 0.2 - i / 100} for i in range(n)}
+    fig = plot_strategy_freq(freqs, strategies=["direct", "split", "round"])
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == list(freqs)
+    assert len(ax.patches) == 3 * n
+    ends = {round(p.get_y(), 3): p.get_x() + p.get_width() for p in ax.patches}  # stacked: last strategy ends at the sum
+    assert ends[round(ax.patches[-1].get_y(), 3)] == pytest.approx(0.8 + 0.2 - (n - 1) / 100)
+    assert ax.get_legend() is not None and [t.get_text() for t in ax.get_legend().get_texts()] == ["direct", "split", "round"]

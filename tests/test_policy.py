@@ -147,3 +147,23 @@ def test_pretrain_config_round_trips_json():
     assert cfg.to_dict()["strategy_prior"] == [0.6, 0.3, 0.1]
     with pytest.raises(ValueError, match="PretrainConfig.hint_share"):
         cfg.replace(hint_share=2.0)
+
+
+def test_pretraining_mixture_never_shows_the_held_out_fact():
+    import re
+
+    import numpy as np
+
+    from rlvr_lib.policy.pretrain import PretrainingMixture
+
+    mixture = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))
+    pairs = [mixture.sample() for _ in range(4000)]
+    assert not [c for _, c in pairs if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
+    # Redrawing the problem (not the strategy) keeps the unhinted strategy shares at the prior.
+    unhinted = [c.split(":")[0] for p, c in pairs if " hint: " not in p]
+    assert abs(unhinted.count("round") / len(unhinted) - 0.05) < 0.015
+    assert abs(unhinted.count("split") / len(unhinted) - 0.20) < 0.03
+    # Round is still shown on round-only items (first factor ending in 9): that is what can be discovered.
+    assert any(c.startswith("round:") and re.search(r"-1\*\d\d=", c) for _, c in pairs)
+    leaky = PretrainingMixture(PretrainConfig(hold_out_fact=False), np.random.default_rng(0))
+    assert any(re.search(r"(?<!\d)9\*\d\d(?!\d)", leaky.sample()[1]) for _ in range(2000))

@@ -1,6 +1,7 @@
 """The testbed: generators, splits, verifier, hint pools."""
 
 import random
+import re
 
 import pytest
 
@@ -24,6 +25,7 @@ from rlvr_lib.tasks import (
     problem_pool,
     solution_trace,
     split_of,
+    uses_held_out_fact,
     verify,
 )
 
@@ -208,3 +210,43 @@ def test_family_capacity_is_the_largest_drawable_size(family):
     assert len(family_problems(family, n)) == n
     with pytest.raises(ValueError, match="asks for"):
         family_problems(family, n + 1)
+
+
+# --------------------------------------------------------------------------- round-only items
+
+
+def test_held_out_fact_is_nine_times_b_or_ninety_times_b():
+    from rlvr_lib.tasks import HELD_OUT_DIGIT, uses_held_out_fact
+
+    assert HELD_OUT_DIGIT == 9
+    assert uses_held_out_fact(79, 86, "split")  # 70*86+9*86
+    assert uses_held_out_fact(71, 86, "round")  # 80*86-9*86
+    assert uses_held_out_fact(84, 86, "round")  # 90*86-6*86: 9*86 read off 90*86
+    assert uses_held_out_fact(94, 86, "split")  # 90*86+4*86
+    assert not uses_held_out_fact(79, 86, "round")  # 80*86-1*86: the correction is a copy of b
+    assert not uses_held_out_fact(79, 86, "direct")
+    assert not uses_held_out_fact(79, 6, "split")  # 9*6 is a one-digit fact
+    assert not uses_held_out_fact(78, 86, "split")
+    # Exhaustive: the predicate is exactly "the trace has a step 9*b or 90*b with a two-digit b".
+    for a in (a for a in range(11, 100) if a % 10):
+        for b in range(2, 100):
+            for s in STRATEGIES:
+                step = re.search(rf"(?<!\d)90?\*{b}(?!\d)", solution_trace(a, b, s)) is not None
+                assert uses_held_out_fact(a, b, s) == (b >= 10 and step), (a, b, s)
+
+
+def test_rare_mix_holds_only_round_only_items_of_the_eval_pool():
+    from rlvr_lib.tasks import RARE_FAMILIES, round_only
+
+    assert RARE_FAMILIES == ("rare_mix",) and "rare_mix" not in EVAL_FAMILIES
+    problems = family_problems("rare_mix", 200)
+    assert all(round_only(*p.operands) and p.difficulty == "hard" and p.operands[0] < 80 for p in problems)
+    assert all(split_of(*p.operands) == "eval" and p.strategy == "round" for p in problems)
+    assert all(uses_held_out_fact(*p.operands, "split") and not uses_held_out_fact(*p.operands, "round")
+               for p in problems)
+
+
+def test_existing_families_draw_what_they_drew_before_rare_mix():
+    # First problems of each family as drawn before `first_units` existed (commit e14b787).
+    assert [p.uid for p in family_problems("hard_mix", 3)] == ["mul:82*34", "mul:28*52", "mul:26*2"]
+    assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:42*9", "mul:37*9", "mul:47*6"]

@@ -10,6 +10,8 @@
   sampling drops exactly these groups.
 * Completion lengths (VIGOR: length hacking without ``sqrt(T)``;
   INTUITOR's length drift).
+* Where a training curve flattens (:func:`plateau_step`), which sets how long
+  the full profile trains.
 
 All functions take numpy arrays, torch tensors or plain sequences and never
 modify their input.
@@ -32,6 +34,7 @@ __all__ = [
     "dead_group_mask",
     "length_stats",
     "outcome_rates",
+    "plateau_step",
     "rescued_lost_groups",
     "zero_advantage_fraction",
 ]
@@ -323,3 +326,41 @@ def length_stats(lengths: Any) -> dict[str, float]:
         "median": float(np.median(arr)),
         "p90": float(np.percentile(arr, 90)),
     }
+
+
+def plateau_step(values: Any, *, window: int = 20, rel_drop: float = 0.1) -> int | None:
+    """The first step by which a falling curve (e.g. training entropy) has flattened.
+
+    With ``m_j`` the mean of window ``j`` (steps ``[j w, (j+1) w)``), the
+    curve has flattened at the end of the first window whose mean falls by
+    less than ``rel_drop`` of the first window's mean::
+
+        j* = min{j >= 1 : m_{j-1} - m_j < rel_drop * m_0},   step = (j* + 1) * w
+
+    NaN / None values (steps where the metric was not logged) are skipped
+    within their window.
+
+    Args:
+        values: One value per step, in step order.
+        window: ``w``, steps per window (``>= 1``).
+        rel_drop: Threshold as a share of the first window's mean (``> 0``).
+
+    Returns:
+        The step count after which the curve is flat, or ``None`` when no
+        window qualifies (still falling at the end: train longer).
+
+    Raises:
+        ValueError: on fewer than two full windows, or bad ``window``/``rel_drop``.
+    """
+    check_range("rel_drop", rel_drop, 0, None, lo_open=True)
+    if not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 1:
+        raise ValueError(f"window={window!r} is invalid: must be an integer >= 1")
+    x = np.array([np.nan if v is None else float(v) for v in values], dtype=float)
+    n = len(x) // window
+    if n < 2:
+        raise ValueError(f"values has {len(x)} steps: must hold at least two windows of {window}")
+    means = np.array([np.nanmean(x[j * window:(j + 1) * window]) for j in range(n)])
+    for j in range(1, n):
+        if means[j - 1] - means[j] < rel_drop * means[0]:
+            return (j + 1) * window
+    return None

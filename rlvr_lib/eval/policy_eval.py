@@ -21,11 +21,20 @@ import numpy as np
 
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
-from rlvr_lib.eval.diversity import mode_ari, mode_counts_per_problem, strategy_entropy
+from rlvr_lib.eval.diversity import modes_and_ari, strategy_entropy
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import DEFAULT_TASK, EVAL_FAMILIES, MALFORMED, OOD_FAMILIES, WRONG, get_task, task_names
+from rlvr_lib.tasks import (
+    DEFAULT_TASK,
+    EVAL_FAMILIES,
+    MALFORMED,
+    OOD_FAMILIES,
+    RARE_FAMILIES,
+    WRONG,
+    get_task,
+    task_names,
+)
 
 AVERAGE = "average"
 
@@ -37,8 +46,9 @@ class EvalSpec(ConfigBase):
     Attributes:
         families: Families of the task to evaluate; its in-distribution ones
             (``task.eval_families``) among them are averaged (all of them when
-            none is). The default is the arithmetic testbed's evaluation and
-            OOD families: give ``families`` with any other ``task``.
+            none is). The default is the arithmetic testbed's evaluation,
+            rare-strategy and OOD families: give ``families`` with any other
+            ``task``.
         problems_per_family: Problems per family.
         samples: Samples per problem (pass@k for k up to this).
         temperature, top_p, max_new_tokens: Sampling.
@@ -51,7 +61,7 @@ class EvalSpec(ConfigBase):
             so specs and run ids from before the field existed are unchanged.
     """
 
-    families: tuple[str, ...] = EVAL_FAMILIES + OOD_FAMILIES
+    families: tuple[str, ...] = EVAL_FAMILIES + RARE_FAMILIES + OOD_FAMILIES
     problems_per_family: int = 200
     samples: int = 64
     temperature: float = 1.0
@@ -80,27 +90,32 @@ class EvalSpec(ConfigBase):
 
 
 def diversity(samples: ScoredSamples, n_problems: int, n_samples: int, seed: int = 0) -> dict:
-    """Reasoning modes per problem among well-formed samples, and ARI with the strategy labels."""
+    """Reasoning modes per problem among well-formed samples, and their ARI with the strategy labels.
+
+    Both come from one tag-free clustering (`modes_and_ari`): the traces are
+    clustered with their strategy tag removed, so the agreement with the labels
+    is earned by the bodies of the traces, not read off the tag.
+    """
     texts, labels = [], []
     for p in range(min(n_problems, len(samples.problems))):
         keep = [j for j in range(min(n_samples, samples.statuses.shape[1])) if samples.statuses[p, j] != MALFORMED]
         if keep:
             texts.append([samples.texts[p][j] for j in keep])
-            labels += [samples.strategies[p, j] for j in keep]
+            labels.append([samples.strategies[p, j] for j in keep])
     if not texts:
-        return {"mean_modes": 0.0, "histogram": {}, "n_modes": 0, "ari_vs_strategy": None}
-    modes = mode_counts_per_problem(texts, seed=seed).to_dict()
-    pooled = [t for group in texts for t in group]
-    ari = mode_ari(pooled, labels) if len(set(labels)) > 1 else None
-    return {"mean_modes": modes["mean_modes"], "histogram": modes["histogram"], "n_modes": modes["n_modes"],
-            "ari_vs_strategy": ari}
+        return {"mean_modes": 0.0, "histogram": {}, "n_modes": 0, "ari_vs_strategy": None, "tag_free": True,
+                "counts": []}
+    out = modes_and_ari(texts, labels, seed=seed)
+    keys = ("mean_modes", "histogram", "n_modes", "ari_vs_strategy", "tag_free", "counts")
+    return {key: out[key] for key in keys}
 
 
 def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
     """Metrics of one family's samples (JSON-ready)."""
     G = spec.group_size
     groups = samples.rewards.reshape(-1, G)
-    freq = samples.strategy_freq(get_task(spec.task).strategies)
+    strategies = get_task(spec.task).strategies
+    freq = samples.strategy_freq(strategies)
     return {
         "pass_at_k": {str(k): v for k, v in pass_at_k_curve(samples.correct).items()},
         "strategy_freq": freq,
@@ -113,6 +128,11 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
         "zero_adv_frac": zero_advantage_fraction(groups.ravel(), np.repeat(np.arange(len(groups)), G)),
         "diversity": diversity(samples, spec.diversity_problems, spec.diversity_samples, spec.seed),
         "correct_counts": samples.correct.sum(1).astype(int).tolist(),
+        # Per problem, how many samples used each strategy ("none": no strategy parsed), for paired share analysis.
+        "strategy_counts": {
+            s: [sum(x == s or (s == "none" and x is None) for x in row) for row in samples.strategies]
+            for s in (*strategies, "none")
+        },
         "uids": [p.uid for p in samples.problems],
     }
 

@@ -6,6 +6,7 @@ the tiny policy runs unchanged on a hub name or a local checkpoint directory.
 
 from __future__ import annotations
 
+import hashlib
 from pathlib import Path
 
 import torch
@@ -23,6 +24,24 @@ def resolve_policy_path(name_or_path: str | Path | None) -> str:
             )
         return str(TINY_POLICY_DIR)
     return str(name_or_path)
+
+
+def policy_fingerprint(name_or_path: str | Path | None) -> str:
+    """What a cached result depends on: a content hash of a local checkpoint, else the hub name.
+
+    Hashes ``config.json`` and the weight files (``*.safetensors``, ``*.bin``)
+    of a local directory, so retraining the embedded policy changes every cache
+    key built from it and no run of the old policy is read back as a new one.
+    """
+    path = Path(resolve_policy_path(name_or_path))
+    if not path.is_dir():
+        return str(name_or_path)
+    digest = hashlib.sha256()
+    for file in sorted([path / "config.json", *path.glob("*.safetensors"), *path.glob("*.bin")]):
+        if file.exists():
+            digest.update(file.name.encode())
+            digest.update(file.read_bytes())
+    return digest.hexdigest()[:16]
 
 
 def load_policy(

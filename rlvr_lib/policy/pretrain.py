@@ -9,8 +9,11 @@ prompts carry a hint: mostly the name of the trace's strategy (so hints steer),
 sometimes a distractor word with a strategy from the prior (so unhelpful hints
 are ignored). A strategy hint names each strategy with equal odds, so the rare
 strategy is practised when nudged toward but stays rare unhinted (the premise
-of NudgeRL: hints unlock modes the policy can execute but seldom samples). The
-loss is next-token cross-entropy on completion tokens only.
+of NudgeRL: hints unlock modes the policy can execute but seldom samples). No
+trace shows the held-out fact ``9*b`` or ``90*b`` (two-digit ``b``; see
+`rlvr_lib.tasks.arithmetic`): a problem whose trace would is redrawn, so on
+round-only items the rare strategy is the only one that works. The loss is
+next-token cross-entropy on completion tokens only.
 
 Deterministic for a seed on CPU; resumable: a state file is written every
 ``save_every`` steps and picked up by the next call with the same config.
@@ -42,6 +45,7 @@ from rlvr_lib.tasks.arithmetic import (
     TRAIN_FAMILY,
     make_problem,
     problem_pool,
+    uses_held_out_fact,
 )
 
 
@@ -61,15 +65,17 @@ class PretrainConfig(ConfigBase):
         strategy_prior: Probability of (direct, split, round) traces.
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
+        hold_out_fact: Never show a trace with a step ``9*b`` or ``90*b`` (two-digit ``b``;
+            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
     """
 
     seed: int = 0
-    steps: int = 1200
+    steps: int = 2400
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
-    hint_share: float = 0.3
+    hint_share: float = 0.4
     distractor_share: float = 0.2
     strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
     hidden_size: int = 128
@@ -77,6 +83,7 @@ class PretrainConfig(ConfigBase):
     num_heads: int = 4
     intermediate_size: int = 512
     save_every: int = 250
+    hold_out_fact: bool = True
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
@@ -126,8 +133,6 @@ class PretrainingMixture:
 
     def sample(self) -> tuple[str, str]:
         rng, cfg = self.rng, self.config
-        pool = self.pools[rng.choice(len(self.pools), p=self.mix)]
-        a, b = pool[rng.integers(len(pool))]
         hint = None
         strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
         if rng.random() < cfg.hint_share:
@@ -137,7 +142,12 @@ class PretrainingMixture:
                 # A strategy hint names any strategy with equal odds: the rare strategy is practised
                 # when asked for, while unhinted prompts keep the skewed prior.
                 strategy = hint = STRATEGIES[rng.integers(len(STRATEGIES))]
-        problem = make_problem(int(a), int(b), strategy=strategy)
+        while True:  # redraw the problem, not the strategy, so the strategy shares stay the prior's
+            pool = self.pools[rng.choice(len(self.pools), p=self.mix)]
+            a, b = (int(x) for x in pool[rng.integers(len(pool))])
+            if not (cfg.hold_out_fact and uses_held_out_fact(a, b, strategy)):
+                break
+        problem = make_problem(a, b, strategy=strategy)
         return problem.prompt_with(hint), problem.oracle_trace
 
 

@@ -11,8 +11,10 @@ from rlvr_lib.tasks.arithmetic import (
     EVAL_FAMILIES,
     FAMILIES,
     HARD_DIFFICULTY,
+    HELD_OUT_DIGIT,
     OOD_FAMILIES,
     PRETRAIN_STRATEGY_PRIOR,
+    RARE_FAMILIES,
     STRATEGIES,
     TRAIN_FAMILY,
     USEFUL_STRATEGIES,
@@ -25,8 +27,10 @@ from rlvr_lib.tasks.arithmetic import (
     make_problem,
     parse_strategy,
     problem_pool,
+    round_only,
     solution_trace,
     split_of,
+    uses_held_out_fact,
     verify,
 )
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, WRONG, Problem, Verdict

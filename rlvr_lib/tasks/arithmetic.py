@@ -20,13 +20,23 @@ so that bottleneck is real at laptop scale:
   subtract) reduce the product to 1-digit x 2-digit facts and one addition or
   subtraction. ``round`` is rare in pretraining and made for the hard subset:
   when the first factor ends in 8 or 9 its correction term d*b is b or 2b.
+* A fact the policy never learns: pretraining shows no chain step ``9*b`` or
+  ``90*b`` with a two-digit ``b`` (``HELD_OUT_DIGIT``: split's unit product
+  when the first factor ends in 9, round's correction when it ends in 1, and
+  round's rounded product for first factors 81-89; ``90*b`` must go too, or
+  the policy reads ``9*b`` off it). So on *round-only* items (first factor
+  19-79 ending in 9, second factor two-digit) ``split`` needs a product the
+  policy cannot compute, while ``round``'s correction ``1*b`` is a copy of
+  ``b``: only the rare strategy works there, and it must be discovered.
 * Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
   and the first factor ends in 1-7; ``hard`` = two digits and it ends in 8-9
   (hard for the dominant one-shot answer, easy for the rare strategy).
 * Families are evaluation suites with different difficulty mixes (stand-ins for
   MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
   out-of-distribution family whose first factor (91-99) never occurs in
-  pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test).
+  pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test), and
+  ``rare_mix``, the round-only items of the evaluation pool: the instrument's
+  headroom, where a pass@k gain needs the rare strategy.
 
 The train / eval split is a fixed hash of the problem, so it never depends on a
 seed and never overlaps; the seed only chooses which problems a family draws.
@@ -57,6 +67,8 @@ USEFUL_STRATEGIES = {
     "hard": ("round", "split"),
 }
 MAX_COMPLETION_CHARS = 200
+# Pretraining never shows a chain step 9*b or 90*b with a two-digit b (see the module docstring).
+HELD_OUT_DIGIT = 9
 _SPLIT_VERSION = "rlvr-testbed-split-v2"
 
 
@@ -70,6 +82,7 @@ class FamilySpec:
         mix: Share of each difficulty, in ``DIFFICULTIES`` order.
         first_factors: Inclusive range of the first factor.
         stands_in_for: The paper benchmark this family plays the role of.
+        first_units: Allowed last digits of the first factor (``None``: any).
     """
 
     name: str
@@ -77,6 +90,7 @@ class FamilySpec:
     mix: tuple[float, float, float]
     first_factors: tuple[int, int]
     stands_in_for: str
+    first_units: tuple[int, ...] | None = None
 
 
 IN_DISTRIBUTION = (11, 89)
@@ -91,10 +105,14 @@ FAMILIES: dict[str, FamilySpec] = {
         FamilySpec("hard_mix", "eval", (0.2, 0.4, 0.4), IN_DISTRIBUTION, "AIME24"),
         FamilySpec("hardest_mix", "eval", (0.1, 0.3, 0.6), IN_DISTRIBUTION, "AIME25 / APEX"),
         FamilySpec("ood_shift", "eval", (0.35, 0.35, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
+        FamilySpec("rare_mix", "eval", (0.0, 0.0, 1.0), (11, 79),
+                   "the items only the rare strategy solves (the instrument's headroom)", first_units=(9,)),
     )
 }
 EVAL_FAMILIES = ("easy_mix", "medium_mix", "hard_mix", "hardest_mix")
 OOD_FAMILIES = ("ood_shift",)
+# Reported beside the in-distribution average, not in it: the average stays the papers' "avg" column.
+RARE_FAMILIES = ("rare_mix",)
 TRAIN_FAMILY = "train"
 
 
@@ -106,6 +124,21 @@ def difficulty_of(a: int, b: int) -> str:
     if b < 10:
         return "easy"
     return "medium" if a % 10 <= 7 else "hard"
+
+
+def round_only(a: int, b: int) -> bool:
+    """Whether only ``round`` can solve ``a*b``: split needs the held-out ``9*b``, round only ``1*b`` and ``(a+1)*b``."""
+    return b >= 10 and a % 10 == HELD_OUT_DIGIT and a < 10 * HELD_OUT_DIGIT
+
+
+def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
+    """Whether the oracle trace of ``a*b`` has a step ``9*b`` or ``90*b`` (``HELD_OUT_DIGIT``, two-digit ``b``)."""
+    if b < 10 or strategy == "direct":
+        return False
+    tens, units = divmod(a, 10)
+    if strategy == "split":  # tens*10*b + units*b
+        return HELD_OUT_DIGIT in (tens, units)
+    return HELD_OUT_DIGIT in (tens + 1, (10 - units) % 10)  # round: (tens+1)*10*b - (10-units)*b
 
 
 def check_difficulty(difficulty: str) -> str:
@@ -173,15 +206,20 @@ def make_problem(a: int, b: int, family: str = "custom", strategy: str = "direct
     )
 
 
-def problem_pool(split: str, difficulty: str, first_factors: tuple[int, int] = IN_DISTRIBUTION) -> list[tuple[int, int]]:
-    """All ``(a, b)`` of one split and difficulty, in a fixed order."""
+def problem_pool(
+    split: str,
+    difficulty: str,
+    first_factors: tuple[int, int] = IN_DISTRIBUTION,
+    first_units: tuple[int, ...] | None = None,
+) -> list[tuple[int, int]]:
+    """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``)."""
     if split not in ("train", "eval"):
         raise ValueError(f"split={split!r} is not valid: must be 'train' or 'eval'")
     check_difficulty(difficulty)
     lo, hi = first_factors
     out = []
     for a in range(lo, hi + 1):
-        if a % 10 == 0:
+        if a % 10 == 0 or (first_units is not None and a % 10 not in first_units):
             continue
         for b in range(2, 100):
             if difficulty_of(a, b) != difficulty:
@@ -209,7 +247,7 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
 def family_capacity(family: str) -> int:
     """The largest ``n`` that `family_problems` can draw from ``family``."""
     spec = check_family(family)
-    sizes = [len(problem_pool(spec.split, d, spec.first_factors)) for d in DIFFICULTIES]
+    sizes = [len(problem_pool(spec.split, d, spec.first_factors, spec.first_units)) for d in DIFFICULTIES]
     fits = lambda n: all(c <= size for c, size in zip(difficulty_counts(spec.mix, n), sizes))  # noqa: E731
     n = int(min(size / share for size, share in zip(sizes, spec.mix) if share > 0))
     while fits(n + 1):  # rounding can leave room above the proportional bound
@@ -234,7 +272,7 @@ def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
     rng = _family_rng(family, seed)
     picked: list[tuple[int, int]] = []
     for difficulty, count in zip(DIFFICULTIES, difficulty_counts(spec.mix, n)):
-        pool = problem_pool(spec.split, difficulty, spec.first_factors)
+        pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
         if count > len(pool):
             raise ValueError(
                 f"n={n} asks for {count} {difficulty} problems from family {family!r}, whose pool has {len(pool)}"

@@ -1,0 +1,239 @@
+"""Run records summarised for tables and claims: what every notebook and the README compute.
+
+A *run* is one method's run records, one per seed (`rlvr_lib.experiments.RunRecord`
+or anything with ``.final`` / ``.history``; the base policy is a run whose
+records are its evaluations with different sampling seeds). These helpers turn
+runs into numbers with the interval method named, so notebooks only call them:
+
+* :func:`seed_values`, :func:`train_metric` -- one value per seed, from the
+  final evaluation or from the end of training;
+* :func:`mean_pass_curve` -- the seed-mean pass@k curve;
+* :func:`per_problem_shares` -- the ``(S, P)`` matrix of a strategy's share per
+  problem, the paired counterpart of `per_problem_scores` for strategy claims;
+* :func:`summary_row`, :func:`family_table` -- table cells, ``"mean [lo, hi]"``.
+
+Interval methods (named in :data:`PASSK_INTERVAL` and :data:`SEED_INTERVAL`):
+pass@k and shares bootstrap seeds x problems (`hierarchical_bootstrap_ci`);
+everything measured once per seed bootstraps seeds (`bootstrap_ci`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from rlvr_lib.eval.stats import (
+    _evaluation,
+    bootstrap_ci,
+    hierarchical_bootstrap_ci,
+    per_problem_scores,
+)
+from rlvr_lib.validation import check_int, invalid
+
+PASSK_INTERVAL = "percentile bootstrap over seeds x problems"
+SEED_INTERVAL = "percentile bootstrap over seeds"
+# Per-seed metrics that are rates: their intervals are checked against and clipped to [0, 1].
+RANGES = {key: (0.0, 1.0) for key in ("malformed_rate", "wrong_rate", "zero_adv_frac", "accuracy")}
+
+
+def _records(name: str, records: Any) -> list:
+    if isinstance(records, (str, Mapping)) or not isinstance(records, Sequence) or not records:
+        raise invalid(name, type(records).__name__, "a non-empty list of run records, one per seed")
+    return list(records)
+
+
+def _scope(final: Mapping[str, Any], family: Optional[str]) -> Mapping[str, Any]:
+    if family is None:
+        return final["average"]
+    if family not in final["families"]:
+        raise invalid("family", family, f"a family of the evaluation, among {sorted(final['families'])}")
+    return final["families"][family]
+
+
+def seed_values(records: Sequence[Any], key: str, family: Optional[str] = None) -> list[float]:
+    """``[record.final[scope][key] for each seed]``; scope is the in-distribution average or one family.
+
+    Raises:
+        ValueError: on no records, an unknown family, or a key the evaluation lacks.
+    """
+    out = []
+    for i, r in enumerate(_records("records", records)):
+        scope = _scope(_evaluation(f"records[{i}]", r), family)
+        if key not in scope:
+            raise invalid("key", key, f"a metric of the evaluation, among {sorted(scope)}")
+        out.append(float(scope[key]))
+    return out
+
+
+def train_metric(records: Sequence[Any], key: str = "accuracy", last: int = 10) -> np.ndarray:
+    """Per seed, the mean of the last ``last`` logged values of a training metric.
+
+    ``accuracy`` rather than ``reward_mean`` compares methods whose rewards
+    have other scales (intrinsic rewards). Steps where the metric was not
+    logged (``None``/NaN) are skipped.
+
+    Returns:
+        ``(S,)`` float array.
+
+    Raises:
+        ValueError: on no records, a bad ``last``, or a run with no logged value of ``key``.
+    """
+    last = check_int("last", last, 1)
+    out = []
+    for i, r in enumerate(_records("records", records)):
+        values = [h[key] for h in getattr(r, "history", []) if h.get(key) is not None and np.isfinite(h[key])]
+        if not values:
+            raise invalid(f"records[{i}]", getattr(r, "run_id", i), f"a trained run that logged {key!r}")
+        out.append(float(np.mean(values[-last:])))
+    return np.asarray(out)
+
+
+def mean_pass_curve(records: Sequence[Any], family: Optional[str] = None) -> dict[str, float]:
+    """``{k: mean over seeds of pass@k}`` (string keys, as stored)."""
+    curves = [_scope(_evaluation(f"records[{i}]", r), family)["pass_at_k"]
+              for i, r in enumerate(_records("records", records))]
+    return {k: float(np.mean([c[k] for c in curves])) for k in curves[0]}
+
+
+def per_problem_shares(evaluations: Sequence[Any], families: Sequence[str], strategy: str) -> np.ndarray:
+    """``(S, P)`` matrix of ``strategy``'s share of each problem's samples, one row per seed's evaluation.
+
+    ``X[s, p] = n_{s,p}(strategy) / n_{s,p}`` from the ``strategy_counts`` an
+    evaluation stores per problem (``"none"`` counts samples with no parsable
+    strategy). Problems are the families' concatenated, as in `per_problem_scores`,
+    so two runs' matrices pair column by column.
+
+    Raises:
+        ValueError: on evaluations without ``strategy_counts``, an unknown
+            strategy, or evaluations on different problems.
+    """
+    rows, uids0 = [], None
+    for i, ev in enumerate(_records("evaluations", evaluations)):
+        final, row, uids = _evaluation(f"evaluations[{i}]", ev), [], []
+        for f in families:
+            fam = _scope(final, f)
+            counts = fam.get("strategy_counts")
+            if counts is None:
+                raise invalid(f"evaluations[{i}]['families'][{f!r}]", sorted(fam),
+                              "a family summary with 'strategy_counts' (re-run the evaluation with this version)")
+            if strategy not in counts:
+                raise invalid("strategy", strategy, f"one of {sorted(counts)}")
+            total = np.sum([counts[s] for s in counts], axis=0)
+            row.append(np.asarray(counts[strategy], dtype=float) / np.maximum(total, 1))
+            uids += list(fam["uids"])
+        if uids0 is None:
+            uids0 = uids
+        elif uids != uids0:
+            raise invalid(f"evaluations[{i}]", "<evaluation>", "an evaluation on the same problems as evaluations[0]")
+        rows.append(np.concatenate(row))
+    return np.stack(rows)
+
+
+def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Optional[str] = None) -> str:
+    """The strategy with the largest seed-mean share (ties: first in ``strategies``)."""
+    freqs = [_scope(_evaluation(f"records[{i}]", r), family)["strategy_freq"]
+             for i, r in enumerate(_records("records", records))]
+    means = [np.mean([f[s] for f in freqs]) for s in strategies]
+    return strategies[int(np.argmax(means))]
+
+
+def passk_ci(records: Sequence[Any], families: Sequence[str], k: int) -> dict[str, Any]:
+    """pass@k over ``families`` with a bootstrap over seeds x problems, clipped to [0, 1]."""
+    records = _records("records", records)
+    samples = records[0].config["eval"]["samples"]
+    scores, _ = per_problem_scores(records, families, samples=samples, k=k)
+    return hierarchical_bootstrap_ci(scores, bounds=(0, 1))
+
+
+def seed_ci(values: Sequence[float], key: Optional[str] = None) -> dict[str, Any]:
+    """Percentile bootstrap over seeds, clipped to ``RANGES[key]`` when the metric has one."""
+    return bootstrap_ci(list(values), bounds=RANGES.get(key))
+
+
+def summary_row(records: Sequence[Any], ks: Sequence[int], *, families: Optional[Sequence[str]] = None) -> dict[str, Any]:
+    """One table row: pass@k (seeds x problems) and per-seed metrics (seeds), each ``{mean, ci_low, ci_high, ...}``.
+
+    Args:
+        records: One run's records (one per seed).
+        ks: pass@k budgets to show.
+        families: Families pass@k is taken over (default: the evaluation's
+            in-distribution ones, ``final["average"]["families"]``).
+
+    Returns:
+        ``{"pass@k": ci, ..., "strategy entropy", "modes/problem", "malformed",
+        "length", "train accuracy (last 10)"}``; the last only for trained runs.
+    """
+    records = _records("records", records)
+    fams = list(families or _evaluation("records[0]", records[0])["average"]["families"])
+    row = {f"pass@{k}": passk_ci(records, fams, k) for k in ks}
+    for label, key in (("strategy entropy", "strategy_entropy"), ("modes/problem", "mean_modes"),
+                       ("malformed", "malformed_rate"), ("length", "mean_length")):
+        row[label] = seed_ci(seed_values(records, key), key)
+    if all(getattr(r, "history", None) for r in records):
+        row["train accuracy (last 10)"] = seed_ci(train_metric(records, "accuracy"), "accuracy")
+    return row
+
+
+def family_table(runs: Mapping[str, Sequence[Any]], families: Sequence[str], k: int = 1):
+    """pass@k per family (columns) and run (rows), each cell a seeds x problems interval.
+
+    Returns:
+        ``pandas.DataFrame`` of interval dicts (format with
+        `rlvr_lib.experiments.format_ci`); its ``attrs["interval"]`` names the method.
+    """
+    import pandas as pd
+
+    table = pd.DataFrame({name: {f: passk_ci(recs, [f], k) for f in families} for name, recs in runs.items()}).T
+    table.attrs["interval"] = PASSK_INTERVAL
+    return table
+
+
+def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], families: Sequence[str], *,
+                 null: Optional[Sequence[Any]] = None):
+    """Problems rescued and lost against a reference run, seed by seed, with two yardsticks.
+
+    For each run, seed ``i`` is compared with the reference's seed ``i``
+    (:func:`~rlvr_lib.eval.stats.rescue_loss` over the problems of
+    ``families``: rescued = unsolved by the reference in its ``n`` samples,
+    solved by the run; lost = the reverse) and the counts are averaged over
+    the ``min(S_run, S_ref)`` pairs. Two rows show what such counts are
+    without any difference between methods:
+
+    * ``"<reference> vs itself (other seed)"``: reference seed ``i`` against
+      seed ``i + 1`` (training and sampling noise; needs two reference seeds);
+    * ``"sampling null"``: two evaluations of one policy with different
+      sampling seeds (``null``, e.g. the base policy's), the noise of an
+      ``n``-sample evaluation alone.
+
+    A method rescues problems only where its ``rescued`` clearly exceeds both.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by run with ``pairs``, ``solved_ref``,
+        ``solved``, ``rescued``, ``lost``, ``net`` (means over pairs).
+    """
+    import pandas as pd
+
+    from rlvr_lib.eval.stats import eval_counts, rescue_loss
+
+    reference = _records("reference", reference)
+
+    def pairs(a: Sequence[Any], b: Sequence[Any]) -> dict[str, float]:
+        out = []
+        for x, y in zip(a, b):
+            (c, u), (d, v) = eval_counts(y, families), eval_counts(x, families)
+            out.append(rescue_loss(c, d, uids_before=u, uids_after=v))
+        keys = ("solved_before", "solved_after", "rescued", "lost", "net")
+        return {"pairs": len(out), **{k: float(np.mean([o[k] for o in out])) for k in keys}}
+
+    rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
+    if len(reference) >= 2:
+        rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
+    if null is not None:
+        null = _records("null", null)
+        if len(null) < 2:
+            raise invalid("null", f"<{len(null)} evaluation>", "two or more evaluations of one policy (sampling seeds)")
+        rows["sampling null"] = pairs(null[1:2], null[:1])
+    table = pd.DataFrame(rows).T.rename(columns={"solved_before": "solved_ref", "solved_after": "solved"})
+    table["pairs"] = table["pairs"].astype(int)
+    return table

@@ -1,0 +1,115 @@
+"""Run-record summaries on hand-made records: every number is checked against a hand computation."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rlvr_lib.eval.summaries import (
+    PASSK_INTERVAL,
+    family_table,
+    mean_pass_curve,
+    per_problem_shares,
+    seed_values,
+    summary_row,
+    top_strategy,
+    train_metric,
+)
+
+
+def _family(correct, split, direct, n=4):
+    """A family summary of 3 problems with ``n`` samples each; the rest of each problem's samples use round."""
+    shares = {"direct": np.mean(direct) / n, "split": np.mean(split) / n}
+    shares["round"] = 1 - shares["direct"] - shares["split"]
+    shares["none"] = 0.0
+    return {
+        "correct_counts": correct, "uids": ["p0", "p1", "p2"],
+        "strategy_counts": {"direct": direct, "split": split,
+                            "round": [n - d - s for d, s in zip(direct, split)], "none": [0, 0, 0]},
+        "pass_at_k": {"1": float(np.mean(correct)) / n}, "strategy_freq": shares,
+        "strategy_entropy": 0.5, "malformed_rate": 0.1, "mean_length": 20.0, "mean_modes": 2.0,
+    }
+
+
+def _record(correct, split, direct, history=(), entropy=0.5):
+    fam = _family(correct, split, direct)
+    average = {**fam, "families": ["a"], "strategy_entropy": entropy}
+    return SimpleNamespace(final={"families": {"a": fam}, "average": average}, history=list(history),
+                           config={"eval": {"samples": 4}}, run_id="r")
+
+
+def test_seed_values_and_train_metric():
+    recs = [_record([4, 0, 2], [0, 0, 0], [4, 4, 4], entropy=e) for e in (0.1, 0.3)]
+    assert seed_values(recs, "strategy_entropy") == [0.1, 0.3]
+    assert seed_values(recs, "malformed_rate", family="a") == [0.1, 0.1]
+    with pytest.raises(ValueError, match="key='nope' is invalid"):
+        seed_values(recs, "nope")
+    with pytest.raises(ValueError, match="family='b' is invalid"):
+        seed_values(recs, "malformed_rate", family="b")
+    hist = [{"accuracy": a} for a in (0.0, None, 0.5, float("nan"), 1.0)]
+    trained = [_record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=hist)]
+    assert train_metric(trained, "accuracy", last=2).tolist() == [0.75]  # None and NaN steps skipped
+    assert train_metric(trained, "accuracy", last=10).tolist() == [0.5]
+    with pytest.raises(ValueError, match="a trained run that logged 'accuracy'"):
+        train_metric(recs, "accuracy")
+
+
+def test_mean_pass_curve_and_top_strategy():
+    recs = [_record([4, 0, 2], [0, 0, 0], [4, 4, 4]), _record([0, 0, 2], [4, 4, 4], [0, 0, 0])]
+    assert mean_pass_curve(recs) == {"1": pytest.approx((6 / 12 + 2 / 12) / 2)}
+    assert top_strategy(recs, ["direct", "split", "round"]) == "direct"  # tie 0.5/0.5: first listed
+    assert top_strategy(recs[1:], ["direct", "split", "round"]) == "split"
+
+
+def test_per_problem_shares_pair_problems_and_count_shares():
+    a = _record([0, 0, 0], [4, 2, 0], [0, 1, 4])
+    b = _record([0, 0, 0], [0, 2, 4], [4, 0, 0])
+    X = per_problem_shares([a, b], ["a"], "split")
+    np.testing.assert_allclose(X, [[1.0, 0.5, 0.0], [0.0, 0.5, 1.0]])
+    np.testing.assert_allclose(per_problem_shares([a], ["a"], "round"), [[0.0, 0.25, 0.0]])
+    with pytest.raises(ValueError, match="strategy='lemma' is invalid"):
+        per_problem_shares([a], ["a"], "lemma")
+    old = _record([0, 0, 0], [4, 2, 0], [0, 1, 4])
+    del old.final["families"]["a"]["strategy_counts"]
+    with pytest.raises(ValueError, match="strategy_counts"):
+        per_problem_shares([old], ["a"], "split")
+    other = _record([0, 0, 0], [4, 2, 0], [0, 1, 4])
+    other.final["families"]["a"]["uids"] = ["p0", "p1", "q"]
+    with pytest.raises(ValueError, match="same problems"):
+        per_problem_shares([a, other], ["a"], "split")
+
+
+def test_summary_row_and_family_table_intervals_stay_in_range():
+    recs = [_record([4, 0, 2], [0, 0, 0], [4, 4, 4], history=[{"accuracy": 0.5}]),
+            _record([3, 1, 2], [0, 0, 0], [4, 4, 4], history=[{"accuracy": 0.7}])]
+    row = summary_row(recs, ks=[1, 4])
+    assert set(row) == {"pass@1", "pass@4", "strategy entropy", "modes/problem", "malformed", "length",
+                        "train accuracy (last 10)"}
+    assert row["pass@1"]["mean"] == pytest.approx(12 / 24)
+    assert row["pass@4"]["mean"] == pytest.approx(5 / 6)  # problems solved at least once: 2/3 and 3/3
+    for cell in row.values():
+        assert cell["ci_low"] <= cell["mean"] <= cell["ci_high"]
+    assert 0 <= row["pass@4"]["ci_low"] and row["pass@4"]["ci_high"] <= 1
+    assert "seeds x problems" in row["pass@1"]["method"] and "seeds" in row["malformed"]["method"]
+    assert "train accuracy (last 10)" not in summary_row(
+        [_record([4, 0, 2], [0, 0, 0], [4, 4, 4])], ks=[1])  # the base policy is not trained
+    table = family_table({"m": recs}, ["a"], k=1)
+    assert table.loc["m", "a"]["mean"] == pytest.approx(0.5) and table.attrs["interval"] == PASSK_INTERVAL
+
+
+def test_rescued_lost_pairs_seeds_and_adds_both_yardsticks():
+    from rlvr_lib.eval.summaries import rescued_lost
+
+    ref = [_record([0, 2, 1], [0, 0, 0], [4, 4, 4]), _record([1, 2, 0], [0, 0, 0], [4, 4, 4])]
+    run = [_record([3, 0, 1], [0, 0, 0], [4, 4, 4]), _record([1, 0, 0], [0, 0, 0], [4, 4, 4])]
+    null = [_record([0, 2, 1], [0, 0, 0], [4, 4, 4]), _record([0, 1, 0], [0, 0, 0], [4, 4, 4])]
+    t = rescued_lost({"m": run}, ref, ["a"], null=null)
+    # seed 0: ref solves {p1, p2}, run {p0, p2}: rescued p0, lost p1. Seed 1: ref {p0, p1}, run {p0}: lost p1.
+    assert t.loc["m", "rescued"] == 0.5 and t.loc["m", "lost"] == 1.0 and t.loc["m", "net"] == -0.5
+    assert t.loc["m", "solved_ref"] == 2.0 and t.loc["m", "solved"] == 1.5 and t.loc["m", "pairs"] == 2
+    # ref seed 1 {p0, p1} against ref seed 0 {p1, p2}: one rescued, one lost.
+    assert t.loc["reference vs itself (other seed)", ["rescued", "lost"]].tolist() == [1.0, 1.0]
+    # null: {p1, p2} then {p1}: p2 lost.
+    assert t.loc["sampling null", ["rescued", "lost"]].tolist() == [0.0, 1.0]
+    with pytest.raises(ValueError, match="two or more evaluations"):
+        rescued_lost({"m": run}, ref, ["a"], null=null[:1])
