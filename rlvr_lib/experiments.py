@@ -106,6 +106,28 @@ def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = F
     return d
 
 
+def cpu_model() -> str:
+    """The processor's model name: float rounding, hence bit identity of a run, depends on it."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Where a run ran: processor model, torch threads (when torch is imported), CPU count."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads() if torch is not None else None}
+
+
 @functools.lru_cache(maxsize=1)
 def git_commit() -> Optional[str]:
     """Returns ``git rev-parse HEAD`` of the package's checkout, or ``None``; never raises."""
@@ -352,7 +374,7 @@ def cached_run(
         wall_time_s=time.perf_counter() - t0,
         history=list(history),
         final=dict(final),
-        extra={**dict(extra or {}), **dict(fn_extra or {})},
+        extra={"machine": machine(), **dict(extra or {}), **dict(fn_extra or {})},
     )
     data = rec.to_dict()
     write_json_atomic(path, data)

@@ -35,13 +35,17 @@ def _calibration_section(root: Path) -> list[str]:
     return lines
 
 
-def _method_section(root: Path, experiment: str, title: str) -> list[str]:
+def _method_section(root: Path, experiment: str, title: str, shared: tuple = ()) -> list[str]:
+    """One table row per run name; ``shared`` = ``((experiment, name, label), ...)`` rows read from elsewhere."""
     records = load_runs(experiment, root)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
     by_name: dict[str, list] = {}
     for r in records:
         by_name.setdefault(r.name, []).append(r)
+    for other, name, label in shared:
+        by_name[label] = load_runs(other, root, name=name) or by_name.get(label, [])
+    by_name = {name: recs for name, recs in by_name.items() if recs}
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
     lines = [
         f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
@@ -102,20 +106,38 @@ def _bench_section(root: Path) -> list[str]:
 
 
 SECTIONS = (
-    ("grpo_baseline_full", "GRPO baseline", "01_grpo_pass_at_k_modes_group_size"),
-    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors"),
+    ("grpo_baseline_full", "GRPO baseline", "01_grpo_pass_at_k_modes_group_size", ()),
+    # Notebook 02 reads notebook 01's base evaluations and grpo-g8 runs (the same configs).
+    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors",
+     (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"))),
 )
+
+
+def _budget_section(root: Path) -> list[str]:
+    """Measured compute per notebook: the summed wall time of the runs each notebook owns."""
+    lines = ["**Compute** (sum of the committed full-profile runs' wall times; a notebook's own rendering "
+             "from the cache takes under a minute):", "", "| notebook | runs | hours | processor |", "|---|---|---|---|"]
+    total = 0.0
+    for experiment, _, notebook, _ in SECTIONS:
+        records = load_runs(experiment, root)
+        hours = sum(r.wall_time_s for r in records) / 3600
+        total += hours
+        cpus = sorted({r.extra.get("machine", {}).get("cpu_model", "?") for r in records}) or ["-"]
+        lines.append(f"| {notebook} | {len(records)} | {hours:.2f} | {', '.join(cpus)} |")
+    lines.append(f"| total | | {total:.2f} | |")
+    return lines
 
 
 def render(root: str | Path | None = None) -> str:
     """The markdown of the results section (without the markers)."""
     root = results_root(root)
     lines = _calibration_section(root)
-    for experiment, title, notebook in SECTIONS:
-        lines += [""] + _method_section(root, experiment, title)
+    for experiment, title, notebook, shared in SECTIONS:
+        lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if executed.exists():
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`."]
+    lines += [""] + _budget_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import pickle
 from dataclasses import dataclass
 
@@ -22,6 +23,7 @@ from rlvr_lib.experiments import (
     aggregate_seeds,
     cached_run,
     claims_table,
+    cpu_model,
     format_ci,
     git_commit,
     jsonable,
@@ -169,7 +171,9 @@ def test_numpy_torch_and_nan_are_converted(tmp_path):
     assert data["final"] == {
         "acc": 0.25, "per_problem": [1, 0, 1], "logits": [[1.0, 2.0]], "nan": None, "inf": None, "ok": True,
     }
+    machine = data["extra"].pop("machine")  # where it ran: float rounding depends on the processor
     assert data["extra"] == {"tag": "x", "note": ["a", "b"]}
+    assert machine["cpu_model"] == cpu_model() and machine["cpu_count"] == os.cpu_count()
     assert rec.final["nan"] is None  # the returned record is what was stored
 
 

@@ -156,14 +156,31 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
 
     from rlvr_lib.policy.pretrain import PretrainingMixture
 
-    mixture = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))
+    mixture = PretrainingMixture(PretrainConfig(hold_out_fact=True), np.random.default_rng(0))
     pairs = [mixture.sample() for _ in range(4000)]
     assert not [c for _, c in pairs if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
+    assert not [p for p, _ in pairs if p.split("=")[0].endswith("*9")]  # nor the problems a*9
     # Redrawing the problem (not the strategy) keeps the unhinted strategy shares at the prior.
     unhinted = [c.split(":")[0] for p, c in pairs if " hint: " not in p]
     assert abs(unhinted.count("round") / len(unhinted) - 0.05) < 0.015
     assert abs(unhinted.count("split") / len(unhinted) - 0.20) < 0.03
     # Round is still shown on round-only items (first factor ending in 9): that is what can be discovered.
     assert any(c.startswith("round:") and re.search(r"-1\*\d\d=", c) for _, c in pairs)
-    leaky = PretrainingMixture(PretrainConfig(hold_out_fact=False), np.random.default_rng(0))
+    leaky = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))  # the default: off
     assert any(re.search(r"(?<!\d)9\*\d\d(?!\d)", leaky.sample()[1]) for _ in range(2000))
+
+
+def test_policy_fingerprint_follows_the_weights_not_the_path(tmp_path):
+    import shutil
+
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    copy = tmp_path / "copy"
+    shutil.copytree(TINY_POLICY_DIR, copy)
+    assert policy_fingerprint(None) == policy_fingerprint(TINY_POLICY_DIR) == policy_fingerprint(copy)
+    weights = copy / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[-1] ^= 1  # one bit of one weight
+    weights.write_bytes(bytes(data))
+    assert policy_fingerprint(copy) != policy_fingerprint(None)
+    assert policy_fingerprint("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"  # a hub name is its own key

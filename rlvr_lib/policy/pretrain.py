@@ -9,10 +9,11 @@ prompts carry a hint: mostly the name of the trace's strategy (so hints steer),
 sometimes a distractor word with a strategy from the prior (so unhelpful hints
 are ignored). A strategy hint names each strategy with equal odds, so the rare
 strategy is practised when nudged toward but stays rare unhinted (the premise
-of NudgeRL: hints unlock modes the policy can execute but seldom samples). No
-trace shows the held-out fact ``9*b`` or ``90*b`` (two-digit ``b``; see
-`rlvr_lib.tasks.arithmetic`): a problem whose trace would is redrawn, so on
-round-only items the rare strategy is the only one that works. The loss is
+of NudgeRL: hints unlock modes the policy can execute but seldom samples). With
+``hold_out_fact`` no example multiplies 9 by a two-digit number (``9*b``,
+``90*b`` or ``a*9``; see `rlvr_lib.tasks.arithmetic`): a problem whose example
+would is redrawn, so that on round-only items the rare strategy is the one
+that works (the shipped checkpoint predates it: issue 10). The loss is
 next-token cross-entropy on completion tokens only.
 
 Deterministic for a seed on CPU; resumable: a state file is written every
@@ -26,7 +27,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -34,7 +35,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlvr_lib.config import ConfigBase, to_jsonable
+from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase, to_jsonable
 from rlvr_lib.policy.tokenizer import build_char_tokenizer
 from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
@@ -65,17 +66,18 @@ class PretrainConfig(ConfigBase):
         strategy_prior: Probability of (direct, split, round) traces.
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
-        hold_out_fact: Never show a trace with a step ``9*b`` or ``90*b`` (two-digit ``b``;
-            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
+        hold_out_fact: Never show 9 times a two-digit number (``9*b``, ``90*b``, ``a*9``;
+            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`). Off by default: the
+            shipped checkpoint predates it (issue 10 records the candidates tried).
     """
 
     seed: int = 0
-    steps: int = 2400
+    steps: int = 1200
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
-    hint_share: float = 0.4
+    hint_share: float = 0.3
     distractor_share: float = 0.2
     strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
     hidden_size: int = 128
@@ -83,7 +85,8 @@ class PretrainConfig(ConfigBase):
     num_heads: int = 4
     intermediate_size: int = 512
     save_every: int = 250
-    hold_out_fact: bool = True
+    # Left out of to_dict while False, so the shipped checkpoint's logged config is unchanged.
+    hold_out_fact: bool = field(default=False, metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
@@ -131,8 +134,14 @@ class PretrainingMixture:
         self.mix = np.asarray(spec.mix)
         self.config, self.rng = config, rng
 
+    def _problem(self) -> tuple[int, int]:
+        pool = self.pools[self.rng.choice(len(self.pools), p=self.mix)]
+        a, b = pool[self.rng.integers(len(pool))]
+        return int(a), int(b)
+
     def sample(self) -> tuple[str, str]:
         rng, cfg = self.rng, self.config
+        a, b = self._problem()
         hint = None
         strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
         if rng.random() < cfg.hint_share:
@@ -142,11 +151,9 @@ class PretrainingMixture:
                 # A strategy hint names any strategy with equal odds: the rare strategy is practised
                 # when asked for, while unhinted prompts keep the skewed prior.
                 strategy = hint = STRATEGIES[rng.integers(len(STRATEGIES))]
-        while True:  # redraw the problem, not the strategy, so the strategy shares stay the prior's
-            pool = self.pools[rng.choice(len(self.pools), p=self.mix)]
-            a, b = (int(x) for x in pool[rng.integers(len(pool))])
-            if not (cfg.hold_out_fact and uses_held_out_fact(a, b, strategy)):
-                break
+        # Redraw the problem, not the strategy, so the strategy shares stay the prior's.
+        while cfg.hold_out_fact and uses_held_out_fact(a, b, strategy):
+            a, b = self._problem()
         problem = make_problem(a, b, strategy=strategy)
         return problem.prompt_with(hint), problem.oracle_trace
 

@@ -20,14 +20,17 @@ so that bottleneck is real at laptop scale:
   subtract) reduce the product to 1-digit x 2-digit facts and one addition or
   subtraction. ``round`` is rare in pretraining and made for the hard subset:
   when the first factor ends in 8 or 9 its correction term d*b is b or 2b.
-* A fact the policy never learns: pretraining shows no chain step ``9*b`` or
-  ``90*b`` with a two-digit ``b`` (``HELD_OUT_DIGIT``: split's unit product
-  when the first factor ends in 9, round's correction when it ends in 1, and
-  round's rounded product for first factors 81-89; ``90*b`` must go too, or
-  the policy reads ``9*b`` off it). So on *round-only* items (first factor
+* A fact the policy never sees: pretrained with ``hold_out_fact``
+  (`rlvr_lib.policy.pretrain.PretrainConfig`; the shipped checkpoint predates
+  it), the policy never multiplies 9 by a two-digit number (``HELD_OUT_DIGIT``): no chain step ``9*b`` (split's unit product
+  when the first factor ends in 9, round's correction when it ends in 1) or
+  ``90*b`` (round's rounded product for first factors 81-89) with a two-digit
+  ``b``, and no problem ``a*9`` (with any of them left in, a longer
+  pretraining reads ``9*b`` off it). So on *round-only* items (first factor
   19-79 ending in 9, second factor two-digit) ``split`` needs a product the
-  policy cannot compute, while ``round``'s correction ``1*b`` is a copy of
-  ``b``: only the rare strategy works there, and it must be discovered.
+  policy never saw (it still infers some by generalisation; calibration
+  measures how many), while ``round``'s correction ``1*b`` is a copy of ``b``:
+  the rare strategy is the one that works there, and it must be discovered.
 * Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
   and the first factor ends in 1-7; ``hard`` = two digits and it ends in 8-9
   (hard for the dominant one-shot answer, easy for the rare strategy).
@@ -67,9 +70,10 @@ USEFUL_STRATEGIES = {
     "hard": ("round", "split"),
 }
 MAX_COMPLETION_CHARS = 200
-# Pretraining never shows a chain step 9*b or 90*b with a two-digit b (see the module docstring).
+# Pretraining never multiplies 9 by a two-digit number: 9*b, 90*b, a*9 (see the module docstring).
 HELD_OUT_DIGIT = 9
 _SPLIT_VERSION = "rlvr-testbed-split-v2"
+SPLITS = ("train", "eval")
 
 
 @dataclass(frozen=True)
@@ -132,7 +136,14 @@ def round_only(a: int, b: int) -> bool:
 
 
 def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
-    """Whether the oracle trace of ``a*b`` has a step ``9*b`` or ``90*b`` (``HELD_OUT_DIGIT``, two-digit ``b``)."""
+    """Whether the problem ``a*b`` or its oracle trace multiplies 9 by a two-digit number.
+
+    True for the problems ``a*9`` themselves (any strategy: the answer is the
+    product) and for traces with a step ``9*b`` or ``90*b`` with a two-digit
+    ``b`` (``HELD_OUT_DIGIT``).
+    """
+    if b == HELD_OUT_DIGIT:
+        return True
     if b < 10 or strategy == "direct":
         return False
     tens, units = divmod(a, 10)
@@ -213,8 +224,8 @@ def problem_pool(
     first_units: tuple[int, ...] | None = None,
 ) -> list[tuple[int, int]]:
     """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``)."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split={split!r} is not valid: must be 'train' or 'eval'")
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not valid: must be one of {list(SPLITS)}")
     check_difficulty(difficulty)
     lo, hi = first_factors
     out = []

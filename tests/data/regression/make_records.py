@@ -8,12 +8,12 @@ loss, hints, an intrinsic reward, another advantage) are exercised.
 """
 
 import json
-import platform
 from pathlib import Path
 
 import torch
 
 from rlvr_lib.eval.policy_eval import EvalSpec
+from rlvr_lib.experiments import cpu_model
 from rlvr_lib.methods import method_config
 from rlvr_lib.pipeline import train_and_evaluate
 
@@ -32,17 +32,6 @@ CONFIGS = {
     "intuitor": method_config("intuitor", **QUICK),
     "bnpo_beta": method_config("bnpo_beta", **QUICK),
 }
-
-def cpu_model() -> str:
-    """The processor's model name (float rounding, hence bit identity, depends on it)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
 
 def write_machine() -> None:
     """Records the processor model and torch version the records were made with (``machine.json``)."""
