@@ -47,20 +47,20 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = ())
         by_name[label] = load_runs(other, root, name=name) or by_name.get(label, [])
     by_name = {name: recs for name, recs in by_name.items() if recs}
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
+    ks = sorted({k for k in (1, 8, kmax) if k <= kmax})
     lines = [
         f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
         f"pass@k by a {PASSK_INTERVAL}, the other columns by a {SEED_INTERVAL}; the base policy's seeds "
         "are its sampling seeds):",
         "",
-        f"| run | seeds | pass@1 | pass@8 | pass@{kmax} | strategy entropy | malformed | modes/problem |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " | strategy entropy | malformed | modes/problem |",
+        "|---|---|" + "---|" * (len(ks) + 3),
     ]
     for name, recs in sorted(by_name.items(), key=lambda kv: (kv[0] != "base", kv[0])):
-        row = {col: format_ci(ci) for col, ci in summary_row(recs, (1, 8, kmax)).items()}
-        lines.append(
-            f"| {name} | {len(recs)} | {row['pass@1']} | {row['pass@8']} | {row[f'pass@{kmax}']} "
-            f"| {row['strategy entropy']} | {row['malformed']} | {row['modes/problem']} |"
-        )
+        row = {col: format_ci(ci) for col, ci in summary_row(recs, ks).items()}
+        passk = " | ".join(row[f"pass@{k}"] for k in ks)
+        lines.append(f"| {name} | {len(recs)} | {passk} | {row['strategy entropy']} | {row['malformed']} "
+                     f"| {row['modes/problem']} |")
     return lines
 
 

@@ -7,3 +7,32 @@ def test_readme_results_section_matches_committed_results():
     text = README.read_text()
     section = text.split(START, 1)[1].split(END, 1)[0].strip("\n")
     assert section == render(), "run `python -m rlvr_lib.report` after changing results/"
+
+
+def _fake_final(correct):
+    fam = {"correct_counts": correct, "uids": [f"p{i}" for i in range(len(correct))],
+           "pass_at_k": {"1": sum(correct) / (4 * len(correct)), "4": sum(c > 0 for c in correct) / len(correct)}}
+    average = {"pass_at_k": fam["pass_at_k"], "families": ["a"], "strategy_entropy": 0.5, "malformed_rate": 0.01,
+               "mean_modes": 2.0, "mean_length": 10.0}
+    return {"families": {"a": fam}, "average": average}
+
+
+def test_render_reads_shared_rows_and_sums_compute(tmp_path):
+    from rlvr_lib.experiments import cached_run
+
+    def add(experiment, name, seed, correct, history=({"accuracy": 0.5},)):
+        cfg = {"eval": {"samples": 4}, "name": name}
+        cached_run(experiment, name, cfg, seed, lambda: (list(history), _fake_final(correct)), root=tmp_path)
+
+    for seed in (0, 1):
+        add("grpo_baseline_full", "base", seed, [1, 0, 2], history=())
+        add("grpo_baseline_full", "grpo-g8", seed, [2, 1, 4])
+        add("baselines_full", "dapo", seed, [4, 0, 4])
+    text = render(tmp_path)
+    baselines = text.split("**Baselines**", 1)[1]
+    rows = {line.split(" | ")[0].strip("| "): line for line in baselines.splitlines() if line.startswith("| ")}
+    assert {"base", "grpo", "dapo"} <= set(rows)  # 01's base and grpo-g8 runs are 02's rows too
+    assert rows["grpo"].split(" | ")[1] == "2" and rows["grpo"].split(" | ")[2].startswith("0.583")  # 7/12 correct
+    compute = text.split("**Compute**", 1)[1]
+    assert "| 01_grpo_pass_at_k_modes_group_size | 4 |" in compute  # base x2 and grpo-g8 x2, counted once
+    assert "| 02_baselines_sage_t1_anchors | 2 |" in compute
