@@ -20,8 +20,9 @@ from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
 
 
-def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None) -> RunRecord:
-    """Evaluate the untrained policy (cached as run ``base``, one record per ``spec.seed``).
+def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None,
+                  name: str = "base") -> RunRecord:
+    """Evaluate the untrained policy (cached as run ``name``, one record per ``spec.seed``).
 
     The cache key holds the policy's content hash (`policy_fingerprint`), as
     does `train_and_evaluate`'s: a retrained checkpoint never hits an old record.
@@ -32,7 +33,7 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
         return [], evaluate_policy(KVCacheEngine(model, tokenizer), spec)
 
     key = {"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()}
-    return cached_run(experiment, "base", key, spec.seed, run, root=root)
+    return cached_run(experiment, name, key, spec.seed, run, root=root)
 
 
 def train_and_evaluate(

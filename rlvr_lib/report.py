@@ -102,6 +102,14 @@ def _bench_section(root: Path) -> list[str]:
             f"{r['naive_peak_bytes'] / 2**20:.0f} MiB (naive), {r['tokens']} tokens x {r['vocab']} vocab on {r['device']}, "
             f"forward+backward; time ratio {r['time_ratio']:.2f}; values equal: {r['values_equal']} |"
         )
+    for method, r in s.get("method_step_ratios", {}).items():
+        met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
+        target = "-" if r["target"] is None else f"<= {r['target']}"
+        lines.append(
+            f"| {method}_step_time_vs_{r['reference']} | {r['ratio']:.2f} | {target} | {met} | {method} step "
+            f"{r['median_s']:.3f} s vs {r['reference']} {r['reference_median_s']:.3f} s (registered presets at the "
+            "same prompts, G and completion budget, stepped round robin) |"
+        )
     return lines
 
 
@@ -110,6 +118,10 @@ SECTIONS = (
     # Notebook 02 reads notebook 01's base evaluations and grpo-g8 runs (the same configs).
     ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors",
      (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"))),
+    # Notebook 03 reads 01's base and GRPO@G runs and 02's POPE runs.
+    ("nudgerl_full", "NudgeRL", "03_nudgerl",
+     (("grpo_baseline_full", "base", "base"), *(("grpo_baseline_full", f"grpo-g{G}", f"grpo-g{G}") for G in (8, 16, 32, 64)),
+      ("baselines_full", "pope", "pope"))),
 )
 
 

@@ -62,3 +62,36 @@ def test_chunked_kernel_peak_memory_is_a_fraction_of_naive():
 def test_rollout_bench_validates_arguments(kw, match):
     with pytest.raises(ValueError, match=match):
         bench_rollout(**kw)
+
+
+def test_method_step_bench_times_each_method_and_its_reference_and_reports_their_ratio(tmp_path):
+    from rlvr_lib.report import _bench_section
+
+    summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "methods.json").read_text())
+    assert set(result["steps"]) == {"grpo", "nudgerl"}
+    for name, steps in result["steps"].items():
+        assert len(steps["step_seconds"]) == 1 and steps["median_s"] > 0
+    entry = summary["method_step_ratios"]["nudgerl"]
+    assert entry["reference"] == "grpo" and entry["target"] == 1.3
+    assert entry["ratio"] == pytest.approx(entry["median_s"] / entry["reference_median_s"])
+    assert entry["met"] == (entry["ratio"] <= 1.3)
+    assert any(line.startswith(f"| nudgerl_step_time_vs_grpo | {entry['ratio']:.2f} | <= 1.3 |")
+               for line in _bench_section(_as_root(tmp_path)))
+
+
+def _as_root(bench_dir):
+    """A results root whose ``bench/`` is ``bench_dir`` (the report reads ``<root>/bench/summary.json``)."""
+    root = bench_dir.parent / "root"
+    (root / "bench").mkdir(parents=True, exist_ok=True)
+    (root / "bench" / "summary.json").write_text((bench_dir / "summary.json").read_text())
+    return root
+
+
+def test_method_step_bench_rejects_unknown_methods():
+    from rlvr_lib.bench.methods import bench_method_steps
+
+    with pytest.raises(ValueError, match="registered method names"):
+        bench_method_steps({"nudgerl": "gpro"})
+    with pytest.raises(ValueError, match="repeats=0 is invalid"):
+        bench_method_steps(repeats=0)

@@ -3,6 +3,7 @@
 import pytest
 
 from rlvr_lib.eval import EvalSpec, evaluate_policy, mode_ari, sample_and_score
+from rlvr_lib.eval.sampling import sample_with_hints
 from rlvr_lib.methods import method_config
 from rlvr_lib.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.policy import load_policy
@@ -69,3 +70,32 @@ def test_runs_are_cached_and_not_recomputed(tmp_path, monkeypatch):
     again = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
     assert again.to_dict() == first.to_dict()
     assert evaluate_base("t", spec, root=tmp_path).to_dict() == base.to_dict()
+
+
+def test_sample_with_hints_splits_each_problems_samples_over_its_hints_in_order(engine):
+    problems = family_problems("hard_mix", 6)
+    pools = {"round": ["round", "split", "carry"], "short": ["  ", "split"]}  # blank hints are skipped
+    hints = lambda p: pools["short"] if p is problems[0] else pools["round"]  # noqa: E731
+    out = sample_with_hints(engine, problems, SamplingParams(n=8, seed=3), hints, 2)
+    assert out.rewards.shape == (6, 8) and all(len(row) == 8 for row in out.texts)
+    assert out.contexts[0] == ("split", None) and out.contexts[1] == ("round", "split")
+    # The policy follows strategy hints: the first half of a problem's samples used hint 0, the second hint 1.
+    assert (out.strategies[1:, :4] == "round").mean() > 0.8
+    assert (out.strategies[1:, 4:] == "split").mean() > 0.8
+    assert (out.strategies[0, :4] == "split").mean() > 0.5
+    with pytest.raises(ValueError, match="hints_per_problem=3 is not valid: must be a positive int dividing"):
+        sample_with_hints(engine, problems, SamplingParams(n=8), hints, 3)
+
+
+def test_nudged_evaluation_raises_the_rare_strategy_share_and_keeps_plain_specs_hash(engine):
+    spec = EvalSpec(families=("hard_mix",), problems_per_family=12, samples=8, diversity_problems=12,
+                    diversity_samples=8)
+    assert "hints_per_problem" not in spec.to_dict()  # run ids of plain evaluations are unchanged
+    nudged = spec.replace(hints_per_problem=2)
+    assert nudged.to_dict()["hints_per_problem"] == 2
+    plain_freq = evaluate_policy(engine, spec)["families"]["hard_mix"]["strategy_freq"]
+    nudged_freq = evaluate_policy(engine, nudged)["families"]["hard_mix"]["strategy_freq"]
+    # The testbed's pools put round (best on hard items) first unless a distractor comes first.
+    assert nudged_freq["round"] > 2 * plain_freq["round"] + 0.05
+    with pytest.raises(ValueError, match="hints_per_problem"):
+        EvalSpec(samples=8, hints_per_problem=3)

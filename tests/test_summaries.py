@@ -113,3 +113,38 @@ def test_rescued_lost_pairs_seeds_and_adds_both_yardsticks():
     assert t.loc["sampling null", ["rescued", "lost"]].tolist() == [0.0, 1.0]
     with pytest.raises(ValueError, match="two or more evaluations"):
         rescued_lost({"m": run}, ref, ["a"], null=null[:1])
+
+
+def test_case_study_picks_the_largest_mean_gap_with_the_first_on_ties():
+    from rlvr_lib.eval.summaries import case_study
+
+    ref = [_record([0, 0, 4], [0, 0, 0], [4, 4, 4]), _record([0, 0, 4], [0, 0, 0], [4, 4, 4])]
+    # Gaps: p0 (3+1)/2 = 2, p1 (2+2)/2 = 2, p2 -2: p0 and p1 tie, p0 comes first.
+    run = [_record([3, 2, 2], [1, 0, 0], [0, 4, 4]), _record([1, 2, 2], [3, 0, 0], [0, 4, 4])]
+    out = case_study(ref, run, "a")
+    assert out["uid"] == "p0" and out["gap"] == 2.0 and out["samples"] == 1
+    assert out["reference"]["correct"] == [0, 0] and out["run"]["correct"] == [3, 1]
+    assert out["run"]["strategy_counts"] == {"direct": 0.0, "split": 2.0, "round": 2.0, "none": 0.0}
+    assert out["reference"]["strategy_counts"]["direct"] == 4.0
+    with pytest.raises(ValueError, match="family='b' is invalid|families"):
+        case_study(ref, run, "b")
+
+
+def test_per_problem_modes_and_train_decline():
+    from rlvr_lib.eval.summaries import per_problem_modes, train_decline
+
+    recs = [_record([1, 1, 1], [0, 0, 0], [4, 4, 4]) for _ in range(2)]
+    recs[0].final["families"]["a"]["diversity"] = {"counts": [1, 2, 1]}
+    recs[1].final["families"]["a"]["diversity"] = {"counts": [3, 1, 1]}
+    assert per_problem_modes(recs, ["a"]).tolist() == [[1, 2, 1], [3, 1, 1]]
+    recs[1].final["families"]["a"]["diversity"] = {"counts": [3, 1]}
+    with pytest.raises(ValueError, match="clustered the same number of problems"):
+        per_problem_modes(recs, ["a"])
+    # Windows of 2: [0, .5], [1, 1], [.5, .25, .25] (the last partial window merges): peak 1, last 1/3.
+    rise_fall = [{"accuracy": a} for a in (0.0, 0.5, 1.0, 1.0, 0.5, 0.25, 0.25)]
+    rising = [{"accuracy": a} for a in (0.0, 0.5, None, 1.0)]  # None skipped: windows .25 and 1.0
+    decline = train_decline([_record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=h) for h in (rise_fall, rising)],
+                            window=2)
+    assert decline.tolist() == pytest.approx([1 - 1 / 3, 0.0])
+    with pytest.raises(ValueError, match="at least 4 logged steps"):
+        train_decline([_record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=rising[:3])], window=2)

@@ -7,7 +7,9 @@ run (medians over repeats after a warm-up); none asserts a time. Files:
 * ``step.json`` -- :func:`rlvr_lib.bench.step.bench_step_time` (ours on
   :class:`~rlvr_lib.rollout.KVCacheEngine` vs TRL ``GRPOTrainer``);
 * ``logprob.json`` -- :func:`rlvr_lib.bench.logprob.bench_logprob_memory`;
-* ``summary.json`` -- the three headline ratios, each next to the raw
+* ``methods.json`` -- :func:`rlvr_lib.bench.methods.bench_method_steps` (each
+  exploration method's step time over the GRPO run it is compared with);
+* ``summary.json`` -- the headline ratios, each next to the raw
   medians it came from and its target; benchmarks not run this time keep
   their previous entries.
 
@@ -26,7 +28,7 @@ from pathlib import Path
 from rlvr_lib.bench.common import machine_info
 from rlvr_lib.experiments import results_root, write_json_atomic
 
-BENCHMARKS = ("rollout", "step", "logprob")
+BENCHMARKS = ("rollout", "step", "logprob", "methods")
 TARGETS = {
     "rollout_speedup_vs_generate": (">=", 3.0),
     "step_time_ratio_vs_trl": ("<=", 0.5),
@@ -36,6 +38,7 @@ QUICK = {
     "rollout": dict(batch=16, max_new_tokens=16, group_size=4, warmup=0, repeats=1),
     "step": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
     "logprob": dict(tokens=256, vocab=8192, hidden=64, warmup=0, repeats=1),
+    "methods": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
 }
 
 
@@ -54,6 +57,10 @@ def _run(name: str, quick: bool) -> dict:
         from rlvr_lib.bench.step import bench_step_time
 
         return bench_step_time(**kwargs)  # our side: the Trainer's default engine (KVCacheEngine)
+    if name == "methods":
+        from rlvr_lib.bench.methods import bench_method_steps
+
+        return bench_method_steps(**kwargs)
     from rlvr_lib.bench.logprob import bench_logprob_memory
 
     return bench_logprob_memory(**kwargs)
@@ -61,6 +68,11 @@ def _run(name: str, quick: bool) -> dict:
 
 def summarize(name: str, result: dict) -> dict:
     """The summary entries of one benchmark's result: the ratio, its raw medians, target and verdict."""
+    if name == "methods":  # one ratio per method, each with its own reference and target
+        return {"method_step_ratios": {
+            method: {**r, "median_s": result["steps"][method]["median_s"],
+                     "reference_median_s": result["steps"][r["reference"]]["median_s"]}
+            for method, r in result["ratios"].items()}}
     if name == "rollout":
         key, value = "rollout_speedup_vs_generate", result["rollout_speedup_vs_generate"]
         grouped = result["workloads"]["grouped"]

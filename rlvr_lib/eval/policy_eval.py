@@ -23,7 +23,7 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.diversity import modes_and_ari, strategy_entropy
 from rlvr_lib.eval.passk import pass_at_k_curve
-from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
+from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score, sample_with_hints
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     DEFAULT_TASK,
@@ -56,6 +56,10 @@ class EvalSpec(ConfigBase):
         group_size: G for the zero-advantage fraction.
         diversity_problems, diversity_samples: Subset clustered for reasoning modes
             (clustering is quadratic in the number of traces).
+        hints_per_problem: 0 (default) samples from the plain prompt; H > 0
+            splits each problem's samples evenly over the first H hints of the
+            task's hint pool (`sample_with_hints`: NudgeRL's "nudged" sampling,
+            its Fig 1). Left out of `to_dict` while 0, like ``task``.
         task: Registered task name (`rlvr_lib.tasks.task_names`). Left out of
             `to_dict` (and so of the hash) while it is the default ``"arith"``,
             so specs and run ids from before the field existed are unchanged.
@@ -72,6 +76,7 @@ class EvalSpec(ConfigBase):
     diversity_problems: int = 100
     diversity_samples: int = 16
     task: str = field(default=DEFAULT_TASK, metadata={"omit_if_default": True})
+    hints_per_problem: int = field(default=0, metadata={"omit_if_default": True})
 
     def validate(self) -> None:
         self.check_choice("task", self.task, task_names())
@@ -87,6 +92,9 @@ class EvalSpec(ConfigBase):
         self.check_nonnegative_int("seed", self.seed)
         self.check(self.samples % self.group_size == 0, "samples", self.samples,
                    f"a multiple of group_size={self.group_size}")
+        self.check_nonnegative_int("hints_per_problem", self.hints_per_problem)
+        self.check(self.hints_per_problem == 0 or self.samples % self.hints_per_problem == 0, "hints_per_problem",
+                   self.hints_per_problem, f"0 or a divisor of samples={self.samples}")
 
 
 def diversity(samples: ScoredSamples, n_problems: int, n_samples: int, seed: int = 0) -> dict:
@@ -142,7 +150,8 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
 
     Problems are ``task.family_problems(family, spec.problems_per_family,
     seed=0)`` and every completion is scored by ``task.verify``, where ``task =
-    get_task(spec.task)``.
+    get_task(spec.task)``; with ``spec.hints_per_problem`` > 0 the samples are
+    nudged by the task's hints (`sample_with_hints`).
 
     Returns:
         ``{"families": {name: summary}, "average": {"pass_at_k": ..., ...}}``
@@ -157,7 +166,12 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
     families = {}
     for family in spec.families:
         problems = task.family_problems(family, spec.problems_per_family, seed=0)
-        families[family] = summarize(sample_and_score(engine, problems, params, verifier=task.verify), spec)
+        if spec.hints_per_problem:
+            samples = sample_with_hints(engine, problems, params, task.hints, spec.hints_per_problem,
+                                        verifier=task.verify)
+        else:
+            samples = sample_and_score(engine, problems, params, verifier=task.verify)
+        families[family] = summarize(samples, spec)
     ind = [f for f in spec.families if f in task.eval_families] or list(spec.families)
     keys = families[ind[0]]["pass_at_k"].keys()
     average = {

@@ -7,7 +7,7 @@ The one place where evaluation meets a rollout engine: everything downstream
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 import numpy as np
@@ -24,7 +24,8 @@ class ScoredSamples:
 
     Attributes:
         problems: The problems, in order.
-        contexts: The hint appended to each problem's prompt (``None``: none).
+        contexts: The hint appended to each problem's prompt (``None``: none), or
+            for `sample_with_hints` the tuple of hints its samples were split over.
         texts: Completion texts, ``texts[p][j]``.
         rewards: Verifier rewards.
         statuses: ``"correct"`` / ``"wrong"`` / ``"malformed"``.
@@ -34,7 +35,7 @@ class ScoredSamples:
     """
 
     problems: list[Problem]
-    contexts: list[str | None]
+    contexts: list[str | None | tuple[str | None, ...]]
     texts: list[list[str]]
     rewards: np.ndarray
     statuses: np.ndarray
@@ -111,4 +112,54 @@ def sample_and_score(
         strategies=np.array([v.strategy for v in verdicts], dtype=object).reshape(shape),
         lengths=rollouts.completion_mask.sum(1).numpy().reshape(shape),
         truncated=np.array([r == "length" for r in rollouts.finish_reasons]).reshape(shape),
+    )
+
+
+def sample_with_hints(
+    engine,
+    problems: Sequence[Problem],
+    params: SamplingParams,
+    hints: Callable[[Problem], Sequence[str]],
+    hints_per_problem: int,
+    *,
+    verifier: Verifier = verify,
+) -> ScoredSamples:
+    """Nudged sampling: a problem's ``params.n`` samples split evenly over its first H hints.
+
+    NudgeRL's sampling without context dropout (arXiv 2605.15726, Fig 1 "nudged"
+    sampling): with H = ``hints_per_problem`` and pool ``hints(problem)``
+    (empty hints skipped, as `rlvr_lib.methods.nudgerl.NudgeRL` does), samples
+    ``h*n/H .. (h+1)*n/H - 1`` of a problem are generated from its prompt with
+    hint h. A problem with fewer than H hints samples its missing slots
+    without a hint. ``contexts[p]`` is the tuple of the H hints (``None`` for
+    a missing one), in sample order.
+
+    Raises:
+        ValueError: ``hints_per_problem`` is not a positive int dividing ``params.n``.
+    """
+    problems = list(problems)
+    if not problems:
+        raise ValueError("problems is empty: give at least one problem")
+    H = hints_per_problem
+    if not isinstance(H, int) or isinstance(H, bool) or H < 1 or params.n % H:
+        raise ValueError(f"hints_per_problem={H!r} is not valid: must be a positive int dividing "
+                         f"SamplingParams.n={params.n}")
+    chosen = []
+    for problem in problems:
+        usable = [str(h) for h in hints(problem) if " ".join(str(h).split())][:H]
+        chosen.append(tuple(usable) + (None,) * (H - len(usable)))
+    # One prompt per (problem, hint): the engine returns each prompt's n/H samples contiguously.
+    flat = [p for p, hs in zip(problems, chosen) for _ in hs]
+    out = sample_and_score(engine, flat, replace(params, n=params.n // H), contexts=[h for hs in chosen for h in hs],
+                           verifier=verifier)
+    shape = (len(problems), params.n)
+    return ScoredSamples(
+        problems=problems,
+        contexts=chosen,
+        texts=[[t for row in out.texts[i * H : (i + 1) * H] for t in row] for i in range(len(problems))],
+        rewards=out.rewards.reshape(shape),
+        statuses=out.statuses.reshape(shape),
+        strategies=out.strategies.reshape(shape),
+        lengths=out.lengths.reshape(shape),
+        truncated=out.truncated.reshape(shape),
     )

@@ -237,3 +237,96 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
     table = pd.DataFrame(rows).T.rename(columns={"solved_before": "solved_ref", "solved_after": "solved"})
     table["pairs"] = table["pairs"].astype(int)
     return table
+
+
+def case_study(reference: Sequence[Any], run: Sequence[Any], family: str) -> dict[str, Any]:
+    """The problem of ``family`` that ``run`` solves most often where ``reference`` does not (a fixed rule).
+
+    NudgeRL Fig 4's case study, picked by a rule written before looking: the
+    problem maximising ``mean_s c_run[s, p] - mean_s c_ref[s, p]`` (``c`` the
+    number of correct samples of the seed's evaluation), ties broken by the
+    family's problem order. Both runs must be evaluated on the same problems.
+
+    Returns:
+        ``{"uid", "gap", "samples", "reference": side, "run": side}`` where a
+        side is ``{"correct": [per seed], "strategy_counts": {strategy: mean
+        over seeds}}``.
+
+    Raises:
+        ValueError: on runs without per-problem counts, on different problems,
+            or an unknown family.
+    """
+    from rlvr_lib.eval.stats import eval_counts
+
+    sides = {}
+    for label, records in (("reference", reference), ("run", run)):
+        records = _records(label, records)
+        counts, uids = zip(*(eval_counts(r, [family]) for r in records))
+        if any(u != uids[0] for u in uids):
+            raise invalid(label, "<records>", "evaluations of one run on the same problems")
+        finals = [_scope(_evaluation(f"{label}[{i}]", r), family) for i, r in enumerate(records)]
+        strategy_counts = {s: np.mean([f["strategy_counts"][s] for f in finals], axis=0)
+                           for s in finals[0].get("strategy_counts", {})}
+        sides[label] = (np.stack(counts), list(uids[0]), strategy_counts, finals[0]["pass_at_k"])
+    (c_ref, u_ref, s_ref, curve), (c_run, u_run, s_run, _) = sides["reference"], sides["run"]
+    if u_ref != u_run:
+        raise invalid("run", "<records>", "evaluations on the same problems as the reference's")
+    gap = c_run.mean(0) - c_ref.mean(0)
+    p = int(np.argmax(gap))  # first maximum: the family's problem order breaks ties
+    side = lambda c, s: {"correct": c[:, p].astype(int).tolist(),  # noqa: E731
+                         "strategy_counts": {k: float(v[p]) for k, v in s.items()}}
+    return {"uid": u_ref[p], "gap": float(gap[p]), "samples": int(max(int(k) for k in curve)),
+            "reference": side(c_ref, s_ref), "run": side(c_run, s_run)}
+
+
+def per_problem_modes(evaluations: Sequence[Any], families: Sequence[str]) -> np.ndarray:
+    """``(S, P)`` matrix of reasoning modes per clustered problem, one row per seed's evaluation.
+
+    From each family's ``diversity["counts"]`` (tag-free clustering of the
+    first ``diversity_problems`` problems, `rlvr_lib.eval.policy_eval.diversity`),
+    families concatenated in order. Use with `hierarchical_bootstrap_ci`,
+    e.g. on ``X == 1`` for the share of single-mode problems (NudgeRL Fig 1).
+
+    Raises:
+        ValueError: on evaluations whose clustered problem counts differ (a
+            problem with only malformed samples is not clustered).
+    """
+    rows = []
+    for i, ev in enumerate(_records("evaluations", evaluations)):
+        final = _evaluation(f"evaluations[{i}]", ev)
+        rows.append(np.concatenate([np.asarray(_scope(final, f)["diversity"]["counts"], dtype=float)
+                                    for f in families]))
+    if len({len(r) for r in rows}) > 1:
+        raise invalid("evaluations", f"<clustered problems {[len(r) for r in rows]}>",
+                      "evaluations that clustered the same number of problems per family")
+    return np.stack(rows)
+
+
+def train_decline(records: Sequence[Any], key: str = "accuracy", window: int = 10) -> np.ndarray:
+    """Per seed, how far a training curve falls from its peak: ``max_w m_w - m_last`` (NudgeRL Fig 3).
+
+    ``m_w`` is the mean of ``key`` over the logged steps of window ``w``
+    (consecutive, non-overlapping windows of ``window`` steps; a last partial
+    window is merged into the one before), ``m_last`` the last window's. 0
+    when the curve ends at its peak; a run that "rises then declines" has a
+    clearly positive value.
+
+    Returns:
+        ``(S,)`` float array.
+
+    Raises:
+        ValueError: on no records, a bad ``window``, or a run with fewer than
+            two windows of logged ``key``.
+    """
+    check_int("window", window, 1)
+    out = []
+    for r in _records("records", records):
+        values = [h.get(key) for h in (r.history or [])]
+        values = np.array([np.nan if v is None else float(v) for v in values])
+        n = len(values) // window
+        if n < 2:
+            raise invalid("records", f"<run of {len(values)} steps>",
+                          f"trained runs with at least {2 * window} logged steps (window={window})")
+        means = [np.nanmean(values[i * window:(i + 1) * window if i < n - 1 else None]) for i in range(n)]
+        out.append(float(np.nanmax(means) - means[-1]))
+    return np.asarray(out)
