@@ -10,6 +10,7 @@ interrupted training resumes from its last checkpoint (kept under
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
@@ -18,6 +19,12 @@ from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
+from rlvr_lib.validation import invalid
+
+EXTRA_EVALS = "extra_evals"
+"""Key of the extra evaluations' specs in a run's cache key (``record.config``)."""
+EVALS = "evals"
+"""Key of the extra evaluations' results in ``record.extra``."""
 
 
 def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None,
@@ -36,6 +43,34 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
     return cached_run(experiment, name, key, spec.seed, run, root=root)
 
 
+def _check_extra_specs(extra_specs: Mapping[str, EvalSpec] | None) -> dict[str, EvalSpec]:
+    """``extra_specs`` as a plain dict, checked: labels are non-empty strings, values `EvalSpec`s."""
+    if extra_specs is None:
+        return {}
+    if not isinstance(extra_specs, Mapping):
+        raise invalid("extra_specs", type(extra_specs).__name__, "None or a {label: EvalSpec} mapping")
+    for label, spec in extra_specs.items():
+        if not isinstance(label, str) or not label:
+            raise invalid("extra_specs label", label, "a non-empty string")
+        if not isinstance(spec, EvalSpec):
+            raise invalid(f"extra_specs[{label!r}]", type(spec).__name__, "an EvalSpec")
+    return dict(extra_specs)
+
+
+def run_key(config: TrainerConfig, spec: EvalSpec, extra_specs: Mapping[str, EvalSpec] | None = None) -> dict:
+    """The cache key of a `train_and_evaluate` run: training config, policy hash, evaluation(s).
+
+    ``{"train": config, "policy_sha": ..., "eval": spec}``, plus
+    ``"extra_evals": {label: spec}`` only when ``extra_specs`` is non-empty, so
+    a run without extra evaluations keeps the key (and run id) it always had.
+    """
+    extra_specs = _check_extra_specs(extra_specs)
+    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy), "eval": spec.to_dict()}
+    if extra_specs:
+        key[EXTRA_EVALS] = {label: s.to_dict() for label, s in extra_specs.items()}
+    return key
+
+
 def train_and_evaluate(
     experiment: str,
     name: str,
@@ -45,8 +80,17 @@ def train_and_evaluate(
     root=None,
     checkpoint_every: int = 10,
     progress: bool = False,
+    extra_specs: Mapping[str, EvalSpec] | None = None,
 ) -> RunRecord:
     """Train ``config`` (its seed is the run's seed) and evaluate the result on ``spec``.
+
+    The evaluation on ``spec`` is ``record.final``. Each extra spec is
+    evaluated on the same trained policy and stored as
+    ``record.extra["evals"][label]`` (the format of ``final``), its spec as
+    ``record.config["extra_evals"][label]``; read them as records with
+    `rlvr_lib.eval.summaries.extra_evaluation`. The extra specs are part of
+    the cache key only when there are any (`run_key`): without them a run hits
+    the records cached before this option existed.
 
     Args:
         experiment: Results folder name.
@@ -56,15 +100,26 @@ def train_and_evaluate(
         root: Results root (default ``results/``).
         checkpoint_every: Steps between resumable checkpoints.
         progress: Show a progress bar.
+        extra_specs: ``{label: EvalSpec}`` evaluated after training besides
+            ``spec`` (e.g. ``{"rare256": EvalSpec(samples=256, ...)}``), or None.
+
+    Raises:
+        ValueError: on ``extra_specs`` that is not a mapping of non-empty
+            string labels to `EvalSpec`s.
     """
-    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy), "eval": spec.to_dict()}
+    extra_specs = _check_extra_specs(extra_specs)
+    key = run_key(config, spec, extra_specs)
     ckpt = results_root(root) / ".checkpoints" / experiment / f"{name}-{hash_jsonable(key)}-s{config.seed}"
 
     def run():
         trainer = Trainer(config.replace(checkpoint_every=checkpoint_every), checkpoint_dir=ckpt)
         history = trainer.train(progress=progress)
-        final = evaluate_policy(KVCacheEngine(trainer.model, trainer.tokenizer), spec)
-        return nan_to_none(history), final
+        engine = KVCacheEngine(trainer.model, trainer.tokenizer)
+        final = evaluate_policy(engine, spec)
+        if not extra_specs:
+            return nan_to_none(history), final
+        return nan_to_none(history), final, {EVALS: {label: evaluate_policy(engine, s)
+                                                     for label, s in extra_specs.items()}}
 
     record = cached_run(experiment, name, key, config.seed, run, root=root)
     shutil.rmtree(ckpt, ignore_errors=True)

@@ -35,11 +35,25 @@ def _calibration_section(root: Path) -> list[str]:
     return lines
 
 
+def _eval_scope(record) -> dict:
+    """What a run's pass@k columns are taken over: its evaluation's ``families`` and ``samples``."""
+    spec = record.config.get("eval", {})
+    return {key: spec.get(key) for key in ("families", "samples")}
+
+
 def _method_section(root: Path, experiment: str, title: str, shared: tuple = ()) -> list[str]:
-    """One table row per run name; ``shared`` = ``((experiment, name, label), ...)`` rows read from elsewhere."""
+    """One table row per run name; ``shared`` = ``((experiment, name, label), ...)`` rows read from elsewhere.
+
+    Only runs evaluated on the section's families with its number of samples
+    (those of its first trained run's evaluation) are rows: an evaluation of
+    other families or at another budget (notebook 05's ``base-pass256``: 256
+    samples on two families) has other pass@k columns and another average.
+    """
     records = load_runs(experiment, root)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
+    main = _eval_scope(next((r for r in records if "train" in r.config), records[0]))
+    records = [r for r in records if _eval_scope(r) == main]
     by_name: dict[str, list] = {}
     for r in records:
         by_name.setdefault(r.name, []).append(r)
@@ -122,6 +136,10 @@ SECTIONS = (
     ("nudgerl_full", "NudgeRL", "03_nudgerl",
      (("grpo_baseline_full", "base", "base"), *(("grpo_baseline_full", f"grpo-g{G}", f"grpo-g{G}") for G in (8, 16, 32, 64)),
       ("baselines_full", "pope", "pope"))),
+    # Notebook 05 reads 01's base and grpo-g8 runs and 02's four baselines its SAGE variants are compared with.
+    ("sage_full", "SAGE", "05_sage",
+     (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
+      *(("baselines_full", name, name) for name in ("grpo_no_kl", "grpo_forward_kl", "dapo", "bnpo_loss")))),
 )
 
 

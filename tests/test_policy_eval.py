@@ -99,3 +99,66 @@ def test_nudged_evaluation_raises_the_rare_strategy_share_and_keeps_plain_specs_
     assert nudged_freq["round"] > 2 * plain_freq["round"] + 0.05
     with pytest.raises(ValueError, match="hints_per_problem"):
         EvalSpec(samples=8, hints_per_problem=3)
+
+
+def test_extra_evaluations_are_stored_cached_and_keyed_only_when_given(tmp_path, monkeypatch):
+    from rlvr_lib.config import hash_jsonable
+    from rlvr_lib.eval.summaries import extra_evaluation, summary_row
+    from rlvr_lib.experiments import jsonable
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
+    from rlvr_lib.trainer import Trainer
+
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=4, samples=8, diversity_problems=4, diversity_samples=4)
+    wide = EvalSpec(families=("rare_mix", "hard_mix"), problems_per_family=3, samples=16, diversity_problems=3,
+                    diversity_samples=4, seed=5)
+    cfg = method_config("grpo", steps=2, prompts_per_step=2, group_size=4, max_new_tokens=40, seed=1)
+    plain = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
+    # Without extra specs the key is the one runs had before the option existed: cached runs keep hitting.
+    old_hash = hash_jsonable({"train": cfg.to_dict(), "policy_sha": policy_fingerprint(cfg.policy),
+                              "eval": spec.to_dict()})
+    assert plain.config_hash == old_hash and plain.run_id == f"grpo-{old_hash}-s1"
+    assert "evals" not in plain.extra and "extra_evals" not in plain.config
+    assert train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={}).run_id == plain.run_id
+
+    record = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"wide": wide})
+    assert record.run_id != plain.run_id and record.config["extra_evals"] == {"wide": wide.to_dict()}
+    untimed = lambda history: [{k: v for k, v in h.items() if not k.startswith("time_")} for h in history]  # noqa: E731
+    assert untimed(record.history) == untimed(plain.history)  # same training (wall times aside)
+    assert record.final == plain.final  # and the same main evaluation
+    trainer = Trainer(cfg)
+    trainer.train(progress=False)
+    direct = evaluate_policy(KVCacheEngine(trainer.model, trainer.tokenizer), wide)
+    assert record.extra["evals"]["wide"] == jsonable(direct)
+    assert set(record.extra["evals"]["wide"]["families"]) == {"rare_mix", "hard_mix"}
+
+    # Read as records by the summaries: 16 samples per problem, 6 problems over both families.
+    (ev,) = extra_evaluation([record], "wide")
+    assert ev.final is record.extra["evals"]["wide"] and ev.config == {"eval": wide.to_dict()}
+    fams = direct["families"]
+    correct = sum(sum(fams[f]["correct_counts"]) for f in ("rare_mix", "hard_mix"))
+    row = summary_row([ev], [1, 16], families=["rare_mix", "hard_mix"])
+    assert row["pass@1"]["mean"] == pytest.approx(correct / (6 * 16))
+    solved = sum(c > 0 for f in ("rare_mix", "hard_mix") for c in fams[f]["correct_counts"])
+    assert row["pass@16"]["mean"] == pytest.approx(solved / 6)
+
+    import rlvr_lib.pipeline as pipeline
+
+    def boom(*a, **k):
+        raise AssertionError("a cached run was recomputed")
+
+    monkeypatch.setattr(pipeline, "Trainer", boom)
+    monkeypatch.setattr(pipeline, "evaluate_policy", boom)
+    again = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"wide": wide})
+    assert again.to_dict() == record.to_dict()
+
+
+def test_extra_specs_must_map_labels_to_eval_specs(tmp_path):
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=4, samples=8)
+    cfg = method_config("grpo", steps=1, prompts_per_step=2, group_size=4, seed=0)
+    with pytest.raises(ValueError, match=r"extra_specs\['wide'\]='dict' is invalid: must be an EvalSpec"):
+        train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"wide": spec.to_dict()})
+    with pytest.raises(ValueError, match="extra_specs label='' is invalid: must be a non-empty string"):
+        train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"": spec})
+    with pytest.raises(ValueError, match=r"extra_specs='list' is invalid: must be None or a \{label: EvalSpec\}"):
+        train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs=[spec])

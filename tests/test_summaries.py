@@ -148,3 +148,28 @@ def test_per_problem_modes_and_train_decline():
     assert decline.tolist() == pytest.approx([1 - 1 / 3, 0.0])
     with pytest.raises(ValueError, match="at least 4 logged steps"):
         train_decline([_record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=rising[:3])], window=2)
+
+
+def test_extra_evaluation_reads_a_runs_extra_evaluation_as_a_record():
+    from rlvr_lib.eval.summaries import extra_evaluation, passk_ci
+
+    main = _record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=[{"accuracy": 0.25}, {"accuracy": 0.75}])
+    wide = _record([4, 0, 2], [1, 0, 0], [2, 4, 0])  # 4 samples per problem
+    run = SimpleNamespace(name="sage", run_id="sage-abc-s0", seed=0, history=main.history, final=main.final,
+                          config={"eval": {"samples": 8}, "extra_evals": {"wide": {"samples": 4}}},
+                          extra={"evals": {"wide": wide.final}})
+    (ev,) = extra_evaluation([run], "wide")
+    assert ev.final is wide.final and ev.config == {"eval": {"samples": 4}} and ev.run_id == "sage-abc-s0:wide"
+    assert ev.history == main.history and ev.seed == 0 and ev.name == "sage"
+    # pass@1 = (4 + 0 + 2) / 12; pass@4 = 2 of 3 problems solved; train accuracy = mean(0.25, 0.75).
+    assert passk_ci([ev], ["a"], 1)["mean"] == pytest.approx(0.5)
+    row = summary_row([ev], [1, 4])
+    assert row["pass@4"]["mean"] == pytest.approx(2 / 3)
+    assert row["train accuracy (last 10)"]["mean"] == pytest.approx(0.5)
+    assert family_table({"sage": [ev]}, ["a"], k=1).loc["sage", "a"]["mean"] == pytest.approx(0.5)
+    assert per_problem_shares([ev], ["a"], "direct").tolist() == [[0.5, 1.0, 0.0]]
+    with pytest.raises(ValueError, match=r"label='narrow' is invalid: must be an extra evaluation of records\[0\] "
+                                         r"\(sage-abc-s0\), among \['wide'\]"):
+        extra_evaluation([run], "narrow")
+    with pytest.raises(ValueError, match=r"among \[\]"):
+        extra_evaluation([main], "wide")

@@ -21,10 +21,11 @@ import torch
 from rlvr_lib.bench.common import median
 from rlvr_lib.validation import check_int, invalid
 
-# Method -> the run its paper compares its cost with (the registered preset of each).
-PAIRS = {"nudgerl": "grpo"}
+# Method -> the run its paper compares its cost with (the registered preset of each). SAGE's preset is
+# GRPO's (kl_coef 0.05, kl_estimator "reverse") with the branch-guided anchor: the ratio is the guide's cost.
+PAIRS = {"nudgerl": "grpo", "sage": "grpo"}
 # Method -> the largest step-time ratio its issue accepts.
-TARGETS = {"nudgerl": 1.3}
+TARGETS = {"nudgerl": 1.3, "sage": 1.1}
 
 
 def bench_method_steps(pairs: Mapping[str, str] | None = None, *, prompts_per_step: int = 8, group_size: int = 8,

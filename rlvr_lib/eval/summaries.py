@@ -10,7 +10,9 @@ runs into numbers with the interval method named, so notebooks only call them:
 * :func:`mean_pass_curve` -- the seed-mean pass@k curve;
 * :func:`per_problem_shares` -- the ``(S, P)`` matrix of a strategy's share per
   problem, the paired counterpart of `per_problem_scores` for strategy claims;
-* :func:`summary_row`, :func:`family_table` -- table cells, ``"mean [lo, hi]"``.
+* :func:`summary_row`, :func:`family_table` -- table cells, ``"mean [lo, hi]"``;
+* :func:`extra_evaluation` -- a run's extra evaluation (``train_and_evaluate(...,
+  extra_specs=...)``) as records every helper here takes.
 
 Interval methods (named in :data:`PASSK_INTERVAL` and :data:`SEED_INTERVAL`):
 pass@k and shares bootstrap seeds x problems (`hierarchical_bootstrap_ci`);
@@ -19,6 +21,7 @@ everything measured once per seed bootstraps seeds (`bootstrap_ci`).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -330,3 +333,46 @@ def train_decline(records: Sequence[Any], key: str = "accuracy", window: int = 1
         means = [np.nanmean(values[i * window:(i + 1) * window if i < n - 1 else None]) for i in range(n)]
         out.append(float(np.nanmax(means) - means[-1]))
     return np.asarray(out)
+
+
+@dataclass(frozen=True)
+class ExtraEvaluation:
+    """One run record's extra evaluation, shaped as a record for the helpers of this module.
+
+    Attributes:
+        name, run_id, seed, history: The trained run's (``run_id`` with ``:<label>`` appended).
+        config: ``{"eval": the extra spec's dict}`` (what :func:`passk_ci` reads ``samples`` from).
+        final: The extra evaluation, in the format of ``record.final``.
+    """
+
+    name: str
+    run_id: str
+    seed: int
+    config: dict
+    history: list
+    final: dict
+
+
+def extra_evaluation(records: Sequence[Any], label: str) -> list[ExtraEvaluation]:
+    """Each record's extra evaluation ``label`` (`train_and_evaluate(..., extra_specs={label: spec})`), as records.
+
+    Record ``r`` gives ``ExtraEvaluation(final=r.extra["evals"][label],
+    config={"eval": r.config["extra_evals"][label]}, history=r.history, ...)``,
+    which :func:`per_problem_scores`, :func:`summary_row`, :func:`family_table`,
+    :func:`passk_ci`, :func:`per_problem_shares` and :func:`rescued_lost` take
+    wherever they take a run's records.
+
+    Raises:
+        ValueError: on no records, or a record without an extra evaluation ``label``.
+    """
+    out = []
+    for i, r in enumerate(_records("records", records)):
+        evals = (getattr(r, "extra", None) or {}).get("evals", {})
+        specs = (getattr(r, "config", None) or {}).get("extra_evals", {})
+        if label not in evals or label not in specs:
+            raise invalid("label", label, f"an extra evaluation of records[{i}] ({getattr(r, 'run_id', i)}), "
+                                          f"among {sorted(evals)} (train_and_evaluate's extra_specs)")
+        out.append(ExtraEvaluation(name=r.name, run_id=f"{r.run_id}:{label}", seed=r.seed,
+                                   config={"eval": specs[label]}, history=list(r.history or []),
+                                   final=evals[label]))
+    return out
