@@ -64,4 +64,4 @@ calibrate: install
 	$(PY) -m rlvr_lib calibrate
 
 pretrain: install
-	$(PY) -m rlvr_lib pretrain
+	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain  # the shipped checkpoint was trained on one thread (bit-identical rebuild)

@@ -69,7 +69,7 @@ def test_method_step_bench_times_each_method_and_its_reference_and_reports_their
 
     summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "methods.json").read_text())
-    assert set(result["steps"]) == {"grpo", "nudgerl", "sage"}
+    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "c3po"}
     for name, steps in result["steps"].items():
         assert len(steps["step_seconds"]) == 1 and steps["median_s"] > 0
     entry = summary["method_step_ratios"]["nudgerl"]

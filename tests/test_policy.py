@@ -156,7 +156,7 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
 
     from rlvr_lib.policy.pretrain import PretrainingMixture
 
-    mixture = PretrainingMixture(PretrainConfig(hold_out_fact=True), np.random.default_rng(0))
+    mixture = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))
     pairs = [mixture.sample() for _ in range(4000)]
     assert not [c for _, c in pairs if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
     assert not [p for p, _ in pairs if p.split("=")[0].endswith("*9")]  # nor the problems a*9
@@ -166,7 +166,8 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
     assert abs(unhinted.count("split") / len(unhinted) - 0.20) < 0.03
     # Round is still shown on round-only items (first factor ending in 9): that is what can be discovered.
     assert any(c.startswith("round:") and re.search(r"-1\*\d\d=", c) for _, c in pairs)
-    leaky = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))  # the default: off
+    assert PretrainConfig().hold_out_fact  # the shipped checkpoint's setting
+    leaky = PretrainingMixture(PretrainConfig(hold_out_fact=False), np.random.default_rng(0))
     assert any(re.search(r"(?<!\d)9\*\d\d(?!\d)", leaky.sample()[1]) for _ in range(2000))
 
 

@@ -173,3 +173,57 @@ def test_extra_evaluation_reads_a_runs_extra_evaluation_as_a_record():
         extra_evaluation([run], "narrow")
     with pytest.raises(ValueError, match=r"among \[\]"):
         extra_evaluation([main], "wide")
+
+
+def test_per_problem_alive_marks_groups_with_a_non_zero_advantage():
+    from rlvr_lib.eval import paired_difference_ci
+    from rlvr_lib.eval.summaries import per_problem_alive
+
+    a, b = _record([4, 0, 2], [0, 0, 0], [4, 4, 4]), _record([1, 0, 4], [0, 0, 0], [4, 4, 4])  # 4 samples each
+    assert per_problem_alive([a, b], ["a"]).tolist() == [[0, 0, 1], [1, 0, 0]]  # all-correct and all-wrong are dead
+    # b against a: p0 rescued (4/4 -> 1/4), p2 lost (2/4 -> 4/4): net 0 = mean(alive_b) - mean(alive_a)
+    diff = paired_difference_ci(per_problem_alive([b], ["a"]), per_problem_alive([a], ["a"]), bounds=(0, 1))
+    assert diff["mean"] == 0.0
+    other = _record([1, 1, 1], [0, 0, 0], [4, 4, 4])
+    other.final["families"]["a"]["uids"] = ["p0", "p1", "q"]
+    with pytest.raises(ValueError, match="same problems"):
+        per_problem_alive([a, other], ["a"])
+
+
+def test_zero_advantage_rescued_lost_counts_dead_groups_per_seed_pair():
+    from rlvr_lib.eval.summaries import zero_advantage_rescued_lost
+
+    rec = lambda c: _record(c, [0, 0, 0], [4, 4, 4])  # noqa: E731
+    reference = [rec([4, 0, 2]), rec([0, 0, 1])]
+    run = [rec([1, 0, 4]), rec([3, 1, 1])]
+    null = [rec([0, 0, 0]), rec([2, 0, 0])]
+    table = zero_advantage_rescued_lost({"x": run}, reference, ["a"], null=null)
+    # pair 1: dead ref {p0, p1}, dead run {p1, p2}: rescued p0, lost p2; pair 2: dead ref {p0, p1}, run none:
+    # rescued p0 and p1. Means: dead_ref 2, dead 1, rescued 1.5, lost 0.5, net 1.
+    assert table.loc["x"].to_dict() == {"pairs": 2, "dead_ref": 2.0, "dead": 1.0, "rescued": 1.5, "lost": 0.5,
+                                        "net": 1.0}
+    # reference seed 1 against seed 0: both dead on p0 and p1, p2 alive in both
+    assert table.loc["reference vs itself (other seed)", ["rescued", "lost", "dead"]].tolist() == [0.0, 0.0, 2.0]
+    # sampling null: [0, 0, 0] -> [2, 0, 0] rescues p0
+    assert table.loc["sampling null", ["dead_ref", "dead", "rescued", "lost"]].tolist() == [3.0, 2.0, 1.0, 0.0]
+    with pytest.raises(ValueError, match="two or more evaluations"):
+        zero_advantage_rescued_lost({"x": run}, reference, ["a"], null=null[:1])
+
+
+def test_train_outcome_rates_split_training_rollouts_into_correct_malformed_and_incorrect():
+    from rlvr_lib.eval.summaries import train_outcome_rates
+
+    hist = [{"accuracy": 0.5, "malformed_rate": 0.25}, {"accuracy": None, "malformed_rate": 0.5},
+            {"accuracy": 0.75, "malformed_rate": 0.0}, {"accuracy": 1.0, "malformed_rate": 0.0}]
+    recs = [_record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=hist)]
+    rates = train_outcome_rates(recs)  # the step without accuracy is skipped
+    assert rates["correct"].tolist() == [0.75]
+    assert rates["malformed"].tolist() == pytest.approx([1 / 12])
+    assert rates["incorrect"].tolist() == pytest.approx([(0.25 + 0.25 + 0.0) / 3])
+    last2 = train_outcome_rates(recs, last=2)
+    assert last2["correct"].tolist() == [0.875] and last2["malformed"].tolist() == [0.0]
+    assert last2["incorrect"].tolist() == [0.125]
+    with pytest.raises(ValueError, match="a trained run that logged 'accuracy' and 'malformed_rate'"):
+        train_outcome_rates([_record([1, 1, 1], [0, 0, 0], [4, 4, 4])])
+    with pytest.raises(ValueError, match="last=0 is invalid"):
+        train_outcome_rates(recs, last=0)

@@ -47,9 +47,18 @@ def test_family_has_its_difficulty_mix_and_no_duplicates(family):
         assert abs(counts[d] - n * share) <= 1
 
 
-def test_train_and_eval_never_overlap():
+def test_pretraining_rl_and_eval_pools_never_overlap():
+    from rlvr_lib.tasks.arithmetic import SFT_SHARE
+
+    sizes = dict.fromkeys(("sft", "train", "eval"), 0)
     for d in DIFFICULTIES:
-        assert not set(problem_pool("train", d)) & set(problem_pool("eval", d))
+        sft, train, ev = (set(problem_pool(s, d)) for s in ("sft", "train", "eval"))
+        assert not sft & train and not sft & ev and not train & ev
+        for name, pool in (("sft", sft), ("train", train), ("eval", ev)):
+            sizes[name] += len(pool)
+    # Half of all problems are evaluation problems; pretraining sees SFT_SHARE of the rest (7,056 problems).
+    assert abs(sizes["eval"] / sum(sizes.values()) - 0.5) < 0.02
+    assert abs(sizes["sft"] / (sizes["sft"] + sizes["train"]) - SFT_SHARE) < 0.02
     from rlvr_lib.tasks import family_capacity
 
     train = {p.uid for p in family_problems(TRAIN_FAMILY, family_capacity(TRAIN_FAMILY))}
@@ -254,8 +263,9 @@ def test_rare_mix_holds_only_round_only_items_of_the_eval_pool():
                for p in problems)
 
 
-def test_families_draw_what_they_drew_before_rare_mix():
-    # First problems as drawn before `first_units` existed (commit e14b787).
+def test_evaluation_families_draw_what_they_drew_before_and_training_families_the_rl_pool():
+    # First problems as drawn before `first_units` existed (commit e14b787): evaluation families unchanged.
     assert [p.uid for p in family_problems("hard_mix", 3)] == ["mul:82*34", "mul:28*52", "mul:26*2"]
     assert [p.uid for p in family_problems("easy_mix", 3)] == ["mul:58*7", "mul:15*12", "mul:62*3"]
-    assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:42*9", "mul:37*9", "mul:47*6"]
+    # Training families draw from the RL pool, a fifth of the old train pool since the pretraining pool split off.
+    assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:43*6", "mul:38*9", "mul:47*8"]

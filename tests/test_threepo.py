@@ -11,8 +11,9 @@ import torch
 
 from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
-from rlvr_lib.methods.threepo import (C3PO, M3PO, B3PO, _SummedIVON, calibrated_ess, initial_sigma,
-                                      noise_to_weight_ratio, sample_disagreement)
+from rlvr_lib.methods.threepo import (AUTHORS_ESS, C3PO, M3PO, B3PO, REFERENCE_WEIGHT_STD, TESTBED_ESS, _SummedIVON,
+                                      calibrate_ess, calibrated_ess, initial_sigma, noise_to_weight_ratio,
+                                      sample_disagreement, weight_matrix_std)
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 
@@ -35,7 +36,7 @@ class IVONMeanGRPO(Method):
 
     def make_optimizer(self, model):
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = ivon.IVON(params, lr=1.0, ess=1e9, hess_init=1e-3, beta1=0.9, beta2=0.9999,
+        self.optimizer = ivon.IVON(params, lr=1.0, ess=TESTBED_ESS, hess_init=1e-3, beta1=0.9, beta2=0.9999,
                                    weight_decay=1e-6, clip_radius=1e-3, rescale_lr=True)
         return self.optimizer
 
@@ -187,7 +188,7 @@ def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, 
             assert 0 <= row["seq_mis_masked_frac"] <= 1
     assert not [n for n, p in trainer.model.named_parameters() if torch.equal(p, before[n])]
     assert all(p.isfinite().all() for p in trainer.model.parameters())
-    assert history[0]["ivon_mean_sigma"] == pytest.approx(initial_sigma(1e9, 1e-3, 1e-6), rel=1e-6)
+    assert history[0]["ivon_mean_sigma"] == pytest.approx(initial_sigma(TESTBED_ESS, 1e-3, 1e-6), rel=1e-6)
     assert trainer.optimizer.current_step == SMALL["steps"]
 
 
@@ -223,6 +224,43 @@ def test_noise_calibration_helpers_invert_each_other(policy):
     assert 0 < ratio < 1
     assert calibrated_ess(model, ratio, 1e-3, 1e-6) == pytest.approx(1e9, rel=1e-9)
     assert noise_to_weight_ratio(model, 1e7, 1e-3, 1e-6) == pytest.approx(10 * ratio)
+    with pytest.raises(ValueError, match=r"ratio=0.0 is invalid: must be a number in \(0, inf\)"):
+        calibrated_ess(model, 0.0, 1e-3, 1e-6)
+
+
+def test_weight_matrix_std_pools_the_matrices_and_leaves_out_norms_and_biases():
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    with torch.no_grad():
+        model[0].weight.copy_(torch.tensor([[1., -1., 1., -1.]] * 3))  # mean 0, 12 entries of +-1
+        model[0].bias.fill_(5.0)
+    assert weight_matrix_std(model) == pytest.approx(math.sqrt(12 / 11))  # unbiased: sum of squares 12 over n - 1
+    with pytest.raises(ValueError, match=r"model=LayerNorm is invalid: must have a trainable weight matrix"):
+        weight_matrix_std(torch.nn.LayerNorm(3))
+
+
+def test_calibrate_ess_matches_the_authors_noise_to_weight_ratio():
+    # A model whose matrices have std exactly 0.04 = 2 x the assumed 7B std: the noise may be twice the
+    # authors' 1e-3, so the ESS is 1e9 / 4 (sigma scales as ess ** -0.5).
+    model = torch.nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1., -1.], [1., -1.]]) * 0.04 * math.sqrt(3 / 4))
+    assert weight_matrix_std(model) == pytest.approx(0.04)
+    assert calibrate_ess(model) == pytest.approx(AUTHORS_ESS / 4, rel=1e-6)  # float32 weights
+    assert noise_to_weight_ratio(model, calibrate_ess(model), 1e-3, 1e-6) == pytest.approx(
+        initial_sigma(AUTHORS_ESS, 1e-3, 1e-6) / REFERENCE_WEIGHT_STD)
+    with pytest.raises(ValueError, match=r"reference_std=0 is invalid: must be a number in \(0, inf\)"):
+        calibrate_ess(model, reference_std=0)
+
+
+def test_stored_ess_is_the_calibration_rule_on_the_shipped_policy(policy):
+    # The rule (module docstring): 1e9 x (0.02 / std_W)^2 with std_W the pooled std of the shipped policy's
+    # weight matrices. It is a deterministic function of the checkpoint: TESTBED_ESS is it rounded to two
+    # significant figures, so the only tolerance is that rounding (at most 5% relative).
+    ess = calibrate_ess(policy[0])
+    assert float(f"{ess:.2g}") == TESTBED_ESS, f"recomputed {ess:.4g}; TESTBED_ESS = {TESTBED_ESS:.4g}"
+    assert B3PO(TrainerConfig(method="b3po", **SMALL)).options.ess == TESTBED_ESS
+    assert C3PO(TrainerConfig(method="c3po", method_options={"ess": AUTHORS_ESS}, **SMALL)).options.ess == 1e9
 
 
 def test_options_are_validated():

@@ -376,3 +376,128 @@ def extra_evaluation(records: Sequence[Any], label: str) -> list[ExtraEvaluation
                                    config={"eval": specs[label]}, history=list(r.history or []),
                                    final=evals[label]))
     return out
+
+
+def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np.ndarray:
+    """``(S, P)`` 0/1 matrix: does each problem's evaluation group have a non-zero GRPO advantage? (3PO Fig 3)
+
+    With rewards 1 (correct) / 0 (wrong or malformed) and ``c_{s,p}`` correct
+    of the ``n`` samples of seed ``s``'s evaluation on problem ``p`` (one group
+    of ``n``), ``X[s, p] = 1[0 < c_{s,p} < n]``: 0 for an all-wrong or
+    all-correct ("zero-advantage", dead) group. Problems are the families'
+    concatenated, as in `per_problem_scores`, so two runs pair column by
+    column; ``n`` is ``config["eval"]["samples"]`` of the first record.
+    For two runs A and B,
+    ``mean(X_A) - mean(X_B) = (rescued - lost) / P`` averaged over seed
+    pairs, with rescued = dead under B and alive under A
+    (`rlvr_lib.eval.diagnostics.rescued_lost_groups`); use it with
+    `paired_difference_ci`.
+
+    Raises:
+        ValueError: on no records, a missing family, or evaluations on different problems.
+    """
+    from rlvr_lib.eval.stats import eval_counts
+
+    records = _records("evaluations", evaluations)
+    n = int(records[0].config["eval"]["samples"])
+    rows, uids0 = [], None
+    for i, r in enumerate(records):
+        counts, uids = eval_counts(_evaluation(f"evaluations[{i}]", r), families)
+        if uids0 is None:
+            uids0 = uids
+        elif uids != uids0:
+            raise invalid(f"evaluations[{i}]", "<evaluation>", "an evaluation on the same problems as evaluations[0]")
+        rows.append(((counts > 0) & (counts < n)).astype(float))
+    return np.stack(rows)
+
+
+def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any],
+                                families: Sequence[str], *, null: Optional[Sequence[Any]] = None):
+    """Zero-advantage groups rescued and lost against a reference run, seed by seed (3PO Fig 3).
+
+    As :func:`rescued_lost`, with 3PO's definition of a dead group: the ``n``
+    evaluation samples of a problem form one group, dead when all its rewards
+    are equal (all wrong or all correct: every GRPO advantage is 0). Seed
+    ``i`` of a run is compared with the reference's seed ``i``
+    (`rlvr_lib.eval.diagnostics.rescued_lost_groups`, ``criterion=
+    "zero_advantage"``: rescued = dead under the reference, alive under the
+    run; lost = the reverse), and counts are averaged over the
+    ``min(S_run, S_ref)`` pairs. The yardstick rows are :func:`rescued_lost`'s:
+    the reference against itself (seed ``i`` vs ``i + 1``) and two sampling
+    seeds of ``null``.
+
+    Returns:
+        ``pandas.DataFrame`` indexed by run with ``pairs``, ``dead_ref``,
+        ``dead``, ``rescued``, ``lost``, ``net`` (means over pairs).
+
+    Raises:
+        ValueError: on no records, a missing family, evaluations on different
+            problems, or a ``null`` with fewer than two evaluations.
+    """
+    import pandas as pd
+
+    from rlvr_lib.eval.diagnostics import rescued_lost_groups
+    from rlvr_lib.eval.stats import eval_counts
+
+    reference = _records("reference", reference)
+
+    def groups(record: Any) -> tuple[list[np.ndarray], list[str]]:
+        n = int(record.config["eval"]["samples"])
+        counts, uids = eval_counts(record, families)
+        return [np.r_[np.ones(c), np.zeros(n - c)] for c in counts], uids
+
+    def pairs(a: Sequence[Any], b: Sequence[Any]) -> dict[str, float]:
+        out = []
+        for x, y in zip(a, b):
+            (gx, ux), (gy, uy) = groups(x), groups(y)
+            if ux != uy:
+                raise invalid("runs", "<evaluation>", "evaluations on the same problems as the reference's")
+            out.append(rescued_lost_groups(gy, gx, criterion="zero_advantage").to_dict())
+        keys = ("dead_base", "dead_other", "rescued", "lost", "net")
+        return {"pairs": len(out), **{k: float(np.mean([o[k] for o in out])) for k in keys}}
+
+    rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
+    if len(reference) >= 2:
+        rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
+    if null is not None:
+        null = _records("null", null)
+        if len(null) < 2:
+            raise invalid("null", f"<{len(null)} evaluation>", "two or more evaluations of one policy (sampling seeds)")
+        rows["sampling null"] = pairs(null[1:2], null[:1])
+    table = pd.DataFrame(rows).T.rename(columns={"dead_base": "dead_ref", "dead_other": "dead"})
+    table["pairs"] = table["pairs"].astype(int)
+    return table
+
+
+def train_outcome_rates(records: Sequence[Any], last: Optional[int] = None) -> dict[str, np.ndarray]:
+    """Per seed, the training rollouts' outcome rates: correct, malformed ("degenerate") and incorrect (3PO Fig 3).
+
+    From each logged step's ``accuracy`` (a_t) and ``malformed_rate`` (m_t)::
+
+        correct = mean_t a_t,  malformed = mean_t m_t,  incorrect = mean_t (1 - a_t - m_t)
+
+    over the last ``last`` steps that logged both (all of them when ``None``).
+    Every method logs the two rates, so ``incorrect`` (well-formed but wrong)
+    is available for runs that do not log an ``incorrect_rate`` of their own.
+
+    Returns:
+        ``{"correct": (S,), "malformed": (S,), "incorrect": (S,)}`` float arrays.
+
+    Raises:
+        ValueError: on no records, a bad ``last``, or a run with no step logging both rates.
+    """
+    if last is not None:
+        last = check_int("last", last, 1)
+    out: dict[str, list[float]] = {"correct": [], "malformed": [], "incorrect": []}
+    for i, r in enumerate(_records("records", records)):
+        steps = [(h["accuracy"], h["malformed_rate"]) for h in (getattr(r, "history", None) or [])
+                 if h.get("accuracy") is not None and h.get("malformed_rate") is not None
+                 and np.isfinite(h["accuracy"]) and np.isfinite(h["malformed_rate"])]
+        if not steps:
+            raise invalid(f"records[{i}]", getattr(r, "run_id", i), "a trained run that logged 'accuracy' and "
+                                                                    "'malformed_rate'")
+        a, m = np.asarray(steps[-last:] if last else steps, dtype=float).T
+        out["correct"].append(float(a.mean()))
+        out["malformed"].append(float(m.mean()))
+        out["incorrect"].append(float(np.clip(1.0 - a - m, 0.0, 1.0).mean()))
+    return {k: np.asarray(v) for k, v in out.items()}

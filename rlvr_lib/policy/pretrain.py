@@ -2,19 +2,21 @@
 
 The base policy must show what the papers start from: a dominant strategy that
 often fails, rarer strategies that work where it fails, hints that steer, and a
-long tail of correct samples. So the SFT data is the testbed's training pool
-with oracle traces whose strategy is drawn from ``PRETRAIN_STRATEGY_PRIOR``
-(75% direct / 20% split / 5% round, independent of the problem), and a share of
-prompts carry a hint: mostly the name of the trace's strategy (so hints steer),
-sometimes a distractor word with a strategy from the prior (so unhelpful hints
-are ignored). A strategy hint names each strategy with equal odds, so the rare
-strategy is practised when nudged toward but stays rare unhinted (the premise
-of NudgeRL: hints unlock modes the policy can execute but seldom samples). With
-``hold_out_fact`` no example multiplies 9 by a two-digit number (``9*b``,
-``90*b`` or ``a*9``; see `rlvr_lib.tasks.arithmetic`): a problem whose example
-would is redrawn, so that on round-only items the rare strategy is the one
-that works (the shipped checkpoint predates it: issue 10). The loss is
-next-token cross-entropy on completion tokens only.
+long tail of correct samples. So the SFT data is the testbed's pretraining
+pool (``"sft"``, `rlvr_lib.tasks.arithmetic.split_of`: 80% of the problems
+outside evaluation; the other 20% are the RL training pool, so RL prompts are
+as new to the policy as evaluation problems) with oracle traces whose strategy
+is drawn from ``PRETRAIN_STRATEGY_PRIOR`` (75% direct / 20% split / 5% round,
+independent of the problem), and a share of prompts carry a hint: mostly the
+name of the trace's strategy (so hints steer), sometimes a distractor word with
+a strategy from the prior (so unhelpful hints are ignored). A strategy hint
+names each strategy with equal odds, so the rare strategy is practised when
+nudged toward but stays rare unhinted (the premise of NudgeRL: hints unlock
+modes the policy can execute but seldom samples). With ``hold_out_fact`` (the
+default) no example multiplies 9 by a two-digit number (``9*b``, ``90*b`` or
+``a*9``; see `rlvr_lib.tasks.arithmetic`): a problem whose example would is
+redrawn, so that on round-only items the rare strategy is the one that works.
+The loss is next-token cross-entropy on completion tokens only.
 
 Deterministic for a seed on CPU; resumable: a state file is written every
 ``save_every`` steps and picked up by the next call with the same config.
@@ -27,7 +29,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +37,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
-from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase, to_jsonable
+from rlvr_lib.config import ConfigBase, to_jsonable
 from rlvr_lib.policy.tokenizer import build_char_tokenizer
 from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
@@ -52,7 +54,7 @@ from rlvr_lib.tasks.arithmetic import (
 
 @dataclass(frozen=True)
 class PretrainConfig(ConfigBase):
-    """Pretraining settings (defaults rebuild the shipped checkpoint).
+    """Pretraining settings (defaults rebuild the shipped checkpoint; the candidates tried are in issue 10).
 
     Attributes:
         seed: Fixes data order, initialisation and everything else.
@@ -67,17 +69,16 @@ class PretrainConfig(ConfigBase):
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
         hold_out_fact: Never show 9 times a two-digit number (``9*b``, ``90*b``, ``a*9``;
-            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`). Off by default: the
-            shipped checkpoint predates it (issue 10 records the candidates tried).
+            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
     """
 
     seed: int = 0
-    steps: int = 1200
+    steps: int = 2800
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100
     weight_decay: float = 0.01
-    hint_share: float = 0.3
+    hint_share: float = 0.5
     distractor_share: float = 0.2
     strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
     hidden_size: int = 128
@@ -85,8 +86,7 @@ class PretrainConfig(ConfigBase):
     num_heads: int = 4
     intermediate_size: int = 512
     save_every: int = 250
-    # Left out of to_dict while False, so the shipped checkpoint's logged config is unchanged.
-    hold_out_fact: bool = field(default=False, metadata={OMIT_IF_DEFAULT: True})
+    hold_out_fact: bool = True
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
@@ -126,11 +126,11 @@ def model_config(config: PretrainConfig, vocab_size: int, pad_id: int, eos_id: i
 
 
 class PretrainingMixture:
-    """Samples (prompt, completion) pairs of the SFT mixture from the train pool."""
+    """Samples (prompt, completion) pairs of the SFT mixture from the pretraining pool ("sft")."""
 
     def __init__(self, config: PretrainConfig, rng: np.random.Generator):
         spec = FAMILIES[TRAIN_FAMILY]
-        self.pools = [problem_pool("train", d, spec.first_factors) for d in DIFFICULTIES]
+        self.pools = [problem_pool("sft", d, spec.first_factors) for d in DIFFICULTIES]
         self.mix = np.asarray(spec.mix)
         self.config, self.rng = config, rng
 

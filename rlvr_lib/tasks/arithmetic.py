@@ -21,16 +21,17 @@ so that bottleneck is real at laptop scale:
   subtraction. ``round`` is rare in pretraining and made for the hard subset:
   when the first factor ends in 8 or 9 its correction term d*b is b or 2b.
 * A fact the policy never sees: pretrained with ``hold_out_fact``
-  (`rlvr_lib.policy.pretrain.PretrainConfig`; the shipped checkpoint predates
-  it), the policy never multiplies 9 by a two-digit number (``HELD_OUT_DIGIT``): no chain step ``9*b`` (split's unit product
-  when the first factor ends in 9, round's correction when it ends in 1) or
-  ``90*b`` (round's rounded product for first factors 81-89) with a two-digit
-  ``b``, and no problem ``a*9`` (with any of them left in, a longer
-  pretraining reads ``9*b`` off it). So on *round-only* items (first factor
-  19-79 ending in 9, second factor two-digit) ``split`` needs a product the
-  policy never saw (it still infers some by generalisation; calibration
-  measures how many), while ``round``'s correction ``1*b`` is a copy of ``b``:
-  the rare strategy is the one that works there, and it must be discovered.
+  (`rlvr_lib.policy.pretrain.PretrainConfig`, the shipped checkpoint's
+  setting), the policy never multiplies 9 by a two-digit number
+  (``HELD_OUT_DIGIT``): no chain step ``9*b`` (split's unit product when the
+  first factor ends in 9, round's correction when it ends in 1) or ``90*b``
+  (round's rounded product for first factors 81-89) with a two-digit ``b``,
+  and no problem ``a*9`` (with any of them left in, a longer pretraining reads
+  ``9*b`` off it). So on *round-only* items (first factor 19-79 ending in 9,
+  second factor two-digit) ``split`` needs a product the policy never saw (it
+  still infers some by generalisation; calibration measures how many), while
+  ``round``'s correction ``1*b`` is a copy of ``b``: the rare strategy is the
+  one that works there, and it must be discovered.
 * Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
   and the first factor ends in 1-7; ``hard`` = two digits and it ends in 8-9
   (hard for the dominant one-shot answer, easy for the rare strategy).
@@ -41,8 +42,11 @@ so that bottleneck is real at laptop scale:
   ``rare_mix``, the round-only items of the evaluation pool: the instrument's
   headroom, where a pass@k gain needs the rare strategy.
 
-The train / eval split is a fixed hash of the problem, so it never depends on a
-seed and never overlaps; the seed only chooses which problems a family draws.
+The pools are fixed hashes of the problem (`split_of`): half of all problems
+are evaluation problems; the other half is split 80/20 into the pretraining
+pool (``"sft"``) and the RL training pool (``"train"``), so neither RL prompts
+nor evaluation problems were seen in pretraining. They never depend on a seed
+and never overlap; the seed only chooses which problems a family draws.
 """
 
 from __future__ import annotations
@@ -73,7 +77,9 @@ MAX_COMPLETION_CHARS = 200
 # Pretraining never multiplies 9 by a two-digit number: 9*b, 90*b, a*9 (see the module docstring).
 HELD_OUT_DIGIT = 9
 _SPLIT_VERSION = "rlvr-testbed-split-v2"
-SPLITS = ("train", "eval")
+SPLITS = ("sft", "train", "eval")
+# Share of the non-evaluation problems that pretraining may show (the rest is the RL training pool).
+SFT_SHARE = 0.8
 
 
 @dataclass(frozen=True)
@@ -82,7 +88,7 @@ class FamilySpec:
 
     Attributes:
         name: Family name.
-        split: ``"train"`` or ``"eval"`` pool (disjoint by construction).
+        split: ``"sft"``, ``"train"`` or ``"eval"`` pool (disjoint by construction, `split_of`).
         mix: Share of each difficulty, in ``DIFFICULTIES`` order.
         first_factors: Inclusive range of the first factor.
         stands_in_for: The paper benchmark this family plays the role of.
@@ -176,13 +182,19 @@ def _stable_unit(text: str) -> float:
 
 
 def split_of(a: int, b: int) -> str:
-    """Pool of ``a*b``: a fixed 50/50 hash split into "train" and "eval".
+    """Pool of ``a*b``: "eval", "sft" (pretraining) or "train" (RL), fixed hashes of the problem.
 
-    The key is symmetric, so ``a*b`` and ``b*a`` always share a pool (no
-    commuted twin of an evaluation problem is trained on).
+    Half of all problems are "eval"; of the other half, ``SFT_SHARE`` is what
+    pretraining shows ("sft") and the rest the RL training pool ("train"), so
+    RL prompts are new to the policy as evaluation problems are (a policy
+    pretrained on its RL prompts has memorised them: no exploration is left to
+    measure). The key is symmetric, so ``a*b`` and ``b*a`` always share a pool
+    (no commuted twin of an evaluation problem is trained on).
     """
     lo, hi = sorted((a, b))
-    return "train" if _stable_unit(f"{_SPLIT_VERSION}:{lo}*{hi}") < 0.5 else "eval"
+    if _stable_unit(f"{_SPLIT_VERSION}:{lo}*{hi}") >= 0.5:
+        return "eval"
+    return "sft" if _stable_unit(f"{_SPLIT_VERSION}:sft:{lo}*{hi}") < SFT_SHARE else "train"
 
 
 def solution_trace(a: int, b: int, strategy: str) -> str:
