@@ -51,12 +51,11 @@ from rlvr_lib.algos import (
     entropy_bonus,
     kl_cov_loss,
     overlong_reward_shaping,
-    self_certainty,
 )
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
-from rlvr_lib.rollout.logprobs import completion_forward
+from rlvr_lib.rewards import completion_logits, self_certainty_rewards
 from rlvr_lib.tasks import CORRECT
 
 logger = logging.getLogger(__name__)
@@ -533,21 +532,6 @@ class POPE(Method):
 
 
 # ------------------------------------------------------------------------------ INTUITOR
-def completion_logits(model: torch.nn.Module, prompt_ids, prompt_mask, completion_ids, completion_mask) -> torch.Tensor:
-    """``(N, T, V)`` float32 logits at the positions that predict the completion tokens.
-
-    :func:`rlvr_lib.rollout.logprobs.completion_forward` (the teacher-forced
-    forward of ``sequence_logprobs``) without temperature, on the model's
-    device: ``log_softmax(logits)[y_t]`` equals its temperature-1 ``logp``.
-    The caller chooses ``no_grad``.
-    """
-    device = next(model.parameters()).device
-    if completion_ids.shape[1] == 0:
-        return torch.zeros(completion_ids.shape[0], 0, 0, device=device)
-    tensors = (t.to(device) for t in (prompt_ids, prompt_mask, completion_ids, completion_mask))
-    return completion_forward(model, *tensors).float()
-
-
 @dataclass(frozen=True)
 class IntuitorOptions(ConfigBase):
     """`Intuitor`'s settings: rows per no-grad forward (memory only)."""
@@ -567,7 +551,7 @@ class Intuitor(Method):
     z_t the logits of the current policy (temperature 1) at the position that
     predicts completion token t, EOS included; computed under ``no_grad`` in one
     teacher-forced forward over prompt + completion (`completion_logits`, in
-    chunks of ``forward_batch_size`` rows) and ``rlvr_lib.algos.self_certainty``.
+    chunks of ``forward_batch_size`` rows; `rlvr_lib.rewards.self_certainty_rewards`).
     Advantages are GRPO's group normalisation of r. The verifier still runs, so
     ``accuracy`` is logged honestly, but it never enters the reward
     (``reward_mean`` is the mean self-certainty, in nats). Preset: k3 KL with
@@ -581,15 +565,7 @@ class Intuitor(Method):
     Options = IntuitorOptions
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
-        ro = batch.rollouts
-        out = []
-        with torch.no_grad():
-            for rows in torch.arange(len(ro)).split(self.options.forward_batch_size):
-                logits = completion_logits(model, ro.prompt_ids[rows], ro.prompt_mask[rows],
-                                           ro.completion_ids[rows], ro.completion_mask[rows])
-                mask = ro.completion_mask[rows].to(logits.device)
-                out.append(self_certainty(logits, mask).cpu())
-        return torch.cat(out).float()
+        return self_certainty_rewards(model, batch.rollouts, self.options.forward_batch_size)
 
 
 # ------------------------------------------------------------------------------ registry
