@@ -24,6 +24,7 @@ from rlvr_lib.methods import baselines  # noqa: E402,F401
 from rlvr_lib.methods import nudgerl  # noqa: E402,F401
 from rlvr_lib.methods import sage  # noqa: E402,F401
 from rlvr_lib.methods import threepo  # noqa: E402,F401
+from rlvr_lib.methods import vigor  # noqa: E402,F401
 
 __all__ = ["METHODS", "Method", "MethodSpec", "NoOptions", "StepBatch", "build_method", "method_config",
            "register_method"]

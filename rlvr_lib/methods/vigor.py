@@ -1,0 +1,104 @@
+"""VIGOR: a verifier-free reward from the norm of a completion's own NLL gradient (arXiv 2605.09920; code ZJUSCL/VIGOR).
+
+The reward hook replaces the verifier's reward by VIGOR's score
+(`rlvr_lib.rewards.grad_norm_scores`), at the weights that sampled the batch:
+
+    S_i = -sqrt(T_i) * ||grad_theta l_i||_2,   l_i = mean token NLL of y_i given x_i (temperature 1)
+
+and a truncated completion (it hit ``max_new_tokens``) gets its group's minimum
+score, as the authors' code. The advantage is the config's estimator: the
+preset's ``"rank"`` (`rlvr_lib.algos.rank_advantages`: ranks within the group
+mapped to [-1, 1], then the group normalisation with eps 1e-4); ``advantage=
+"grpo"`` is the "without rank shaping" ablation (raw scores, group-normalised),
+``method_options={"sqrt_len": False}`` the "without sqrt(T)" one. The verifier
+still runs, so ``accuracy`` is logged, but it never enters the reward
+(``reward_mean`` is the mean score). Preset: G = 8, KL beta 0.01 (k3 as the
+code's ``low_var_kl``, our ``reverse`` estimator), as the authors' scripts.
+
+Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
+(share of completions given the group minimum) and ``vigor_score_acc_corr``
+(Pearson correlation of the score with the verifier's correctness over the
+step's rollouts; absent when either is constant).
+
+Options: ``sqrt_len`` (bool, default True), ``impl`` (``"vmap"`` or
+``"naive"``, default ``"vmap"``; equal values, `rlvr_lib.rewards.grad_norm`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.methods.registry import register_method
+from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
+from rlvr_lib.tasks import CORRECT
+
+__all__ = ["VIGOR", "VIGOROptions", "truncated_to_group_min"]
+
+
+@dataclass(frozen=True)
+class VIGOROptions(ConfigBase):
+    """`VIGOR`'s settings (see its docstring)."""
+
+    sqrt_len: bool = True
+    impl: str = "vmap"
+
+    def validate(self) -> None:
+        self.check(isinstance(self.sqrt_len, bool), "sqrt_len", self.sqrt_len, "a bool")
+        self.check_choice("impl", self.impl, sorted(GRAD_NORM_IMPLS))
+
+
+def truncated_to_group_min(scores: torch.Tensor, truncated: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """``scores`` with every truncated row set to the minimum score of its group (all rows of the group).
+
+    Args:
+        scores: ``(N,)`` float.
+        truncated: ``(N,)`` bool.
+        group_index: ``(N,)`` long group id.
+    """
+    groups = torch.unique(group_index)
+    out = scores.clone()
+    for g in groups.tolist():
+        rows = group_index == g
+        out[rows & truncated] = scores[rows].min()
+    return out
+
+
+class VIGOR(Method):
+    """VIGOR (arXiv 2605.09920): reward = -sqrt(T) x the norm of the completion's NLL gradient; see the module."""
+
+    name = "vigor"
+    Options = VIGOROptions
+
+    def __init__(self, config):
+        super().__init__(config)
+        self._stats: dict[str, float] = {}
+
+    def rewards(self, batch: StepBatch, model) -> torch.Tensor:
+        ro = batch.rollouts
+        scores = grad_norm_scores(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                  sqrt_len=self.options.sqrt_len, impl=self.options.impl)
+        truncated = torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool)
+        lengths = ro.completion_mask.sum(1).double()
+        norms = -scores.double() / (lengths.sqrt() if self.options.sqrt_len else 1.0)
+        correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float64)
+        stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
+        if scores.std() > 0 and correct.std() > 0:
+            stats["vigor_score_acc_corr"] = float(torch.corrcoef(torch.stack([scores.double(), correct]))[0, 1])
+        self._stats = stats
+        return truncated_to_group_min(scores, truncated, batch.group_index.cpu())
+
+    def on_step_start(self, step: int) -> None:
+        super().on_step_start(step)
+        self._stats = {}
+
+    def on_step_end(self, step: int, metrics: dict) -> None:
+        metrics.update(self._stats)
+
+
+register_method("vigor", VIGOR,
+                "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, KL 0.01, G = 8",
+                advantage="rank", kl_coef=0.01, kl_estimator="reverse", group_size=8)
