@@ -73,3 +73,22 @@ def test_runs_are_bit_identical_across_runs_and_resume(policy, tmp_path):
     resumed = _trainer(policy, checkpoint_dir=tmp_path, **kw)
     assert resumed.step_count == 1
     assert _untimed(resumed.train(progress=False)) == _untimed(a)
+
+
+def test_accuracy_by_rank_by_hand():
+    from rlvr_lib.methods.vigor import accuracy_by_rank
+
+    scores = torch.tensor([-1.0, -3.0, -2.0, -5.0, -4.0, -6.0])
+    correct = torch.tensor([1, 0, 1, 0, 1, 1])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    # group 0 by score: rows 0 (1), 2 (1), 1 (0) ; group 1: rows 4 (1), 3 (0), 5 (1)
+    assert accuracy_by_rank(scores, correct, groups).tolist() == [1.0, 0.5, 0.5]
+    with pytest.raises(ValueError, match="groups of one size G"):
+        accuracy_by_rank(scores[:5], correct[:5], groups[:5])
+
+
+def test_rank_accuracy_is_logged_for_every_rank(policy):
+    row = _trainer(policy, steps=1).train(progress=False)[0]
+    ranks = [row[f"vigor_acc_rank_{r}"] for r in range(1, SMALL["group_size"] + 1)]
+    assert all(0 <= a <= 1 for a in ranks)
+    assert sum(ranks) / len(ranks) == pytest.approx(row["accuracy"])  # every rollout counted once

@@ -18,7 +18,9 @@ code's ``low_var_kl``, our ``reverse`` estimator), as the authors' scripts.
 Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
 (share of completions given the group minimum) and ``vigor_score_acc_corr``
 (Pearson correlation of the score with the verifier's correctness over the
-step's rollouts; absent when either is constant).
+step's rollouts; absent when either is constant) and ``vigor_acc_rank_r``
+for r = 1..G (`accuracy_by_rank`: accuracy of each group's r-th best
+completion by the reward, the paper's rank-vs-accuracy figure).
 
 Options: ``sqrt_len`` (bool, default True), ``impl`` (``"vmap"`` or
 ``"naive"``, default ``"vmap"``; equal values, `rlvr_lib.rewards.grad_norm`).
@@ -36,7 +38,7 @@ from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
 from rlvr_lib.tasks import CORRECT
 
-__all__ = ["VIGOR", "VIGOROptions", "truncated_to_group_min"]
+__all__ = ["VIGOR", "VIGOROptions", "accuracy_by_rank", "truncated_to_group_min"]
 
 
 @dataclass(frozen=True)
@@ -67,6 +69,32 @@ def truncated_to_group_min(scores: torch.Tensor, truncated: torch.Tensor, group_
     return out
 
 
+def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
+
+    VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
+    curve falls with the rank. Ties keep the rollout order (a stable sort).
+
+    Args:
+        scores: ``(N,)`` float.
+        correct: ``(N,)`` bool or 0/1.
+        group_index: ``(N,)`` long; every group must have the same size G.
+
+    Raises:
+        ValueError: on groups of different sizes.
+    """
+    groups = torch.unique(group_index)
+    sizes = {int((group_index == g).sum()) for g in groups.tolist()}
+    if len(sizes) != 1:
+        raise ValueError(f"group_index has groups of sizes {sorted(sizes)}: must be groups of one size G")
+    rows = []
+    for g in groups.tolist():
+        idx = (group_index == g).nonzero().flatten()
+        order = torch.sort(scores[idx], descending=True, stable=True).indices
+        rows.append(correct[idx][order].double())
+    return torch.stack(rows).mean(0)
+
+
 class VIGOR(Method):
     """VIGOR (arXiv 2605.09920): reward = -sqrt(T) x the norm of the completion's NLL gradient; see the module."""
 
@@ -88,8 +116,11 @@ class VIGOR(Method):
         stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
         if scores.std() > 0 and correct.std() > 0:
             stats["vigor_score_acc_corr"] = float(torch.corrcoef(torch.stack([scores.double(), correct]))[0, 1])
+        shaped = truncated_to_group_min(scores, truncated, batch.group_index.cpu())
+        by_rank = accuracy_by_rank(shaped, correct, batch.group_index.cpu())
+        stats.update({f"vigor_acc_rank_{r + 1}": float(a) for r, a in enumerate(by_rank)})
         self._stats = stats
-        return truncated_to_group_min(scores, truncated, batch.group_index.cpu())
+        return shaped
 
     def on_step_start(self, step: int) -> None:
         super().on_step_start(step)
