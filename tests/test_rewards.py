@@ -9,6 +9,7 @@ import torch
 
 from conftest import build_char_tokenizer, build_tiny_qwen2
 from rlvr_lib.rewards import grad_norm_scores, grad_norms_naive, grad_norms_vmap
+from rlvr_lib.rewards.grad_norm import ghost_supported, grad_norms_ghost
 
 
 def _seeded(build):
@@ -60,6 +61,20 @@ def test_vmap_and_naive_gradient_norms_are_equal_with_padding_and_mixed_lengths(
         alone = grad_norms_naive(model, *(t[i:i + 1] for t in batch))
         torch.testing.assert_close(alone, naive[i:i + 1], rtol=1e-6, atol=0)
     torch.testing.assert_close(grad_norms_vmap(model, *batch, chunk_size=2), naive, rtol=1e-6, atol=0)
+    if ghost_supported(model):  # Llama-family modules
+        torch.testing.assert_close(grad_norms_ghost(model, *batch), naive, rtol=1e-5, atol=0)
+    else:  # GPT-2's Conv1D and LayerNorm: a clear error, and "auto" falls back to the naive loop
+        with pytest.raises(ValueError, match="for ghost norms"):
+            grad_norms_ghost(model, *batch)
+        torch.testing.assert_close(grad_norm_scores(model, *batch, sqrt_len=False).double(), -naive.float().double())
+
+
+def test_ghost_norms_handle_tied_embeddings_and_leave_no_gradient(policy):
+    model, tok = policy  # the shipped policy ties its input embedding to the LM head
+    assert model.get_input_embeddings().weight is model.get_output_embeddings().weight
+    batch = _batch(tok)
+    torch.testing.assert_close(grad_norms_ghost(model, *batch), grad_norms_naive(model, *batch), rtol=1e-5, atol=0)
+    assert all(p.grad is None for p in model.parameters())
 
 
 class _TwoLayer(torch.nn.Module):
@@ -105,8 +120,8 @@ def test_scores_are_minus_sqrt_length_times_the_norm_and_leave_the_model_as_it_w
                                -norms.float().double())
     assert model.training and all(torch.equal(v, model.state_dict()[k]) for k, v in before.items())
     assert all(p.grad is None for p in model.parameters())  # no gradient left behind
-    with pytest.raises(ValueError, match="impl='ghost' is invalid: must be one of"):
-        grad_norm_scores(model, *batch, impl="ghost")
+    with pytest.raises(ValueError, match="impl='ghosts' is invalid: must be one of"):
+        grad_norm_scores(model, *batch, impl="ghosts")
     empty = list(batch)
     empty[3] = empty[3].clone()
     empty[3][1] = 0

@@ -22,8 +22,9 @@ step's rollouts; absent when either is constant) and ``vigor_acc_rank_r``
 for r = 1..G (`accuracy_by_rank`: accuracy of each group's r-th best
 completion by the reward, the paper's rank-vs-accuracy figure).
 
-Options: ``sqrt_len`` (bool, default True), ``impl`` (``"vmap"`` or
-``"naive"``, default ``"vmap"``; equal values, `rlvr_lib.rewards.grad_norm`).
+Options: ``sqrt_len`` (bool, default True), ``impl`` (``"auto"``,
+``"ghost"``, ``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the
+model allows them, else the naive loop; equal values, `rlvr_lib.rewards.grad_norm`).
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ class VIGOROptions(ConfigBase):
     """`VIGOR`'s settings (see its docstring)."""
 
     sqrt_len: bool = True
-    impl: str = "vmap"
+    impl: str = "auto"
 
     def validate(self) -> None:
         self.check(isinstance(self.sqrt_len, bool), "sqrt_len", self.sqrt_len, "a bool")
-        self.check_choice("impl", self.impl, sorted(GRAD_NORM_IMPLS))
+        self.check_choice("impl", self.impl, sorted((*GRAD_NORM_IMPLS, "auto")))
 
 
 def truncated_to_group_min(scores: torch.Tensor, truncated: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:

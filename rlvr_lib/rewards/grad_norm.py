@@ -11,11 +11,13 @@ larger S is a better completion. The ``sqrt(T)`` factor undoes the ``1/T`` of
 the mean NLL, whose gradient norm otherwise falls with length (the paper's
 length-hacking ablation removes it).
 
-Two implementations with equal values (float64 accumulation; equal to 1e-6
-relative in the tests):
+Three implementations with equal values (equal to 1e-5 relative in the tests):
 
 * :func:`grad_norms_naive` -- the reference: one backward per completion
   (``torch.autograd.grad``), N backward passes.
+* :func:`grad_norms_ghost` -- one batched backward with hooks, norms from
+  the layers' inputs and output gradients without building per-sample
+  gradients (Llama-family models: linear, embedding, RMSNorm; tied weights).
 * :func:`grad_norms_vmap` -- ``torch.func.vmap(grad(...))``: per-sample
   gradients in one vectorised pass. The model is called through
   ``torch.func.functional_call`` on one row at a time, with the causal and
@@ -27,6 +29,7 @@ relative in the tests):
 from __future__ import annotations
 
 import warnings
+from collections import defaultdict
 
 import torch
 from torch.func import functional_call, grad, vmap
@@ -34,7 +37,8 @@ from torch.func import functional_call, grad, vmap
 from rlvr_lib.rollout.logprobs import completion_forward, position_ids_from_mask
 from rlvr_lib.validation import check, check_int, invalid
 
-__all__ = ["GRAD_NORM_IMPLS", "grad_norm_scores", "grad_norms_naive", "grad_norms_vmap"]
+__all__ = ["GRAD_NORM_IMPLS", "ghost_supported", "grad_norm_scores", "grad_norms_ghost", "grad_norms_naive",
+           "grad_norms_vmap"]
 
 
 def _check_rows(prompt_ids, prompt_mask, completion_ids, completion_mask) -> None:
@@ -128,19 +132,132 @@ def grad_norms_vmap(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mas
     return torch.sqrt(sum((g.flatten(1).double() ** 2).sum(1) for g in grads.values())).cpu()
 
 
-GRAD_NORM_IMPLS = {"naive": grad_norms_naive, "vmap": grad_norms_vmap}
+def _is_rmsnorm(module: torch.nn.Module) -> bool:
+    """A Llama-family RMSNorm: ``weight * (x * rsqrt(mean(x^2) + variance_epsilon))`` (Qwen2, Llama, Qwen3)."""
+    return (type(module).__name__.endswith("RMSNorm") and getattr(module, "weight", None) is not None
+            and module.weight.dim() == 1 and hasattr(module, "variance_epsilon"))
+
+def grad_norms_ghost(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
+                     completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+    """``(N,)`` float64 ``||grad_theta l_i||_2`` from ONE batched backward, without per-sample gradients.
+
+    Rows are independent (attention stays within a row), so the backward of
+    ``sum_i l_i`` gives, at every module, row i's share of its gradient.
+    Hooks keep each parameter-owning module's input ``a`` and output
+    gradient ``g``; a row's gradient is then a sum over its tokens t, and its
+    squared norm is taken without building it ("ghost norms"):
+
+    * linear weight ``sum_t g_t a_t^T``: ``||.||^2 = sum_{t,s} (g_t . g_s)(a_t . a_s)``;
+    * linear bias ``sum_t g_t``; RMSNorm weight ``sum_t g_t * xhat_t`` (small: built);
+    * embedding ``sum_t e_{x_t} g_t^T``: ``sum_{t,s} [x_t = x_s] (g_t . g_s)``;
+    * a parameter used by several modules (tied input/output embeddings) adds
+      the cross terms ``2 <G_1, G_2>``, e.g. ``sum_{t,s} b_s[x_t] (g_t . a_s)``
+      between the embedding and the LM head.
+
+    Cost: one forward and backward of the batch plus ``O(N T^2 (d_in + d_out))``
+    per linear layer. Supported parameter owners: ``nn.Linear``,
+    ``nn.Embedding`` and Llama-family RMSNorm (Qwen2, Llama, Qwen3); anything
+    else (e.g. GPT-2's ``Conv1D``, ``LayerNorm``) raises ``ValueError``, and
+    `grad_norm_scores` with ``impl="auto"`` then uses :func:`grad_norms_naive`.
+    """
+    _check_rows(prompt_ids, prompt_mask, completion_ids, completion_mask)
+    owners = defaultdict(list)
+    for module in model.modules():
+        for pname, p in module.named_parameters(recurse=False):
+            if p.requires_grad:
+                owners[id(p)].append((module, pname))
+    modules = {id(m): m for lst in owners.values() for m, _ in lst}
+    unsupported = sorted({type(m).__name__ for m in modules.values()
+                          if not isinstance(m, (torch.nn.Linear, torch.nn.Embedding)) and not _is_rmsnorm(m)})
+    if unsupported:
+        raise invalid("model", type(model).__name__, "a model whose parameters all sit in nn.Linear, nn.Embedding or "
+                      f"Llama-family RMSNorm modules for ghost norms (found {unsupported}; use impl='naive')")
+    saved_in, saved_gout = {}, {}
+
+    def keep(module, inputs, output):  # the input now, the output's gradient when the backward reaches it
+        saved_in[id(module)] = inputs[0].detach()
+        output.register_hook(lambda grad, key=id(module): saved_gout.__setitem__(key, grad.detach()))
+
+    handles = [m.register_forward_hook(keep) for m in modules.values()]
+    try:
+        device = next(model.parameters()).device
+        rows = [t.to(device) for t in (prompt_ids, prompt_mask, completion_ids, completion_mask)]
+        loss = _mean_nll(completion_forward(model, *rows), rows[2], rows[3]).sum()
+        # autograd.grad, not backward: the hooks see the output gradients and no .grad is touched.
+        torch.autograd.grad(loss, [p for p in model.parameters() if p.requires_grad], allow_unused=True)
+    finally:
+        for h in handles:
+            h.remove()
+    N = prompt_ids.shape[0]
+    sq = torch.zeros(N, dtype=torch.float64)
+
+    def flat(t):
+        return t.reshape(N, -1, t.shape[-1]).float()
+
+    for pid, lst in owners.items():
+        # Each owner's per-sample gradient in a "factored" form: ("outer", G (N,T,o), A (N,T,i)) for sum_t g_t a_t^T,
+        # ("rows", ids (N,T), G (N,T,d)) for an embedding, ("dense", V (N, ...)) otherwise.
+        parts = []
+        for m, pname in lst:
+            x, g = saved_in[id(m)], saved_gout[id(m)]
+            if isinstance(m, torch.nn.Linear):
+                parts.append(("outer", flat(g), flat(x)) if pname == "weight" else ("dense", flat(g).sum(1)))
+            elif isinstance(m, torch.nn.Embedding):
+                parts.append(("rows", x.reshape(N, -1), flat(g)))
+            else:
+                xf = x.float()
+                normed = (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + m.variance_epsilon)).to(x.dtype)
+                parts.append(("dense", (flat(g) * flat(normed)).sum(1)))
+        for i, p in enumerate(parts):
+            for j, q in enumerate(parts[i:], start=i):
+                sq += (1.0 if i == j else 2.0) * _inner(p, q).double()
+    return sq.sqrt().cpu()
+
+
+def _inner(p, q):
+    """Per-sample Frobenius inner product <P_n, Q_n> of two factored per-sample gradients, (N,)."""
+    kinds = (p[0], q[0])
+    if kinds == ("dense", "dense"):
+        return (p[1] * q[1]).flatten(1).sum(1)
+    if kinds == ("outer", "outer"):  # <sum_t g_t a_t^T, sum_s h_s b_s^T> = sum_{t,s} (g_t.h_s)(a_t.b_s)
+        return ((p[1] @ q[1].transpose(1, 2)) * (p[2] @ q[2].transpose(1, 2))).sum((1, 2))
+    if kinds == ("rows", "rows"):  # <sum_t e_{x_t} g_t^T, sum_s e_{y_s} h_s^T> = sum_{t,s} [x_t = y_s] (g_t.h_s)
+        same = (p[1][:, :, None] == q[1][:, None, :]).float()
+        return (same * (p[2] @ q[2].transpose(1, 2))).sum((1, 2))
+    if kinds == ("outer", "rows"):
+        p, q = q, p
+    if (p[0], q[0]) == ("rows", "outer"):  # <sum_t e_{x_t} g_t^T, sum_s b_s a_s^T> = sum_{t,s} b_s[x_t] (g_t.a_s)
+        ids, g = p[1], p[2]
+        b_at_ids = torch.gather(q[1], 2, ids[:, None, :].expand(-1, q[1].shape[1], -1))  # (N, S, T): b_s[x_t]
+        return (b_at_ids.transpose(1, 2) * (g @ q[2].transpose(1, 2))).sum((1, 2))
+    raise ValueError(f"no inner product between {kinds}")
+
+
+def ghost_supported(model: torch.nn.Module) -> bool:
+    """Whether :func:`grad_norms_ghost` handles every trainable parameter of ``model``."""
+    return all(isinstance(m, (torch.nn.Linear, torch.nn.Embedding)) or _is_rmsnorm(m)
+               for m in model.modules() if any(p.requires_grad for p in m.parameters(recurse=False)))
+
+
+GRAD_NORM_IMPLS = {"naive": grad_norms_naive, "vmap": grad_norms_vmap, "ghost": grad_norms_ghost}
 
 
 def grad_norm_scores(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor,
                      completion_ids: torch.Tensor, completion_mask: torch.Tensor, *, sqrt_len: bool = True,
-                     impl: str = "vmap") -> torch.Tensor:
+                     impl: str = "auto") -> torch.Tensor:
     """VIGOR's score ``S = -sqrt(T) ||g||`` (``-||g||`` with ``sqrt_len=False``), ``(N,)`` float32.
 
+    ``impl``: ``"ghost"``, ``"naive"``, ``"vmap"`` (equal values), or ``"auto"``
+    (default): ghost norms when every parameter owner supports them
+    (:func:`ghost_supported`), else the naive loop.
+
     Raises:
-        ValueError: unknown ``impl`` (``"naive"`` or ``"vmap"``) or malformed rows.
+        ValueError: unknown ``impl`` or malformed rows.
     """
-    if impl not in GRAD_NORM_IMPLS:
-        raise invalid("impl", impl, f"one of {sorted(GRAD_NORM_IMPLS)}")
+    if impl not in (*GRAD_NORM_IMPLS, "auto"):
+        raise invalid("impl", impl, f"one of {sorted((*GRAD_NORM_IMPLS, 'auto'))}")
+    if impl == "auto":
+        impl = "ghost" if ghost_supported(model) else "naive"
     was_training = model.training
     model.eval()  # no dropout: the norm is a function of the weights and the completion
     try:
