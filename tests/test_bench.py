@@ -95,3 +95,20 @@ def test_method_step_bench_rejects_unknown_methods():
         bench_method_steps({"nudgerl": "gpro"})
     with pytest.raises(ValueError, match="repeats=0 is invalid"):
         bench_method_steps(repeats=0)
+
+
+def test_gradnorm_bench_times_both_implementations_on_equal_values(tmp_path):
+    from rlvr_lib.report import _bench_section
+
+    summary = main(["--quick", "--only", "gradnorm", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "gradnorm.json").read_text())
+    tiny = result["models"]["tiny"]
+    assert tiny["values_equal"] and tiny["max_rel_diff"] <= 1e-4 and tiny["rows"] == 8
+    assert summary["per_sample_gradnorm_speedup"] == pytest.approx(tiny["naive_median_s"] / tiny["ghost_median_s"])
+    assert summary["gradnorm"]["target"] == ">= 5.0"
+    assert summary["gradnorm"]["met"] == (summary["per_sample_gradnorm_speedup"] >= 5.0)
+    assert any(line.startswith("| per_sample_gradnorm_speedup |") for line in _bench_section(_as_root(tmp_path)))
+    with pytest.raises(ValueError, match="bench_gradnorm: models"):
+        from rlvr_lib.bench.gradnorm import bench_gradnorm
+
+        bench_gradnorm(models=("huge",))

@@ -7,6 +7,8 @@ run (medians over repeats after a warm-up); none asserts a time. Files:
 * ``step.json`` -- :func:`rlvr_lib.bench.step.bench_step_time` (ours on
   :class:`~rlvr_lib.rollout.KVCacheEngine` vs TRL ``GRPOTrainer``);
 * ``logprob.json`` -- :func:`rlvr_lib.bench.logprob.bench_logprob_memory`;
+* ``gradnorm.json`` -- :func:`rlvr_lib.bench.gradnorm.bench_gradnorm` (VIGOR's
+  per-sample gradient norms: ghost norms vs the per-sample backward loop);
 * ``methods.json`` -- :func:`rlvr_lib.bench.methods.bench_method_steps` (each
   exploration method's step time over the GRPO run it is compared with);
 * ``summary.json`` -- the headline ratios, each next to the raw
@@ -28,17 +30,19 @@ from pathlib import Path
 from rlvr_lib.bench.common import machine_info
 from rlvr_lib.experiments import results_root, write_json_atomic
 
-BENCHMARKS = ("rollout", "step", "logprob", "methods")
+BENCHMARKS = ("rollout", "step", "logprob", "methods", "gradnorm")
 TARGETS = {
     "rollout_speedup_vs_generate": (">=", 3.0),
     "step_time_ratio_vs_trl": ("<=", 0.5),
     "logprob_peak_mem_ratio": ("<=", 0.25),
+    "per_sample_gradnorm_speedup": (">=", 5.0),
 }
 QUICK = {
     "rollout": dict(batch=16, max_new_tokens=16, group_size=4, warmup=0, repeats=1),
     "step": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
     "logprob": dict(tokens=256, vocab=8192, hidden=64, warmup=0, repeats=1),
     "methods": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
+    "gradnorm": dict(models=("tiny",), completions=8, tokens=16, warmup=0, repeats=1),
 }
 
 
@@ -57,6 +61,10 @@ def _run(name: str, quick: bool) -> dict:
         from rlvr_lib.bench.step import bench_step_time
 
         return bench_step_time(**kwargs)  # our side: the Trainer's default engine (KVCacheEngine)
+    if name == "gradnorm":
+        from rlvr_lib.bench.gradnorm import bench_gradnorm
+
+        return bench_gradnorm(**kwargs)
     if name == "methods":
         from rlvr_lib.bench.methods import bench_method_steps
 
@@ -81,6 +89,10 @@ def summarize(name: str, result: dict) -> dict:
                "generate_median_s": grouped["generate"]["median_s"], "kv_cache_median_s": grouped["kv_cache"]["median_s"],
                "speedup_by_workload": {w: r["speedup"] for w, r in result["workloads"].items()},
                "greedy_tokens_equal": result["greedy_tokens_equal"]}
+    elif name == "gradnorm":
+        key, value = "per_sample_gradnorm_speedup", result["per_sample_gradnorm_speedup"]
+        raw = {model: {k: r[k] for k in ("naive_median_s", "ghost_median_s", "speedup", "values_equal")}
+               for model, r in result["models"].items()}
     elif name == "step":
         key, value = "step_time_ratio_vs_trl", result["step_time_ratio_vs_trl"]
         raw = {"ours_median_s": result["ours"]["median_s"], "trl_median_s": result["trl"]["median_s"],
