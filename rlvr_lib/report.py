@@ -116,6 +116,13 @@ def _bench_section(root: Path) -> list[str]:
             f"{r['naive_peak_bytes'] / 2**20:.0f} MiB (naive), {r['tokens']} tokens x {r['vocab']} vocab on {r['device']}, "
             f"forward+backward; time ratio {r['time_ratio']:.2f}; values equal: {r['values_equal']} |"
         )
+    if "gradnorm" in s:
+        r = s["gradnorm"]
+        models = {k: v for k, v in r.items() if isinstance(v, dict)}
+        detail = "; ".join(f"{m}: loop {v['naive_median_s']:.3f} s vs ghost {v['ghost_median_s']:.3f} s "
+                           f"({v['speedup']:.2f}x, values equal: {v['values_equal']})" for m, v in models.items())
+        lines.append(f"| per_sample_gradnorm_speedup | {s['per_sample_gradnorm_speedup']:.2f} | {r['target']} | "
+                     f"{'yes' if r['met'] else '**no**'} | VIGOR's per-sample gradient norms at the RL batch, {detail} |")
     for method, r in s.get("method_step_ratios", {}).items():
         met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
         target = "-" if r["target"] is None else f"<= {r['target']}"
