@@ -192,6 +192,21 @@ def family_table(runs: Mapping[str, Sequence[Any]], families: Sequence[str], k: 
     return table
 
 
+def _with_yardsticks(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], null: Optional[Sequence[Any]],
+                     pairs: Any) -> dict[str, dict]:
+    """``pairs(run_seeds, reference_seeds)`` per run, plus the reference against itself (next seed) and the
+    sampling null (two sampling seeds of one policy): the rows of `rescued_lost`-style tables."""
+    rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
+    if len(reference) >= 2:
+        rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
+    if null is not None:
+        null = _records("null", null)
+        if len(null) < 2:
+            raise invalid("null", f"<{len(null)} evaluation>", "two or more evaluations of one policy (sampling seeds)")
+        rows["sampling null"] = pairs(null[1:2], null[:1])
+    return rows
+
+
 def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], families: Sequence[str], *,
                  null: Optional[Sequence[Any]] = None):
     """Problems rescued and lost against a reference run, seed by seed, with two yardsticks.
@@ -229,14 +244,7 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
         keys = ("solved_before", "solved_after", "rescued", "lost", "net")
         return {"pairs": len(out), **{k: float(np.mean([o[k] for o in out])) for k in keys}}
 
-    rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
-    if len(reference) >= 2:
-        rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
-    if null is not None:
-        null = _records("null", null)
-        if len(null) < 2:
-            raise invalid("null", f"<{len(null)} evaluation>", "two or more evaluations of one policy (sampling seeds)")
-        rows["sampling null"] = pairs(null[1:2], null[:1])
+    rows = _with_yardsticks(runs, reference, null, pairs)
     table = pd.DataFrame(rows).T.rename(columns={"solved_before": "solved_ref", "solved_after": "solved"})
     table["pairs"] = table["pairs"].astype(int)
     return table
@@ -456,14 +464,7 @@ def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Se
         keys = ("dead_base", "dead_other", "rescued", "lost", "net")
         return {"pairs": len(out), **{k: float(np.mean([o[k] for o in out])) for k in keys}}
 
-    rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
-    if len(reference) >= 2:
-        rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
-    if null is not None:
-        null = _records("null", null)
-        if len(null) < 2:
-            raise invalid("null", f"<{len(null)} evaluation>", "two or more evaluations of one policy (sampling seeds)")
-        rows["sampling null"] = pairs(null[1:2], null[:1])
+    rows = _with_yardsticks(runs, reference, null, pairs)
     table = pd.DataFrame(rows).T.rename(columns={"dead_base": "dead_ref", "dead_other": "dead"})
     table["pairs"] = table["pairs"].astype(int)
     return table
