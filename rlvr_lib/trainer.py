@@ -381,7 +381,22 @@ def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
         "zero_adv_frac": zero_advantage_fraction(rewards.numpy(), groups),
         "response_length": float(lengths.mean()),
         "truncated_rate": float(np.mean([r == "length" for b in batches for r in b.rollouts.finish_reasons])),
+        "reward_acc_corr": reward_accuracy_correlation(rewards.numpy(), verdicts),
     }
+
+
+def reward_accuracy_correlation(rewards: np.ndarray, verdicts) -> float:
+    """Pearson correlation of the rewards with the verifier's correctness (0/1) over one step's rollouts.
+
+    How far an intrinsic reward (INTUITOR's self-certainty, VIGOR's gradient
+    norm) tracks the verifier it replaces; 1 for the binary verifier reward.
+    NaN when either is constant (no correlation is defined).
+    """
+    correct = np.array([v.status == CORRECT for v in verdicts], dtype=np.float64)
+    rewards = np.asarray(rewards, dtype=np.float64)
+    if rewards.std() == 0 or correct.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(rewards, correct)[0, 1])
 
 
 def nan_to_none(history: list[dict]) -> list[dict]:

@@ -2,6 +2,7 @@
 
 import json
 
+import numpy as np
 import pytest
 import torch
 
@@ -123,3 +124,19 @@ def test_trainer_leaves_global_rng_alone():
     trainer = Trainer(TrainerConfig(method="grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8))
     trainer.step()
     assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_reward_accuracy_correlation_by_hand():
+    from rlvr_lib.tasks.base import Verdict
+    from rlvr_lib.trainer import reward_accuracy_correlation
+
+    def verdicts(statuses):
+        return [Verdict(reward=float(s == "correct"), status=s) for s in statuses]
+
+    v = verdicts(["correct", "wrong", "malformed", "correct"])
+    assert reward_accuracy_correlation(np.array([1.0, 0.0, 0.0, 1.0]), v) == pytest.approx(1.0)
+    assert reward_accuracy_correlation(np.array([0.0, 1.0, 1.0, 0.0]), v) == pytest.approx(-1.0)
+    # r = (3, 1, 2, 4) against c = (1, 0, 0, 1): cov = 1, sd_r = sqrt(1.25), sd_c = 0.5 -> 2 / sqrt(5)
+    assert reward_accuracy_correlation(np.array([3.0, 1.0, 2.0, 4.0]), v) == pytest.approx(2 / np.sqrt(5))
+    assert np.isnan(reward_accuracy_correlation(np.array([2.0, 2.0, 2.0, 2.0]), v))
+    assert np.isnan(reward_accuracy_correlation(np.array([3.0, 1.0, 2.0, 4.0]), verdicts(["wrong"] * 4)))

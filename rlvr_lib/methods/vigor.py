@@ -16,11 +16,11 @@ still runs, so ``accuracy`` is logged, but it never enters the reward
 code's ``low_var_kl``, our ``reverse`` estimator), as the authors' scripts.
 
 Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
-(share of completions given the group minimum) and ``vigor_score_acc_corr``
-(Pearson correlation of the score with the verifier's correctness over the
-step's rollouts; absent when either is constant) and ``vigor_acc_rank_r``
+(share of completions given the group minimum) and ``vigor_acc_rank_r``
 for r = 1..G (`accuracy_by_rank`: accuracy of each group's r-th best
-completion by the reward, the paper's rank-vs-accuracy figure).
+completion by the reward, the paper's rank-vs-accuracy figure). The loop
+logs ``reward_acc_corr`` for every method (the reward's correlation with
+the verifier's verdict), VIGOR's score-accuracy correlation here.
 
 Options: ``sqrt_len`` (bool, default True), ``impl`` (``"auto"``,
 ``"ghost"``, ``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the
@@ -115,8 +115,6 @@ class VIGOR(Method):
         norms = -scores.double() / (lengths.sqrt() if self.options.sqrt_len else 1.0)
         correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float64)
         stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
-        if scores.std() > 0 and correct.std() > 0:
-            stats["vigor_score_acc_corr"] = float(torch.corrcoef(torch.stack([scores.double(), correct]))[0, 1])
         shaped = truncated_to_group_min(scores, truncated, batch.group_index.cpu())
         by_rank = accuracy_by_rank(shaped, correct, batch.group_index.cpu())
         stats.update({f"vigor_acc_rank_{r + 1}": float(a) for r, a in enumerate(by_rank)})
