@@ -39,7 +39,7 @@ from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
 from rlvr_lib.tasks import CORRECT
 
-__all__ = ["VIGOR", "VIGOROptions", "accuracy_by_rank", "truncated_to_group_min"]
+__all__ = ["VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
 
 
 @dataclass(frozen=True)
@@ -70,11 +70,10 @@ def truncated_to_group_min(scores: torch.Tensor, truncated: torch.Tensor, group_
     return out
 
 
-def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
+def correct_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """``(groups, G)`` float: row g holds group g's correctness in score order (column 0 = highest score).
 
-    VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
-    curve falls with the rank. Ties keep the rollout order (a stable sort).
+    Ties keep the rollout order (a stable sort); groups in ascending id order.
 
     Args:
         scores: ``(N,)`` float.
@@ -93,7 +92,16 @@ def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: t
         idx = (group_index == g).nonzero().flatten()
         order = torch.sort(scores[idx], descending=True, stable=True).indices
         rows.append(correct[idx][order].double())
-    return torch.stack(rows).mean(0)
+    return torch.stack(rows)
+
+
+def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
+    """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
+
+    VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
+    curve falls with the rank. The mean over groups of `correct_by_rank`.
+    """
+    return correct_by_rank(scores, correct, group_index).mean(0)
 
 
 class VIGOR(Method):
