@@ -69,7 +69,7 @@ def test_method_step_bench_times_each_method_and_its_reference_and_reports_their
 
     summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "methods.json").read_text())
-    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "c3po"}
+    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "c3po", "vigor"}
     for name, steps in result["steps"].items():
         assert len(steps["step_seconds"]) == 1 and steps["median_s"] > 0
     entry = summary["method_step_ratios"]["nudgerl"]
@@ -77,6 +77,10 @@ def test_method_step_bench_times_each_method_and_its_reference_and_reports_their
     assert entry["ratio"] == pytest.approx(entry["median_s"] / entry["reference_median_s"])
     assert entry["met"] == (entry["ratio"] <= 1.3)
     assert any(line.startswith(f"| nudgerl_step_time_vs_grpo | {entry['ratio']:.2f} | <= 1.3 |")
+               for line in _bench_section(_as_root(tmp_path)))
+    vigor = summary["method_step_ratios"]["vigor"]  # no target in its issue: reported, not judged
+    assert vigor["reference"] == "grpo" and vigor["target"] is None and vigor["met"] is None
+    assert any(line.startswith(f"| vigor_step_time_vs_grpo | {vigor['ratio']:.2f} | - | - |")
                for line in _bench_section(_as_root(tmp_path)))
 
 
