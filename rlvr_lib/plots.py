@@ -70,8 +70,10 @@ __all__ = [
     "figure_path",
     "final_mode_histogram",
     "plot_hint_follow",
+    "plot_grad_norm_vs_length",
     "plot_mode_histogram",
     "plot_pass_at_k",
+    "plot_rank_accuracy",
     "plot_strategy_freq",
     "plot_training_curves",
     "save_figure",
@@ -90,6 +92,7 @@ METRIC_BOUNDS: dict[str, tuple[float, float]] = {
         "accuracy", "zero_adv_frac", "malformed_rate", "truncated_rate", "clip_frac_high", "clip_frac_low",
     )},
     **{m: (0.0, math.inf) for m in ("entropy", "response_length", "grad_norm", "advantage_abs_mean")},
+    "reward_acc_corr": (-1.0, 1.0),
 }
 PASS_AT_K_BOUNDS = (0.0, 1.0)
 #: Colour of the ``reference`` label (e.g. ``"base"``), drawn solid in every panel.
@@ -919,3 +922,84 @@ def plot_training_curves(
             if r == 0:
                 _legend_outside(ax)
     return _finish(fig, _join_title(title, note), path)
+
+
+# ----------------------------------------------------------------- VIGOR
+def plot_rank_accuracy(
+    rows: Mapping[str, Any],
+    title: str | None = None,
+    ax: Axes | None = None,
+    path: str | Path | None = None,
+    confidence: float = 0.95,
+) -> Figure:
+    """Accuracy of the completion at each reward rank (VIGOR's rank-vs-accuracy figure).
+
+    Args:
+        rows: ``{label: (units, G) array}``: each unit's correctness (or
+            accuracy) at ranks 1..G, e.g. a group's `correct_by_rank` row or a
+            seed's logged ``vigor_acc_rank_r``; at most ``MAX_LINES_PER_PANEL`` labels.
+        title, ax, path: As the other plots.
+        confidence: Level of the Student-t band over units.
+
+    Raises:
+        ValueError: on no labels, too many, or a label whose array is not 2-D with >= 2 ranks.
+    """
+    check(isinstance(rows, Mapping) and 0 < len(rows) <= MAX_LINES_PER_PANEL, "rows", f"{type(rows).__name__}",
+          f"a dict of 1 to {MAX_LINES_PER_PANEL} labels")
+    fig, ax = _target_axes(ax)
+    for j, (label, values) in enumerate(rows.items()):
+        arr = np.asarray(values, dtype=float)
+        check(arr.ndim == 2 and arr.shape[1] >= 2, f"rows[{label!r}]", arr.shape, "a (units, G) array, G >= 2")
+        stats = [_mean_interval(arr[:, r], confidence) if len(arr) > 1 else (arr[0, r],) * 3
+                 for r in range(arr.shape[1])]
+        ranks = np.arange(1, arr.shape[1] + 1)
+        colour, style = _style(0, j)
+        ax.plot(ranks, [m for m, _, _ in stats], color=colour, linestyle=style, marker="o", label=f"{label} (n={len(arr)})")
+        ax.fill_between(ranks, np.clip([lo for _, lo, _ in stats], 0, 1), np.clip([hi for _, _, hi in stats], 0, 1),
+                        color=colour, alpha=0.15, linewidth=0)
+    ax.set_xlabel("rank by reward within the group (1 = best)")
+    ax.set_ylabel("accuracy")
+    ax.set_ylim(0.0, 1.0)
+    _legend_outside(ax)
+    return _finish(fig, _join_title(title, f"bands: {confidence:.0%} Student-t interval over units"), path, ax)
+
+
+def plot_grad_norm_vs_length(
+    profiles: Mapping[str, Any],
+    title: str | None = None,
+    path: str | Path | None = None,
+    bins: int = 8,
+) -> Figure:
+    """``||g||`` and ``sqrt(T) ||g||`` against completion length T, log-log (VIGOR's length figure).
+
+    One panel per quantity; each label's completions are binned by length
+    quantiles (`GradNormProfile.by_length`) and drawn at the bin's mean T, with
+    a dotted reference slope of -1/2 (``||g|| ~ T^-1/2``) in the first panel.
+
+    Args:
+        profiles: ``{label: GradNormProfile}``, at most ``MAX_LINES_PER_PANEL``.
+        title, path: As the other plots.
+        bins: Length-quantile bins per label.
+    """
+    check(isinstance(profiles, Mapping) and 0 < len(profiles) <= MAX_LINES_PER_PANEL, "profiles",
+          f"{type(profiles).__name__}", f"a dict of 1 to {MAX_LINES_PER_PANEL} labels")
+    for label, profile in profiles.items():
+        check(hasattr(profile, "by_length"), f"profiles[{label!r}]", type(profile).__name__, "a GradNormProfile")
+    fig, axes = _panel_axes(None, 2, width=4.5, height=3.5, sharey=False)
+    for j, (label, profile) in enumerate(profiles.items()):
+        table = profile.by_length(bins)
+        colour, style = _style(0, j)
+        for ax, column in zip(axes, ("||g||", "sqrt(T) ||g||")):
+            ax.plot(table["mean T"], table[column], color=colour, linestyle=style, marker="o", label=str(label))
+    first = profiles[next(iter(profiles))].by_length(bins)
+    t0, g0 = float(first["mean T"].iloc[0]), float(first["||g||"].iloc[0])
+    ts = np.array([first["mean T"].min(), first["mean T"].max()])
+    axes[0].plot(ts, g0 * (ts / t0) ** -0.5, color=REFERENCE_COLOR, linestyle=":", label="slope -1/2")
+    for ax, column in zip(axes, ("||g||", "sqrt(T) ||g||")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("completion length T (tokens, bin mean)")
+        ax.set_ylabel(column)
+        ax.set_title(f"{column} (mean per length bin)", fontsize="medium")
+    _legend_outside(axes[1])
+    return _finish(fig, title, path)

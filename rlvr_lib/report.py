@@ -151,6 +151,9 @@ SECTIONS = (
     ("sage_full", "SAGE", "05_sage",
      (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
       *(("baselines_full", name, name) for name in ("grpo_no_kl", "grpo_forward_kl", "dapo", "bnpo_loss")))),
+    # Notebook 06 reads 01's base and 02's INTUITOR runs.
+    ("vigor_full", "VIGOR", "06_vigor",
+     (("grpo_baseline_full", "base", "base"), ("baselines_full", "intuitor", "intuitor"))),
 )
 
 

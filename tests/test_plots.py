@@ -93,3 +93,35 @@ def test_training_curves_skips_missing_and_null_rows():
 def test_bad_inputs_name_the_argument(call, arg):
     with pytest.raises(ValueError, match=arg):
         call()
+
+
+def test_rank_accuracy_lines_are_the_mean_over_units(tmp_path):
+    import numpy as np
+
+    rows = {"base": np.array([[1, 0, 0], [1, 1, 0]]), "step 10": np.array([[0.5, 0.5, 0.25]])}
+    fig = plots.plot_rank_accuracy(rows, path=tmp_path / "rank.png")
+    ax = fig.axes[0]
+    assert list(ax.lines[0].get_xdata()) == [1, 2, 3]
+    assert list(ax.lines[0].get_ydata()) == [1.0, 0.5, 0.0] and list(ax.lines[1].get_ydata()) == [0.5, 0.5, 0.25]
+    assert (tmp_path / "rank.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="rows\\['a'\\]"):
+        plots.plot_rank_accuracy({"a": np.array([1, 0])})
+
+
+def test_grad_norm_vs_length_draws_both_quantities_per_bin():
+    import numpy as np
+
+    from rlvr_lib.eval.grad_norm_profile import GradNormProfile
+
+    lengths = np.array([[10, 20, 40, 80], [10, 20, 40, 80]])
+    prof = GradNormProfile(problems=[0, 1], lengths=lengths, norms=3.0 / np.sqrt(lengths),
+                           correct=np.zeros((2, 4), bool), truncated=np.zeros((2, 4), bool))
+    fig = plots.plot_grad_norm_vs_length({"base": prof}, bins=4)
+    raw, scaled = fig.axes[:2]
+    np.testing.assert_allclose(raw.lines[0].get_xdata(), [10, 20, 40, 80])
+    np.testing.assert_allclose(raw.lines[0].get_ydata(), 3.0 / np.sqrt([10, 20, 40, 80]))
+    np.testing.assert_allclose(scaled.lines[0].get_ydata(), 3.0)  # sqrt(T) ||g|| flat
+    np.testing.assert_allclose(raw.lines[1].get_ydata(), 3.0 / np.sqrt([10, 80]))  # the slope -1/2 guide
+    assert raw.get_xscale() == "log" and scaled.get_yscale() == "log"
+    with pytest.raises(ValueError, match="GradNormProfile"):
+        plots.plot_grad_norm_vs_length({"base": {"T": 1}})

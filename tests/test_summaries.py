@@ -227,3 +227,13 @@ def test_train_outcome_rates_split_training_rollouts_into_correct_malformed_and_
         train_outcome_rates([_record([1, 1, 1], [0, 0, 0], [4, 4, 4])])
     with pytest.raises(ValueError, match="last=0 is invalid"):
         train_outcome_rates(recs, last=0)
+
+
+def test_train_change_is_the_last_window_minus_the_first():
+    from rlvr_lib.eval.summaries import train_change
+
+    hist = [{"response_length": v} for v in (10, 12, None, 14, 20, 30)]  # None skipped: 5 values
+    run = SimpleNamespace(history=hist, run_id="r")
+    np.testing.assert_allclose(train_change([run], "response_length", window=2), [(20 + 30) / 2 - (10 + 12) / 2])
+    with pytest.raises(ValueError, match="at least 6 logged values"):
+        train_change([run], "response_length", window=3)

@@ -69,6 +69,11 @@ def seed_values(records: Sequence[Any], key: str, family: Optional[str] = None) 
     return out
 
 
+def _logged(record: Any, key: str) -> list[float]:
+    """A run's logged values of ``key`` in step order, skipping steps where it is ``None``/NaN."""
+    return [h[key] for h in getattr(record, "history", []) if h.get(key) is not None and np.isfinite(h[key])]
+
+
 def train_metric(records: Sequence[Any], key: str = "accuracy", last: int = 10) -> np.ndarray:
     """Per seed, the mean of the last ``last`` logged values of a training metric.
 
@@ -85,10 +90,35 @@ def train_metric(records: Sequence[Any], key: str = "accuracy", last: int = 10) 
     last = check_int("last", last, 1)
     out = []
     for i, r in enumerate(_records("records", records)):
-        values = [h[key] for h in getattr(r, "history", []) if h.get(key) is not None and np.isfinite(h[key])]
+        values = _logged(r, key)
         if not values:
             raise invalid(f"records[{i}]", getattr(r, "run_id", i), f"a trained run that logged {key!r}")
         out.append(float(np.mean(values[-last:])))
+    return np.asarray(out)
+
+
+def train_change(records: Sequence[Any], key: str = "accuracy", window: int = 10) -> np.ndarray:
+    """Per seed, the mean of the last ``window`` logged values of a training metric minus that of the first ``window``.
+
+    How a curve drifts over training (VIGOR's dynamics: INTUITOR's
+    reward-accuracy correlation falls and its length grows). Steps where the
+    metric was not logged are skipped, as in :func:`train_metric`.
+
+    Returns:
+        ``(S,)`` float array.
+
+    Raises:
+        ValueError: on no records, a bad ``window``, or a run with fewer than
+            ``2 * window`` logged values of ``key`` (the windows would overlap).
+    """
+    window = check_int("window", window, 1)
+    out = []
+    for i, r in enumerate(_records("records", records)):
+        values = _logged(r, key)
+        if len(values) < 2 * window:
+            raise invalid(f"records[{i}]", getattr(r, "run_id", i),
+                          f"a trained run with at least {2 * window} logged values of {key!r} (window={window})")
+        out.append(float(np.mean(values[-window:]) - np.mean(values[:window])))
     return np.asarray(out)
 
 
