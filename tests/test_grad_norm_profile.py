@@ -89,3 +89,13 @@ def test_profile_of_the_policy_matches_the_reference_norms(policy):
     verdicts = [verify(problems[i // 4], t) for i, t in enumerate(ro.texts)]
     np.testing.assert_array_equal(prof.correct.ravel(), [v.status == "correct" for v in verdicts])
     assert prof.norms.shape == (3, 4) and (prof.norms > 0).all()
+
+
+def test_rank_trend_by_hand():
+    from rlvr_lib.eval.grad_norm_profile import rank_trend
+
+    # ranks 1..4 centred -1.5 -0.5 0.5 1.5 (sum of squares 5)
+    np.testing.assert_allclose(rank_trend(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 2, 3]])),
+                               [(-1.5 - 0.5) / 5, 0.0, 1.0])
+    with pytest.raises(ValueError, match="rows"):
+        rank_trend(np.array([1.0, 0.0]))

@@ -237,3 +237,13 @@ def test_train_change_is_the_last_window_minus_the_first():
     np.testing.assert_allclose(train_change([run], "response_length", window=2), [(20 + 30) / 2 - (10 + 12) / 2])
     with pytest.raises(ValueError, match="at least 6 logged values"):
         train_change([run], "response_length", window=3)
+
+
+def test_window_metrics_average_each_key_over_the_window():
+    from rlvr_lib.eval.summaries import window_metrics
+
+    hist = [{"step": s, "a": float(s), "b": None if s == 6 else 10.0 * s} for s in range(10)]
+    runs = [SimpleNamespace(history=hist, run_id="r0"), SimpleNamespace(history=hist[:7], run_id="r1")]
+    np.testing.assert_allclose(window_metrics(runs, ["a", "b"], range(5, 8)), [[6.0, 60.0], [5.5, 50.0]])
+    with pytest.raises(ValueError, match="r1"):
+        window_metrics(runs, ["a"], range(8, 10))

@@ -31,7 +31,7 @@ import torch
 
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
-__all__ = ["GradNormProfile", "grad_norm_profile"]
+__all__ = ["GradNormProfile", "grad_norm_profile", "rank_trend"]
 
 VALUES = ("norm", "scaled")
 """What :meth:`GradNormProfile.values` returns: ``||g||`` or ``sqrt(T) ||g||``."""
@@ -147,6 +147,22 @@ class GradNormProfile:
         groups = torch.arange(scores.numel()) // group_size
         scores = truncated_to_group_min(scores, torch.from_numpy(self.truncated.ravel()), groups)
         return correct_by_rank(scores, torch.from_numpy(self.correct.ravel()), groups).numpy()
+
+
+def rank_trend(rows: np.ndarray) -> np.ndarray:
+    """``(units,)``: each row's least-squares slope of accuracy on rank 1..G (negative: falls with rank).
+
+    ``b_u = sum_r (r - rbar) a_ur / sum_r (r - rbar)^2``; linear in the row,
+    so the mean of the slopes is the slope of the mean curve, and a bootstrap
+    over units gives its interval.
+
+    Raises:
+        ValueError: unless ``rows`` is 2-D with at least two ranks.
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    check(rows.ndim == 2 and rows.shape[1] >= 2, "rows", rows.shape, "a (units, G) array with G >= 2")
+    centred = np.arange(rows.shape[1]) - (rows.shape[1] - 1) / 2
+    return rows @ centred / (centred @ centred)
 
 
 def grad_norm_profile(model, tokenizer, problems: Sequence, *, samples: int = 8, seed: int = 0,

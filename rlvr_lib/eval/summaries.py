@@ -22,6 +22,7 @@ everything measured once per seed bootstraps seeds (`bootstrap_ci`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
@@ -119,6 +120,30 @@ def train_change(records: Sequence[Any], key: str = "accuracy", window: int = 10
             raise invalid(f"records[{i}]", getattr(r, "run_id", i),
                           f"a trained run with at least {2 * window} logged values of {key!r} (window={window})")
         out.append(float(np.mean(values[-window:]) - np.mean(values[:window])))
+    return np.asarray(out)
+
+
+def window_metrics(records: Sequence[Any], keys: Sequence[str], steps: range) -> np.ndarray:
+    """``(S, K)``: per seed, the mean of each of ``keys`` over the logged steps whose ``"step"`` is in ``steps``.
+
+    E.g. VIGOR's ``vigor_acc_rank_1..G`` around step 10 (the paper's
+    rank-vs-accuracy figure). Steps where a key was not logged are skipped.
+
+    Raises:
+        ValueError: on no records or keys, or a run with no logged value of a key in ``steps``.
+    """
+    if isinstance(keys, str) or not keys:
+        raise invalid("keys", keys, "a non-empty sequence of metric names")
+    out = []
+    for i, r in enumerate(_records("records", records)):
+        rows = [h for h in getattr(r, "history", []) if h.get("step") in steps]
+        row = []
+        for key in keys:
+            values = _logged(SimpleNamespace(history=rows), key)
+            if not values:
+                raise invalid(f"records[{i}]", getattr(r, "run_id", i), f"a run that logged {key!r} at steps {steps}")
+            row.append(float(np.mean(values)))
+        out.append(row)
     return np.asarray(out)
 
 
