@@ -56,7 +56,7 @@ import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.ticker import NullLocator
+from matplotlib.ticker import LogFormatter, NullLocator
 
 from rlvr_lib.experiments import atomic_file
 from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
@@ -957,6 +957,7 @@ def plot_rank_accuracy(
         ax.plot(ranks, [m for m, _, _ in stats], color=colour, linestyle=style, marker="o", label=f"{label} (n={len(arr)})")
         ax.fill_between(ranks, np.clip([lo for _, lo, _ in stats], 0, 1), np.clip([hi for _, _, hi in stats], 0, 1),
                         color=colour, alpha=0.15, linewidth=0)
+    ax.set_xticks(np.arange(1, max(np.asarray(v).shape[1] for v in rows.values()) + 1))
     ax.set_xlabel("rank by reward within the group (1 = best)")
     ax.set_ylabel("accuracy")
     ax.set_ylim(0.0, 1.0)
@@ -998,8 +999,12 @@ def plot_grad_norm_vs_length(
     for ax, column in zip(axes, ("||g||", "sqrt(T) ||g||")):
         ax.set_xscale("log")
         ax.set_yscale("log")
+        for axis in (ax.xaxis, ax.yaxis):  # plain numbers (20, 30), not 2 x 10^1; minor labels thinned by range
+            axis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+            axis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(1.5, 0.6)))
         ax.set_xlabel("completion length T (tokens, bin mean)")
         ax.set_ylabel(column)
         ax.set_title(f"{column} (mean per length bin)", fontsize="medium")
+    axes[0].legend(handles=axes[0].lines[-1:], frameon=False, fontsize="small")  # the guide
     _legend_outside(axes[1])
     return _finish(fig, title, path)
