@@ -78,16 +78,26 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = ())
     return lines
 
 
+def _bench_machines(root: Path, summary: dict) -> str:
+    """Each machine the benchmarks ran on, with the benchmarks it ran (from each benchmark's own JSON)."""
+    by_machine: dict[str, list[str]] = {}
+    for name in sorted(summary.get("finished_at", {})):
+        path = root / "bench" / f"{name}.json"
+        m = json.loads(path.read_text()).get("machine", {}) if path.exists() else summary.get("machine", {})
+        desc = (f"{m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores, {m.get('torch_threads', '?')} torch threads, "
+                f"GPU: {m.get('gpu') or 'none'}")
+        by_machine.setdefault(desc, []).append(name)
+    return "; ".join(f"{desc} ({', '.join(names)})" for desc, names in by_machine.items()) or "?"
+
+
 def _bench_section(root: Path) -> list[str]:
     path = root / "bench" / "summary.json"
     if not path.exists():
         return ["*No benchmark committed yet (`make bench`).*"]
     s = json.loads(path.read_text())
-    machine = s.get("machine", {})
     lines = [
-        f"**Benchmarks** (`results/bench/`, `make bench`; {machine.get('cpu', '?')}, {machine.get('cpu_count', '?')} cores, "
-        f"{machine.get('torch_threads', '?')} torch threads, GPU: {machine.get('gpu') or 'none'}; each against its baseline "
-        "in the same run, medians after warm-up):",
+        f"**Benchmarks** (`results/bench/`, `make bench`; measured on {_bench_machines(root, s)}; each against its "
+        "baseline in the same run, medians after warm-up):",
         "",
         "| ratio | value | target | met | measured from |",
         "|---|---|---|---|---|",

@@ -143,6 +143,44 @@ def build_tiny_qwen2(tokenizer, *, seed: int = TINY_MODEL_SEED, hidden_size: int
     return model.float().eval()
 
 
+def _seeded(build, seed: int):
+    """``build()`` under ``torch.manual_seed(seed)``, the global RNG untouched; float32, ``eval()``."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build()
+    return model.float().eval()
+
+
+def build_tiny_llama(tokenizer, *, seed: int = 0):
+    """A tiny random ``LlamaForCausalLM`` (2 layers, 4 heads over 2 KV heads: grouped-query attention)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    return _seeded(lambda: LlamaForCausalLM(cfg), seed)
+
+
+def build_tiny_qwen3(tokenizer, *, seed: int = 0):
+    """A tiny random ``Qwen3ForCausalLM`` (q/k norms, 4 heads over 1 KV head, head_dim 8)."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=256,
+                      pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id, bos_token_id=None)
+    return _seeded(lambda: Qwen3ForCausalLM(cfg), seed)
+
+
+def build_tiny_gpt2(tokenizer, *, seed: int = 0):
+    """A tiny random ``GPT2LMHeadModel`` (learned absolute positions; no dropout, so train() equals eval())."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    cfg = GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=2, n_head=2, n_positions=128,
+                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, pad_token_id=tokenizer.pad_token_id,
+                     eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
+    return _seeded(lambda: GPT2LMHeadModel(cfg), seed)
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """Session-wide character-level tokenizer (see module docstring)."""

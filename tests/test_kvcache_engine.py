@@ -12,43 +12,15 @@ from __future__ import annotations
 import pytest
 import torch
 
+from conftest import build_tiny_gpt2, build_tiny_llama, build_tiny_qwen3
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams, sequence_logprobs
 from rlvr_lib.rollout.kvcache import _sample, top_p_filter
 
 PROMPTS = ["12*34=", "a", "what is 7+8?\n", "xyz", "1+1", "b c"]
 
 
-def _seeded(build):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = build()
-    return model.eval()
-
-
-def _llama_gqa(tok):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
-    return _seeded(lambda: LlamaForCausalLM(cfg))
-
-
-def _qwen3(tok):
-    from transformers import Qwen3Config, Qwen3ForCausalLM
-
-    cfg = Qwen3Config(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=1, head_dim=8, max_position_embeddings=256,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
-    return _seeded(lambda: Qwen3ForCausalLM(cfg))
-
-
 def _gpt2(tok):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    model = _seeded(lambda: GPT2LMHeadModel(cfg))
+    model = build_tiny_gpt2(tok)
     with torch.no_grad():
         model.transformer.wpe.weight.mul_(20.0)  # positions matter: a wrong offset would show
     return model
@@ -70,8 +42,8 @@ def _with_eos_bias(model, eos: int, bias: float):
 # name -> (builder, lean decoder expected, EOS bias under which greedy rows stop at different steps)
 ARCHS = {
     "qwen2": (lambda model, tok: model, True, 0.1),
-    "llama_gqa": (lambda model, tok: _llama_gqa(tok), True, 0.1),
-    "qwen3": (lambda model, tok: _qwen3(tok), True, 0.1),
+    "llama_gqa": (lambda model, tok: build_tiny_llama(tok), True, 0.1),
+    "qwen3": (lambda model, tok: build_tiny_qwen3(tok), True, 0.1),
     "gpt2": (lambda model, tok: _gpt2(tok), False, 0.2),
 }
 SAMPLING_EOS_BIAS = 1.5  # ~4% EOS per token on these near-uniform random models: some rows stop, some not

@@ -7,32 +7,9 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from conftest import build_char_tokenizer, build_tiny_qwen2
+from conftest import build_char_tokenizer, build_tiny_gpt2, build_tiny_llama, build_tiny_qwen2
 from rlvr_lib.rewards import grad_norm_scores, grad_norms_naive, grad_norms_vmap
 from rlvr_lib.rewards.grad_norm import ghost_supported, grad_norms_ghost
-
-
-def _seeded(build):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return build().eval()
-
-
-def _llama(tok):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
-                      pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=None)
-    return _seeded(lambda: LlamaForCausalLM(cfg))
-
-
-def _gpt2(tok):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    cfg = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    return _seeded(lambda: GPT2LMHeadModel(cfg))
 
 
 def _batch(tok):
@@ -48,7 +25,7 @@ def _batch(tok):
     return prompt_ids, prompt_mask, completion_ids, completion_mask
 
 
-@pytest.mark.parametrize("build", [build_tiny_qwen2, _llama, _gpt2], ids=["qwen2", "llama", "gpt2"])
+@pytest.mark.parametrize("build", [build_tiny_qwen2, build_tiny_llama, build_tiny_gpt2], ids=["qwen2", "llama", "gpt2"])
 def test_vmap_and_naive_gradient_norms_are_equal_with_padding_and_mixed_lengths(build):
     tok = build_char_tokenizer()
     model = build(tok)

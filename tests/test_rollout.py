@@ -13,6 +13,7 @@ import re
 import pytest
 import torch
 
+from conftest import build_tiny_gpt2, build_tiny_llama
 from rlvr_lib.rollout import (
     HFEngine,
     KVCacheEngine,
@@ -198,14 +199,8 @@ def test_logprobs_match_teacher_forced_recompute(tiny_model_and_tokenizer, logpr
 def test_left_padding_with_absolute_position_model(make_engine, tiny_tokenizer):
     """Qwen2's RoPE is shift-invariant, so a wrong position offset would go unnoticed there;
     GPT-2's learned absolute positions are not: generation and recomputation must agree on them."""
-    from transformers import GPT2Config, GPT2LMHeadModel
-
     tok = tiny_tokenizer
-    config = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                        pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        model = GPT2LMHeadModel(config).eval()
+    model = build_tiny_gpt2(tok)
     with torch.no_grad():
         model.transformer.wpe.weight.mul_(20.0)  # make positions matter
     r = make_engine(model, tok).generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_new_tokens=8, seed=3))
@@ -417,29 +412,6 @@ def test_logprob_recorder_handles_undone_steps():
 
 
 # ------------------------------------------------- sequence_logprobs: kernel path
-def _llama(tok):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=32, intermediate_size=48, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, pad_token_id=tok.pad_token_id,
-                      eos_token_id=tok.eos_token_id, bos_token_id=None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return LlamaForCausalLM(cfg)
-
-
-def _gpt2_model(tok):
-    from transformers import GPT2Config, GPT2LMHeadModel
-
-    # no dropout: the two paths are compared in train() mode
-    cfg = GPT2Config(vocab_size=len(tok), n_embd=32, n_layer=2, n_head=2, n_positions=128,
-                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0,
-                     pad_token_id=tok.pad_token_id, eos_token_id=tok.eos_token_id, bos_token_id=tok.eos_token_id)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return GPT2LMHeadModel(cfg)
-
-
 @pytest.mark.parametrize("arch", ["qwen2_biased_head", "llama", "gpt2"])
 def test_kernel_path_equals_logits_path_values_and_gradients(arch, tiny_model_and_tokenizer):
     """Chunked kernel on hidden states == the model's logits + log-softmax, forward and backward
@@ -450,7 +422,7 @@ def test_kernel_path_equals_logits_path_values_and_gradients(arch, tiny_model_an
     if arch == "qwen2_biased_head":
         model = _with_logit_bias(model, {tok.eos_token_id: 0.7, 5: -0.3})  # untied head with a bias
     else:
-        model = (_llama if arch == "llama" else _gpt2_model)(tok)
+        model = (build_tiny_llama if arch == "llama" else build_tiny_gpt2)(tok)
     model.train()
     assert plain_lm_head(model) is not None
     r = HFEngine(model, tok).generate(PROMPTS, SamplingParams(n=3, temperature=0.8, max_new_tokens=9, seed=2))
