@@ -338,6 +338,29 @@ def test_no_distillation_forward_when_lambda_distill_is_zero(fresh_tiny_model, t
     assert term == 0.0 and stats == {"distill_term": 0.0}
 
 
+def test_the_distillation_forward_skips_hinted_rows_with_zero_advantage(fresh_tiny_model, tiny_tokenizer,
+                                                                         monkeypatch):
+    import rlvr_lib.methods.nudgerl as nudgerl_module
+
+    method = build_method(method_config("nudgerl", method_options={"lambda_distill": 0.2}))
+    seen = []
+
+    def recording(model, prompt_ids, *args, **kwargs):
+        seen.append(len(prompt_ids))
+        return sequence_logprobs(model, prompt_ids, *args, **kwargs)
+
+    monkeypatch.setattr(nudgerl_module, "sequence_logprobs", recording)
+    terms = {}
+    for name, advantages in (("zero", [0.0, -0.5, 0.75, -1.25]), ("both", [1e-3, -0.5, 0.75, -1.25])):
+        batch, (prompt_ids, prompt_mask), *_ = _distill_batch(tiny_tokenizer, advantages)
+        logp, _ = sequence_logprobs(fresh_tiny_model, prompt_ids, prompt_mask, batch.rollouts.completion_ids,
+                                    batch.rollouts.completion_mask)
+        terms[name] = float(method.extra_loss(batch, fresh_tiny_model, logp, None,
+                                              batch.rollouts.completion_mask.float())[0])
+    assert seen == [1, 2]  # hinted rows 0 and 1: row 0 skipped while its advantage is exactly 0
+    assert terms["zero"] != pytest.approx(terms["both"], abs=1e-7)  # the skipped row does count when nonzero
+
+
 def _distill_value(model, batch, rows, prompts="plain"):
     """-mean_i A_i * mean_t log pi(y_it | x_i) over ``rows`` of ``batch`` (x the hint-free prompt, or the
     rolled-out one), without gradient."""

@@ -121,7 +121,9 @@ class NudgeRL(Method):
     ``distill_rows="hinted"``: w_i = 1 for hinted rows, 0 otherwise (still
     divided by n, so ``lambda_distill`` keeps its scale): distillation only.
     Cost: one extra teacher-forced forward (`sequence_logprobs`) of the
-    minibatch's HINTED completions under ``batch.plain_prompt_ids``; a
+    minibatch's HINTED completions with a nonzero advantage (a row with
+    A_hat_i = 0 adds exactly 0 to L_distill and to its gradient; whole
+    zero-advantage groups are common) under ``batch.plain_prompt_ids``; a
     no-context row's x0 log-probs are the trainer's ``logp`` of that row
     (same prompt, weights and temperature), reused with their graph. No
     forward at all when ``lambda_distill == 0`` or no row is hinted.
@@ -255,7 +257,9 @@ class NudgeRL(Method):
             return 0.0, {"distill_term": 0.0}
         device, n = logp.device, len(batch)
         hinted = (batch.context_index >= 0).to(device)
-        rows = hinted.nonzero().flatten()
+        weight = batch.advantages.to(device=device)
+        # A row with A_hat = 0 adds exactly 0 to the term and to its gradient: no x0 forward for it.
+        rows = (hinted & (weight != 0)).nonzero().flatten()
         x0_logp = logp  # a hint-free row's prompt is x0 already
         if len(rows):
             ro = batch.rollouts
@@ -267,7 +271,7 @@ class NudgeRL(Method):
             )
             x0_logp = logp.index_copy(0, rows, lp.to(logp.dtype))
         seq = (x0_logp * mask).sum(1) / mask.sum(1).clamp(min=1)
-        weight = batch.advantages.to(device=device, dtype=seq.dtype)
+        weight = weight.to(seq.dtype)
         if self.options.distill_rows == "hinted":
             weight = weight * hinted.to(seq.dtype)
         distill = -(weight * seq).sum() / max(n, 1)
