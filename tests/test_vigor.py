@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -92,3 +93,18 @@ def test_rank_accuracy_is_logged_for_every_rank(policy):
     ranks = [row[f"vigor_acc_rank_{r}"] for r in range(1, SMALL["group_size"] + 1)]
     assert all(0 <= a <= 1 for a in ranks)
     assert sum(ranks) / len(ranks) == pytest.approx(row["accuracy"])  # every rollout counted once
+
+
+def test_vigor_trains_every_parameter_without_nan(policy):
+    trainer = _trainer(policy)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    history = trainer.train(progress=False)
+    for row in history:
+        for key, value in row.items():
+            if key == "reward_acc_corr" and row["accuracy"] in (0.0, 1.0):
+                continue  # undefined (NaN) when every verdict is the same
+            assert not (isinstance(value, float) and math.isnan(value)), key
+        assert -1 <= row["reward_acc_corr"] <= 1 or row["accuracy"] in (0.0, 1.0)
+    unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    assert not unchanged
+    assert all(p.isfinite().all() for p in trainer.model.parameters())
