@@ -19,7 +19,6 @@ from rlvr_lib.eval.stats import (
     per_problem_scores,
     rescue_loss,
     rescue_loss_null,
-    rescue_loss_table,
     strategy_shares,
 )
 from rlvr_lib.experiments import aggregate_seeds
@@ -242,23 +241,22 @@ def _evaluation(counts_by_family, uid_prefix=""):
                          for f, c in counts_by_family.items()}}
 
 
-def test_rescue_loss_table_rows_and_null():
+def test_rescue_loss_from_stored_evaluations_by_hand():
     ref = _evaluation({"easy": [0, 2, 4], "hard": [0, 0, 1]})
     null = _evaluation({"easy": [1, 2, 4], "hard": [0, 0, 0]})  # flips: rescued 1, lost 1 -> 1.0 per direction
-    runs = {"m-s0": _evaluation({"easy": [3, 2, 0], "hard": [1, 1, 1]}),
-            "m-s1": SimpleNamespace(final=_evaluation({"easy": [0, 2, 4], "hard": [0, 0, 1]}))}  # a run record
-    df = rescue_loss_table(runs, ref, ["easy", "hard"], null=null)
-    assert list(df.columns) == ["run", "n_problems", "solved_ref", "solved", "rescued", "lost", "net", "null_flips"]
-    # m-s0 vs ref over 6 problems: ref solves easy:1, easy:2, hard:2 (3); m-s0 solves all but easy:2 (5);
+    run = SimpleNamespace(final=_evaluation({"easy": [3, 2, 0], "hard": [1, 1, 1]}))  # a run record
+    (c_ref, u_ref), (c_run, u_run) = eval_counts(ref, ["easy", "hard"]), eval_counts(run.final, ["easy", "hard"])
+    r = rescue_loss(c_ref, c_run, uids_before=u_ref, uids_after=u_run)
+    # run vs ref over 6 problems: ref solves easy:1, easy:2, hard:2 (3); the run solves all but easy:2 (5);
     # rescued easy:0, hard:0, hard:1 (3); lost easy:2 (1)
-    assert df.iloc[0][["n_problems", "solved_ref", "solved", "rescued", "lost", "net"]].tolist() == [6, 3, 5, 3, 1, 2]
-    assert df.iloc[1][["rescued", "lost"]].tolist() == [0, 0]
-    assert df["null_flips"].tolist() == [1.0, 1.0]
-    assert math.isnan(rescue_loss_table(runs, ref, ["easy"]).loc[0, "null_flips"])
+    assert [r[k] for k in ("n_problems", "solved_before", "solved_after", "rescued", "lost", "net")] == [6, 3, 5, 3, 1, 2]
+    c_null, u_null = eval_counts(null, ["easy", "hard"])
+    assert rescue_loss_null(c_ref, c_null, uids_before=u_ref, uids_after=u_null)["flips_per_direction"] == 1.0
+    other, u_other = eval_counts(_evaluation({"easy": [0, 0, 0]}, uid_prefix="other-"), ["easy"])
     with pytest.raises(ValueError, match="same problem ids"):
-        rescue_loss_table({"x": _evaluation({"easy": [0, 0, 0]}, uid_prefix="other-")}, ref, ["easy"])
+        rescue_loss(eval_counts(ref, ["easy"])[0], other, uids_before=eval_counts(ref, ["easy"])[1], uids_after=u_other)
     with pytest.raises(ValueError, match=r"must be family names of the evaluation, among \['easy', 'hard'\]"):
-        rescue_loss_table(runs, ref, ["medium"])
+        eval_counts(ref, ["medium"])
 
 
 # ------------------------------------------------------- stored records

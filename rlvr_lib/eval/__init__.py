@@ -44,7 +44,6 @@ from rlvr_lib.eval.stats import (
     per_problem_scores,
     rescue_loss,
     rescue_loss_null,
-    rescue_loss_table,
     strategy_shares,
 )
 from rlvr_lib.eval.passk import (
@@ -94,6 +93,5 @@ __all__ = [
     "per_problem_scores",
     "rescue_loss",
     "rescue_loss_null",
-    "rescue_loss_table",
     "strategy_shares",
 ]

@@ -8,7 +8,7 @@ are a fixed draw (200 per family): a seed-only interval says nothing about how
 the result would change on another draw of problems, and the base policy, one
 evaluation, gets no interval at all.
 
-This module gives, in numpy (pandas only for :func:`rescue_loss_table`):
+This module gives, in numpy:
 
 * :func:`bootstrap_ci` -- percentile bootstrap over a 1-D sample (seeds),
   clipped to the metric's range.
@@ -18,9 +18,10 @@ This module gives, in numpy (pandas only for :func:`rescue_loss_table`):
 * :func:`paired_difference_ci` -- difference of two methods on the *same*
   problems, resampling each method's seeds independently and the problems
   jointly (paired), which removes the shared problem difficulty.
-* :func:`rescue_loss`, :func:`rescue_loss_null`, :func:`rescue_loss_table` --
-  per-problem solved / rescued / lost counts against a reference, with the
-  counts that resampling alone produces.
+* :func:`rescue_loss`, :func:`rescue_loss_null` -- per-problem solved /
+  rescued / lost counts against a reference, with the counts that
+  resampling alone produces (seed-paired tables:
+  :func:`rlvr_lib.eval.summaries.rescued_lost`).
 * :func:`strategy_shares` -- per-strategy shares with bootstrap intervals.
 * :func:`per_problem_scores`, :func:`eval_counts` -- the ``(S, P)`` matrices
   and count vectors from stored evaluation records
@@ -69,7 +70,6 @@ __all__ = [
     "per_problem_scores",
     "rescue_loss",
     "rescue_loss_null",
-    "rescue_loss_table",
     "strategy_shares",
 ]
 
@@ -636,57 +636,3 @@ def per_problem_scores(
                           "an evaluation on the same problems as evaluations[0] (their uids differ)")
         rows.append(pass_at_k_array(samples, counts, k))
     return np.stack(rows), list(uids0)
-
-
-def rescue_loss_table(
-    runs: Mapping[str, Any],
-    reference: Any,
-    families: Sequence[str],
-    *,
-    null: Any = None,
-):
-    """One row per run: problems solved, rescued and lost against a reference, with the null alongside.
-
-    For each run ``r`` (an evaluation on the same problems as ``reference``),
-    :func:`rescue_loss` ``(reference, r)`` over the problems of ``families``
-    (concatenated); ``uids`` are checked to match. When ``null`` (a second
-    evaluation of the reference policy with another sampling seed) is given,
-    :func:`rescue_loss_null` ``(reference, null)`` is computed once and shown
-    on every row: a run's ``rescued`` / ``lost`` mean something only where they
-    clearly exceed ``null_flips`` (= ``null_flips_per_direction``), the count
-    that resampling the reference alone produces.
-
-    Args:
-        runs: ``{label: evaluation}``, e.g. ``{r.run_id: r for r in records}``
-            (run records or their ``final`` dicts).
-        reference: The reference evaluation (e.g. the base policy's).
-        families: Families to count over, e.g. the in-distribution ones.
-        null: Optional second evaluation of the reference policy (different
-            ``EvalSpec.seed``, same problems).
-
-    Returns:
-        ``pandas.DataFrame`` with columns ``run``, ``n_problems``,
-        ``solved_ref``, ``solved``, ``rescued``, ``lost``, ``net``,
-        ``null_flips`` (float; NaN without ``null``), in the order of ``runs``.
-
-    Raises:
-        ValueError: on evaluations on different problems or a missing family.
-    """
-    import pandas as pd
-
-    if not isinstance(runs, Mapping):
-        raise invalid("runs", type(runs).__name__, "a {label: evaluation} mapping")
-    ref_counts, ref_uids = eval_counts(_evaluation("reference", reference), families)
-    null_flips = float("nan")
-    if null is not None:
-        c, u = eval_counts(_evaluation("null", null), families)
-        null_flips = rescue_loss_null(ref_counts, c, uids_before=ref_uids, uids_after=u)["flips_per_direction"]
-    rows = []
-    for label, ev in runs.items():
-        c, u = eval_counts(_evaluation(f"runs[{label!r}]", ev), families)
-        r = rescue_loss(ref_counts, c, uids_before=ref_uids, uids_after=u)
-        rows.append({"run": label, "n_problems": r["n_problems"], "solved_ref": r["solved_before"],
-                     "solved": r["solved_after"], "rescued": r["rescued"], "lost": r["lost"], "net": r["net"],
-                     "null_flips": null_flips})
-    columns = ["run", "n_problems", "solved_ref", "solved", "rescued", "lost", "net", "null_flips"]
-    return pd.DataFrame(rows, columns=columns)
