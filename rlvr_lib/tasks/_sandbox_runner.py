@@ -1,0 +1,540 @@
+"""The child side of `rlvr_lib.tasks.sandbox`: confine this process, then run a program and its tests.
+
+This file is run as a script by a fresh interpreter (``python -s -S -P -B -u
+_sandbox_runner.py``, see `rlvr_lib.tasks.sandbox`), never imported by the
+library. It uses the standard library only: ``-S`` leaves site-packages (and so
+``rlvr_lib``) off ``sys.path``.
+
+What it does, in order, before any untrusted code runs:
+
+1. reads the job (a JSON object) from stdin, then points fd 0 at /dev/null;
+2. sets resource limits (address space, CPU seconds, file size, open files,
+   core dumps 0, optionally user processes) and enters the working directory;
+3. Landlock (Linux >= 5.13, any user): files may be read only under the
+   working directory, the interpreter's standard-library directories and the
+   system's shared-library directories, and written only under the working
+   directory; TCP connect/bind is denied (ABI
+   >= 4); signals to processes outside the sandbox and abstract unix sockets
+   are denied (ABI >= 6);
+4. seccomp (x86_64 only): no new processes (fork, vfork, clone without
+   CLONE_THREAD), no execve, no sockets, no signals to other processes, no
+   ptrace, no raising of resource limits, no setsid/setpgid (so a child could
+   not leave the process group), no inode flags (immutable files), no
+   mount/namespace/module/admin syscalls;
+5. a Python audit hook (`sys.addaudithook`) that denies the same things at the
+   Python level, portably, and reports the first denial as a ``violation``;
+6. compiles and runs the program, then the setup code and each test in a
+   shallow copy of the program's namespace, and reports each outcome on the
+   result pipe.
+
+Each kernel layer is applied when the job asks for it and the kernel offers
+it; the ``ready`` message lists the layers that are active, and a layer that
+could not be applied is listed in ``notes`` with the reason. Result lines carry
+a per-run nonce, so stray writes to the result pipe are recognised as such.
+The process ends with ``os._exit`` (no atexit handlers, no waiting for
+threads the program started).
+"""
+
+import builtins
+import json
+import os
+import platform
+import resource
+import sys
+
+# --------------------------------------------------------------------------- reporting
+
+_REASON_CHARS = 300
+_BALLAST_BYTES = 4 << 20  # freed on MemoryError so that the runner can still report
+
+
+def _emitter(fd, nonce):
+    """A function ``emit(dict)`` writing one JSON line with the nonce to ``fd``."""
+    write, dumps = os.write, json.dumps  # bound now: the program cannot swap them
+
+    def emit(message):
+        message["nonce"] = nonce
+        data = (dumps(message) + "\n").encode("utf-8", "backslashreplace")
+        while data:
+            try:
+                data = data[write(fd, data):]
+            except InterruptedError:
+                continue
+            except OSError:
+                return
+
+    return emit
+
+
+def _describe(exc):
+    """``"Type: message"``, cut short; never raises (the message may be the program's code)."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except BaseException:  # noqa: BLE001 - a hostile __str__
+        text = "<unprintable>"
+    return f"{name}: {text}"[:_REASON_CHARS] if text else name
+
+
+# --------------------------------------------------------------------------- resource limits
+
+
+def _set_limits(limits):
+    """Apply the job's rlimits (hard limits too, so the program cannot raise them unprivileged)."""
+    cpu = int(limits["cpu_s"])
+    pairs = [
+        (resource.RLIMIT_AS, limits["memory_bytes"], limits["memory_bytes"]),
+        (resource.RLIMIT_CPU, cpu, cpu + 1),  # SIGXCPU at cpu, SIGKILL one second later
+        (resource.RLIMIT_FSIZE, limits["file_size_bytes"], limits["file_size_bytes"]),
+        (resource.RLIMIT_NOFILE, limits["open_files"], limits["open_files"]),
+        (resource.RLIMIT_CORE, 0, 0),
+    ]
+    if limits.get("user_processes") is not None:
+        pairs.append((resource.RLIMIT_NPROC, limits["user_processes"], limits["user_processes"]))
+    for which, soft, hard in pairs:
+        resource.setrlimit(which, (soft, hard))
+
+
+# --------------------------------------------------------------------------- Landlock
+
+_SYS_LANDLOCK_CREATE_RULESET, _SYS_LANDLOCK_ADD_RULE, _SYS_LANDLOCK_RESTRICT_SELF = 444, 445, 446
+_LL_EXECUTE, _LL_WRITE_FILE, _LL_READ_FILE, _LL_READ_DIR = 1 << 0, 1 << 1, 1 << 2, 1 << 3
+_LL_FS_ABI1 = (1 << 13) - 1  # EXECUTE .. MAKE_SYM
+_LL_REFER, _LL_TRUNCATE, _LL_IOCTL_DEV = 1 << 13, 1 << 14, 1 << 15
+_LL_FILE_RIGHTS = _LL_EXECUTE | _LL_WRITE_FILE | _LL_READ_FILE | _LL_TRUNCATE | _LL_IOCTL_DEV
+_LL_NET_TCP = (1 << 0) | (1 << 1)  # BIND_TCP | CONNECT_TCP
+_LL_SCOPE = (1 << 0) | (1 << 1)  # ABSTRACT_UNIX_SOCKET | SIGNAL
+_PR_SET_NO_NEW_PRIVS = 38
+_DEVICES_RW = ("/dev/null",)
+_DEVICES_R = ("/dev/urandom", "/dev/zero")
+
+
+def _libc():
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return ctypes, libc
+
+
+def _no_new_privs(ctypes, libc):
+    if libc.prctl(_PR_SET_NO_NEW_PRIVS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                  ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_NO_NEW_PRIVS)")
+
+
+def _landlock_rights(abi):
+    """(handled fs rights, handled net rights, scopes, size of the ruleset attribute) for a Landlock ABI."""
+    fs = _LL_FS_ABI1 | (_LL_REFER if abi >= 2 else 0) | (_LL_TRUNCATE if abi >= 3 else 0)
+    fs |= _LL_IOCTL_DEV if abi >= 5 else 0
+    net = _LL_NET_TCP if abi >= 4 else 0
+    scoped = _LL_SCOPE if abi >= 6 else 0
+    size = 8 if abi < 4 else (16 if abi < 6 else 24)
+    return fs, net, scoped, size
+
+
+def _landlock(workdir, read_roots):
+    """Confine file access, TCP and signals with Landlock; returns the active layer names."""
+    ctypes, libc = _libc()
+    abi = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, None, ctypes.c_size_t(0), ctypes.c_uint32(1))
+    if abi < 1:
+        raise OSError(ctypes.get_errno(), "Landlock is not available")
+    fs, net, scoped, size = _landlock_rights(abi)
+
+    class RulesetAttr(ctypes.Structure):
+        _fields_ = [("fs", ctypes.c_uint64), ("net", ctypes.c_uint64), ("scoped", ctypes.c_uint64)]
+
+    class PathBeneath(ctypes.Structure):
+        _pack_ = 1
+        _fields_ = [("allowed", ctypes.c_uint64), ("fd", ctypes.c_int32)]
+
+    attr = RulesetAttr(fs, net, scoped)
+    ruleset = libc.syscall(_SYS_LANDLOCK_CREATE_RULESET, ctypes.byref(attr), ctypes.c_size_t(size), ctypes.c_uint32(0))
+    if ruleset < 0:
+        raise OSError(ctypes.get_errno(), "landlock_create_ruleset")
+    rules = [(workdir, fs)] + [(root, _LL_EXECUTE | _LL_READ_FILE | _LL_READ_DIR) for root in read_roots]
+    rules += [(dev, _LL_FILE_RIGHTS) for dev in _DEVICES_RW] + [(dev, _LL_READ_FILE) for dev in _DEVICES_R]
+    try:
+        for path, allowed in rules:
+            _landlock_rule(ctypes, libc, ruleset, PathBeneath, path, allowed & fs)
+        _no_new_privs(ctypes, libc)
+        if libc.syscall(_SYS_LANDLOCK_RESTRICT_SELF, ruleset, ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+    finally:
+        os.close(ruleset)
+    return ["landlock-fs"] + (["landlock-tcp"] if net else []) + (["landlock-signal"] if scoped else [])
+
+
+def _landlock_rule(ctypes, libc, ruleset, PathBeneath, path, allowed):
+    try:
+        fd = os.open(path, os.O_PATH | os.O_CLOEXEC)
+    except OSError:
+        return  # a missing read root is simply not allowed
+    try:
+        if not os.path.isdir(path):
+            allowed &= _LL_FILE_RIGHTS
+        rule = PathBeneath(allowed, fd)
+        if libc.syscall(_SYS_LANDLOCK_ADD_RULE, ruleset, 1, ctypes.byref(rule), ctypes.c_uint32(0)) != 0:
+            raise OSError(ctypes.get_errno(), f"landlock_add_rule({path})")
+    finally:
+        os.close(fd)
+
+
+# --------------------------------------------------------------------------- seccomp (x86_64)
+
+_AUDIT_ARCH_X86_64 = 0xC000003E
+_X32_SYSCALL_BIT = 0x40000000
+_EPERM, _ENOSYS = 1, 38
+_CLONE_THREAD = 0x00010000
+_NR = dict(ioctl=16, clone=56, kill=62, tgkill=234, prlimit64=302, clone3=435)
+# ioctl commands that set inode flags: an immutable file could not be removed with the working directory.
+_DENIED_IOCTLS = (0x40086602, 0x40046602, 0x401C5820)  # FS_IOC_SETFLAGS (64/32-bit), FS_IOC_FSSETXATTR
+# Syscalls that fail with EPERM (x86_64 numbers, checked against asm/unistd_64.h).
+_DENIED_SYSCALLS = {
+    "socket": 41, "socketpair": 53, "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+    "ptrace": 101, "setrlimit": 160, "setsid": 112, "setpgid": 109, "tkill": 200,
+    "process_vm_readv": 310, "process_vm_writev": 311, "pidfd_open": 434, "pidfd_send_signal": 424,
+    "pidfd_getfd": 438, "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427,
+    "mount": 165, "umount2": 166, "unshare": 272, "setns": 308, "chroot": 161, "pivot_root": 155,
+    "reboot": 169, "kexec_load": 246, "kexec_file_load": 320, "init_module": 175, "finit_module": 313,
+    "delete_module": 176, "swapon": 167, "swapoff": 168, "sethostname": 170, "setdomainname": 171,
+    "settimeofday": 164, "clock_settime": 227, "adjtimex": 159, "clock_adjtime": 305, "bpf": 321,
+    "perf_event_open": 298, "keyctl": 250, "add_key": 248, "request_key": 249, "setuid": 105,
+    "setgid": 106, "setreuid": 113, "setregid": 114, "setresuid": 117, "setresgid": 119,
+    "setgroups": 116, "setfsuid": 122, "setfsgid": 123, "capset": 126, "userfaultfd": 323,
+    "mknod": 133, "mknodat": 259, "open_by_handle_at": 304, "name_to_handle_at": 303, "iopl": 172,
+    "ioperm": 173, "syslog": 103, "acct": 163, "quotactl": 179, "fanotify_init": 300, "kcmp": 312,
+    "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
+    "mount_setattr": 442,
+}
+_LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
+_RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
+_OFF_NR, _OFF_ARCH = 0, 4
+
+
+def _arg_low(i):
+    return 16 + 8 * i  # low 32 bits of argument i (little-endian seccomp_data)
+
+
+def _seccomp_program(pid):
+    """The BPF filter as (code, jt, jf, k) tuples; jump targets are labels resolved here."""
+    me, minus_me = pid & 0xFFFFFFFF, (-pid) & 0xFFFFFFFF
+    prog = [
+        (_LD_W_ABS, None, None, _OFF_ARCH),
+        (_JEQ, None, "kill", _AUDIT_ARCH_X86_64),
+        (_LD_W_ABS, None, None, _OFF_NR),
+        (_JGE, "enosys", None, _X32_SYSCALL_BIT),
+        (_JEQ, "enosys", None, _NR["clone3"]),  # glibc then falls back to clone(), checked below
+        (_JEQ, "clone", None, _NR["clone"]),
+        (_JEQ, "kill_", None, _NR["kill"]),
+        (_JEQ, "tgkill", None, _NR["tgkill"]),
+        (_JEQ, "prlimit", None, _NR["prlimit64"]),
+        (_JEQ, "ioctl", None, _NR["ioctl"]),
+    ]
+    prog += [(_JEQ, "eperm", None, nr) for nr in sorted(_DENIED_SYSCALLS.values())]
+    prog += [
+        (_RET, None, None, _RET_ALLOW),
+        "clone", (_LD_W_ABS, None, None, _arg_low(0)), (_JSET, "allow", "eperm", _CLONE_THREAD),
+        "kill_", (_LD_W_ABS, None, None, _arg_low(0)), (_JEQ, "allow", None, me), (_JEQ, "allow", None, 0),
+        (_JEQ, "allow", "eperm", minus_me),
+        "tgkill", (_LD_W_ABS, None, None, _arg_low(0)), (_JEQ, "allow", "eperm", me),
+        "prlimit", (_LD_W_ABS, None, None, _arg_low(2)), (_JEQ, None, "eperm", 0),
+        (_LD_W_ABS, None, None, _arg_low(2) + 4), (_JEQ, "allow", "eperm", 0),
+        "ioctl", (_LD_W_ABS, None, None, _arg_low(1)),
+        *[(_JEQ, "eperm", None, cmd) for cmd in _DENIED_IOCTLS],
+        "allow", (_RET, None, None, _RET_ALLOW),
+        "eperm", (_RET, None, None, _RET_ERRNO | _EPERM),
+        "enosys", (_RET, None, None, _RET_ERRNO | _ENOSYS),
+        "kill", (_RET, None, None, _RET_KILL_PROCESS),
+    ]
+    return _assemble(prog)
+
+
+def _assemble(prog):
+    """Resolve label jumps to the relative offsets BPF uses (a ``None`` target: the next instruction)."""
+    labels, code = {}, []
+    for item in prog:
+        if isinstance(item, str):
+            labels[item] = len(code)
+        else:
+            code.append(item)
+    out = []
+    for i, (op, jt, jf, k) in enumerate(code):
+        rel = [0 if t is None else labels[t] - i - 1 for t in (jt, jf)]
+        if not all(0 <= r < 256 for r in rel):
+            raise ValueError(f"seccomp jump out of range at instruction {i}")
+        out.append((op, rel[0], rel[1], k))
+    return out
+
+
+def _seccomp():
+    """Install the filter (x86_64); returns the active layer names."""
+    if platform.machine() != "x86_64":
+        raise OSError(_ENOSYS, f"the seccomp filter is written for x86_64, not {platform.machine()}")
+    import struct
+
+    ctypes, libc = _libc()
+    code = _seccomp_program(os.getpid())
+    raw = b"".join(struct.pack("=HBBI", *ins) for ins in code)
+    buf = ctypes.create_string_buffer(raw, len(raw))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = SockFprog(len(code), ctypes.addressof(buf))
+    _no_new_privs(ctypes, libc)
+    if libc.prctl(22, ctypes.c_ulong(2), ctypes.byref(prog), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_SECCOMP)")
+    return ["seccomp"]
+
+
+# --------------------------------------------------------------------------- audit hook
+
+_DENIED_EVENTS = frozenset({
+    "os.system", "os.fork", "os.forkpty", "os.kill", "os.killpg", "os.exec", "os.posix_spawn", "os.spawn",
+    "os.startfile", "os.unshare", "os.setns", "subprocess.Popen", "pty.spawn", "resource.setrlimit",
+    "resource.prlimit", "signal.pthread_kill", "webbrowser.open", "sqlite3.enable_load_extension",
+    "sqlite3.load_extension",
+    # Heap walks reach the runner's objects (its reporting closure); no test-passing code needs them.
+    "gc.get_objects", "gc.get_referrers", "gc.get_referents",
+    "fcntl.ioctl",  # e.g. FS_IOC_SETFLAGS: an immutable file would outlive the working directory
+})
+_DENIED_PREFIXES = ("socket.", "ctypes.", "http.client.", "urllib.", "ftplib.", "smtplib.", "poplib.", "imaplib.",
+                    "nntplib.", "telnetlib.", "_winapi.", "winreg.")
+# Modules that would bypass the hook: raw memory access, process spawning without an event,
+# subinterpreters (which do not inherit Python-level audit hooks), test helpers that poke memory,
+# shared memory outside the directory. (Importing socket is allowed; creating or using one is not.)
+_DENIED_MODULES = frozenset({
+    "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
+    "_interpqueues", "_interpchannels", "_testcapi", "_testinternalcapi", "_testmultiphase", "_posixshmem",
+})
+# Events whose path arguments (by position) must lie in the working directory.
+_WRITE_PATH_EVENTS = {
+    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
+    "os.chown": (0,), "os.link": (0, 1), "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,),
+    "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chdir": (0,), "os.mkfifo": (0,),
+    "os.mknod": (0,), "shutil.rmtree": (0,),
+}
+# Events that read a directory or metadata: allowed in the working directory and the read roots.
+_READ_PATH_EVENTS = {"os.listdir": (0,), "os.scandir": (0,), "os.listxattr": (0,), "os.getxattr": (0,)}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class _Policy:
+    """Which paths the program may read and write (checked after resolving symlinks)."""
+
+    def __init__(self, workdir, read_roots, max_files_written):
+        self.workdir = os.path.realpath(workdir)
+        self.read_roots = tuple(os.path.realpath(r) for r in read_roots)
+        self.read_files = frozenset(_DEVICES_RW + _DEVICES_R)
+        self.write_files = frozenset(_DEVICES_RW)
+        self.writes_left = max_files_written
+
+    @staticmethod
+    def resolve(path):
+        """The real path of a str/bytes/PathLike path; ``None`` for a file descriptor or ``None``."""
+        if path is None or isinstance(path, int):
+            return None
+        return os.path.realpath(os.fsdecode(path))
+
+    @staticmethod
+    def _under(path, root):
+        return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
+
+    def may_write(self, real):
+        return real in self.write_files or self._under(real, self.workdir)
+
+    def may_read(self, real):
+        return (real in self.read_files or self._under(real, self.workdir)
+                or any(self._under(real, r) for r in self.read_roots))
+
+
+def _opens_for_writing(mode, flags):
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
+
+
+def _make_audit_hook(policy, emit, denied_modules=_DENIED_MODULES):
+    """The hook: raises PermissionError on a denied event, reporting the first one as a violation."""
+    reported = []
+
+    def deny(event, detail):
+        if not reported:
+            reported.append(event)
+            emit({"event": "violation", "what": f"{event} {detail}".strip()[:_REASON_CHARS]})
+        raise PermissionError(f"sandbox: {event} is not allowed ({detail})"[:_REASON_CHARS])
+
+    def check_paths(event, args, positions, allowed):
+        for pos in positions:
+            if pos < len(args):
+                real = policy.resolve(args[pos])
+                if real is not None and not allowed(real):
+                    deny(event, real)
+
+    def check_open(args):
+        real = policy.resolve(args[0])
+        if real is None:
+            return
+        if _opens_for_writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
+            if not policy.may_write(real):
+                deny("open", f"{real} for writing")
+            if real not in policy.write_files:
+                policy.writes_left -= 1
+                if policy.writes_left < 0:
+                    deny("open", "too many files opened for writing")
+        elif not policy.may_read(real):
+            deny("open", real)
+
+    def hook(event, args):
+        if event == "open":
+            check_open(args)
+        elif event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
+            deny(event, "")
+        elif event == "import":
+            if args and isinstance(args[0], str) and args[0].split(".")[0] in denied_modules:
+                deny("import", args[0])
+        elif event in _WRITE_PATH_EVENTS:
+            check_paths(event, args, _WRITE_PATH_EVENTS[event], policy.may_write)
+        elif event in _READ_PATH_EVENTS:
+            check_paths(event, args, _READ_PATH_EVENTS[event], policy.may_read)
+        elif event == "sqlite3.connect" and args and args[0] not in (":memory:", "", b":memory:"):
+            check_paths(event, args, (0,), policy.may_write)
+
+    return hook
+
+
+# --------------------------------------------------------------------------- running the job
+
+
+class _Memory:
+    """Ballast freed on MemoryError, so that reporting still has room."""
+
+    def __init__(self):
+        self.ballast = [bytearray(_BALLAST_BYTES)]
+
+    def release(self):
+        self.ballast.clear()
+
+
+def _make_executor(memory):
+    """``(execute, compile_)`` bound to the real ``exec`` and ``compile``.
+
+    Made before the program runs, so a program that replaces ``builtins.exec``
+    or this module's globals cannot make the tests that follow pass vacuously.
+    ``execute(code, namespace)`` returns ``None`` on success, else ``(kind,
+    reason)`` with kind ``"memory"`` or ``"error"``; ``compile_(source, name)``
+    returns ``(code, None)`` or ``(None, reason)`` (a syntax error, null bytes,
+    bad surrogates, nesting too deep, ...).
+    """
+    run, build, describe = builtins.exec, builtins.compile, _describe
+
+    def execute(code, namespace):
+        try:
+            run(code, namespace)
+        except MemoryError:
+            memory.release()
+            return "memory", "MemoryError"
+        except BaseException as exc:  # noqa: BLE001 - SystemExit, KeyboardInterrupt: all count as failures
+            return "error", describe(exc)
+        return None
+
+    def compile_(source, name):
+        try:
+            return build(source, name, "exec", dont_inherit=True), None
+        except BaseException as exc:  # noqa: BLE001 - SyntaxError, ValueError, RecursionError, MemoryError
+            return None, describe(exc)
+
+    return execute, compile_
+
+
+def _run_job(job, emit, memory):
+    """Program, then setup and each test in a copy of its namespace; every name used is a local.
+
+    The parent accepts the run as complete only with one ``test`` message per
+    test, in order, followed by ``done``.
+    """
+    execute, compile_ = _make_executor(memory)
+    program, setup, tests = job["program"], job["setup"], list(job["tests"])
+    namespace = {"__name__": "__candidate__", "__builtins__": builtins}
+    code, why = compile_(program, "<candidate>")
+    if code is None:
+        emit({"event": "syntax_error", "reason": why})
+        return
+    failure = execute(code, namespace)
+    namespace = namespace.copy()  # setup and tests cannot rebind the program's globals
+    namespace["__name__"] = "__tests__"
+    if failure is None and setup:
+        code, why = compile_(setup, "<setup>")
+        failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
+        if failure is not None:
+            failure = (failure[0], f"setup: {failure[1]}")
+    if failure is not None:
+        emit({"event": failure[0], "reason": failure[1]})
+        return
+    index = 0
+    for test in tests:
+        code, why = compile_(test, f"<test {index}>")
+        failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
+        if failure is not None and failure[0] == "memory":
+            emit({"event": "memory", "reason": f"test {index}: MemoryError"})
+        emit({"event": "test", "index": index, "passed": failure is None,
+              "reason": "" if failure is None else failure[1]})
+        index += 1
+    emit({"event": "done"})
+
+
+# Shared libraries that standard-library extension modules link to (zlib, OpenSSL, libffi, ...).
+_LIBRARY_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+
+
+def _read_roots():
+    """What imports must be able to read: the standard library, the interpreter's and the system's libraries."""
+    roots = [r for r in _LIBRARY_ROOTS + (os.path.join(sys.base_prefix, "lib"),) if os.path.exists(r)]
+    for entry in sys.path:
+        if entry and os.path.exists(entry):
+            real = os.path.realpath(entry)
+            roots.append(real if os.path.isdir(real) else os.path.dirname(real))
+    return sorted({os.path.realpath(r) for r in roots})
+
+
+def _confine(job):
+    """Apply every requested layer; returns (active layers, notes on layers that could not be applied)."""
+    layers, notes = ["rlimits", "session"], []
+    roots = _read_roots()
+    for name, wanted, apply in (("landlock", job["landlock"], lambda: _landlock(job["workdir"], roots)),
+                                ("seccomp", job["seccomp"], _seccomp)):
+        if not wanted:
+            continue
+        try:
+            layers += apply()
+        except (OSError, AttributeError, ValueError) as exc:
+            notes.append(f"{name}: {_describe(exc)}")
+    for module in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[module]  # a later `import ctypes` then raises the audit event again
+    return layers, notes, roots
+
+
+def main():
+    job = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    emit = _emitter(job["result_fd"], job["nonce"])
+    _set_limits(job["limits"])
+    os.chdir(job["workdir"])
+    layers, notes, roots = _confine(job)
+    memory = _Memory()
+    if job["audit"]:
+        # With seccomp, _posixsubprocess cannot fork or exec anyway: importing subprocess (asyncio does) is fine.
+        denied_modules = _DENIED_MODULES - ({"_posixsubprocess"} if "seccomp" in layers else set())
+        policy = _Policy(job["workdir"], roots, job["limits"]["files_written"])
+        sys.addaudithook(_make_audit_hook(policy, emit, denied_modules))
+        layers.append("audit")
+    emit({"event": "ready", "layers": layers, "notes": notes})
+    _run_job(job, emit, memory)
+    os._exit(0)  # stdout/stderr are unbuffered (-u): nothing to flush
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,354 @@
+"""Math problems from any Hugging Face `datasets` source, graded by math-verify.
+
+The real-benchmark side of the task registry: the papers evaluate on MATH-500
+(NudgeRL reports its Level-5 subset, "MATH500-L5"; SAGE and 3PO the whole
+set) next to AIME and AMC, and train on DAPO-Math-17k. `MathTask` reads any
+such set, from the Hub (``"HuggingFaceH4/MATH-500"``) or from local JSON,
+JSONL or Parquet files, with configurable question / answer / level fields;
+its families are splits or filters of it (``level == 5``). Completions are
+graded with ``math_verify.parse`` + ``math_verify.verify`` under
+math-verify's own time limits, so ``\\boxed{\\frac12}``, ``0.5`` and
+``\\frac{1}{2}`` are the same answer.
+
+Registered here:
+
+* ``"math_sample"``: `SAMPLE_PATH`, 35 original MATH-style problems shipped
+  with the package (levels 1-5, seven subjects), so tests and laptops can run
+  the real-data path offline. Families: ``train`` (levels 1-3), ``test``
+  (levels 4-5), ``level_5``, ``all``.
+* ``"math500"``: MATH-500 from the Hub (`math500_task`); families
+  ``math500`` (all 500) and ``math500_l5`` (level 5). Loaded on first use,
+  so it needs the network (or the Hub cache) only then.
+"""
+
+from __future__ import annotations
+
+import logging
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence, Union
+
+import numpy as np
+
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
+from rlvr_lib.tasks.prompting import (
+    MAX_COMPLETION_CHARS,
+    PromptFormat,
+    check_completion,
+    check_timeout,
+    signal_timeout,
+)
+from rlvr_lib.tasks.registry import register_task
+from rlvr_lib.validation import check, check_choice, check_int, invalid
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DEFAULT_MATH_TEMPLATE",
+    "MATH500_SOURCE",
+    "MATH_SAMPLE_FAMILIES",
+    "SAMPLE_PATH",
+    "MathFamily",
+    "MathTask",
+    "math500_task",
+    "math_sample_task",
+]
+
+DEFAULT_MATH_TEMPLATE = "{question}\nPut your final answer within \\boxed{}."
+LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+SAMPLE_PATH = Path(__file__).resolve().parent / "data" / "math_sample.jsonl"
+MATH500_SOURCE = "HuggingFaceH4/MATH-500"
+
+Source = Union[str, Path, Mapping[str, Union[str, Path, Sequence[Union[str, Path]]]]]
+
+
+@dataclass(frozen=True)
+class MathFamily:
+    """One family of a `MathTask`: the rows of a split that pass every filter.
+
+    Args:
+        split: Split of the source (a single local file is split ``"train"``;
+            MATH-500 on the Hub has only ``"test"``).
+        where: ``{column: allowed}``: a row is kept when, for every column,
+            its value equals ``allowed`` or, for a list/tuple/set, one of its
+            items. Values compare exactly (MATH-500's ``level`` is the int 5,
+            the MATH train set's the string ``"Level 5"``).
+    """
+
+    split: str = "train"
+    where: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        check(isinstance(self.split, str) and self.split != "", "MathFamily.split", self.split, "a non-empty string")
+        check(isinstance(self.where, Mapping) and all(isinstance(k, str) for k in self.where),
+              "MathFamily.where", self.where, "a mapping of column names to allowed values")
+        allowed = {k: tuple(v) if isinstance(v, (list, tuple, set, frozenset)) else (v,) for k, v in self.where.items()}
+        object.__setattr__(self, "where", allowed)
+
+    def keeps(self, row: Mapping[str, Any]) -> bool:
+        """Whether ``row`` passes every filter."""
+        return all(row[column] in allowed for column, allowed in self.where.items())
+
+
+def _stable_int(text: str) -> int:
+    return zlib.crc32(text.encode("utf-8"))
+
+
+def _paths(source: Source, value: Any) -> list[Path]:
+    """One split's file(s) of a ``{split: path or paths}`` source."""
+    items = [value] if isinstance(value, (str, Path)) else value
+    check(isinstance(items, (list, tuple)) and items and all(isinstance(i, (str, Path)) for i in items),
+          "source", source, "{split: a path or a list of paths}")
+    return [Path(i) for i in items]
+
+
+def _load_arguments(source: Source) -> tuple[str, Any]:
+    """``(path, data_files)`` for ``datasets.load_dataset``: a packaged builder for local files, else the Hub name."""
+    if isinstance(source, Mapping):
+        data_files = {split: [str(p) for p in _paths(source, value)] for split, value in source.items()}
+        files = [Path(p) for paths in data_files.values() for p in paths]
+    elif isinstance(source, (str, Path)) and Path(source).suffix.lower() in LOCAL_FORMATS:
+        files, data_files = [Path(source)], str(source)
+    elif isinstance(source, (str, Path)) and str(source):
+        return str(source), None  # a Hub name or a local dataset folder: `datasets` resolves it
+    else:
+        raise invalid("source", source, "a Hub dataset name, a .json/.jsonl/.parquet path, or {split: path(s)}")
+    formats = {LOCAL_FORMATS.get(f.suffix.lower()) for f in files}
+    check(len(formats) == 1 and None not in formats, "source", source,
+          f"files of one local format: {sorted(LOCAL_FORMATS)}")
+    missing = [str(f) for f in files if not f.is_file()]
+    check(not missing, "source", source, f"existing files (missing: {missing})")
+    return formats.pop(), data_files
+
+
+class MathTask:
+    """Final-answer math problems from a `datasets` source, graded by math-verify (a `Task`).
+
+    Serves the papers' math evaluations (MATH-500 and its Level-5 subset in
+    NudgeRL, SAGE and 3PO) and any math training set with a question and a
+    final answer per row. ``Problem.question`` is ``template`` filled with the
+    row's question (through the tokenizer's chat template when asked, see
+    `PromptFormat`); ``Problem.answer`` is the row's answer; the oracle trace
+    is the row's solution when ``solution_field`` is given, else
+    ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
+    their families, so registering and configuring a task costs nothing.
+
+    Grading (`verify`): not a string or longer than ``max_completion_chars``
+    -> ``malformed``; math-verify extracts no answer (or fails, or runs out of
+    time) -> ``malformed``; an extracted answer math-verify does not find
+    equal to the gold one -> ``wrong``; else ``correct`` (reward 1).
+    ``timeout_s`` bounds parsing and each comparison (math-verify's
+    ``signal.alarm`` timeouts, main thread only: see `signal_timeout`).
+
+    Args:
+        name: Registry name; also the prefix of every problem uid.
+        source: A Hub dataset name, a local ``.json``/``.jsonl``/``.parquet``
+            file (split ``"train"``), or ``{split: path or paths}``.
+        families: ``{family name: MathFamily}``.
+        eval_families: In-distribution evaluation families.
+        ood_families: Out-of-distribution evaluation families.
+        hub_config: Configuration name of a Hub dataset (``load_dataset(name=...)``).
+        question_field, answer_field: Columns of the question and the final answer.
+        level_field: Column of the difficulty (``Problem.difficulty``), or
+            ``None``: every problem's difficulty is ``"unknown"``.
+        solution_field: Column of a worked solution used as the oracle trace, or ``None``.
+        template: Prompt template with one ``"{question}"``.
+        tokenizer, use_chat_template: See `PromptFormat`.
+        timeout_s: Seconds math-verify may spend parsing a completion and on each comparison.
+        max_completion_chars: Longer completions are ``malformed`` without parsing.
+        hint_pool: Anything with ``contexts(problem) -> list[str]`` (e.g.
+            `rlvr_lib.tasks.LMHintPool` for NudgeRL); ``None``: no hints.
+
+    Raises:
+        ValueError: a bad argument (the message names it and what is allowed);
+            at the first draw of a family, a missing column or an empty family.
+    """
+
+    strategies: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        name: str,
+        source: Source,
+        families: Mapping[str, MathFamily],
+        *,
+        eval_families: Sequence[str] = (),
+        ood_families: Sequence[str] = (),
+        hub_config: str | None = None,
+        question_field: str = "problem",
+        answer_field: str = "answer",
+        level_field: str | None = "level",
+        solution_field: str | None = None,
+        template: str = DEFAULT_MATH_TEMPLATE,
+        tokenizer=None,
+        use_chat_template: bool = False,
+        timeout_s: int = 5,
+        max_completion_chars: int = MAX_COMPLETION_CHARS,
+        hint_pool=None,
+    ):
+        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
+        self._load_path, self._data_files = _load_arguments(source)
+        check(isinstance(families, Mapping) and len(families) > 0
+              and all(isinstance(f, MathFamily) for f in families.values()),
+              "families", families, "a non-empty {name: MathFamily} mapping")
+        for attr, chosen in (("eval_families", eval_families), ("ood_families", ood_families)):
+            for family in chosen:
+                check_choice(attr, family, list(families))
+        for attr, value, optional in (("question_field", question_field, False), ("answer_field", answer_field, False),
+                                      ("level_field", level_field, True), ("solution_field", solution_field, True),
+                                      ("hub_config", hub_config, True)):
+            check((optional and value is None) or (isinstance(value, str) and value != ""), attr, value,
+                  "a non-empty string" + (" or None" if optional else ""))
+        self.name, self.source, self.hub_config = name, source, hub_config
+        self.families: tuple[str, ...] = tuple(families)
+        self.family_specs = dict(families)
+        self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
+        self.question_field, self.answer_field = question_field, answer_field
+        self.level_field, self.solution_field = level_field, solution_field
+        self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
+        self.timeout_s = check_timeout(timeout_s)
+        self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
+        self.hint_pool = hint_pool
+        self._splits: dict[str, list[dict]] = {}
+        self._members: dict[str, list[int]] = {}
+        self._gold: dict[str, list] = {}
+
+    # ----------------------------------------------------------------- data
+    def _rows(self, split: str) -> list[dict]:
+        """The split's rows (the columns the task reads), loaded once."""
+        if split not in self._splits:
+            import datasets
+
+            data = datasets.load_dataset(self._load_path, name=self.hub_config, data_files=self._data_files,
+                                         split=split)
+            self._splits[split] = data.select_columns(self._columns(split, list(data.column_names))).to_list()
+        return self._splits[split]
+
+    def _columns(self, split: str, columns: list[str]) -> list[str]:
+        """The columns of ``split`` the task reads; a configured one that is missing raises ``ValueError``."""
+        for attr in ("question_field", "answer_field", "level_field", "solution_field"):
+            value = getattr(self, attr)
+            check(value is None or value in columns, attr, value, f"a column of split {split!r}: one of {columns}")
+        filtered = {c for spec in self.family_specs.values() if spec.split == split for c in spec.where}
+        missing = sorted(filtered - set(columns))
+        check(not missing, "MathFamily.where", missing, f"columns of split {split!r}: one of {columns}")
+        needed = {self.question_field, self.answer_field, self.level_field, self.solution_field} | filtered
+        return sorted(c for c in needed if c is not None)
+
+    def _family_members(self, family: str) -> list[int]:
+        """Row indices of ``family`` in its split."""
+        check_choice("family", family, list(self.families))
+        if family not in self._members:
+            spec = self.family_specs[family]
+            members = [i for i, row in enumerate(self._rows(spec.split)) if spec.keeps(row)]
+            if not members:
+                raise ValueError(f"family={family!r} is empty: no row of split {spec.split!r} of "
+                                 f"{self.source!r} passes where={dict(spec.where)}")
+            self._members[family] = members
+        return self._members[family]
+
+    def family_capacity(self, family: str) -> int:
+        """Rows of the source in ``family`` (loads its split on first use)."""
+        return len(self._family_members(family))
+
+    def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
+        """``n`` distinct rows of ``family`` in a seeded random order (same arguments, same list).
+
+        Raises:
+            ValueError: unknown family, ``n`` not in ``[1, family_capacity]``, or a negative seed.
+        """
+        members = self._family_members(family)
+        check_int("n", n, 1, len(members))
+        check_int("seed", seed, 0)
+        rng = np.random.default_rng([seed, _stable_int(f"family:{family}")])
+        split = self.family_specs[family].split
+        rows = self._rows(split)
+        return [self._problem(family, split, members[i], rows[members[i]])
+                for i in rng.choice(len(members), size=n, replace=False)]
+
+    def _problem(self, family: str, split: str, index: int, row: Mapping[str, Any]) -> Problem:
+        answer = str(row[self.answer_field]).strip()
+        level = row[self.level_field] if self.level_field else None
+        solution = row[self.solution_field] if self.solution_field else None
+        return Problem(
+            uid=f"{self.name}:{split}:{index}",
+            question=self.prompt_format(str(row[self.question_field]).strip()),
+            answer=answer,
+            family=family,
+            difficulty="unknown" if level is None else str(level),
+            oracle_trace=str(solution) if solution else f"\\boxed{{{answer}}}",
+            strategy="",
+            operands=(split, index),
+        )
+
+    # ----------------------------------------------------------------- grading
+    def _gold_parsed(self, answer: str, timeout: int | None) -> list:
+        if answer not in self._gold:
+            from math_verify import parse
+
+            self._gold[answer] = parse(f"\\boxed{{{answer}}}", parsing_timeout=timeout)
+            if not self._gold[answer]:
+                logger.warning("%s: math-verify cannot parse the gold answer %r", self.name, answer)
+        return self._gold[answer]
+
+    def verify(self, problem: Problem, completion: object) -> Verdict:
+        """Grade ``completion`` against ``problem.answer`` with math-verify. Never raises on model output."""
+        rejected = check_completion(completion, self.max_completion_chars)
+        if rejected is not None:
+            return rejected
+        from math_verify import parse, verify
+        from math_verify.errors import TimeoutException
+
+        timeout = signal_timeout(self.timeout_s)
+        try:
+            gold = self._gold_parsed(problem.answer, timeout)
+            predicted = parse(completion, parsing_timeout=timeout)
+            if not predicted:
+                return Verdict(0.0, MALFORMED, None, "no final answer found")
+            if not gold:
+                return Verdict(0.0, WRONG, None, "the gold answer cannot be parsed")
+            same = verify(gold, predicted, timeout_seconds=timeout)
+        except (Exception, TimeoutException) as exc:  # math-verify swallows its own errors; this is the last guard
+            return Verdict(0.0, MALFORMED, None, f"math-verify failed: {type(exc).__name__}")
+        if not same:
+            return Verdict(0.0, WRONG, None, "answer differs from the gold answer")
+        return Verdict(1.0, CORRECT, None)
+
+    def hints(self, problem: Problem) -> list[str]:
+        """The hint pool's contexts for ``problem``; ``[]`` without a pool."""
+        return [] if self.hint_pool is None else list(self.hint_pool.contexts(problem))
+
+    def __repr__(self) -> str:
+        return f"MathTask(name={self.name!r}, source={self.source!r}, families={list(self.families)})"
+
+
+# --------------------------------------------------------------------------- presets
+
+MATH_SAMPLE_FAMILIES = {
+    "train": MathFamily("train", {"level": ("Level 1", "Level 2", "Level 3")}),
+    "test": MathFamily("train", {"level": ("Level 4", "Level 5")}),
+    "level_5": MathFamily("train", {"level": "Level 5"}),
+    "all": MathFamily("train"),
+}
+
+
+def math_sample_task(name: str = "math_sample", **options) -> MathTask:
+    """The shipped sample (`SAMPLE_PATH`) with `MATH_SAMPLE_FAMILIES`; ``options`` go to `MathTask`."""
+    return MathTask(name, SAMPLE_PATH, MATH_SAMPLE_FAMILIES, eval_families=("test", "level_5"), **options)
+
+
+def math500_task(name: str = "math500", **options) -> MathTask:
+    """MATH-500 from the Hub: families ``math500`` (all 500) and ``math500_l5`` (NudgeRL's MATH500-L5).
+
+    ``options`` go to `MathTask`, e.g. a chat-formatted variant for an instruct model::
+
+        register_task("math500_chat", lambda: math500_task("math500_chat", tokenizer=tok, use_chat_template=True))
+    """
+    families = {"math500": MathFamily("test"), "math500_l5": MathFamily("test", {"level": 5})}
+    return MathTask(name, MATH500_SOURCE, families, eval_families=("math500", "math500_l5"),
+                    solution_field="solution", **options)
+
+
+register_task("math_sample", math_sample_task)
+register_task("math500", math500_task)

@@ -1,0 +1,99 @@
+"""Prompt formatting and completion guards shared by the data-set tasks (`MathTask`, `ReasoningGymTask`).
+
+A task turns a raw question into ``Problem.question`` once, when it draws the
+problem; the rollout then uses ``Problem.prompt_with(context)``, which appends
+an optional hint and the newline that ends the prompt. `PromptFormat` makes
+``Problem.question`` either from a plain template or, when asked and the
+tokenizer has one, through the tokenizer's chat template.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from rlvr_lib.tasks.base import MALFORMED, Verdict
+from rlvr_lib.validation import check, check_int
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MAX_COMPLETION_CHARS", "PromptFormat", "check_completion", "check_timeout", "signal_timeout"]
+
+QUESTION_SLOT = "{question}"
+MAX_COMPLETION_CHARS = 32_000
+"""Default cap on a completion's length (about 8k tokens of prose); longer ones are ``malformed``."""
+
+
+class PromptFormat:
+    """Builds ``Problem.question`` from a raw question.
+
+    The raw question replaces ``"{question}"`` in ``template`` (plain string
+    substitution, so LaTeX braces need no escaping). With
+    ``use_chat_template=True`` and a tokenizer that has a chat template, the
+    filled template becomes the user turn of
+    ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, and one
+    trailing newline is dropped so that ``Problem.prompt`` (question + ``"\\n"``)
+    is exactly the chat-formatted text. A tokenizer without a chat template
+    falls back to the plain template, with a warning. A NudgeRL hint
+    (``Problem.prompt_with(hint)``) is appended to the last line of the
+    question, which under a chat template is the assistant header.
+
+    Args:
+        template: Contains ``"{question}"`` exactly once.
+        tokenizer: A ``transformers`` tokenizer; needed only for the chat template.
+        use_chat_template: Format through the tokenizer's chat template.
+
+    Raises:
+        ValueError: ``template`` is not a string with one ``"{question}"``, or
+            ``use_chat_template`` is set without a tokenizer.
+    """
+
+    def __init__(self, template: str, tokenizer=None, use_chat_template: bool = False):
+        check(isinstance(template, str) and template.count(QUESTION_SLOT) == 1, "template", template,
+              f"a string containing {QUESTION_SLOT!r} exactly once")
+        check(isinstance(use_chat_template, bool), "use_chat_template", use_chat_template, "a bool")
+        check(tokenizer is not None or not use_chat_template, "tokenizer", tokenizer,
+              "a tokenizer when use_chat_template=True")
+        self.template = template
+        self.chat_tokenizer = None
+        if use_chat_template:
+            if getattr(tokenizer, "chat_template", None):
+                self.chat_tokenizer = tokenizer
+            else:
+                logger.warning("use_chat_template=True but %s has no chat template: using the plain template",
+                               type(tokenizer).__name__)
+
+    def __call__(self, question: str) -> str:
+        """``Problem.question`` for the raw ``question``."""
+        text = self.template.replace(QUESTION_SLOT, question)
+        if self.chat_tokenizer is None:
+            return text
+        chat = self.chat_tokenizer.apply_chat_template(
+            [{"role": "user", "content": text}], tokenize=False, add_generation_prompt=True
+        )
+        return chat[:-1] if chat.endswith("\n") else chat
+
+
+def check_completion(completion: object, max_chars: int) -> Verdict | None:
+    """A ``malformed`` verdict for a completion that is not a string or is too long, else ``None``."""
+    if not isinstance(completion, str):
+        return Verdict(0.0, MALFORMED, None, f"completion is {type(completion).__name__}, not str")
+    if len(completion) > max_chars:
+        return Verdict(0.0, MALFORMED, None, f"longer than {max_chars} characters")
+    return None
+
+
+def check_timeout(timeout_s: object) -> int:
+    """Validates a grading time limit: whole seconds (``signal.alarm`` counts in seconds), at least 1."""
+    return check_int("timeout_s", timeout_s, 1)
+
+
+def signal_timeout(timeout_s: int) -> int | None:
+    """The time limit to hand to math-verify's signal-based timeouts here, or ``None``.
+
+    math-verify bounds parsing and comparison with ``signal.alarm``, which only
+    works in the main thread (elsewhere it raises). Off the main thread the
+    limit is dropped (math-verify then logs that it runs without one) and only
+    the completion-length cap bounds the work.
+    """
+    return timeout_s if threading.current_thread() is threading.main_thread() else None

@@ -1,0 +1,282 @@
+"""Procedural reasoning tasks from the ``reasoning_gym`` package, graded by each data set's own scorer.
+
+SAGE tests out of distribution on Knights and Knaves (after math training,
+GRPO degrades there while SAGE holds): `ReasoningGymTask` serves that
+setting, and any other of reasoning-gym's ~100 generators, as a `Task`. A
+family is a named configuration of the generator (e.g. the number of
+people in a Knights-and-Knaves puzzle); a draw is a fixed, seeded slice of
+``reasoning_gym.create_dataset(name, seed=..., size=...)``, and a completion
+is graded by the data set's ``score_answer`` on the extracted final answer.
+
+Answer format (what the default prompt asks for): the final answer inside
+``<answer>...</answer>``; the last complete pair counts. Failing that, the
+text after the last ``answer:`` (any case) up to the end of its line.
+
+Registered here: ``"rg_knights_knaves"`` (`knights_knaves_task`).
+"""
+
+from __future__ import annotations
+
+import zlib
+from typing import Any, Mapping, Sequence
+
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
+from rlvr_lib.tasks.prompting import (
+    MAX_COMPLETION_CHARS,
+    PromptFormat,
+    check_completion,
+    check_timeout,
+    signal_timeout,
+)
+from rlvr_lib.tasks.registry import register_task
+from rlvr_lib.validation import check, check_choice, check_int, invalid
+
+__all__ = [
+    "DEFAULT_RG_TEMPLATE",
+    "KNIGHTS_KNAVES_FAMILIES",
+    "ReasoningGymTask",
+    "extract_final_answer",
+    "knights_knaves_task",
+]
+
+DEFAULT_RG_TEMPLATE = "{question}\nPut your final answer inside <answer></answer>."
+_OPEN, _CLOSE, _LINE_MARKER = "<answer>", "</answer>", "answer:"
+_RESERVED = ("seed", "size")  # set by the task, per draw
+
+
+def extract_final_answer(completion: str) -> str | None:
+    """The final answer of ``completion`` (see the module docstring), or ``None`` when there is none.
+
+    Linear in the completion's length: the tag pair is located with ``rfind``
+    before ``reasoning_gym.utils.extract_answer`` reads it (run on the whole
+    text, its regex is quadratic in the number of unclosed ``<answer>`` tags).
+    """
+    from reasoning_gym.utils import extract_answer
+
+    end = completion.rfind(_CLOSE)
+    start = completion.rfind(_OPEN, 0, end) if end >= 0 else -1
+    if start >= 0:
+        return extract_answer(completion[start:end + len(_CLOSE)]) or None
+    marker = completion.lower().rfind(_LINE_MARKER)
+    if marker < 0:
+        return None
+    answer = completion[marker + len(_LINE_MARKER):].split("\n", 1)[0].strip()
+    return answer or None
+
+
+class ReasoningGymTask:
+    """A reasoning-gym generator as a `Task`: families are named generator configurations.
+
+    Serves SAGE's out-of-distribution Knights-and-Knaves evaluation (and any
+    reasoning-gym data set as a training or evaluation task). Family ``f``
+    drawn with ``seed`` reads the virtual data set ``create_dataset(dataset,
+    seed=s, size=capacity, **families[f])`` with ``s`` a fixed hash of
+    ``(f, seed)``, item by item from index 0, skipping repeated questions, so
+    a draw is fixed by ``(family, n, seed)``. ``family_capacity`` is the
+    virtual size (``capacity``); a configuration with fewer distinct puzzles
+    raises when a draw exhausts it. Families with different names or seeds
+    read different generator streams; reasoning-gym does not promise they
+    never produce the same puzzle, but for any non-trivial configuration a
+    repeat is vanishingly rare.
+
+    ``Problem.question`` is ``template`` filled with the generator's question
+    (through the tokenizer's chat template when asked, see `PromptFormat`);
+    ``Problem.answer`` is its oracle answer; ``Problem.difficulty`` names the
+    family's configuration; the oracle trace is ``<answer>{answer}</answer>``;
+    ``Problem.operands`` is ``(family, dataset seed, index)``, from which the
+    verifier regenerates the item (kept in memory once drawn).
+
+    Grading (`verify`): not a string or longer than ``max_completion_chars``,
+    or no final answer (`extract_final_answer`) -> ``malformed``; the data
+    set's ``score_answer`` below 1 (reasoning-gym's partial credit included),
+    or raising, or out of time -> ``wrong``; 1 -> ``correct`` (reward 1: the
+    binary verifiable reward of the papers).
+
+    Args:
+        name: Registry name; also the prefix of every problem uid.
+        dataset: A reasoning-gym data set name (``reasoning_gym.factory.DATASETS``).
+        families: ``{family name: {config field: value}}``; the fields are the
+            data set's config fields other than ``seed`` and ``size``
+            (``{}`` = its defaults). Each is checked by building the data set.
+        eval_families: In-distribution evaluation families.
+        ood_families: Out-of-distribution evaluation families.
+        capacity: Virtual size of every family's data set (the largest draw).
+        template: Prompt template with one ``"{question}"``.
+        tokenizer, use_chat_template: See `PromptFormat`.
+        timeout_s: Seconds ``score_answer`` may take (``signal.alarm``, main thread only).
+        max_completion_chars: Longer completions are ``malformed`` without reading them.
+        hint_pool: Anything with ``contexts(problem) -> list[str]``; ``None``: no hints.
+
+    Raises:
+        ValueError: a bad argument; the message names it and what is allowed.
+    """
+
+    strategies: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        name: str,
+        dataset: str,
+        families: Mapping[str, Mapping[str, Any]],
+        *,
+        eval_families: Sequence[str] = (),
+        ood_families: Sequence[str] = (),
+        capacity: int = 100_000,
+        template: str = DEFAULT_RG_TEMPLATE,
+        tokenizer=None,
+        use_chat_template: bool = False,
+        timeout_s: int = 5,
+        max_completion_chars: int = MAX_COMPLETION_CHARS,
+        hint_pool=None,
+    ):
+        import reasoning_gym
+
+        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
+        check_choice("dataset", dataset, sorted(reasoning_gym.factory.DATASETS))
+        check(isinstance(families, Mapping) and len(families) > 0
+              and all(isinstance(c, Mapping) for c in families.values()),
+              "families", families, "a non-empty {name: {config field: value}} mapping")
+        for attr, chosen in (("eval_families", eval_families), ("ood_families", ood_families)):
+            for family in chosen:
+                check_choice(attr, family, list(families))
+        self.name, self.dataset = name, dataset
+        self.capacity = check_int("capacity", capacity, 1)
+        self.family_configs = {f: dict(config) for f, config in families.items()}
+        for family, config in self.family_configs.items():
+            self._check_config(family, config)
+        self.families: tuple[str, ...] = tuple(families)
+        self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
+        self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
+        self.timeout_s = check_timeout(timeout_s)
+        self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
+        self.hint_pool = hint_pool
+        self._datasets: dict[tuple[str, int], Any] = {}
+        self._entries: dict[tuple[str, int, int], dict] = {}
+
+    def _check_config(self, family: str, config: dict) -> None:
+        """Builds a one-item data set from ``config``; a bad field or value raises ``ValueError``."""
+        import reasoning_gym
+
+        where = f"families[{family!r}]"
+        reserved = [k for k in _RESERVED if k in config]
+        check(not reserved, where, config, f"a config without {reserved} (the task sets them per draw)")
+        try:
+            reasoning_gym.create_dataset(self.dataset, seed=0, size=1, **config)
+        except (TypeError, ValueError, AssertionError) as exc:
+            config_cls = reasoning_gym.factory.DATASETS[self.dataset][1]
+            fields = [f for f in config_cls.__dataclass_fields__ if f not in _RESERVED]
+            raise invalid(where, config, f"fields of {config_cls.__name__} {fields} with valid values ({exc})") from exc
+
+    # ----------------------------------------------------------------- data
+    def _data(self, family: str, dataset_seed: int):
+        key = (family, dataset_seed)
+        if key not in self._datasets:
+            import reasoning_gym
+
+            self._datasets[key] = reasoning_gym.create_dataset(
+                self.dataset, seed=dataset_seed, size=self.capacity, **self.family_configs[family])
+        return self._datasets[key]
+
+    def _dataset_seed(self, family: str, seed: int) -> int:
+        # Not keyed by the task's name: a variant (another template, a chat template) draws the same puzzles.
+        return zlib.crc32(f"{self.dataset}:{family}:{seed}".encode("utf-8"))
+
+    def _entry(self, family: str, dataset_seed: int, index: int) -> dict:
+        key = (family, dataset_seed, index)
+        if key not in self._entries:
+            self._entries[key] = self._data(family, dataset_seed)[index]
+        return self._entries[key]
+
+    def family_capacity(self, family: str) -> int:
+        """The virtual size of every family's data set (``capacity``)."""
+        check_choice("family", family, list(self.families))
+        return self.capacity
+
+    def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
+        """The first ``n`` distinct puzzles of ``family``'s data set for ``seed`` (same arguments, same list).
+
+        Raises:
+            ValueError: unknown family, ``n`` not in ``[1, capacity]``, a
+                negative seed, or fewer than ``n`` distinct puzzles in the data set.
+        """
+        check_choice("family", family, list(self.families))
+        check_int("n", n, 1, self.capacity)
+        check_int("seed", seed, 0)
+        dataset_seed = self._dataset_seed(family, seed)
+        problems, seen = [], set()
+        for index in range(self.capacity):
+            entry = self._entry(family, dataset_seed, index)
+            if entry["question"] in seen:
+                continue
+            seen.add(entry["question"])
+            problems.append(self._problem(family, dataset_seed, index, entry))
+            if len(problems) == n:
+                return problems
+        raise ValueError(f"n={n} is invalid: family {family!r} of {self.dataset!r} holds only {len(problems)} "
+                         f"distinct puzzles in its {self.capacity} items: must be at most {len(problems)}")
+
+    def _problem(self, family: str, dataset_seed: int, index: int, entry: Mapping[str, Any]) -> Problem:
+        config = self.family_configs[family]
+        return Problem(
+            uid=f"{self.name}:{family}:{dataset_seed}:{index}",
+            question=self.prompt_format(str(entry["question"])),
+            answer=str(entry["answer"]),
+            family=family,
+            difficulty=",".join(f"{k}={v}" for k, v in sorted(config.items())) or "default",
+            oracle_trace=f"{_OPEN}{entry['answer']}{_CLOSE}",
+            strategy="",
+            operands=(family, dataset_seed, index),
+        )
+
+    # ----------------------------------------------------------------- grading
+    def verify(self, problem: Problem, completion: object) -> Verdict:
+        """Score the final answer with the data set's ``score_answer``. Never raises on model output."""
+        rejected = check_completion(completion, self.max_completion_chars)
+        if rejected is not None:
+            return rejected
+        answer = extract_final_answer(completion)
+        if answer is None:
+            return Verdict(0.0, MALFORMED, None, f"no {_OPEN}...{_CLOSE} and no '{_LINE_MARKER}' line")
+        from math_verify.errors import TimeoutException
+        from math_verify.utils import timeout
+
+        family, dataset_seed, index = problem.operands
+        entry = self._entry(family, dataset_seed, index)
+        scorer = timeout(signal_timeout(self.timeout_s))(self._data(family, dataset_seed).score_answer)
+        try:
+            score = float(scorer(answer, entry))
+        except (Exception, TimeoutException) as exc:  # a scorer choking on model output is the output's fault
+            return Verdict(0.0, WRONG, None, f"score_answer failed: {type(exc).__name__}")
+        if score >= 1.0:
+            return Verdict(1.0, CORRECT, None)
+        return Verdict(0.0, WRONG, None, f"score_answer gave {score:.3g}")
+
+    def hints(self, problem: Problem) -> list[str]:
+        """The hint pool's contexts for ``problem``; ``[]`` without a pool."""
+        return [] if self.hint_pool is None else list(self.hint_pool.contexts(problem))
+
+    def __repr__(self) -> str:
+        return f"ReasoningGymTask(name={self.name!r}, dataset={self.dataset!r}, families={list(self.families)})"
+
+
+# --------------------------------------------------------------------------- presets
+
+KNIGHTS_KNAVES_FAMILIES = {
+    "train": {"n_people": 3},
+    "ppl2": {"n_people": 2},
+    "ppl3": {"n_people": 3},
+    "ppl5": {"n_people": 5},
+}
+"""Knights-and-Knaves families by number of inhabitants (statement depth and width 2, the generator's default)."""
+
+
+def knights_knaves_task(name: str = "rg_knights_knaves", **options) -> ReasoningGymTask:
+    """Knights and Knaves (SAGE's OOD test): train on 3 people; evaluate on 2 and 3; 5 people is the OOD family.
+
+    ``options`` go to `ReasoningGymTask`.
+    """
+    return ReasoningGymTask(name, "knights_knaves", KNIGHTS_KNAVES_FAMILIES, eval_families=("ppl2", "ppl3"),
+                            ood_families=("ppl5",), **options)
+
+
+register_task("rg_knights_knaves", knights_knaves_task)

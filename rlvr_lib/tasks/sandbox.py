@@ -1,0 +1,527 @@
+"""Run untrusted Python (a model's program) with its tests in a confined child process.
+
+`run_tests` writes nothing but a throw-away working directory, starts a fresh
+interpreter in its own session, hands it the program, a setup snippet and the
+tests, and returns a `SandboxResult`: how many tests passed, a status and a
+short reason. It never raises because of what the program does.
+
+What it is, honestly: a best-effort *process* sandbox for scoring code
+written by a policy during RL, built from what a Linux kernel offers an
+ordinary process. It is not a security boundary like a VM, gVisor or nsjail
+with namespaces: the child runs as the same user as the caller (as root when
+the caller is root), shares the kernel and the machine, and a kernel bug or a
+layer that is unavailable leaves a gap. Use a real isolation layer for code
+from adversaries; use this to keep a policy's mistakes (and its reward hacks)
+from hurting the host or the reward.
+
+Layers, outermost first (``SandboxResult.layers`` lists those that were
+active in a run; `probe_layers` reports them for this machine):
+
+* ``session``: the child is a session and process-group leader; when the run
+  ends (normally, by timeout or by a cap) the whole group is killed with
+  SIGKILL before the child is reaped, so nothing it started outlives it
+  (a grandchild could leave the group only through setsid/setpgid, which
+  seccomp denies; where seccomp is unavailable only the audit hook stops the
+  fork, and a process that escaped it and called setsid would survive).
+* wall-clock timeout (``SandboxConfig.wall_s``) measured by the parent, and
+  output caps: stdout+stderr beyond ``max_output_bytes`` kills the child
+  (status ``output_limit``); the parent never holds more than that.
+* ``rlimits`` (set by the child before it reads the program): address space
+  (``memory_mb``: a MemoryError, status ``memory``), CPU seconds (``cpu_s``:
+  SIGXCPU then SIGKILL, status ``timeout``), size of any file written
+  (``file_size_kb``: SIGXFSZ, status ``output_limit``), open files, no core
+  dumps. ``RLIMIT_NPROC`` is set only when ``max_user_processes`` is given: it
+  counts every process of the user, and the kernel does not enforce it for
+  root at all, so process containment rests on seccomp and the session.
+* ``landlock-fs`` / ``landlock-tcp`` / ``landlock-signal`` (Linux Landlock,
+  no privilege needed): reads only under the working directory, the
+  interpreter's standard library and the system's shared-library directories
+  (/lib, /usr/lib, ...: extension modules link to them), writes only under
+  the working directory, no TCP connect/bind, no signals to processes outside
+  the sandbox.
+* ``seccomp`` (x86_64): no fork/vfork/execve or clone of a process (threads
+  are allowed), no sockets, no signals to other processes, no ptrace, no
+  raising of limits, no setsid/setpgid, no inode flags (chattr +i), no
+  mount/namespace/module/clock/admin syscalls.
+* ``audit`` (every platform): a `sys.addaudithook` hook denying the same at
+  the Python level (open outside those directories, sockets, subprocess,
+  os.system, fork, kill, ctypes, subinterpreters, heap walks, ioctl). It is what
+  names the status ``violation``; kernel layers alone make the call fail
+  with an OSError (usually status ``error``). Audit hooks can be bypassed by
+  code that reaches the interpreter's internals; the kernel layers cannot be.
+
+Not used: a network or mount namespace, a separate user (the child keeps the
+caller's uid; the interpreter may live where another user cannot read it),
+cgroups (a pids/memory controller would be the stronger process and memory
+limit where one can be delegated).
+
+The outcome is reported by the runner inside the child, so code that
+deliberately walks the interpreter's frames can forge it; the runner binds
+``exec``/``compile`` before the program runs, tags every line with a nonce,
+and the parent accepts a run as complete only with one result per test, which
+closes the cheap routes (patching builtins, writing to the result pipe, exiting
+early). An object whose ``__eq__`` always returns True still passes
+``assert f(x) == y`` tests: the tests are the task's, not the sandbox's.
+
+Statuses (`STATUSES`): ``ok`` (every test ran; ``passed`` may be below
+``total``), ``syntax_error``, ``error`` (the program or the setup raised, so no
+test ran), ``timeout``, ``memory``, ``output_limit``, ``violation`` (the
+program attempted something the sandbox denies; ``passed`` is then 0 whatever
+ran), ``crashed`` (the child died or exited before finishing: a signal,
+``os._exit``, a broken result stream).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.validation import check, is_int
+
+__all__ = [
+    "CRASHED", "ERROR", "MEMORY", "OK", "OUTPUT_LIMIT", "STATUSES", "SYNTAX_ERROR", "TIMEOUT", "VIOLATION",
+    "SandboxConfig", "SandboxResult", "probe_layers", "run_tests",
+]
+
+OK, SYNTAX_ERROR, ERROR, TIMEOUT = "ok", "syntax_error", "error", "timeout"
+MEMORY, OUTPUT_LIMIT, VIOLATION, CRASHED = "memory", "output_limit", "violation", "crashed"
+STATUSES = (OK, SYNTAX_ERROR, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, VIOLATION, CRASHED)
+
+RUNNER = Path(__file__).with_name("_sandbox_runner.py")
+OUTPUT_KEPT_CHARS = 4000  # of the captured stdout+stderr, kept in SandboxResult.output
+_RESULT_BYTES_PER_TEST = 1024  # the runner cuts reasons to 300 characters
+_POLL_S = 0.05
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SandboxConfig(ConfigBase):
+    """Limits and layers of one sandboxed run.
+
+    Attributes:
+        wall_s: Wall-clock limit of the whole run (startup, program, tests), seconds.
+        cpu_s: CPU-time limit (RLIMIT_CPU), whole seconds.
+        memory_mb: Address-space limit (RLIMIT_AS), MiB; the interpreter itself needs ~20.
+        file_size_kb: Largest file the program may write (RLIMIT_FSIZE), KiB.
+        max_output_bytes: Captured stdout+stderr beyond which the run is killed.
+        max_open_files: RLIMIT_NOFILE.
+        max_files_written: Files the program may open for writing (audit layer).
+        max_user_processes: RLIMIT_NPROC, or ``None`` to leave it alone (it counts all
+            of the user's processes and threads, and is not enforced for root).
+        audit_hook, seccomp, landlock: Apply that layer when the platform offers it
+            (turning one off is for testing the others).
+        tmp_root: Directory for the throw-away working directories (``None``: the
+            system temporary directory).
+    """
+
+    wall_s: float = 10.0
+    cpu_s: int = 5
+    memory_mb: int = 1024
+    file_size_kb: int = 1024
+    max_output_bytes: int = 1 << 16
+    max_open_files: int = 64
+    max_files_written: int = 32
+    max_user_processes: int | None = None
+    audit_hook: bool = True
+    seccomp: bool = True
+    landlock: bool = True
+    tmp_root: str | None = None
+
+    def validate(self) -> None:
+        self.check_range("wall_s", self.wall_s, 0, 3600, lo_open=True)
+        self.check_positive_int("cpu_s", self.cpu_s)
+        self.check(_is_int_at_least(self.memory_mb, 64), "memory_mb", self.memory_mb, "an integer >= 64")
+        self.check_positive_int("file_size_kb", self.file_size_kb)
+        self.check_positive_int("max_output_bytes", self.max_output_bytes)
+        self.check(_is_int_at_least(self.max_open_files, 16), "max_open_files", self.max_open_files,
+                   "an integer >= 16")
+        self.check_nonnegative_int("max_files_written", self.max_files_written)
+        if self.max_user_processes is not None:
+            self.check_positive_int("max_user_processes", self.max_user_processes)
+        for name in ("audit_hook", "seccomp", "landlock"):
+            self.check(isinstance(getattr(self, name), bool), name, getattr(self, name), "a bool")
+        self.check(self.tmp_root is None or os.path.isdir(self.tmp_root), "tmp_root", self.tmp_root,
+                   "None or an existing directory")
+
+
+def _is_int_at_least(value, lo: int) -> bool:
+    return is_int(value) and value >= lo
+
+
+@dataclass(frozen=True)
+class SandboxResult:
+    """What one sandboxed run did.
+
+    Attributes:
+        status: One of `STATUSES`.
+        passed: Tests that passed (0 for ``violation``).
+        total: Tests given.
+        reason: Short explanation for a status other than ``ok`` (or the first failing test's).
+        outcomes: Per test that ran, whether it passed, in order.
+        test_reasons: Per test that ran, ``""`` or why it failed.
+        output: The first `OUTPUT_KEPT_CHARS` characters of the program's stdout+stderr.
+        layers: The containment layers active in the child (see the module docstring).
+        notes: Layers that were asked for but could not be applied, with the reason.
+        exit_code: The child's exit status (negative: killed by that signal); ``None`` if unknown.
+        seconds: Wall-clock duration of the run.
+        pid: The child's pid (also its process-group and session id).
+        workdir: The working directory it ran in (removed when the run returns).
+    """
+
+    status: str
+    passed: int
+    total: int
+    reason: str = ""
+    outcomes: tuple[bool, ...] = ()
+    test_reasons: tuple[str, ...] = ()
+    output: str = ""
+    layers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    exit_code: int | None = None
+    seconds: float = 0.0
+    pid: int = 0
+    workdir: str = ""
+
+    @property
+    def score(self) -> float:
+        """``passed / total`` (0.0 when there are no tests)."""
+        return self.passed / self.total if self.total else 0.0
+
+    @property
+    def all_passed(self) -> bool:
+        """Every test ran and passed (and there was at least one)."""
+        return self.status == OK and self.total > 0 and self.passed == self.total
+
+
+def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
+              config: SandboxConfig | None = None) -> SandboxResult:
+    """Run ``program``, then ``setup`` and each test (in a copy of its namespace), in a confined child.
+
+    A test is Python source (statements) that passes when it runs without
+    raising, e.g. ``"assert add(2, 3) == 5"``. The program is untrusted; the
+    setup and the tests are trusted (they come from the task), but run in the
+    same confined process.
+
+    Args:
+        program: The candidate source.
+        tests: Test snippets, each counted once.
+        setup: Source run after the program and before the tests (e.g. the
+            HumanEval ``check`` function and ``candidate = <entry point>``).
+        config: Limits and layers; defaults to ``SandboxConfig()``.
+
+    Returns:
+        The `SandboxResult`; nothing the program does makes this raise.
+
+    Raises:
+        ValueError: ``program`` or ``setup`` is not a str, or a test is not a str.
+        OSError: the child could not be started (no interpreter, no fds, no disk).
+    """
+    check(isinstance(program, str), "program", type(program).__name__, "a str")
+    check(isinstance(setup, str), "setup", type(setup).__name__, "a str")
+    tests = tuple(tests) if not isinstance(tests, str) else (tests,)
+    check(all(isinstance(t, str) for t in tests), "tests", tests, "a sequence of str")
+    config = SandboxConfig() if config is None else config
+    workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=config.tmp_root)
+    try:
+        return _supervise(program, tests, setup, config, workdir)
+    finally:
+        _remove_tree(workdir)
+
+
+def probe_layers(config: SandboxConfig | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``(active layers, notes)`` of a trivial run on this machine (see the module docstring)."""
+    result = run_tests("pass", config=config)
+    return result.layers, result.notes
+
+
+# --------------------------------------------------------------------------- the child
+
+
+def _child_env(workdir: str) -> dict[str, str]:
+    """A minimal environment: no inherited secrets, a fixed hash seed (reproducible set order)."""
+    return {
+        "PATH": "/usr/bin:/bin",
+        "HOME": workdir,
+        "TMPDIR": workdir,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONHASHSEED": "0",
+        "PYTHONIOENCODING": "utf-8",
+        "OMP_NUM_THREADS": "1",
+    }
+
+
+def _job(program: str, tests: tuple[str, ...], setup: str, config: SandboxConfig, workdir: str,
+         result_fd: int, nonce: str) -> bytes:
+    limits = {
+        "cpu_s": config.cpu_s,
+        "memory_bytes": config.memory_mb << 20,
+        "file_size_bytes": config.file_size_kb << 10,
+        "open_files": config.max_open_files,
+        "files_written": config.max_files_written,
+        "user_processes": config.max_user_processes,
+    }
+    job = dict(program=program, tests=list(tests), setup=setup, workdir=workdir, result_fd=result_fd, nonce=nonce,
+               limits=limits, audit=config.audit_hook, seccomp=config.seccomp, landlock=config.landlock)
+    return json.dumps(job).encode("utf-8")  # ensure_ascii: lone surrogates travel as escapes
+
+
+def _start(config: SandboxConfig, workdir: str, result_w: int) -> subprocess.Popen:
+    command = [sys.executable, "-s", "-S", "-P", "-B", "-u", str(RUNNER)]
+    return subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
+        env=_child_env(workdir), pass_fds=(result_w,), close_fds=True, start_new_session=True,
+    )
+
+
+@dataclass
+class _Streams:
+    """What the parent read from the child, and why it stopped reading."""
+
+    output: bytearray = field(default_factory=bytearray)
+    results: bytearray = field(default_factory=bytearray)
+    stopped: str = ""  # "", TIMEOUT, OUTPUT_LIMIT or "flood"
+
+
+def _supervise(program, tests, setup, config, workdir) -> SandboxResult:
+    start = time.monotonic()
+    nonce = secrets.token_hex(16)
+    result_r, result_w = os.pipe()
+    try:
+        proc = _start(config, workdir, result_w)
+    except BaseException:
+        os.close(result_r)
+        raise
+    finally:
+        os.close(result_w)
+    try:
+        _send_job(proc, _job(program, tests, setup, config, workdir, result_w, nonce))
+        streams = _pump(proc, result_r, start + config.wall_s, config.max_output_bytes,
+                        4096 + _RESULT_BYTES_PER_TEST * len(tests))
+    finally:
+        _kill_group(proc)
+        cpu_seconds = _reap(proc)
+        proc.stdout.close()
+        os.close(result_r)
+    cpu_limited = cpu_seconds >= config.cpu_s - 0.05
+    return _result(streams, nonce, len(tests), proc, time.monotonic() - start, workdir, cpu_limited)
+
+
+def _send_job(proc: subprocess.Popen, job: bytes) -> None:
+    """Write the job to the child's stdin (the runner reads it before anything else) and close it."""
+    try:
+        proc.stdin.write(job)
+    except (BrokenPipeError, OSError):
+        pass  # the child died at once; the result says so
+    finally:
+        try:
+            proc.stdin.close()
+        except OSError:
+            pass
+
+
+def _exited(pid: int) -> bool:
+    """The child has exited (it stays a zombie: its pid, hence its group id, cannot be reused yet)."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
+
+
+def _pump(proc: subprocess.Popen, result_fd: int, deadline: float, max_output: int, max_results: int) -> _Streams:
+    """Read stdout+stderr and the result pipe until the child exits, a cap is passed or the deadline.
+
+    A child that closes its pipes and keeps running is waited for until the deadline.
+    """
+    streams = _Streams()
+    out_fd = proc.stdout.fileno()
+    caps = {out_fd: (streams.output, max_output, OUTPUT_LIMIT), result_fd: (streams.results, max_results, "flood")}
+    with selectors.DefaultSelector() as selector:
+        for fd in caps:
+            os.set_blocking(fd, False)
+            selector.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                streams.stopped = TIMEOUT
+                return streams
+            ready = selector.select(timeout=min(_POLL_S, left)) if selector.get_map() else ()
+            for key, _ in ready:
+                buffer, cap, why = caps[key.fd]
+                if _read_into(selector, key.fd, buffer) and len(buffer) > cap:
+                    streams.stopped = why
+                    return streams
+            if not ready and _exited(proc.pid):
+                break
+            if not selector.get_map():
+                time.sleep(min(_POLL_S, max(left, 0)))
+        for fd in list(selector.get_map()):  # what the child wrote just before it exited
+            buffer, cap, _ = caps[fd]
+            while len(buffer) <= cap and _read_into(selector, fd, buffer):
+                pass
+    return streams
+
+
+def _read_into(selector: selectors.BaseSelector, fd: int, buffer: bytearray) -> bool:
+    """Append one read from ``fd``; on EOF unregister it. Returns whether bytes were read."""
+    try:
+        chunk = os.read(fd, 1 << 16)
+    except BlockingIOError:
+        return False
+    if not chunk:
+        selector.unregister(fd)
+        return False
+    buffer += chunk
+    return True
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """SIGKILL the child's whole process group (it is the leader, still unreaped)."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _reap(proc: subprocess.Popen) -> float:
+    """Wait for the (killed) child, set ``proc.returncode``; returns the CPU seconds it used."""
+    try:
+        _, status, usage = os.wait4(proc.pid, 0)
+    except ChildProcessError:  # already reaped
+        proc.wait()
+        return 0.0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the working directory even if the program made parts of it read-only.
+
+    A directory that still cannot be removed is logged, not raised: the run's
+    result stands, and a verifier must not fail on what a program did.
+    """
+
+    def make_writable_and_retry(function, target, _exc):
+        os.chmod(os.path.dirname(target), stat.S_IRWXU)
+        if os.path.isdir(target) and not os.path.islink(target):
+            os.chmod(target, stat.S_IRWXU)
+        function(target)
+
+    handler = {"onexc" if sys.version_info >= (3, 12) else "onerror": make_writable_and_retry}
+    try:
+        if os.path.isdir(path):
+            os.chmod(path, stat.S_IRWXU)
+            shutil.rmtree(path, **handler)
+    except OSError as exc:
+        logger.warning("sandbox: could not remove the working directory %s: %s", path, exc)
+
+
+# --------------------------------------------------------------------------- the verdict
+
+
+@dataclass
+class _Report:
+    """The runner's messages, checked against the nonce and the expected test order."""
+
+    layers: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()
+    outcomes: list[bool] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+    events: dict[str, str] = field(default_factory=dict)  # first reason per event kind
+    done: bool = False
+    broken: str = ""  # why the stream cannot be trusted
+
+
+def _parse(results: bytes, nonce: str, total: int) -> _Report:
+    report = _Report()
+    for line in results.decode("utf-8", "replace").splitlines():
+        try:
+            message = json.loads(line)
+            ok = isinstance(message, dict) and message.get("nonce") == nonce
+        except ValueError:
+            ok = False
+        if not ok or report.done:
+            report.broken = report.broken or "the result stream holds lines the runner did not write"
+            continue
+        _take(report, message, total)
+    if report.done and len(report.outcomes) != total:
+        report.broken = report.broken or f"the runner reported {len(report.outcomes)} of {total} tests"
+    return report
+
+
+def _take(report: _Report, message: dict, total: int) -> None:
+    event = str(message.get("event"))
+    if event == "ready":
+        report.layers = tuple(map(str, message.get("layers", ())))
+        report.notes = tuple(map(str, message.get("notes", ())))
+    elif event == "test":
+        if message.get("index") != len(report.outcomes) or len(report.outcomes) >= total:
+            report.broken = report.broken or "test results out of order"
+            return
+        report.outcomes.append(message.get("passed") is True)
+        report.reasons.append(str(message.get("reason", ""))[:300])
+    elif event == "done":
+        report.done = True
+    else:
+        report.events.setdefault(event, str(message.get("reason", message.get("what", "")))[:300])
+
+
+_SIGNAL_STATUS = {signal.SIGXCPU: (TIMEOUT, "CPU time limit"), signal.SIGXFSZ: (OUTPUT_LIMIT, "file size limit")}
+
+
+def _status(streams: _Streams, report: _Report, exit_code: int | None, cpu_limited: bool) -> tuple[str, str]:
+    """The status and its reason, most telling first."""
+    if VIOLATION in report.events:
+        return VIOLATION, report.events[VIOLATION]
+    if streams.stopped == OUTPUT_LIMIT:
+        return OUTPUT_LIMIT, "stdout+stderr over the cap"
+    if streams.stopped == TIMEOUT:
+        return TIMEOUT, "wall-clock limit"
+    signalled = -exit_code if exit_code is not None and exit_code < 0 else None
+    if signalled in _SIGNAL_STATUS:
+        return _SIGNAL_STATUS[signalled]
+    if signalled == signal.SIGKILL and cpu_limited:
+        return TIMEOUT, "CPU time limit (SIGKILL)"
+    if streams.stopped == "flood":
+        return CRASHED, "the result stream overflowed"
+    for event in (MEMORY, SYNTAX_ERROR, ERROR):
+        if event in report.events:
+            return event, report.events[event]
+    if report.broken:
+        return CRASHED, report.broken
+    if not report.done:
+        how = f"killed by signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit code {exit_code}"
+        return CRASHED, f"the child ended before the tests finished ({how})"
+    return OK, ""
+
+
+def _result(streams: _Streams, nonce: str, total: int, proc: subprocess.Popen, seconds: float,
+            workdir: str, cpu_limited: bool) -> SandboxResult:
+    report = _parse(bytes(streams.results), nonce, total)
+    exit_code = proc.returncode
+    status, reason = _status(streams, report, exit_code, cpu_limited)
+    passed = 0 if status == VIOLATION else sum(report.outcomes)
+    if status == OK and passed < total:
+        reason = next(r for r, ok in zip(report.reasons, report.outcomes) if not ok)
+    return SandboxResult(
+        status=status, passed=passed, total=total, reason=reason, outcomes=tuple(report.outcomes),
+        test_reasons=tuple(report.reasons), output=bytes(streams.output[: 4 * OUTPUT_KEPT_CHARS]).decode(
+            "utf-8", "replace")[:OUTPUT_KEPT_CHARS],
+        layers=report.layers, notes=report.notes, exit_code=exit_code, seconds=seconds, pid=proc.pid,
+        workdir=workdir,
+    )
