@@ -13,6 +13,7 @@ from rlvr_lib.algos import LOSS_AGG_MODES
 from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
 from rlvr_lib.algos.kl import KL_ESTIMATORS
 from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase
+from rlvr_lib.rollout.engines import ENGINES
 from rlvr_lib.tasks import DEFAULT_TASK, get_task, task_names
 
 __all__ = ["TrainerConfig"]
@@ -47,6 +48,9 @@ class TrainerConfig(ConfigBase):
         seed: Fixes prompts, sampling and every other random choice.
         checkpoint_every: Steps between checkpoints (0 = never).
         rollout_batch_size: Sequences per generation call.
+        engine: Rollout engine (`rlvr_lib.rollout.ENGINES`: ``"kvcache"``, ``"hf"``, ``"vllm"``) the
+            trainer builds when given none; left out of ``to_dict`` (so of config hashes) while it is
+            the default ``"kvcache"``.
     """
 
     method: str = "grpo"
@@ -76,12 +80,14 @@ class TrainerConfig(ConfigBase):
     checkpoint_every: int = 0
     rollout_batch_size: int = 512
     task: str = field(default=DEFAULT_TASK, metadata={OMIT_IF_DEFAULT: True})
+    engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
         from rlvr_lib.methods import METHODS
 
         self.check_choice("method", self.method, sorted(METHODS))
         self.check_choice("task", self.task, task_names())
+        self.check_choice("engine", self.engine, ENGINES)
         self.check_choice("train_family", self.train_family, list(get_task(self.task).families))
         for name in ("train_pool_size", "steps", "prompts_per_step", "group_size", "max_new_tokens"):
             self.check_positive_int(name, getattr(self, name))

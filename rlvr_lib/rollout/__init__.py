@@ -8,6 +8,9 @@ Public API:
     HFEngine: the reference engine on ``transformers``' ``model.generate``.
     KVCacheEngine: the fast engine (static KV cache, prompt encoded once per group,
         finished rows dropped, lean decoder for the Llama family).
+    VLLMEngine: vLLM's ``LLM.generate`` with the training weights synced per call (GPU extra;
+        vLLM is imported only when one is built).
+    ENGINES, build_engine: engines by name (``TrainerConfig.engine``).
     sequence_logprobs: teacher-forced per-token log-probs / entropies (the
         trainer's recomputation of what an engine reports).
     position_ids_from_mask: position ids for left-padded batches.
@@ -15,11 +18,14 @@ Public API:
 
 from .base import FINISH_REASONS, RolloutEngine, Rollouts, SamplingParams
 from .batched import BatchedEngine
+from .engines import ENGINES, build_engine
 from .hf import HFEngine
 from .kvcache import KVCacheEngine
 from .logprobs import position_ids_from_mask, sequence_logprobs
+from .vllm_engine import VLLMEngine
 
 __all__ = [
+    "ENGINES",
     "FINISH_REASONS",
     "BatchedEngine",
     "HFEngine",
@@ -27,6 +33,8 @@ __all__ = [
     "RolloutEngine",
     "Rollouts",
     "SamplingParams",
+    "VLLMEngine",
+    "build_engine",
     "position_ids_from_mask",
     "sequence_logprobs",
 ]

@@ -268,7 +268,8 @@ class RolloutEngine(Protocol):
     """Anything that samples completions for prompts.
 
     Implementations: :class:`rlvr_lib.rollout.kvcache.KVCacheEngine` (the
-    trainer's default) and :class:`rlvr_lib.rollout.hf.HFEngine` (``generate``).
+    trainer's default), :class:`rlvr_lib.rollout.hf.HFEngine` (``generate``) and
+    :class:`rlvr_lib.rollout.vllm_engine.VLLMEngine` (vLLM, GPU extra).
     Engines must follow the conventions of this module's docstring.
     """
 

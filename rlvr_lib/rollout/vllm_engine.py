@@ -1,0 +1,382 @@
+"""A rollout engine on vLLM (GPU extra), with the contract of the in-process engines.
+
+:class:`VLLMEngine` is a :class:`~rlvr_lib.rollout.batched.BatchedEngine` whose
+decoding step is ``vllm.LLM.generate``. Prompts are encoded and left-padded by
+the shared code, then handed to vLLM un-padded as token ids (a ``TokensPrompt``,
+``{"prompt_token_ids": [...]}``), so vLLM continues exactly the tokens the
+trainer scores; the generated ids and their log-probs come back per row and go
+through the shared code that masks after the first EOS, pads and decodes. The
+returned :class:`~rlvr_lib.rollout.base.Rollouts` therefore follow the
+conventions of :mod:`rlvr_lib.rollout.base` exactly as
+:class:`~rlvr_lib.rollout.kvcache.KVCacheEngine` and
+:class:`~rlvr_lib.rollout.hf.HFEngine` do; texts are decoded by our tokenizer,
+never by vLLM.
+
+Weights
+    vLLM holds its own copy of the weights. On entering every ``generate`` call
+    the engine copies the training model's current ``state_dict`` into vLLM's
+    model (its ``load_weights``, which maps Hugging Face names onto vLLM's fused
+    layers). The trainer calls ``generate`` inside ``method.perturbed(model, k)``
+    and 3PO writes IVON posterior sample ``k`` into the parameters in place
+    there, so each weight sample's rollouts come from that sample's weights;
+    the next call (the mean weights after the scope, or the next sample) syncs
+    again. Nothing is cached between calls: correctness over the cost of one
+    device copy of the weights per call.
+
+Sampling
+    One vLLM request per row (``n=1``; vLLM V1 fans ``n > 1`` out into ``n``
+    child requests anyway, and prefix caching shares a group's prompt), row
+    ``r`` of the call seeded with ``seed_from(params.seed, r)``: the trainer
+    passes each prompt G times with ``n=1``, and one shared per-request seed
+    would give G identical completions. ``greedy`` is vLLM's temperature 0.
+    ``stop_token_ids`` are this engine's EOS ids, so a row that stopped ends
+    with one of them; ``generation_config="vllm"`` keeps a checkpoint's
+    ``generation_config.json`` (``top_k``, repetition penalty, ...) from
+    changing the sampling distribution, as :class:`HFEngine` does.
+
+Log-probs (``logprobs``)
+    vLLM returns the sampled token's log-prob with ``SamplingParams(logprobs=0)``.
+    The engine builds its ``LLM`` with ``logprobs_mode="processed_logprobs"``:
+    values after temperature and top-k/top-p (vLLM's engine-argument docs);
+    under greedy decoding, the log-softmax of the raw logits. With ``top_p == 1``
+    (or greedy) that is ``log softmax(z / T)[y]``, this library's convention;
+    with ``top_p < 1`` vLLM's values are renormalised over the nucleus, which
+    the convention excludes. ``"auto"`` therefore uses vLLM's values when they
+    are the convention and otherwise recomputes them teacher-forced with the
+    training model (:func:`~rlvr_lib.rollout.logprobs.sequence_logprobs` at
+    ``params.logprob_temperature``, one forward per micro-batch);
+    ``"recompute"`` always does (it also removes the kernel-level mismatch
+    between vLLM's and the trainer's numbers); ``"vllm"`` never does and
+    rejects a ``top_p < 1``.
+
+Versions
+    Needs vLLM V1 >= 0.10.2 (``logprobs_mode``). The weight copy reaches into
+    vLLM's internals, ``llm.llm_engine.model_executor.driver_worker.model_runner``,
+    which exists only when the engine core runs in this process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the engine before it builds
+    its ``LLM``); that version-specific access lives in :func:`_vllm_model`
+    alone, which raises a ``RuntimeError`` saying what is missing.
+    ``vllm`` is imported when an engine is built, never when ``rlvr_lib`` is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from typing import Any, Iterator
+
+import torch
+
+from rlvr_lib.seeding import seed_from
+from rlvr_lib.validation import check, check_choice, invalid
+
+from .base import SamplingParams
+from .batched import BatchedEngine
+from .logprobs import sequence_logprobs
+
+__all__ = ["DEFAULT_LLM_KWARGS", "LOGPROB_SOURCES", "MIN_TEMPERATURE", "VLLMEngine"]
+
+LOGPROB_SOURCES = ("auto", "vllm", "recompute")
+"""Where :class:`VLLMEngine` takes the reported log-probs from (module docstring)."""
+
+PROCESSED_LOGPROBS = "processed_logprobs"
+
+MIN_TEMPERATURE = 0.01
+"""vLLM raises smaller non-zero temperatures to this value (``vllm.sampling_params._MAX_TEMP``)."""
+
+DEFAULT_LLM_KWARGS: dict[str, Any] = {
+    "skip_tokenizer_init": True,  # vLLM sees token ids only; we encode and decode
+    "generation_config": "vllm",  # ignore the checkpoint's sampling defaults
+    "logprobs_mode": PROCESSED_LOGPROBS,  # log-probs after temperature (module docstring)
+    "gpu_memory_utilization": 0.4,  # leave room for the training model and optimizer on the same GPU
+}
+"""Keyword arguments of the ``vllm.LLM`` the engine builds (``llm_kwargs`` override them)."""
+
+MULTIPROCESSING_ENV = "VLLM_ENABLE_V1_MULTIPROCESSING"
+
+
+def _import_vllm():
+    """``import vllm``, or an ``ImportError`` saying how to install it."""
+    try:
+        import vllm
+    except ImportError as err:
+        raise ImportError(
+            "VLLMEngine needs vLLM and a CUDA GPU: install the gpu extra "
+            "(make install EXTRAS=dev,notebooks,gpu, or pip install -e '.[gpu]')"
+        ) from err
+    return vllm
+
+
+def _vllm_model(llm) -> torch.nn.Module:
+    """The model inside an in-process ``vllm.LLM``: the module whose ``load_weights`` takes our weights.
+
+    Version-specific: ``llm.llm_engine.model_executor.driver_worker.model_runner``
+    (vLLM V1 keeps ``model_executor`` on ``LLMEngine`` only when the engine core
+    runs in this process; its driver worker is a wrapper whose ``worker`` holds
+    the model runner; ``model_runner.get_model()`` unwraps CUDA-graph wrappers).
+
+    Args:
+        llm: A ``vllm.LLM``.
+
+    Returns:
+        The ``torch.nn.Module`` with a ``load_weights(Iterable[(name, tensor)])`` method.
+
+    Raises:
+        RuntimeError: When the engine core runs in another process or the
+            model runner has moved.
+    """
+    executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
+    if executor is None:
+        raise RuntimeError(
+            "VLLMEngine copies weights into vLLM in-process, but this LLM has no llm_engine.model_executor: "
+            f"its engine core runs in another process. Set {MULTIPROCESSING_ENV}=0 before the LLM is built "
+            "(VLLMEngine does so when it builds the LLM itself)"
+        )
+    driver = getattr(executor, "driver_worker", None)
+    for holder in (driver, getattr(driver, "worker", None)):
+        runner = getattr(holder, "model_runner", None)
+        if runner is None:
+            continue
+        model = runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
+        if hasattr(model, "load_weights"):
+            return model
+    raise RuntimeError(
+        "VLLMEngine found no model with load_weights at llm.llm_engine.model_executor.driver_worker"
+        "[.worker].model_runner: this vLLM version lays its workers out differently; "
+        "update rlvr_lib.rollout.vllm_engine._vllm_model"
+    )
+
+
+def _logprobs_mode(llm) -> str | None:
+    """``llm``'s ``logprobs_mode`` as a string (``None`` when this vLLM has none)."""
+    config = getattr(getattr(llm, "llm_engine", None), "model_config", None)
+    mode = getattr(config, "logprobs_mode", None)
+    return None if mode is None else str(getattr(mode, "value", mode))
+
+
+def _save_checkpoint(model, tokenizer, directory: str) -> None:
+    """``save_pretrained`` of ``model`` and ``tokenizer`` into ``directory``, with a neutral generation config.
+
+    The model's own ``generation_config`` is not written (vLLM is told to ignore
+    it, and ``save_pretrained`` refuses one that transformers deems
+    inconsistent, e.g. ``top_k`` without ``do_sample``); it is restored afterwards.
+    """
+    from transformers import GenerationConfig
+
+    saved = getattr(model, "generation_config", None)
+    try:
+        if saved is not None:
+            model.generation_config = GenerationConfig()
+        model.save_pretrained(directory)
+    finally:
+        if saved is not None:
+            model.generation_config = saved
+    tokenizer.save_pretrained(directory)
+
+
+def _build_llm(vllm, model, tokenizer, llm_kwargs: dict[str, Any]) -> tuple[Any, tempfile.TemporaryDirectory]:
+    """Save ``model`` and ``tokenizer`` to a temporary directory and build an in-process ``vllm.LLM`` on it.
+
+    Returns:
+        ``(llm, checkpoint)``; keep ``checkpoint`` (the directory) alive as long as ``llm``.
+    """
+    os.environ.setdefault(MULTIPROCESSING_ENV, "0")
+    checkpoint = tempfile.TemporaryDirectory(prefix="rlvr_vllm_")
+    _save_checkpoint(model, tokenizer, checkpoint.name)
+    dtype = str(next(model.parameters()).dtype).removeprefix("torch.")
+    kwargs = {"model": checkpoint.name, "dtype": dtype, **DEFAULT_LLM_KWARGS, **llm_kwargs}
+    return vllm.LLM(**kwargs), checkpoint
+
+
+def _unpad(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
+    """The real tokens of each row of a left-padded ``(B, P)`` batch."""
+    return [row[keep.bool()].tolist() for row, keep in zip(ids.cpu(), mask.cpu())]
+
+
+def _completion(output, row: int, max_tokens: int, eos: set[int]) -> tuple[list[int], list[float]]:
+    """Token ids and sampled-token log-probs of one ``RequestOutput`` with ``n=1``.
+
+    Raises:
+        RuntimeError: If the output breaks the conventions (not one completion,
+            a length stop short of ``max_tokens``, a stop without EOS, missing
+            log-probs, an unknown finish reason).
+    """
+    completions = list(output.outputs)
+    if len(completions) != 1:
+        raise RuntimeError(f"vLLM returned {len(completions)} completions for row {row}; VLLMEngine asks for 1")
+    c = completions[0]
+    ids = [int(t) for t in c.token_ids]
+    if c.finish_reason == "length":
+        if len(ids) != max_tokens:
+            raise RuntimeError(
+                f"vLLM stopped row {row} for length after {len(ids)} < max_new_tokens={max_tokens} tokens: "
+                "prompt + max_new_tokens exceeds the LLM's max_model_len; raise it (llm_kwargs) or shorten"
+            )
+    elif c.finish_reason == "stop":
+        if not ids or ids[-1] not in eos:
+            raise RuntimeError(
+                f"vLLM stopped row {row} without ending on an EOS id {sorted(eos)} (last ids {ids[-3:]}); "
+                "VLLMEngine stops only on EOS and needs the EOS kept in token_ids"
+            )
+    else:
+        raise RuntimeError(
+            f"vLLM finished row {row} with finish_reason={c.finish_reason!r}; expected 'stop' or 'length'"
+        )
+    if c.logprobs is None or len(c.logprobs) != len(ids):
+        raise RuntimeError(f"vLLM returned no log-prob per token for row {row} (asked with logprobs=0)")
+    values = []
+    for t, (token, entry) in enumerate(zip(ids, c.logprobs)):
+        if token not in entry:
+            raise RuntimeError(f"vLLM's log-probs for row {row}, token {t} miss the sampled token {token}")
+        values.append(float(entry[token].logprob))
+    return ids, values
+
+
+def _pad_rows(rows: list[list[int]], values: list[list[float]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-pad token rows (with ``pad``) and log-prob rows (with 0) to ``(B, L)``, ``L`` = longest row."""
+    width = max(len(r) for r in rows)
+    tokens = torch.full((len(rows), width), pad, dtype=torch.long)
+    logprobs = torch.zeros(len(rows), width, dtype=torch.float32)
+    for i, (r, v) in enumerate(zip(rows, values)):
+        tokens[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+        logprobs[i, : len(v)] = torch.tensor(v, dtype=torch.float32)
+    return tokens, logprobs
+
+
+class VLLMEngine(BatchedEngine):
+    """Rollout engine on ``vllm.LLM.generate`` (module docstring), weights synced from ``model`` per call.
+
+    Determinism: every row carries its own vLLM seed, a function of
+    ``params.seed`` and the row's index in the call, so a seed fixes the
+    rollouts up to vLLM's numerics (which are not batch-invariant).
+
+    Args:
+        model: The training policy (a causal LM with ``save_pretrained``); its
+            current weights are copied into vLLM on every ``generate`` call.
+        tokenizer: Its tokenizer; encodes the prompts and decodes the texts.
+        llm: A ready ``vllm.LLM`` of the same architecture, built in-process
+            (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); ``None`` builds one from
+            ``model`` and ``tokenizer`` saved to a temporary directory, with
+            :data:`DEFAULT_LLM_KWARGS`, the model's dtype and ``llm_kwargs``.
+        logprobs: One of :data:`LOGPROB_SOURCES` (module docstring).
+        llm_kwargs: Extra ``vllm.LLM`` keyword arguments (``max_model_len``,
+            ``gpu_memory_utilization``, ``enforce_eager``, ...) when ``llm`` is ``None``.
+        **engine_kwargs: ``batch_size`` (rows per ``LLM.generate`` call),
+            ``eos_token_id``, ``add_special_tokens``, ``progress`` (see
+            :class:`~rlvr_lib.rollout.batched.BatchedEngine`).
+
+    Raises:
+        ImportError: If vLLM is not installed.
+        ValueError: On an unknown ``logprobs``, ``llm_kwargs`` given with an
+            ``llm``, or ``logprobs="vllm"`` with an ``llm`` whose
+            ``logprobs_mode`` is not ``"processed_logprobs"``.
+        RuntimeError: If vLLM's model cannot be reached in-process (:func:`_vllm_model`).
+    """
+
+    def __init__(self, model, tokenizer, *, llm=None, logprobs: str = "auto",
+                 llm_kwargs: dict[str, Any] | None = None, **engine_kwargs) -> None:
+        check_choice("VLLMEngine.logprobs", logprobs, LOGPROB_SOURCES)
+        check(llm is None or llm_kwargs is None, "VLLMEngine.llm_kwargs", llm_kwargs,
+              "None when an llm is given (they configure the LLM the engine builds)")
+        super().__init__(model, tokenizer, **engine_kwargs)
+        self.vllm = _import_vllm()
+        self.logprobs = logprobs
+        self._checkpoint = None  # the temporary directory vLLM was built from, kept alive with the engine
+        if llm is None:
+            llm, self._checkpoint = _build_llm(self.vllm, model, tokenizer, dict(llm_kwargs or {}))
+        self.llm = llm
+        self.logprobs_mode = _logprobs_mode(llm)
+        if logprobs == "vllm":
+            check(self.logprobs_mode == PROCESSED_LOGPROBS, "VLLMEngine.logprobs", logprobs,
+                  f"'auto' or 'recompute' for an LLM whose logprobs_mode is {self.logprobs_mode!r} "
+                  f"(vLLM's values are the convention only with {PROCESSED_LOGPROBS!r})")
+        self.vllm_model = _vllm_model(llm)  # fails now, not at the first rollout
+        self._next_row = 0  # index of the next row within the current generate call
+
+    # ------------------------------------------------------------------ weights
+    def sync_weights(self) -> int:
+        """Copy ``model``'s current parameters and buffers (its ``state_dict``) into vLLM's model.
+
+        Returns:
+            The number of tensors copied.
+        """
+        weights = list(self.model.state_dict().items())
+        self.vllm_model.load_weights(weights)
+        return len(weights)
+
+    @contextlib.contextmanager
+    def _generation_context(self, seed: int) -> Iterator[None]:
+        """The base context; inside it vLLM holds ``model``'s current weights and rows are numbered from 0."""
+        with super()._generation_context(seed):
+            self.sync_weights()
+            self._next_row = 0
+            yield
+
+    # ----------------------------------------------------------------- sampling
+    def _uses_vllm_logprobs(self, params: SamplingParams) -> bool:
+        """Whether vLLM's log-probs are the convention's for ``params`` (else they are recomputed).
+
+        Raises:
+            ValueError: For a temperature vLLM would clamp, or ``logprobs="vllm"``
+                where vLLM's values are not the convention.
+        """
+        if not params.greedy and params.temperature < MIN_TEMPERATURE:
+            raise invalid("SamplingParams.temperature", params.temperature,
+                          f">= {MIN_TEMPERATURE} for VLLMEngine (vLLM clamps smaller temperatures); "
+                          "use greedy=True for argmax decoding")
+        if self.logprobs == "recompute":
+            return False
+        exact = self.logprobs_mode == PROCESSED_LOGPROBS and (params.greedy or params.top_p >= 1.0)
+        if self.logprobs == "vllm" and not exact:
+            raise invalid("VLLMEngine.logprobs", self.logprobs,
+                          f"'auto' or 'recompute' with top_p={params.top_p}: vLLM's log-probs are "
+                          "renormalised over the nucleus, the rollout convention's are not")
+        return exact
+
+    def _request(self, params: SamplingParams, seed: int):
+        """The ``vllm.SamplingParams`` of one row."""
+        return self.vllm.SamplingParams(
+            n=1,
+            temperature=0.0 if params.greedy else params.temperature,
+            top_p=1.0 if params.greedy else params.top_p,
+            max_tokens=params.max_new_tokens,
+            seed=seed,
+            logprobs=0,  # the sampled token's log-prob only
+            stop_token_ids=list(self.eos_token_ids),
+            detokenize=False,
+        )
+
+    def _recompute(self, prompt_ids, prompt_mask, tokens, lengths, params: SamplingParams) -> torch.Tensor:
+        """``(B, L)`` teacher-forced log-probs of ``tokens`` under ``model`` at ``params.logprob_temperature``."""
+        device = prompt_ids.device
+        mask = (torch.arange(tokens.shape[1]) < lengths[:, None]).long().to(device)
+        logp, _ = sequence_logprobs(self.model, prompt_ids, prompt_mask, tokens.to(device), mask,
+                                    temperature=params.logprob_temperature)
+        return logp.float() * mask
+
+    def _sample_chunk(
+        self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Generate one micro-batch with vLLM (see :meth:`BatchedEngine._sample_chunk`).
+
+        Returns:
+            ``(tokens, logprobs)``, each ``(B, L)`` on CPU: right-padded ids
+            (EOS kept) and the sampled tokens' log-probs (0 on padding).
+        """
+        use_vllm = self._uses_vllm_logprobs(params)
+        prompts = _unpad(prompt_ids, prompt_mask)
+        first = self._next_row
+        self._next_row += len(prompts)
+        requests = [self._request(params, seed_from(params.seed, first + b)) for b in range(len(prompts))]
+        outputs = self.llm.generate([{"prompt_token_ids": p} for p in prompts],
+                                    sampling_params=requests, use_tqdm=False)
+        if len(outputs) != len(prompts):
+            raise RuntimeError(f"vLLM returned {len(outputs)} outputs for {len(prompts)} prompts")
+        eos = set(self.eos_token_ids)
+        rows, values = zip(*(_completion(o, first + b, params.max_new_tokens, eos) for b, o in enumerate(outputs)))
+        tokens, logprobs = _pad_rows(list(rows), list(values), self.pad_token_id)
+        if use_vllm:
+            return tokens, logprobs
+        lengths = torch.tensor([len(r) for r in rows])
+        return tokens, self._recompute(prompt_ids, prompt_mask, tokens, lengths, params).cpu()
