@@ -1,4 +1,9 @@
-"""Command line: ``python -m rlvr_lib {pretrain,calibrate,plateau} ...``."""
+"""Command line: ``python -m rlvr_lib {pretrain,calibrate,plateau,train} ...``.
+
+``train`` runs one method on one process, or on several under a launcher
+(``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
+``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``.
+"""
 
 from __future__ import annotations
 
@@ -69,6 +74,34 @@ def _plateau(args: argparse.Namespace) -> int:
     return 0 if report["plateau_step"] is not None else 1
 
 
+DTYPES = ("bfloat16", "float16", "float32")
+"""``train --dtype`` choices (torch dtype names)."""
+
+
+def _train(args: argparse.Namespace) -> int:
+    """Build the config (preset < --config file < --set < flags), train, write under --out."""
+    import torch
+
+    from rlvr_lib.config_files import build_config, load_settings, parse_assignments
+    from rlvr_lib.pipeline import train_run
+
+    flags = {key: value for key, value in (("task", args.task), ("policy", args.model), ("engine", args.engine),
+                                           ("steps", args.steps)) if value is not None}
+    try:
+        layers = [(args.config, load_settings(args.config))] if args.config else []
+        layers += [("--set", parse_assignments(args.set)), ("command line", flags)]
+        config = build_config(args.method, *layers)
+    except (ValueError, FileNotFoundError) as err:
+        args.parser.error(str(err))
+    out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
+    record = train_run(config, out, dtype=getattr(torch, args.dtype))
+    if record is not None:  # rank 0
+        last = record.history[-1] if record.history else {}
+        print(f"trained {config.method} for {config.steps} steps (last step: reward_mean {last.get('reward_mean')}, "
+              f"loss {last.get('loss')}); wrote {out / (record.run_id + '.json')}, {out}/checkpoint.pt, {out}/model")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvr_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,6 +126,19 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rel-drop", type=float, default=0.1)
     t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
     t.set_defaults(func=_plateau)
+    r = sub.add_parser("train", help="train one method (one process, or several under accelerate launch / torchrun)")
+    r.add_argument("--method", default=None, help="registered method (default: the config file's `method`)")
+    r.add_argument("--task", default=None, help="registered task (default: the method's / config's)")
+    r.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
+    r.add_argument("--engine", default=None, help="rollout engine: kvcache (default), hf or vllm")
+    r.add_argument("--config", default=None, help="YAML/JSON file of TrainerConfig fields (see configs/)")
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a TrainerConfig field (repeatable; VALUE: JSON, a YAML {...}/[...], else a string)")
+    r.add_argument("--steps", type=int, default=None, help="RL steps (overrides the config)")
+    r.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype of the policy")
+    r.add_argument("--out", default=None,
+                   help="output folder of the checkpoint, final model and run record (default: runs/<method>-s<seed>)")
+    r.set_defaults(func=_train, parser=r)
     args = parser.parse_args(argv)
     return args.func(args)
 

@@ -5,16 +5,24 @@ seed); both go through `rlvr_lib.experiments.cached_run`, so a finished run is
 read back from ``results/<experiment>/`` instead of recomputed, and an
 interrupted training resumes from its last checkpoint (kept under
 ``results/.checkpoints/``, deleted once the run record is written).
+
+`train_run` is the command line's training (``python -m rlvr_lib train``): one
+config, on one process or several (`rlvr_lib.distributed`), with its checkpoint,
+final weights and run record in one folder.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
+from pathlib import Path
+
+import torch
 
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
-from rlvr_lib.experiments import RunRecord, cached_run, results_root
+from rlvr_lib.distributed import init_world
+from rlvr_lib.experiments import RunRecord, cached_run, results_root, run_dir
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
@@ -25,6 +33,10 @@ EXTRA_EVALS = "extra_evals"
 """Key of the extra evaluations' specs in a run's cache key (``record.config``)."""
 EVALS = "evals"
 """Key of the extra evaluations' results in ``record.extra``."""
+CHECKPOINT_FILE = "checkpoint.pt"
+"""`train_run`'s resumable checkpoint in its output folder (`Trainer.save_checkpoint`)."""
+MODEL_DIR = "model"
+"""`train_run`'s final weights and tokenizer in its output folder (``save_pretrained``; a policy path)."""
 
 
 def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None,
@@ -124,3 +136,55 @@ def train_and_evaluate(
     record = cached_run(experiment, name, key, config.seed, run, root=root)
     shutil.rmtree(ckpt, ignore_errors=True)
     return record
+
+
+def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, progress: bool = True
+              ) -> RunRecord | None:
+    """Train ``config`` on this process (and the others a launcher started) and write the results under ``out``.
+
+    Every process loads ``config.policy`` onto its device (`rlvr_lib.distributed.World.device`)
+    and trains; rank 0 writes, in ``out``:
+
+    * ``checkpoint.pt``: the `Trainer` checkpoint, every ``config.checkpoint_every`` steps and at
+      the end. A rerun of the same config resumes from it (a finished run trains no further step);
+      one of another config is refused.
+    * ``model/``: the final weights and tokenizer (``save_pretrained``), usable as a policy path.
+    * ``<method>-<hash>-s<seed>.json``: the `RunRecord` (`cached_run` with experiment = the
+      folder's name, rewritten on every run): config and policy hash (its key), metric history,
+      world size and dtype.
+
+    Args:
+        config: The training config.
+        out: Output folder; its name must be file-name safe (it is the record's experiment).
+        dtype: Parameter dtype of the loaded policy (default: `load_policy`'s, float32).
+        progress: Show a progress bar (rank 0 only).
+
+    Returns:
+        The record on rank 0, ``None`` on the other processes.
+
+    Raises:
+        ValueError: on an ``out`` whose name is not file-name safe.
+    """
+    out = Path(out).resolve()
+    try:  # checked on every process, before any of them trains
+        run_dir(out.name, out.parent)
+    except ValueError:
+        raise invalid("out folder name", out.name,
+                      "file-name safe (letters, digits and . _ + = @ -, not starting with a symbol)") from None
+    world = init_world()
+    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}
+
+    def run():
+        model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
+        trainer = Trainer(config, model, tokenizer, checkpoint_dir=out)
+        history = trainer.train(progress=progress)
+        trainer.save_checkpoint(out / CHECKPOINT_FILE)
+        if world.is_main:
+            model.save_pretrained(out / MODEL_DIR)
+            tokenizer.save_pretrained(out / MODEL_DIR)
+        return nan_to_none(history), {}, {"world_size": world.size, "dtype": str(model.dtype)}
+
+    if not world.is_main:
+        run()
+        return None
+    return cached_run(out.name, config.method, key, config.seed, run, root=out.parent, force=True)

@@ -25,6 +25,13 @@ Everything random is derived from ``(seed, step)`` (and the refill round); a met
 draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
 replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
 optimizer, the method's state, the step and the history.
+
+Several processes (``accelerate launch --multi_gpu`` or ``torchrun``; `rlvr_lib.distributed`):
+each rolls out, verifies and rewards its share of every sampling round's groups, and the
+shares are gathered, so steps 1-3 see the whole batch on every process; in step 4 each
+process trains on its share of the groups, weighted by its share of the minibatch, and
+the gradients are summed, so the update is the one-process update on the same batch.
+Only rank 0 writes checkpoints. On one process none of this runs.
 """
 
 from __future__ import annotations
@@ -41,10 +48,11 @@ import torch
 from tqdm.auto import tqdm
 
 from rlvr_lib.algos import aggregate_loss
+from rlvr_lib.distributed import init_world, local_rows
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
-from rlvr_lib.rollout import KVCacheEngine, Rollouts, SamplingParams, sequence_logprobs
+from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
 from rlvr_lib.tasks import CORRECT, MALFORMED, get_task
 
 logger = logging.getLogger(__name__)
@@ -62,7 +70,12 @@ class Trainer:
         model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted.
         checkpoint_dir: Where checkpoints go; a checkpoint found there for the same
             config is resumed from.
-        engine: Rollout engine over ``model`` (default: `KVCacheEngine`; any `RolloutEngine` works).
+        engine: Rollout engine over ``model`` (default: built from ``config.engine``, `KVCacheEngine`
+            unless set; any `RolloutEngine` works).
+
+    Under a launcher (several processes, `rlvr_lib.distributed`) give each process
+    the model on its own device (``self.world.device``; ``config.policy`` is loaded
+    there when no model is given); rank 0's weights are copied to the others.
     """
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None):
@@ -70,15 +83,17 @@ class Trainer:
         from rlvr_lib.policy import load_policy
 
         self.config = config
+        self.world = init_world()  # one process unless started by a launcher (rlvr_lib.distributed)
         if model is None:
-            model, tokenizer = load_policy(config.policy)
+            model, tokenizer = load_policy(config.policy, device=self.world.device)
         self.model, self.tokenizer = model, tokenizer
+        self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
         self.method: Method = build_method(config)
         self.reference = None
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.optimizer = self.method.make_optimizer(model)
-        self.engine = engine or KVCacheEngine(model, tokenizer, batch_size=config.rollout_batch_size)
+        self.engine = engine or build_engine(config.engine, model, tokenizer, batch_size=config.rollout_batch_size)
         self.task = get_task(config.task)
         pool_size = min(config.train_pool_size, self.task.family_capacity(config.train_family))
         self.train_problems = self.task.family_problems(config.train_family, pool_size, seed=0)
@@ -94,13 +109,12 @@ class Trainer:
         key = [self.config.seed, step, stream] if round_ == 0 else [self.config.seed, step, stream, round_]
         return np.random.default_rng(key)
 
-    def _rollout(self, problems, step: int, round_: int = 0) -> dict:
-        """Hints, then G rollouts per problem, slice k of every group from weight sample k.
+    def _rollout(self, problems, plan, step: int, round_: int = 0) -> dict:
+        """G rollouts per problem with the hints of ``plan``, slice k of every group from weight sample k.
 
         Returns the `StepBatch` fields of the rollouts (everything but verdicts and rewards).
         """
         cfg, G = self.config, self.config.group_size
-        plan = self.method.contexts(problems, G, self._rng(step, 1, round_))
         K = self.method.weight_samples()
         if G % K:
             raise ValueError(f"group_size={G} is not divisible by the method's weight samples ({K})")
@@ -114,7 +128,7 @@ class Trainer:
                 temperature=temperature,
                 top_p=cfg.top_p,
                 max_new_tokens=cfg.max_new_tokens,
-                seed=int(self._rng(step, 2 + k, round_).integers(2**31)),
+                seed=self.world.sampling_seed(int(self._rng(step, 2 + k, round_).integers(2**31))),
             )
             with self.method.perturbed(self.model, k, train=False):
                 parts.append(self.engine.generate(prompts, params))
@@ -141,15 +155,25 @@ class Trainer:
         )
 
     def _sample(self, problems, step: int, round_: int) -> tuple[StepBatch, float]:
-        """Roll out -> verify -> reward for ``problems``; also returns the seconds spent rolling out."""
-        t0 = time.perf_counter()
-        fields = self._rollout(problems, step, round_)
-        seconds = time.perf_counter() - t0
-        verdicts = [self.task.verify(problems[g], text)
-                    for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
-        batch = StepBatch(**fields, verdicts=verdicts)
-        batch.rewards = self.method.rewards(batch, self.model).float()
-        return batch, seconds
+        """Hints -> roll out -> verify -> reward for ``problems``; also returns the seconds spent rolling out.
+
+        The hints of all ``problems`` are drawn on every process; each process rolls out,
+        verifies and rewards its share of the groups, and the shares are gathered
+        (`rlvr_lib.distributed.World.gather_batch`; one process holds them all).
+        """
+        plan = self.method.contexts(problems, self.config.group_size, self._rng(step, 1, round_))
+        mine = self.world.shard(len(problems))
+        batch, seconds = None, 0.0
+        if len(mine):
+            t0 = time.perf_counter()
+            problems = [problems[i] for i in mine]
+            fields = self._rollout(problems, [plan[i] for i in mine], step, round_)
+            seconds = time.perf_counter() - t0
+            verdicts = [self.task.verify(problems[g], text)
+                        for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
+            batch = StepBatch(**fields, verdicts=verdicts)
+            batch.rewards = self.method.rewards(batch, self.model).float()
+        return self.world.gather_batch(batch), seconds
 
     def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, list[StepBatch], dict, float]:
         """The step's batch: roll out -> verify -> reward -> keep, refilling dropped groups.
@@ -219,14 +243,16 @@ class Trainer:
         batch.advantages = self.method.advantages(batch).float()
         t_reward = time.perf_counter()
 
+        # The rows this process trains on (all of them on one process) and where each row of batch is among them.
+        local, local_index = self.world.split_rows(batch)
         if self.reference is not None:
-            ro = batch.rollouts
+            ro = local.rollouts
             with torch.no_grad():
-                batch.ref_logprobs, _ = sequence_logprobs(
+                local.ref_logprobs, _ = sequence_logprobs(
                     self.reference, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                     temperature=temperature,
                 )
-        stats = self._update(batch, temperature, rng)
+        stats = self._update(batch, local, local_index, temperature, rng)
         t_end = time.perf_counter()
 
         # What was sampled describes the policy; with dynamic sampling the trained (kept) subset is logged as kept_*.
@@ -246,24 +272,31 @@ class Trainer:
             kept = _rollout_metrics([batch])
             metrics.update({f"kept_{k}": kept[k] for k in ("reward_mean", "accuracy", "zero_adv_frac")})
         self.method.on_step_end(step, metrics)
+        metrics = self.world.merge_metrics(metrics)
         self.history.append(metrics)
         self.step_count += 1
         if cfg.checkpoint_every and self.checkpoint_dir and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint(self.checkpoint_dir / "checkpoint.pt")
         return metrics
 
-    def _update(self, batch: StepBatch, temperature: float, rng: np.random.Generator) -> dict:
+    def _update(self, batch: StepBatch, local: StepBatch, local_index: torch.Tensor | None, temperature: float,
+                rng: np.random.Generator) -> dict:
         """``inner_epochs`` shuffled passes of ``minibatches`` optimizer steps; returns the mean of each stat.
 
+        Minibatches are row sets of the whole ``batch``; this process computes the loss
+        on its rows of each (``local``, the rows `World.split_rows` gave it; ``local_index``
+        maps ``batch``'s rows into it, ``None`` on one process).
         Per minibatch: for each weight sample k among its rows, forward, loss and
-        backward inside ``method.perturbed(model, k, train=True)``; sample k's
-        loss is weighted by its share of the minibatch (rows, or tokens for
-        ``token_mean``), so the gradients add up to the whole minibatch's; then
-        one clip and one ``optimizer.step()``.
+        backward inside ``method.perturbed(model, k, train=True)``; the loss of
+        sample k's rows here is weighted by their share of the minibatch (rows, or
+        tokens for ``token_mean``), so the gradients, summed over weight samples and
+        processes, are the whole minibatch's; then one clip and one ``optimizer.step()``.
         """
         cfg = self.config
-        self.method.before_update(batch, self.model)
+        self.method.before_update(local, self.model)
         self.model.train()
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        lengths = batch.rollouts.completion_mask.sum(1)  # tokens per row of the whole batch: the shares' denominators
         sums: dict[str, list[float]] = {}
         n_steps = 0
         for _ in range(cfg.inner_epochs):
@@ -273,21 +306,25 @@ class Trainer:
             for rows in torch.tensor_split(perm, cfg.minibatches):
                 if len(rows) == 0:
                     continue
-                minibatch = batch.select(rows)
+                minibatch = local.select(local_rows(rows, local_index))
                 self.optimizer.zero_grad(set_to_none=True)
-                samples = minibatch.weight_index.unique().tolist()
+                samples = batch.weight_index[rows].unique().tolist()
+                records = []  # (share of sample k's rows, stats) per weight sample
                 for k in samples:
                     part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
-                    with self.method.perturbed(self.model, k, train=True):
-                        loss, stats = self._loss(part, temperature)
-                        if len(samples) > 1:
-                            loss = loss * self._share(part, minibatch)
-                        loss.backward()
+                    sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
+                    stats = {}
+                    with self.method.perturbed(self.model, k, train=True), self.world.summed_gradients(params):
+                        if len(part):  # another process may hold all of this sample's rows
+                            loss, stats = self._loss(part, temperature)
+                            if len(samples) > 1 or self.world.distributed:
+                                loss = loss * self._share(part, rows, lengths)
+                            loss.backward()
+                    records.append((self._share(part, sample_rows, lengths), stats))
+                for stats in self.world.weighted_means(records):
                     for key, value in stats.items():
                         sums.setdefault(key, []).append(value)
-                grad_norm = torch.nn.utils.clip_grad_norm_(
-                    [p for p in self.model.parameters() if p.requires_grad], cfg.max_grad_norm
-                )
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.optimizer.step()
                 sums.setdefault("grad_norm", []).append(float(grad_norm))
                 n_steps += 1
@@ -321,16 +358,20 @@ class Trainer:
         stats.update({k: float(v) for k, v in extra_stats.items()})
         return loss, stats
 
-    def _share(self, part: StepBatch, whole: StepBatch) -> float:
-        """``part``'s weight in ``whole``'s loss: its share of tokens for ``token_mean``, else of rows."""
+    def _share(self, part: StepBatch, whole: torch.Tensor, lengths: torch.Tensor) -> float:
+        """``part``'s weight in the loss of the rows ``whole`` of the batch whose rows have ``lengths`` tokens.
+
+        Its share of tokens for ``token_mean``, else of rows.
+        """
         if self.config.loss_agg == "token_mean":
-            return float(part.rollouts.completion_mask.sum()) / float(whole.rollouts.completion_mask.sum().clamp(min=1))
+            return float(part.rollouts.completion_mask.sum()) / float(lengths[whole].sum().clamp(min=1))
         return len(part) / len(whole)
 
     # ----------------------------------------------------------------- the loop
     def train(self, *, progress: bool = True) -> list[dict]:
         """Run until ``config.steps``; returns the metric history (one dict per step)."""
-        bar = tqdm(total=self.config.steps, initial=self.step_count, desc=self.method.name, disable=not progress)
+        bar = tqdm(total=self.config.steps, initial=self.step_count, desc=self.method.name,
+                   disable=not progress or not self.world.is_main)
         while self.step_count < self.config.steps:
             m = self.step()
             bar.update(1)
@@ -340,7 +381,12 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
-        """Atomically write weights, optimizer, method state, step and history."""
+        """Atomically write weights, optimizer, method state, step and history.
+
+        Only rank 0 writes (every process holds the same state); elsewhere a no-op.
+        """
+        if not self.world.is_main:
+            return
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -374,15 +420,18 @@ def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
     offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
     groups = np.concatenate([b.group_index.numpy() + o for b, o in zip(batches, offsets)])
     lengths = torch.cat([b.rollouts.completion_mask.sum(1) for b in batches]).float()
-    return {
+    metrics = {
         "reward_mean": float(rewards.mean()),
         "accuracy": float(np.mean([v.status == CORRECT for v in verdicts])),
         "malformed_rate": float(np.mean([v.status == MALFORMED for v in verdicts])),
         "zero_adv_frac": zero_advantage_fraction(rewards.numpy(), groups),
         "response_length": float(lengths.mean()),
         "truncated_rate": float(np.mean([r == "length" for b in batches for r in b.rollouts.finish_reasons])),
-        "reward_acc_corr": reward_accuracy_correlation(rewards.numpy(), verdicts),
     }
+    corr = reward_accuracy_correlation(rewards.numpy(), verdicts)
+    if not math.isnan(corr):  # undefined when every reward or every verdict is the same: not logged
+        metrics["reward_acc_corr"] = corr
+    return metrics
 
 
 def reward_accuracy_correlation(rewards: np.ndarray, verdicts) -> float:

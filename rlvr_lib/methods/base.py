@@ -261,7 +261,12 @@ class Method:
 
     # -- credit assignment ------------------------------------------------------------
     def rewards(self, batch: StepBatch, model: torch.nn.Module) -> torch.Tensor:
-        """``(N,)`` rewards; default: the verifier's."""
+        """``(N,)`` rewards; default: the verifier's.
+
+        Per sampling round, before the round's groups are joined: on several processes
+        (`rlvr_lib.distributed`) each process rewards its own groups, so rewards must not
+        depend on other groups (batch-level statistics belong in ``advantages``).
+        """
         return torch.tensor([v.reward for v in batch.verdicts], dtype=torch.float32)
 
     def keep_groups(self, batch: StepBatch) -> torch.Tensor | None:
@@ -293,7 +298,11 @@ class Method:
                          **self.advantage_options())
 
     def before_update(self, batch: StepBatch, model: torch.nn.Module) -> None:
-        """Called once per step before the update, with the whole batch; put per-row data in ``batch.extras``."""
+        """Called once per step before the update, with the rows to train on; put per-row data in ``batch.extras``.
+
+        On one process that is the whole batch; on several (`rlvr_lib.distributed`) this
+        process's share of its groups, so per-row work (forwards) is split among the processes.
+        """
 
     # -- loss (each hook gets the minibatch as a StepBatch) ------------------------------
     def policy_loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor,

@@ -1,0 +1,133 @@
+"""`TrainerConfig`s from YAML/JSON files and ``key=value`` overrides (``python -m rlvr_lib train``, ``configs/``).
+
+A settings file is a mapping of `TrainerConfig` fields, optionally with
+``method`` (the registered method whose preset applies first)::
+
+    method: sage
+    policy: Qwen/Qwen2.5-Math-7B
+    lr: 5e-6
+    method_options: {tau: 1.2}
+
+`build_config` layers the method's preset, then each mapping it is given, in
+order (a file, then ``--set`` overrides, then the command line's flags), and
+validates the result: a key that is not a field, or a bad value (including a
+bad ``method_options`` entry, checked by building the method), raises
+``ValueError`` naming the key, where it came from and what is allowed.
+YAML is read with the YAML 1.2 rule for floats, so ``1e-6`` is a number (as
+in JSON), not the string PyYAML's YAML 1.1 rules make of it.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from rlvr_lib.methods import build_method, method_config
+from rlvr_lib.trainer_config import TrainerConfig
+from rlvr_lib.validation import check, invalid
+
+__all__ = ["build_config", "config_from_file", "load_settings", "parse_assignments", "parse_value"]
+
+SETTINGS_SUFFIXES = (".yaml", ".yml", ".json")
+
+
+class _Loader(yaml.SafeLoader):
+    """PyYAML's safe loader that also reads exponent floats without a dot (``1e-6``) as floats."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"^[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)[eE][-+]?[0-9]+$"),
+    list("-+0123456789."),
+)
+
+
+def load_settings(path: str | Path) -> dict[str, Any]:
+    """The mapping in a ``.yaml``/``.yml``/``.json`` settings file (an empty file gives ``{}``).
+
+    Raises:
+        ValueError: another suffix, unparsable text, or a top level that is not a mapping.
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    check(path.suffix in SETTINGS_SUFFIXES, "config file", str(path), f"a file ending in one of {SETTINGS_SUFFIXES}")
+    text = path.read_text()
+    try:
+        data = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=_Loader)
+    except (json.JSONDecodeError, yaml.YAMLError) as err:
+        raise ValueError(f"config file {path} could not be parsed: {err}") from None
+    data = {} if data is None else data
+    check(isinstance(data, Mapping), "config file", str(path), "a mapping of TrainerConfig fields at the top level")
+    return dict(data)
+
+
+def parse_value(text: str) -> Any:
+    """A ``--set`` value: JSON when it parses (numbers, ``true``, ``null``, objects, lists), YAML for
+    ``{...}``/``[...]`` flow collections without quotes, else the string itself."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        pass
+    if text.strip()[:1] in ("{", "["):
+        try:
+            return yaml.load(text, Loader=_Loader)
+        except yaml.YAMLError as err:
+            raise ValueError(f"--set value {text!r} could not be parsed: {err}") from None
+    return text
+
+
+def parse_assignments(items: Sequence[str]) -> dict[str, Any]:
+    """``["lr=1e-6", "method_options={tau: 1.2}"]`` -> ``{"lr": 1e-06, "method_options": {"tau": 1.2}}``.
+
+    Raises:
+        ValueError: an item without ``=`` or with an empty key.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        check(sep == "=" and key.strip() != "", "--set", item, "KEY=VALUE with KEY a TrainerConfig field")
+        out[key.strip()] = parse_value(value)
+    return out
+
+
+def _check_keys(settings: Mapping[str, Any], source: str) -> None:
+    fields = sorted(TrainerConfig.__dataclass_fields__)
+    for key in settings:
+        if key not in TrainerConfig.__dataclass_fields__:
+            raise invalid(f"{source} key", key, f"a TrainerConfig field, one of {fields}")
+
+
+def build_config(method: str | None, *layers: tuple[str, Mapping[str, Any]]) -> TrainerConfig:
+    """A validated `TrainerConfig`: ``method``'s preset, then each ``(source, settings)`` layer in order.
+
+    Args:
+        method: Registered method name; ``None`` takes the last ``method`` a layer sets.
+        layers: ``(source, settings)`` pairs; ``source`` names them in errors
+            (``"configs/sage.yaml"``, ``"--set"``).
+
+    Raises:
+        ValueError: no method given; a key that is not a `TrainerConfig` field (the message
+            names the key, its source and the fields); an unregistered method or a bad value
+            (`TrainerConfig`'s and the method's own checks, naming the field and what is allowed).
+    """
+    overrides: dict[str, Any] = {}
+    for source, settings in layers:
+        _check_keys(settings, source)
+        overrides.update(settings)
+    name = method if method is not None else overrides.get("method")
+    overrides.pop("method", None)
+    if name is None:
+        raise ValueError("no method: pass --method NAME or set `method:` in the config file")
+    config = method_config(name, **overrides)
+    build_method(config)  # validates method_options and the method's constraints on the other fields
+    return config
+
+
+def config_from_file(path: str | Path, method: str | None = None, **overrides: Any) -> TrainerConfig:
+    """`build_config` of a settings file, then ``overrides``; ``method`` (if given) replaces the file's."""
+    return build_config(method, (str(path), load_settings(path)), ("overrides", overrides))

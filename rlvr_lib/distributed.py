@@ -1,0 +1,273 @@
+"""Multi-process training with ``torch.distributed``: where this process stands, and the few collectives the loop needs.
+
+Launch one process per device with ``accelerate launch --multi_gpu`` or
+``torchrun``; the launcher sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+``MASTER_ADDR`` and ``MASTER_PORT``, and :func:`init_world` joins the process
+group from them (``nccl`` on CUDA, ``gloo`` on CPU), or takes the group a caller
+already initialised. Without a launcher it returns the one-process `World`, in
+which every helper below returns its input and runs no collective: training on
+one process is exactly what it was before this module existed.
+
+How `rlvr_lib.trainer.Trainer.step` splits a step, with DDP's semantics (the
+update equals the one-process update on the same batch, to float rounding):
+
+* Every process draws the same prompts and hints (same seeds), then rolls out,
+  verifies and rewards only its contiguous share of the groups
+  (:meth:`World.shard`), sampling with a seed of its own
+  (:meth:`World.sampling_seed`). :meth:`World.gather_batch` joins the shares
+  into the whole batch on every process. Groups stay whole on one process, so
+  per-group quantities never cross processes; batch-level ones (dynamic-sampling
+  filters, BNPO's Beta fit, advantages, rollout metrics) are computed on the
+  whole batch, identically on every process.
+* Each process trains on the rows of its share of the trained batch's groups
+  (:meth:`World.split_rows`). A minibatch is a set of rows of the whole batch;
+  a process's loss on its rows is weighted by their share of that minibatch
+  (rows, or tokens for ``token_mean``: the normaliser is the whole minibatch's,
+  not the process's), and the gradients are summed over processes
+  (:meth:`World.summed_gradients`), so every process holds the whole
+  minibatch's gradient and takes the same optimizer step.
+* Loss statistics are averaged over processes weighted by the same shares
+  (:meth:`World.weighted_means`): the logged ``loss`` is the whole minibatch's.
+  The remaining metrics are merged by :meth:`World.merge_metrics`.
+
+Kept per process (documented, not hidden): diagnostics a method computes from
+the rows it is given (``rewards``, ``before_update``: e.g. NudgeRL's hint
+shares, VIGOR's rank accuracies) are averaged over processes, and loss terms
+that select tokens by a statistic of the minibatch (KL-Cov/Clip-Cov's top
+covariance fraction, SAGE's random guide) select among the process's tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+from dataclasses import dataclass
+from typing import Any, ContextManager, Iterable, Iterator
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rlvr_lib.methods.base import StepBatch
+
+__all__ = ["World", "init_world", "local_rows"]
+
+
+@dataclass(frozen=True)
+class World:
+    """This process's place among the training processes (one process: rank 0 of 1).
+
+    Attributes:
+        rank: Global index of this process.
+        size: Number of processes.
+        local_rank: Index of this process on its machine (its CUDA device).
+    """
+
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+
+    @property
+    def distributed(self) -> bool:
+        """Whether there is more than one process (collectives run only then)."""
+        return self.size > 1
+
+    @property
+    def is_main(self) -> bool:
+        """Whether this is the process that writes files and shows progress (rank 0)."""
+        return self.rank == 0
+
+    @property
+    def device(self) -> torch.device:
+        """The device of this process: CUDA device ``local_rank`` when CUDA is available, else the CPU."""
+        return torch.device("cuda", self.local_rank) if torch.cuda.is_available() else torch.device("cpu")
+
+    # ------------------------------------------------------------------ sharding
+    def shard(self, n: int) -> range:
+        """This process's contiguous block of ``range(n)``; blocks differ in size by at most one, the larger first."""
+        base, extra = divmod(n, self.size)
+        start = self.rank * base + min(self.rank, extra)
+        return range(start, start + base + (self.rank < extra))
+
+    def sampling_seed(self, seed: int) -> int:
+        """The rollout seed of this process: ``seed`` on rank 0, a seed drawn from ``(seed, rank)`` elsewhere.
+
+        Every process gets the same ``seed`` from the step's stateless stream;
+        deriving one per rank keeps the processes' sampling noise independent.
+        """
+        if self.rank == 0:
+            return seed
+        return int(np.random.default_rng([seed, self.rank]).integers(2**31))
+
+    def split_rows(self, batch: StepBatch) -> tuple[StepBatch, torch.Tensor | None]:
+        """The rows of ``batch`` this process trains on: those of its `shard` of the batch's groups.
+
+        Returns:
+            ``(part, index)``: ``part`` is ``batch.select`` of those rows (group ids and
+            ``problems`` kept), ``index`` maps each row of ``batch`` to its row in ``part``
+            (-1: another process's row; see `local_rows`). One process: ``(batch, None)``.
+        """
+        if not self.distributed:
+            return batch, None
+        groups = self.shard(len(batch.problems))
+        rows = ((batch.group_index >= groups.start) & (batch.group_index < groups.stop)).nonzero().flatten()
+        index = torch.full((len(batch),), -1, dtype=torch.long)
+        index[rows] = torch.arange(len(rows))
+        return batch.select(rows), index
+
+    # --------------------------------------------------------------- collectives
+    def gather(self, obj: Any) -> list:
+        """``obj`` of every process, in rank order (picklable objects; CPU tensors inside them)."""
+        if not self.distributed:
+            return [obj]
+        out: list = [None] * self.size
+        dist.all_gather_object(out, obj)
+        return out
+
+    def gather_batch(self, batch: StepBatch | None) -> StepBatch:
+        """Every process's share of a sampling round joined into the whole round, in rank (= group) order.
+
+        Args:
+            batch: This process's groups (rewards set, no advantages yet; rollouts on the CPU,
+                as engines return them), or ``None`` when its share is empty (fewer groups
+                than processes). Its rewards are moved to the CPU before they are sent.
+
+        Returns:
+            The whole batch; group ids are offset so they index the joined ``problems``.
+        """
+        if not self.distributed:
+            return batch
+        if batch is not None and batch.rewards is not None:
+            batch.rewards = batch.rewards.cpu()
+        parts = [part for part in self.gather(batch) if part is not None]
+        return StepBatch.concat(parts)
+
+    def summed_gradients(self, params: Iterable[torch.nn.Parameter]) -> ContextManager[None]:
+        """Scope whose backward passes' gradients are summed over processes when it exits.
+
+        Gradients held before the scope are set aside and added back afterwards, so
+        only what the scope accumulated is summed (each weight sample of a minibatch
+        gets its own scope). A process without rows in the scope still takes part, with
+        zero gradients. One process: no-op.
+        """
+        if not self.distributed:
+            return contextlib.nullcontext()
+        return _summed_gradients([p for p in params])
+
+    def broadcast_parameters(self, model: torch.nn.Module) -> None:
+        """Copy rank 0's parameters and buffers to every process (as DDP does at start)."""
+        if not self.distributed:
+            return
+        with torch.no_grad():
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)
+
+    def weighted_means(self, records: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
+        """Per record, every process's statistics averaged with the processes' weights.
+
+        Args:
+            records: ``(weight, stats)`` per loss evaluation, the same number and order on
+                every process; ``weight`` is the process's share of the rows the statistics
+                describe (0 with ``{}`` for a process that had none of them).
+
+        Returns:
+            One dict per record: ``sum_r w_r s_r[key] / sum_r w_r`` over the processes that
+            logged ``key``. One process: the records' stats as they are.
+        """
+        if not self.distributed:
+            return [stats for _, stats in records]
+        gathered = self.gather(records)
+        means = []
+        for i in range(len(records)):
+            entries = [ranks[i] for ranks in gathered if ranks[i][0] > 0]
+            keys = dict.fromkeys(key for _, stats in entries for key in stats)
+            means.append({key: sum(w * s[key] for w, s in entries if key in s) / sum(w for w, s in entries if key in s)
+                          for key in keys})
+        return means
+
+    def merge_metrics(self, metrics: dict) -> dict:
+        """One step's metrics, the same on every process.
+
+        A value every process agrees on is kept; ``time_*`` values take the slowest
+        process's; other numbers (per-process diagnostics) are averaged over the
+        processes that logged them, NaN ignored; anything else is rank 0's.
+        One process: ``metrics`` itself.
+        """
+        if not self.distributed:
+            return metrics
+        gathered = self.gather(metrics)
+        keys = dict.fromkeys(key for m in gathered for key in m)
+        return {key: _merge(key, [m[key] for m in gathered if key in m]) for key in keys}
+
+
+def _same(a: Any, b: Any) -> bool:
+    return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
+
+
+def _merge(key: str, values: list) -> Any:
+    """One metric from its per-process values (see `World.merge_metrics`)."""
+    if all(_same(v, values[0]) for v in values):
+        return values[0]
+    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+        return values[0]
+    if key.startswith("time_"):
+        return max(values)
+    finite = [float(v) for v in values if not math.isnan(v)]
+    return float(np.mean(finite)) if finite else float("nan")
+
+
+@contextlib.contextmanager
+def _summed_gradients(params: list[torch.nn.Parameter]) -> Iterator[None]:
+    earlier = [p.grad for p in params]
+    for p in params:
+        p.grad = None
+    yield
+    grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+    for handle in [dist.all_reduce(g, op=dist.ReduceOp.SUM, async_op=True) for g in grads]:
+        handle.wait()
+    for p, grad, before in zip(params, grads, earlier):
+        p.grad = grad if before is None else before.add_(grad)
+
+
+def local_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
+    """This process's rows among ``rows`` (row ids of the whole batch), as rows of its part, in ``rows``' order.
+
+    ``index`` is `World.split_rows`' second output; ``None`` (one process) returns ``rows``.
+    """
+    if index is None:
+        return rows
+    mine = index[rows]
+    return mine[mine >= 0]
+
+
+def init_world(backend: str | None = None) -> World:
+    """This process's `World`, joining the process group set up by the launcher if there is one.
+
+    An already initialised default process group is used as it is. Otherwise, when
+    ``WORLD_SIZE`` > 1 (``accelerate launch --multi_gpu``, ``torchrun``), the group is
+    initialised from the environment (``env://``: ``RANK``, ``WORLD_SIZE``,
+    ``MASTER_ADDR``, ``MASTER_PORT``), after making CUDA device ``LOCAL_RANK`` the
+    current one when CUDA is used. Else: the one-process world.
+
+    Args:
+        backend: Process-group backend; default ``nccl`` with CUDA, ``gloo`` without.
+
+    Raises:
+        RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``.
+    """
+    if dist.is_available() and dist.is_initialized():
+        rank = dist.get_rank()
+        return World(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World()
+    if not dist.is_available():
+        raise RuntimeError(f"WORLD_SIZE={size} but torch.distributed is not available in this torch build")
+    rank = int(os.environ["RANK"])
+    local_rank = int(os.environ.get("LOCAL_RANK", rank))
+    backend = backend or ("nccl" if torch.cuda.is_available() else "gloo")
+    if backend == "nccl":
+        torch.cuda.set_device(local_rank)
+    dist.init_process_group(backend=backend, rank=rank, world_size=size)
+    return World(rank, size, local_rank)

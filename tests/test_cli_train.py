@@ -1,0 +1,103 @@
+"""``python -m rlvr_lib train``: config layering and errors, and one step on the embedded tiny policy."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from rlvr_lib.__main__ import main
+from rlvr_lib.config_files import build_config, load_settings, parse_assignments, parse_value
+
+TINY = ["--set", "prompts_per_step=2", "--set", "group_size=2", "--set", "max_new_tokens=8"]
+
+
+def _error(capsys, argv) -> str:
+    """The usage error ``main(argv)`` exits with (argparse: exit status 2, message on stderr)."""
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    assert exit_.value.code == 2
+    return capsys.readouterr().err
+
+
+# ------------------------------------------------------------------ training
+def test_train_one_step_writes_record_checkpoint_and_model(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--method", "grpo", "--steps", "1", *TINY, "--out", str(out)]) == 0
+    (record_path,) = out.glob("grpo-*-s0.json")
+    record = json.loads(record_path.read_text())
+    assert record["config"]["train"]["method"] == "grpo" and record["config"]["train"]["group_size"] == 2
+    assert record["extra"]["world_size"] == 1
+    (row,) = record["history"]
+    for key in ("loss", "reward_mean", "entropy", "grad_norm", "response_length"):
+        assert math.isfinite(row[key]), key
+    checkpoint = torch.load(out / "checkpoint.pt", weights_only=False)
+    assert checkpoint["step"] == 1 and checkpoint["config"] == record["config"]["train"]
+    assert (out / "model" / "config.json").exists() and (out / "model" / "tokenizer.json").exists()
+    assert str(record_path) in capsys.readouterr().out
+
+    # The same command again resumes from the checkpoint: the run is finished, nothing is retrained.
+    assert main(["train", "--method", "grpo", "--steps", "1", *TINY, "--out", str(out)]) == 0
+    assert json.loads(record_path.read_text())["history"] == record["history"]
+
+
+# ------------------------------------------------------------------ errors
+def test_unknown_set_key_names_the_key_and_the_fields(capsys):
+    err = _error(capsys, ["train", "--method", "grpo", "--set", "lrr=1e-5", "--out", "unused"])
+    assert "--set key='lrr' is invalid" in err and "'lr'" in err and "'max_new_tokens'" in err
+
+
+def test_bad_set_value_names_the_field_and_what_is_allowed(capsys):
+    err = _error(capsys, ["train", "--method", "grpo", "--set", "lr=-1", "--out", "unused"])
+    assert "TrainerConfig.lr=-1 is invalid: must be a number in (0, 1]" in err
+    err = _error(capsys, ["train", "--method", "grpo", "--set", "group_size=two", "--out", "unused"])
+    assert "TrainerConfig.group_size='two' is invalid" in err
+
+
+def test_bad_method_option_is_reported_before_training(capsys):
+    err = _error(capsys, ["train", "--method", "sage", "--set", "method_options={tauu: 1}", "--out", "unused"])
+    assert "method_options" in err and "tauu" in err and "tau" in err
+
+
+def test_set_without_equals_and_unknown_method_are_usage_errors(capsys):
+    assert "--set='lr'" in _error(capsys, ["train", "--method", "grpo", "--set", "lr", "--out", "unused"])
+    err = _error(capsys, ["train", "--method", "nope", "--out", "unused"])
+    assert "method='nope' is not registered" in err and "grpo" in err
+    assert "no method" in _error(capsys, ["train", "--out", "unused"])
+
+
+def test_config_file_key_errors_name_the_file(tmp_path, capsys):
+    path = tmp_path / "c.yaml"
+    path.write_text("method: grpo\nsteps: 2\nlearning_rate: 1e-6\n")
+    err = _error(capsys, ["train", "--config", str(path), "--out", "unused"])
+    assert f"{path} key='learning_rate' is invalid" in err
+    bad = tmp_path / "c.txt"
+    bad.write_text("method: grpo\n")
+    assert "config file=" in _error(capsys, ["train", "--config", str(bad), "--out", "unused"])
+
+
+# ------------------------------------------------------------------ layering and values
+def test_layers_override_in_order_preset_file_set_flags(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("method: dapo\nlr: 1e-6\nsteps: 7\neps_high: 0.3\n")
+    config = build_config(None, (str(path), load_settings(path)), ("--set", {"steps": 9}), ("flags", {"steps": 11}))
+    assert config.method == "dapo" and config.loss_agg == "token_mean"  # the dapo preset applies
+    assert (config.lr, config.eps_high, config.steps) == (1e-6, 0.3, 11)
+    assert build_config("grpo", (str(path), load_settings(path))).method == "grpo"  # --method wins over the file
+
+
+def test_engine_flag_sets_the_config_field():
+    config = build_config("grpo", ("command line", {"engine": "hf"}))
+    assert config.engine == "hf"
+    with pytest.raises(ValueError, match="engine='nope' is invalid"):
+        build_config("grpo", ("command line", {"engine": "nope"}))
+
+
+def test_values_parse_as_json_then_yaml_collections_then_strings(tmp_path):
+    assert parse_value("1e-6") == 1e-6 and parse_value("3") == 3 and parse_value("true") is True
+    assert parse_value("null") is None and parse_value("grpo") == "grpo"
+    assert parse_value("{tau: 1.2, q_min: 5e-1}") == {"tau": 1.2, "q_min": 0.5}
+    assert parse_assignments(["lr=2e-5", "policy=Qwen/Qwen2.5-3B"]) == {"lr": 2e-5, "policy": "Qwen/Qwen2.5-3B"}
+    path = tmp_path / "c.yaml"
+    path.write_text("lr: 1e-6\nsteps: 5\nkl_coef: 0\n")
+    assert load_settings(path) == {"lr": 1e-6, "steps": 5, "kl_coef": 0}  # YAML 1.2 floats: 1e-6 is a number

@@ -1,0 +1,34 @@
+"""Every file in ``configs/`` builds a valid `TrainerConfig` of a registered method (no model is loaded)."""
+
+from pathlib import Path
+
+import pytest
+
+from rlvr_lib.config_files import SETTINGS_SUFFIXES, config_from_file, load_settings
+from rlvr_lib.methods import METHODS
+from rlvr_lib.trainer_config import TrainerConfig
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+FILES = sorted(p for p in CONFIGS.iterdir() if p.suffix in SETTINGS_SUFFIXES)
+
+
+def test_the_four_papers_have_a_config():
+    assert {load_settings(p)["method"] for p in FILES} >= {"nudgerl", "c3po", "sage", "vigor"}
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_config_file_builds_a_valid_config(path):
+    settings = load_settings(path)
+    assert settings["method"] in METHODS
+    config = config_from_file(path)  # TrainerConfig's checks, then the method's (method_options included)
+    assert isinstance(config, TrainerConfig) and config.method == settings["method"]
+    for key, value in settings.items():  # the file's values win over the method's preset
+        assert getattr(config, key) == value, key
+    assert config.policy and not Path(config.policy).is_absolute()  # a hub name, not a local path
+    assert TrainerConfig.from_dict(config.to_dict()) == config  # round-trips (what checkpoints store)
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_config_file_has_its_command_in_the_readme(path):
+    readme = (CONFIGS / "README.md").read_text()
+    assert f"--config configs/{path.name}" in readme

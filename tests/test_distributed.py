@@ -1,0 +1,200 @@
+"""Multi-process training (`rlvr_lib.distributed`): two gloo processes give the one-process update.
+
+The end-to-end check spawns two CPU processes (``torch.multiprocessing``, the
+``RANK``/``WORLD_SIZE``/``MASTER_*`` environment a launcher sets) that each train
+one step on the tiny random model of ``conftest`` with 2 of the step's 4 prompts,
+and compares their loss and weights with one process training on all 4. A
+batch-independent engine (each row sampled alone, seeded by its prompt) makes
+the two runs roll out the same completions, so any difference is the update's;
+a reward that varies on the random model's output (a hash of the text) gives
+non-zero advantages, so the step moves the weights.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+import os
+import socket
+import time
+import zlib
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from conftest import build_char_tokenizer, build_tiny_qwen2
+from rlvr_lib.distributed import World, _merge, init_world, local_rows
+from rlvr_lib.methods import METHODS, method_config, register_method
+from rlvr_lib.rollout import KVCacheEngine, Rollouts
+
+TINY = dict(steps=1, prompts_per_step=4, group_size=2, max_new_tokens=8, train_pool_size=32, seed=0)
+BASES = {
+    # reverse-KL anchor: reference log-probs on each process's rows; seq-mean loss
+    "grpo": {},
+    # token-mean loss (global token normaliser), shuffled minibatches split unevenly across processes
+    "bnpo_loss": dict(inner_epochs=2, minibatches=2),
+    # IVON: two weight samples per group, gradients summed inside each sample's scope; Seq-MIS extras per process
+    "c3po": {},
+}
+TIMEOUT_S = 150
+
+
+class _TextHashReward:
+    """Reward = (sum of the completion's character codes mod 7) / 6: in [0, 1], varies on a random model's output."""
+
+    def rewards(self, batch, model):
+        return torch.tensor([(sum(map(ord, text)) % 7) / 6 for text in batch.rollouts.texts])
+
+
+def _register(add) -> None:
+    """``scored_<base>`` for every base method: its class and preset, with the text-hash reward."""
+    for base in BASES:
+        spec = METHODS[base]
+        add(f"scored_{base}", type(f"Scored{spec.cls.__name__}", (_TextHashReward, spec.cls), {}), **spec.preset)
+
+
+def _config(base: str):
+    return method_config(f"scored_{base}", **BASES[base], **TINY)
+
+
+class RowSeededEngine:
+    """Samples each row alone, seeded by its prompt and how often the prompt was sampled before.
+
+    A row then does not depend on the rest of the batch, nor on the process's
+    sampling seed: one process and two processes roll out the same completions
+    (the weight samples of 3PO call ``generate`` once each, in the same order).
+    """
+
+    def __init__(self, model, tokenizer):
+        self.inner = KVCacheEngine(model, tokenizer)
+        self.seen = collections.Counter()
+
+    def generate(self, prompts, params):
+        parts = []
+        for prompt in prompts:
+            seed = zlib.crc32(f"{prompt}|{self.seen[prompt]}".encode())
+            self.seen[prompt] += 1
+            parts.append(self.inner.generate([prompt], dataclasses.replace(params, seed=seed)))
+        return Rollouts.concat(parts)
+
+    def encode_prompts(self, prompts):
+        return self.inner.encode_prompts(prompts)
+
+
+def _train_one_step(base: str) -> dict:
+    """One step of ``_config(base)`` on the tiny random model; its metrics and final weights."""
+    from rlvr_lib.trainer import Trainer
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_qwen2(tokenizer)
+    trainer = Trainer(_config(base), model, tokenizer, engine=RowSeededEngine(model, tokenizer))
+    metrics = trainer.step()
+    return {"metrics": metrics, "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
+            "world": (trainer.world.rank, trainer.world.size)}
+
+
+def _worker(rank: int, port: int, out_dir: str) -> None:
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+                      WORLD_SIZE="2")
+    torch.set_num_threads(1)
+    _register(lambda name, cls, **preset: register_method(name, cls, "test method", **preset))
+    assert init_world(backend="gloo") == World(rank, 2, rank)  # from the environment; gloo even where CUDA exists
+    try:
+        results = {base: _train_one_step(base) for base in BASES}
+        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory):
+    if not (dist.is_available() and dist.is_gloo_available()):
+        pytest.skip("torch.distributed with the gloo backend is not available in this torch build")
+    out = tmp_path_factory.mktemp("ddp")
+    context = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=False, start_method="spawn")
+    deadline = time.monotonic() + TIMEOUT_S
+    while not context.join(timeout=1):
+        if time.monotonic() > deadline:
+            for process in context.processes:
+                process.kill()
+            pytest.fail(f"two-process training did not finish in {TIMEOUT_S} s")
+    return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+def _same(a: dict, b: dict) -> bool:
+    """Equal metric dicts, NaN equal to NaN."""
+    return a.keys() == b.keys() and all(
+        a[k] == b[k] or (isinstance(a[k], float) and math.isnan(a[k]) and math.isnan(b[k])) for k in a)
+
+
+@pytest.mark.parametrize("base", sorted(BASES))
+def test_two_processes_give_the_one_process_loss_and_weights(base, two_process_results, registered):
+    _register(registered)
+    single = _train_one_step(base)
+    assert single["world"] == (0, 1)
+    ranks = [results[base] for results in two_process_results]
+    assert [r["world"] for r in ranks] == [(0, 2), (1, 2)]
+    assert single["metrics"]["advantage_abs_mean"] > 0
+    for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy"):
+        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-5), key
+    assert _same(ranks[0]["metrics"], ranks[1]["metrics"])  # merged: one history on every process
+    for key, weight in single["weights"].items():
+        for r in ranks:
+            torch.testing.assert_close(r["weights"][key], weight, rtol=1e-5, atol=1e-5, msg=key)
+        assert torch.equal(ranks[0]["weights"][key], ranks[1]["weights"][key]), key  # identical steps
+    changed = [k for k, w in single["weights"].items() if w.is_floating_point()
+               and not torch.equal(w, build_tiny_qwen2(build_char_tokenizer()).state_dict()[k])]
+    assert changed, "the step changed no weight: the comparison would be vacuous"
+
+
+# ------------------------------------------------------------------ one-process helpers
+def test_one_process_world_is_the_identity(monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    world = init_world()
+    assert world == World() and not world.distributed and world.is_main
+    assert world.shard(5) == range(5) and world.sampling_seed(123) == 123
+    records = [(1.0, {"loss": 0.5}), (0.25, {"loss": 2.0})]
+    assert world.weighted_means(records) == [{"loss": 0.5}, {"loss": 2.0}]
+    metrics = {"loss": 1.0}
+    assert world.merge_metrics(metrics) is metrics
+    rows = torch.tensor([3, 1, 2])
+    assert local_rows(rows, None) is rows
+
+
+def test_shards_cover_every_index_once_in_rank_order():
+    for n in range(0, 9):
+        for size in (1, 2, 3, 4):
+            blocks = [World(rank, size).shard(n) for rank in range(size)]
+            assert [i for b in blocks for i in b] == list(range(n))
+            assert max(map(len, blocks)) - min(map(len, blocks)) <= 1
+            assert len(blocks[0]) == max(map(len, blocks))  # rank 0 holds a group whenever there is one
+
+
+def test_rank_seeds_differ_and_are_deterministic():
+    seeds = [World(rank, 4).sampling_seed(7) for rank in range(4)]
+    assert seeds[0] == 7 and len(set(seeds)) == 4
+    assert seeds == [World(rank, 4).sampling_seed(7) for rank in range(4)]
+
+
+def test_local_rows_keeps_this_processs_rows_in_minibatch_order():
+    index = torch.tensor([-1, -1, 0, 1, 2, -1])  # rows 2-4 of the whole batch are rows 0-2 here
+    assert local_rows(torch.tensor([4, 0, 2, 5]), index).tolist() == [2, 0]
+    assert local_rows(torch.tensor([0, 5]), index).tolist() == []
+
+
+def test_metric_merge_rules():
+    assert _merge("loss", [0.5, 0.5]) == 0.5
+    assert math.isnan(_merge("reward_acc_corr", [float("nan"), float("nan")]))
+    assert _merge("time_step", [1.0, 3.0]) == 3.0
+    assert _merge("vigor_grad_norm", [1.0, float("nan"), 3.0]) == 2.0
+    assert _merge("label", ["a", "b"]) == "a"
