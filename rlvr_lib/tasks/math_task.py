@@ -36,6 +36,7 @@ from rlvr_lib.tasks.prompting import (
     MAX_COMPLETION_CHARS,
     PromptFormat,
     check_completion,
+    check_family_names,
     check_timeout,
     signal_timeout,
 )
@@ -192,9 +193,7 @@ class MathTask:
         check(isinstance(families, Mapping) and len(families) > 0
               and all(isinstance(f, MathFamily) for f in families.values()),
               "families", families, "a non-empty {name: MathFamily} mapping")
-        for attr, chosen in (("eval_families", eval_families), ("ood_families", ood_families)):
-            for family in chosen:
-                check_choice(attr, family, list(families))
+        check_family_names(families, eval_families=eval_families, ood_families=ood_families)
         for attr, value, optional in (("question_field", question_field, False), ("answer_field", answer_field, False),
                                       ("level_field", level_field, True), ("solution_field", solution_field, True),
                                       ("hub_config", hub_config, True)):

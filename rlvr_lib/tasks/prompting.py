@@ -13,7 +13,7 @@ import logging
 import threading
 
 from rlvr_lib.tasks.base import MALFORMED, Verdict
-from rlvr_lib.validation import check, check_int
+from rlvr_lib.validation import check, check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,13 @@ def check_completion(completion: object, max_chars: int) -> Verdict | None:
     if len(completion) > max_chars:
         return Verdict(0.0, MALFORMED, None, f"longer than {max_chars} characters")
     return None
+
+
+def check_family_names(families, **chosen) -> None:
+    """Every name in each ``chosen`` list (``eval_families=...``, ``ood_families=...``) is one of ``families``."""
+    for attr, names in chosen.items():
+        for family in names:
+            check_choice(attr, family, list(families))
 
 
 def check_timeout(timeout_s: object) -> int:

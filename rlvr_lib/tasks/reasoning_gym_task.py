@@ -25,6 +25,7 @@ from rlvr_lib.tasks.prompting import (
     MAX_COMPLETION_CHARS,
     PromptFormat,
     check_completion,
+    check_family_names,
     check_timeout,
     signal_timeout,
 )
@@ -136,9 +137,7 @@ class ReasoningGymTask:
         check(isinstance(families, Mapping) and len(families) > 0
               and all(isinstance(c, Mapping) for c in families.values()),
               "families", families, "a non-empty {name: {config field: value}} mapping")
-        for attr, chosen in (("eval_families", eval_families), ("ood_families", ood_families)):
-            for family in chosen:
-                check_choice(attr, family, list(families))
+        check_family_names(families, eval_families=eval_families, ood_families=ood_families)
         self.name, self.dataset = name, dataset
         self.capacity = check_int("capacity", capacity, 1)
         self.family_configs = {f: dict(config) for f, config in families.items()}
