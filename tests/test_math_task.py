@@ -274,3 +274,16 @@ def test_trains_through_the_trainer_with_the_math_verifier(fresh_tiny_model, tin
         assert metrics["reward_mean"] == pytest.approx(sum(v.reward for _, _, v in step_calls) / 4)
         finite = {k: v for k, v in metrics.items() if isinstance(v, float) and k != "reward_acc_corr"}
         assert finite and all(math.isfinite(v) for v in finite.values()), metrics
+
+
+def test_math_verify_warnings_are_cut_to_a_short_quote(caplog):
+    import logging
+
+    from rlvr_lib.tasks.math_task import LOG_QUOTE_CHARS
+
+    get_task("math_sample")  # building a MathTask installs the filter
+    with caplog.at_level(logging.WARNING, logger="math_verify.parser"):
+        logging.getLogger("math_verify.parser").warning("Timeout during parsing: %s", "x" * 30_000)
+    (record,) = caplog.records
+    assert record.getMessage().startswith("Timeout during parsing: xxx")
+    assert len(record.getMessage()) < LOG_QUOTE_CHARS + 40 and record.getMessage().endswith("[30024 characters]")

@@ -45,6 +45,31 @@ from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 logger = logging.getLogger(__name__)
 
+LOG_QUOTE_CHARS = 200
+"""math-verify's warnings quote the whole completion (a timeout on a 32k-character one logs all of it);
+they are cut to this many characters."""
+
+
+class _ShortWarnings(logging.Filter):
+    """Cuts a log record's message to `LOG_QUOTE_CHARS` characters (the rest is replaced by its length)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if len(message) > LOG_QUOTE_CHARS:
+            record.msg, record.args = f"{message[:LOG_QUOTE_CHARS]} ... [{len(message)} characters]", ()
+        return True
+
+
+_SHORT_WARNINGS = _ShortWarnings()
+
+
+def _shorten_math_verify_logs() -> None:
+    """Install `_ShortWarnings` on math-verify's loggers (idempotent; a logger's filters see its own records)."""
+    for name in ("math_verify.parser", "math_verify.grader", "math_verify.metric"):
+        log = logging.getLogger(name)
+        if _SHORT_WARNINGS not in log.filters:
+            log.addFilter(_SHORT_WARNINGS)
+
 __all__ = [
     "DEFAULT_MATH_TEMPLATE",
     "MATH500_SOURCE",
@@ -189,6 +214,7 @@ class MathTask:
         hint_pool=None,
     ):
         check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
+        _shorten_math_verify_logs()
         self._load_path, self._data_files = _load_arguments(source)
         check(isinstance(families, Mapping) and len(families) > 0
               and all(isinstance(f, MathFamily) for f in families.values()),
