@@ -29,6 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
+from rlvr_lib.eval.stats import _check_common, _percentile
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 __all__ = ["GradNormProfile", "grad_norm_profile", "rank_trend"]
@@ -102,8 +103,7 @@ class GradNormProfile:
         v = self.values(which)
         if not (np.isfinite(v).all() and (v > 0).all()):
             raise invalid(which, "<non-positive or non-finite values>", "positive finite values (a log is taken)")
-        check(0 < confidence < 1, "confidence", confidence, "a level in (0, 1)")
-        check_int("n_resamples", n_resamples, 1)
+        confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
         x, y = np.log(self.lengths.astype(np.float64)), np.log(v.astype(np.float64))
         per_problem = np.stack([np.full(len(x), x.shape[1], dtype=np.float64), x.sum(1), y.sum(1),
                                 (x * x).sum(1), (x * y).sum(1)], axis=1)  # (P, 5): n, Sx, Sy, Sxx, Sxy
@@ -121,9 +121,8 @@ class GradNormProfile:
         counts = rng.multinomial(P, np.full(P, 1.0 / P), size=n_resamples).astype(np.float64)  # (B, P)
         stats = slope(counts @ per_problem)
         stats = stats[np.isfinite(stats)]  # a resample of problems whose completions all share one length
-        alpha = (1 - confidence) / 2
-        lo, hi = np.quantile(stats, [alpha, 1 - alpha])
-        return {"mean": point, "ci_low": float(lo), "ci_high": float(hi), "n": int(x.size), "n_problems": P,
+        lo, hi = _percentile(stats, confidence)
+        return {"mean": point, "ci_low": lo, "ci_high": hi, "n": int(x.size), "n_problems": P,
                 "se": float(stats.std()),
                 "method": f"least squares on log-log, percentile bootstrap over problems (P={P}, B={n_resamples})"}
 
