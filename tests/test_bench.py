@@ -70,7 +70,7 @@ def test_method_step_bench_times_each_method_and_its_reference_and_reports_their
 
     summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "methods.json").read_text())
-    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "c3po", "vigor"}
+    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "b3po", "m3po", "c3po", "vigor"}
     for name, steps in result["steps"].items():
         assert len(steps["step_seconds"]) == 1 and steps["median_s"] > 0
     entry = summary["method_step_ratios"]["nudgerl"]

@@ -441,7 +441,7 @@ def test_kernel_path_equals_logits_path_values_and_gradients(arch, tiny_model_an
 
     logp_k, ent_k, grads_k, head_calls_k = run("auto")
     logp_l, ent_l, grads_l, head_calls_l = run("logits")
-    assert head_calls_k == 0 and head_calls_l == 1
+    assert head_calls_k == 0 and head_calls_l >= 1  # the logits path: once per pass (prompt pass, completions)
     assert torch.allclose(logp_k, logp_l, atol=1e-5, rtol=1e-5)
     assert torch.allclose(ent_k, ent_l, atol=1e-5, rtol=1e-5)
     assert (logp_k[r.completion_mask == 0] == 0).all() and (ent_k[r.completion_mask == 0] == 0).all()
