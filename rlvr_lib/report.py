@@ -11,6 +11,7 @@ import json
 import sys
 from pathlib import Path
 
+import numpy as np
 
 from rlvr_lib.eval.summaries import PASSK_INTERVAL, SEED_INTERVAL, summary_row
 from rlvr_lib.experiments import format_ci, load_runs, results_root
@@ -82,6 +83,8 @@ def _bench_machines(root: Path, summary: dict) -> str:
     """Each machine the benchmarks ran on, with the benchmarks it ran (from each benchmark's own JSON)."""
     by_machine: dict[str, list[str]] = {}
     for name in sorted(summary.get("finished_at", {})):
+        if name == "reproduction":  # read from the run records, not measured
+            continue
         path = root / "bench" / f"{name}.json"
         m = json.loads(path.read_text()).get("machine", {}) if path.exists() else summary.get("machine", {})
         desc = (f"{m.get('cpu', '?')}, {m.get('cpu_count', '?')} cores, {m.get('torch_threads', '?')} torch threads, "
@@ -141,6 +144,18 @@ def _bench_section(root: Path) -> list[str]:
             f"{r['median_s']:.3f} s vs {r['reference']} {r['reference_median_s']:.3f} s (registered presets at the "
             "same prompts, G and completion budget, stepped round robin) |"
         )
+    if "profile" in s:
+        p = s["profile"]
+        compiled = (f" The lean decoder under `torch.compile` (CPU inductor): {p['compiled_decode_speedup']:.2f}x "
+                    f"eager, after {p['compiled_decode_first_call_s']:.0f} s of compilation."
+                    if "compiled_decode_speedup" in p else "")
+        lines += ["", (
+            f"What bounds the first two (`profile.json`, same machine): a rollout of the RL batch costs "
+            f"{p['decode_us_per_layer_per_token']:.1f} us per layer per generated token; its matrix products, "
+            f"replayed alone, take {p['decode_matmul_floor_share']:.0%} of it (so removing every other op could "
+            f"make it at most {1 / p['decode_matmul_floor_share']:.1f}x faster), and "
+            f"{p['step_matmul_floor_share']:.0%} of a GRPO step, of which the rollout is "
+            f"{p['step_rollout_share']:.0%}.{compiled}")]
     return lines
 
 
@@ -167,18 +182,35 @@ SECTIONS = (
 )
 
 
+def notebook_compute(root: str | Path | None = None) -> list[dict]:
+    """Measured compute per notebook of the full profile, from the committed run records.
+
+    Returns:
+        One dict per notebook of `SECTIONS`: ``notebook``, ``experiment``,
+        ``runs``, ``hours`` (summed ``wall_time_s``), ``median_run_s`` (``None``
+        without runs) and ``processors`` (the CPU models the runs recorded).
+    """
+    root = results_root(root)
+    rows = []
+    for experiment, _, notebook, _ in SECTIONS:
+        records = load_runs(experiment, root)
+        seconds = sorted(r.wall_time_s for r in records)
+        rows.append({
+            "notebook": notebook, "experiment": experiment, "runs": len(records), "hours": sum(seconds) / 3600,
+            "median_run_s": float(np.median(seconds)) if seconds else None,
+            "processors": sorted({r.extra.get("machine", {}).get("cpu_model", "?") for r in records}),
+        })
+    return rows
+
+
 def _budget_section(root: Path) -> list[str]:
     """Measured compute per notebook: the summed wall time of the runs each notebook owns."""
     lines = ["**Compute** (sum of the committed full-profile runs' wall times; a notebook's own rendering "
              "from the cache takes under a minute):", "", "| notebook | runs | hours | processor |", "|---|---|---|---|"]
-    total = 0.0
-    for experiment, _, notebook, _ in SECTIONS:
-        records = load_runs(experiment, root)
-        hours = sum(r.wall_time_s for r in records) / 3600
-        total += hours
-        cpus = sorted({r.extra.get("machine", {}).get("cpu_model", "?") for r in records}) or ["-"]
-        lines.append(f"| {notebook} | {len(records)} | {hours:.2f} | {', '.join(cpus)} |")
-    lines.append(f"| total | | {total:.2f} | |")
+    rows = notebook_compute(root)
+    for row in rows:
+        lines.append(f"| {row['notebook']} | {row['runs']} | {row['hours']:.2f} | {', '.join(row['processors']) or '-'} |")
+    lines.append(f"| total | | {sum(row['hours'] for row in rows):.2f} | |")
     return lines
 
 

@@ -181,6 +181,25 @@ def build_tiny_gpt2(tokenizer, *, seed: int = 0):
     return _seeded(lambda: GPT2LMHeadModel(cfg), seed)
 
 
+@pytest.fixture
+def spy_on_verify(monkeypatch):
+    """``spy_on_verify(task)``: the list that collects ``(problem, completion, verdict)`` of every
+    ``task.verify`` call from then on (the task's own verifier still decides)."""
+
+    def install(task):
+        calls, verify = [], type(task).verify
+
+        def spy(problem, completion):
+            verdict = verify(task, problem, completion)
+            calls.append((problem, completion, verdict))
+            return verdict
+
+        monkeypatch.setattr(task, "verify", spy)
+        return calls
+
+    return install
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer():
     """Session-wide character-level tokenizer (see module docstring)."""

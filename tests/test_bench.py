@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from rlvr_lib.bench.__main__ import TARGETS, main
 from rlvr_lib.bench.logprob import bench_logprob_memory
@@ -69,7 +70,7 @@ def test_method_step_bench_times_each_method_and_its_reference_and_reports_their
 
     summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "methods.json").read_text())
-    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "c3po", "vigor"}
+    assert set(result["steps"]) == {"grpo", "nudgerl", "sage", "b3po", "m3po", "c3po", "vigor"}
     for name, steps in result["steps"].items():
         assert len(steps["step_seconds"]) == 1 and steps["median_s"] > 0
     entry = summary["method_step_ratios"]["nudgerl"]
@@ -116,3 +117,59 @@ def test_gradnorm_bench_times_both_implementations_on_equal_values(tmp_path):
         from rlvr_lib.bench.gradnorm import bench_gradnorm
 
         bench_gradnorm(models=("huge",))
+
+
+def test_matmul_replay_counts_every_product_and_its_flops():
+    """The dispatch log sees mm, addmm (F.linear with a bias, forward and backward) and bmm with their shapes."""
+    from rlvr_lib.bench.profile import matmul_replay
+
+    x = torch.randn(4, 5, requires_grad=True)
+    w, b = torch.randn(6, 5), torch.randn(6)
+    a, c = torch.randn(2, 3, 4), torch.randn(2, 4, 5)
+
+    def work():
+        torch.nn.functional.linear(x, w, b).sum().backward()  # addmm forward, one mm backward (x's gradient)
+        torch.bmm(a, c)
+
+    out = matmul_replay(work, repeats=2)
+    # addmm 4x5 @ 5x6, backward mm 4x6 @ 6x5, bmm 2 x (3x4 @ 4x5)
+    assert out["products"] == 3
+    assert out["gflop"] * 1e9 == pytest.approx(2 * 4 * 5 * 6 + 2 * 4 * 6 * 5 + 2 * 2 * 3 * 4 * 5)
+    assert out["median_s"] > 0
+
+
+def test_op_group_shares_sum_to_one_and_name_the_groups():
+    from types import SimpleNamespace
+
+    from rlvr_lib.bench.profile import OP_GROUPS, op_group_shares
+
+    events = [SimpleNamespace(key="aten::mm", self_cpu_time_total=60.0, count=3),
+              SimpleNamespace(key="aten::index_select", self_cpu_time_total=20.0, count=2),
+              SimpleNamespace(key="aten::mul", self_cpu_time_total=20.0, count=10),
+              SimpleNamespace(key="Optimizer.step#AdamW.step", self_cpu_time_total=500.0, count=1)]  # not an op
+    out = op_group_shares(events)
+    assert set(out["shares"]) == {*OP_GROUPS, "elementwise_and_other"}
+    assert out["shares"]["matmul"] == pytest.approx(0.6) and out["shares"]["copies"] == pytest.approx(0.2)
+    assert out["shares"]["elementwise_and_other"] == pytest.approx(0.2) and out["shares"]["sampling"] == 0
+    assert out["op_calls"] == 15 and out["top_ops"][0] == {"op": "aten::mm", "share": 0.6, "calls": 3, "mean_us": 20.0}
+
+
+def test_profile_bench_splits_the_step_and_bounds_the_rollout(tmp_path):
+    summary = main(["--quick", "--only", "profile,reproduction", "--out", str(tmp_path)])
+    result = json.loads((tmp_path / "profile.json").read_text())
+    decode, step = result["decode"], result["step"]
+    assert decode["lean_decoder"] is True and "compiled" not in decode  # quick: no compilation
+    layers = result["settings"]["layers"]
+    assert decode["us_per_layer_per_token"] == pytest.approx(decode["median_s"] / (decode["tokens"] * layers) * 1e6)
+    assert 0 < decode["matmul_replay"]["share_of_call"] < 1 and 0 < step["matmul_replay"]["share_of_call"] < 1
+    assert step["matmul_replay"]["gflop"] > decode["matmul_replay"]["gflop"]  # the step's update adds products
+    assert 0 < step["rollout_share"] < 1
+    assert sum(decode["profile"]["shares"].values()) == pytest.approx(1.0)
+    p = summary["profile"]
+    assert p["decode_matmul_floor_share"] == decode["matmul_replay"]["share_of_call"]
+    # the reproduction entry is read from the committed run records, one row per notebook
+    from rlvr_lib.report import SECTIONS, notebook_compute
+
+    rows = notebook_compute()
+    assert [r["notebook"] for r in rows] == [notebook for _, _, notebook, _ in SECTIONS]
+    assert summary["reproduction_hours"]["total"] == pytest.approx(sum(r["hours"] for r in rows))

@@ -245,16 +245,9 @@ def test_registered_tasks():
 # --------------------------------------------------------------------------- training
 
 
-def test_trains_through_the_trainer_with_the_math_verifier(fresh_tiny_model, tiny_tokenizer, monkeypatch):
+def test_trains_through_the_trainer_with_the_math_verifier(fresh_tiny_model, tiny_tokenizer, spy_on_verify):
     task = get_task("math_sample")
-    calls = []
-
-    def spy(problem, completion):
-        verdict = MathTask.verify(task, problem, completion)
-        calls.append((problem, completion, verdict))
-        return verdict
-
-    monkeypatch.setattr(task, "verify", spy)
+    calls = spy_on_verify(task)
     cfg = TrainerConfig(task="math_sample", train_family="train", steps=2, prompts_per_step=2, group_size=2,
                         max_new_tokens=8, seed=0)
     trainer = Trainer(cfg, fresh_tiny_model, tiny_tokenizer)

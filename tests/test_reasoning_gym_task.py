@@ -169,16 +169,9 @@ def test_registered_knights_knaves():
 # --------------------------------------------------------------------------- training
 
 
-def test_trains_through_the_trainer_with_the_dataset_scorer(fresh_tiny_model, tiny_tokenizer, monkeypatch):
+def test_trains_through_the_trainer_with_the_dataset_scorer(fresh_tiny_model, tiny_tokenizer, spy_on_verify):
     task = get_task("rg_knights_knaves")
-    calls = []
-
-    def spy(problem, completion):
-        verdict = ReasoningGymTask.verify(task, problem, completion)
-        calls.append((problem, completion, verdict))
-        return verdict
-
-    monkeypatch.setattr(task, "verify", spy)
+    calls = spy_on_verify(task)
     cfg = TrainerConfig(task="rg_knights_knaves", train_family="ppl2", train_pool_size=8, steps=2,
                         prompts_per_step=2, group_size=2, max_new_tokens=8, seed=0)
     history = Trainer(cfg, fresh_tiny_model, tiny_tokenizer).train(progress=False)

@@ -441,7 +441,7 @@ def test_kernel_path_equals_logits_path_values_and_gradients(arch, tiny_model_an
 
     logp_k, ent_k, grads_k, head_calls_k = run("auto")
     logp_l, ent_l, grads_l, head_calls_l = run("logits")
-    assert head_calls_k == 0 and head_calls_l == 1
+    assert head_calls_k == 0 and head_calls_l >= 1  # the logits path: once per pass (prompt pass, completions)
     assert torch.allclose(logp_k, logp_l, atol=1e-5, rtol=1e-5)
     assert torch.allclose(ent_k, ent_l, atol=1e-5, rtol=1e-5)
     assert (logp_k[r.completion_mask == 0] == 0).all() and (ent_k[r.completion_mask == 0] == 0).all()
@@ -501,3 +501,72 @@ def test_output_keeps_the_callers_width_when_padding_is_trimmed(tiny_model_and_t
     assert logp.shape == ent.shape == (rows, 9)
     assert (logp[:, 4:] == 0).all() and (ent[:, 4:] == 0).all()
     assert torch.allclose(logp[:, :4], short, atol=1e-6)
+
+
+# --------------------------------------------- sequence_logprobs: shared prompts
+def _prompt_sharing_results(model, args, weights, *, share, buckets):
+    model.zero_grad(set_to_none=True)
+    logp, ent = sequence_logprobs(model, *args, temperature=0.8, with_entropy=True, length_buckets=buckets,
+                                  share_prompts=share)
+    ((logp * weights).sum() + 0.3 * ent.sum()).backward()
+    return logp.detach(), ent.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("arch", ["qwen2", "qwen2_biased_head", "llama", "gpt2"])
+@pytest.mark.parametrize("buckets", [1, 4])
+def test_shared_prompts_equal_one_pass_values_and_gradients(arch, buckets, tiny_model_and_tokenizer):
+    """Each distinct prompt encoded once (its keys/values reused by its rows) gives the one-pass log-probs,
+    entropies and gradients, on the kernel path and the logits path (biased head), with left-padded prompts
+    of different lengths, completions of different lengths, and trimmed buckets."""
+    from rlvr_lib.rollout.logprobs import _SharedPrompts, plain_lm_head
+
+    model, tok = tiny_model_and_tokenizer
+    if arch == "qwen2_biased_head":
+        model = _with_logit_bias(model, {tok.eos_token_id: 1.5})  # logits path; EOS likely, so lengths vary
+    elif arch != "qwen2":
+        model = (build_tiny_llama if arch == "llama" else build_tiny_gpt2)(tok)
+    model = copy.deepcopy(model).train()
+    r = HFEngine(model, tok).generate(PROMPTS, SamplingParams(n=8, temperature=1.0, max_new_tokens=12, seed=3))
+    lengths = r.completion_lengths.clone()
+    r.completion_mask[1::3, 5:] = 0  # shorter completions in every group, whatever was sampled
+    assert len(set(r.completion_mask.sum(1).tolist())) >= 2 and len(set(r.prompt_mask.sum(1).tolist())) >= 3
+    assert bool((lengths >= 6).any())
+    args = (r.prompt_ids, r.prompt_mask, r.completion_ids, r.completion_mask)
+    shared = _SharedPrompts.build(model, plain_lm_head(model), r.prompt_ids, r.prompt_mask)
+    assert shared is not None and len(shared.last) == len(PROMPTS)  # the path under test is taken
+    weights = torch.randn(r.completion_ids.shape, generator=torch.Generator().manual_seed(0))
+    lp0, en0, g0 = _prompt_sharing_results(model, args, weights, share=False, buckets=buckets)
+    lp1, en1, g1 = _prompt_sharing_results(model, args, weights, share=True, buckets=buckets)
+    assert torch.allclose(lp0, lp1, atol=1e-5, rtol=1e-5) and torch.allclose(en0, en1, atol=1e-5, rtol=1e-5)
+    assert (lp1[r.completion_mask == 0] == 0).all() and (en1[r.completion_mask == 0] == 0).all()
+    assert g0.keys() == g1.keys() and len(g1) == sum(1 for _ in model.parameters())
+    for name in g0:
+        assert torch.allclose(g0[name], g1[name], atol=1e-5, rtol=1e-4), name
+
+
+def test_shared_prompts_only_when_prompts_repeat(tiny_model_and_tokenizer):
+    """Distinct prompts (or under two rows per prompt) take the one-pass path; so do caches that cannot be
+    shared (a sliding-window layer); the one-token completion uses the prompt pass alone."""
+    from transformers import Qwen2ForCausalLM
+
+    from rlvr_lib.rollout.logprobs import _SharedPrompts, plain_lm_head
+
+    model, tok = tiny_model_and_tokenizer
+    enc = tok(PROMPTS, padding=True, return_tensors="pt")
+    ids, mask = enc["input_ids"], enc["attention_mask"]
+    head = plain_lm_head(model)
+    config = copy.deepcopy(model.config)
+    config.use_sliding_window, config.sliding_window = True, 4
+    config.layer_types = ["sliding_attention"] + config.layer_types[1:]
+    sliding = Qwen2ForCausalLM(config).eval()
+    with torch.no_grad():
+        assert _SharedPrompts.build(model, head, ids, mask) is None
+        assert _SharedPrompts.build(model, head, ids[[0, 0, 1, 2]], mask[[0, 0, 1, 2]]) is None
+        assert _SharedPrompts.build(model, head, ids[[0, 0, 1, 1]], mask[[0, 0, 1, 1]]) is not None
+        assert _SharedPrompts.build(sliding, plain_lm_head(sliding), ids[[0, 0, 1, 1]], mask[[0, 0, 1, 1]]) is None
+        rows = [0, 0, 0, 1, 1, 1]
+        one_token = torch.tensor([[7]] * 6)
+        a, _ = sequence_logprobs(model, ids[rows], mask[rows], one_token, torch.ones_like(one_token))
+        b, _ = sequence_logprobs(model, ids[rows], mask[rows], one_token, torch.ones_like(one_token),
+                                 share_prompts=False)
+    assert torch.allclose(a, b, atol=1e-6)

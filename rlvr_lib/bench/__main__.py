@@ -11,6 +11,12 @@ run (medians over repeats after a warm-up); none asserts a time. Files:
   per-sample gradient norms: ghost norms vs the per-sample backward loop);
 * ``methods.json`` -- :func:`rlvr_lib.bench.methods.bench_method_steps` (each
   exploration method's step time over the GRPO run it is compared with);
+* ``profile.json`` -- :func:`rlvr_lib.bench.profile.bench_profile` (where a
+  rollout and a GRPO step spend their time: per layer, per op group, the
+  matmul floor, the decoder under ``torch.compile``);
+* ``reproduction.json`` -- :func:`rlvr_lib.report.notebook_compute` (the full
+  profile's wall time per notebook, summed from the committed run records:
+  read, not timed);
 * ``summary.json`` -- the headline ratios, each next to the raw
   medians it came from and its target; benchmarks not run this time keep
   their previous entries.
@@ -30,7 +36,7 @@ from pathlib import Path
 from rlvr_lib.bench.common import machine_info
 from rlvr_lib.experiments import results_root, write_json_atomic
 
-BENCHMARKS = ("rollout", "step", "logprob", "methods", "gradnorm")
+BENCHMARKS = ("rollout", "step", "logprob", "methods", "gradnorm", "profile", "reproduction")
 TARGETS = {
     "rollout_speedup_vs_generate": (">=", 3.0),
     "step_time_ratio_vs_trl": ("<=", 0.5),
@@ -43,6 +49,8 @@ QUICK = {
     "logprob": dict(tokens=256, vocab=8192, hidden=64, warmup=0, repeats=1),
     "methods": dict(prompts_per_step=2, group_size=4, max_new_tokens=16, warmup=0, repeats=1),
     "gradnorm": dict(models=("tiny",), completions=8, tokens=16, warmup=0, repeats=1),
+    "profile": dict(batch=16, group_size=4, max_new_tokens=16, warmup=0, repeats=1, compile_decode=False),
+    "reproduction": dict(),
 }
 
 
@@ -69,6 +77,15 @@ def _run(name: str, quick: bool) -> dict:
         from rlvr_lib.bench.methods import bench_method_steps
 
         return bench_method_steps(**kwargs)
+    if name == "profile":
+        from rlvr_lib.bench.profile import bench_profile
+
+        return bench_profile(**kwargs)
+    if name == "reproduction":
+        from rlvr_lib.report import notebook_compute
+
+        rows = notebook_compute()
+        return {"notebooks": rows, "total_hours": sum(row["hours"] for row in rows)}
     from rlvr_lib.bench.logprob import bench_logprob_memory
 
     return bench_logprob_memory(**kwargs)
@@ -81,6 +98,21 @@ def summarize(name: str, result: dict) -> dict:
             method: {**r, "median_s": result["steps"][method]["median_s"],
                      "reference_median_s": result["steps"][r["reference"]]["median_s"]}
             for method, r in result["ratios"].items()}}
+    if name == "profile":  # no target: what bounds the two ratios above
+        decode, step = result["decode"], result["step"]
+        entry = {"decode_us_per_layer_per_token": decode["us_per_layer_per_token"],
+                 "decode_us_per_layer_per_step": decode["us_per_layer_per_step"],
+                 "decode_matmul_floor_share": decode["matmul_replay"]["share_of_call"],
+                 "decode_op_shares": decode["profile"]["shares"],
+                 "step_rollout_share": step["rollout_share"],
+                 "step_matmul_floor_share": step["matmul_replay"]["share_of_call"]}
+        if "compiled" in decode:
+            entry["compiled_decode_speedup"] = decode["compiled"]["speedup_vs_eager"]
+            entry["compiled_decode_first_call_s"] = decode["compiled"]["first_call_s"]
+        return {"profile": entry}
+    if name == "reproduction":
+        return {"reproduction_hours": {row["notebook"]: row["hours"] for row in result["notebooks"]}
+                | {"total": result["total_hours"]}}
     if name == "rollout":
         key, value = "rollout_speedup_vs_generate", result["rollout_speedup_vs_generate"]
         grouped = result["workloads"]["grouped"]

@@ -30,7 +30,8 @@ from rlvr_lib.validation import check_int, invalid
 # (no KL either) is; against `grpo_no_kl` (the authors' GRPO had no KL) it would be higher by that forward.
 # VIGOR (KL 0.01, reverse) against `grpo` (KL 0.05, reverse): the same anchor forward, so the ratio is the
 # per-sample gradient norms' cost (the paper: 3h35m vs 2h34m, 1.4x; no target in its issue).
-PAIRS = {"nudgerl": "grpo", "sage": "grpo", "c3po": "grpo", "vigor": "grpo"}
+# B3PO (one weight sample per step) and M3PO (M = 2 samples, each with its own sub-groups) against `grpo` too.
+PAIRS = {"nudgerl": "grpo", "sage": "grpo", "b3po": "grpo", "m3po": "grpo", "c3po": "grpo", "vigor": "grpo"}
 # Method -> the largest step-time ratio its issue accepts (C3PO: "<= 1.6x GRPO's at the same G"; paper ~1.5x).
 TARGETS = {"nudgerl": 1.3, "sage": 1.1, "c3po": 1.6}
 

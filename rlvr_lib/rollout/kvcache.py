@@ -151,6 +151,7 @@ class _LeanDecoder:
         shape = (batch, self.n_kv, width, self.head_dim)
         self.keys = [torch.empty(shape, device=device, dtype=dtype) for _ in self.body.layers]
         self.values = [torch.empty(shape, device=device, dtype=dtype) for _ in self.body.layers]
+        self.filled = 0  # cache columns written so far
         self.qkv = [self._fuse(layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj)
                     for layer in self.body.layers]
         self.gate_up = [
@@ -170,9 +171,18 @@ class _LeanDecoder:
         return weight, bias, [m.out_features for m in linears]
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Keep only cache rows ``rows`` (indices into the current batch)."""
-        self.keys = [k.index_select(0, rows) for k in self.keys]
-        self.values = [v.index_select(0, rows) for v in self.values]
+        """Keep only cache rows ``rows`` (indices into the current batch).
+
+        Only the written columns are copied: rows are dropped (and a group's
+        prompt expanded to its G rows) early, when most of the cache is still empty.
+        """
+        def select(cache: torch.Tensor) -> torch.Tensor:
+            kept = cache.new_empty((len(rows),) + cache.shape[1:])
+            kept[:, :, :self.filled] = cache[:, :, :self.filled].index_select(0, rows)
+            return kept
+
+        self.keys = [select(k) for k in self.keys]
+        self.values = [select(v) for v in self.values]
 
     def _attention(self, i: int, attn, x, cos, sin, start: int, mask) -> torch.Tensor:
         b, length, _ = x.shape
@@ -219,6 +229,7 @@ class _LeanDecoder:
         for i, layer in enumerate(self.body.layers):
             x = x + self._attention(i, layer.self_attn, _rms_norm(layer.input_layernorm, x), cos, sin, start, mask)
             x = x + self._mlp(i, layer.mlp, _rms_norm(layer.post_attention_layernorm, x))
+        self.filled = start + ids.shape[1]
         return self.model.lm_head(_rms_norm(self.body.norm, x[:, -1])).float()
 
 

@@ -36,11 +36,15 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
-def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+def _forward_parameters(model: torch.nn.Module) -> frozenset[str]:
     try:
-        return "logits_to_keep" in inspect.signature(model.forward).parameters
+        return frozenset(inspect.signature(model.forward).parameters)
     except (TypeError, ValueError):  # pragma: no cover - exotic wrappers
-        return False
+        return frozenset()
+
+
+def _accepts_logits_to_keep(model: torch.nn.Module) -> bool:
+    return "logits_to_keep" in _forward_parameters(model)
 
 
 LOGPROB_KERNELS = ("auto", "torch", "triton", "naive", "logits")
@@ -129,11 +133,13 @@ def sequence_logprobs(
     with_entropy: bool = False,
     kernel: str = "auto",
     length_buckets: int = 4,
+    share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of completions, teacher-forced.
 
     The forward is :func:`completion_forward` (prompt logits are never
-    computed). When the model's head is a plain linear layer
+    computed), with each distinct prompt encoded once when rows repeat
+    prompts (``share_prompts``). When the model's head is a plain linear layer
     (:func:`plain_lm_head`), the log-probs and entropies of the real
     (unmasked) completion tokens come from
     :func:`rlvr_lib.kernels.logprob_entropy` on the decoder's hidden states:
@@ -166,6 +172,13 @@ def sequence_logprobs(
             and completion, so padding costs little compute (``>= 1``; each
             bucket holds at least 8 rows). The outputs, and gradients through
             them, are those of one pass up to float rounding.
+        share_prompts: When rows repeat prompts (a group's G completions), run
+            each distinct prompt once, with gradients, and attend every row's
+            completion to its prompt's keys and values
+            (:class:`_SharedPrompts`); models whose cache is not a plain
+            ``DynamicCache`` (sliding windows, recurrent layers) or that return
+            none take the one-pass path. Same outputs and gradients up to
+            float rounding.
 
     Returns:
         ``(logp, entropy)``: ``logp`` is ``(N, T)`` float32, 0 where
@@ -200,14 +213,16 @@ def sequence_logprobs(
     if t_len == 0:
         empty = torch.zeros(n_rows, 0, device=device, dtype=torch.float32)
         return empty, (empty.clone() if with_entropy else None)
+    head = plain_lm_head(model) if kernel != "logits" else None
+    shared = _SharedPrompts.build(model, head, prompt_ids, prompt_mask) if share_prompts else None
     buckets = max(1, min(length_buckets, n_rows // _MIN_BUCKET_ROWS))
     if buckets == 1:
-        return _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask,
-                                 temperature, with_entropy, kernel)
+        return _trimmed_logprobs(model, head, shared, torch.arange(n_rows, device=device), prompt_ids, prompt_mask,
+                                 completion_ids, completion_mask, temperature, with_entropy, kernel)
     order = torch.argsort(completion_mask.sum(1), stable=True)
     parts = [
-        _trimmed_logprobs(model, prompt_ids[rows], prompt_mask[rows], completion_ids[rows], completion_mask[rows],
-                          temperature, with_entropy, kernel)
+        _trimmed_logprobs(model, head, shared, rows, prompt_ids[rows], prompt_mask[rows], completion_ids[rows],
+                          completion_mask[rows], temperature, with_entropy, kernel)
         for rows in order.chunk(buckets)
     ]
     back = torch.argsort(order).to(device)
@@ -219,10 +234,84 @@ def sequence_logprobs(
 _MIN_BUCKET_ROWS = 8
 
 
-def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion_mask, temperature, with_entropy,
-                      kernel) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """:func:`sequence_logprobs` of one bucket: computed on its longest prompt and completion
-    only, returned at the caller's width ``T`` (zeros past every row's end)."""
+class _SharedPrompts:
+    """Each distinct prompt of a batch run once; its rows reuse the prompt's keys, values and last output.
+
+    In RL batches a group's G completions share one prompt, so
+    :func:`completion_forward` would encode every prompt G times. Here the
+    distinct prompts go through the model once (with gradients when enabled:
+    the rows' losses reach the prompt positions through the cache), and each
+    row's completion attends to a copy of its prompt's keys and values:
+
+        out[n, 0]  = prompt_pass[u(n), last]            (predicts completion token 0)
+        out[n, 1:] = completion_pass(completion[n, :-1] | cache[u(n)])
+
+    with ``u(n)`` the distinct prompt of row ``n``, the mask
+    ``[prompt_mask; completion_mask]`` and positions ``cumsum(mask) - 1`` as in
+    :func:`completion_forward`, so the outputs equal one pass up to float rounding.
+    """
+
+    def __init__(self, outputs: torch.Tensor, layers: list, prompt_mask: torch.Tensor, inverse: torch.Tensor,
+                 run: torch.nn.Module, keep_logits: bool, cache_kw: str) -> None:
+        self.last = outputs  # (U, 1, H or V): the last prompt position of each distinct prompt
+        self.layers = layers  # per layer: (keys, values), (U, heads, P, head_dim)
+        self.prompt_mask = prompt_mask  # (U, P), trimmed to the longest real prompt
+        self.inverse = inverse  # (N,): row -> distinct prompt
+        self.run = run  # the model, or its decoder on the kernel path
+        self.keep_logits = keep_logits
+        self.cache_kw = cache_kw  # transformers >= 5.24 names it "cache", earlier "past_key_values"
+
+    @classmethod
+    def build(cls, model, head, prompt_ids, prompt_mask) -> "_SharedPrompts | None":
+        """Run the distinct prompts once; ``None`` when no prompt repeats or the model's cache cannot be shared."""
+        distinct, inverse = torch.unique(torch.cat([prompt_ids, prompt_mask], 1), dim=0, return_inverse=True)
+        if 2 * len(distinct) > len(prompt_ids):  # under two rows per prompt: two passes cost more than they save
+            return None
+        from transformers import DynamicCache
+        from transformers.cache_utils import DynamicLayer
+
+        width = prompt_ids.shape[1]
+        ids, mask = distinct[:, :width], distinct[:, width:]
+        keep = max(1, int(mask.sum(1).max()))
+        ids, mask = ids[:, -keep:], mask[:, -keep:].long()
+        run = head[0] if head is not None else model
+        kwargs = dict(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask), use_cache=True)
+        keep_logits = head is None and _accepts_logits_to_keep(model)
+        out = run(**kwargs, logits_to_keep=1) if keep_logits else run(**kwargs)
+        cache = out["cache"] if "cache" in out else out.get("past_key_values")  # "cache" from transformers 5.24
+        if not isinstance(cache, DynamicCache) or not all(type(layer) is DynamicLayer for layer in cache.layers):
+            return None
+        last = out.last_hidden_state[:, -1:] if head is not None else out.logits[:, -1:]
+        layers = [(layer.keys, layer.values) for layer in cache.layers]
+        cache_kw = "cache" if "cache" in _forward_parameters(run) else "past_key_values"
+        return cls(last, layers, mask, inverse, run, keep_logits, cache_kw)
+
+    def forward(self, rows: torch.Tensor, completion_ids: torch.Tensor, completion_mask: torch.Tensor) -> torch.Tensor:
+        """:func:`completion_forward`'s output for batch rows ``rows`` (completions already trimmed)."""
+        from transformers import DynamicCache
+
+        index = self.inverse[rows]
+        first = self.last.index_select(0, index)
+        t_len = completion_ids.shape[1]
+        if t_len == 1:
+            return first
+        cache = DynamicCache([(k.index_select(0, index), v.index_select(0, index)) for k, v in self.layers])
+        mask = torch.cat([self.prompt_mask.index_select(0, index), completion_mask[:, :-1].long()], dim=1)
+        kwargs = dict(input_ids=completion_ids[:, :-1], attention_mask=mask,
+                      position_ids=position_ids_from_mask(mask)[:, -(t_len - 1):], use_cache=True)
+        kwargs[self.cache_kw] = cache
+        if self.keep_logits:
+            rest = self.run(**kwargs, logits_to_keep=t_len - 1).logits
+        else:
+            out = self.run(**kwargs)
+            rest = out.logits if hasattr(out, "logits") else out.last_hidden_state
+        return torch.cat([first, rest], dim=1)
+
+
+def _trimmed_logprobs(model, head, shared, rows, prompt_ids, prompt_mask, completion_ids, completion_mask,
+                      temperature, with_entropy, kernel) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`sequence_logprobs` of one bucket (batch rows ``rows``): computed on its longest prompt and
+    completion only, returned at the caller's width ``T`` (zeros past every row's end)."""
     n_rows, width = completion_ids.shape
     p_keep = max(1, int(prompt_mask.sum(1).max()))
     t_len = int(completion_mask.sum(1).max())
@@ -233,9 +322,13 @@ def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion
         logp = torch.zeros(n_rows, width, device=device, dtype=torch.float32)
         return logp, (logp.clone() if with_entropy else None)
 
-    head = plain_lm_head(model) if kernel != "logits" else None
+    def forward(decoder=None):
+        if shared is not None:
+            return shared.forward(rows, completion_ids, completion_mask)
+        return completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, decoder=decoder)
+
     if head is None:
-        logits = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask).float()
+        logits = forward().float()
         if temperature != 1.0:
             logits = logits / temperature
         log_probs = torch.log_softmax(logits, dim=-1)
@@ -246,7 +339,7 @@ def _trimmed_logprobs(model, prompt_ids, prompt_mask, completion_ids, completion
         from rlvr_lib.kernels import logprob_entropy
 
         decoder, lm_head = head
-        hidden = completion_forward(model, prompt_ids, prompt_mask, completion_ids, completion_mask, decoder=decoder)
+        hidden = forward(decoder)
         real = completion_mask.bool()
         # LOGPROB_KERNELS other than "logits" are the kernel backends themselves.
         token_logp, token_entropy = logprob_entropy(hidden[real], lm_head.weight, completion_ids[real],

@@ -32,14 +32,7 @@ from typing import Any, Mapping, Sequence, Union
 import numpy as np
 
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
-from rlvr_lib.tasks.prompting import (
-    MAX_COMPLETION_CHARS,
-    PromptFormat,
-    check_completion,
-    check_family_names,
-    check_timeout,
-    signal_timeout,
-)
+from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion, signal_timeout
 from rlvr_lib.tasks.registry import register_task
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
@@ -148,7 +141,7 @@ def _load_arguments(source: Source) -> tuple[str, Any]:
     return formats.pop(), data_files
 
 
-class MathTask:
+class MathTask(PromptedTask):
     """Final-answer math problems from a `datasets` source, graded by math-verify (a `Task`).
 
     Serves the papers' math evaluations (MATH-500 and its Level-5 subset in
@@ -213,28 +206,23 @@ class MathTask:
         max_completion_chars: int = MAX_COMPLETION_CHARS,
         hint_pool=None,
     ):
-        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
         _shorten_math_verify_logs()
         self._load_path, self._data_files = _load_arguments(source)
         check(isinstance(families, Mapping) and len(families) > 0
               and all(isinstance(f, MathFamily) for f in families.values()),
               "families", families, "a non-empty {name: MathFamily} mapping")
-        check_family_names(families, eval_families=eval_families, ood_families=ood_families)
+        self._init_prompted(name, families, eval_families=eval_families, ood_families=ood_families,
+                            template=template, tokenizer=tokenizer, use_chat_template=use_chat_template,
+                            timeout_s=timeout_s, max_completion_chars=max_completion_chars, hint_pool=hint_pool)
         for attr, value, optional in (("question_field", question_field, False), ("answer_field", answer_field, False),
                                       ("level_field", level_field, True), ("solution_field", solution_field, True),
                                       ("hub_config", hub_config, True)):
             check((optional and value is None) or (isinstance(value, str) and value != ""), attr, value,
                   "a non-empty string" + (" or None" if optional else ""))
-        self.name, self.source, self.hub_config = name, source, hub_config
-        self.families: tuple[str, ...] = tuple(families)
+        self.source, self.hub_config = source, hub_config
         self.family_specs = dict(families)
-        self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
         self.question_field, self.answer_field = question_field, answer_field
         self.level_field, self.solution_field = level_field, solution_field
-        self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
-        self.timeout_s = check_timeout(timeout_s)
-        self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
-        self.hint_pool = hint_pool
         self._splits: dict[str, list[dict]] = {}
         self._members: dict[str, list[int]] = {}
         self._gold: dict[str, list] = {}

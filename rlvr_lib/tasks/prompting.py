@@ -17,7 +17,8 @@ from rlvr_lib.validation import check, check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_COMPLETION_CHARS", "PromptFormat", "check_completion", "check_timeout", "signal_timeout"]
+__all__ = ["MAX_COMPLETION_CHARS", "PromptFormat", "PromptedTask", "check_completion", "check_timeout",
+           "signal_timeout"]
 
 QUESTION_SLOT = "{question}"
 MAX_COMPLETION_CHARS = 32_000
@@ -81,6 +82,24 @@ def check_completion(completion: object, max_chars: int) -> Verdict | None:
     if len(completion) > max_chars:
         return Verdict(0.0, MALFORMED, None, f"longer than {max_chars} characters")
     return None
+
+
+class PromptedTask:
+    """What the data-set tasks share: a name, named families with their evaluation and OOD subsets,
+    a `PromptFormat`, a grading time limit, a completion-length cap and an optional hint pool."""
+
+    def _init_prompted(self, name: str, families, *, eval_families, ood_families, template: str, tokenizer,
+                       use_chat_template: bool, timeout_s: int, max_completion_chars: int, hint_pool) -> None:
+        """Checks and sets the shared settings (``families`` already checked to be a non-empty mapping)."""
+        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
+        check_family_names(families, eval_families=eval_families, ood_families=ood_families)
+        self.name = name
+        self.families: tuple[str, ...] = tuple(families)
+        self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
+        self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
+        self.timeout_s = check_timeout(timeout_s)
+        self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
+        self.hint_pool = hint_pool
 
 
 def check_family_names(families, **chosen) -> None:

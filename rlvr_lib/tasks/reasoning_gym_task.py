@@ -21,14 +21,7 @@ import zlib
 from typing import Any, Mapping, Sequence
 
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
-from rlvr_lib.tasks.prompting import (
-    MAX_COMPLETION_CHARS,
-    PromptFormat,
-    check_completion,
-    check_family_names,
-    check_timeout,
-    signal_timeout,
-)
+from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion, signal_timeout
 from rlvr_lib.tasks.registry import register_task
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
@@ -65,7 +58,7 @@ def extract_final_answer(completion: str) -> str | None:
     return answer or None
 
 
-class ReasoningGymTask:
+class ReasoningGymTask(PromptedTask):
     """A reasoning-gym generator as a `Task`: families are named generator configurations.
 
     Serves SAGE's out-of-distribution Knights-and-Knaves evaluation (and any
@@ -132,23 +125,18 @@ class ReasoningGymTask:
     ):
         import reasoning_gym
 
-        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
         check_choice("dataset", dataset, sorted(reasoning_gym.factory.DATASETS))
         check(isinstance(families, Mapping) and len(families) > 0
               and all(isinstance(c, Mapping) for c in families.values()),
               "families", families, "a non-empty {name: {config field: value}} mapping")
-        check_family_names(families, eval_families=eval_families, ood_families=ood_families)
-        self.name, self.dataset = name, dataset
+        self._init_prompted(name, families, eval_families=eval_families, ood_families=ood_families,
+                            template=template, tokenizer=tokenizer, use_chat_template=use_chat_template,
+                            timeout_s=timeout_s, max_completion_chars=max_completion_chars, hint_pool=hint_pool)
+        self.dataset = dataset
         self.capacity = check_int("capacity", capacity, 1)
         self.family_configs = {f: dict(config) for f, config in families.items()}
         for family, config in self.family_configs.items():
             self._check_config(family, config)
-        self.families: tuple[str, ...] = tuple(families)
-        self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
-        self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
-        self.timeout_s = check_timeout(timeout_s)
-        self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)
-        self.hint_pool = hint_pool
         self._datasets: dict[tuple[str, int], Any] = {}
         self._entries: dict[tuple[str, int, int], dict] = {}
 
