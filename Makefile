@@ -47,9 +47,11 @@ notebooks: install
 	for nb in notebooks/*.ipynb; do OMP_NUM_THREADS=1 $(PY) -m papermill "$$nb" "$$nb" -k python3 || exit 1; done
 
 # Every notebook at the full profile with papermill; finished runs are
-# cached under results/, so an interrupted reproduction resumes.
+# cached under results/, so an interrupted reproduction resumes. Two notebooks
+# run side by side, one core each (README, Budget); WORKERS=1 runs them in turn.
+WORKERS ?= 2
 reproduce: install
-	$(PY) -m rlvr_lib.reproduce --profile full
+	$(PY) -m rlvr_lib.reproduce --profile full --workers $(WORKERS)
 
 # Benchmarks against their baselines (generate, TRL GRPOTrainer, naive log-softmax),
 # measured in the same run; writes results/bench/*.json. Run it on a quiet machine,

@@ -319,6 +319,12 @@ def cached_run(
     result written atomically; if ``fn`` raises, nothing is written and the
     exception propagates.
 
+    Processes that share a results root (notebooks run side by side, e.g.
+    ``reproduce --workers 2``) compute each run once: the computation holds an
+    exclusive lock on the hidden file ``<root>/<experiment>/.<run_id>.lock``
+    (``fcntl.flock``, released by the operating system if the process dies),
+    and a process that waited for it loads the record the other one wrote.
+
     Args:
         experiment: Experiment (folder) name.
         name: Run name, file-name safe, e.g. ``"c3po-n4"``.
@@ -343,17 +349,50 @@ def cached_run(
     run_id = f"{name}-{chash}-s{seed}"
     path = run_dir(experiment, root) / f"{run_id}.json"
 
-    if path.exists() and not force:
+    def cached() -> RunRecord | None:
+        if not path.exists():
+            return None
         try:
             rec = RunRecord.load(path)
         except (OSError, ValueError, TypeError) as e:  # unreadable: recompute
             log.warning("ignoring unreadable run record %s: %s", path, e)
-        else:
-            if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
-                log.info("cache hit: %s", path)
-                return rec
-            log.info("stale run record %s (status/hash/seed differ): recomputing", path)
+            return None
+        if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
+            log.info("cache hit: %s", path)
+            return rec
+        log.info("stale run record %s (status/hash/seed differ): recomputing", path)
+        return None
 
+    if not force and (rec := cached()) is not None:
+        return rec
+    with _run_lock(path.with_name(f".{run_id}.lock")) as waited:
+        if waited and not force and (rec := cached()) is not None:  # another process computed it meanwhile
+            return rec
+        return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
+
+
+@contextlib.contextmanager
+def _run_lock(path: Path) -> Iterator[bool]:
+    """Holds an exclusive ``flock`` on ``path`` (created if missing); yields whether it had to wait for it."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            waited = False
+        except BlockingIOError:
+            log.info("waiting for another process computing %s", path.stem)
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            waited = True
+        try:
+            yield waited
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:
+    """Calls ``fn`` and writes its run record (the body of :func:`cached_run` on a cache miss)."""
     started, t0 = _now(), time.perf_counter()
     out = fn()
     if not isinstance(out, tuple) or len(out) not in (2, 3):

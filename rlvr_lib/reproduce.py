@@ -30,6 +30,14 @@ the error at its top) and is recorded as failed, so it runs again next time.
 The kernel runs in the notebook's folder (as in Jupyter Lab and nbval) and has
 the folder above ``rlvr_lib/`` prepended to ``PYTHONPATH``, so it imports the
 same library as this process even without ``pip install -e``.
+
+``--workers N`` executes up to N notebooks at once, each kernel with
+``OMP_NUM_THREADS = cores // N`` (unless set): on the testbed most of a
+step's time is per-op dispatch, which a second thread does not speed up, so
+two one-thread notebooks get through more runs per hour than one two-thread
+notebook. Runs two notebooks share are computed once
+(:func:`rlvr_lib.experiments.cached_run` locks each run), so notebooks may run
+in any order; status lines and the returned dict keep the notebooks' order.
 """
 
 from __future__ import annotations
@@ -42,13 +50,14 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from . import __version__
-from .validation import check_choice
+from .validation import check_choice, check_int
 
 __all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
 
@@ -218,6 +227,7 @@ def reproduce(
     force: bool = False,
     progress: bool = False,
     echo: Callable[[str], Any] | None = print,
+    workers: int = 1,
 ) -> dict[str, dict[str, Any]]:
     """Executes the notebooks with papermill, skipping those already done.
 
@@ -234,16 +244,18 @@ def reproduce(
         force: Run every selected notebook even if it is up to date.
         progress: Show papermill's per-cell progress bar.
         echo: Called with each status line; None for silence.
+        workers: Notebooks executed at once (``>= 1``); see the module docstring.
 
     Returns:
         ``{name: {"status", "seconds", "error", "output"}}`` in run order, with
         status ``"skipped"``, ``"ran"`` or ``"failed"``.
 
     Raises:
-        ValueError: on an unknown ``profile``, a missing ``notebooks_dir`` or
-            a name in ``only`` that is not a notebook there.
+        ValueError: on an unknown ``profile``, a missing ``notebooks_dir``,
+            a name in ``only`` that is not a notebook there, or ``workers < 1``.
     """
     check_choice("profile", profile, PROFILES)
+    check_int("workers", workers, 1)
     src_dir = Path(notebooks_dir) if notebooks_dir is not None else _default_notebooks_dir()
     if not src_dir.is_dir():
         raise ValueError(f"notebooks_dir={str(src_dir)!r} is not a folder")
@@ -258,18 +270,20 @@ def reproduce(
     else:
         say(f"no notebooks in {src_dir}")
 
-    results: dict[str, dict[str, Any]] = {}
-    for i, source in enumerate(notebooks, 1):
+    lock = threading.Lock()  # guards the manifest and the status lines
+
+    def run_one(i: int, source: Path) -> dict[str, Any]:
         name, target = source.stem, dest / source.name
         prefix = f"[{i}/{len(notebooks)}] {name}:"
         start = time.perf_counter()
         try:
             digest = notebook_hash(source)
         except Exception as exc:  # unreadable notebook: report it, go on with the others
-            results[name] = {"status": "failed", "seconds": 0.0, "error": _error_text(exc), "output": None}
-            say(f"{prefix} FAILED -- cannot read it: {_error_text(exc)}")
-            continue
-        entry = manifest.get(name, {})
+            with lock:
+                say(f"{prefix} FAILED -- cannot read it: {_error_text(exc)}")
+            return {"status": "failed", "seconds": 0.0, "error": _error_text(exc), "output": None}
+        with lock:
+            entry = manifest.get(name, {})
         up_to_date = (
             entry.get("status") == "ok"
             and entry.get("source_sha256") == digest
@@ -277,34 +291,52 @@ def reproduce(
             and _finished_ok(target, profile)
         )
         if up_to_date and not force:
-            results[name] = {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
-            say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
-            continue
+            with lock:
+                say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
+            return {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
 
         error = None
         try:
-            with _library_on_pythonpath():
-                _execute(source, target, profile, kernel, progress)
+            _execute(source, target, profile, kernel, progress)
         except Exception as exc:
             error = _error_text(exc)
         seconds = round(time.perf_counter() - start, 2)
-        results[name] = {
-            "status": "failed" if error else "ran",
-            "seconds": seconds,
-            "error": error,
-            "output": str(target) if target.exists() else None,
-        }
-        manifest[name] = {
-            "source_sha256": digest,
-            "rlvr_lib_version": __version__,
-            "status": "failed" if error else "ok",
-            "seconds": seconds,
-            "error": error,
-            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        }
-        _write_manifest(manifest_path, profile, manifest)
-        say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
-    return results
+        with lock:
+            manifest[name] = {
+                "source_sha256": digest,
+                "rlvr_lib_version": __version__,
+                "status": "failed" if error else "ok",
+                "seconds": seconds,
+                "error": error,
+                "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+            _write_manifest(manifest_path, profile, manifest)
+            say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
+        return {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
+                "output": str(target) if target.exists() else None}
+
+    with _library_on_pythonpath(), _kernel_threads(workers):
+        if workers == 1:
+            outcomes = [run_one(i, source) for i, source in enumerate(notebooks, 1)]
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(max_workers=workers) as pool:
+                outcomes = list(pool.map(run_one, range(1, len(notebooks) + 1), notebooks))
+    return {source.stem: outcome for source, outcome in zip(notebooks, outcomes)}
+
+
+@contextlib.contextmanager
+def _kernel_threads(workers: int) -> Iterator[None]:
+    """With several workers, kernels share the cores: ``OMP_NUM_THREADS = cores // workers`` unless already set."""
+    if workers == 1 or "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
+    try:
+        yield
+    finally:
+        del os.environ["OMP_NUM_THREADS"]
 
 
 # ------------------------------------------------------------------------ CLI
@@ -320,6 +352,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--force", action="store_true", help="re-run notebooks that are up to date")
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="notebooks executed at once, each with cores // workers threads (default 1)")
     args = parser.parse_args(argv)
     try:
         results = reproduce(
@@ -330,6 +364,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             kernel=args.kernel,
             force=args.force,
             progress=not args.no_progress,
+            workers=args.workers,
         )
     except ValueError as exc:
         parser.error(str(exc))

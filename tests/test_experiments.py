@@ -126,7 +126,7 @@ def test_fn_raising_leaves_no_file(tmp_path):
     with pytest.raises(RuntimeError, match="interrupted"):
         cached_run("exp", "run", Cfg(), 0, boom, root=tmp_path)
     d = tmp_path / "exp"
-    assert not d.exists() or list(d.iterdir()) == []
+    assert not d.exists() or [p.name for p in d.iterdir() if p.suffix != ".lock"] == []  # the run lock stays
 
 
 def test_unserialisable_result_leaves_no_partial_file(tmp_path):
@@ -134,7 +134,7 @@ def test_unserialisable_result_leaves_no_partial_file(tmp_path):
     with pytest.raises(TypeError, match="cannot serialise"):
         cached_run("exp", "run", Cfg(), 0, fn, root=tmp_path)
     d = tmp_path / "exp"
-    assert not d.exists() or list(d.iterdir()) == []
+    assert not d.exists() or [p.name for p in d.iterdir() if p.suffix != ".lock"] == []  # the run lock stays
 
 
 def test_stale_or_unfinished_record_is_recomputed(tmp_path):
@@ -393,3 +393,41 @@ def test_claims_summary_counts_and_words_each_verdict():
     assert lines[3].startswith("- **not resolved** (point estimate on the claimed side") and "B rises" in lines[3]
     assert lines[4].startswith("- **does not hold** (point estimate against the claimed side): C falls")
     assert lines[5].startswith("- **does not hold**: D checks")
+
+
+def _compute_once_in_a_process(root, log, started, release):
+    """A process's cached_run of the shared run: its fn logs a line and, when ``started``/``release`` are
+    given, says it has begun and holds the run until released."""
+
+    def fn():
+        with open(log, "a") as f:
+            f.write(f"{os.getpid()}\n")
+        if started is not None:
+            started.set()
+            release.wait(30)
+        return [{"step": 0}], {"pass@1": 0.5}
+
+    return cached_run("exp", "shared", {"lr": 0.1}, 0, fn, root=root).run_id
+
+
+def test_two_processes_compute_a_shared_run_once(tmp_path):
+    """A second process asking for a run that another is computing waits for its lock and loads its record."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    log = tmp_path / "calls.log"
+    started, release = ctx.Event(), ctx.Event()
+    first = ctx.Process(target=_compute_once_in_a_process, args=(tmp_path, log, started, release))
+    first.start()
+    assert started.wait(30)  # the first process holds the run's lock, inside fn
+    with ctx.Pool(1) as pool:
+        second = pool.apply_async(_compute_once_in_a_process, (tmp_path, log, None, None))
+        with pytest.raises(multiprocessing.TimeoutError):
+            second.get(timeout=1.0)  # blocked on the lock, not computing
+        release.set()
+        run_id = second.get(timeout=30)
+    first.join(30)
+    assert first.exitcode == 0
+    assert log.read_text().splitlines() == [str(first.pid)]  # fn ran once, in the first process
+    assert [r.run_id for r in load_runs("exp", tmp_path)] == [run_id]
+    assert (tmp_path / "exp" / f".{run_id}.lock").exists()  # hidden, next to the record it guards

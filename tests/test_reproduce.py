@@ -161,3 +161,35 @@ def test_ensure_kernel_installs_missing_spec(monkeypatch):
     monkeypatch.setattr(kernelspec, "install", lambda **kw: installed.update(kw) or "/somewhere")
     rp.ensure_kernel("python3")
     assert installed == {"kernel_name": "python3", "prefix": sys.prefix}
+
+
+def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_papermill, monkeypatch):
+    """Two workers: both notebooks execute at the same time (each waits for the other to start), kernels get
+    cores // 2 threads, the manifest holds both, and results and status lines keep the notebooks' order."""
+    import os
+    import threading
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name in ("a", "b"):
+        _write_notebook(src / f"{name}.ipynb", "x = 1")
+    both_started = threading.Barrier(2, timeout=10)  # breaks (BrokenBarrierError) if they ran one after the other
+    seen = {}
+    fake = papermill.execute_notebook
+
+    def side_by_side(input_path, output_path, parameters=None, **kwargs):
+        seen[Path(input_path).stem] = os.environ.get("OMP_NUM_THREADS")
+        both_started.wait()
+        fake(input_path, output_path, parameters, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", side_by_side)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 4)
+    lines = []
+    res = rp.reproduce("full", notebooks_dir=src, out_dir=tmp_path / "out", echo=lines.append, workers=2)
+    assert list(res) == ["a", "b"] and all(r["status"] == "ran" for r in res.values())
+    assert seen == {"a": "2", "b": "2"} and "OMP_NUM_THREADS" not in os.environ
+    assert sorted(json.loads((tmp_path / "out" / "full" / "manifest.json").read_text())["notebooks"]) == ["a", "b"]
+    assert sorted(line.split(":")[0] for line in lines) == ["[1/2] a", "[2/2] b"]
+    with pytest.raises(ValueError, match=r"^workers=0 is invalid: must be an integer >= 1"):
+        rp.reproduce("full", notebooks_dir=src, out_dir=tmp_path / "out", echo=None, workers=0)
