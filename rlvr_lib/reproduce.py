@@ -35,9 +35,10 @@ same library as this process even without ``pip install -e``.
 ``OMP_NUM_THREADS = cores // N`` (unless set): on the testbed most of a
 step's time is per-op dispatch, which a second thread does not speed up, so
 two one-thread notebooks get through more runs per hour than one two-thread
-notebook. Runs two notebooks share are computed once
-(:func:`rlvr_lib.experiments.cached_run` locks each run), so notebooks may run
-in any order; status lines and the returned dict keep the notebooks' order.
+notebook. Each worker is a process (Ctrl-C stops every kernel). Runs two
+notebooks share are computed once (:func:`rlvr_lib.experiments.cached_run`
+locks each run), so notebooks may run in any order; the returned dict keeps
+the notebooks' order, status lines come as notebooks finish.
 """
 
 from __future__ import annotations
@@ -50,7 +51,6 @@ import json
 import os
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -270,20 +270,18 @@ def reproduce(
     else:
         say(f"no notebooks in {src_dir}")
 
-    lock = threading.Lock()  # guards the manifest and the status lines
-
-    def run_one(i: int, source: Path) -> dict[str, Any]:
+    results: dict[str, dict[str, Any]] = {}
+    pending = []  # (prefix, name, source, target, digest) of the notebooks to execute, in order
+    for i, source in enumerate(notebooks, 1):
         name, target = source.stem, dest / source.name
         prefix = f"[{i}/{len(notebooks)}] {name}:"
-        start = time.perf_counter()
         try:
             digest = notebook_hash(source)
         except Exception as exc:  # unreadable notebook: report it, go on with the others
-            with lock:
-                say(f"{prefix} FAILED -- cannot read it: {_error_text(exc)}")
-            return {"status": "failed", "seconds": 0.0, "error": _error_text(exc), "output": None}
-        with lock:
-            entry = manifest.get(name, {})
+            results[name] = {"status": "failed", "seconds": 0.0, "error": _error_text(exc), "output": None}
+            say(f"{prefix} FAILED -- cannot read it: {_error_text(exc)}")
+            continue
+        entry = manifest.get(name, {})
         up_to_date = (
             entry.get("status") == "ok"
             and entry.get("source_sha256") == digest
@@ -291,39 +289,55 @@ def reproduce(
             and _finished_ok(target, profile)
         )
         if up_to_date and not force:
-            with lock:
-                say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
-            return {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
+            results[name] = {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
+            say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
+            continue
+        pending.append((prefix, name, source, target, digest))
 
-        error = None
-        try:
-            _execute(source, target, profile, kernel, progress)
-        except Exception as exc:
-            error = _error_text(exc)
-        seconds = round(time.perf_counter() - start, 2)
-        with lock:
-            manifest[name] = {
-                "source_sha256": digest,
-                "rlvr_lib_version": __version__,
-                "status": "failed" if error else "ok",
-                "seconds": seconds,
-                "error": error,
-                "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            }
-            _write_manifest(manifest_path, profile, manifest)
-            say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
-        return {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
-                "output": str(target) if target.exists() else None}
+    def record(prefix, name, target, digest, seconds, error) -> None:
+        results[name] = {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
+                         "output": str(target) if target.exists() else None}
+        manifest[name] = {
+            "source_sha256": digest,
+            "rlvr_lib_version": __version__,
+            "status": "failed" if error else "ok",
+            "seconds": seconds,
+            "error": error,
+            "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+        _write_manifest(manifest_path, profile, manifest)
+        say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
 
     with _library_on_pythonpath(), _kernel_threads(workers):
         if workers == 1:
-            outcomes = [run_one(i, source) for i, source in enumerate(notebooks, 1)]
-        else:
-            from concurrent.futures import ThreadPoolExecutor
+            for prefix, name, source, target, digest in pending:
+                record(prefix, name, target, digest, *_execute_timed(source, target, profile, kernel, progress))
+        elif pending:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor, as_completed
 
-            with ThreadPoolExecutor(max_workers=workers) as pool:
-                outcomes = list(pool.map(run_one, range(1, len(notebooks) + 1), notebooks))
-    return {source.stem: outcome for source, outcome in zip(notebooks, outcomes)}
+            # Processes, not threads: Ctrl-C reaches every worker's papermill, which shuts its kernel down.
+            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+                futures = {}
+                for job in pending:
+                    _, _, source, target, _ = job
+                    futures[pool.submit(_execute_timed, source, target, profile, kernel, progress)] = job
+                for future in as_completed(futures):
+                    prefix, name, _, target, digest = futures[future]
+                    record(prefix, name, target, digest, *future.result())
+    order = [source.stem for source in notebooks]
+    return {name: results[name] for name in order if name in results}
+
+
+def _execute_timed(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> tuple[float, str | None]:
+    """:func:`_execute` and its outcome: ``(seconds, error text or None)``."""
+    start = time.perf_counter()
+    error = None
+    try:
+        _execute(source, target, profile, kernel, progress)
+    except Exception as exc:
+        error = _error_text(exc)
+    return round(time.perf_counter() - start, 2), error
 
 
 @contextlib.contextmanager

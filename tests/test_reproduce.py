@@ -164,21 +164,21 @@ def test_ensure_kernel_installs_missing_spec(monkeypatch):
 
 
 def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_papermill, monkeypatch):
-    """Two workers: both notebooks execute at the same time (each waits for the other to start), kernels get
-    cores // 2 threads, the manifest holds both, and results and status lines keep the notebooks' order."""
+    """Two workers: both notebooks execute at the same time, in two processes (each waits for the other to
+    start), kernels get cores // 2 threads, the manifest holds both, results keep the notebooks' order."""
+    import multiprocessing
     import os
-    import threading
 
     src = tmp_path / "nbs"
     src.mkdir()
     for name in ("a", "b"):
         _write_notebook(src / f"{name}.ipynb", "x = 1")
-    both_started = threading.Barrier(2, timeout=10)  # breaks (BrokenBarrierError) if they ran one after the other
-    seen = {}
+    both_started = multiprocessing.get_context("fork").Barrier(2, timeout=20)  # broken if run one after the other
     fake = papermill.execute_notebook
 
     def side_by_side(input_path, output_path, parameters=None, **kwargs):
-        seen[Path(input_path).stem] = os.environ.get("OMP_NUM_THREADS")
+        name = Path(input_path).stem
+        (tmp_path / f"{name}.seen").write_text(f"{os.getpid()} {os.environ.get('OMP_NUM_THREADS')}")
         both_started.wait()
         fake(input_path, output_path, parameters, **kwargs)
 
@@ -188,7 +188,9 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
     lines = []
     res = rp.reproduce("full", notebooks_dir=src, out_dir=tmp_path / "out", echo=lines.append, workers=2)
     assert list(res) == ["a", "b"] and all(r["status"] == "ran" for r in res.values())
-    assert seen == {"a": "2", "b": "2"} and "OMP_NUM_THREADS" not in os.environ
+    seen = {name: (tmp_path / f"{name}.seen").read_text().split() for name in ("a", "b")}
+    assert seen["a"][1] == seen["b"][1] == "2" and "OMP_NUM_THREADS" not in os.environ
+    assert len({seen["a"][0], seen["b"][0], str(os.getpid())}) == 3  # two worker processes
     assert sorted(json.loads((tmp_path / "out" / "full" / "manifest.json").read_text())["notebooks"]) == ["a", "b"]
     assert sorted(line.split(":")[0] for line in lines) == ["[1/2] a", "[2/2] b"]
     with pytest.raises(ValueError, match=r"^workers=0 is invalid: must be an integer >= 1"):
