@@ -36,7 +36,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.bench.common import machine_info, median, time_repeats
 from rlvr_lib.validation import check, check_int
 
 __all__ = ["OP_GROUPS", "bench_profile", "matmul_replay", "op_group_shares"]
@@ -118,7 +118,7 @@ def matmul_replay(fn: Callable[[], object], repeats: int) -> dict:
         for func, args in operands:
             func(*args)
 
-    seconds, _ = _timed(replay, 1, repeats)
+    seconds, _ = time_repeats(replay, warmup=1, repeats=repeats)
     return {"products": len(operands), "gflop": flop / 1e9, "median_s": median(seconds)}
 
 
@@ -129,17 +129,6 @@ def _profiled(fn: Callable[[], object], calls: int) -> dict:
         for _ in range(calls):
             fn()
     return op_group_shares(prof.key_averages())
-
-
-def _timed(fn: Callable[[], object], warmup: int, repeats: int) -> tuple[list[float], object]:
-    for _ in range(warmup):
-        out = fn()
-    seconds = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        out = fn()
-        seconds.append(time.perf_counter() - t0)
-    return seconds, out
 
 
 def _decode(model, tokenizer, *, batch, group_size, max_new_tokens, warmup, repeats, seed, compile_decode) -> dict:
@@ -153,7 +142,8 @@ def _decode(model, tokenizer, *, batch, group_size, max_new_tokens, warmup, repe
     greedy = SamplingParams(n=1, max_new_tokens=max_new_tokens, greedy=True, seed=seed)
     layers = model.config.num_hidden_layers
     with torch.no_grad():
-        seconds, out = _timed(lambda: engine.generate(prompts, sampled), warmup, repeats)
+        seconds, outs = time_repeats(lambda: engine.generate(prompts, sampled), warmup=warmup, repeats=repeats)
+        out = outs[-1]
         steps, tokens = int(out.completion_lengths.max()), int(out.completion_mask.sum())
         eager_s = median(seconds)
         result = {
@@ -174,7 +164,7 @@ def _decode(model, tokenizer, *, batch, group_size, max_new_tokens, warmup, repe
                 engine.generate(prompts, sampled)  # compiles
                 first = time.perf_counter() - t0
                 engine.generate(prompts, greedy)  # the greedy batch's shapes compile too, untimed
-                compiled, _ = _timed(lambda: engine.generate(prompts, sampled), warmup, repeats)
+                compiled, _ = time_repeats(lambda: engine.generate(prompts, sampled), warmup=warmup, repeats=repeats)
                 greedy_equal = torch.equal(engine.generate(prompts, greedy).completion_ids, greedy_eager)
             finally:
                 kvcache._LeanDecoder.forward = plain
@@ -202,7 +192,7 @@ def _step(*, prompts_per_step, group_size, max_new_tokens, warmup, repeats, seed
         return out
 
     trainer.engine.generate = timed_generate  # this trainer's engine only
-    seconds, _ = _timed(trainer.step, warmup, repeats)
+    seconds, _ = time_repeats(trainer.step, warmup=warmup, repeats=repeats)
     rollout = rollout_seconds[warmup:]
     step_s, rollout_s = median(seconds), median(rollout)
     replay = matmul_replay(trainer.step, repeats)
