@@ -128,11 +128,13 @@ def sample_with_hints(
 
     NudgeRL's sampling without context dropout (arXiv 2605.15726, Fig 1 "nudged"
     sampling): with H = ``hints_per_problem`` and pool ``hints(problem)``
-    (empty hints skipped, as `rlvr_lib.methods.nudgerl.NudgeRL` does), samples
-    ``h*n/H .. (h+1)*n/H - 1`` of a problem are generated from its prompt with
-    hint h. A problem with fewer than H hints samples its missing slots
-    without a hint. ``contexts[p]`` is the tuple of the H hints (``None`` for
-    a missing one), in sample order.
+    (empty hints skipped, as `rlvr_lib.methods.nudgerl.NudgeRL` does), sample
+    ``j`` of a problem is generated from its prompt with hint ``j % H``: the
+    hints are interleaved, so any first ``m`` samples (e.g. the subset that
+    `rlvr_lib.eval.diversity` clusters) hold every hint's samples in equal
+    shares (to within one). A problem with fewer than H hints samples its
+    missing slots without a hint. ``contexts[p]`` is the tuple of the H hints
+    (``None`` for a missing one): sample ``j`` used ``contexts[p][j % H]``.
 
     Raises:
         ValueError: ``hints_per_problem`` is not a positive int dividing ``params.n``.
@@ -153,13 +155,18 @@ def sample_with_hints(
     out = sample_and_score(engine, flat, replace(params, n=params.n // H), contexts=[h for hs in chosen for h in hs],
                            verifier=verifier)
     shape = (len(problems), params.n)
+    per_hint = params.n // H
+
+    def interleaved(a):  # (P*H, n/H) in (problem, hint) order -> (P, n) with sample j from hint j % H
+        return a.reshape(len(problems), H, per_hint).swapaxes(1, 2).reshape(shape)
+
     return ScoredSamples(
         problems=problems,
         contexts=chosen,
-        texts=[[t for row in out.texts[i * H : (i + 1) * H] for t in row] for i in range(len(problems))],
-        rewards=out.rewards.reshape(shape),
-        statuses=out.statuses.reshape(shape),
-        strategies=out.strategies.reshape(shape),
-        lengths=out.lengths.reshape(shape),
-        truncated=out.truncated.reshape(shape),
+        texts=[[out.texts[i * H + j % H][j // H] for j in range(params.n)] for i in range(len(problems))],
+        rewards=interleaved(out.rewards),
+        statuses=interleaved(out.statuses),
+        strategies=interleaved(out.strategies),
+        lengths=interleaved(out.lengths),
+        truncated=interleaved(out.truncated),
     )

@@ -32,7 +32,7 @@ class NudgeRLOptions(ConfigBase):
     rollouts_per_hint: int | None = None
     hint_selection: str = "first"
     p_drop: float = 0.5
-    dropout_unit: str = "hint"
+    dropout_unit: str = "rollout"
     lam: float = 1.1
     adv_eps: float = 1e-5
     lambda_distill: float = 0.1
@@ -67,14 +67,17 @@ class NudgeRL(Method):
     The group is laid out hint by hint; ``context_index`` is the hint's index
     in the problem's pool (so "random" gives indices up to |C(x0)| - 1).
 
-    **Context dropout.** With ``dropout_unit="hint"`` (default) one draw per
-    hint: with probability ``p_drop`` the hint is dropped and all its R
-    rollouts are generated from the hint-free prompt x0, as
-    ``(-1, None)``: together they form the group's one "no-context"
-    sub-group. With ``dropout_unit="rollout"`` each rollout drops its hint on
-    its own draw (the paper's wording "each rollout is generated without its
-    hint with probability p_drop"; the authors' ``_get_rollout_counts`` draws
-    Binomial(R, p_drop) dropped rollouts per hint, which is the same law).
+    **Context dropout.** With ``dropout_unit="rollout"`` (default) each
+    rollout drops its hint on its own draw with probability ``p_drop`` (the
+    paper's "each rollout is generated without its hint with probability
+    p_drop"; the authors' ``_get_rollout_counts`` draws Binomial(R, p_drop)
+    dropped rollouts per hint, which is the same law). A dropped rollout is
+    generated from the hint-free prompt x0, as ``(-1, None)``: together the
+    dropped rollouts form the group's one "no-context" sub-group. With
+    ``dropout_unit="hint"`` there is one draw per hint: a dropped hint sends
+    all its R rollouts to x0 (our first reading of "drawn per hint" in the
+    authors' code; kept as an ablation, since it changes how often a group has
+    both kinds of rollouts).
     Per step, the dropout uniforms U are drawn first, as one array
     (``(M, H)`` or ``(M, H, R)`` for the step's M problems), then the random
     selections: a slot is dropped iff U < p_drop, so the dropout pattern does
@@ -151,7 +154,7 @@ class NudgeRL(Method):
     Options: ``hints_per_problem`` (int >= 1, default 2), ``rollouts_per_hint``
     (int >= 1 or None = G / hints_per_problem; default None), ``hint_selection``
     ("first" or "random", default "first"), ``p_drop`` (in [0, 1], default
-    0.5), ``dropout_unit`` ("hint" or "rollout", default "hint"), ``lam``
+    0.5), ``dropout_unit`` ("rollout" or "hint", default "rollout"), ``lam``
     (>= 0, default 1.1), ``adv_eps`` (>= 0, default 1e-5), ``lambda_distill``
     (>= 0, default 0.1), ``distill_rows`` ("all" or "hinted", default "all").
     """
