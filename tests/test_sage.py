@@ -107,6 +107,29 @@ def test_token_guide_hand_worked_and_scheduled():
                                atol=1e-6, rtol=0)
 
 
+def test_token_guide_default_outlier_quantile_hand_worked():
+    method = _method("sage_token", sigma_start=0.0, sigma_end=0.0)  # quantile left at its default
+    assert method.options.quantile == 0.05
+    logp = T([[-0.0, -1.0, -2.0, -3.0, -4.0],
+              [-0.5, -1.5, -4.5, -9.0, -9.0]])
+    mask = T([[1.0, 1.0, 1.0, 1.0, 1.0],
+              [1.0, 1.0, 1.0, 0.0, 0.0]])  # row 2: two padding tokens, left out of its quantiles
+    # The docstring's formula, by hand. Linear-interpolation quantile of n sorted values at level p:
+    # position p * (n - 1) between the sorted values around it.
+    # Row 1, s = 0, 1, 2, 3, 4 (n = 5): lo at 0.05 * 4 = 0.2 -> 0.2 ; hi at 0.95 * 4 = 3.8 -> 3.8 ; hi - lo = 3.6
+    #   w = (clamp(s, 0.2, 3.8) - 0.2) / 3.6 = 0, 0.8/3.6, 1.8/3.6, 2.8/3.6, 1
+    # Row 2, s = 0.5, 1.5, 4.5 (n = 3): lo at 0.05 * 2 = 0.1 -> 0.5 + 0.1 * 1.0 = 0.6 ;
+    #   hi at 0.95 * 2 = 1.9 -> 1.5 + 0.9 * 3.0 = 4.2 ; hi - lo = 3.6
+    #   w = (clamp(s, 0.6, 4.2) - 0.6) / 3.6 = 0, 0.9/3.6, 1 ; padding -> q = 1
+    # q = 1 + alpha * w, alpha = 0.3 at step 0 (sigma 0: no noise)
+    expected = T([[1.0, 1 + 0.3 * 0.8 / 3.6, 1 + 0.3 * 1.8 / 3.6, 1 + 0.3 * 2.8 / 3.6, 1.3],
+                  [1.0, 1 + 0.3 * 0.9 / 3.6, 1.3, 1.0, 1.0]])
+    torch.testing.assert_close(method.guide(logp, torch.zeros(2, 5), mask), expected, atol=1e-6, rtol=0)
+    # The clip matters: without it (quantile 0) row 1's w would be s / 4, e.g. 0.25 (q 1.075) instead of 0.8/3.6.
+    q0 = _method("sage_token", sigma_start=0.0, sigma_end=0.0, quantile=0.0).guide(logp, torch.zeros(2, 5), mask)
+    torch.testing.assert_close(q0[0], T([1.0, 1.075, 1.15, 1.225, 1.3]), atol=1e-6, rtol=0)
+
+
 def test_random_guide_is_clamped_and_scheduled():
     method = _method("sage_random", eps_start=1.0, eps_end=1.0, sigma_start=10.0, sigma_end=10.0)
     q = method.guide(torch.zeros(8, 64), torch.zeros(8, 64), torch.ones(8, 64))
@@ -269,7 +292,7 @@ def test_every_sage_method_trains_every_parameter_without_nan(policy, name):
         assert any(row["sage_q_shaped_frac"] > 0 for row in history)
 
 
-@pytest.mark.parametrize("name", ["sage", "sage_random", "dapo_branch"])
+@pytest.mark.parametrize("name", SAGE_METHODS)
 def test_resume_is_bit_identical(policy, name, tmp_path):
     kw = dict(steps=3, checkpoint_every=1, minibatches=2)
     full = _trainer(policy, name, **kw).train(progress=False)
