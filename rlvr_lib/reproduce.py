@@ -46,6 +46,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import os
@@ -153,6 +154,19 @@ def _write_manifest(path: Path, profile: str, entries: dict[str, Any]) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _update_manifest(path: Path, profile: str, name: str, entry: dict[str, Any]) -> None:
+    """Sets ``name``'s entry, re-reading the file under an exclusive lock first.
+
+    Two reproductions may run side by side (e.g. ``--only`` different
+    notebooks): each keeps the entries the other wrote since it started.
+    """
+    with open(path.parent / f".{path.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        entries = _load_manifest(path)
+        entries[name] = entry
+        _write_manifest(path, profile, entries)
 
 
 def _finished_ok(executed: Path, profile: str) -> bool:
@@ -297,15 +311,14 @@ def reproduce(
     def record(prefix, name, target, digest, seconds, error) -> None:
         results[name] = {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
                          "output": str(target) if target.exists() else None}
-        manifest[name] = {
+        _update_manifest(manifest_path, profile, name, {
             "source_sha256": digest,
             "rlvr_lib_version": __version__,
             "status": "failed" if error else "ok",
             "seconds": seconds,
             "error": error,
             "finished_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        }
-        _write_manifest(manifest_path, profile, manifest)
+        })
         say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
 
     with _library_on_pythonpath(), _kernel_threads(workers):

@@ -112,6 +112,23 @@ def test_version_change_force_and_profiles_rerun(notebooks, fake_papermill, monk
     assert calls == ["ok"] * 4
 
 
+def test_side_by_side_reproductions_keep_each_others_manifest_entries(notebooks, fake_papermill, monkeypatch):
+    src, out, _ = notebooks
+    manifest = out / "full" / rp.MANIFEST
+    foreign = {"status": "ok", "source_sha256": "x", "finished_at": "2026-01-01T00:00:00+00:00"}
+    execute = papermill.execute_notebook
+
+    def execute_while_another_finishes(input_path, output_path, **kwargs):
+        # Another reproduction (started before this one loaded the manifest) records its notebook meanwhile.
+        manifest.write_text(json.dumps({"profile": "full", "notebooks": {"other": foreign}}))
+        execute(input_path, output_path, **kwargs)
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_while_another_finishes)
+    assert rp.reproduce(notebooks_dir=src, out_dir=out, only=["ok"], echo=None)["ok"]["status"] == "ran"
+    entries = json.loads(manifest.read_text())["notebooks"]
+    assert entries["other"] == foreign and entries["ok"]["status"] == "ok"
+
+
 def test_outputs_only_change_does_not_rerun(notebooks, fake_papermill):
     src, out, _ = notebooks
     calls, _ = fake_papermill
