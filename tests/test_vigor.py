@@ -37,7 +37,9 @@ def test_truncated_completions_get_their_groups_minimum():
 
 def test_preset_and_options():
     preset = METHODS["vigor"].preset
-    assert (preset["advantage"], preset["kl_coef"], preset["group_size"]) == ("rank", 0.01, 8)
+    # TRL's GRPOTrainer (the authors' code) differentiates exp(D) - D - 1 by autograd: our "k3", beta 0.01.
+    assert (preset["advantage"], preset["kl_coef"], preset["kl_estimator"], preset["group_size"]) == (
+        "rank", 0.01, "k3", 8)
     with pytest.raises(ValueError, match="impl='ghosts' is invalid"):
         build_method(method_config("vigor", method_options={"impl": "ghosts"}))
     with pytest.raises(ValueError, match="sqrt_len"):

@@ -12,8 +12,16 @@ mapped to [-1, 1], then the group normalisation with eps 1e-4); ``advantage=
 "grpo"`` is the "without rank shaping" ablation (raw scores, group-normalised),
 ``method_options={"sqrt_len": False}`` the "without sqrt(T)" one. The verifier
 still runs, so ``accuracy`` is logged, but it never enters the reward
-(``reward_mean`` is the mean score). Preset: G = 8, KL beta 0.01 (k3 as the
-code's ``low_var_kl``, our ``reverse`` estimator), as the authors' scripts.
+(``reward_mean`` is the mean score).
+
+Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
+with TRL's ``GRPOTrainer``, whose per-token KL
+
+    exp(ref_logp - logp) - (ref_logp - logp) - 1
+
+is differentiated by autograd: this library's ``"k3"`` estimator
+(`rlvr_lib.algos.kl`: the value estimates the reverse KL, the gradient is the
+forward KL's; ``"reverse"`` would keep the value and change the gradient).
 
 Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
 (share of completions given the group minimum) and ``vigor_acc_rank_r``
@@ -138,5 +146,5 @@ class VIGOR(Method):
 
 
 register_method("vigor", VIGOR,
-                "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, KL 0.01, G = 8",
-                advantage="rank", kl_coef=0.01, kl_estimator="reverse", group_size=8)
+                "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
+                advantage="rank", kl_coef=0.01, kl_estimator="k3", group_size=8)
