@@ -48,7 +48,8 @@ How the four methods fit without a trainer edit:
 * SAGE: ``anchor`` returns the guide-shaped KL and its stats (q); a random
   guide draws from ``self.generator(step, stream)``.
 * VIGOR: ``rewards`` scores completions by their NLL-gradient norm with the
-  model, and the ``rank`` advantage estimator shapes them.
+  model, and the ``rank`` advantage estimator shapes them (``advantages``
+  group-normalises the raw scores instead for the no-rank-shaping ablation).
 
 Randomness: a method draws only from generators keyed by (seed, step, stream)
 (:meth:`Method.generator`, `rlvr_lib.seeding`), never from the global RNG.

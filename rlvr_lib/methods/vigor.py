@@ -6,13 +6,26 @@ The reward hook replaces the verifier's reward by VIGOR's score
     S_i = -sqrt(T_i) * ||grad_theta l_i||_2,   l_i = mean token NLL of y_i given x_i (temperature 1)
 
 and a truncated completion (it hit ``max_new_tokens``) gets its group's minimum
-score, as the authors' code. The advantage is the config's estimator: the
-preset's ``"rank"`` (`rlvr_lib.algos.rank_advantages`: ranks within the group
-mapped to [-1, 1], then the group normalisation with eps 1e-4); ``advantage=
-"grpo"`` is the "without rank shaping" ablation (raw scores, group-normalised),
-``method_options={"sqrt_len": False}`` the "without sqrt(T)" one. The verifier
-still runs, so ``accuracy`` is logged, but it never enters the reward
-(``reward_mean`` is the mean score).
+score, as the authors' code. The advantage (`VIGOR.advantages`) is, with
+``rank_shaping=True`` (default), the config's ``"rank"`` estimator
+(`rlvr_lib.algos.rank_advantages`: ranks within the group, ties at their mean
+rank, mapped to [-1, 1], then the group normalisation with the unbiased std and
+eps 1e-4):
+
+    u_i = 2 (rank_i - 1) / (G - 1) - 1,    A_i = (u_i - mean_g u) / (std_g u + 1e-4)
+
+and with ``rank_shaping=False`` the paper's "without rank shaping" ablation, the
+raw scores group-normalised with the same eps
+(``rlvr_lib.algos.grpo_advantages(S, group, eps=1e-4)``):
+
+    A_i = (S_i - mean_g S) / (std_g S + 1e-4).
+
+``config.advantage`` must be ``"rank"`` (the preset's; the switch is the
+option, not the estimator). ``method_options={"sqrt_len": False}`` is the
+"without sqrt(T)" ablation.
+
+The verifier still runs, so ``accuracy`` is logged, but it never enters the
+reward (``reward_mean`` is the mean score).
 
 Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
 with TRL's ``GRPOTrainer``, whose per-token KL
@@ -30,9 +43,10 @@ completion by the reward, the paper's rank-vs-accuracy figure). The loop
 logs ``reward_acc_corr`` for every method (the reward's correlation with
 the verifier's verdict), VIGOR's score-accuracy correlation here.
 
-Options: ``sqrt_len`` (bool, default True), ``impl`` (``"auto"``,
-``"ghost"``, ``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the
-model allows them, else the naive loop; equal values, `rlvr_lib.rewards.grad_norm`).
+Options: ``sqrt_len`` (bool, default True), ``rank_shaping`` (bool, default
+True), ``impl`` (``"auto"``, ``"ghost"``, ``"naive"`` or ``"vmap"``; default
+``"auto"``: ghost norms where the model allows them, else the naive loop; equal
+values, `rlvr_lib.rewards.grad_norm`).
 """
 
 from __future__ import annotations
@@ -41,13 +55,17 @@ from dataclasses import dataclass
 
 import torch
 
+from rlvr_lib.algos import grpo_advantages
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
 from rlvr_lib.tasks import CORRECT
 
-__all__ = ["VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+__all__ = ["RANK_EPS", "VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+
+RANK_EPS = 1e-4
+"""The eps of VIGOR's group normalisation, with or without rank shaping (the paper's, `rank_advantages`' default)."""
 
 
 @dataclass(frozen=True)
@@ -55,10 +73,12 @@ class VIGOROptions(ConfigBase):
     """`VIGOR`'s settings (see its docstring)."""
 
     sqrt_len: bool = True
+    rank_shaping: bool = True
     impl: str = "auto"
 
     def validate(self) -> None:
         self.check(isinstance(self.sqrt_len, bool), "sqrt_len", self.sqrt_len, "a bool")
+        self.check(isinstance(self.rank_shaping, bool), "rank_shaping", self.rank_shaping, "a bool")
         self.check_choice("impl", self.impl, sorted((*GRAD_NORM_IMPLS, "auto")))
 
 
@@ -120,6 +140,10 @@ class VIGOR(Method):
 
     def __init__(self, config):
         super().__init__(config)
+        if config.advantage != "rank":
+            raise ValueError(f"{self.name}: TrainerConfig.advantage={config.advantage!r} is invalid: must be 'rank' "
+                             "(VIGOR's rank shaping; for the ablation without it use "
+                             "method_options={'rank_shaping': False})")
         self._stats: dict[str, float] = {}
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
@@ -136,6 +160,13 @@ class VIGOR(Method):
         stats.update({f"vigor_acc_rank_{r + 1}": float(a) for r, a in enumerate(by_rank)})
         self._stats = stats
         return shaped
+
+    def advantages(self, batch: StepBatch) -> torch.Tensor:
+        """Rank-shaped advantages (the ``"rank"`` estimator), or with ``rank_shaping=False`` the raw scores
+        group-normalised with eps 1e-4 (`grpo_advantages`); see the module."""
+        if self.options.rank_shaping:
+            return super().advantages(batch)
+        return grpo_advantages(batch.rewards, batch.group_index, eps=RANK_EPS)
 
     def on_step_start(self, step: int) -> None:
         super().on_step_start(step)
