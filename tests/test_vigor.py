@@ -163,3 +163,48 @@ def test_vigor_trains_every_parameter_without_nan(policy):
     assert not unchanged
     assert all(p.isfinite().all() for p in trainer.model.parameters())
 
+
+def test_a_verifier_that_raises_does_not_stop_vigor_but_stops_grpo(policy, monkeypatch):
+    def broken(problem, completion):
+        raise RuntimeError("verifier down")
+
+    trainer = _trainer(policy)
+    monkeypatch.setattr(trainer.task, "verify", broken)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    with pytest.warns(RuntimeWarning, match="the verifier raised RuntimeError: verifier down") as caught:
+        history = trainer.train(progress=False)
+    assert len([w for w in caught if "verifier raised" in str(w.message)]) == 1  # warned once, not per completion
+    assert len(history) == 2
+    for row in history:
+        assert math.isfinite(row["loss"]) and row["reward_mean"] < 0
+        assert row["unverified_rate"] == 1.0
+        assert math.isnan(row["accuracy"]) and math.isnan(row["malformed_rate"])  # not counted as wrong
+        assert "reward_acc_corr" not in row
+        assert all(math.isnan(row[f"vigor_acc_rank_{r}"]) for r in range(1, SMALL["group_size"] + 1))
+    unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    assert not unchanged
+    assert all(p.isfinite().all() for p in trainer.model.parameters())
+
+    # GRPO's reward is the verifier's: its exception propagates unchanged.
+    model, tokenizer = policy
+    grpo = Trainer(method_config("grpo", **SMALL), copy.deepcopy(model), tokenizer)
+    monkeypatch.setattr(grpo.task, "verify", broken)
+    with pytest.raises(RuntimeError, match="^verifier down$"):
+        grpo.step()
+
+
+def test_which_methods_survive_a_broken_verifier():
+    # Only the intrinsic rewards (which never read the verdict) keep training; every other registered method
+    # rewards with the verifier (directly, or shaped: DAPO, NudgeRL, 3PO, ...) and lets its exception through.
+    survivors = {name for name, entry in METHODS.items() if not entry.cls.uses_verifier_reward}
+    assert survivors == {"vigor", "intuitor"}
+
+
+def test_unverified_completions_are_left_out_of_the_rank_accuracy():
+    from rlvr_lib.methods.vigor import accuracy_by_rank
+
+    scores = torch.tensor([-1.0, -3.0, -2.0, -5.0, -4.0, -6.0])
+    correct = torch.tensor([1.0, 0.0, math.nan, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    # group 0 by score: rows 0 (1), 2 (unverified), 1 (0) ; group 1: rows 4 (1), 3 (0), 5 (1)
+    assert accuracy_by_rank(scores, correct, groups).tolist() == [1.0, 0.0, 0.5]

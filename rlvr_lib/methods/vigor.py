@@ -25,7 +25,9 @@ option, not the estimator). ``method_options={"sqrt_len": False}`` is the
 "without sqrt(T)" ablation.
 
 The verifier still runs, so ``accuracy`` is logged, but it never enters the
-reward (``reward_mean`` is the mean score).
+reward (``reward_mean`` is the mean score). A verifier that raises does not
+stop training (``uses_verifier_reward = False``, `rlvr_lib.methods.base.Method`):
+that completion's verdict is ``"unverified"``, left out of the accuracy metrics.
 
 Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
 with TRL's ``GRPOTrainer``, whose per-token KL
@@ -51,6 +53,7 @@ values, `rlvr_lib.rewards.grad_norm`).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -60,7 +63,7 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
-from rlvr_lib.tasks import CORRECT
+from rlvr_lib.tasks import CORRECT, UNVERIFIED
 
 __all__ = ["RANK_EPS", "VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
 
@@ -105,7 +108,7 @@ def correct_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: to
 
     Args:
         scores: ``(N,)`` float.
-        correct: ``(N,)`` bool or 0/1.
+        correct: ``(N,)`` bool or 0/1 (NaN: unknown, kept as NaN).
         group_index: ``(N,)`` long; every group must have the same size G.
 
     Raises:
@@ -127,9 +130,11 @@ def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: t
     """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
 
     VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
-    curve falls with the rank. The mean over groups of `correct_by_rank`.
+    curve falls with the rank. The mean over groups of `correct_by_rank`,
+    NaN entries of ``correct`` (unverified completions) left out; NaN for a
+    rank with no verified completion.
     """
-    return correct_by_rank(scores, correct, group_index).mean(0)
+    return correct_by_rank(scores, correct, group_index).nanmean(0)
 
 
 class VIGOR(Method):
@@ -137,6 +142,7 @@ class VIGOR(Method):
 
     name = "vigor"
     Options = VIGOROptions
+    uses_verifier_reward = False  # a verifier that raises leaves an "unverified" verdict, training goes on
 
     def __init__(self, config):
         super().__init__(config)
@@ -153,7 +159,9 @@ class VIGOR(Method):
         truncated = torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool)
         lengths = ro.completion_mask.sum(1).double()
         norms = -scores.double() / (lengths.sqrt() if self.options.sqrt_len else 1.0)
-        correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float64)
+        # 1/0 by the verdict; NaN for an "unverified" one (its verifier raised), left out of the rank accuracies.
+        correct = torch.tensor([math.nan if v.status == UNVERIFIED else float(v.status == CORRECT)
+                                for v in batch.verdicts], dtype=torch.float64)
         stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
         shaped = truncated_to_group_min(scores, truncated, batch.group_index.cpu())
         by_rank = accuracy_by_rank(shaped, correct, batch.group_index.cpu())
