@@ -6,7 +6,9 @@ One step, read top to bottom in `Trainer.step`:
    function of seed and step);
 2. ask the method for each rollout's hint, and roll out G completions per problem,
    split across the method's weight samples (``perturbed(model, k)``);
-3. verify every completion with the task's verifier; the method turns verdicts into rewards. If the method
+3. verify every completion with the task's verifier (for a method whose reward ignores it,
+   ``uses_verifier_reward = False``, a verifier that raises leaves an "unverified" verdict, left out of
+   the accuracy metrics); the method turns verdicts into rewards. If the method
    filters groups (``keep_groups``, DAPO's dynamic sampling), steps 1-3 repeat on
    fresh prompts ("refill rounds") until ``prompts_per_step`` groups are kept or
    the method's cap on refill rounds is reached. The method turns the kept
@@ -41,6 +43,7 @@ import logging
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -53,7 +56,7 @@ from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
-from rlvr_lib.tasks import CORRECT, MALFORMED, get_task
+from rlvr_lib.tasks import CORRECT, MALFORMED, UNVERIFIED, Verdict, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +102,7 @@ class Trainer:
         self.train_problems = self.task.family_problems(config.train_family, pool_size, seed=0)
         self.step_count = 0
         self.history: list[dict] = []
+        self._warned_unverified = False
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
         if self.checkpoint_dir and (self.checkpoint_dir / "checkpoint.pt").exists():
             self.load_checkpoint(self.checkpoint_dir / "checkpoint.pt")
@@ -169,11 +173,32 @@ class Trainer:
             problems = [problems[i] for i in mine]
             fields = self._rollout(problems, [plan[i] for i in mine], step, round_)
             seconds = time.perf_counter() - t0
-            verdicts = [self.task.verify(problems[g], text)
+            verify = self.task.verify if self.method.uses_verifier_reward else self._verify_or_record
+            verdicts = [verify(problems[g], text)
                         for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
             batch = StepBatch(**fields, verdicts=verdicts)
             batch.rewards = self.method.rewards(batch, self.model).float()
         return self.world.gather_batch(batch), seconds
+
+    def _verify_or_record(self, problem, completion) -> Verdict:
+        """The verifier's verdict, or an ``"unverified"`` one (reward NaN) if the verifier raises.
+
+        Only for a method whose reward does not read the verifier (``method.uses_verifier_reward``
+        False: VIGOR, INTUITOR): the verdict then only feeds the logged accuracy, which leaves
+        unverified completions out, so a broken verifier must not stop training. The first
+        exception is reported with ``warnings.warn``; the rest are counted in ``unverified_rate``.
+        """
+        try:
+            return self.task.verify(problem, completion)
+        except Exception as err:  # noqa: BLE001 - any verifier failure; KeyboardInterrupt etc. still propagate
+            reason = f"the verifier raised {type(err).__name__}: {err}"
+            if not self._warned_unverified:
+                self._warned_unverified = True
+                warnings.warn(f"{reason} (problem {problem.uid!r}); method {self.method.name!r} does not use the "
+                              "verifier's reward, so training goes on and such completions are logged as "
+                              "'unverified' (left out of accuracy, counted in unverified_rate); warned once",
+                              RuntimeWarning, stacklevel=2)
+            return Verdict(float("nan"), UNVERIFIED, None, reason)
 
     def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, list[StepBatch], dict, float]:
         """The step's batch: roll out -> verify -> reward -> keep, refilling dropped groups.
@@ -420,14 +445,20 @@ def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
     offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
     groups = np.concatenate([b.group_index.numpy() + o for b, o in zip(batches, offsets)])
     lengths = torch.cat([b.rollouts.completion_mask.sum(1) for b in batches]).float()
+    # Verdicts of a verifier that raised (only kept for methods whose reward ignores it) count in no rate
+    # but unverified_rate, logged only when there are some; NaN when nothing was verified.
+    verified = [v for v in verdicts if v.status != UNVERIFIED]
+    rate = lambda status: float(np.mean([v.status == status for v in verified])) if verified else float("nan")
     metrics = {
         "reward_mean": float(rewards.mean()),
-        "accuracy": float(np.mean([v.status == CORRECT for v in verdicts])),
-        "malformed_rate": float(np.mean([v.status == MALFORMED for v in verdicts])),
+        "accuracy": rate(CORRECT),
+        "malformed_rate": rate(MALFORMED),
         "zero_adv_frac": zero_advantage_fraction(rewards.numpy(), groups),
         "response_length": float(lengths.mean()),
         "truncated_rate": float(np.mean([r == "length" for b in batches for r in b.rollouts.finish_reasons])),
     }
+    if len(verified) < len(verdicts):
+        metrics["unverified_rate"] = 1.0 - len(verified) / len(verdicts)
     corr = reward_accuracy_correlation(rewards.numpy(), verdicts)
     if not math.isnan(corr):  # undefined when every reward or every verdict is the same: not logged
         metrics["reward_acc_corr"] = corr
@@ -439,10 +470,15 @@ def reward_accuracy_correlation(rewards: np.ndarray, verdicts) -> float:
 
     How far an intrinsic reward (INTUITOR's self-certainty, VIGOR's gradient
     norm) tracks the verifier it replaces; 1 for the binary verifier reward.
-    NaN when either is constant (no correlation is defined).
+    Over the verified rollouts (``"unverified"`` verdicts, whose verifier
+    raised, are left out); NaN when either is constant (no correlation is
+    defined) or fewer than two were verified.
     """
-    correct = np.array([v.status == CORRECT for v in verdicts], dtype=np.float64)
-    rewards = np.asarray(rewards, dtype=np.float64)
+    verified = np.array([v.status != UNVERIFIED for v in verdicts], dtype=bool)
+    correct = np.array([v.status == CORRECT for v in verdicts], dtype=np.float64)[verified]
+    rewards = np.asarray(rewards, dtype=np.float64)[verified]
+    if rewards.size < 2:
+        return float("nan")
     if rewards.std() == 0 or correct.std() == 0:
         return float("nan")
     return float(np.corrcoef(rewards, correct)[0, 1])

@@ -80,8 +80,13 @@ def test_naive_norm_equals_the_hand_derived_gradient_of_a_two_layer_model():
     grad_W = delta.T @ h / 3                                  # dl/dW = (1/T) sum_t delta_t h_t^T
     grad_E = torch.zeros_like(E).index_add_(0, inputs, delta @ W / 3)  # dl/de_x = (1/T) sum_{t: x_t = x} W^T delta_t
     expected = torch.sqrt((grad_W ** 2).sum() + (grad_E ** 2).sum())
-    got = grad_norms_naive(model, prompt_ids, prompt_mask, completion_ids, completion_mask)
-    torch.testing.assert_close(got, expected[None], rtol=1e-6, atol=0)
+    rows = (prompt_ids, prompt_mask, completion_ids, completion_mask)
+    torch.testing.assert_close(grad_norms_naive(model, *rows), expected[None], rtol=1e-6, atol=0)
+    # The fast forms give the same hand-derived norm: vmap, and ghost norms (an nn.Embedding and an nn.Linear
+    # are both owners ghost supports; the padded prompt position gets a zero output gradient).
+    torch.testing.assert_close(grad_norms_vmap(model, *rows), expected[None], rtol=1e-6, atol=0)
+    assert ghost_supported(model)
+    torch.testing.assert_close(grad_norms_ghost(model, *rows), expected[None], rtol=1e-5, atol=0)
 
 
 def test_scores_are_minus_sqrt_length_times_the_norm_and_leave_the_model_as_it_was():

@@ -140,3 +140,8 @@ def test_reward_accuracy_correlation_by_hand():
     assert reward_accuracy_correlation(np.array([3.0, 1.0, 2.0, 4.0]), v) == pytest.approx(2 / np.sqrt(5))
     assert np.isnan(reward_accuracy_correlation(np.array([2.0, 2.0, 2.0, 2.0]), v))
     assert np.isnan(reward_accuracy_correlation(np.array([3.0, 1.0, 2.0, 4.0]), verdicts(["wrong"] * 4)))
+    # An "unverified" verdict (its verifier raised; kept only for intrinsic rewards) is left out, whatever its
+    # reward: r = (3, 1, 4) against c = (1, 0, 1): cov-sum 15/9, squares 42/9 and 6/9 -> 15 / sqrt(252).
+    u = verdicts(["correct", "wrong", "unverified", "correct"])
+    assert reward_accuracy_correlation(np.array([3.0, 1.0, 100.0, 4.0]), u) == pytest.approx(15 / np.sqrt(252))
+    assert np.isnan(reward_accuracy_correlation(np.array([3.0, 1.0]), verdicts(["correct", "unverified"])))

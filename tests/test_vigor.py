@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import math
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -37,11 +38,66 @@ def test_truncated_completions_get_their_groups_minimum():
 
 def test_preset_and_options():
     preset = METHODS["vigor"].preset
-    assert (preset["advantage"], preset["kl_coef"], preset["group_size"]) == ("rank", 0.01, 8)
+    # TRL's GRPOTrainer (the authors' code) differentiates exp(D) - D - 1 by autograd: our "k3", beta 0.01.
+    assert (preset["advantage"], preset["kl_coef"], preset["kl_estimator"], preset["group_size"]) == (
+        "rank", 0.01, "k3", 8)
     with pytest.raises(ValueError, match="impl='ghosts' is invalid"):
         build_method(method_config("vigor", method_options={"impl": "ghosts"}))
     with pytest.raises(ValueError, match="sqrt_len"):
         build_method(method_config("vigor", method_options={"sqrt_len": "yes"}))
+    with pytest.raises(ValueError, match="rank_shaping: expected bool, got int 1"):
+        build_method(method_config("vigor", method_options={"rank_shaping": 1}))
+    # The ablation is the option, not another estimator: any advantage but "rank" is refused, naming the option.
+    with pytest.raises(ValueError, match=r"advantage='grpo' is invalid: must be 'rank'.*'rank_shaping': False"):
+        build_method(method_config("vigor", advantage="grpo"))
+    assert build_method(method_config("vigor")).options.rank_shaping is True
+
+
+def _advantages(scores, groups, **options):
+    method = build_method(method_config("vigor", method_options=options))
+    batch = SimpleNamespace(rewards=torch.tensor(scores, dtype=torch.float64), group_index=torch.tensor(groups),
+                            context_index=torch.full((len(groups),), -1))
+    return method.advantages(batch)
+
+
+def test_without_rank_shaping_the_raw_scores_are_group_normalised_with_eps_1e_4():
+    scores = [-1.0, -3.0, -2.0, -6.0, 0.0, 1e-3]
+    groups = [0, 0, 0, 0, 1, 1]
+    # group 0: mean -3, deviations (2, 0, 1, -3), unbiased std sqrt(14 / 3) = 2.1602469
+    #   -> A = dev / (2.1602469 + 1e-4) = (0.9257772, 0, 0.4628886, -1.3886659)
+    # group 1: mean 5e-4, deviations -+5e-4, unbiased std sqrt(5e-7) = 7.0710678e-4
+    #   -> A = -+5e-4 / (7.0710678e-4 + 1e-4) = -+0.6194967   (eps 1e-6 would give 0.7061)
+    expected = [0.9257772, 0.0, 0.4628886, -1.3886659, -0.6194967, 0.6194967]
+    torch.testing.assert_close(_advantages(scores, groups, rank_shaping=False),
+                               torch.tensor(expected, dtype=torch.float64), rtol=0, atol=2e-7)
+    # With rank shaping (default), the same scores give the ranks' advantages instead: group 0 ranks (4, 2, 3, 1)
+    # -> u = (1, -1/3, 1/3, -1), std sqrt(20/27) = 0.8606630 -> A = u / 0.8607630; group 1 u = -+1 -> -+0.7070568.
+    torch.testing.assert_close(_advantages(scores, groups), torch.tensor(
+        [1.1617600, -0.3872533, 0.3872533, -1.1617600, -0.7070568, 0.7070568], dtype=torch.float64),
+        rtol=0, atol=2e-7)
+
+
+def test_truncation_then_rank_shaping_by_hand(monkeypatch):
+    # One group of 4: row 3 has the best score (-1) but was truncated, so it takes the group minimum (-5)
+    # and ties with row 1. Ranks (1 = worst): rows 1 and 3 share ranks 1 and 2 -> 1.5 each; row 2 (-3) 3;
+    # row 0 (-2) 4. u = 2 (rank - 1) / 3 - 1 = (1, -2/3, 1/3, -2/3): mean 0, sum of squares 2,
+    # unbiased std sqrt(2 / 3) = 0.8164966 -> A = u / (0.8164966 + 1e-4).
+    scores = torch.tensor([-2.0, -5.0, -3.0, -1.0])
+    monkeypatch.setattr("rlvr_lib.methods.vigor.grad_norm_scores", lambda *args, **kw: scores.clone())
+    ids = torch.ones(4, 3, dtype=torch.long)
+    batch = SimpleNamespace(
+        rollouts=SimpleNamespace(prompt_ids=ids, prompt_mask=ids, completion_ids=ids, completion_mask=ids,
+                                 finish_reasons=["stop", "stop", "stop", "length"]),
+        verdicts=[Verdict(0.0, WRONG)] * 4, group_index=torch.zeros(4, dtype=torch.long),
+        context_index=torch.full((4,), -1))
+    method = build_method(method_config("vigor"))
+    batch.rewards = method.rewards(batch, model=None)
+    assert batch.rewards.tolist() == [-2.0, -5.0, -3.0, -5.0]
+    std = math.sqrt(2 / 3)
+    expected = torch.tensor([1.0, -2 / 3, 1 / 3, -2 / 3], dtype=torch.float64) / (std + 1e-4)
+    torch.testing.assert_close(method.advantages(batch).double(), expected, rtol=1e-6, atol=0)
+    assert expected[0].item() == pytest.approx(1.2245949, abs=1e-7)
+    assert method._stats["vigor_truncated_frac"] == 0.25
 
 
 def test_the_reward_never_reads_the_verifier(policy, monkeypatch):
@@ -106,3 +162,49 @@ def test_vigor_trains_every_parameter_without_nan(policy):
     unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
     assert not unchanged
     assert all(p.isfinite().all() for p in trainer.model.parameters())
+
+
+def test_a_verifier_that_raises_does_not_stop_vigor_but_stops_grpo(policy, monkeypatch):
+    def broken(problem, completion):
+        raise RuntimeError("verifier down")
+
+    trainer = _trainer(policy)
+    monkeypatch.setattr(trainer.task, "verify", broken)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    with pytest.warns(RuntimeWarning, match="the verifier raised RuntimeError: verifier down") as caught:
+        history = trainer.train(progress=False)
+    assert len([w for w in caught if "verifier raised" in str(w.message)]) == 1  # warned once, not per completion
+    assert len(history) == 2
+    for row in history:
+        assert math.isfinite(row["loss"]) and row["reward_mean"] < 0
+        assert row["unverified_rate"] == 1.0
+        assert math.isnan(row["accuracy"]) and math.isnan(row["malformed_rate"])  # not counted as wrong
+        assert "reward_acc_corr" not in row
+        assert all(math.isnan(row[f"vigor_acc_rank_{r}"]) for r in range(1, SMALL["group_size"] + 1))
+    unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
+    assert not unchanged
+    assert all(p.isfinite().all() for p in trainer.model.parameters())
+
+    # GRPO's reward is the verifier's: its exception propagates unchanged.
+    model, tokenizer = policy
+    grpo = Trainer(method_config("grpo", **SMALL), copy.deepcopy(model), tokenizer)
+    monkeypatch.setattr(grpo.task, "verify", broken)
+    with pytest.raises(RuntimeError, match="^verifier down$"):
+        grpo.step()
+
+
+def test_which_methods_survive_a_broken_verifier():
+    # Only the intrinsic rewards (which never read the verdict) keep training; every other registered method
+    # rewards with the verifier (directly, or shaped: DAPO, NudgeRL, 3PO, ...) and lets its exception through.
+    survivors = {name for name, entry in METHODS.items() if not entry.cls.uses_verifier_reward}
+    assert survivors == {"vigor", "intuitor"}
+
+
+def test_unverified_completions_are_left_out_of_the_rank_accuracy():
+    from rlvr_lib.methods.vigor import accuracy_by_rank
+
+    scores = torch.tensor([-1.0, -3.0, -2.0, -5.0, -4.0, -6.0])
+    correct = torch.tensor([1.0, 0.0, math.nan, 0.0, 1.0, 1.0])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1])
+    # group 0 by score: rows 0 (1), 2 (unverified), 1 (0) ; group 1: rows 4 (1), 3 (0), 5 (1)
+    assert accuracy_by_rank(scores, correct, groups).tolist() == [1.0, 0.0, 0.5]

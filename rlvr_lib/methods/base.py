@@ -48,7 +48,9 @@ How the four methods fit without a trainer edit:
 * SAGE: ``anchor`` returns the guide-shaped KL and its stats (q); a random
   guide draws from ``self.generator(step, stream)``.
 * VIGOR: ``rewards`` scores completions by their NLL-gradient norm with the
-  model, and the ``rank`` advantage estimator shapes them.
+  model, and the ``rank`` advantage estimator shapes them (``advantages``
+  group-normalises the raw scores instead for the no-rank-shaping ablation);
+  ``uses_verifier_reward = False``, so a verifier that raises does not stop it.
 
 Randomness: a method draws only from generators keyed by (seed, step, stream)
 (:meth:`Method.generator`, `rlvr_lib.seeding`), never from the global RNG.
@@ -221,6 +223,11 @@ class Method:
 
     name = "grpo"
     Options: ClassVar[type[ConfigBase]] = NoOptions
+    uses_verifier_reward: ClassVar[bool] = True
+    """Whether the reward reads the verifier. True (default): a verifier that raises stops the step, as it
+    always did. False (VIGOR, INTUITOR: intrinsic rewards): the trainer catches a verifier's exception, warns
+    once, and records that completion's verdict as ``"unverified"`` (`rlvr_lib.tasks.UNVERIFIED`, reward NaN),
+    which accuracy metrics leave out; the training signal does not depend on it."""
 
     def __init__(self, config):
         self.config = config

@@ -554,7 +554,8 @@ class Intuitor(Method):
     chunks of ``forward_batch_size`` rows; `rlvr_lib.rewards.self_certainty_rewards`).
     Advantages are GRPO's group normalisation of r. The verifier still runs, so
     ``accuracy`` is logged honestly, but it never enters the reward
-    (``reward_mean`` is the mean self-certainty, in nats). Preset: k3 KL with
+    (``reward_mean`` is the mean self-certainty, in nats); a verifier that raises
+    does not stop training (``uses_verifier_reward = False``). Preset: k3 KL with
     beta 0.005, as the authors' ``verl-intuitor/math_intuitor.sh``
     (``kl_loss_coef=0.005``, ``low_var_kl``). VIGOR's (arXiv 2605.09920) baseline.
 
@@ -563,6 +564,7 @@ class Intuitor(Method):
 
     name = "intuitor"
     Options = IntuitorOptions
+    uses_verifier_reward = False  # a verifier that raises leaves an "unverified" verdict, training goes on
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
         return self_certainty_rewards(model, batch.rollouts, self.options.forward_batch_size)

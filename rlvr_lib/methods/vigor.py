@@ -6,14 +6,37 @@ The reward hook replaces the verifier's reward by VIGOR's score
     S_i = -sqrt(T_i) * ||grad_theta l_i||_2,   l_i = mean token NLL of y_i given x_i (temperature 1)
 
 and a truncated completion (it hit ``max_new_tokens``) gets its group's minimum
-score, as the authors' code. The advantage is the config's estimator: the
-preset's ``"rank"`` (`rlvr_lib.algos.rank_advantages`: ranks within the group
-mapped to [-1, 1], then the group normalisation with eps 1e-4); ``advantage=
-"grpo"`` is the "without rank shaping" ablation (raw scores, group-normalised),
-``method_options={"sqrt_len": False}`` the "without sqrt(T)" one. The verifier
-still runs, so ``accuracy`` is logged, but it never enters the reward
-(``reward_mean`` is the mean score). Preset: G = 8, KL beta 0.01 (k3 as the
-code's ``low_var_kl``, our ``reverse`` estimator), as the authors' scripts.
+score, as the authors' code. The advantage (`VIGOR.advantages`) is, with
+``rank_shaping=True`` (default), the config's ``"rank"`` estimator
+(`rlvr_lib.algos.rank_advantages`: ranks within the group, ties at their mean
+rank, mapped to [-1, 1], then the group normalisation with the unbiased std and
+eps 1e-4):
+
+    u_i = 2 (rank_i - 1) / (G - 1) - 1,    A_i = (u_i - mean_g u) / (std_g u + 1e-4)
+
+and with ``rank_shaping=False`` the paper's "without rank shaping" ablation, the
+raw scores group-normalised with the same eps
+(``rlvr_lib.algos.grpo_advantages(S, group, eps=1e-4)``):
+
+    A_i = (S_i - mean_g S) / (std_g S + 1e-4).
+
+``config.advantage`` must be ``"rank"`` (the preset's; the switch is the
+option, not the estimator). ``method_options={"sqrt_len": False}`` is the
+"without sqrt(T)" ablation.
+
+The verifier still runs, so ``accuracy`` is logged, but it never enters the
+reward (``reward_mean`` is the mean score). A verifier that raises does not
+stop training (``uses_verifier_reward = False``, `rlvr_lib.methods.base.Method`):
+that completion's verdict is ``"unverified"``, left out of the accuracy metrics.
+
+Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
+with TRL's ``GRPOTrainer``, whose per-token KL
+
+    exp(ref_logp - logp) - (ref_logp - logp) - 1
+
+is differentiated by autograd: this library's ``"k3"`` estimator
+(`rlvr_lib.algos.kl`: the value estimates the reverse KL, the gradient is the
+forward KL's; ``"reverse"`` would keep the value and change the gradient).
 
 Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
 (share of completions given the group minimum) and ``vigor_acc_rank_r``
@@ -22,24 +45,30 @@ completion by the reward, the paper's rank-vs-accuracy figure). The loop
 logs ``reward_acc_corr`` for every method (the reward's correlation with
 the verifier's verdict), VIGOR's score-accuracy correlation here.
 
-Options: ``sqrt_len`` (bool, default True), ``impl`` (``"auto"``,
-``"ghost"``, ``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the
-model allows them, else the naive loop; equal values, `rlvr_lib.rewards.grad_norm`).
+Options: ``sqrt_len`` (bool, default True), ``rank_shaping`` (bool, default
+True), ``impl`` (``"auto"``, ``"ghost"``, ``"naive"`` or ``"vmap"``; default
+``"auto"``: ghost norms where the model allows them, else the naive loop; equal
+values, `rlvr_lib.rewards.grad_norm`).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
+from rlvr_lib.algos import grpo_advantages
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
-from rlvr_lib.tasks import CORRECT
+from rlvr_lib.tasks import CORRECT, UNVERIFIED
 
-__all__ = ["VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+__all__ = ["RANK_EPS", "VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+
+RANK_EPS = 1e-4
+"""The eps of VIGOR's group normalisation, with or without rank shaping (the paper's, `rank_advantages`' default)."""
 
 
 @dataclass(frozen=True)
@@ -47,10 +76,12 @@ class VIGOROptions(ConfigBase):
     """`VIGOR`'s settings (see its docstring)."""
 
     sqrt_len: bool = True
+    rank_shaping: bool = True
     impl: str = "auto"
 
     def validate(self) -> None:
         self.check(isinstance(self.sqrt_len, bool), "sqrt_len", self.sqrt_len, "a bool")
+        self.check(isinstance(self.rank_shaping, bool), "rank_shaping", self.rank_shaping, "a bool")
         self.check_choice("impl", self.impl, sorted((*GRAD_NORM_IMPLS, "auto")))
 
 
@@ -77,7 +108,7 @@ def correct_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: to
 
     Args:
         scores: ``(N,)`` float.
-        correct: ``(N,)`` bool or 0/1.
+        correct: ``(N,)`` bool or 0/1 (NaN: unknown, kept as NaN).
         group_index: ``(N,)`` long; every group must have the same size G.
 
     Raises:
@@ -99,9 +130,11 @@ def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: t
     """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
 
     VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
-    curve falls with the rank. The mean over groups of `correct_by_rank`.
+    curve falls with the rank. The mean over groups of `correct_by_rank`,
+    NaN entries of ``correct`` (unverified completions) left out; NaN for a
+    rank with no verified completion.
     """
-    return correct_by_rank(scores, correct, group_index).mean(0)
+    return correct_by_rank(scores, correct, group_index).nanmean(0)
 
 
 class VIGOR(Method):
@@ -109,9 +142,14 @@ class VIGOR(Method):
 
     name = "vigor"
     Options = VIGOROptions
+    uses_verifier_reward = False  # a verifier that raises leaves an "unverified" verdict, training goes on
 
     def __init__(self, config):
         super().__init__(config)
+        if config.advantage != "rank":
+            raise ValueError(f"{self.name}: TrainerConfig.advantage={config.advantage!r} is invalid: must be 'rank' "
+                             "(VIGOR's rank shaping; for the ablation without it use "
+                             "method_options={'rank_shaping': False})")
         self._stats: dict[str, float] = {}
 
     def rewards(self, batch: StepBatch, model) -> torch.Tensor:
@@ -121,13 +159,22 @@ class VIGOR(Method):
         truncated = torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool)
         lengths = ro.completion_mask.sum(1).double()
         norms = -scores.double() / (lengths.sqrt() if self.options.sqrt_len else 1.0)
-        correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.float64)
+        # 1/0 by the verdict; NaN for an "unverified" one (its verifier raised), left out of the rank accuracies.
+        correct = torch.tensor([math.nan if v.status == UNVERIFIED else float(v.status == CORRECT)
+                                for v in batch.verdicts], dtype=torch.float64)
         stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
         shaped = truncated_to_group_min(scores, truncated, batch.group_index.cpu())
         by_rank = accuracy_by_rank(shaped, correct, batch.group_index.cpu())
         stats.update({f"vigor_acc_rank_{r + 1}": float(a) for r, a in enumerate(by_rank)})
         self._stats = stats
         return shaped
+
+    def advantages(self, batch: StepBatch) -> torch.Tensor:
+        """Rank-shaped advantages (the ``"rank"`` estimator), or with ``rank_shaping=False`` the raw scores
+        group-normalised with eps 1e-4 (`grpo_advantages`); see the module."""
+        if self.options.rank_shaping:
+            return super().advantages(batch)
+        return grpo_advantages(batch.rewards, batch.group_index, eps=RANK_EPS)
 
     def on_step_start(self, step: int) -> None:
         super().on_step_start(step)
@@ -138,5 +185,5 @@ class VIGOR(Method):
 
 
 register_method("vigor", VIGOR,
-                "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, KL 0.01, G = 8",
-                advantage="rank", kl_coef=0.01, kl_estimator="reverse", group_size=8)
+                "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
+                advantage="rank", kl_coef=0.01, kl_estimator="k3", group_size=8)

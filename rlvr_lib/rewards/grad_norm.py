@@ -249,7 +249,13 @@ def grad_norm_scores(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_ma
 
     ``impl``: ``"ghost"``, ``"naive"``, ``"vmap"`` (equal values), or ``"auto"``
     (default): ghost norms when every parameter owner supports them
-    (:func:`ghost_supported`), else the naive loop.
+    (:func:`ghost_supported`), else the naive loop (e.g. GPT-2's ``Conv1D``
+    and ``LayerNorm``). The fallback is the loop, not ``vmap``, for memory:
+    ``vmap`` materialises one full gradient per row at once (N x parameters
+    floats: 64 completions of a 0.5B model are 32B floats, 128 GB in
+    float32), while the loop holds one gradient at a time (one backward's
+    memory). Ask for ``impl="vmap"`` where that memory is there (or call
+    :func:`grad_norms_vmap` with ``chunk_size`` to bound it).
 
     Raises:
         ValueError: unknown ``impl`` or malformed rows.

@@ -13,6 +13,11 @@ CORRECT = "correct"
 WRONG = "wrong"
 MALFORMED = "malformed"
 STATUSES = (CORRECT, WRONG, MALFORMED)
+"""The statuses a verifier returns."""
+UNVERIFIED = "unverified"
+"""Not a verifier's status: the trainer's record of a completion whose verifier raised, kept only for a
+method whose reward does not read the verifier (``Method.uses_verifier_reward = False``: VIGOR, INTUITOR).
+Its verdict has reward NaN; accuracy metrics leave it out (NaN when no completion was verified)."""
 
 
 @dataclass(frozen=True)
@@ -62,8 +67,9 @@ class Verdict:
     """What a verifier says about one completion.
 
     Attributes:
-        reward: 1.0 for a correct completion, 0.0 otherwise.
-        status: ``"correct"``, ``"wrong"`` or ``"malformed"``.
+        reward: 1.0 for a correct completion, 0.0 otherwise (NaN for `UNVERIFIED`).
+        status: ``"correct"``, ``"wrong"`` or ``"malformed"`` (`STATUSES`); the trainer
+            records ``"unverified"`` (`UNVERIFIED`) when a verifier raised, see there.
         strategy: The strategy the completion used when it could be parsed,
             else ``None``.
         reason: Short human-readable explanation for a non-correct status.
