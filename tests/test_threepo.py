@@ -335,8 +335,15 @@ def test_stored_ess_is_the_calibration_rule_on_the_shipped_policy(policy):
 
 
 def test_options_are_validated():
-    with pytest.raises(ValueError, match="noise_scale"):
-        B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": -1.0}, **SMALL))
+    for bad in (-1.0, 0.5, 2.0):
+        with pytest.raises(ValueError, match=r"noise_scale=.* is invalid: must be 0.0 .* or 1.0 .*biases IVON's "
+                                             r"Hessian estimate"):
+            B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": bad}, **SMALL))
+    with pytest.raises(ValueError, match=r"noise_scale=0.5 is invalid"):
+        _SummedIVON([torch.nn.Parameter(torch.zeros(2))], noise_scale=0.5, lr=1.0, ess=1e3)
+    for good in (0.0, 1.0):
+        assert B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": good}, **SMALL)).options.noise_scale \
+            == good
     with pytest.raises(ValueError, match=r"lr=0.0 is invalid: must be a number in \(0, inf\)"):
         B3PO(TrainerConfig(method="b3po", method_options={"lr": 0.0}, **SMALL))
     with pytest.raises(ValueError, match="samples"):

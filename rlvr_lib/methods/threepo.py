@@ -39,7 +39,11 @@ IVON's own ``clip_radius`` bounds the update instead (the authors' setting).
 Noise: each sample k draws ``z`` from the global RNG forked and keyed by
 ``(seed, step, STREAM, k)``; rollouts of sample k and its gradient scope share
 the key, so before the step's first IVON update they see the same weights.
-``noise_scale`` multiplies ``z`` (0 = no noise: IVON's mean update, used by tests).
+``noise_scale`` multiplies ``z`` and is 1 (IVON's noise) or 0 (no noise: IVON's
+mean update, used by tests); nothing else is allowed: IVON's "price" Hessian
+estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
+``1 / sqrt(ess * (h + wd))``, and noise scaled by ``s`` would multiply it by
+``s**2`` (a biased Hessian, hence a biased posterior and step).
 
 Diagnostics (per step): ``ivon_lr`` (the IVON learning rate in use, see
 "Learning rate" below), ``ivon_mean_sigma`` (mean posterior std over weights,
@@ -140,9 +144,9 @@ from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
-from rlvr_lib.validation import check_range
+from rlvr_lib.validation import check, check_range
 
-__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "M3PO", "REFERENCE_WEIGHT_STD", "TESTBED_ESS",
+__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "M3PO", "NOISE_SCALES", "REFERENCE_WEIGHT_STD", "TESTBED_ESS",
            "ThreePOOptions", "calibrate_ess", "calibrated_ess", "initial_sigma", "matched_ivon_lr",
            "noise_to_weight_ratio", "weight_matrix_std"]
 
@@ -153,6 +157,11 @@ REFERENCE_WEIGHT_STD = 0.02
 TESTBED_ESS = 9.0e7
 """Default ESS of the presets on the testbed: :func:`calibrate_ess` of the shipped tiny policy
 (9.05e7 -> 9.0e7; the rule is in the module docstring)."""
+NOISE_SCALES = (0.0, 1.0)
+"""The allowed ``noise_scale`` values: 1 (IVON's posterior noise) or 0 (none: IVON's mean update, for tests)."""
+_NOISE_SCALE_MUST = ("0.0 (no noise: IVON's mean update, for tests) or 1.0 (IVON's posterior noise); "
+                     "any other scale s biases IVON's Hessian estimate by s**2 (its 'price' estimator assumes "
+                     "noise of std 1 / sqrt(ess * (h + wd)))")
 
 
 def initial_sigma(ess: float, hess_init: float, weight_decay: float) -> float:
@@ -237,10 +246,12 @@ class _SummedIVON(ivon.IVON):
 
     The trainer already weights each weight sample's loss by its share of the
     minibatch; summing makes the recorded gradient the minibatch's. ``noise_scale``
-    scales the drawn noise (0: the mean weights exactly). The update itself is IVON's.
+    (one of :data:`NOISE_SCALES`) scales the drawn noise: 1 leaves IVON's, 0 gives
+    the mean weights exactly. The update itself is IVON's.
     """
 
     def __init__(self, params, *, noise_scale: float = 1.0, **kw):
+        check(noise_scale in NOISE_SCALES, "noise_scale", noise_scale, _NOISE_SCALE_MUST)
         super().__init__(params, **kw)
         self.noise_scale = noise_scale
 
@@ -286,6 +297,7 @@ class ThreePOOptions(ConfigBase):
     ``lr`` defaults to ``None``, "matched": :func:`matched_ivon_lr` of the
     trainer config's ``lr`` (IVON's largest per-weight step equals it; 0.999,
     the authors' 1.0, at the authors' GRPO lr 1e-6); a number overrides it.
+    ``noise_scale`` is 1.0 or 0.0 (:data:`NOISE_SCALES`).
     """
 
     samples: int = 2            # M (m3po) / N (c3po); b3po always uses 1
@@ -308,7 +320,8 @@ class ThreePOOptions(ConfigBase):
         for name in ("ess", "hess_init", "clip_radius", "seq_mis_threshold"):
             self.check_positive(name, getattr(self, name))
         self.check_nonnegative("weight_decay", self.weight_decay)
-        self.check_nonnegative("noise_scale", self.noise_scale)
+        self.check(self.noise_scale in NOISE_SCALES and not isinstance(self.noise_scale, bool), "noise_scale",
+                   self.noise_scale, _NOISE_SCALE_MUST)
         self.check_range("beta1", self.beta1, 0.0, 1.0)
         self.check_range("beta2", self.beta2, 0.0, 1.0)
 
