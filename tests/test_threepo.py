@@ -12,7 +12,7 @@ import torch
 from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
 from rlvr_lib.methods.threepo import (AUTHORS_ESS, C3PO, M3PO, B3PO, REFERENCE_WEIGHT_STD, TESTBED_ESS, _SummedIVON,
-                                      calibrate_ess, calibrated_ess, initial_sigma, matched_ivon_lr,
+                                      calibrate_ess, calibrated_ess, check_ivon_lr, initial_sigma, matched_ivon_lr,
                                       noise_to_weight_ratio, sample_disagreement, weight_matrix_std)
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
@@ -134,6 +134,23 @@ def test_ivon_lr_defaults_to_the_matched_rule_and_an_explicit_lr_overrides_it(co
     optimizer = method.make_optimizer(torch.nn.Linear(2, 2))
     assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
     assert optimizer.rescale_lr == options.get("rescale_lr", True)
+
+
+def test_check_ivon_lr_refuses_runs_without_the_lr_their_config_gives():
+    def record(options, logged, lr=1e-4):
+        return SimpleNamespace(run_id="c3po-x-s0", config={"train": {"lr": lr, "method_options": options}},
+                               history=[{"ivon_lr": v} if v is not None else {} for v in logged])
+
+    matched = 1e-4 / 1.001e-6
+    check_ivon_lr([record(None, [matched, matched]), record({"lr": 1.0}, [1.0]),
+                   record({"samples": 4}, [1e-6 / 1.001e-6], lr=1e-6)])
+    with pytest.raises(ValueError, match=r"records\[0\]='c3po-x-s0' is invalid: must be a 3PO run that logged "
+                                         r"ivon_lr = 99.9001 at every step .* it logged none"):
+        check_ivon_lr([record(None, [None, None])])  # cached before the rule: IVON lr 1.0, nothing logged
+    with pytest.raises(ValueError, match=r"records\[1\]=.* ivon_lr = 1 at every step .* it logged \[99.9"):
+        check_ivon_lr([record(None, [matched]), record({"lr": 1.0}, [matched])])
+    with pytest.raises(ValueError, match=r"records=\[\] is invalid"):
+        check_ivon_lr([])
 
 
 def _largest_b3po_step(options, config_lr=1e-4):

@@ -104,7 +104,10 @@ is 0.999, the authors' 1.0 up to the ``wd`` in ``lr_eff``, so a real-model
 run with the authors' GRPO lr reproduces their setting; on the testbed
 (``config.lr = 1e-4``) it is 99.9. An explicit ``lr`` overrides the rule
 (``configs/c3po_qwen25_math_7b.yaml`` passes the authors' 1.0). The IVON lr
-used is logged with every step as ``ivon_lr``.
+used is logged with every step as ``ivon_lr``. A run's cache key holds its
+``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
+no ``ivon_lr`` logged) has the key of its matched successor:
+:func:`check_ivon_lr` refuses such records (notebook 04 calls it).
 
 What the rule means on the base policy (`rlvr_lib.eval.weight_noise`, the 800
 problems of the in-distribution evaluation families x 16 weight samples):
@@ -147,7 +150,7 @@ from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_range
 
 __all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "M3PO", "NOISE_SCALES", "REFERENCE_WEIGHT_STD", "TESTBED_ESS",
-           "ThreePOOptions", "calibrate_ess", "calibrated_ess", "initial_sigma", "matched_ivon_lr",
+           "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr", "initial_sigma", "matched_ivon_lr",
            "noise_to_weight_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
@@ -193,6 +196,39 @@ def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, cli
     check_range("weight_decay", weight_decay, 0.0, None)
     check_range("clip_radius", clip_radius, 0.0, None, lo_open=True)
     return config_lr / ((hess_init + weight_decay) * clip_radius) if rescale_lr else config_lr / clip_radius
+
+
+def check_ivon_lr(records) -> None:
+    """Raises unless every 3PO run record logged, at every step, the IVON lr its config gives under today's rule.
+
+    For a record's ``config["train"]`` (a `TrainerConfig` as a dict, as
+    `rlvr_lib.pipeline.train_and_evaluate` stores it) the expected lr is
+    ``method_options["lr"]`` when given, else :func:`matched_ivon_lr` of the
+    config's ``lr`` and the options' ``hess_init``, ``weight_decay``,
+    ``clip_radius`` and ``rescale_lr``. A run cached before the matched rule
+    logged no ``ivon_lr`` (it stepped with IVON lr 1.0) under the same cache
+    key, since the key holds ``method_options`` as written: this check keeps
+    such a record out of a table.
+
+    Raises:
+        ValueError: naming the first run whose logged ``ivon_lr`` is missing or
+            differs (relative 1e-9), with the expected value.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("records=[] is invalid: must be a non-empty list of 3PO run records")
+    for i, r in enumerate(records):
+        train = r.config["train"]
+        o = ThreePOOptions.from_dict(train.get("method_options") or {})
+        expected = o.lr if o.lr is not None else matched_ivon_lr(train["lr"], o.hess_init, o.weight_decay,
+                                                                  o.clip_radius, o.rescale_lr)
+        logged = [h.get("ivon_lr") for h in (r.history or [])]
+        if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
+            seen = sorted({v for v in logged if v is not None}) or "none"
+            raise ValueError(f"records[{i}]={getattr(r, 'run_id', i)!r} is invalid: must be a 3PO run that logged "
+                             f"ivon_lr = {expected:.6g} at every step (the lr rule of rlvr_lib.methods.threepo); "
+                             f"it logged {seen}. A run cached before the matched IVON lr: delete its record "
+                             f"and re-run it")
 
 
 def weight_matrix_std(model: torch.nn.Module) -> float:
