@@ -81,6 +81,21 @@ retrained policy fails it until the constant is recomputed). It is the ``ess`` d
 model passes the authors' value, ``method_options={"ess": 1e9}``. Clip radius,
 ``hess_init``, betas and weight decay stay the authors'.
 
+What the rule means on the base policy (`rlvr_lib.eval.weight_noise`, the 800
+problems of the in-distribution evaluation families x 16 weight samples):
+at ``TESTBED_ESS`` (sigma_0 3.3e-3, 5% of ``std_W``) and at 0.1x of it
+(sigma_0 1.1e-2, 16%) no weight sample changes the order of the three
+strategy tokens at the branch on any prompt. The first reorderings appear
+near sigma 0.015-0.02 (a quarter of ``std_W``, ESS 2.5e6-4.4e6: 1-3 in 10^4
+sample-prompt pairs change the top strategy); at sigma 0.03 (ESS 1.1e6, 80x
+below ``TESTBED_ESS``) 1.7% of pairs do while the strategy tokens keep 98% of
+their mass, at 0.05 31% do and a third of the mass is lost (the policy
+breaks). The rule transfers the authors' relative noise level, not their
+behavioural effect: by their Fig 5 a 10x smaller ESS already collapses
+training on a 7B model, which a per-weight ratio does not predict for a
+4-layer, 128-wide policy (noise accumulates over 28 layers and a 3584-wide
+residual stream there).
+
 Learning rate (matched to the GRPO it is compared with; the rule was fixed
 before any full-profile 3PO training run). IVON's mean update is
 
@@ -108,21 +123,6 @@ used is logged with every step as ``ivon_lr``. A run's cache key holds its
 ``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
 no ``ivon_lr`` logged) has the key of its matched successor:
 :func:`check_ivon_lr` refuses such records (notebook 04 calls it).
-
-What the rule means on the base policy (`rlvr_lib.eval.weight_noise`, the 800
-problems of the in-distribution evaluation families x 16 weight samples):
-at ``TESTBED_ESS`` (sigma_0 3.3e-3, 5% of ``std_W``) and at 0.1x of it
-(sigma_0 1.1e-2, 16%) no weight sample changes the order of the three
-strategy tokens at the branch on any prompt. The first reorderings appear
-near sigma 0.015-0.02 (a quarter of ``std_W``, ESS 2.5e6-4.4e6: 1-3 in 10^4
-sample-prompt pairs change the top strategy); at sigma 0.03 (ESS 1.1e6, 80x
-below ``TESTBED_ESS``) 1.7% of pairs do while the strategy tokens keep 98% of
-their mass, at 0.05 31% do and a third of the mass is lost (the policy
-breaks). The rule transfers the authors' relative noise level, not their
-behavioural effect: by their Fig 5 a 10x smaller ESS already collapses
-training on a 7B model, which a per-weight ratio does not predict for a
-4-layer, 128-wide policy (noise accumulates over 28 layers and a 3584-wide
-residual stream there).
 
 Hessian initialisation: IVON's ``hess`` starts at the constant ``hess_init``
 for every weight. A learnt initial Hessian (the authors' Fig 5 "constant vs
