@@ -12,8 +12,8 @@ import torch
 from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
 from rlvr_lib.methods.threepo import (AUTHORS_ESS, C3PO, M3PO, B3PO, REFERENCE_WEIGHT_STD, TESTBED_ESS, _SummedIVON,
-                                      calibrate_ess, calibrated_ess, initial_sigma, noise_to_weight_ratio,
-                                      sample_disagreement, weight_matrix_std)
+                                      calibrate_ess, calibrated_ess, check_ivon_lr, initial_sigma, matched_ivon_lr,
+                                      noise_to_weight_ratio, sample_disagreement, weight_matrix_std)
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 
@@ -32,11 +32,18 @@ def _untimed(history):
 
 
 class IVONMeanGRPO(Method):
-    """Reference: GRPO whose optimizer is plain ``ivon.IVON`` fed the gradient at the mean weights (no noise)."""
+    """Reference: GRPO whose optimizer is plain ``ivon.IVON`` fed the gradient at the mean weights (no noise).
+
+    Its IVON lr is the matched rule written out by hand: largest step ``lr * (1e-3 + 1e-6) * 1e-3`` = the
+    trainer config's lr, i.e. ``lr = config.lr / 1.001e-6``; ``IVON_LR`` (a number) overrides it.
+    """
+
+    IVON_LR = None
 
     def make_optimizer(self, model):
         params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = ivon.IVON(params, lr=1.0, ess=TESTBED_ESS, hess_init=1e-3, beta1=0.9, beta2=0.9999,
+        lr = self.IVON_LR if self.IVON_LR is not None else self.config.lr / 1.001e-6
+        self.optimizer = ivon.IVON(params, lr=lr, ess=TESTBED_ESS, hess_init=1e-3, beta1=0.9, beta2=0.9999,
                                    weight_decay=1e-6, clip_radius=1e-3, rescale_lr=True)
         return self.optimizer
 
@@ -52,13 +59,19 @@ class IVONMeanGRPO(Method):
 
 
 # ----------------------------------------------------------------------------- zero noise = IVON mean update
+class IVONMeanGRPOAuthorsLR(IVONMeanGRPO):
+    IVON_LR = 1.0
+
+
 @pytest.mark.parametrize("name,options", [
     ("b3po", {}),
     ("m3po", {"samples": 1}),
     ("c3po", {"samples": 1, "seq_mis": False}),
+    ("b3po", {"lr": 1.0}),  # an explicit IVON lr overrides the matched rule
 ])
 def test_with_zero_noise_each_variant_is_grpo_with_ivons_mean_update(policy, registered, name, options):
-    registered("ivon_mean_grpo", IVONMeanGRPO, kl_coef=0.0)
+    reference = IVONMeanGRPOAuthorsLR if "lr" in options else IVONMeanGRPO
+    registered("ivon_mean_grpo", reference, kl_coef=0.0)
     ref = _trainer(policy, "ivon_mean_grpo")
     got = _trainer(policy, name, {**options, "noise_scale": 0.0})
     h_ref, h_got = _untimed(ref.train(progress=False)), _untimed(got.train(progress=False))
@@ -92,6 +105,80 @@ def test_summed_ivon_records_the_sum_of_the_weighted_sample_gradients():
     assert torch.allclose(split[0], whole[0], atol=1e-7) and torch.allclose(split[1], whole[1], atol=1e-7)
     plain_mean = run([0.5 * (0.25 * g0 + 0.75 * g1)])  # what IVON's own averaging would give
     assert not torch.allclose(split[1], plain_mean[1])
+
+
+# ----------------------------------------------------------------------------- the IVON learning rate
+def test_matched_ivon_lr_by_hand():
+    # largest per-weight step lr * (h0 + wd) * c (rescale_lr) or lr * c set equal to the config lr
+    assert matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3) == pytest.approx(1e-4 / 1.001e-6, rel=1e-12)  # 99.9001
+    assert matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3, rescale_lr=False) == pytest.approx(0.1, rel=1e-12)
+    assert matched_ivon_lr(2e-5, 1e-2, 0.0, 1e-3) == pytest.approx(2.0, rel=1e-12)
+    # the authors' case: their GRPO's AdamW lr 1e-6 gives their IVON lr 1.0 (up to the wd in lr_eff)
+    assert matched_ivon_lr(1e-6, 1e-3, 1e-6, 1e-3) == pytest.approx(1 / 1.001, rel=1e-12)
+    assert abs(matched_ivon_lr(1e-6, 1e-3, 1e-6, 1e-3) - 1.0) < 1e-3
+    with pytest.raises(ValueError, match=r"config_lr=0 is invalid: must be a number in \(0, inf\)"):
+        matched_ivon_lr(0, 1e-3, 1e-6, 1e-3)
+    with pytest.raises(ValueError, match=r"clip_radius=-1.0 is invalid"):
+        matched_ivon_lr(1e-4, 1e-3, 1e-6, -1.0)
+
+
+@pytest.mark.parametrize("config_lr,options,expected", [
+    (1e-4, {}, 1e-4 / 1.001e-6),
+    (1e-6, {}, 1e-6 / 1.001e-6),
+    (1e-4, {"rescale_lr": False}, 0.1),
+    (1e-4, {"lr": 1.0}, 1.0),
+    (1e-4, {"lr": 3.0, "rescale_lr": False}, 3.0),
+])
+def test_ivon_lr_defaults_to_the_matched_rule_and_an_explicit_lr_overrides_it(config_lr, options, expected):
+    method = C3PO(TrainerConfig(method="c3po", method_options=options, **{**SMALL, "lr": config_lr}))
+    optimizer = method.make_optimizer(torch.nn.Linear(2, 2))
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
+    assert optimizer.rescale_lr == options.get("rescale_lr", True)
+
+
+def test_check_ivon_lr_refuses_runs_without_the_lr_their_config_gives():
+    def record(options, logged, lr=1e-4):
+        return SimpleNamespace(run_id="c3po-x-s0", config={"train": {"lr": lr, "method_options": options}},
+                               history=[{"ivon_lr": v} if v is not None else {} for v in logged])
+
+    matched = 1e-4 / 1.001e-6
+    check_ivon_lr([record(None, [matched, matched]), record({"lr": 1.0}, [1.0]),
+                   record({"samples": 4}, [1e-6 / 1.001e-6], lr=1e-6)])
+    with pytest.raises(ValueError, match=r"records\[0\]='c3po-x-s0' is invalid: must be a 3PO run that logged "
+                                         r"ivon_lr = 99.9001 at every step .* it logged none"):
+        check_ivon_lr([record(None, [None, None])])  # cached before the rule: IVON lr 1.0, nothing logged
+    with pytest.raises(ValueError, match=r"records\[1\]=.* ivon_lr = 1 at every step .* it logged \[99.9"):
+        check_ivon_lr([record(None, [matched]), record({"lr": 1.0}, [matched])])
+    with pytest.raises(ValueError, match=r"records=\[\] is invalid"):
+        check_ivon_lr([])
+
+
+def _largest_b3po_step(options, config_lr=1e-4):
+    """Largest per-weight change of one B3PO optimizer step (noise, gradient in the scope, IVON step).
+
+    A float64 toy model, so float rounding of ``w - step`` (1e-16 relative) cannot blur the clip's bound.
+    """
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 3)).double()
+    method = B3PO(TrainerConfig(method="b3po", method_options=options, **{**SMALL, "lr": config_lr}))
+    optimizer = method.make_optimizer(model)
+    method.on_step_start(0)
+    before = [p.detach().clone() for p in model.parameters()]
+    x = torch.randn(32, 6, dtype=torch.float64)
+    with method.perturbed(model, 0, train=True):
+        (model(x).sin().sum() * 1e-3).backward()
+    optimizer.step()
+    return max(float((p.detach() - b).abs().max()) for p, b in zip(model.parameters(), before))
+
+
+def test_matched_lr_moves_weights_as_far_as_the_config_lr_and_the_authors_lr_a_hundred_times_less():
+    config_lr = 1e-4
+    matched = _largest_b3po_step({}, config_lr)
+    assert matched > 1e-5  # (the step is clipped at config_lr on most weights here)
+    assert matched <= config_lr * (1 + 1e-6)  # IVON's clip: at most lr * (h0 + wd) * c = config_lr
+    authors = _largest_b3po_step({"lr": 1.0}, config_lr)
+    assert 0 < authors <= 1.001e-6 * (1 + 1e-6)  # 1.0 * (1e-3 + 1e-6) * 1e-3
+    assert matched / authors > 50
 
 
 # ----------------------------------------------------------------------------- weights inside the scopes
@@ -183,6 +270,7 @@ def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, 
     for row in history:
         assert all(not (isinstance(v, float) and math.isnan(v)) for v in row.values()), row
         assert row["ivon_mean_sigma"] > 0 and 0 <= row["weight_sample_disagreement"] <= 1
+        assert row["ivon_lr"] == pytest.approx(SMALL["lr"] / 1.001e-6, rel=1e-12)  # the matched rule
         assert row["accuracy"] + row["malformed_rate"] + row["incorrect_rate"] == pytest.approx(1.0)
         if name == "c3po":
             assert 0 <= row["seq_mis_masked_frac"] <= 1
@@ -264,7 +352,16 @@ def test_stored_ess_is_the_calibration_rule_on_the_shipped_policy(policy):
 
 
 def test_options_are_validated():
-    with pytest.raises(ValueError, match="noise_scale"):
-        B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": -1.0}, **SMALL))
+    for bad in (-1.0, 0.5, 2.0):
+        with pytest.raises(ValueError, match=r"noise_scale=.* is invalid: must be 0.0 .* or 1.0 .*biases IVON's "
+                                             r"Hessian estimate"):
+            B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": bad}, **SMALL))
+    with pytest.raises(ValueError, match=r"noise_scale=0.5 is invalid"):
+        _SummedIVON([torch.nn.Parameter(torch.zeros(2))], noise_scale=0.5, lr=1.0, ess=1e3)
+    for good in (0.0, 1.0):
+        assert B3PO(TrainerConfig(method="b3po", method_options={"noise_scale": good}, **SMALL)).options.noise_scale \
+            == good
+    with pytest.raises(ValueError, match=r"lr=0.0 is invalid: must be a number in \(0, inf\)"):
+        B3PO(TrainerConfig(method="b3po", method_options={"lr": 0.0}, **SMALL))
     with pytest.raises(ValueError, match="samples"):
         M3PO(TrainerConfig(method="m3po", method_options={"samples": 0}, **SMALL))

@@ -39,9 +39,14 @@ IVON's own ``clip_radius`` bounds the update instead (the authors' setting).
 Noise: each sample k draws ``z`` from the global RNG forked and keyed by
 ``(seed, step, STREAM, k)``; rollouts of sample k and its gradient scope share
 the key, so before the step's first IVON update they see the same weights.
-``noise_scale`` multiplies ``z`` (0 = no noise: IVON's mean update, used by tests).
+``noise_scale`` multiplies ``z`` and is 1 (IVON's noise) or 0 (no noise: IVON's
+mean update, used by tests); nothing else is allowed: IVON's "price" Hessian
+estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
+``1 / sqrt(ess * (h + wd))``, and noise scaled by ``s`` would multiply it by
+``s**2`` (a biased Hessian, hence a biased posterior and step).
 
-Diagnostics (per step): ``ivon_mean_sigma`` (mean posterior std over weights,
+Diagnostics (per step): ``ivon_lr`` (the IVON learning rate in use, see
+"Learning rate" below), ``ivon_mean_sigma`` (mean posterior std over weights,
 at the start of the update), ``weight_sample_disagreement`` (share of groups
 whose weight slices' majority ``verdict.strategy`` differ; 0 with one sample),
 ``incorrect_rate`` (next to the trainer's ``accuracy`` / ``malformed_rate``),
@@ -73,8 +78,8 @@ policy; on the shipped tiny policy (``std_W`` 0.0665, 3.3 times its own
 ``7d06930f835fd77e``) it gives 9.05e7, stored as :data:`TESTBED_ESS` = 9.0e7
 (two significant figures; the test recomputes it from the checkpoint, so a
 retrained policy fails it until the constant is recomputed). It is the ``ess`` default of the three presets; a real
-model passes the authors' value, ``method_options={"ess": 1e9}``. Learning
-rate, clip radius and ``hess_init`` stay the authors'.
+model passes the authors' value, ``method_options={"ess": 1e9}``. Clip radius,
+``hess_init``, betas and weight decay stay the authors'.
 
 What the rule means on the base policy (`rlvr_lib.eval.weight_noise`, the 800
 problems of the in-distribution evaluation families x 16 weight samples):
@@ -90,6 +95,34 @@ behavioural effect: by their Fig 5 a 10x smaller ESS already collapses
 training on a 7B model, which a per-weight ratio does not predict for a
 4-layer, 128-wide policy (noise accumulates over 28 layers and a 3584-wide
 residual stream there).
+
+Learning rate (matched to the GRPO it is compared with; the rule was fixed
+before any full-profile 3PO training run). IVON's mean update is
+
+    m <- m - lr_eff * clip((mom / debias + wd * m) / (h + wd), -c, c)
+    lr_eff = lr * (hess_init + wd)   with ``rescale_lr`` (lr without it)
+
+so no weight moves by more than ``lr_eff * c`` (``c`` = ``clip_radius``) in
+a step. At the authors' setting (lr 1.0, hess_init 1e-3, wd 1e-6, c 1e-3) that
+bound is 1.001e-6, and the authors pair it with a GRPO baseline at AdamW lr
+1e-6, whose per-weight step is about its lr (exactly lr on its first step).
+The testbed's GRPO uses AdamW at the trainer config's ``lr`` (1e-4): with
+IVON lr 1.0, 3PO would move weights about 100x less than the GRPO it is
+compared with. So ``ThreePOOptions.lr`` defaults to ``None``, "matched": the
+IVON lr whose largest per-weight step equals the trainer config's ``lr``,
+
+    lr = config.lr / ((hess_init + wd) * c)     with ``rescale_lr``
+    lr = config.lr / c                          without it
+
+(:func:`matched_ivon_lr`). At ``config.lr = 1e-6`` (the authors' GRPO lr) this
+is 0.999, the authors' 1.0 up to the ``wd`` in ``lr_eff``, so a real-model
+run with the authors' GRPO lr reproduces their setting; on the testbed
+(``config.lr = 1e-4``) it is 99.9. An explicit ``lr`` overrides the rule
+(``configs/c3po_qwen25_math_7b.yaml`` passes the authors' 1.0). The IVON lr
+used is logged with every step as ``ivon_lr``. A run's cache key holds its
+``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
+no ``ivon_lr`` logged) has the key of its matched successor:
+:func:`check_ivon_lr` refuses such records (notebook 04 calls it).
 
 Hessian initialisation: IVON's ``hess`` starts at the constant ``hess_init``
 for every weight. A learnt initial Hessian (the authors' Fig 5 "constant vs
@@ -114,10 +147,11 @@ from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
-from rlvr_lib.validation import check_range
+from rlvr_lib.validation import check, check_range
 
-__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "M3PO", "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions",
-           "calibrate_ess", "calibrated_ess", "initial_sigma", "noise_to_weight_ratio", "weight_matrix_std"]
+__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "M3PO", "NOISE_SCALES", "REFERENCE_WEIGHT_STD", "TESTBED_ESS",
+           "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr", "initial_sigma", "matched_ivon_lr",
+           "noise_to_weight_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -126,11 +160,75 @@ REFERENCE_WEIGHT_STD = 0.02
 TESTBED_ESS = 9.0e7
 """Default ESS of the presets on the testbed: :func:`calibrate_ess` of the shipped tiny policy
 (9.05e7 -> 9.0e7; the rule is in the module docstring)."""
+NOISE_SCALES = (0.0, 1.0)
+"""The allowed ``noise_scale`` values: 1 (IVON's posterior noise) or 0 (none: IVON's mean update, for tests)."""
+_NOISE_SCALE_MUST = ("0.0 (no noise: IVON's mean update, for tests) or 1.0 (IVON's posterior noise); "
+                     "any other scale s biases IVON's Hessian estimate by s**2 (its 'price' estimator assumes "
+                     "noise of std 1 / sqrt(ess * (h + wd)))")
 
 
 def initial_sigma(ess: float, hess_init: float, weight_decay: float) -> float:
     """IVON's initial per-weight noise std ``1 / sqrt(ess * (hess_init + wd))``."""
     return 1.0 / math.sqrt(ess * (hess_init + weight_decay))
+
+
+def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, clip_radius: float,
+                    rescale_lr: bool = True) -> float:
+    """The IVON lr whose largest per-weight step equals ``config_lr`` (the rule of the module docstring).
+
+    IVON's mean update moves a weight by ``lr_eff * clip(., -c, c)`` with
+    ``lr_eff = lr * (hess_init + wd)`` under ``rescale_lr`` (``lr`` otherwise)
+    and ``c`` = ``clip_radius``, at most ``lr_eff * c``. Setting that equal to
+    ``config_lr``::
+
+        lr = config_lr / ((hess_init + wd) * c)     (rescale_lr)
+        lr = config_lr / c                          (no rescale_lr)
+
+    E.g. ``matched_ivon_lr(1e-6, 1e-3, 1e-6, 1e-3)`` = 0.999 (the authors' 1.0,
+    paired with their GRPO's AdamW lr 1e-6); at the testbed's 1e-4: 99.9.
+
+    Raises:
+        ValueError: on a non-positive ``config_lr``, ``hess_init`` or
+            ``clip_radius`` or a negative ``weight_decay``.
+    """
+    check_range("config_lr", config_lr, 0.0, None, lo_open=True)
+    check_range("hess_init", hess_init, 0.0, None, lo_open=True)
+    check_range("weight_decay", weight_decay, 0.0, None)
+    check_range("clip_radius", clip_radius, 0.0, None, lo_open=True)
+    return config_lr / ((hess_init + weight_decay) * clip_radius) if rescale_lr else config_lr / clip_radius
+
+
+def check_ivon_lr(records) -> None:
+    """Raises unless every 3PO run record logged, at every step, the IVON lr its config gives under today's rule.
+
+    For a record's ``config["train"]`` (a `TrainerConfig` as a dict, as
+    `rlvr_lib.pipeline.train_and_evaluate` stores it) the expected lr is
+    ``method_options["lr"]`` when given, else :func:`matched_ivon_lr` of the
+    config's ``lr`` and the options' ``hess_init``, ``weight_decay``,
+    ``clip_radius`` and ``rescale_lr``. A run cached before the matched rule
+    logged no ``ivon_lr`` (it stepped with IVON lr 1.0) under the same cache
+    key, since the key holds ``method_options`` as written: this check keeps
+    such a record out of a table.
+
+    Raises:
+        ValueError: naming the first run whose logged ``ivon_lr`` is missing or
+            differs (relative 1e-9), with the expected value.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("records=[] is invalid: must be a non-empty list of 3PO run records")
+    for i, r in enumerate(records):
+        train = r.config["train"]
+        o = ThreePOOptions.from_dict(train.get("method_options") or {})
+        expected = o.lr if o.lr is not None else matched_ivon_lr(train["lr"], o.hess_init, o.weight_decay,
+                                                                  o.clip_radius, o.rescale_lr)
+        logged = [h.get("ivon_lr") for h in (r.history or [])]
+        if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
+            seen = sorted({v for v in logged if v is not None}) or "none"
+            raise ValueError(f"records[{i}]={getattr(r, 'run_id', i)!r} is invalid: must be a 3PO run that logged "
+                             f"ivon_lr = {expected:.6g} at every step (the lr rule of rlvr_lib.methods.threepo); "
+                             f"it logged {seen}. A run cached before the matched IVON lr: delete its record "
+                             f"and re-run it")
 
 
 def weight_matrix_std(model: torch.nn.Module) -> float:
@@ -184,10 +282,12 @@ class _SummedIVON(ivon.IVON):
 
     The trainer already weights each weight sample's loss by its share of the
     minibatch; summing makes the recorded gradient the minibatch's. ``noise_scale``
-    scales the drawn noise (0: the mean weights exactly). The update itself is IVON's.
+    (one of :data:`NOISE_SCALES`) scales the drawn noise: 1 leaves IVON's, 0 gives
+    the mean weights exactly. The update itself is IVON's.
     """
 
     def __init__(self, params, *, noise_scale: float = 1.0, **kw):
+        check(noise_scale in NOISE_SCALES, "noise_scale", noise_scale, _NOISE_SCALE_MUST)
         super().__init__(params, **kw)
         self.noise_scale = noise_scale
 
@@ -226,14 +326,18 @@ class _SummedIVON(ivon.IVON):
 
 @dataclass(frozen=True)
 class ThreePOOptions(ConfigBase):
-    """3PO settings; defaults are the authors' (IVON lr 1.0 with rescale, hess_init 1e-3, ...) except ``ess``.
+    """3PO settings; defaults are the authors' (rescale_lr, hess_init 1e-3, ...) except ``ess`` and ``lr``.
 
     ``ess`` defaults to :data:`TESTBED_ESS` (the testbed calibration of the
     module docstring); pass ``1e9`` (:data:`AUTHORS_ESS`) for a real model.
+    ``lr`` defaults to ``None``, "matched": :func:`matched_ivon_lr` of the
+    trainer config's ``lr`` (IVON's largest per-weight step equals it; 0.999,
+    the authors' 1.0, at the authors' GRPO lr 1e-6); a number overrides it.
+    ``noise_scale`` is 1.0 or 0.0 (:data:`NOISE_SCALES`).
     """
 
     samples: int = 2            # M (m3po) / N (c3po); b3po always uses 1
-    lr: float = 1.0
+    lr: float | None = None     # None: matched_ivon_lr(config.lr, ...)
     rescale_lr: bool = True
     ess: float = TESTBED_ESS
     hess_init: float = 1e-3
@@ -247,10 +351,13 @@ class ThreePOOptions(ConfigBase):
 
     def validate(self) -> None:
         self.check_positive_int("samples", self.samples)
-        for name in ("lr", "ess", "hess_init", "clip_radius", "seq_mis_threshold"):
+        if self.lr is not None:
+            self.check_positive("lr", self.lr)
+        for name in ("ess", "hess_init", "clip_radius", "seq_mis_threshold"):
             self.check_positive(name, getattr(self, name))
         self.check_nonnegative("weight_decay", self.weight_decay)
-        self.check_nonnegative("noise_scale", self.noise_scale)
+        self.check(self.noise_scale in NOISE_SCALES and not isinstance(self.noise_scale, bool), "noise_scale",
+                   self.noise_scale, _NOISE_SCALE_MUST)
         self.check_range("beta1", self.beta1, 0.0, 1.0)
         self.check_range("beta2", self.beta2, 0.0, 1.0)
 
@@ -271,11 +378,18 @@ class B3PO(Method):
     def weight_samples(self) -> int:
         return 1
 
+    def ivon_lr(self) -> float:
+        """The IVON lr: ``options.lr``, or when it is ``None`` :func:`matched_ivon_lr` of ``config.lr``."""
+        o = self.options
+        if o.lr is not None:
+            return o.lr
+        return matched_ivon_lr(self.config.lr, o.hess_init, o.weight_decay, o.clip_radius, o.rescale_lr)
+
     def make_optimizer(self, model):
         o = self.options
         params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = _SummedIVON(
-            params, noise_scale=o.noise_scale, lr=o.lr, ess=o.ess, hess_init=o.hess_init, beta1=o.beta1,
+            params, noise_scale=o.noise_scale, lr=self.ivon_lr(), ess=o.ess, hess_init=o.hess_init, beta1=o.beta1,
             beta2=o.beta2, weight_decay=o.weight_decay, clip_radius=o.clip_radius, rescale_lr=o.rescale_lr)
         return self.optimizer
 
@@ -289,7 +403,8 @@ class B3PO(Method):
 
     # -- diagnostics ---------------------------------------------------------------
     def before_update(self, batch: StepBatch, model) -> None:
-        self._diag = {"ivon_mean_sigma": self.optimizer.mean_sigma(),
+        self._diag = {"ivon_lr": float(self.optimizer.param_groups[0]["lr"]),
+                      "ivon_mean_sigma": self.optimizer.mean_sigma(),
                       "weight_sample_disagreement": sample_disagreement(batch),
                       # next to the trainer's accuracy and malformed_rate: well-formed but wrong answers
                       "incorrect_rate": sum(v.status not in (CORRECT, MALFORMED) for v in batch.verdicts)
