@@ -168,10 +168,11 @@ SECTIONS = (
     ("nudgerl_full", "NudgeRL", "03_nudgerl",
      (("grpo_baseline_full", "base", "base"), *(("grpo_baseline_full", f"grpo-g{G}", f"grpo-g{G}") for G in (8, 16, 32, 64)),
       ("baselines_full", "pope", "pope"))),
-    # Notebook 04 reads 01's base and grpo-g8 runs and 02's three baselines 3PO's T1 compares with.
+    # Notebook 04 reads 01's base and grpo-g8 runs, 02's three baselines 3PO's T1 compares with and 02's GRPO
+    # without KL (the authors' GRPO, a T1 row).
     ("threepo_full", "3PO", "04_3po",
      (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
-      *(("baselines_full", name, name) for name in ("entropy_reg", "polaris", "kl_cov")))),
+      *(("baselines_full", name, name) for name in ("grpo_no_kl", "entropy_reg", "polaris", "kl_cov")))),
     # Notebook 05 reads 01's base and grpo-g8 runs and 02's four baselines its SAGE variants are compared with.
     ("sage_full", "SAGE", "05_sage",
      (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
