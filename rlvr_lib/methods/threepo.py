@@ -124,9 +124,53 @@ used is logged with every step as ``ivon_lr``. A run's cache key holds its
 no ``ivon_lr`` logged) has the key of its matched successor:
 :func:`check_ivon_lr` refuses such records (notebook 04 calls it).
 
-Hessian initialisation: IVON's ``hess`` starts at the constant ``hess_init``
-for every weight. A learnt initial Hessian (the authors' Fig 5 "constant vs
-learnt Hessian init" ablation) is not implemented; there is no option for it.
+Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
+IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
+paper's point is that 3PO needs no noise prior learnt in an SFT phase, so it
+runs on off-the-shelf checkpoints. The Fig 5 ablation "constant vs learnt
+Hessian init" needs the other arm, a Hessian learnt on the policy's own SFT
+objective: ``hess_init_steps = K > 0`` (:func:`learn_hessian_init`, run at the
+start of step 0, before the first rollout) takes K IVON steps on the policy's
+pretraining mixture and loss (`rlvr_lib.policy.pretrain`: the mixture of the
+``PretrainConfig`` in the checkpoint's ``pretrain_log.json``, batches of
+``hess_init_batch``, default that config's ``batch_size`` = 128, loss the mean
+next-token NLL per completion token, no gradient clipping), each exactly as
+an RL step records it -- a weight sample ``m + sigma z`` inside
+``sampled_params(train=True)``, the backward there, ``step()`` -- so ``h``
+follows IVON's update from the "price" estimate of the SFT loss's diagonal
+Hessian::
+
+    f_j     = ess * (h_j + wd) * noise_j * g_j          (g_j: SFT gradient at m + noise_j)
+    h_{j+1} = b * h_j + (1 - b) * f_j + (1 - b)^2 / 2 * (h_j - f_j)^2 / (h_j + wd)
+
+with ``h_0 = hess_init`` and ``b = hess_init_beta2``, but at lr 0, so the mean
+update ``m - 0 * clip(.)`` leaves ``m`` bit-identical (only ``h`` is learnt).
+RL then starts from the same mean weights and that ``h`` as a fresh optimiser:
+momentum zeroed and ``current_step`` 0 (the SFT gradient's momentum would
+pull the first RL steps toward the SFT objective, and momentum debiasing
+restarts), lr and ``beta2`` back to the RL values. The learnt ``h`` is the
+SFT loss's curvature per weight, so the noise ``1 / sqrt(ess (h + wd))`` is
+large on weights the SFT loss is flat in and small on those it is curved in,
+instead of one ``sigma_0`` for all. Noise and data are seeded by
+``(config.seed, HESS_INIT_STREAM, j)`` and ``(config.seed, HESS_INIT_STREAM)``:
+runs are bit-identical; ``h`` is in IVON's ``state_dict`` (its param groups),
+which the trainer checkpoints, and a resumed run (step >= 1) never repeats
+the warm-up. Step 0 logs ``hess_init_sft_loss``, ``hess_init_mean_h`` and
+``hess_init_mean_sigma`` (= step 0's ``ivon_mean_sigma``).
+
+Warm-up settings (:data:`LEARNT_HESS_STEPS`, ``hess_init_beta2``). IVON's
+RL ``beta2`` = 0.9999 averages ``f`` over about 10^4 steps: after K steps the
+constant still weighs ``0.9999^K`` in ``h`` (0.99 at K = 100; 0.5 takes 6,900
+steps, 1.7 h at the 0.9 s a 128-example step takes on one core). A learnt
+init stands for an IVON SFT phase that has run to its equilibrium, so the
+warm-up uses a shorter average, ``hess_init_beta2`` = 0.97 (a window of about
+33 steps x 128 = 4,200 examples), and K = 100 steps (12,800 examples, a
+3.6% share of the tiny policy's 358,400 pretraining examples): the constant's
+weight left in ``h`` is ``0.97^100`` = 4.8%. Measured on the shipped tiny
+policy (seed 0, ``TESTBED_ESS``): MEASURED_H.
+A model without known SFT data (a hub name, a checkpoint directory without
+``pretrain_log.json``) cannot take this option: it raises, naming what is
+needed.
 """
 
 from __future__ import annotations
@@ -149,9 +193,9 @@ from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_range
 
-__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "M3PO", "NOISE_SCALES", "REFERENCE_WEIGHT_STD", "TESTBED_ESS",
-           "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr", "initial_sigma", "learn_hessian_init", "matched_ivon_lr",
-           "noise_to_weight_ratio", "weight_matrix_std"]
+__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "LEARNT_HESS_STEPS", "M3PO", "NOISE_SCALES",
+           "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr",
+           "initial_sigma", "learn_hessian_init", "matched_ivon_lr", "noise_to_weight_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -350,7 +394,7 @@ class ThreePOOptions(ConfigBase):
     seq_mis_threshold: float = 2.0
     hess_init_steps: int = 0    # 0: constant hess_init (authors' default); K > 0: learnt on the SFT data
     hess_init_batch: int | None = None  # None: the policy's pretraining batch size
-    hess_init_beta2: float = 0.99  # IVON's beta2 during the Hessian warm-up only (RL keeps beta2)
+    hess_init_beta2: float = 0.97  # IVON's beta2 during the Hessian warm-up only (RL keeps beta2)
 
     def validate(self) -> None:
         self.check_positive_int("samples", self.samples)
@@ -390,7 +434,7 @@ class B3PO(Method):
         return 1
 
     def sft_config(self):
-        """The embedded (or `pretrain`-written) policy's SFT config, or a clear error (see :func:`learn_hessian_init`)."""
+        """The policy's SFT `PretrainConfig` (embedded or `pretrain`-written policy); else a clear ValueError."""
         return _sft_config(self.options.hess_init_steps, self.config.policy)
 
     def ivon_lr(self) -> float:
@@ -413,9 +457,10 @@ class B3PO(Method):
         super().on_step_start(step)
         # Step 0 of a fresh run only: a resumed run (step >= 1) has the learnt h in IVON's checkpointed state.
         if step == 0 and self.options.hess_init_steps > 0:
+            o = self.options
             self.hess_warmup = learn_hessian_init(
-                self.optimizer, self._model, steps=self.options.hess_init_steps, batch_size=self.options.hess_init_batch,
-                beta2=self.options.hess_init_beta2, policy=self.config.policy, seed=self.config.seed)
+                self.optimizer, self._model, steps=o.hess_init_steps, batch_size=o.hess_init_batch,
+                beta2=o.hess_init_beta2, policy=self.config.policy, seed=self.config.seed)
 
     @contextlib.contextmanager
     def perturbed(self, model, index, train=False):
@@ -446,6 +491,8 @@ class B3PO(Method):
         self.optimizer.current_step = state["ivon_step"]
 
 
+LEARNT_HESS_STEPS = 100
+"""The K of the learnt-Hessian ablation (``hess_init_steps``; the module docstring, "Warm-up settings")."""
 HESS_INIT_STREAM = 0x3B1
 """RNG stream of the Hessian warm-up (its weight noise and its SFT data), keyed by ``(seed, stream, j)``."""
 
@@ -465,19 +512,20 @@ def _sft_config(steps: int, policy: str | None):
 
 
 def learn_hessian_init(optimizer: _SummedIVON, model: torch.nn.Module, *, steps: int, batch_size: int | None = None,
-                       beta2: float = 0.99, policy: str | None = None, seed: int = 0) -> dict[str, float]:
+                       beta2: float = 0.97, policy: str | None = None, seed: int = 0) -> dict[str, float]:
     """Learn IVON's diagonal Hessian on the policy's own SFT objective, the mean weights left unchanged.
 
-    ``steps`` IVON steps, exactly as in RL but with ``lr = 0``: per step j, a batch of ``batch_size`` pairs
-    of the policy's pretraining mixture (`rlvr_lib.policy.pretrain.PretrainingMixture` of the config in the
-    checkpoint's ``pretrain_log.json``; ``None`` = that config's ``batch_size``) and one weight sample
-    ``m + sigma z`` (``sampled_params(train=True)``, noise from the global RNG forked by
-    ``(seed, HESS_INIT_STREAM, j)``), the gradient of the pretraining loss (mean NLL per label token,
-    `rlvr_lib.policy.pretrain.sft_loss`, no gradient clipping) at it, then ``optimizer.step()``: IVON's
-    update of ``h`` from the "price" estimate ``f = ess * (h + wd) * noise * g`` (see the module docstring).
-    With ``lr = 0`` the mean update is ``m - 0 * clip(.)``, so ``m`` is bit-identical. Afterwards the
-    optimizer is fresh apart from ``h``: momentum zeroed, ``current_step`` 0 (momentum debiasing restarts),
-    the lr restored, no gradient left. The SFT data generator is seeded by ``(seed, HESS_INIT_STREAM)``.
+    ``steps`` IVON steps, exactly as in RL but with ``lr = 0`` and IVON's ``beta2`` set to ``beta2``:
+    per step j, a batch of ``batch_size`` pairs of the policy's pretraining mixture
+    (`rlvr_lib.policy.pretrain.PretrainingMixture` of the config in the checkpoint's
+    ``pretrain_log.json``; ``None`` = that config's ``batch_size``) and one weight sample ``m + sigma z``
+    (``sampled_params(train=True)``, noise from the global RNG forked by ``(seed, HESS_INIT_STREAM, j)``),
+    the gradient of the pretraining loss (mean NLL per label token, `rlvr_lib.policy.pretrain.sft_loss`,
+    no gradient clipping) at it, then ``optimizer.step()``: IVON's update of ``h`` from the "price"
+    estimate ``f = ess * (h + wd) * noise * g`` (see the module docstring). With ``lr = 0`` the mean
+    update is ``m - 0 * clip(.)``, so ``m`` is bit-identical. Afterwards the optimizer is fresh apart
+    from ``h``: momentum zeroed, ``current_step`` 0 (momentum debiasing restarts), lr and ``beta2``
+    restored, no gradient left. The SFT data generator is seeded by ``(seed, HESS_INIT_STREAM)``.
 
     Returns:
         ``{"hess_init_steps", "hess_init_sft_loss" (mean over the steps, at the weight samples),
