@@ -185,3 +185,12 @@ def test_policy_fingerprint_follows_the_weights_not_the_path(tmp_path):
     weights.write_bytes(bytes(data))
     assert policy_fingerprint(copy) != policy_fingerprint(None)
     assert policy_fingerprint("Qwen/Qwen2.5-0.5B") == "Qwen/Qwen2.5-0.5B"  # a hub name is its own key
+
+
+def test_pretraining_config_of_the_shipped_policy_is_the_default(tmp_path):
+    from rlvr_lib.policy.pretrain import pretraining_config
+
+    assert pretraining_config(TINY_POLICY_DIR) == PretrainConfig()
+    with pytest.raises(ValueError, match=r"policy_dir=.* is invalid: must be a checkpoint written by "
+                                         r"rlvr_lib.policy.pretrain.pretrain"):
+        pretraining_config(tmp_path)

@@ -365,3 +365,121 @@ def test_options_are_validated():
         B3PO(TrainerConfig(method="b3po", method_options={"lr": 0.0}, **SMALL))
     with pytest.raises(ValueError, match="samples"):
         M3PO(TrainerConfig(method="m3po", method_options={"samples": 0}, **SMALL))
+
+
+# ----------------------------------------------------------------------------- learnt Hessian initialisation
+LEARNT = {"hess_init_steps": 2, "hess_init_batch": 8}
+
+
+def test_learnt_hessian_init_keeps_the_mean_weights_and_learns_h(policy, registered):
+    class Spy(C3PO):
+        def before_update(self, batch, model):
+            super().before_update(batch, model)
+            if self.step == 0:  # after the warm-up and the step's rollouts, before the first RL update
+                self.at_first_update = {
+                    "mean": [p.detach().clone() for p in self.optimizer.param_groups[0]["params"]],
+                    "hess": self.optimizer.param_groups[0]["hess"].clone(),
+                    "momentum": self.optimizer.param_groups[0]["momentum"].clone(),
+                    "current_step": self.optimizer.current_step,
+                    "lr": self.optimizer.param_groups[0]["lr"], "beta2": self.optimizer.param_groups[0]["beta2"]}
+
+    registered("spy_c3po", Spy, kl_coef=0.0)
+    trainer = _trainer(policy, "spy_c3po", LEARNT, steps=1)
+    initial = [p.detach().clone() for p in trainer.model.parameters()]
+    history = trainer.train(progress=False)
+    seen = trainer.method.at_first_update
+    assert all(torch.equal(a, b) for a, b in zip(seen["mean"], initial))  # bit-identical mean
+    h = seen["hess"]
+    assert h.isfinite().all() and (h + 1e-6 > 0).all()  # IVON's rule keeps the precision ess (h + wd) positive
+    assert (h != 1e-3).float().mean() > 0.99  # learnt: (almost) every weight moved off the constant
+    assert seen["current_step"] == 0 and not seen["momentum"].any()  # a fresh optimiser apart from h
+    assert seen["lr"] == pytest.approx(SMALL["lr"] / 1.001e-6, rel=1e-12) and seen["beta2"] == 0.9999
+    row = history[0]
+    assert row["hess_init_steps"] == 2 and row["hess_init_mean_h"] == pytest.approx(float(h.double().mean()))
+    assert row["ivon_mean_sigma"] == pytest.approx(row["hess_init_mean_sigma"], rel=1e-9)
+    assert row["ivon_mean_sigma"] != pytest.approx(initial_sigma(TESTBED_ESS, 1e-3, 1e-6), rel=1e-4)
+    assert math.isfinite(row["hess_init_sft_loss"]) and row["hess_init_sft_loss"] > 0
+
+
+def test_learnt_hessian_is_ivons_update_by_hand(policy):
+    """One warm-up step recomputed from IVON's formulas: f = ess (h0 + wd) noise g,
+    h1 = b2 h0 + (1 - b2) f + (1 - b2)^2 / 2 (h0 - f)^2 / (h0 + wd), noise and data from the documented seeds."""
+    import numpy as np
+
+    from rlvr_lib.methods.threepo import HESS_INIT_STREAM, learn_hessian_init
+    from rlvr_lib.policy import build_char_tokenizer
+    from rlvr_lib.policy.pretrain import PretrainConfig, PretrainingMixture, sft_loss
+    from rlvr_lib.seeding import forked_torch_rng
+
+    model = copy.deepcopy(policy[0])
+    method = B3PO(TrainerConfig(method="b3po", **SMALL))
+    optimizer = method.make_optimizer(model)
+    out = learn_hessian_init(optimizer, model, steps=1, batch_size=4, beta2=0.9, seed=3)
+    h1 = optimizer.param_groups[0]["hess"].double()
+
+    ref = copy.deepcopy(policy[0])
+    params = [p for p in ref.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    ess, h0, wd, b2 = TESTBED_ESS, 1e-3, 1e-6, 0.9
+    with forked_torch_rng(3, HESS_INIT_STREAM, 0):
+        noise = torch.randn(n) / math.sqrt(ess * (h0 + wd))
+    offset = 0
+    with torch.no_grad():
+        for p in params:
+            p.add_(noise[offset:offset + p.numel()].view(p.shape))
+            offset += p.numel()
+    pairs = PretrainingMixture(PretrainConfig(), np.random.default_rng([3, HESS_INIT_STREAM])).batch(4)
+    sft_loss(ref, pairs, build_char_tokenizer()).backward()
+    g = torch.cat([p.grad.flatten() for p in params]).double()
+    f = ess * (h0 + wd) * noise.double() * g
+    expected = b2 * h0 + (1 - b2) * f + 0.5 * (1 - b2) ** 2 * (h0 - f) ** 2 / (h0 + wd)
+    assert torch.allclose(h1, expected, rtol=1e-4, atol=1e-9)
+    assert out["hess_init_mean_h"] == pytest.approx(float(expected.mean()), rel=1e-4)
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), policy[0].parameters()))
+
+
+@pytest.mark.parametrize("name", ["b3po", "c3po"])
+def test_learnt_hessian_runs_are_bit_identical_across_runs_and_resume(policy, name, tmp_path, monkeypatch):
+    kw = dict(steps=3, checkpoint_every=1)
+    a_trainer = _trainer(policy, name, LEARNT, **kw)
+    a = a_trainer.train(progress=False)
+    b = _trainer(policy, name, LEARNT, **kw).train(progress=False)
+    assert _untimed(a) == _untimed(b)
+    constant = _trainer(policy, name, None, **kw).train(progress=False)
+    assert _untimed(constant) != _untimed(a)  # the learnt h changes the run
+    cfg = TrainerConfig(method=name, method_options=LEARNT, **{**SMALL, **kw})
+    first = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
+    first.step()
+    hess_after_one = first.optimizer.param_groups[0]["hess"].clone()
+    import rlvr_lib.methods.threepo as threepo
+
+    def no_second_warmup(*args, **kwargs):
+        raise AssertionError("a resumed run must not redo the Hessian warm-up")
+
+    monkeypatch.setattr(threepo, "learn_hessian_init", no_second_warmup)
+    resumed = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
+    assert resumed.step_count == 1 and resumed.optimizer.current_step == 1
+    assert torch.equal(resumed.optimizer.param_groups[0]["hess"], hess_after_one)  # h from IVON's state_dict
+    assert _untimed(resumed.train(progress=False)) == _untimed(a)
+    for p, q in zip(resumed.model.parameters(), a_trainer.model.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_learnt_hessian_options_are_validated(tmp_path):
+    for bad in (-1, True):
+        with pytest.raises(ValueError, match=r"hess_init_steps=.* is invalid: must be an integer >= 0"):
+            C3PO(TrainerConfig(method="c3po", method_options={"hess_init_steps": bad}, **SMALL))
+    with pytest.raises(ValueError, match=r"hess_init_steps: expected int, got float 1.5"):
+        C3PO(TrainerConfig(method="c3po", method_options={"hess_init_steps": 1.5}, **SMALL))
+    with pytest.raises(ValueError, match=r"hess_init_batch=0 is invalid"):
+        C3PO(TrainerConfig(method="c3po", method_options={"hess_init_steps": 1, "hess_init_batch": 0}, **SMALL))
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r"hess_init_beta2=.* is invalid: must be a number in \[0, 1\)"):
+            C3PO(TrainerConfig(method="c3po", method_options={"hess_init_beta2": bad}, **SMALL))
+    (tmp_path / "config.json").write_text("{}")  # a checkpoint without pretrain_log.json: SFT data unknown
+    with pytest.raises(ValueError, match=r"hess_init_steps=5 needs the policy's SFT data: policy='.*' is invalid: "
+                                         r"must be None \(the embedded tiny policy\) or a checkpoint directory "
+                                         r"written by rlvr_lib.policy.pretrain.pretrain"):
+        C3PO(TrainerConfig(method="c3po", policy=str(tmp_path), method_options={"hess_init_steps": 5}, **SMALL))
+    # the constant init (the default) needs no SFT data
+    assert C3PO(TrainerConfig(method="c3po", policy=str(tmp_path), **SMALL)).options.hess_init_steps == 0

@@ -157,6 +157,40 @@ class PretrainingMixture:
         problem = make_problem(a, b, strategy=strategy)
         return problem.prompt_with(hint), problem.oracle_trace
 
+    def batch(self, size: int) -> list[tuple[str, str]]:
+        """``size`` samples sorted by length (prompt + completion), as a pretraining step draws them."""
+        return sorted((self.sample() for _ in range(size)), key=lambda pc: len(pc[0]) + len(pc[1]))
+
+
+def sft_loss(model, pairs, tokenizer) -> torch.Tensor:
+    """The pretraining loss of a batch from :meth:`PretrainingMixture.batch`: mean next-token NLL per label token.
+
+    ``sum(token_loss_sum(chunk)) / n_labels`` over the completion tokens (and EOS) of all pairs; short (direct)
+    and long (split/round) traces go in separate micro-batches (less padding, same value).
+    """
+    n_labels = sum(len(c) + 1 for _, c in pairs)
+    device = next(model.parameters()).device
+    loss = 0.0
+    for chunk in (pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]):
+        batch = {k: v.to(device) for k, v in collate(chunk, tokenizer).items()}
+        loss = loss + token_loss_sum(model, batch) / n_labels
+    return loss
+
+
+def pretraining_config(policy_dir: str | Path) -> PretrainConfig:
+    """The `PretrainConfig` a checkpoint was pretrained with, read from its ``pretrain_log.json``.
+
+    Raises:
+        ValueError: when ``policy_dir`` has no ``pretrain_log.json`` (not a policy written by :func:`pretrain`,
+            so its SFT data are unknown).
+    """
+    log = Path(policy_dir) / "pretrain_log.json"
+    if not log.is_file():
+        raise ValueError(f"policy_dir={str(policy_dir)!r} is invalid: must be a checkpoint written by "
+                         f"rlvr_lib.policy.pretrain.pretrain (with a pretrain_log.json naming its SFT config); "
+                         f"{log} does not exist, so the policy's SFT data are unknown")
+    return PretrainConfig.from_dict(json.loads(log.read_text())["config"])
+
 
 def collate(pairs, tokenizer) -> dict[str, torch.Tensor]:
     """Right-padded ``input_ids``, ``attention_mask`` and ``labels`` (-100 off the completion)."""
@@ -223,15 +257,11 @@ def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = Tr
     t0 = time.perf_counter() - elapsed
     bar = tqdm(range(start, config.steps), initial=start, total=config.steps, desc="pretrain", disable=not progress)
     for step in bar:
-        pairs = sorted((mixture.sample() for _ in range(config.batch_size)), key=lambda pc: len(pc[0]) + len(pc[1]))
+        pairs = mixture.batch(config.batch_size)
         for group in optimizer.param_groups:
             group["lr"] = lr_at(step, config)
         optimizer.zero_grad(set_to_none=True)
-        # Short (direct) and long (split/round) traces in separate micro-batches: less padding, same gradient.
-        n_labels = sum(len(c) + 1 for _, c in pairs)
-        loss = 0.0
-        for chunk in (pairs[: len(pairs) // 2], pairs[len(pairs) // 2 :]):
-            loss = loss + token_loss_sum(model, collate(chunk, tokenizer)) / n_labels
+        loss = sft_loss(model, pairs, tokenizer)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
