@@ -162,11 +162,14 @@ def _update_manifest(path: Path, profile: str, name: str, entry: dict[str, Any])
     Two reproductions may run side by side (e.g. ``--only`` different
     notebooks): each keeps the entries the other wrote since it started.
     """
-    with open(path.parent / f".{path.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    folder = os.open(path.parent, os.O_RDONLY)  # the lock is on the folder: no lock file is left behind
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)
         entries = _load_manifest(path)
         entries[name] = entry
         _write_manifest(path, profile, entries)
+    finally:
+        os.close(folder)  # releases the lock
 
 
 def _finished_ok(executed: Path, profile: str) -> bool:
