@@ -23,6 +23,7 @@ from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
 from rlvr_lib.experiments import RunRecord, cached_run, results_root, run_dir
+from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
@@ -33,6 +34,8 @@ EXTRA_EVALS = "extra_evals"
 """Key of the extra evaluations' specs in a run's cache key (``record.config``)."""
 EVALS = "evals"
 """Key of the extra evaluations' results in ``record.extra``."""
+METHOD_OPTIONS = "method_options"
+"""``record.extra`` key: the method's options with defaults filled in (`resolved_method_options`)."""
 CHECKPOINT_FILE = "checkpoint.pt"
 """`train_run`'s resumable checkpoint in its output folder (`Trainer.save_checkpoint`)."""
 MODEL_DIR = "model"
@@ -123,19 +126,35 @@ def train_and_evaluate(
     key = run_key(config, spec, extra_specs)
     ckpt = results_root(root) / ".checkpoints" / experiment / f"{name}-{hash_jsonable(key)}-s{config.seed}"
 
+    options = resolved_method_options(config)
+
     def run():
         trainer = Trainer(config.replace(checkpoint_every=checkpoint_every), checkpoint_dir=ckpt)
         history = trainer.train(progress=progress)
         engine = KVCacheEngine(trainer.model, trainer.tokenizer)
         final = evaluate_policy(engine, spec)
-        if not extra_specs:
-            return nan_to_none(history), final
-        return nan_to_none(history), final, {EVALS: {label: evaluate_policy(engine, s)
-                                                     for label, s in extra_specs.items()}}
+        extra = {METHOD_OPTIONS: options}
+        if extra_specs:
+            extra[EVALS] = {label: evaluate_policy(engine, s) for label, s in extra_specs.items()}
+        return nan_to_none(history), final, extra
 
     record = cached_run(experiment, name, key, config.seed, run, root=root)
     shutil.rmtree(ckpt, ignore_errors=True)
+    _check_method_options(record, options)
     return record
+
+
+def _check_method_options(record: RunRecord, options: dict) -> None:
+    """Refuses a cached record whose stored method options differ from ``options`` (records made before
+    the options were stored carry none and pass)."""
+    stored = (record.extra or {}).get(METHOD_OPTIONS)
+    if stored is None or stored == options:
+        return
+    changed = {k: (stored.get(k), options.get(k)) for k in sorted(set(stored) | set(options))
+               if stored.get(k) != options.get(k)}
+    raise ValueError(f"cached run {record.experiment}/{record.run_id} was trained with other method options "
+                     f"(option: (stored, now)) {changed}: an option's default changed since, and defaults are not "
+                     f"part of the run key; delete that record (and its checkpoint) to recompute it")
 
 
 def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, progress: bool = True

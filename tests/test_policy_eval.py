@@ -1,5 +1,7 @@
 """Policy evaluation and the cached train+evaluate pipeline, on the shipped tiny policy."""
 
+import json
+
 import pytest
 
 from rlvr_lib.eval import EvalSpec, evaluate_policy, mode_ari, sample_and_score
@@ -70,6 +72,22 @@ def test_runs_are_cached_and_not_recomputed(tmp_path, monkeypatch):
     again = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
     assert again.to_dict() == first.to_dict()
     assert evaluate_base("t", spec, root=tmp_path).to_dict() == base.to_dict()
+
+
+def test_a_cached_run_trained_under_other_option_defaults_is_refused(tmp_path):
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=2, samples=8, diversity_problems=2, diversity_samples=4)
+    cfg = method_config("nudgerl", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=24, seed=0)
+    record = train_and_evaluate("t", "nudgerl", cfg, spec, root=tmp_path)
+    stored = record.extra["method_options"]
+    assert stored["dropout_unit"] == "rollout" and stored["p_drop"] == 0.5  # defaults are filled in
+    assert train_and_evaluate("t", "nudgerl", cfg, spec, root=tmp_path).to_dict() == record.to_dict()
+    # The record as an older default (per-hint dropout) would have written it: the run key is the same.
+    path = tmp_path / "t" / f"{record.run_id}.json"
+    data = json.loads(path.read_text())
+    data["extra"]["method_options"]["dropout_unit"] = "hint"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ValueError, match=r"trained with other method options .*'dropout_unit': \('hint', 'rollout'\)"):
+        train_and_evaluate("t", "nudgerl", cfg, spec, root=tmp_path)
 
 
 def test_sample_with_hints_interleaves_each_problems_samples_over_its_hints(engine):

@@ -9,11 +9,12 @@ trainer nor any method module, so there is no import loop.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
+from rlvr_lib.config import to_jsonable
 from rlvr_lib.trainer_config import TrainerConfig
 
-__all__ = ["METHODS", "MethodSpec", "build_method", "method_config", "register_method"]
+__all__ = ["METHODS", "MethodSpec", "build_method", "method_config", "register_method", "resolved_method_options"]
 
 
 @dataclass(frozen=True)
@@ -63,3 +64,20 @@ def build_method(config: TrainerConfig):
     if config.method not in METHODS:
         raise _unknown(config.method)
     return METHODS[config.method].cls(config)
+
+
+def resolved_method_options(config: TrainerConfig) -> dict:
+    """Every option of ``config.method``'s options class, its defaults filled in (JSON form).
+
+    A run's cache key holds ``config.method_options`` as given, so changing an
+    option's default does not change the key; run records store this dict, and
+    `rlvr_lib.pipeline.train_and_evaluate` refuses a cached run trained under
+    other option values.
+
+    Raises:
+        ValueError: unknown method or invalid ``method_options``.
+    """
+    if config.method not in METHODS:
+        raise _unknown(config.method)
+    options = METHODS[config.method].cls.Options.from_dict(config.method_options or {})
+    return {f.name: to_jsonable(getattr(options, f.name)) for f in fields(options)}
