@@ -276,8 +276,7 @@ def check_ivon_lr(records) -> None:
     for i, r in enumerate(records):
         train = r.config["train"]
         o = ThreePOOptions.from_dict(train.get("method_options") or {})
-        expected = o.lr if o.lr is not None else matched_ivon_lr(train["lr"], o.hess_init, o.weight_decay,
-                                                                  o.clip_radius, o.rescale_lr)
+        expected = o.ivon_lr(train["lr"])
         logged = [h.get("ivon_lr") for h in (r.history or [])]
         if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
             seen = sorted({v for v in logged if v is not None}) or "none"
@@ -408,6 +407,13 @@ class ThreePOOptions(ConfigBase):
     hess_init_batch: int | None = None  # None: the policy's pretraining batch size
     hess_init_beta2: float = 0.97  # IVON's beta2 during the Hessian warm-up only (RL keeps beta2)
 
+    def ivon_lr(self, config_lr: float) -> float:
+        """The IVON lr these options give with the trainer's ``config_lr``: ``lr``, or when it is ``None``
+        :func:`matched_ivon_lr`."""
+        if self.lr is not None:
+            return self.lr
+        return matched_ivon_lr(config_lr, self.hess_init, self.weight_decay, self.clip_radius, self.rescale_lr)
+
     def validate(self) -> None:
         self.check_positive_int("samples", self.samples)
         self.check_nonnegative_int("hess_init_steps", self.hess_init_steps)
@@ -451,10 +457,7 @@ class B3PO(Method):
 
     def ivon_lr(self) -> float:
         """The IVON lr: ``options.lr``, or when it is ``None`` :func:`matched_ivon_lr` of ``config.lr``."""
-        o = self.options
-        if o.lr is not None:
-            return o.lr
-        return matched_ivon_lr(self.config.lr, o.hess_init, o.weight_decay, o.clip_radius, o.rescale_lr)
+        return self.options.ivon_lr(self.config.lr)
 
     def make_optimizer(self, model):
         o = self.options
