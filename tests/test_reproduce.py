@@ -212,3 +212,67 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
     assert sorted(line.split(":")[0] for line in lines) == ["[1/2] a", "[2/2] b"]
     with pytest.raises(ValueError, match=r"^workers=0 is invalid: must be an integer >= 1"):
         rp.reproduce("full", notebooks_dir=src, out_dir=tmp_path / "out", echo=None, workers=0)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
+def test_ctrl_c_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path):
+    """Real kernels, two workers: Ctrl-C (SIGINT to the process group, as a terminal sends it) ends the
+    reproduction within seconds, shuts down both kernels mid-cell, and leaves neither an executed copy nor
+    a manifest entry, so the next run executes both notebooks again."""
+    import contextlib
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    src = tmp_path / "nbs"
+    src.mkdir()
+    for name in ("a", "b"):
+        _write_notebook(
+            src / f"{name}.ipynb",
+            f"import os, time\nopen({str(tmp_path / name)!r} + '.pid', 'w').write(str(os.getpid()))\n"
+            "for _ in range(600):\n    time.sleep(0.1)",
+        )
+    out = tmp_path / "out"
+    # A shell's background job ignores SIGINT, and an ignored signal stays ignored in children: restore it.
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlvr_lib.reproduce", "--profile", "quick", "--workers", "2", "--no-progress",
+         "--notebooks-dir", str(src), "--out", str(out)],
+        cwd=Path(rp.__file__).resolve().parents[1], start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    pid_files = [tmp_path / "a.pid", tmp_path / "b.pid"]
+    kernels: list[int] = []
+    try:
+        deadline = time.monotonic() + 120
+        while not all(p.exists() and p.read_text() for p in pid_files):  # both kernels inside their long cell
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0].decode()[-2000:]
+            time.sleep(0.2)
+        kernels += [int(p.read_text()) for p in pid_files]
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.communicate(timeout=30)
+        assert proc.returncode != 0 and time.monotonic() - started < 30
+
+        def alive(pid: int) -> bool:  # a zombie (exited, not yet reaped by its new parent) counts as gone
+            try:
+                return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+            except FileNotFoundError:
+                return False
+
+        deadline = time.monotonic() + 15  # a kernel told to shut down may take a moment to exit
+        while any(map(alive, kernels)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not any(map(alive, kernels)), "a kernel outlived Ctrl-C"
+        executed = out / "quick"
+        assert not any(executed.glob("*.ipynb")) and not any(executed.glob(".*"))  # no copy, no hidden temp file
+        manifest = executed / "manifest.json"
+        assert not manifest.exists() or json.loads(manifest.read_text())["notebooks"] == {}
+    finally:  # a failed check must not leave a reproduction or a kernel running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid in kernels:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
