@@ -35,7 +35,8 @@ same library as this process even without ``pip install -e``.
 ``OMP_NUM_THREADS = cores // N`` (unless set): on the testbed most of a
 step's time is per-op dispatch, which a second thread does not speed up, so
 two one-thread notebooks get through more runs per hour than one two-thread
-notebook. Each worker is a process (Ctrl-C stops every kernel). Runs two
+notebook. Each worker is a process (Ctrl-C stops every kernel; the command
+line handles ``kill``'s SIGTERM the same way). Runs two
 notebooks share are computed once (:func:`rlvr_lib.experiments.cached_run`
 locks each run), so notebooks may run in any order; the returned dict keeps
 the notebooks' order, status lines come as notebooks finish.
@@ -50,6 +51,7 @@ import fcntl
 import hashlib
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -370,6 +372,11 @@ def _kernel_threads(workers: int) -> Iterator[None]:
 
 
 # ------------------------------------------------------------------------ CLI
+def _interrupt(signum: int, frame: Any) -> None:
+    """Signal handler: raises `KeyboardInterrupt`, as Ctrl-C does."""
+    raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = argparse.ArgumentParser(
@@ -385,6 +392,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=1,
                         help="notebooks executed at once, each with cores // workers threads (default 1)")
     args = parser.parse_args(argv)
+    # `kill` is how a background reproduction is stopped (a shell's background job ignores Ctrl-C's SIGINT):
+    # handle SIGTERM as Ctrl-C, so kernels are shut down and no half-written copy is left (forked workers inherit it).
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         results = reproduce(
             profile=args.profile,

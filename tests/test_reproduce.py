@@ -215,10 +215,12 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
-def test_ctrl_c_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path):
-    """Real kernels, two workers: Ctrl-C (SIGINT to the process group, as a terminal sends it) ends the
-    reproduction within seconds, shuts down both kernels mid-cell, and leaves neither an executed copy nor
-    a manifest entry, so the next run executes both notebooks again."""
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path, signame):
+    """Real kernels, two workers: Ctrl-C (SIGINT to the process group, as a terminal sends it) or ``kill``
+    (SIGTERM, how a background run is stopped) ends the reproduction within seconds, shuts down both kernels
+    mid-cell, and leaves neither an executed copy, a hidden temp copy nor a manifest entry, so the next run
+    executes both notebooks again."""
     import contextlib
     import os
     import signal
@@ -252,7 +254,7 @@ def test_ctrl_c_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_
             time.sleep(0.2)
         kernels += [int(p.read_text()) for p in pid_files]
         started = time.monotonic()
-        os.killpg(proc.pid, signal.SIGINT)
+        os.killpg(proc.pid, getattr(signal, signame))
         proc.communicate(timeout=30)
         assert proc.returncode != 0 and time.monotonic() - started < 30
 
