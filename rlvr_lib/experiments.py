@@ -704,6 +704,21 @@ def claims_table(
     return df
 
 
+def claims_headline(held: int, n: int) -> str:
+    """The count :func:`claims_summary` opens with, e.g. ``"2 of 27 claims hold at our scale"``."""
+    return f"{held} of {n} claims hold at our scale"
+
+
+_CLAIMS_HEADLINE = re.compile(r"\*\*(\d+) of (\d+) claims hold at our scale\*\*")
+
+
+def find_claims_headline(text: str) -> str | None:
+    """The first :func:`claims_headline` that :func:`claims_summary` wrote in ``text`` (e.g. a notebook's
+    stored output), or None."""
+    match = _CLAIMS_HEADLINE.search(text)
+    return claims_headline(int(match[1]), int(match[2])) if match else None
+
+
 def claims_summary(table) -> str:
     """A markdown summary of a claims table, for the top of a notebook's results.
 
@@ -713,7 +728,7 @@ def claims_summary(table) -> str:
     the paper's.
     """
     n, held = len(table), int(table["holds"].sum())
-    lines = [f"**{held} of {n} claims hold at our scale** (a claim holds only when its whole 95% interval "
+    lines = [f"**{claims_headline(held, n)}** (a claim holds only when its whole 95% interval "
              "lies on the claimed side).", ""]
     for _, row in table.iterrows():
         if row["holds"]:

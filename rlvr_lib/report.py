@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from rlvr_lib.eval.summaries import PASSK_INTERVAL, SEED_INTERVAL, summary_row
-from rlvr_lib.experiments import format_ci, load_runs, results_root
+from rlvr_lib.experiments import find_claims_headline, format_ci, load_runs, results_root
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -34,6 +34,13 @@ def _calibration_section(root: Path) -> list[str]:
     ]
     lines += [f"| {name} | {t['value']} | {t['bound']} | {'yes' if t['met'] else '**no**'} |" for name, t in report["targets"].items()]
     return lines
+
+
+def _stored_outputs(notebook: Path) -> str:
+    """The text and markdown outputs an executed notebook stores, joined."""
+    cells = json.loads(notebook.read_text())["cells"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
 
 
 def _eval_scope(record) -> dict:
@@ -223,7 +230,9 @@ def render(root: str | Path | None = None) -> str:
         lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if executed.exists():
-            lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`."]
+            headline = find_claims_headline(_stored_outputs(executed))
+            lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
+                          + (f" ({headline})." if headline else ".")]
     lines += [""] + _budget_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)

@@ -36,3 +36,27 @@ def test_render_reads_shared_rows_and_sums_compute(tmp_path):
     compute = text.split("**Compute**", 1)[1]
     assert "| 01_grpo_pass_at_k_modes_group_size | 4 |" in compute  # base x2 and grpo-g8 x2, counted once
     assert "| 02_baselines_sage_t1_anchors | 2 |" in compute
+
+
+def test_claims_line_carries_the_count_the_executed_notebook_shows(tmp_path):
+    import nbformat
+    import pandas as pd
+
+    from rlvr_lib.experiments import claims_summary
+
+    table = pd.DataFrame([
+        {"claim": "A beats B", "holds": True, "point_side": True, "ours": "0.1", "interval": "i", "paper": "p"},
+        {"claim": "C beats D", "holds": False, "point_side": False, "ours": "-0.1", "interval": "i", "paper": "p"},
+        {"claim": "E beats F", "holds": False, "point_side": True, "ours": "0.0", "interval": "i", "paper": "p"},
+    ])
+    cell = nbformat.v4.new_code_cell("display(Markdown(summary))")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table)})]
+    executed = tmp_path / "notebooks" / "full"
+    executed.mkdir(parents=True)
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "03_nudgerl.ipynb"))
+    nbformat.write(nbformat.v4.new_notebook(), str(executed / "02_baselines_sage_t1_anchors.ipynb"))  # no claims
+    lines = [line for line in render(tmp_path).splitlines() if line.startswith("Claims table and figures")]
+    assert lines == [
+        "Claims table and figures: `results/notebooks/full/02_baselines_sage_t1_anchors.ipynb`.",
+        "Claims table and figures: `results/notebooks/full/03_nudgerl.ipynb` (1 of 3 claims hold at our scale).",
+    ]

@@ -267,7 +267,7 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
         deadline = time.monotonic() + 15  # a kernel told to shut down may take a moment to exit
         while any(map(alive, kernels)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(map(alive, kernels)), "a kernel outlived Ctrl-C"
+        assert not any(map(alive, kernels)), f"a kernel outlived {signame}"
         executed = out / "quick"
         assert not any(executed.glob("*.ipynb")) and not any(executed.glob(".*"))  # no copy, no hidden temp file
         manifest = executed / "manifest.json"
