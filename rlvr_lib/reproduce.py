@@ -35,8 +35,11 @@ same library as this process even without ``pip install -e``.
 ``OMP_NUM_THREADS = cores // N`` (unless set): on the testbed most of a
 step's time is per-op dispatch, which a second thread does not speed up, so
 two one-thread notebooks get through more runs per hour than one two-thread
-notebook. Each worker is a process (Ctrl-C stops every kernel; the command
-line handles ``kill``'s SIGTERM the same way). Runs two
+notebook. Each worker is a process. Ctrl-C stops every kernel, and the
+command line handles ``kill``'s SIGTERM the same way, whether it reaches
+every process (``pkill -f rlvr_lib.reproduce``) or only the parent: an
+interrupt anywhere sets an event the workers share, so none starts another
+notebook, and the parent interrupts any worker the signal missed. Runs two
 notebooks share are computed once (:func:`rlvr_lib.experiments.cached_run`
 locks each run), so notebooks may run in any order; the returned dict keeps
 the notebooks' order, status lines come as notebooks finish.
@@ -227,7 +230,7 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
         os.replace(tmp, target)
         moved = True
     except Exception:
-        if tmp.exists():  # a failed run: keep papermill's annotated copy for the reader
+        if tmp.exists() and not _stopping():  # a failed run: keep papermill's annotated copy for the reader
             os.replace(tmp, target)
             moved = True
         raise
@@ -335,27 +338,90 @@ def reproduce(
             from concurrent.futures import ProcessPoolExecutor, as_completed
 
             # Processes, not threads: Ctrl-C reaches every worker's papermill, which shuts its kernel down.
-            with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+            context = multiprocessing.get_context("fork")
+            stop = context.Event()
+            with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
+                                     initargs=(stop,)) as pool:
                 futures = {}
                 for job in pending:
                     _, _, source, target, _ = job
                     futures[pool.submit(_execute_timed, source, target, profile, kernel, progress)] = job
-                for future in as_completed(futures):
-                    prefix, name, _, target, digest = futures[future]
-                    record(prefix, name, target, digest, *future.result())
+                try:
+                    for future in as_completed(futures):
+                        prefix, name, _, target, digest = futures[future]
+                        record(prefix, name, target, digest, *future.result())
+                except BaseException:
+                    # Interrupted (or failed) here: no worker may start another notebook, and a worker the
+                    # signal did not reach (`kill` of this process alone) is interrupted now. Leaving the `with`
+                    # then waits for the kernels to be shut down.
+                    stop.set()
+                    for future in futures:
+                        future.cancel()
+                    for child in multiprocessing.active_children():
+                        with contextlib.suppress(ProcessLookupError):
+                            os.kill(child.pid, signal.SIGINT)
+                    raise
     order = [source.stem for source in notebooks]
     return {name: results[name] for name in order if name in results}
 
 
 def _execute_timed(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> tuple[float, str | None]:
-    """:func:`_execute` and its outcome: ``(seconds, error text or None)``."""
+    """:func:`_execute` and its outcome: ``(seconds, error text or None)``.
+
+    In a pool worker, once the reproduction is interrupted a notebook is not
+    started, and one that ends in an error (a kernel shut down mid-cell) is an
+    interruption, raised as `KeyboardInterrupt`, not a failure to record.
+    """
+    global _RUNNING
+    if _stopping():
+        raise KeyboardInterrupt(f"{source.name}: not started, the reproduction was interrupted")
     start = time.perf_counter()
     error = None
+    _RUNNING = True
     try:
         _execute(source, target, profile, kernel, progress)
     except Exception as exc:
+        if _stopping():
+            raise KeyboardInterrupt(f"{source.name}: interrupted") from exc
         error = _error_text(exc)
+    finally:
+        _RUNNING = False
     return round(time.perf_counter() - start, 2), error
+
+
+# Pool workers only (set by `_init_worker`): the pool's shared stop event; whether this worker is executing a
+# notebook; whether it has already been interrupted.
+_STOP: Any = None
+_RUNNING = False
+_INTERRUPTED = False
+
+
+def _init_worker(stop: Any) -> None:
+    """Pool initializer: any worker's interrupt stops the whole reproduction (``stop`` is shared)."""
+    global _STOP
+    _STOP = stop
+    signal.signal(signal.SIGINT, _stop_worker)
+    if callable(signal.getsignal(signal.SIGTERM)):  # the command line's `_interrupt`: SIGTERM stays an interrupt
+        signal.signal(signal.SIGTERM, _stop_worker)
+
+
+def _stop_worker(signum: int, frame: Any) -> None:
+    """A worker's SIGINT/SIGTERM handler: sets the shared stop event and interrupts the running notebook once.
+
+    A second signal (the parent forwarding an interrupt this worker already got) and a signal to an idle
+    worker raise nothing: papermill's kernel shutdown must not itself be interrupted, and an idle worker that
+    died would break the pool and get its busy siblings killed before their kernels are shut down.
+    """
+    global _INTERRUPTED
+    _STOP.set()
+    if _RUNNING and not _INTERRUPTED:
+        _INTERRUPTED = True
+        raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
+
+
+def _stopping() -> bool:
+    """True in a pool worker once the reproduction has been interrupted."""
+    return _STOP is not None and _STOP.is_set()
 
 
 @contextlib.contextmanager

@@ -215,12 +215,14 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
-def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path, signame):
-    """Real kernels, two workers: Ctrl-C (SIGINT to the process group, as a terminal sends it) or ``kill``
-    (SIGTERM, how a background run is stopped) ends the reproduction within seconds, shuts down both kernels
-    mid-cell, and leaves neither an executed copy, a hidden temp copy nor a manifest entry, so the next run
-    executes both notebooks again."""
+@pytest.mark.parametrize("signame, reaches", [("SIGINT", "group"), ("SIGTERM", "group"),
+                                              ("SIGTERM", "reproduce processes"), ("SIGTERM", "parent")])
+def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path, signame, reaches):
+    """Real kernels, two workers, three notebooks: Ctrl-C (SIGINT to the process group, as a terminal sends it)
+    or ``kill`` (SIGTERM: to the group; to the reproduction's processes but not the kernels, as
+    ``pkill -f rlvr_lib.reproduce`` does; or to the parent alone) ends the reproduction within seconds, shuts
+    down both kernels mid-cell, never starts the third notebook, and leaves neither an executed copy, a hidden
+    temp copy nor a manifest entry, so the next run executes every notebook again."""
     import contextlib
     import os
     import signal
@@ -230,7 +232,7 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
 
     src = tmp_path / "nbs"
     src.mkdir()
-    for name in ("a", "b"):
+    for name in ("a", "b", "c"):
         _write_notebook(
             src / f"{name}.ipynb",
             f"import os, time\nopen({str(tmp_path / name)!r} + '.pid', 'w').write(str(os.getpid()))\n"
@@ -245,7 +247,7 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
-    pid_files = [tmp_path / "a.pid", tmp_path / "b.pid"]
+    pid_files = [tmp_path / "a.pid", tmp_path / "b.pid"]  # the two workers take a and b; c waits its turn
     kernels: list[int] = []
     try:
         deadline = time.monotonic() + 120
@@ -253,10 +255,18 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
             assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0].decode()[-2000:]
             time.sleep(0.2)
         kernels += [int(p.read_text()) for p in pid_files]
+        parent_of = lambda pid: int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        workers = [parent_of(pid) for pid in kernels]
+        assert len(set(workers)) == 2 and proc.pid not in workers
         started = time.monotonic()
-        os.killpg(proc.pid, getattr(signal, signame))
-        proc.communicate(timeout=30)
-        assert proc.returncode != 0 and time.monotonic() - started < 30
+        sig = getattr(signal, signame)
+        if reaches == "group":
+            os.killpg(proc.pid, sig)
+        else:
+            for pid in [proc.pid] + (workers if reaches == "reproduce processes" else []):
+                os.kill(pid, sig)
+        output = proc.communicate(timeout=60)[0].decode()
+        assert proc.returncode != 0 and time.monotonic() - started < 60, output[-2000:]
 
         def alive(pid: int) -> bool:  # a zombie (exited, not yet reaped by its new parent) counts as gone
             try:
@@ -265,9 +275,11 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
                 return False
 
         deadline = time.monotonic() + 15  # a kernel told to shut down may take a moment to exit
-        while any(map(alive, kernels)) and time.monotonic() < deadline:
+        while any(map(alive, kernels + workers)) and time.monotonic() < deadline:
             time.sleep(0.2)
-        assert not any(map(alive, kernels)), f"a kernel outlived {signame}"
+        assert not any(map(alive, kernels)), f"a kernel outlived {signame} to the {reaches}"
+        assert not any(map(alive, workers)), f"a worker outlived {signame} to the {reaches}"
+        assert not (tmp_path / "c.pid").exists(), f"the third notebook started after {signame} to the {reaches}"
         executed = out / "quick"
         assert not any(executed.glob("*.ipynb")) and not any(executed.glob(".*"))  # no copy, no hidden temp file
         manifest = executed / "manifest.json"
