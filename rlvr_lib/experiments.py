@@ -713,10 +713,13 @@ _CLAIMS_HEADLINE = re.compile(r"\*\*(\d+) of (\d+) claims hold at our scale\*\*"
 
 
 def find_claims_headline(text: str) -> str | None:
-    """The first :func:`claims_headline` that :func:`claims_summary` wrote in ``text`` (e.g. a notebook's
-    stored output), or None."""
-    match = _CLAIMS_HEADLINE.search(text)
-    return claims_headline(int(match[1]), int(match[2])) if match else None
+    """The claims count of every :func:`claims_summary` in ``text`` (e.g. a notebook's stored outputs), summed,
+    as :func:`claims_headline` writes it, naming the number of tables when there are several; None if none."""
+    counts = [(int(held), int(n)) for held, n in _CLAIMS_HEADLINE.findall(text)]
+    if not counts:
+        return None
+    headline = claims_headline(sum(held for held, _ in counts), sum(n for _, n in counts))
+    return headline if len(counts) == 1 else f"{headline}, over {len(counts)} claims tables"
 
 
 def claims_summary(table) -> str:

@@ -55,8 +55,13 @@ def test_claims_line_carries_the_count_the_executed_notebook_shows(tmp_path):
     executed.mkdir(parents=True)
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "03_nudgerl.ipynb"))
     nbformat.write(nbformat.v4.new_notebook(), str(executed / "02_baselines_sage_t1_anchors.ipynb"))  # no claims
+    second = nbformat.v4.new_code_cell("display(Markdown(summary))")  # a second table: both are counted
+    second.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table.head(2))})]
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell, second]), str(executed / "05_sage.ipynb"))
     lines = [line for line in render(tmp_path).splitlines() if line.startswith("Claims table and figures")]
     assert lines == [
         "Claims table and figures: `results/notebooks/full/02_baselines_sage_t1_anchors.ipynb`.",
         "Claims table and figures: `results/notebooks/full/03_nudgerl.ipynb` (1 of 3 claims hold at our scale).",
+        "Claims table and figures: `results/notebooks/full/05_sage.ipynb` "
+        "(2 of 5 claims hold at our scale, over 2 claims tables).",
     ]
