@@ -207,7 +207,8 @@ from rlvr_lib.validation import check, check_range
 
 __all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "LEARNT_HESS_STEPS", "M3PO", "NOISE_SCALES",
            "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr",
-           "initial_sigma", "learn_hessian_init", "matched_ivon_lr", "noise_to_weight_ratio", "weight_matrix_std"]
+           "initial_sigma", "learn_hessian_init", "matched_ivon_lr", "mean_step_matched_ivon_lr", "noise_to_weight_ratio",
+           "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -252,6 +253,37 @@ def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, cli
     check_range("weight_decay", weight_decay, 0.0, None)
     check_range("clip_radius", clip_radius, 0.0, None, lo_open=True)
     return config_lr / ((hess_init + weight_decay) * clip_radius) if rescale_lr else config_lr / clip_radius
+
+
+def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_step: float,
+                              digits: int = 3) -> float:
+    """The IVON lr whose *mean* per-weight step equals AdamW's, from one measurement of both at ``ivon_lr``.
+
+    :func:`matched_ivon_lr` equalises the largest per-weight step. When most
+    weights sit at IVON's clip bound, its mean step is close to that bound while
+    AdamW's mean step is well below its lr, so IVON moves the weights further
+    on average. IVON's mean update is ``lr_eff * clip(.)`` with ``lr_eff``
+    proportional to ``lr`` and a clip bound that does not depend on ``lr``,
+    so along a given trajectory its step is proportional to ``lr``::
+
+        lr_mean = ivon_lr * adamw_mean_step / ivon_mean_step
+
+    with both mean steps measured on the same steps of the same config
+    (`rlvr_lib.eval.weight_steps.weight_step_profile`). It is exact for the
+    measured steps only: at ``lr_mean`` the trajectory, hence the share of
+    clipped weights, changes (measure it again to check). Rounded to
+    ``digits`` significant figures so that the run's cache key does not
+    depend on the last bits of a measurement.
+
+    Raises:
+        ValueError: on a non-positive lr or step, or ``digits < 1``.
+    """
+    check_range("ivon_lr", ivon_lr, 0.0, None, lo_open=True)
+    check_range("ivon_mean_step", ivon_mean_step, 0.0, None, lo_open=True)
+    check_range("adamw_mean_step", adamw_mean_step, 0.0, None, lo_open=True)
+    check(isinstance(digits, int) and not isinstance(digits, bool) and digits >= 1, "digits", digits,
+          "an int >= 1")
+    return float(f"{ivon_lr * adamw_mean_step / ivon_mean_step:.{digits}g}")
 
 
 def check_ivon_lr(records) -> None:
