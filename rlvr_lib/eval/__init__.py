@@ -5,6 +5,8 @@
   into reasoning modes (NudgeRL Fig. 1), ARI against strategy labels, entropy.
 * :mod:`rlvr_lib.eval.diagnostics` -- zero-advantage groups, rescued / lost
   groups (3PO Fig. 3), outcome rates, length statistics.
+* :mod:`rlvr_lib.eval.weight_steps` -- how far each RL step moves the weights
+  (mean, largest, share at the largest; 3PO's IVON vs AdamW step sizes).
 * :mod:`rlvr_lib.eval.stats` -- bootstrap intervals over seeds and over
   seeds x problems, paired differences between methods, rescued / lost
   problems against a reference with their resampling null, strategy shares.

@@ -123,6 +123,11 @@ used is logged with every step as ``ivon_lr``. A run's cache key holds its
 ``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
 no ``ivon_lr`` logged) has the key of its matched successor:
 :func:`check_ivon_lr` refuses such records (notebook 04 calls it).
+The rule matches the largest step, not the mean one: with most weights at
+the clip bound IVON's mean step is close to the bound, AdamW's well below
+its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
+steps measured on a run's first steps (`rlvr_lib.eval.weight_steps`);
+notebook 04 uses it for a sensitivity arm added after its T1 was seen.
 
 Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
 IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
