@@ -15,6 +15,13 @@ EXTRAS     ?= dev,notebooks
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr_lib-installed.stamp
 
+# The stored notebook outputs are checked bit for bit (nbval), so the notebooks
+# run with the same CPU code paths on every x86 machine: one torch thread per
+# kernel, ATen's AVX2 kernels (an AVX-512 machine otherwise sums in another
+# order), MKL's vendor-neutral CNR branch (MKL picks other kernels on Intel and
+# AMD; COMPATIBLE is the one branch documented for both) and oneDNN capped at AVX2.
+NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
+
 .PHONY: install test notebooks reproduce bench lab calibrate pretrain
 
 install: $(STAMP)
@@ -36,15 +43,15 @@ $(STAMP): pyproject.toml
 test: install
 	$(PY) -m pytest -n 2 -q tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-	  echo "OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/"; \
-	  OMP_NUM_THREADS=1 $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
+	  echo "$(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/"; \
+	  $(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
 	else \
 	  echo "nbval: no notebooks in notebooks/ yet, skipped"; \
 	fi
 
 # Re-execute the stored notebooks at the quick profile (their committed outputs).
 notebooks: install
-	for nb in notebooks/*.ipynb; do OMP_NUM_THREADS=1 $(PY) -m papermill "$$nb" "$$nb" -k python3 || exit 1; done
+	for nb in notebooks/*.ipynb; do $(NB_ENV) $(PY) -m papermill "$$nb" "$$nb" -k python3 || exit 1; done
 
 # Every notebook at the full profile with papermill; finished runs are
 # cached under results/, so an interrupted reproduction resumes. Two notebooks
