@@ -20,6 +20,7 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # kernel, ATen's AVX2 kernels (an AVX-512 machine otherwise sums in another
 # order), MKL's vendor-neutral CNR branch (MKL picks other kernels on Intel and
 # AMD; COMPATIBLE is the one branch documented for both) and oneDNN capped at AVX2.
+# Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
 .PHONY: install test notebooks reproduce bench lab calibrate pretrain

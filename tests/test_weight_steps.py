@@ -62,7 +62,7 @@ def test_mean_step_matched_ivon_lr_by_hand_and_bad_input():
     assert mean_step_matched_ivon_lr(1.0, 2e-6, 2e-6) == 1.0
     with pytest.raises(ValueError, match=r"ivon_mean_step=0 is invalid: must be a number in \(0, inf\)"):
         mean_step_matched_ivon_lr(99.9, 0, 3.3e-5)
-    with pytest.raises(ValueError, match=r"digits=0 is invalid: must be an int >= 1"):
+    with pytest.raises(ValueError, match=r"digits=0 is invalid: must be an integer >= 1"):
         mean_step_matched_ivon_lr(99.9, 9.7e-5, 3.3e-5, digits=0)
 
 

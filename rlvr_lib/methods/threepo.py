@@ -208,7 +208,7 @@ from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
-from rlvr_lib.validation import check, check_range
+from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "LEARNT_HESS_STEPS", "M3PO", "NOISE_SCALES",
            "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr",
@@ -286,8 +286,7 @@ def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_
     check_range("ivon_lr", ivon_lr, 0.0, None, lo_open=True)
     check_range("ivon_mean_step", ivon_mean_step, 0.0, None, lo_open=True)
     check_range("adamw_mean_step", adamw_mean_step, 0.0, None, lo_open=True)
-    check(isinstance(digits, int) and not isinstance(digits, bool) and digits >= 1, "digits", digits,
-          "an int >= 1")
+    check_int("digits", digits, 1)
     return float(f"{ivon_lr * adamw_mean_step / ivon_mean_step:.{digits}g}")
 
 
