@@ -26,6 +26,8 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.dynamics:
+        return _calibrate_dynamics(args)
     from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, write_report
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
@@ -34,13 +36,37 @@ def _calibrate(args: argparse.Namespace) -> int:
     model, tokenizer = load_policy(args.model)
     engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
     config = CalibrationConfig(
-        problems_per_family=args.problems, samples=args.samples, hint_problems=min(args.problems, 100), seed=args.seed
+        problems_per_family=args.problems, samples=args.samples, wide_samples=args.wide_samples,
+        hint_problems=min(args.problems, 100), seed=args.seed
     )
     report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
     report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
     out = Path(args.out) if args.out else results_root() / "testbed" / "calibration.json"
     write_report(report, out)
     print(format_report(report))
+    print(f"wrote {out}")
+    return 0 if report["all_targets_met"] else 1
+
+
+def _calibrate_dynamics(args: argparse.Namespace) -> int:
+    """Train GRPO (and GRPO without its anchor) for several seeds and check the dynamics targets."""
+    from rlvr_lib.dynamics import DynamicsConfig, format_dynamics, measure_dynamics, write_dynamics
+
+    overrides = {"seeds": tuple(args.seeds), "policy": args.model}
+    if args.steps:
+        overrides["step_candidates"] = tuple(args.steps)
+    for name in ("problems", "samples", "wide_problems", "wide_samples", "kl_problems"):
+        value = getattr(args, f"dyn_{name}")
+        if value is not None:
+            overrides["problems_per_family" if name == "problems" else name] = value
+    try:
+        config = DynamicsConfig(**overrides)
+    except ValueError as err:
+        args.parser.error(str(err))
+    report = measure_dynamics(config, root=args.results_root)
+    out = Path(args.out) if args.out else results_root() / "testbed" / "dynamics.json"
+    write_dynamics(report, out)
+    print(format_dynamics(report))
     print(f"wrote {out}")
     return 0 if report["all_targets_met"] else 1
 
@@ -114,10 +140,24 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     c.add_argument("--problems", type=int, default=200, help="problems per family")
     c.add_argument("--samples", type=int, default=64, help="samples per problem at T=1")
+    c.add_argument("--wide-samples", type=int, default=256,
+                   help="samples per problem on the in-distribution families and rare_mix (pass@256 targets)")
+    c.add_argument("--dynamics", action="store_true",
+                   help="the dynamics calibration instead: train GRPO and check the bottleneck's targets "
+                        "(writes results/testbed/dynamics.json; runs are cached under results/testbed_dynamics)")
+    c.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
+    c.add_argument("--steps", type=int, nargs="+", default=None,
+                   help="--dynamics: step counts to evaluate (default: rlvr_lib.dynamics.STEP_CANDIDATES)")
+    c.add_argument("--dyn-problems", type=int, default=None, help="--dynamics: problems per family (main evaluation)")
+    c.add_argument("--dyn-samples", type=int, default=None, help="--dynamics: samples per problem (main evaluation)")
+    c.add_argument("--dyn-wide-problems", type=int, default=None, help="--dynamics: problems of the pass@256 evaluation")
+    c.add_argument("--dyn-wide-samples", type=int, default=None, help="--dynamics: samples of the pass@256 evaluation")
+    c.add_argument("--dyn-kl-problems", type=int, default=None, help="--dynamics: prompts of the KL measurement")
+    c.add_argument("--results-root", default=None, help="--dynamics: results root of the cached runs (default results/)")
     c.add_argument("--seed", type=int, default=0)
     c.add_argument("--batch-size", type=int, default=512)
     c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
-    c.set_defaults(func=_calibrate)
+    c.set_defaults(func=_calibrate, parser=c)
     t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
     t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     t.add_argument("--steps", type=int, default=200)

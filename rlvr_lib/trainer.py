@@ -283,7 +283,7 @@ class Trainer:
         # What was sampled describes the policy; with dynamic sampling the trained (kept) subset is logged as kept_*.
         metrics = {
             "step": step,
-            **_rollout_metrics(sampled),
+            **_rollout_metrics(sampled, self.task.strategies),
             "advantage_abs_mean": float(batch.advantages.abs().mean()),
             "temperature": temperature,
             **sampling_stats,
@@ -438,8 +438,12 @@ class Trainer:
         self.step_count, self.history = state["step"], state["history"]
 
 
-def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
-    """Outcome and length metrics of every rollout in ``batches`` (rewards set; group ids offset per batch)."""
+def _rollout_metrics(batches: list[StepBatch], strategies: tuple[str, ...] = ()) -> dict[str, float]:
+    """Outcome and length metrics of every rollout in ``batches`` (rewards set; group ids offset per batch).
+
+    With the task's ``strategies``, also ``strategy_share_<s>``: the share of rollouts whose verdict names
+    strategy ``s`` (the first-token strategy; unparsed completions count in no share).
+    """
     rewards = torch.cat([b.rewards for b in batches])
     verdicts = [v for b in batches for v in b.verdicts]
     offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
@@ -457,6 +461,8 @@ def _rollout_metrics(batches: list[StepBatch]) -> dict[str, float]:
         "response_length": float(lengths.mean()),
         "truncated_rate": float(np.mean([r == "length" for b in batches for r in b.rollouts.finish_reasons])),
     }
+    for strategy in strategies:
+        metrics[f"strategy_share_{strategy}"] = float(np.mean([v.strategy == strategy for v in verdicts]))
     if len(verified) < len(verdicts):
         metrics["unverified_rate"] = 1.0 - len(verified) / len(verdicts)
     corr = reward_accuracy_correlation(rewards.numpy(), verdicts)

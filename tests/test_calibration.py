@@ -5,12 +5,12 @@ import json
 import pytest
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, rare_family_targets
+from rlvr_lib.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine
 from rlvr_lib.tasks import EVAL_FAMILIES, STRATEGIES
 
-SMALL = CalibrationConfig(problems_per_family=8, samples=8, hint_problems=8, hint_samples=4, hot_samples=4,
+SMALL = CalibrationConfig(problems_per_family=8, samples=8, wide_samples=16, hint_problems=8, hint_samples=4, hot_samples=4,
                           families=("easy_mix", "hard_mix", "train"))
 
 
@@ -54,19 +54,25 @@ def test_shipped_policy_follows_hints_and_prefers_the_dominant_strategy(report):
     # Coarse versions of the calibration targets that a reduced sample can still check.
     for s in STRATEGIES:
         assert report["targets"][f"hint_follow[{s}]"]["value"] >= 0.7
-    assert report["targets"]["dominant_strategy_share[direct]"]["value"] >= 0.5
+    assert (DOMINANT, RARE) == ("split", "round")
+    assert report["targets"][f"dominant_strategy_share[{DOMINANT}]"]["value"] >= 0.5
+    ratio = report["targets"][f"rl_pool_acc_ratio[{DOMINANT}/{RARE}]"]
+    assert ratio["detail"] == {s: round(v, 4) for s, v in report["families"]["train"]["acc_by_strategy"].items()}
+    assert report["families"]["easy_mix"]["n_samples"] == 16 and report["families"]["train"]["n_samples"] == 8
     assert report["targets"]["malformed_t1"]["value"] <= 0.2
     assert "pass@1" in format_report(report)
 
 
 def test_cli_writes_json_and_prints(tmp_path, capsys):
     out = tmp_path / "cal.json"
-    code = main(["calibrate", "--problems", "4", "--samples", "8", "--out", str(out)])
+    code = main(["calibrate", "--problems", "4", "--samples", "8", "--wide-samples", "16", "--out", str(out)])
     data = json.loads(out.read_text())
     assert code == (0 if data["all_targets_met"] else 1)
-    assert set(data["families"]) == set(EVAL_FAMILIES) | {"rare_mix", "ood_shift", "train"}
-    assert {"pass_at_8[rare_mix]", "hard_acc_ratio[rare_mix: round/split]",
-            "hard_acc_ratio[rare_mix: round/direct]", "pass_at_1_falls_with_difficulty"} <= set(data["targets"])
+    assert set(data["families"]) == set(EVAL_FAMILIES) | {"rare_mix", "ood_shift", "sub_ood", "train"}
+    assert {"pass_at_1[rare_mix]", "pass_at_16[rare_mix]", "hard_acc_ratio[rare_mix: round/split]",
+            "hard_acc_ratio[rare_mix: round/direct]", "pass_at_1_falls_with_difficulty",
+            "pass_at_16_over_pass_at_1", "rl_pool_acc_ratio[split/round]"} <= set(data["targets"])
+    assert not {"pass_at_64_over_pass_at_1", "hard_acc_ratio[round/direct]"} & set(data["targets"])
     assert "mean_pass_at_1" in capsys.readouterr().out
 
 
@@ -74,6 +80,8 @@ def test_cli_writes_json_and_prints(tmp_path, capsys):
     "kw,match",
     [
         (dict(samples=12, group_size=8), "CalibrationConfig.samples=12 is invalid: must be a multiple of group_size=8"),
+        (dict(wide_samples=100), "CalibrationConfig.wide_samples=100 is invalid: must be a multiple of group_size=8"),
+        (dict(wide_families=("rare_mix", "aime")), r"CalibrationConfig.wide_families='aime' is invalid"),
         (dict(families=("easy_mix",)), r"CalibrationConfig.families=\('easy_mix',\) is invalid: .*includes 'train'"),
         (dict(families=()), "CalibrationConfig.families=.* is invalid: .*includes 'train'"),
         (dict(families=("train", "aime")), r"CalibrationConfig.families='aime' is invalid: must be one of \["),
@@ -97,15 +105,19 @@ def test_config_json_round_trip_and_report_config():
     assert CalibrationConfig.from_json(SMALL.to_json()) == SMALL
     assert SMALL.to_dict()["families"] == ["easy_mix", "hard_mix", "train"]
     assert list(CalibrationConfig().to_dict()) == [
-        "problems_per_family", "samples", "hint_problems", "hint_samples", "hot_samples", "hot_temperature",
+        "problems_per_family", "samples", "wide_samples", "wide_families", "hint_problems", "hint_samples", "hot_samples", "hot_temperature",
         "group_size", "max_new_tokens", "seed", "families",
     ]
 
 
 def test_rare_family_targets_by_hand():
-    metrics = {"n_samples": 64, "pass_at_64": 0.65, "hard_acc_by_strategy": {"direct": 0.1, "split": 0.2, "round": 0.45}}
+    metrics = {"n_samples": 256, "pass_at_1": 0.08, "pass_at_256": 0.65,
+               "hard_acc_by_strategy": {"direct": 0.1, "split": 0.2, "round": 0.45}}
     t = rare_family_targets("rare_mix", metrics)
-    assert t["pass_at_64[rare_mix]"] == {"value": 0.65, "bound": "<= 0.7", "met": True}
+    assert t["pass_at_256[rare_mix]"] == {"value": 0.65, "bound": ">= 0.6", "met": True}
+    assert t["pass_at_1[rare_mix]"] == {"value": 0.08, "bound": "<= 0.1", "met": True}
+    easy = rare_family_targets("rare_mix", {**metrics, "pass_at_1": 0.12, "pass_at_256": 0.55})
+    assert not easy["pass_at_1[rare_mix]"]["met"] and not easy["pass_at_256[rare_mix]"]["met"]
     assert t["hard_acc_ratio[rare_mix: round/direct]"]["value"] == 4.5
     assert t["hard_acc_ratio[rare_mix: round/direct]"]["met"] is True
     assert t["hard_acc_ratio[rare_mix: round/split]"]["value"] == 2.25

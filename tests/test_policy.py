@@ -156,16 +156,27 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
 
     from rlvr_lib.policy.pretrain import PretrainingMixture
 
+    from rlvr_lib.tasks import round_only
+
     mixture = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))
-    pairs = [mixture.sample() for _ in range(4000)]
-    assert not [c for _, c in pairs if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
-    assert not [p for p, _ in pairs if p.split("=")[0].endswith("*9")]  # nor the problems a*9
+    pairs = [mixture.sample() for _ in range(6000)]
+    mul = [(p, c) for p, c in pairs if "*" in p.split("=")[0]]
+    assert not [c for _, c in mul if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
+    assert not [p for p, _ in mul if p.split("=")[0].endswith("*9")]  # nor the problems a*9
+    # Round-only items (first factor ending in 9, two-digit second) are evaluation problems only.
+    operands = [tuple(map(int, p.split("=")[0].split("*"))) for p, _ in mul]
+    assert not [ab for ab in operands if round_only(*ab)]
     # Redrawing the problem (not the strategy) keeps the unhinted strategy shares at the prior.
-    unhinted = [c.split(":")[0] for p, c in pairs if " hint: " not in p]
-    assert abs(unhinted.count("round") / len(unhinted) - 0.05) < 0.015
-    assert abs(unhinted.count("split") / len(unhinted) - 0.20) < 0.03
-    # Round is still shown on round-only items (first factor ending in 9): that is what can be discovered.
-    assert any(c.startswith("round:") and re.search(r"-1\*\d\d=", c) for _, c in pairs)
+    unhinted = [c.split(":")[0] for p, c in mul if " hint: " not in p]
+    assert abs(unhinted.count("round") / len(unhinted) - 0.06) < 0.015
+    assert abs(unhinted.count("split") / len(unhinted) - 0.72) < 0.03
+    # Strategy hints name strategies by hint_prior; the subtraction skill is sub_share of the examples.
+    named = [p.split(" hint: ")[1].strip() for p, _ in pairs if " hint: " in p]
+    named = [h for h in named if h in ("direct", "split", "round")]
+    assert abs(named.count("round") / len(named) - 0.20) < 0.03
+    assert abs((len(pairs) - len(mul)) / len(pairs) - 0.15) < 0.015
+    assert all(re.fullmatch(r"\d{3}-\d{3}=\?", p.split(" hint: ")[0].strip())
+               for p, _ in pairs if "*" not in p.split("=")[0])
     assert PretrainConfig().hold_out_fact  # the shipped checkpoint's setting
     leaky = PretrainingMixture(PretrainConfig(hold_out_fact=False), np.random.default_rng(0))
     assert any(re.search(r"(?<!\d)9\*\d\d(?!\d)", leaky.sample()[1]) for _ in range(2000))

@@ -176,7 +176,7 @@ def test_default_eval_spec_leaves_the_task_out_of_its_dict_and_hash():
     assert "task" not in spec.to_dict() and "task" not in EvalSpec(task="arith").to_dict()
     assert EvalSpec(task="arith").config_hash() == spec.config_hash() == hash_jsonable(spec.to_dict())
     assert EvalSpec.from_dict(spec.to_dict()) == spec
-    assert spec.families == ("easy_mix", "medium_mix", "hard_mix", "hardest_mix", "rare_mix", "ood_shift")
+    assert spec.families == ("easy_mix", "medium_mix", "hard_mix", "hardest_mix", "rare_mix", "sub_ood", "ood_shift")
 
 
 def test_eval_spec_validates_task_and_families_against_the_task(restore_tasks):

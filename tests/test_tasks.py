@@ -56,8 +56,13 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
         assert not sft & train and not sft & ev and not train & ev
         for name, pool in (("sft", sft), ("train", train), ("eval", ev)):
             sizes[name] += len(pool)
-    # Half of all problems are evaluation problems; pretraining sees SFT_SHARE of the rest (7,056 problems).
-    assert abs(sizes["eval"] / sum(sizes.values()) - 0.5) < 0.02
+    # Half of all problems (7,056) are evaluation problems, plus the round-only items of the other half, which
+    # no pool holds; pretraining sees SFT_SHARE of the rest.
+    from rlvr_lib.tasks import round_only
+
+    held = sum(round_only(a, b) and split_of(a, b) != "eval" for a in range(11, 90) if a % 10 for b in range(2, 100))
+    assert held > 0
+    assert abs(sizes["eval"] / (sum(sizes.values()) + held) - 0.5) < 0.02
     assert abs(sizes["sft"] / (sizes["sft"] + sizes["train"]) - SFT_SHARE) < 0.02
     from rlvr_lib.tasks import family_capacity
 
@@ -94,10 +99,13 @@ def test_oracle_traces_by_hand():
 def test_every_oracle_trace_of_every_strategy_verifies(family):
     from rlvr_lib.tasks import family_capacity
 
+    from rlvr_lib.tasks import subtraction
+
     for p in family_problems(family, min(200, family_capacity(family))):
         a, b = p.operands
+        trace = subtraction.solution_trace if subtraction.is_subtraction(p) else solution_trace
         for s in STRATEGIES:
-            verdict = verify(p, solution_trace(a, b, s))
+            verdict = verify(p, trace(a, b, s))
             assert (verdict.reward, verdict.status, verdict.strategy) == (1.0, CORRECT, s), (p, s, verdict)
 
 
@@ -269,3 +277,17 @@ def test_evaluation_families_draw_what_they_drew_before_and_training_families_th
     assert [p.uid for p in family_problems("easy_mix", 3)] == ["mul:58*7", "mul:15*12", "mul:62*3"]
     # Training families draw from the RL pool, a fifth of the old train pool since the pretraining pool split off.
     assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:43*6", "mul:38*9", "mul:47*8"]
+
+
+def test_round_only_items_are_in_no_pretraining_or_rl_pool():
+    from rlvr_lib.tasks import round_only
+
+    for split in ("sft", "train"):
+        for d in DIFFICULTIES:
+            assert not [ab for ab in problem_pool(split, d) if round_only(*ab)], (split, d)
+    assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))  # they stay evaluation problems
+    # The RL family draws its pool's own difficulty mix, so it holds about as many prompts as the trainer asks.
+    from rlvr_lib.tasks import family_capacity
+
+    assert family_capacity("train") >= 550
+    assert not [p for p in family_problems("train", 550, seed=0) if round_only(*p.operands)]

@@ -43,6 +43,7 @@ from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
     DISTRACTOR_HINTS,
     FAMILIES,
+    PRETRAIN_HINT_PRIOR,
     PRETRAIN_STRATEGY_PRIOR,
     STRATEGIES,
     TRAIN_FAMILY,
@@ -50,6 +51,11 @@ from rlvr_lib.tasks.arithmetic import (
     problem_pool,
     uses_held_out_fact,
 )
+from rlvr_lib.tasks import subtraction
+
+
+# Share of (easy, medium, hard) problems in pretraining, for both skills (not the RL pool's mix).
+PRETRAIN_DIFFICULTY_MIX = (0.35, 0.35, 0.30)
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,11 @@ class PretrainConfig(ConfigBase):
         weight_decay: AdamW weight decay.
         hint_share: Share of prompts that carry a hint.
         distractor_share: Share of hinted prompts whose hint names no strategy.
-        strategy_prior: Probability of (direct, split, round) traces.
+        strategy_prior: Probability of (direct, split, round) traces on unhinted prompts.
+        hint_prior: Probability that a strategy hint names (direct, split, round): how much
+            each strategy is practised beyond its unhinted share.
+        sub_share: Share of examples from the subtraction skill (`rlvr_lib.tasks.subtraction`,
+            its ``"sft"`` pool), the out-of-task skill RL never trains.
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
         hold_out_fact: Never show 9 times a two-digit number (``9*b``, ``90*b``, ``a*9``;
@@ -81,6 +91,8 @@ class PretrainConfig(ConfigBase):
     hint_share: float = 0.5
     distractor_share: float = 0.2
     strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
+    hint_prior: tuple[float, float, float] = tuple(PRETRAIN_HINT_PRIOR[s] for s in STRATEGIES)
+    sub_share: float = 0.15
     hidden_size: int = 128
     num_layers: int = 4
     num_heads: int = 4
@@ -91,20 +103,20 @@ class PretrainConfig(ConfigBase):
     def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
             self.check_positive_int(name, getattr(self, name))
-        for name in ("hint_share", "distractor_share"):
+        for name in ("hint_share", "distractor_share", "sub_share"):
             self.check_probability(name, getattr(self, name))
         self.check_positive("lr", self.lr)
         self.check_nonnegative_int("seed", self.seed)
         self.check_nonnegative_int("warmup_steps", self.warmup_steps)
         self.check_nonnegative("weight_decay", self.weight_decay)
-        prior = self.strategy_prior
-        try:
-            prior_ok = (len(prior) == len(STRATEGIES) and abs(sum(prior) - 1) <= 1e-6
-                        and all(p >= 0 for p in prior))
-        except TypeError:  # not a sequence of numbers
-            prior_ok = False
-        self.check(prior_ok, "strategy_prior", prior,
-                   f"{len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1")
+        for name in ("strategy_prior", "hint_prior"):
+            prior = getattr(self, name)
+            try:
+                prior_ok = (len(prior) == len(STRATEGIES) and abs(sum(prior) - 1) <= 1e-6
+                            and all(p >= 0 for p in prior))
+            except TypeError:  # not a sequence of numbers
+                prior_ok = False
+            self.check(prior_ok, name, prior, f"{len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1")
         self.check(self.hidden_size % self.num_heads == 0, "hidden_size", self.hidden_size,
                    f"a multiple of num_heads={self.num_heads}")
 
@@ -131,7 +143,9 @@ class PretrainingMixture:
     def __init__(self, config: PretrainConfig, rng: np.random.Generator):
         spec = FAMILIES[TRAIN_FAMILY]
         self.pools = [problem_pool("sft", d, spec.first_factors) for d in DIFFICULTIES]
-        self.mix = np.asarray(spec.mix)
+        self.mix = np.asarray(PRETRAIN_DIFFICULTY_MIX)
+        self.sub_pools = ([subtraction.problem_pool("sft", d) for d in DIFFICULTIES]
+                          if config.sub_share > 0 else None)
         self.config, self.rng = config, rng
 
     def _problem(self) -> tuple[int, int]:
@@ -139,18 +153,29 @@ class PretrainingMixture:
         a, b = pool[self.rng.integers(len(pool))]
         return int(a), int(b)
 
-    def sample(self) -> tuple[str, str]:
+    def _strategy_and_hint(self) -> tuple[str, str | None]:
         rng, cfg = self.rng, self.config
-        a, b = self._problem()
         hint = None
         strategy = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.strategy_prior))]
         if rng.random() < cfg.hint_share:
             if rng.random() < cfg.distractor_share:
                 hint = DISTRACTOR_HINTS[rng.integers(len(DISTRACTOR_HINTS))]
             else:
-                # A strategy hint names any strategy with equal odds: the rare strategy is practised
-                # when asked for, while unhinted prompts keep the skewed prior.
-                strategy = hint = STRATEGIES[rng.integers(len(STRATEGIES))]
+                # A strategy hint names a strategy from hint_prior, and the trace uses it: every
+                # strategy is practised when asked for, while unhinted prompts keep the skewed prior.
+                strategy = hint = STRATEGIES[rng.choice(len(STRATEGIES), p=np.asarray(cfg.hint_prior))]
+        return strategy, hint
+
+    def sample(self) -> tuple[str, str]:
+        rng, cfg = self.rng, self.config
+        if self.sub_pools is not None and rng.random() < cfg.sub_share:
+            pool = self.sub_pools[rng.choice(len(self.sub_pools), p=self.mix)]
+            a, b = pool[rng.integers(len(pool))]
+            strategy, hint = self._strategy_and_hint()
+            problem = subtraction.make_problem(int(a), int(b), strategy=strategy)
+            return problem.prompt_with(hint), problem.oracle_trace
+        a, b = self._problem()
+        strategy, hint = self._strategy_and_hint()
         # Redraw the problem, not the strategy, so the strategy shares stay the prior's.
         while cfg.hold_out_fact and uses_held_out_fact(a, b, strategy):
             a, b = self._problem()

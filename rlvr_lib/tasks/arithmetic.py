@@ -51,12 +51,15 @@ and never overlap; the seed only chooses which problems a family draws.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
+from rlvr_lib.tasks import subtraction
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
 
 TASK_NAME = "mul"
@@ -64,7 +67,12 @@ STRATEGIES = ("direct", "split", "round")
 DIFFICULTIES = ("easy", "medium", "hard")
 HARD_DIFFICULTY = "hard"
 # Share of each strategy in the pretraining mixture: dominant / secondary / rare.
-PRETRAIN_STRATEGY_PRIOR = {"direct": 0.75, "split": 0.20, "round": 0.05}
+PRETRAIN_STRATEGY_PRIOR = {"direct": 0.22, "split": 0.72, "round": 0.06}
+# Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
+PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
+TESTBED_VERSION = "mul-v3"
+"""Names this design of the testbed (v3: split dominant and best on the RL pool, round-only items
+held out of pretraining and of the RL pool, the subtraction skill); run keys hold the policy hash."""
 # Hint words that name no strategy: what an unverified hint writer also produces.
 DISTRACTOR_HINTS = ("carry", "parity", "digits", "estimate", "prime", "modulo")
 # Strategies worth hinting per difficulty, best first.
@@ -93,6 +101,8 @@ class FamilySpec:
         first_factors: Inclusive range of the first factor.
         stands_in_for: The paper benchmark this family plays the role of.
         first_units: Allowed last digits of the first factor (``None``: any).
+        skill: ``"mul"`` (multiplication) or ``"sub"`` (`rlvr_lib.tasks.subtraction`, which
+            ignores ``first_factors`` and ``first_units``).
     """
 
     name: str
@@ -101,6 +111,7 @@ class FamilySpec:
     first_factors: tuple[int, int]
     stands_in_for: str
     first_units: tuple[int, ...] | None = None
+    skill: str = "mul"
 
 
 IN_DISTRIBUTION = (11, 89)
@@ -108,7 +119,8 @@ OUT_OF_DISTRIBUTION = (91, 99)
 FAMILIES: dict[str, FamilySpec] = {
     spec.name: spec
     for spec in (
-        FamilySpec("train", "train", (0.35, 0.35, 0.30), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        # The RL pool's own difficulty proportions (round-only items left out, `problem_pool`).
+        FamilySpec("train", "train", (0.12, 0.78, 0.10), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
         FamilySpec("train_easy", "train", (1.0, 0.0, 0.0), IN_DISTRIBUTION, "an easy training subset (tests, warm-ups)"),
         FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
         FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
@@ -117,10 +129,14 @@ FAMILIES: dict[str, FamilySpec] = {
         FamilySpec("ood_shift", "eval", (0.35, 0.35, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
         FamilySpec("rare_mix", "eval", (0.0, 0.0, 1.0), (11, 79),
                    "the items only the rare strategy solves (the instrument's headroom)", first_units=(9,)),
+        FamilySpec("sub_ood", "eval", (0.35, 0.35, 0.30), subtraction.A_RANGE,
+                   "Knights-and-Knaves / math-to-code transfer: a skill pretrained, never trained by RL",
+                   skill=subtraction.SKILL),
     )
 }
 EVAL_FAMILIES = ("easy_mix", "medium_mix", "hard_mix", "hardest_mix")
-OOD_FAMILIES = ("ood_shift",)
+# The out-of-task family first (the papers' transfer claims), then the same skill on unseen operands.
+OOD_FAMILIES = ("sub_ood", "ood_shift")
 # Reported beside the in-distribution average, not in it: the average stays the papers' "avg" column.
 RARE_FAMILIES = ("rare_mix",)
 TRAIN_FAMILY = "train"
@@ -235,7 +251,12 @@ def problem_pool(
     first_factors: tuple[int, int] = IN_DISTRIBUTION,
     first_units: tuple[int, ...] | None = None,
 ) -> list[tuple[int, int]]:
-    """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``)."""
+    """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``).
+
+    Round-only items (`round_only`) are evaluation problems only: those of the pretraining and RL
+    pools are left out of both, so pretraining never ties a strategy choice to them and RL never
+    rewards the rare strategy on them (the bottleneck: nothing keeps the rare strategy alive).
+    """
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not valid: must be one of {list(SPLITS)}")
     check_difficulty(difficulty)
@@ -249,7 +270,7 @@ def problem_pool(
                 continue
             # Out-of-distribution first factors never occur in training: all are eval.
             in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
-            if in_split == split:
+            if in_split == split and (split == "eval" or not round_only(a, b)):
                 out.append((a, b))
     return out
 
@@ -267,10 +288,21 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
     return counts.tolist()
 
 
+def _family_pool(spec: FamilySpec, difficulty: str) -> list[tuple[int, int]]:
+    if spec.skill == subtraction.SKILL:
+        return _subtraction_pool(spec.split, difficulty)
+    return problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
+
+
+@functools.lru_cache(maxsize=None)
+def _subtraction_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
+    return subtraction.problem_pool(split, difficulty)
+
+
 def family_capacity(family: str) -> int:
     """The largest ``n`` that `family_problems` can draw from ``family``."""
     spec = check_family(family)
-    sizes = [len(problem_pool(spec.split, d, spec.first_factors, spec.first_units)) for d in DIFFICULTIES]
+    sizes = [len(_family_pool(spec, d)) for d in DIFFICULTIES]
     fits = lambda n: all(c <= size for c, size in zip(difficulty_counts(spec.mix, n), sizes))  # noqa: E731
     n = int(min(size / share for size, share in zip(sizes, spec.mix) if share > 0))
     while fits(n + 1):  # rounding can leave room above the proportional bound
@@ -295,13 +327,15 @@ def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
     rng = _family_rng(family, seed)
     picked: list[tuple[int, int]] = []
     for difficulty, count in zip(DIFFICULTIES, difficulty_counts(spec.mix, n)):
-        pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
+        pool = _family_pool(spec, difficulty)
         if count > len(pool):
             raise ValueError(
                 f"n={n} asks for {count} {difficulty} problems from family {family!r}, whose pool has {len(pool)}"
             )
         picked += [pool[i] for i in rng.choice(len(pool), size=count, replace=False)]
     order = rng.permutation(len(picked))
+    if spec.skill == subtraction.SKILL:
+        return [subtraction.make_problem(a, b, family) for a, b in (picked[i] for i in order)]
     return [
         make_problem(a, b, family, USEFUL_STRATEGIES[difficulty_of(a, b)][0])
         for a, b in (picked[i] for i in order)
@@ -315,7 +349,7 @@ _EXPR = re.compile(r"\d{1,9}(?:\*\d{1,9})?(?:[+-]\d{1,9}(?:\*\d{1,9})?)*")
 _TERM = re.compile(r"([+-]?)(\d+)(?:\*(\d+))?")
 
 
-def _evaluate(expr: str) -> int:
+def evaluate_expression(expr: str) -> int:
     """Value of a sum/difference of products of integers (``_EXPR`` grammar)."""
     total = 0
     for sign, x, y in _TERM.findall(expr):
@@ -346,6 +380,19 @@ def verify(problem: Problem, completion: object) -> Verdict:
     decomposition of the problem, a step's value differs from the previous
     one, the chain does not end in the stated answer, or the answer is not the
     gold answer. ``correct`` (reward 1) otherwise.
+
+    Subtraction problems (the out-of-task skill, `rlvr_lib.tasks.subtraction`)
+    go to that module's verifier, which has the same grammar and statuses.
+    """
+    if subtraction.is_subtraction(problem):
+        return subtraction.verify(problem, completion)
+    return verify_format(problem, completion, lambda strategy: _expected_first_step(*problem.operands, strategy))
+
+
+def verify_format(problem: Problem, completion: object, first_step: Callable[[str], str]) -> Verdict:
+    """The step-by-step check shared by the testbed's skills (`verify`).
+
+    ``first_step(strategy)`` is the expression the named strategy's chain must start with.
     """
     if not isinstance(completion, str):
         return Verdict(0.0, MALFORMED, None, f"completion is {type(completion).__name__}, not str")
@@ -362,10 +409,9 @@ def verify(problem: Problem, completion: object) -> Verdict:
         steps = chain.split("=")
         if len(steps) < 2 or not all(_EXPR.fullmatch(s) for s in steps):
             return Verdict(0.0, MALFORMED, strategy, "steps are not '<expr>=<expr>=...=<number>'")
-        a, b = problem.operands
-        if steps[0] != _expected_first_step(a, b, strategy):
+        if steps[0] != first_step(strategy):
             return Verdict(0.0, WRONG, strategy, f"first step is not the {strategy} decomposition")
-        values = [_evaluate(s) for s in steps]
+        values = [evaluate_expression(s) for s in steps]
         if any(v != values[0] for v in values[1:]):
             return Verdict(0.0, WRONG, strategy, "a step changes the value")
         if not steps[-1].isdigit() or steps[-1] != answer:

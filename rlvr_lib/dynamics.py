@@ -1,0 +1,398 @@
+"""Dynamics calibration: does GRPO on the testbed show the bottleneck the four papers fix?
+
+The static calibration (`rlvr_lib.calibration`) says the base policy *can*
+show it: a dominant strategy that is also the best one on the RL pool, and a
+rare one that alone solves a subset the RL pool never rewards. This module
+measures whether it *does*: GRPO (the ``grpo`` preset at the full profile's
+prompts per step and G) is trained for several seeds, evaluated against the
+base policy with the library's statistics at each of a list of step counts
+stated before measuring (`STEP_CANDIDATES`), and checked against the targets
+of the papers' premise (issue 27; SAGE, NudgeRL and 3PO all start from it):
+
+* ``pass_at_1_gain``: in-distribution pass@1 rises by >= 0.05 over the base,
+  with the paired interval above 0 (RLVR works);
+* ``rare_pass_at_256_drop``: on ``rare_mix`` the base's pass@256 exceeds
+  GRPO's by >= 0.05, interval above 0 (the pass@k crossover of Yue et al.,
+  2025, where only the rare strategy works);
+* ``crossover_k``: on the in-distribution average, the smallest k at which
+  the base's pass@k is >= GRPO's is <= 256;
+* ``strategy_entropy_fall``: the first-token strategy entropy falls by >= 30%;
+* ``rare_share_fall``: the rare strategy's share falls >= 2x;
+* ``rare_lost_vs_rescued``: on ``rare_mix`` (the main evaluation's samples)
+  problems lost minus the resampling null are >= 3x problems rescued;
+* ``kl_binds``: the anchored run's KL to the base is <= 0.5x that of GRPO
+  without the anchor (``grpo_no_kl``), both measured by
+  `rlvr_lib.eval.reference_kl` on fresh samples.
+
+A target is met when its point value meets the bound and, where the target
+names one, its 95% interval does too. The full profile's step count is the
+smallest candidate at which every target is met (`chosen_steps`).
+
+One run per (method, seed) trains to the largest candidate and is evaluated
+at every candidate on the way (the ``grpo`` preset's learning rate is
+constant, so the policy at step S of a longer run is the S-step run's); an
+interrupted run resumes from its checkpoint and keeps the evaluations made.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from rlvr_lib.config import ConfigBase, hash_jsonable
+from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
+from rlvr_lib.eval.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescue_loss
+from rlvr_lib.experiments import RunRecord, cached_run, jsonable, results_root, write_json_atomic
+from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
+from rlvr_lib.validation import invalid
+
+STEP_CANDIDATES = (100, 200, 300)
+"""Step counts at which the dynamics are measured, stated before any measurement (issue 27)."""
+EXPERIMENT = "testbed_dynamics"
+ANCHORED, UNANCHORED = "grpo", "grpo_no_kl"
+RARE_FAMILY = RARE_FAMILIES[0]
+WIDE_K = 256
+
+
+@dataclass(frozen=True)
+class DynamicsConfig(ConfigBase):
+    """What the dynamics calibration trains and measures.
+
+    Attributes:
+        seeds: Training seeds of each method.
+        base_seeds: Sampling seeds of the base policy's evaluations (the second one is the resampling null).
+        step_candidates: Step counts evaluated, increasing (the first at which every target holds is chosen).
+        prompts_per_step, group_size: GRPO's batch (the full profile's).
+        problems_per_family, samples: The main evaluation (the full profile's: every family).
+        wide_problems, wide_samples: The pass@256 evaluation of ``rare_mix`` and the in-distribution families.
+        kl_problems, kl_samples: Prompts (in-distribution, ``hardest_mix`` first) and samples of the KL measurement.
+        policy: Initial policy (``None``: the shipped tiny policy).
+    """
+
+    seeds: tuple[int, ...] = (0, 1, 2)
+    base_seeds: tuple[int, ...] = (0, 1)
+    step_candidates: tuple[int, ...] = STEP_CANDIDATES
+    prompts_per_step: int = 8
+    group_size: int = 8
+    problems_per_family: int = 200
+    samples: int = 32
+    wide_problems: int = 100
+    wide_samples: int = WIDE_K
+    kl_problems: int = 200
+    kl_samples: int = 8
+    policy: str | None = None
+
+    def validate(self) -> None:
+        for name in ("prompts_per_step", "group_size", "problems_per_family", "samples", "wide_problems",
+                     "wide_samples", "kl_problems", "kl_samples"):
+            self.check_positive_int(name, getattr(self, name))
+        self.check(len(self.seeds) >= 1 and all(isinstance(s, int) and s >= 0 for s in self.seeds), "seeds",
+                   self.seeds, "a non-empty tuple of non-negative ints")
+        self.check(len(self.base_seeds) >= 2 and len(set(self.base_seeds)) == len(self.base_seeds)
+                   and all(isinstance(s, int) and s >= 0 for s in self.base_seeds), "base_seeds", self.base_seeds,
+                   "at least two distinct non-negative ints (the second evaluation is the resampling null)")
+        cands = self.step_candidates
+        self.check(len(cands) >= 1 and all(isinstance(s, int) and s > 0 for s in cands)
+                   and list(cands) == sorted(set(cands)), "step_candidates", cands,
+                   "a non-empty, strictly increasing tuple of positive ints")
+        self.check(self.samples % 8 == 0 and self.wide_samples % 8 == 0, "samples", (self.samples, self.wide_samples),
+                   "multiples of 8 (the evaluation's group size)")
+
+    def spec(self, seed: int = 0) -> EvalSpec:
+        return EvalSpec(problems_per_family=self.problems_per_family, samples=self.samples, seed=seed)
+
+    def wide_spec(self, seed: int = 0) -> EvalSpec:
+        # Clustering is the main evaluation's job: one problem keeps the wide one cheap.
+        return EvalSpec(families=EVAL_FAMILIES + RARE_FAMILIES, problems_per_family=self.wide_problems,
+                        samples=self.wide_samples, seed=seed, diversity_problems=1, diversity_samples=1)
+
+    def train_config(self, method: str, seed: int):
+        from rlvr_lib.methods import method_config
+
+        return method_config(method, steps=max(self.step_candidates), prompts_per_step=self.prompts_per_step,
+                             group_size=self.group_size, seed=seed, policy=self.policy)
+
+
+# ----------------------------------------------------------------------------- targets (pure)
+
+
+def _target(value: float | None, bound: str, met: bool, interval: Sequence[float] | None = None, **detail) -> dict:
+    out = {"value": None if value is None or not np.isfinite(value) else round(float(value), 4), "bound": bound,
+           "met": bool(met)}
+    if interval is not None:
+        out["interval"] = [round(float(interval[0]), 4), round(float(interval[1]), 4)]
+    if detail:
+        out["detail"] = jsonable(detail)
+    return out
+
+
+def gain_target(rl: np.ndarray, base: np.ndarray, *, at_least: float) -> dict:
+    """``mean(rl) - mean(base) >= at_least`` with the paired interval's lower end above 0.
+
+    ``rl`` ``(S_a, P)`` and ``base`` ``(S_b, P)`` per-seed, per-problem scores in [0, 1]
+    (`rlvr_lib.eval.stats.paired_difference_ci`).
+    """
+    ci = paired_difference_ci(rl, base, bounds=(0, 1))
+    return _target(ci["mean"], f">= {at_least}, interval above 0", ci["mean"] >= at_least and ci["ci_low"] > 0,
+                   (ci["ci_low"], ci["ci_high"]))
+
+
+def crossover_k(base_curve: Mapping[int, float], rl_curve: Mapping[int, float]) -> int | None:
+    """The smallest k at which the base's pass@k is at least the RL policy's, or ``None``.
+
+    Both curves are ``{k: pass@k}`` on the same problems and ks (e.g. powers of two up to 256).
+    """
+    ks = sorted(base_curve)
+    if ks != sorted(rl_curve):
+        raise invalid("rl_curve", sorted(rl_curve), f"a curve on the base curve's ks {ks}")
+    return next((k for k in ks if base_curve[k] >= rl_curve[k]), None)
+
+
+def mean_curve(scores_by_k: Mapping[int, np.ndarray]) -> dict[int, float]:
+    """``{k: mean}`` of per-seed, per-problem pass@k matrices."""
+    return {int(k): float(np.mean(v)) for k, v in scores_by_k.items()}
+
+
+def relative_fall(before: Sequence[float], after: Sequence[float]) -> dict:
+    """``1 - mean(after) / mean(before)`` with a bootstrap interval over the ``after`` seeds."""
+    before_mean = float(np.mean(before))
+    if before_mean <= 0:
+        raise invalid("before", list(before), "values with a positive mean")
+    falls = 1.0 - np.asarray(after, dtype=float) / before_mean
+    ci = bootstrap_ci(falls)
+    return {"mean": ci["mean"], "ci_low": ci["ci_low"], "ci_high": ci["ci_high"]}
+
+
+def fall_ratio(before: Sequence[float], after: Sequence[float]) -> float:
+    """``mean(before) / mean(after)`` (``inf`` when ``after`` is all 0 and ``before`` is not)."""
+    b, a = float(np.mean(before)), float(np.mean(after))
+    if a == 0:
+        return float("inf") if b > 0 else float("nan")
+    return b / a
+
+
+def lost_rescued(base_counts: np.ndarray, null_counts: np.ndarray, rl_counts: Sequence[np.ndarray]) -> dict:
+    """Problems lost and rescued by the RL runs against one base evaluation, and the resampling null.
+
+    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.eval.stats.rescue_loss`
+    (base -> run); ``null`` is the flips per direction between two base evaluations
+    (``(rescued + lost) / 2`` of base -> second base). ``excess_lost = lost - null``.
+    """
+    per_seed = [rescue_loss(base_counts, c) for c in rl_counts]
+    null = rescue_loss(base_counts, null_counts)
+    out = {"lost": float(np.mean([r["lost"] for r in per_seed])),
+           "rescued": float(np.mean([r["rescued"] for r in per_seed])),
+           "null": (null["lost"] + null["rescued"]) / 2.0,
+           "per_seed": per_seed}
+    out["excess_lost"] = out["lost"] - out["null"]
+    return out
+
+
+def lost_target(stats: Mapping[str, Any], *, ratio: float = 3.0) -> dict:
+    """Lost beyond the null at least ``ratio`` x rescued: ``excess_lost >= ratio * rescued`` and ``excess_lost > 0``.
+
+    Every rescued problem is counted as real (none is discounted by the null), so the test is conservative.
+    """
+    excess, rescued = stats["excess_lost"], stats["rescued"]
+    value = excess / rescued if rescued > 0 else (float("inf") if excess > 0 else 0.0)
+    return _target(min(value, 1e6), f"(lost - null) / rescued >= {ratio}", excess > 0 and excess >= ratio * rescued,
+                   lost=stats["lost"], rescued=rescued, null=stats["null"])
+
+
+def strategy_entropy_of(evaluation: Mapping[str, Any]) -> float:
+    return float(evaluation["average"]["strategy_entropy"])
+
+
+def strategy_share_of(evaluation: Mapping[str, Any], strategy: str) -> float:
+    return float(evaluation["average"]["strategy_freq"][strategy])
+
+
+def dynamics_targets(
+    base: Sequence[Mapping], base_wide: Sequence[Mapping], rl: Sequence[Mapping], rl_wide: Sequence[Mapping],
+    kl_anchored: Sequence[float], kl_unanchored: Sequence[float], *, samples: int, wide_samples: int,
+    rare_strategy: str,
+) -> dict[str, dict]:
+    """Every dynamics target at one step count (module docstring).
+
+    Args:
+        base, base_wide: The base policy's main and wide evaluations (`evaluate_policy` results), one per
+            sampling seed; the first is the reference, the second the resampling null.
+        rl, rl_wide: The RL policy's, one per training seed.
+        kl_anchored, kl_unanchored: Per-token KL to the base of the anchored and the unanchored runs, per seed.
+        samples, wide_samples: Samples per problem of the main and the wide evaluations.
+        rare_strategy: The rare strategy's label.
+    """
+    if len(base) < 2 or len(base_wide) < 1 or not rl or len(rl_wide) != len(rl):
+        raise invalid("base/rl", (len(base), len(base_wide), len(rl), len(rl_wide)),
+                      ">= 2 base evaluations, >= 1 wide base evaluation and one wide evaluation per RL evaluation")
+    ind = list(base[0]["average"]["families"])
+    targets = {}
+    targets["pass_at_1_gain"] = gain_target(per_problem_scores(rl, ind, samples=samples)[0],
+                                            per_problem_scores(base, ind, samples=samples)[0], at_least=0.05)
+    rare_base = per_problem_scores(base_wide, [RARE_FAMILY], samples=wide_samples, k=wide_samples)[0]
+    rare_rl = per_problem_scores(rl_wide, [RARE_FAMILY], samples=wide_samples, k=wide_samples)[0]
+    drop = gain_target(rare_base, rare_rl, at_least=0.05)
+    targets[f"rare_pass_at_{wide_samples}_drop"] = drop
+    wide_ind = [f for f in EVAL_FAMILIES if f in base_wide[0]["families"]]
+    ks = [k for k in (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024) if k <= wide_samples]
+    curve = lambda evs: mean_curve({k: per_problem_scores(evs, wide_ind, samples=wide_samples, k=k)[0]  # noqa: E731
+                                    for k in ks})
+    base_curve, rl_curve = curve(base_wide), curve(rl_wide)
+    k_cross = crossover_k(base_curve, rl_curve)
+    targets["crossover_k"] = _target(k_cross, f"<= {wide_samples}", k_cross is not None and k_cross <= wide_samples,
+                                     base_curve=base_curve, rl_curve=rl_curve)
+    ent = relative_fall([strategy_entropy_of(e) for e in base], [strategy_entropy_of(e) for e in rl])
+    targets["strategy_entropy_fall"] = _target(ent["mean"], ">= 0.3", ent["mean"] >= 0.3,
+                                               (ent["ci_low"], ent["ci_high"]))
+    share_base = [strategy_share_of(e, rare_strategy) for e in base]
+    share_rl = [strategy_share_of(e, rare_strategy) for e in rl]
+    ratio = fall_ratio(share_base, share_rl)
+    targets["rare_share_fall"] = _target(min(ratio, 1e6), ">= 2 (base share / RL share)", ratio >= 2,
+                                         base=float(np.mean(share_base)), rl=float(np.mean(share_rl)))
+    counts = lambda ev: np.asarray(ev["families"][RARE_FAMILY]["correct_counts"])  # noqa: E731
+    targets["rare_lost_vs_rescued"] = lost_target(
+        lost_rescued(counts(base[0]), counts(base[1]), [counts(e) for e in rl]))
+    kl_ratio = fall_ratio(kl_anchored, kl_unanchored)  # mean(anchored) / mean(unanchored)
+    targets["kl_binds"] = _target(kl_ratio, "<= 0.5 (anchored KL / unanchored KL)", kl_ratio <= 0.5,
+                                  anchored=float(np.mean(kl_anchored)), unanchored=float(np.mean(kl_unanchored)))
+    return targets
+
+
+def chosen_steps(per_step: Mapping[int, Mapping[str, Mapping]]) -> int | None:
+    """The smallest step count at which every target is met, or ``None``."""
+    return next((s for s in sorted(per_step) if all(t["met"] for t in per_step[s].values())), None)
+
+
+# ----------------------------------------------------------------------------- runs
+
+
+def _kl_problems(config: DynamicsConfig):
+    from rlvr_lib.tasks import family_problems
+
+    per = -(-config.kl_problems // len(EVAL_FAMILIES))
+    problems = [p for f in reversed(EVAL_FAMILIES) for p in family_problems(f, per, seed=0)]
+    return problems[: config.kl_problems]
+
+
+def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, *, root=None,
+                                wide: bool = True) -> RunRecord:
+    """Train ``method`` to the largest candidate, evaluating at every candidate (cached, resumable).
+
+    ``record.extra["checkpoints"][str(S)]`` holds ``eval`` (the main evaluation), ``wide`` (when ``wide``)
+    and ``kl`` (`rlvr_lib.eval.reference_kl`) at step ``S``; ``record.final`` is the last ``eval``.
+    """
+    import torch
+
+    from rlvr_lib.eval.reference_kl import reference_kl
+    from rlvr_lib.policy import load_policy
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine, SamplingParams
+    from rlvr_lib.trainer import Trainer, nan_to_none
+
+    train_cfg = config.train_config(method, seed)
+    key = {"train": train_cfg.to_dict(), "policy_sha": policy_fingerprint(config.policy),
+           "eval": config.spec().to_dict(), "wide": config.wide_spec().to_dict() if wide else None,
+           "kl": {"problems": config.kl_problems, "samples": config.kl_samples},
+           "checkpoints": list(config.step_candidates)}
+    ckpt = results_root(root) / ".checkpoints" / EXPERIMENT / f"{method}-{hash_jsonable(key)}-s{seed}"
+
+    def run():
+        trainer = Trainer(train_cfg.replace(checkpoint_every=10), checkpoint_dir=ckpt)
+        reference, _ = load_policy(config.policy)
+        reference.eval()
+        kl_params = SamplingParams(n=config.kl_samples, temperature=1.0, max_new_tokens=train_cfg.max_new_tokens,
+                                   seed=seed)
+        evals = {}
+        for steps in config.step_candidates:
+            done = ckpt / f"eval-{steps}.json"
+            if done.exists():  # evaluated before an interruption
+                evals[str(steps)] = json.loads(done.read_text())
+                continue
+            while trainer.step_count < steps:
+                trainer.step()
+            engine = KVCacheEngine(trainer.model, trainer.tokenizer)
+            trainer.model.eval()
+            with torch.no_grad():
+                out = {"eval": evaluate_policy(engine, config.spec()),
+                       "kl": reference_kl(engine, reference, _kl_problems(config), kl_params)}
+                if wide:
+                    out["wide"] = evaluate_policy(engine, config.wide_spec())
+            trainer.model.train()
+            evals[str(steps)] = jsonable(out)
+            write_json_atomic(done, evals[str(steps)])
+            # Steps already taken stay in the checkpoint, so an interruption from here resumes at `steps`.
+            trainer.save_checkpoint(ckpt / "checkpoint.pt")
+        final = evals[str(max(config.step_candidates))]["eval"]
+        return nan_to_none(trainer.history), final, {"checkpoints": evals}
+
+    record = cached_run(EXPERIMENT, method, key, seed, run, root=root)
+    shutil.rmtree(ckpt, ignore_errors=True)
+    return record
+
+
+def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) -> dict:
+    """Run (or read from the cache) every run of the dynamics calibration and check the targets per step count."""
+    from rlvr_lib.calibration import RARE
+    from rlvr_lib.pipeline import evaluate_base
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+
+    base = [evaluate_base(EXPERIMENT, config.spec(s), config.policy, root=root).final for s in config.base_seeds]
+    base_wide = [evaluate_base(EXPERIMENT, config.wide_spec(s), config.policy, root=root, name="base-wide").final
+                 for s in config.base_seeds[:1]]
+    anchored = [train_with_checkpoint_evals(config, ANCHORED, s, root=root) for s in config.seeds]
+    unanchored = [train_with_checkpoint_evals(config, UNANCHORED, s, root=root, wide=False) for s in config.seeds]
+    per_step, summary = {}, {}
+    for steps in config.step_candidates:
+        at = lambda records, part: [r.extra["checkpoints"][str(steps)][part] for r in records]  # noqa: E731
+        per_step[steps] = dynamics_targets(
+            base, base_wide, at(anchored, "eval"), at(anchored, "wide"),
+            [k["kl_per_token"] for k in at(anchored, "kl")], [k["kl_per_token"] for k in at(unanchored, "kl")],
+            samples=config.samples, wide_samples=config.wide_samples, rare_strategy=RARE)
+        summary[steps] = {
+            "pass_at_1": {"base": float(np.mean([e["average"]["pass_at_k"]["1"] for e in base])),
+                          ANCHORED: float(np.mean([e["average"]["pass_at_k"]["1"] for e in at(anchored, "eval")])),
+                          UNANCHORED: float(np.mean([e["average"]["pass_at_k"]["1"]
+                                                     for e in at(unanchored, "eval")]))},
+            "strategy_freq": {name: {s: float(np.mean([strategy_share_of(e, s) for e in evs])) for s in STRATEGIES}
+                              for name, evs in (("base", base), (ANCHORED, at(anchored, "eval")),
+                                                (UNANCHORED, at(unanchored, "eval")))},
+        }
+    curves = {name: {key: [[row.get(key) for row in r.history] for r in records]
+                     for key in ("accuracy", "entropy", *(f"strategy_share_{s}" for s in STRATEGIES))}
+              for name, records in ((ANCHORED, anchored), (UNANCHORED, unanchored))}
+    chosen = chosen_steps(per_step)
+    return {
+        "testbed_version": TESTBED_VERSION,
+        "policy_sha": policy_fingerprint(config.policy),
+        "config": config.to_dict(),
+        "step_candidates": list(config.step_candidates),
+        "targets": {str(s): t for s, t in per_step.items()},
+        "summary": {str(s): v for s, v in summary.items()},
+        "chosen_steps": chosen,
+        "all_targets_met": chosen is not None,
+        "training_curves": curves,
+    }
+
+
+def format_dynamics(report: Mapping[str, Any]) -> str:
+    """One line per (step count, target)."""
+    lines = [f"dynamics of policy {report['policy_sha']} ({report['testbed_version']}): "
+             f"chosen steps {report['chosen_steps']}"]
+    for steps, targets in report["targets"].items():
+        for name, t in targets.items():
+            ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if "interval" in t else ""
+            lines.append(f"  {steps:>4} [{'met' if t['met'] else 'NOT MET'}] {name} = {t['value']}{ci} "
+                         f"(target {t['bound']})")
+    return "\n".join(lines)
+
+
+def write_dynamics(report: Mapping[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    write_json_atomic(path, jsonable(report))
+    return path

@@ -1,0 +1,132 @@
+"""The testbed's second skill: three-digit subtraction, seen in pretraining and never in RL.
+
+Why it exists. SAGE's Knights-and-Knaves test and VIGOR's math-to-code transfer
+measure what RL on one skill does to a *different* skill the base policy has,
+while ``ood_shift`` is the same multiplication on unseen operands. Subtraction
+of two three-digit numbers is that different skill here: the policy is
+pretrained on it (`rlvr_lib.policy.pretrain`, ``sub_share``), no RL training
+pool holds it, and its evaluation family ``sub_ood`` is the out-of-task row of
+the papers' transfer claims.
+
+It has the multiplication task's three strategies, chosen at the same branch
+token, so hints, strategy parsing and diversity measures apply unchanged::
+
+    734-258=?
+    direct: #476
+    split: 734-200-58=534-58=476 #476        (take the hundreds, then the rest)
+    round: 734-260+2=474+2=476 #476          (round b up to a multiple of ten, add back)
+
+Difficulty is the number of borrows a column subtraction of ``a - b`` needs
+(``easy`` none, ``medium`` one, ``hard`` two). Problems are split 50/50 into a
+pretraining pool (``"sft"``) and an evaluation pool (``"eval"``) by a fixed
+hash (`split_of`); there is no RL pool.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from rlvr_lib.tasks.base import Problem, Verdict
+
+SKILL = "sub"
+A_RANGE = (200, 999)
+B_RANGE = (100, 989)
+# b <= a - 10, so round's b rounded up to a multiple of ten never exceeds a (no negative intermediate).
+MIN_DIFFERENCE = 10
+_SPLIT_VERSION = "rlvr-testbed-sub-split-v1"
+SPLITS = ("sft", "eval")
+STRATEGIES = ("direct", "split", "round")
+DIFFICULTIES = ("easy", "medium", "hard")
+
+
+def check_operands(a: object, b: object) -> tuple[int, int]:
+    """``(a, b)`` if ``a - b`` is a problem of this skill; else a ValueError naming the rule."""
+    if not (isinstance(a, int) and A_RANGE[0] <= a <= A_RANGE[1]):
+        raise ValueError(f"a={a!r} is not valid: must be an int in {A_RANGE[0]}..{A_RANGE[1]}")
+    if not (isinstance(b, int) and B_RANGE[0] <= b <= a - MIN_DIFFERENCE):
+        raise ValueError(f"b={b!r} is not valid: must be an int in {B_RANGE[0]}..a-{MIN_DIFFERENCE} (a={a})")
+    return a, b
+
+
+def borrows(a: int, b: int) -> int:
+    """How many borrows the column subtraction ``a - b`` needs (0, 1 or 2 for three-digit ``a > b``)."""
+    count, borrow = 0, 0
+    while b:
+        borrow = int(a % 10 - borrow < b % 10)
+        count += borrow
+        a, b = a // 10, b // 10
+    return count
+
+
+def difficulty_of(a: int, b: int) -> str:
+    """``easy`` / ``medium`` / ``hard``: no, one or two borrows."""
+    return DIFFICULTIES[min(borrows(a, b), 2)]
+
+
+def split_of(a: int, b: int) -> str:
+    """Pool of ``a - b``: ``"sft"`` (pretraining) or ``"eval"``, a fixed hash of the problem."""
+    unit = int(hashlib.sha256(f"{_SPLIT_VERSION}:{a}-{b}".encode()).hexdigest()[:8], 16) / 16**8
+    return "eval" if unit >= 0.5 else "sft"
+
+
+def solution_trace(a: int, b: int, strategy: str) -> str:
+    """The oracle completion of ``a - b`` with one strategy (module docstring)."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy={strategy!r} is not valid: must be one of {list(STRATEGIES)}")
+    diff = a - b
+    if strategy == "direct":
+        return f"direct: #{diff}"
+    if strategy == "split":
+        hundreds, rest = b - b % 100, b % 100
+        return f"split: {a}-{hundreds}-{rest}={a - hundreds}-{rest}={diff} #{diff}"
+    up = b - b % 10 + 10 if b % 10 else b
+    back = up - b
+    return f"round: {a}-{up}+{back}={a - up}+{back}={diff} #{diff}"
+
+
+def expected_first_step(a: int, b: int, strategy: str) -> str:
+    """The chain's first expression of ``strategy`` on ``a - b`` (what the verifier checks first)."""
+    return solution_trace(a, b, strategy).split(": ", 1)[1].split("=", 1)[0]
+
+
+def make_problem(a: int, b: int, family: str = "custom", strategy: str = "split") -> Problem:
+    """The problem ``a-b=?``; its oracle trace uses ``strategy``."""
+    check_operands(a, b)
+    return Problem(
+        uid=f"{SKILL}:{a}-{b}",
+        question=f"{a}-{b}=?",
+        answer=str(a - b),
+        family=family,
+        difficulty=difficulty_of(a, b),
+        oracle_trace=solution_trace(a, b, strategy),
+        strategy=strategy,
+        operands=(a, b),
+    )
+
+
+def is_subtraction(problem: Problem) -> bool:
+    """Whether ``problem`` is of this skill (by its uid, ``"sub:<a>-<b>"``)."""
+    return isinstance(problem.uid, str) and problem.uid.startswith(f"{SKILL}:")
+
+
+def problem_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
+    """All ``(a, b)`` of one pool and difficulty, in a fixed order."""
+    if split not in SPLITS:
+        raise ValueError(f"split={split!r} is not valid for subtraction: must be one of {list(SPLITS)}")
+    if difficulty not in DIFFICULTIES:
+        raise ValueError(f"difficulty={difficulty!r} is not valid: must be one of {list(DIFFICULTIES)}")
+    return [(a, b) for a in range(A_RANGE[0], A_RANGE[1] + 1) for b in range(B_RANGE[0], a - MIN_DIFFERENCE + 1)
+            if difficulty_of(a, b) == difficulty and split_of(a, b) == split]
+
+
+def verify(problem: Problem, completion: object) -> Verdict:
+    """Check a subtraction completion step by step; never raises on model output.
+
+    The grammar, statuses and reasons are the multiplication verifier's
+    (`rlvr_lib.tasks.arithmetic.verify`), with the strategies' first steps of
+    this skill: ``split`` starts ``a-H-r`` (``H`` the hundreds of ``b``),
+    ``round`` starts ``a-U+d`` (``U`` = ``b`` rounded up to a multiple of ten).
+    """
+    from rlvr_lib.tasks.arithmetic import verify_format
+
+    return verify_format(problem, completion, lambda strategy: expected_first_step(*problem.operands, strategy))

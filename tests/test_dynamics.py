@@ -1,0 +1,156 @@
+"""The dynamics calibration: each target by hand on made-up evaluations, and a reduced run of the command."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from rlvr_lib.__main__ import main
+from rlvr_lib.dynamics import (
+    STEP_CANDIDATES,
+    DynamicsConfig,
+    chosen_steps,
+    crossover_k,
+    dynamics_targets,
+    fall_ratio,
+    gain_target,
+    lost_rescued,
+    lost_target,
+    relative_fall,
+)
+from rlvr_lib.tasks import EVAL_FAMILIES
+
+
+def test_crossover_k_is_the_first_k_where_the_base_catches_up():
+    base = {1: 0.20, 8: 0.50, 64: 0.80, 256: 0.90}
+    rl = {1: 0.40, 8: 0.60, 64: 0.78, 256: 0.85}
+    assert crossover_k(base, rl) == 64
+    assert crossover_k(base, {k: v + 0.2 for k, v in base.items()}) is None
+    assert crossover_k(base, base) == 1  # equal counts as caught up
+    with pytest.raises(ValueError, match="rl_curve"):
+        crossover_k(base, {1: 0.4, 8: 0.6})
+
+
+def test_relative_fall_and_fall_ratio_by_hand():
+    fall = relative_fall([0.8, 1.2], [0.6, 0.7, 0.8])  # before mean 1.0: falls .4, .3, .2
+    assert fall["mean"] == pytest.approx(0.3)
+    assert 0.2 - 1e-9 <= fall["ci_low"] <= 0.3 <= fall["ci_high"] <= 0.4 + 1e-9
+    assert fall_ratio([0.06, 0.06], [0.02, 0.04]) == pytest.approx(2.0)
+    assert fall_ratio([0.06], [0.0]) == math.inf
+    assert math.isnan(fall_ratio([0.0], [0.0]))
+    with pytest.raises(ValueError, match="positive mean"):
+        relative_fall([0.0], [0.1])
+
+
+def test_lost_and_rescued_against_the_null_by_hand():
+    base = np.array([3, 0, 2, 1, 0, 5])
+    null = np.array([2, 1, 2, 0, 0, 4])  # problem 1 rescued, problem 3 lost by resampling: null = 1 per direction
+    seeds = [np.array([0, 0, 0, 1, 0, 3]),  # lost 0 and 2
+             np.array([0, 1, 0, 0, 0, 2])]  # lost 0, 2, 3; rescued 1
+    stats = lost_rescued(base, null, seeds)
+    assert (stats["lost"], stats["rescued"], stats["null"], stats["excess_lost"]) == (2.5, 0.5, 1.0, 1.5)
+    t = lost_target(stats)
+    assert t["value"] == 3.0 and t["met"] is True  # (2.5 - 1) / 0.5 = 3, the bound exactly
+    assert lost_target(stats, ratio=3.5)["met"] is False
+    # Losing no more than resampling does never meets the target, however few are rescued.
+    flat = lost_rescued(base, null, [base.copy()])
+    assert flat["lost"] == 0 and lost_target(flat)["met"] is False
+
+
+def test_gain_target_needs_the_size_and_an_interval_above_zero():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.1, 0.5, size=(2, 400))
+    up = np.clip(base[:1] + 0.10 + rng.normal(0, 0.01, size=(3, 400)), 0, 1)
+    t = gain_target(up, base, at_least=0.05)
+    assert t["met"] is True and t["value"] == pytest.approx(0.10, abs=0.01) and t["interval"][0] > 0
+    small = np.clip(base[:1] + 0.03 + rng.normal(0, 0.01, size=(3, 400)), 0, 1)
+    t = gain_target(small, base, at_least=0.05)
+    assert t["met"] is False and t["interval"][0] > 0  # resolved, but too small
+
+
+def _evaluation(counts, *, entropy, freq, families):
+    """A made-up `evaluate_policy` result: per-family correct counts (one list per family)."""
+    fams = {f: {"correct_counts": list(c), "uids": [f"{f}:{i}" for i in range(len(c))]} for f, c in counts.items()}
+    return {"families": fams, "average": {"families": list(families), "strategy_entropy": entropy,
+                                          "strategy_freq": freq}}
+
+
+def test_dynamics_targets_on_made_up_evaluations():
+    n, wide = 8, 16
+    ind = EVAL_FAMILIES
+    freq_base = {"direct": 0.2, "split": 0.72, "round": 0.08}
+    freq_rl = {"direct": 0.02, "split": 0.96, "round": 0.02}
+    # Main evaluation: 4 problems per family; RL solves 2 more samples per problem; rare_mix loses problems.
+    base_main = [_evaluation({**{f: [2, 2, 1, 0] for f in ind}, "rare_mix": [1, 1, 1, 0]}, entropy=0.7,
+                             freq=freq_base, families=ind),
+                 _evaluation({**{f: [2, 1, 2, 0] for f in ind}, "rare_mix": [1, 1, 0, 1]}, entropy=0.7,
+                             freq=freq_base, families=ind)]
+    rl_main = [_evaluation({**{f: [4, 4, 3, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.35,
+                           freq=freq_rl, families=ind)] * 2
+    # Wide evaluation: the base keeps the last problem of every family at large k, RL never solves it.
+    base_wide = [_evaluation({**{f: [8, 8, 4, 1] for f in ind}, "rare_mix": [2, 2, 2, 2]}, entropy=0.7,
+                             freq=freq_base, families=ind)]
+    rl_wide = [_evaluation({**{f: [12, 12, 8, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.35,
+                           freq=freq_rl, families=ind)] * 2
+    t = dynamics_targets(base_main, base_wide, rl_main, rl_wide, [0.01, 0.012], [0.05, 0.05], samples=n,
+                         wide_samples=wide, rare_strategy="round")
+    assert t["pass_at_1_gain"]["value"] == pytest.approx((11 - 5) / 4 / n, abs=1e-4)
+    assert t["rare_pass_at_16_drop"]["value"] == pytest.approx(1.0) and t["rare_pass_at_16_drop"]["met"]
+    # pass@4: base .725 < RL .740; pass@8: base .865 > RL .750 (the problem RL never solves decides).
+    assert t["crossover_k"]["value"] == 8 and t["crossover_k"]["met"]
+    assert t["strategy_entropy_fall"]["value"] == pytest.approx(0.5) and t["strategy_entropy_fall"]["met"]
+    assert t["rare_share_fall"]["value"] == pytest.approx(4.0) and t["rare_share_fall"]["met"]
+    # rare_mix: base seed 0 solves 3, RL none: lost 3, rescued 0; null: problems 2 and 3 flip -> 1 per direction.
+    assert t["rare_lost_vs_rescued"]["detail"] == {"lost": 3.0, "rescued": 0.0, "null": 1.0}
+    assert t["rare_lost_vs_rescued"]["met"]
+    assert t["kl_binds"]["value"] == pytest.approx(0.22) and t["kl_binds"]["met"]
+    # A run that keeps the rare strategy fails the share target; an unbound anchor fails the KL target.
+    keep = [_evaluation({**{f: [4, 4, 3, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.65,
+                        freq=freq_base, families=ind)] * 2
+    t2 = dynamics_targets(base_main, base_wide, keep, rl_wide, [0.05], [0.05], samples=n, wide_samples=wide,
+                          rare_strategy="round")
+    assert not t2["rare_share_fall"]["met"] and not t2["strategy_entropy_fall"]["met"]
+    assert not t2["kl_binds"]["met"] and t2["kl_binds"]["value"] == pytest.approx(1.0)
+    assert chosen_steps({100: t2, 200: t, 300: t}) == 200
+    assert chosen_steps({100: t2}) is None
+
+
+def test_dynamics_config_validation():
+    assert DynamicsConfig().step_candidates == STEP_CANDIDATES
+    with pytest.raises(ValueError, match="step_candidates"):
+        DynamicsConfig(step_candidates=(200, 100))
+    with pytest.raises(ValueError, match="base_seeds"):
+        DynamicsConfig(base_seeds=(0,))
+    with pytest.raises(ValueError, match="seeds"):
+        DynamicsConfig(seeds=())
+    with pytest.raises(ValueError, match="wide_samples"):
+        DynamicsConfig(wide_samples=0)
+
+
+def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys):
+    out = tmp_path / "dynamics.json"
+    code = main(["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--dyn-problems", "3",
+                 "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
+                 "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)])
+    data = json.loads(out.read_text())
+    assert set(data) >= {"testbed_version", "policy_sha", "config", "step_candidates", "targets", "summary",
+                         "chosen_steps", "all_targets_met", "training_curves"}
+    assert data["step_candidates"] == [1, 2] and set(data["targets"]) == {"1", "2"}
+    names = {"pass_at_1_gain", "rare_pass_at_8_drop", "crossover_k", "strategy_entropy_fall", "rare_share_fall",
+             "rare_lost_vs_rescued", "kl_binds"}
+    for targets in data["targets"].values():
+        assert set(targets) == names
+        assert all(set(t) >= {"value", "bound", "met"} for t in targets.values())
+    # Two GRPO steps cannot raise pass@1 by 0.05 with an interval above 0: the bound fails, and so does the command.
+    assert data["targets"]["2"]["pass_at_1_gain"]["met"] is False
+    assert data["chosen_steps"] is None and data["all_targets_met"] is False and code == 1
+    curves = data["training_curves"]["grpo"]
+    assert len(curves["strategy_share_split"][0]) == 2  # one value per training step
+    assert all(0 <= v <= 1 for v in curves["strategy_share_round"][0])
+    assert "chosen steps None" in capsys.readouterr().out
+    # Cached: a second call reads the runs back and writes the same targets.
+    main(["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--dyn-problems", "3",
+          "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
+          "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)])
+    assert json.loads(out.read_text())["targets"] == data["targets"]
