@@ -363,6 +363,12 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
                               for name, evs in (("base", base), (ANCHORED, at(anchored, "eval")),
                                                 (UNANCHORED, at(unanchored, "eval")))},
         }
+    rare = lambda evs: per_problem_scores(evs, [RARE_FAMILY], samples=config.wide_samples,  # noqa: E731
+                                          k=config.wide_samples)
+    base_rare, uids = rare(base_wide)
+    rare_per_problem = {"uids": uids, "base": base_rare.mean(0).round(4).tolist(),
+                        ANCHORED: {str(s): rare([r.extra["checkpoints"][str(s)]["wide"] for r in anchored])[0]
+                                   .mean(0).round(4).tolist() for s in config.step_candidates}}
     curves = {name: {key: [[row.get(key) for row in r.history] for r in records]
                      for key in ("accuracy", "entropy", *(f"strategy_share_{s}" for s in STRATEGIES))}
               for name, records in ((ANCHORED, anchored), (UNANCHORED, unanchored))}
@@ -377,6 +383,7 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
         "chosen_steps": chosen,
         "all_targets_met": chosen is not None,
         "training_curves": curves,
+        f"{RARE_FAMILY}_pass_at_{config.wide_samples}_per_problem": rare_per_problem,
     }
 
 

@@ -1008,3 +1008,67 @@ def plot_grad_norm_vs_length(
     axes[0].legend(handles=axes[0].lines[-1:], frameon=False, fontsize="small")  # the guide
     _legend_outside(axes[1])
     return _finish(fig, title, path)
+
+
+def plot_pass_at_k_gap(
+    base: Mapping[Any, float],
+    runs: Mapping[Any, Mapping[Any, float]],
+    *,
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """pass@k of the base and of each run (left), and base minus run (right): the crossover of RLVR.
+
+    ``base`` is ``{k: pass@k}``; ``runs`` maps a label to its curve on the same ks. Where the right
+    panel crosses 0 from below, the base policy catches up with the run (Yue et al., 2025).
+    """
+    ks = sorted(base, key=lambda k: int(k))
+    for label, curve in runs.items():
+        if sorted(curve, key=lambda k: int(k)) != ks:
+            raise ValueError(f"runs[{label!r}] is not valid: must be a curve on the base curve's ks {ks}")
+    fig, axes = _new_figure(2, width=5.0, height=3.5)
+    left, right = axes[0]
+    x = [int(k) for k in ks]
+    left.plot(x, [_num(base[k]) for k in ks], color="0.25", linestyle="-", marker="o", label="base")
+    for i, (label, curve) in enumerate(runs.items()):
+        color, style = _style(0, i)
+        left.plot(x, [_num(curve[k]) for k in ks], color=color, linestyle=style, marker="o", label=str(label))
+        right.plot(x, [_num(base[k]) - _num(curve[k]) for k in ks], color=color, linestyle=style, marker="o",
+                   label=str(label))
+    right.axhline(0.0, color="0.5", linewidth=0.8)
+    for ax, ylabel in ((left, "pass@k"), (right, "base - run")):
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("k")
+        ax.set_ylabel(ylabel)
+    _legend_outside(right)
+    return _finish(fig, title, path)
+
+
+def plot_per_problem_scatter(
+    x: Sequence[float],
+    y: Sequence[float],
+    *,
+    xlabel: str = "base",
+    ylabel: str = "run",
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """One point per problem (e.g. pass@256 of the base against a run's), with the diagonal.
+
+    Points below the diagonal are problems the run does worse on; the counts of points strictly
+    below and above it are in the legend.
+    """
+    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
+    if x.ndim != 1 or x.shape != y.shape or x.size == 0:
+        raise ValueError(f"x, y are not valid: must be two 1-D sequences of equal, non-zero length "
+                         f"(got shapes {x.shape} and {y.shape})")
+    fig, ax = _target_axes(None, width=4.5, height=4.5)
+    below, above = int((y < x).sum()), int((y > x).sum())
+    ax.scatter(x, y, s=14, alpha=0.6, color=_colors(1)[0], label=f"{below} below, {above} above the diagonal")
+    ax.plot([0, 1], [0, 1], color="0.5", linewidth=0.8)
+    ax.set_xlim(-0.02, 1.02)
+    ax.set_ylim(-0.02, 1.02)
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.legend(loc="upper left", fontsize="small")
+    return _finish(fig, title, path, ax=None)

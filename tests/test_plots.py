@@ -125,3 +125,27 @@ def test_grad_norm_vs_length_draws_both_quantities_per_bin():
     assert raw.get_xscale() == "log" and scaled.get_yscale() == "log"
     with pytest.raises(ValueError, match="GradNormProfile"):
         plots.plot_grad_norm_vs_length({"base": {"T": 1}})
+
+
+def test_pass_at_k_gap_draws_the_base_minus_run_panel():
+    from rlvr_lib.plots import plot_pass_at_k_gap
+
+    base = {"1": 0.2, "8": 0.5, "64": 0.8}
+    fig = plot_pass_at_k_gap(base, {"grpo": {"1": 0.4, "8": 0.55, "64": 0.7}}, title="crossover")
+    left, right = fig.axes[:2]
+    gap = right.lines[0].get_ydata()
+    assert list(right.lines[0].get_xdata()) == [1, 8, 64]
+    assert gap == pytest.approx([-0.2, -0.05, 0.1])
+    assert [line.get_label() for line in left.lines] == ["base", "grpo"]
+    with pytest.raises(ValueError, match="runs\\['grpo'\\]"):
+        plot_pass_at_k_gap(base, {"grpo": {"1": 0.4}})
+
+
+def test_per_problem_scatter_counts_points_off_the_diagonal():
+    from rlvr_lib.plots import plot_per_problem_scatter
+
+    fig = plot_per_problem_scatter([0.9, 0.5, 0.2, 0.3], [0.1, 0.5, 0.6, 0.0])
+    ax = fig.axes[0]
+    assert ax.get_legend().get_texts()[0].get_text() == "2 below, 1 above the diagonal"
+    with pytest.raises(ValueError, match="equal, non-zero length"):
+        plot_per_problem_scatter([0.1], [0.1, 0.2])
