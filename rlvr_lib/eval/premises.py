@@ -47,7 +47,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr_lib.eval.stats import _check_common, _percentile, bootstrap_ci
+from rlvr_lib.eval.stats import _check_common, _percentile, _Shown, bootstrap_ci
 from rlvr_lib.eval.weight_noise import branch_logits, order_changed, strategy_tokens, weight_sample
 from rlvr_lib.validation import check, check_int, check_range, invalid
 
@@ -402,13 +402,15 @@ def entropy_percentiles(entropy: Any, mask: Any, percentiles: Sequence[float] = 
     """
     ent = np.asarray(entropy.detach().cpu() if hasattr(entropy, "detach") else entropy, dtype=np.float64)
     m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask).astype(bool)
-    check(ent.ndim == 2 and ent.shape == m.shape and ent.shape[1] >= 1, "entropy", f"<array of shape {ent.shape}>",
+    check(ent.ndim == 2 and ent.shape == m.shape and ent.shape[1] >= 1, "entropy",
+          _Shown(f"<array of shape {ent.shape}>"),
           f"an (N, T) array shaped like mask {m.shape}, T >= 1")
-    check(bool(m[:, 0].all()) and ent.shape[0] >= 1, "mask", "<a row without tokens>",
+    check(bool(m[:, 0].all()) and ent.shape[0] >= 1, "mask", _Shown("<a row without tokens>"),
           "at least one completion token per row (mask[:, 0] all 1)")
     qs = _check_percentiles(percentiles)
     values = ent[m]
-    check(bool(np.isfinite(values).all()), "entropy", "<NaN or inf on a token>", "finite entropies on masked-in tokens")
+    check(bool(np.isfinite(values).all()), "entropy", _Shown("<NaN or inf on a token>"),
+          "finite entropies on masked-in tokens")
     branch = ent[:, 0]
     other = ent[:, 1:][m[:, 1:]]
     all_q = {_key(q): float(v) for q, v in zip(qs, np.percentile(values, qs))}
@@ -476,7 +478,8 @@ def score_correctness_spearman(scores: Any, correct: Any) -> float:
             raise invalid(name, values, "a numeric array (non-numeric or ragged entries given)") from None
 
     s, c = as_array("scores", scores), as_array("correct", correct)
-    check(s.shape == c.shape, "correct", f"<array of shape {c.shape}>", f"an array shaped like scores {s.shape}")
+    check(s.shape == c.shape, "correct", _Shown(f"<array of shape {c.shape}>"),
+          f"an array shaped like scores {s.shape}")
     keep = ~(np.isnan(s) | np.isnan(c))
     s, c = s[keep], c[keep]
     if s.size < 2 or np.all(s == s[0]) or np.all(c == c[0]):
@@ -493,7 +496,8 @@ def truncated_to_problem_min(scores: np.ndarray, truncated: np.ndarray) -> np.nd
     """
     scores = np.asarray(scores, dtype=np.float64)
     truncated = np.asarray(truncated, dtype=bool)
-    check(scores.ndim == 2 and truncated.shape == scores.shape, "truncated", f"<array of shape {truncated.shape}>",
+    check(scores.ndim == 2 and truncated.shape == scores.shape, "truncated",
+          _Shown(f"<array of shape {truncated.shape}>"),
           f"a bool array shaped like scores {scores.shape}")
     return np.where(truncated, scores.min(axis=1, keepdims=True), scores)
 
@@ -558,12 +562,12 @@ def vigor_spearman(scores: Any, correct: Any, truncated: Any = None, *, confiden
     """
     s = np.asarray(scores, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
-    check(s.ndim == 2 and s.size > 0 and bool(np.isfinite(s).all()), "scores", f"<array of shape {s.shape}>",
+    check(s.ndim == 2 and s.size > 0 and bool(np.isfinite(s).all()), "scores", _Shown(f"<array of shape {s.shape}>"),
           "a non-empty (P, n) array of finite scores")
-    check(c.shape == s.shape and bool(np.isin(c, (0.0, 1.0)).all()), "correct", f"<array of shape {c.shape}>",
+    check(c.shape == s.shape and bool(np.isin(c, (0.0, 1.0)).all()), "correct", _Shown(f"<array of shape {c.shape}>"),
           f"a 0/1 array shaped like scores {s.shape}")
     t = np.zeros(s.shape, dtype=bool) if truncated is None else np.asarray(truncated)
-    check(t.shape == s.shape and t.dtype == bool, "truncated", f"<array of shape {t.shape}, {t.dtype}>",
+    check(t.shape == s.shape and t.dtype == bool, "truncated", _Shown(f"<array of shape {t.shape}, {t.dtype}>"),
           f"None or a bool array shaped like scores {s.shape}")
     confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
     s = truncated_to_problem_min(s, t)
@@ -724,6 +728,7 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
                "k": k, "n": samples, "unparsed_frac": float(np.mean(counts["none"]) / samples),
                "mean_strategies_seen": float(np.mean([len({x for x in row if x is not None}) for row in labels])),
                "strategy_freq": {s: float(np.sum(v) / labels.size) for s, v in counts.items()},
+               "strategy_counts": counts,
                "paper": "NudgeRL Fig 1: one mode on > 75% of problems"}
     seconds["nudgerl"] = time.perf_counter() - clock
 
