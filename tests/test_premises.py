@@ -17,6 +17,7 @@ from rlvr_lib.eval.premises import (
     ess_by_flip_rule,
     ivon_initial_sigma,
     measure_premises,
+    next_flip_ess,
     score_correctness_spearman,
     single_strategy_probs,
     single_strategy_share,
@@ -98,6 +99,18 @@ def test_flip_rule_takes_the_largest_ess_in_the_band():
     assert ess_by_flip_rule({1e9: 0.1, 1e8: 0.3, 1e7: 0.1}) == 1e9  # not monotone: still the largest in band
 
 
+def test_next_flip_ess_bisects_the_bracket_around_the_band_in_log_ess():
+    # 1e7 is below the band, 1e6 the largest above it: the midpoint in log ESS
+    assert next_flip_ess({1e9: 0.0, 1e7: 0.01, 1e6: 0.5, 1e5: 0.9}) == pytest.approx(math.sqrt(1e13))
+    assert next_flip_ess({1e9: 0.0, 1e7: 0.1}) is None  # already in the band
+    assert next_flip_ess({1e9: 0.0, 1e7: 0.01}) is None  # never above the band: nothing to bisect
+    assert next_flip_ess({1e9: 0.5, 1e7: 0.9}) is None  # the largest ESS is already above it
+    # not monotone: the LARGEST ESS above the band and its larger neighbour
+    assert next_flip_ess({1e9: 0.0, 1e8: 0.3, 1e7: 0.01, 1e6: 0.6}) == pytest.approx(math.sqrt(1e17))
+    with pytest.raises(ValueError, match=r"band=\(0.3, 0.1\) is invalid"):
+        next_flip_ess({1e9: 0.0}, (0.3, 0.1))
+
+
 @pytest.mark.parametrize("shares,band,match", [
     ({1e9: 1.5}, (0.05, 0.2), r"shares_by_ess\[1000000000.0\]=1.5 is invalid: must be a number in \[0, 1\]"),
     ({1e9: float("nan")}, (0.05, 0.2), r"shares_by_ess\[1000000000.0\]=nan is invalid"),
@@ -115,9 +128,10 @@ def test_branch_flips_none_without_noise_some_with_huge_noise(tiny_model_and_tok
     model, tokenizer = tiny_model_and_tokenizer
     prompts = [p.prompt for p in _problems(6)]
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    sigma = {1.0: 0.0, 2.0: 1e-9, 3.0: 5.0}.__getitem__
-    out = branch_flip_by_ess(model, tokenizer, prompts, [1.0, 2.0, 3.0], sigma, samples=3, seed=1)
-    assert out["sigma"] == [0.0, 1e-9, 5.0] and out["ess"] == [1.0, 2.0, 3.0]
+    sigma = {3.0: 0.0, 2.0: 1e-9, 1.0: 5.0}.__getitem__  # larger ESS, less noise
+    out = branch_flip_by_ess(model, tokenizer, prompts, [1.0, 3.0, 2.0], sigma, samples=3, seed=1)
+    assert out["ess"] == [3.0, 2.0, 1.0] and out["sigma"] == [0.0, 1e-9, 5.0]  # largest ESS first
+    assert out["refined"] == []
     assert out["share"][0] == 0.0 and out["share_any"][0] == 0.0 and out["share"][1] == 0.0
     assert out["mass"][0] == pytest.approx(out["mass_mean"], rel=1e-12)
     assert out["share"][2] > 0.0 and out["share_any"][2] >= out["share"][2]
@@ -141,6 +155,25 @@ def test_branch_flip_share_is_the_share_of_prompts_whose_top_candidate_moves(tin
     assert out["share_any"] == [pytest.approx(changed.any(0).mean())]
 
 
+def test_refinement_bisects_until_the_band_is_hit(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    prompts = [p.prompt for p in _problems(8)]
+    band = (0.05, 0.2)
+    out = branch_flip_by_ess(model, tokenizer, prompts, [1e6, 1e-1], lambda ess: 1.0 / ess, samples=2, refine=6,
+                             band=band)
+    shares = dict(zip(out["ess"], out["share"]))
+    assert shares[1e6] == 0.0 and shares[1e-1] > band[1]  # the grid jumps over the band
+    assert out["refined"][0] == pytest.approx(math.sqrt(1e6 * 1e-1))
+    seen = {1e6: shares[1e6], 1e-1: shares[1e-1]}
+    for ess in out["refined"]:  # each refinement is next_flip_ess of what was measured before it
+        assert ess == pytest.approx(next_flip_ess(seen, band))
+        seen[ess] = shares[ess]
+    assert next_flip_ess(seen, band) is None or len(out["refined"]) == 6
+    assert out["ess"] == sorted(out["ess"], reverse=True) and len(out["ess"]) == 2 + len(out["refined"])
+    if ess_by_flip_rule(shares, band) is not None:
+        assert band[0] <= shares[ess_by_flip_rule(shares, band)] <= band[1]
+
+
 def test_branch_flips_reject_bad_grids_and_sigmas(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     prompts = [p.prompt for p in _problems(2)]
@@ -153,6 +186,8 @@ def test_branch_flips_reject_bad_grids_and_sigmas(tiny_model_and_tokenizer):
     with pytest.raises(ValueError, match=r"sigma_of_ess=.* is invalid: must be a callable giving a finite sigma >= 0 "
                                          r"\(got -1.0 at ess=1.0\)"):
         branch_flip_by_ess(model, tokenizer, prompts, [1.0], lambda e: -1.0)
+    with pytest.raises(ValueError, match=r"refine=-1 is invalid: must be an integer >= 0"):
+        branch_flip_by_ess(model, tokenizer, prompts, [1.0], refine=-1)
 
 
 # ----------------------------------------------------------------------------- SAGE
@@ -298,8 +333,9 @@ def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
     assert all(sum(c[p] for c in nudge["strategy_counts"].values()) == 8 for p in range(3))
     assert sum(nudge["strategy_freq"].values()) == pytest.approx(1.0)
     three = out["threepo"]
-    assert len(three["share"]) == 4 and all(0.0 <= s <= 1.0 for s in three["share"])
-    assert three["ess"].index(3e3) == 2 and three["at_reference"]["ess"] == 3e3
+    assert len(three["share"]) == 4 + len(three["refined"]) and all(0.0 <= s <= 1.0 for s in three["share"])
+    assert len(three["refined"]) <= 4 and three["ess"] == sorted(three["ess"], reverse=True)
+    assert three["at_reference"]["ess"] == 3e3
     assert three["chosen_ess"] == ess_by_flip_rule(dict(zip(three["ess"], three["share"])), (0.05, 0.2))
     assert three["sigma"][0] == pytest.approx(ivon_initial_sigma(1e9))
     sage = out["sage"]
@@ -318,6 +354,7 @@ def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
     (dict(band=(0.5, 0.1)), r"band=\(0.5, 0.1\) is invalid"),
     (dict(reference_ess=0), r"reference_ess=0 is invalid: must be a number in \(0, inf\)"),
     (dict(ess_grid=()), r"ess_grid=\(\) is invalid"),
+    (dict(refine=1.5), r"refine=1.5 is invalid: must be an integer >= 0"),
     (dict(task="nope"), r"nope"),
 ])
 def test_measure_premises_rejects_bad_settings(tiny_model_and_tokenizer, kw, match):

@@ -61,6 +61,7 @@ __all__ = [
     "ess_by_flip_rule",
     "ivon_initial_sigma",
     "measure_premises",
+    "next_flip_ess",
     "score_correctness_spearman",
     "single_strategy_probs",
     "single_strategy_share",
@@ -190,8 +191,87 @@ def _check_ess_grid(ess_grid: Sequence[float]) -> list[float]:
     return grid
 
 
+def _check_band(band: tuple[float, float]) -> tuple[float, float]:
+    try:
+        lo, hi = band
+    except (TypeError, ValueError):
+        raise invalid("band", band, "a pair (lo, hi) with 0 <= lo <= hi <= 1") from None
+    lo = check_range("band[0]", lo, 0.0, 1.0)
+    hi = check_range("band[1]", hi, 0.0, 1.0)
+    check(lo <= hi, "band", band, "a pair (lo, hi) with 0 <= lo <= hi <= 1")
+    return lo, hi
+
+
+def _check_shares(shares_by_ess: Mapping[float, float]) -> dict[float, float]:
+    if not isinstance(shares_by_ess, Mapping) or not shares_by_ess:
+        raise invalid("shares_by_ess", shares_by_ess, "a non-empty mapping {ess: share of prompts}")
+    out = {}
+    for ess, share in shares_by_ess.items():
+        ess = check_range("shares_by_ess (an ESS)", ess, 0.0, lo_open=True)
+        out[ess] = check_range(f"shares_by_ess[{ess!r}]", share, 0.0, 1.0)
+    return out
+
+
+def ess_by_flip_rule(shares_by_ess: Mapping[float, float],
+                     band: tuple[float, float] = DEFAULT_FLIP_BAND) -> float | None:
+    """The ESS at which 3PO's premise is reported, by a rule fixed before measuring.
+
+    Rule: among the measured ESS values whose flip share lies in the band,
+    ``band[0] <= share <= band[1]`` (default 5% to 20% of prompts change their
+    top strategy token under one weight sample, :func:`branch_flip_by_ess`'s
+    ``share``), the LARGEST ESS (the least noise that moves the branch by that
+    much); ``None`` when no measured ESS is in the band. The measured values
+    are fixed before measuring too: :data:`DEFAULT_ESS_GRID` plus the
+    bisections of :func:`next_flip_ess` (``refine`` in
+    :func:`branch_flip_by_ess`). Less noise is preferred because a large noise
+    moves the branch by breaking the policy (see ``mass`` in
+    :func:`branch_flip_by_ess`).
+
+    Args:
+        shares_by_ess: ``{ess: share}``, ESS > 0, shares in ``[0, 1]``.
+        band: ``(lo, hi)`` with ``0 <= lo <= hi <= 1``.
+
+    Raises:
+        ValueError: on an empty mapping, an ESS <= 0, a share outside
+            ``[0, 1]`` (or NaN), or a bad band.
+    """
+    lo, hi = _check_band(band)
+    inside = [ess for ess, share in _check_shares(shares_by_ess).items() if lo <= share <= hi]
+    return max(inside) if inside else None
+
+
+def next_flip_ess(shares_by_ess: Mapping[float, float],
+                  band: tuple[float, float] = DEFAULT_FLIP_BAND) -> float | None:
+    """The ESS to measure next when no measured ESS is in the band: a geometric bisection of the bracket.
+
+    With the measured ESS sorted largest first, ``e_j`` the largest ESS whose
+    share is above the band (``> band[1]``) and ``e_{j-1}`` the next larger
+    measured ESS (its share below the band, since none is in it)::
+
+        next = sqrt(e_{j-1} * e_j)        (the midpoint in log ESS)
+
+    ``None`` when an ESS is already in the band (:func:`ess_by_flip_rule`
+    has its answer), when no share is above the band (the grid's noise never
+    moves the branch enough), or when the largest ESS is already above it.
+
+    Raises:
+        ValueError: as :func:`ess_by_flip_rule`.
+    """
+    lo, hi = _check_band(band)
+    shares = _check_shares(shares_by_ess)
+    if any(lo <= s <= hi for s in shares.values()):
+        return None
+    ordered = sorted(shares, reverse=True)
+    above = [j for j, ess in enumerate(ordered) if shares[ess] > hi]
+    if not above or above[0] == 0:
+        return None
+    j = above[0]
+    return math.sqrt(ordered[j - 1] * ordered[j])
+
+
 def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Sequence[float],
                        sigma_of_ess: Callable[[float], float] = ivon_initial_sigma, *, samples: int = 8,
+                       refine: int = 0, band: tuple[float, float] = DEFAULT_FLIP_BAND,
                        tokens: Sequence[int] | None = None, strategies: Sequence[str] | None = None,
                        seed: int = 0, batch_size: int = 256) -> dict[str, Any]:
     """3PO's premise: per ESS, the share of prompts whose top strategy token changes under weight noise.
@@ -214,13 +294,20 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
     "reorders" the branch by breaking the policy, not by moving it between
     strategies. The model's weights are restored exactly after each sample.
 
+    After the grid, up to ``refine`` more ESS values are measured, each
+    :func:`next_flip_ess` of everything measured so far (stopping once an ESS
+    is in ``band`` or there is no bracket), so that a coarse grid whose
+    shares jump over the band still gives :func:`ess_by_flip_rule` an answer.
+
     Args:
         model, tokenizer: The policy.
         prompts: ``P`` prompt strings.
-        ess_grid: ESS values (> 0, distinct), measured in the order given.
+        ess_grid: ESS values (> 0, distinct).
         sigma_of_ess: ``ess -> sigma`` (default :func:`ivon_initial_sigma`
             with the authors' ``hess_init`` and weight decay).
         samples: ``N`` weight samples per ESS.
+        refine: Bisection steps after the grid (>= 0).
+        band: The band of :func:`ess_by_flip_rule` the bisection aims at.
         tokens: Candidate token ids; default the first tokens of
             ``strategies`` (`strategy_tokens`).
         strategies: Strategy labels (default the arithmetic testbed's) when
@@ -229,18 +316,22 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
         batch_size: Prompts per forward.
 
     Returns:
-        ``{"ess", "sigma", "share", "share_any", "mass"}`` (lists aligned with
-        ``ess_grid``), ``"mass_mean"``, ``"samples"``, ``"n_prompts"``,
-        ``"tokens"``, ``"seed"``.
+        ``{"ess", "sigma", "share", "share_any", "mass"}`` (lists aligned,
+        sorted by ESS, largest first: the grid and the refinements),
+        ``"refined"`` (the ESS values the bisection added, in order),
+        ``"mass_mean"``, ``"samples"``, ``"n_prompts"``, ``"tokens"``, ``"seed"``.
 
     Raises:
         ValueError: on a bad grid, a ``sigma_of_ess`` value that is not a
-            finite number >= 0, or a bad ``samples`` / ``seed`` / ``tokens``.
+            finite number >= 0, or a bad ``samples`` / ``refine`` / ``band`` /
+            ``seed`` / ``tokens``.
     """
     grid = _check_ess_grid(ess_grid)
     if not callable(sigma_of_ess):
         raise invalid("sigma_of_ess", sigma_of_ess, "a callable ess -> sigma")
     samples = check_int("samples", samples, 1)
+    refine = check_int("refine", refine, 0)
+    band = _check_band(band)
     seed = check_int("seed", seed, 0)
     if tokens is None:
         from rlvr_lib.tasks import STRATEGIES
@@ -250,8 +341,9 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
     ref = torch.log_softmax(branch_logits(model, tokenizer, prompts, batch_size=batch_size), dim=-1)
     order_changed(ref, ref, cand, 1)  # validates the candidates before any sample runs
     idx = torch.tensor(cand, dtype=torch.long)
-    sigmas, share, share_any, mass = [], [], [], []
-    for ess in grid:
+    rows: dict[float, tuple[float, float, float, float]] = {}  # ess -> (sigma, share, share_any, mass)
+
+    def measure(ess: float) -> None:
         sigma = sigma_of_ess(ess)
         try:
             sigma = check_range("sigma", sigma, 0.0)
@@ -266,52 +358,22 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
             changed.append(order_changed(ref, noisy, cand, 1).numpy())
             masses.append(noisy[:, idx].exp().sum(1).numpy())
         changed = np.stack(changed)  # (N, P)
-        sigmas.append(float(sigma))
-        share.append(float(changed.mean()))
-        share_any.append(float(changed.any(axis=0).mean()))
-        mass.append(float(np.mean(masses)))
-    return {"ess": grid, "sigma": sigmas, "share": share, "share_any": share_any, "mass": mass,
+        rows[ess] = (float(sigma), float(changed.mean()), float(changed.any(axis=0).mean()), float(np.mean(masses)))
+
+    for ess in grid:
+        measure(ess)
+    refined = []
+    for _ in range(refine):
+        ess = next_flip_ess({e: r[1] for e, r in rows.items()}, band)
+        if ess is None or ess in rows:
+            break
+        measure(ess)
+        refined.append(ess)
+    order = sorted(rows, reverse=True)
+    return {"ess": order, "sigma": [rows[e][0] for e in order], "share": [rows[e][1] for e in order],
+            "share_any": [rows[e][2] for e in order], "mass": [rows[e][3] for e in order], "refined": refined,
             "mass_mean": float(ref[:, idx].exp().sum(1).mean()), "samples": samples, "n_prompts": len(prompts),
             "tokens": cand, "seed": seed}
-
-
-def ess_by_flip_rule(shares_by_ess: Mapping[float, float],
-                     band: tuple[float, float] = DEFAULT_FLIP_BAND) -> float | None:
-    """The ESS at which 3PO's premise is reported, by a rule fixed before measuring.
-
-    Rule: among the measured ESS values whose flip share lies in the band,
-    ``band[0] <= share <= band[1]`` (default 5% to 20% of prompts change their
-    top strategy token under one weight sample, :func:`branch_flip_by_ess`'s
-    ``share``), the LARGEST ESS (the least noise that moves the branch by that
-    much); ``None`` when no measured ESS is in the band. The grid is fixed
-    before measuring too (:data:`DEFAULT_ESS_GRID`), so the chosen ESS is one
-    of its values. Less noise is preferred because a large noise moves the
-    branch by breaking the policy (see ``mass`` in :func:`branch_flip_by_ess`).
-
-    Args:
-        shares_by_ess: ``{ess: share}``, ESS > 0, shares in ``[0, 1]``.
-        band: ``(lo, hi)`` with ``0 <= lo <= hi <= 1``.
-
-    Raises:
-        ValueError: on an empty mapping, an ESS <= 0, a share outside
-            ``[0, 1]`` (or NaN), or a bad band.
-    """
-    if not isinstance(shares_by_ess, Mapping) or not shares_by_ess:
-        raise invalid("shares_by_ess", shares_by_ess, "a non-empty mapping {ess: share of prompts}")
-    try:
-        lo, hi = band
-    except (TypeError, ValueError):
-        raise invalid("band", band, "a pair (lo, hi) with 0 <= lo <= hi <= 1") from None
-    lo = check_range("band[0]", lo, 0.0, 1.0)
-    hi = check_range("band[1]", hi, 0.0, 1.0)
-    check(lo <= hi, "band", band, "a pair (lo, hi) with 0 <= lo <= hi <= 1")
-    inside = []
-    for ess, share in shares_by_ess.items():
-        ess = check_range("shares_by_ess (an ESS)", ess, 0.0, lo_open=True)
-        share = check_range(f"shares_by_ess[{ess!r}]", share, 0.0, 1.0)
-        if lo <= share <= hi:
-            inside.append(ess)
-    return max(inside) if inside else None
 
 
 # ------------------------------------------------------------------------------ sampling shared by SAGE and VIGOR
@@ -635,7 +697,8 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
                      temperature: float = 1.0, max_new_tokens: int = 48, seed: int = 0,
                      ess_grid: Sequence[float] = DEFAULT_ESS_GRID,
                      sigma_of_ess: Callable[[float], float] = ivon_initial_sigma, weight_samples: int = 8,
-                     band: tuple[float, float] = DEFAULT_FLIP_BAND, reference_ess: float | None = None,
+                     refine: int = 4, band: tuple[float, float] = DEFAULT_FLIP_BAND,
+                     reference_ess: float | None = None,
                      percentiles: Sequence[float] = (50, 90, 99), vigor_problems: int | None = None,
                      vigor_impl: str = "auto", sqrt_len: bool = True, confidence: float = 0.95,
                      n_resamples: int = 2000, batch_size: int = 256, grad_batch_size: int = 64) -> dict[str, Any]:
@@ -658,9 +721,10 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
 
     * ``threepo``: :func:`branch_flip_by_ess` over ``ess_grid`` (plus
       ``reference_ess``, e.g. the testbed's training ESS, when given) with
-      ``weight_samples`` weight samples, and the ESS chosen by
-      :func:`ess_by_flip_rule` with ``band`` (``chosen_ess``, ``None`` when no
-      ESS is in the band) with its shares.
+      ``weight_samples`` weight samples and up to ``refine`` bisections
+      towards ``band``, and the ESS chosen by :func:`ess_by_flip_rule` with
+      ``band`` (``chosen_ess``, ``None`` when no measured ESS is in the band)
+      with its shares (``at_chosen``) and those at ``reference_ess``.
 
     Args:
         model, tokenizer: The policy (weights restored after the weight samples).
@@ -669,7 +733,7 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
         samples: Samples per problem (``>= k``).
         k: NudgeRL's number of naive samples.
         temperature, max_new_tokens, seed: Sampling.
-        ess_grid, sigma_of_ess, weight_samples, band, reference_ess: 3PO (see above).
+        ess_grid, sigma_of_ess, weight_samples, refine, band, reference_ess: 3PO (see above).
         percentiles: SAGE's entropy percentiles.
         vigor_problems: Problems scored by VIGOR (None: all).
         vigor_impl, sqrt_len: VIGOR's gradient-norm implementation and score.
@@ -706,7 +770,8 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
     n_vigor = len(problems) if vigor_problems is None else vigor_problems
     confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
     check_int("grad_batch_size", grad_batch_size, 1)
-    ess_by_flip_rule({1.0: 0.0}, band)  # validates the band before anything runs
+    band = _check_band(band)
+    refine = check_int("refine", refine, 0)
     seconds: dict[str, float] = {}
 
     clock = time.perf_counter()
@@ -734,7 +799,8 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
 
     clock = time.perf_counter()
     flips = branch_flip_by_ess(model, tokenizer, [p.prompt for p in problems], grid, sigma_of_ess,
-                               samples=weight_samples, strategies=task_.strategies, seed=seed, batch_size=batch_size)
+                               samples=weight_samples, refine=refine, band=band, strategies=task_.strategies,
+                               seed=seed, batch_size=batch_size)
     chosen = ess_by_flip_rule(dict(zip(flips["ess"], flips["share"])), band)
 
     def at(ess: float | None) -> dict[str, Any] | None:
@@ -745,8 +811,9 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
 
     threepo = {**flips, "band": [float(band[0]), float(band[1])], "chosen_ess": chosen, "at_chosen": at(chosen),
                "reference_ess": reference_ess, "at_reference": at(reference_ess),
-               "rule": "the largest ESS of the grid whose share (prompts whose top strategy token changes under one "
-                       "weight sample) lies in the band; None if none",
+               "rule": "the largest measured ESS (the grid, then up to `refine` geometric bisections of the bracket "
+                       "around the band) whose share (prompts whose top strategy token changes under one weight "
+                       "sample) lies in the band; None if none",
                "paper": "3PO Fig 1: weight noise reorders the branch, temperature cannot"}
     seconds["threepo"] = time.perf_counter() - clock
 
@@ -770,7 +837,7 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
 
     settings = {"task": task, "n_problems": len(problems), "samples": samples, "k": k,
                 "temperature": float(temperature),
-                "max_new_tokens": max_new_tokens, "seed": seed, "ess_grid": flips["ess"],
+                "max_new_tokens": max_new_tokens, "seed": seed, "ess_grid": grid, "refine": refine,
                 "sigma_of_ess": getattr(sigma_of_ess, "__name__", repr(sigma_of_ess)),
                 "weight_samples": weight_samples, "band": [float(band[0]), float(band[1])],
                 "reference_ess": reference_ess, "percentiles": list(qs), "vigor_problems": n_vigor,
