@@ -22,6 +22,7 @@ from rlvr_lib.eval.premises import (
     single_strategy_probs,
     single_strategy_share,
     truncated_to_problem_min,
+    vigor_score_correctness,
     vigor_scores,
     vigor_spearman,
 )
@@ -242,6 +243,10 @@ def test_branch_entropy_percentiles_of_a_tiny_model(tiny_model_and_tokenizer):
     log_v = math.log(len(tokenizer))
     assert 0 <= out["all"]["p50"] <= out["all"]["p90"] <= out["all"]["p99"] <= log_v + 1e-6
     assert out["samples"] == 3 and out["seed"] == 2
+    ro = KVCacheEngine(model, tokenizer).generate([p.prompt for p in _problems(2)],
+                                                  SamplingParams(n=3, max_new_tokens=5, seed=2))
+    expected = entropy_percentiles(*completion_entropies(model, ro))
+    assert {k: out[k] for k in expected} == expected  # its own rollouts, seeded as the engine seeds them
 
 
 # ----------------------------------------------------------------------------- VIGOR
@@ -313,6 +318,28 @@ def test_vigor_scores_are_minus_sqrt_length_times_the_reference_norm(tiny_model_
     assert all(p.grad is None for p in model.parameters())
 
 
+def test_vigor_score_correctness_is_vigor_spearman_of_its_own_samples(tiny_model_and_tokenizer):
+    from rlvr_lib.tasks import Verdict
+
+    model, tokenizer = tiny_model_and_tokenizer
+    problems = _problems(3)
+
+    def verifier(problem, text):  # a random model solves nothing: call a completion correct by its text's parity
+        return Verdict(1.0, "correct") if len(text) % 2 else Verdict(0.0, "wrong")
+
+    out = vigor_score_correctness(model, tokenizer, problems, samples=8, seed=2, max_new_tokens=12, n_resamples=30,
+                                  verifier=verifier)
+    ro = KVCacheEngine(model, tokenizer).generate([p.prompt for p in problems],
+                                                  SamplingParams(n=8, max_new_tokens=12, seed=2))
+    correct = np.array([verifier(None, t).status == "correct" for t in ro.texts]).reshape(3, 8)
+    truncated = np.array([r == "length" for r in ro.finish_reasons]).reshape(3, 8)
+    expected = vigor_spearman(vigor_scores(model, ro).reshape(3, 8), correct, truncated, n_resamples=30, seed=2)
+    assert {k: out[k] for k in expected} == expected and out["samples"] == 8 and out["sqrt_len"] is True
+    assert out["pooled"]["mean"] is not None and out["n_mixed"] >= 1  # the comparison has something to compare
+    with pytest.raises(ValueError, match=r"problems=\[\] is invalid: must be at least one problem"):
+        vigor_score_correctness(model, tokenizer, [])
+
+
 # ----------------------------------------------------------------------------- all four
 def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
@@ -355,6 +382,12 @@ def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
     (dict(reference_ess=0), r"reference_ess=0 is invalid: must be a number in \(0, inf\)"),
     (dict(ess_grid=()), r"ess_grid=\(\) is invalid"),
     (dict(refine=1.5), r"refine=1.5 is invalid: must be an integer >= 0"),
+    (dict(temperature=0), r"temperature=0 is invalid: must be a number in \(0, inf\)"),
+    (dict(max_new_tokens=0), r"max_new_tokens=0 is invalid: must be an integer >= 1"),
+    (dict(vigor_impl="fast"), r"vigor_impl='fast' is invalid: must be one of \['auto', 'ghost', 'naive', 'vmap'\]"),
+    (dict(sqrt_len=1), r"sqrt_len=1 is invalid: must be a bool"),
+    (dict(sigma_of_ess=0.1), r"sigma_of_ess=0.1 is invalid: must be a callable"),
+    (dict(percentiles=(50, 120)), r"percentiles=120 is invalid: must be a number in \[0, 100\]"),
     (dict(task="nope"), r"nope"),
 ])
 def test_measure_premises_rejects_bad_settings(tiny_model_and_tokenizer, kw, match):

@@ -15,7 +15,8 @@ properties on a policy (reported, not gates):
   of prompts whose top strategy token at the branch (the first completion
   token) changes under a weight sample ``m + sigma(ESS) z``;
   :func:`ess_by_flip_rule` picks the ESS to report by a rule fixed before
-  measuring.
+  measuring (the largest ESS at which 5% to 20% of prompts change, on a fixed
+  grid refined by bisection, :func:`next_flip_ess`).
 * **SAGE** (arXiv 2605.18864: the branch guide raises the anchor where the
   token entropy exceeds tau). :func:`branch_entropy_percentiles`: percentiles
   of the token entropies of the policy's own completions (the 90th is the
@@ -49,7 +50,7 @@ import torch
 
 from rlvr_lib.eval.stats import _check_common, _percentile, _Shown, bootstrap_ci
 from rlvr_lib.eval.weight_noise import branch_logits, order_changed, strategy_tokens, weight_sample
-from rlvr_lib.validation import check, check_int, check_range, invalid
+from rlvr_lib.validation import check, check_choice, check_int, check_range, invalid
 
 __all__ = [
     "DEFAULT_ESS_GRID",
@@ -758,7 +759,15 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
         raise invalid("problems", problems, "at least one problem")
     samples = check_int("samples", samples, 1)
     k = check_int("k", k, 1, samples)
+    temperature = check_range("temperature", temperature, 0.0, lo_open=True)
+    max_new_tokens = check_int("max_new_tokens", max_new_tokens, 1)
     weight_samples = check_int("weight_samples", weight_samples, 1)
+    if not callable(sigma_of_ess):
+        raise invalid("sigma_of_ess", sigma_of_ess, "a callable ess -> sigma")
+    from rlvr_lib.rewards import GRAD_NORM_IMPLS
+
+    check_choice("vigor_impl", vigor_impl, sorted((*GRAD_NORM_IMPLS, "auto")))
+    check(isinstance(sqrt_len, bool), "sqrt_len", sqrt_len, "a bool")
     grid = _check_ess_grid(ess_grid)
     if reference_ess is not None:
         reference_ess = check_range("reference_ess", reference_ess, 0.0, lo_open=True)
