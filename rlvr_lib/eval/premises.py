@@ -125,6 +125,13 @@ def single_strategy_probs(strategy_counts: Mapping[str, Sequence[int]], k: int =
     An unparsed sample shows no strategy, so a draw containing one does not
     count as single-strategy (the ``"none"`` count enters ``n_p`` only).
 
+    ``C(c, k) / C(n, k)`` is the unbiased estimator of ``pi_s^k`` from ``n``
+    samples (the binomial's k-th factorial moment is ``n (n-1) .. (n-k+1) pi^k``),
+    so ``q_p`` estimates without bias the probability that ``k`` fresh
+    samples of the policy all show one strategy, ``sum_s pi_{s,p}^k``, as the
+    unbiased pass@k estimator does for pass@k; ``n > k`` samples only lower
+    its variance.
+
     Args:
         strategy_counts: ``{strategy: [count per problem]}``, the format
             `rlvr_lib.eval.policy_eval.evaluate_policy` stores per family
@@ -405,20 +412,22 @@ def completion_entropies(model, rollouts, *, temperature: float = 1.0,
     ``H_{i,t} = -sum_v p_v log p_v`` with ``p = softmax(z_{i,t} / temperature)``,
     ``z_{i,t}`` the logits that predict completion token ``t`` of row ``i``
     (`rlvr_lib.rollout.sequence_logprobs`, the computation the trainer hands
-    SAGE's branch guide), in eval mode; 0 on padding. Column 0 is the branch
-    token (the first completion token, the strategy choice on the testbed).
+    SAGE's branch guide), in eval mode, on the model's device; 0 on padding.
+    Column 0 is the branch token (the first completion token, the strategy
+    choice on the testbed).
     """
     from rlvr_lib.rollout import sequence_logprobs
 
     check_int("batch_size", batch_size, 1)
+    device = next(model.parameters()).device
     was_training = model.training
     model.eval()
     try:
         parts = []
         for rows in torch.arange(len(rollouts)).split(batch_size):
-            _, ent = sequence_logprobs(model, rollouts.prompt_ids[rows], rollouts.prompt_mask[rows],
-                                       rollouts.completion_ids[rows], rollouts.completion_mask[rows],
-                                       temperature=temperature, with_entropy=True)
+            tensors = (rollouts.prompt_ids, rollouts.prompt_mask, rollouts.completion_ids, rollouts.completion_mask)
+            _, ent = sequence_logprobs(model, *(t[rows].to(device) for t in tensors), temperature=temperature,
+                                       with_entropy=True)
             parts.append(ent.double().cpu())
     finally:
         model.train(was_training)
@@ -713,7 +722,9 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
       the per-problem probabilities (:func:`single_strategy_probs`), the
       share of unparsed samples and the mean number of strategies seen among
       the ``samples``;
-    * ``sage``: :func:`entropy_percentiles` of :func:`completion_entropies`;
+    * ``sage``: :func:`entropy_percentiles` of :func:`completion_entropies`
+      (over these problems: SAGE's tau rule reads the ``train`` family, so
+      pass its problems to see the percentiles that set tau);
     * ``vigor``: :func:`vigor_spearman` of :func:`vigor_scores` on the first
       ``vigor_problems`` problems (all by default: the gradient norms are the
       costly part);
