@@ -65,6 +65,19 @@ def test_single_strategy_probs_equal_enumerating_every_draw():
         assert got[0] == pytest.approx(same / len(draws))
 
 
+def test_single_strategy_probs_are_unbiased_for_k_fresh_samples():
+    # E over multinomial(n, pi) counts of q = sum_s pi_s^k (the unparsed share pi_none never counts)
+    from scipy.stats import multinomial
+
+    pi, n, k = np.array([0.5, 0.25, 0.15, 0.10]), 6, 3
+    expected = 0.0
+    for c in itertools.product(range(n + 1), repeat=3):
+        if sum(c) <= n:
+            counts = {"a": [c[0]], "b": [c[1]], "c": [c[2]], "none": [n - sum(c)]}
+            expected += multinomial.pmf([*c, n - sum(c)], n, pi) * single_strategy_probs(counts, k)[0]
+    assert expected == pytest.approx((pi[:3] ** k).sum(), rel=1e-10)
+
+
 @pytest.mark.parametrize("counts,k,match", [
     ({"direct": [3], "none": [1]}, 8, r"k=8 is invalid: must be at most every problem's number of samples "
                                       r"\(problem 0 has 4\)"),
