@@ -414,3 +414,13 @@ def test_measure_premises_rejects_bad_settings(tiny_model_and_tokenizer, kw, mat
 def test_default_grid_runs_from_the_authors_ess_down():
     assert DEFAULT_ESS_GRID[0] == 1e9 and list(DEFAULT_ESS_GRID) == sorted(DEFAULT_ESS_GRID, reverse=True)
     assert ivon_initial_sigma(DEFAULT_ESS_GRID[-1]) == pytest.approx(0.1, rel=1e-3)
+
+
+def test_premises_sit_below_the_methods_and_the_trainer():
+    import subprocess
+    import sys
+
+    code = ("import sys, rlvr_lib.eval.premises; "
+            "bad = [m for m in sys.modules if m.startswith(('rlvr_lib.methods', 'rlvr_lib.trainer'))]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
