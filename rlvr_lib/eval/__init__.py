@@ -10,6 +10,9 @@
 * :mod:`rlvr_lib.eval.stats` -- bootstrap intervals over seeds and over
   seeds x problems, paired differences between methods, rescued / lost
   problems against a reference with their resampling null, strategy shares.
+* :mod:`rlvr_lib.eval.premises` -- the four methods' premises on a policy
+  (NudgeRL single-strategy share, 3PO branch flips by ESS, SAGE branch
+  entropies, VIGOR score-correctness Spearman), ``measure_premises``.
 """
 
 from rlvr_lib.eval.diagnostics import (
