@@ -25,15 +25,56 @@ def _calibration_section(root: Path) -> list[str]:
     if not path.exists():
         return ["*No calibration committed yet (`python -m rlvr_lib calibrate`).*"]
     report = json.loads(path.read_text())
+    cfg = report["config"]
+    wide = f", {cfg['wide_samples']} on {', '.join(cfg['wide_families'])}" if "wide_samples" in cfg else ""
     lines = [
-        f"**Testbed calibration** (`results/testbed/calibration.json`, {report['config']['problems_per_family']} problems "
-        f"x {report['config']['samples']} samples per family):",
+        f"**Testbed calibration** (`results/testbed/calibration.json`, policy `{report.get('policy_sha')}`, "
+        f"{cfg['problems_per_family']} problems x {cfg['samples']} samples per family{wide}):",
         "",
         "| target | value | bound | met |",
         "|---|---|---|---|",
     ]
     lines += [f"| {name} | {t['value']} | {t['bound']} | {'yes' if t['met'] else '**no**'} |" for name, t in report["targets"].items()]
     return lines
+
+
+def _dynamics_section(root: Path) -> list[str]:
+    path = root / "testbed" / "dynamics.json"
+    if not path.exists():
+        return ["*No dynamics calibration committed yet (`python -m rlvr_lib calibrate --dynamics`).*"]
+    report = json.loads(path.read_text())
+    steps = list(report["targets"])
+    cfg = report["config"]
+    lines = [
+        f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`: GRPO and "
+        f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
+        f"evaluations; step count of the full profile: {report['chosen_steps'] or 'none, not every target holds'}):",
+        "",
+        "| target | bound | " + " | ".join(f"{s} steps" for s in steps) + " |",
+        "|---|---|" + "---|" * len(steps),
+    ]
+    names = list(report["targets"][steps[0]])
+    for name in names:
+        cells = []
+        for s in steps:
+            t = report["targets"][s][name]
+            ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if "interval" in t else ""
+            cells.append(f"{t['value']}{ci} {'yes' if t['met'] else '**no**'}")
+        lines.append(f"| {name} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _policy_note(records) -> str:
+    """Which policy a section's runs were measured on, flagged when it is not the shipped one."""
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    shas = sorted({r.config.get("policy_sha") for r in records if r.config.get("policy_sha")})
+    if not shas:
+        return ""
+    shipped = policy_fingerprint(None)
+    if shas == [shipped]:
+        return f"; policy `{shipped}`, the shipped one"
+    return f"; measured on **a previous policy** (`{'`, `'.join(shas)}`), not the shipped `{shipped}`"
 
 
 def _stored_outputs(notebook: Path) -> str:
@@ -73,7 +114,7 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = ())
     lines = [
         f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
         f"pass@k by a {PASSK_INTERVAL}, the other columns by a {SEED_INTERVAL}; the base policy's seeds "
-        "are its sampling seeds):",
+        f"are its sampling seeds{_policy_note(records)}):",
         "",
         "| run | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " | strategy entropy | malformed | modes/problem |",
         "|---|---|" + "---|" * (len(ks) + 3),
@@ -226,6 +267,7 @@ def render(root: str | Path | None = None) -> str:
     """The markdown of the results section (without the markers)."""
     root = results_root(root)
     lines = _calibration_section(root)
+    lines += [""] + _dynamics_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"

@@ -65,3 +65,27 @@ def test_claims_line_carries_the_count_the_executed_notebook_shows(tmp_path):
         "Claims table and figures: `results/notebooks/full/05_sage.ipynb` "
         "(2 of 5 claims hold at our scale, over 2 claims tables).",
     ]
+
+
+def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
+    import json
+
+    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    target = lambda v, met, ci: {"value": v, "bound": ">= 0.05, interval above 0", "met": met,  # noqa: E731
+                                 "interval": ci}
+    report = {"policy_sha": "abc", "chosen_steps": 200, "config": {"seeds": [0, 1, 2], "base_seeds": [0, 1]},
+              "targets": {"100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04])},
+                          "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08])}}}
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "dynamics.json").write_text(json.dumps(report))
+    for name, sha in (("base", "old0000000000000"), ("grpo-g8", "old0000000000000")):
+        cfg = {"eval": {"samples": 4}, "name": name, "policy_sha": sha}
+        cached_run("grpo_baseline_full", name, cfg, 0, lambda: ([], _fake_final([1, 0, 2])), root=tmp_path)
+    text = render(tmp_path)
+    dynamics = text.split("**Dynamics calibration**", 1)[1]
+    assert "step count of the full profile: 200" in dynamics
+    assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
+    grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
+    assert f"a previous policy** (`old0000000000000`), not the shipped `{policy_fingerprint(None)}`" in grpo
