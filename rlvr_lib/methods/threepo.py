@@ -206,14 +206,15 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
+from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "LEARNT_HESS_STEPS", "M3PO", "NOISE_SCALES",
-           "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr",
-           "initial_sigma", "learn_hessian_init", "matched_ivon_lr", "mean_step_matched_ivon_lr", "noise_to_weight_ratio",
-           "weight_matrix_std"]
+           "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "THREEPO_SETTINGS", "ThreePOOptions", "calibrate_ess",
+           "calibrated_ess", "check_ivon_lr", "initial_sigma", "learn_hessian_init", "matched_ivon_lr",
+           "mean_step_matched_ivon_lr", "noise_to_weight_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -706,9 +707,14 @@ def seq_mis_weights(mean_logprob: torch.Tensor, sample_logprob: torch.Tensor,
     return torch.where(masked, torch.zeros_like(rho), rho).float(), masked
 
 
+THREEPO_SETTINGS = {"kl_coef": 0.0, **paper_schedule("threepo")}
+"""The `TrainerConfig` fields 3PO's runs share (the authors' ``run_rl.sh``): no KL, linear lr warm-up over
+2.1% of the optimizer steps (34 of 1,629 there; `rlvr_lib.schedules`' one scaling rule), constant after.
+Give them to 3PO's GRPO comparators too (``method_config("grpo_no_kl", **THREEPO_SETTINGS)``)."""
+
 register_method("b3po", B3PO, "B3PO: rollouts and gradient at one IVON posterior sample per step (IVON, no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)
 register_method("m3po", M3PO, "M3PO: M IVON samples, each with its own G/M rollouts and group advantage (no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)
 register_method("c3po", C3PO, "C3PO: N IVON samples split each group, pooled advantage, Seq-MIS (ratio 2, no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)

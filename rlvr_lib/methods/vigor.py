@@ -29,7 +29,8 @@ reward (``reward_mean`` is the mean score). A verifier that raises does not
 stop training (``uses_verifier_reward = False``, `rlvr_lib.methods.base.Method`):
 that completion's verdict is ``"unverified"``, left out of the accuracy metrics.
 
-Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
+Preset (:data:`VIGOR_SETTINGS`): G = 8, KL beta 0.01 with TRL's k3, as the authors' code, and
+their cosine lr schedule with a linear warm-up over 10% of the run (`rlvr_lib.schedules`). It trains
 with TRL's ``GRPOTrainer``, whose per-token KL
 
     exp(ref_logp - logp) - (ref_logp - logp) - 1
@@ -63,9 +64,11 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
+from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.tasks import CORRECT, UNVERIFIED
 
-__all__ = ["RANK_EPS", "VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+__all__ = ["RANK_EPS", "VIGOR", "VIGOR_SETTINGS", "VIGOROptions", "accuracy_by_rank", "correct_by_rank",
+           "truncated_to_group_min"]
 
 RANK_EPS = 1e-4
 """The eps of VIGOR's group normalisation, with or without rank shaping (the paper's, `rank_advantages`' default)."""
@@ -184,6 +187,12 @@ class VIGOR(Method):
         metrics.update(self._stats)
 
 
+VIGOR_SETTINGS = {"kl_coef": 0.01, "kl_estimator": "k3", "group_size": 8, **paper_schedule("vigor")}
+"""The `TrainerConfig` fields VIGOR's runs share (the authors' TRL config): TRL's k3 KL at beta 0.01, G = 8,
+cosine lr decay after a linear warm-up over 10% of the optimizer steps (the authors' ``warmup_ratio``). Its
+verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_SETTINGS)``), so only the
+reward differs."""
+
 register_method("vigor", VIGOR,
                 "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
-                advantage="rank", kl_coef=0.01, kl_estimator="k3", group_size=8)
+                advantage="rank", **VIGOR_SETTINGS)
