@@ -9,7 +9,7 @@ defaults, ``validate``), parsed into ``self.options`` when the method is built
 value and what is allowed).
 
 =================  ==========================================================  =================
-name               what changes against GRPO (``grpo``: k3 KL, beta 0.05)      compared in
+name               what changes against GRPO (``grpo``: reverse KL 0.05)       compared in
 =================  ==========================================================  =================
 grpo_no_kl         no KL anchor                                                SAGE, 3PO, NudgeRL
 grpo_forward_kl    forward-KL anchor                                           SAGE
@@ -27,7 +27,8 @@ pope               oracle-prefix hints on half of the prompts                  N
 intuitor           reward = self-certainty, no verifier                        VIGOR
 =================  ==========================================================  =================
 
-SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
+SAGE's own GRPO, ``grpo_k3`` (the authors' k3 anchor), is registered with SAGE
+(`rlvr_lib.methods.sage`). SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
 KL off (token-normalised over the local, resp. global, batch); on one process
 both are ``bnpo_loss``. The full DAPO recipe is ``dapo``.
 
