@@ -150,7 +150,9 @@ class NudgeRL(Method):
 
     Preset (:data:`NUDGERL_SETTINGS`, the authors' ``configs/train_config.yaml``):
     no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, ``advantage="context"``,
-    G = 8 (2 hints x 4), cosine lr after a 5% linear warm-up (`rlvr_lib.schedules`).
+    G = 8 (2 hints x 4), two optimizer steps per generation batch (``minibatches=2``,
+    each a shuffled half of the step's rollouts, as the authors' TRL run: generation
+    batch 8, train batch 4), cosine lr after a 5% linear warm-up (`rlvr_lib.schedules`).
     Compare with GRPO at the same settings (``method_config("grpo", **NUDGERL_SETTINGS)``).
 
     Options: ``hints_per_problem`` (int >= 1, default 2), ``rollouts_per_hint``
@@ -298,10 +300,13 @@ class NudgeRL(Method):
 
 
 NUDGERL_SETTINGS = {"kl_coef": 0.0, "eps_low": 0.2, "eps_high": 0.2, "temperature": 1.0, "top_p": 0.95,
-                    "group_size": 8, "loss_agg": "seq_mean_token_mean", **paper_schedule("nudgerl")}
+                    "group_size": 8, "loss_agg": "seq_mean_token_mean", "minibatches": 2,
+                    **paper_schedule("nudgerl")}
 """The `TrainerConfig` fields NudgeRL's runs share (the authors' ``configs/train_config.yaml``, every method of
-their table): no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, G = 8, TRL's "grpo" loss, cosine lr decay after
-a linear warm-up over 5% of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them too
+their table): no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, G = 8, TRL's "grpo" loss, two optimizer steps
+per generation batch (``minibatches=2``: TRL's ``generation_batch_size`` 8 over ``per_device_train_batch_size``
+4, so the second step is off-policy and the PPO clip can bind), cosine lr decay after a linear warm-up over 5%
+of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them too
 (``method_config("grpo", **NUDGERL_SETTINGS)``)."""
 
 register_method("nudgerl", NudgeRL,
