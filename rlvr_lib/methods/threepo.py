@@ -707,6 +707,15 @@ class B3PO(Method):
         """The IVON lr: ``options.lr``, or when it is ``None`` :func:`matched_ivon_lr` of ``config.lr``."""
         return self.options.ivon_lr(self.config.lr)
 
+    @classmethod
+    def tuning_lr(cls, config) -> float:
+        """An lr grid scales IVON's lr (``method_options["lr"]``, or the rule's value when unset)."""
+        return ThreePOOptions.from_dict(config.method_options or {}).ivon_lr(config.lr)
+
+    @classmethod
+    def with_tuning_lr(cls, config, lr: float):
+        return config.replace(method_options={**(config.method_options or {}), "lr": lr})
+
     def make_optimizer(self, model):
         o = self.options
         params = [p for p in model.parameters() if p.requires_grad]
