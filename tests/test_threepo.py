@@ -576,3 +576,21 @@ def test_calibrate_threepo_command_writes_the_report(tmp_path):
     assert report["clip_radius"] > 0 and report["lr"] > 0 and second["pick"]["clipped_share"] <= 0.2
     assert report["adamw_mean_abs_step"] > 0 and len(report["adamw_mean_abs_step_per_step"]) == 2
     assert report["policy_sha"] and report["config_fields"] == {"prompts_per_step": 4, "group_size": 8, "seed": 0}
+
+
+def test_ivon_lr_logs_the_base_lr_under_the_presets_warmup(policy):
+    # The 3PO presets warm the lr up (THREEPO_SETTINGS): the trainer logs the scheduled lr as "lr", and ivon_lr
+    # stays the IVON lr the options give, which check_ivon_lr compares with.
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.schedules import lr_factor, warmup_steps
+
+    model, tokenizer = policy
+    config = method_config("b3po", **{**SMALL, "steps": 3}, lr_warmup_ratio=0.5)
+    history = Trainer(config, copy.deepcopy(model), tokenizer).train(progress=False)
+    expected = matched_ivon_lr(config.lr, 1e-3, 1e-6, 1e-3)
+    w = warmup_steps(0.5, 3)
+    assert [row["ivon_lr"] for row in history] == [expected] * 3
+    assert [row["lr"] for row in history] == pytest.approx([expected * lr_factor(s, total=3, warmup=w)
+                                                           for s in range(3)], rel=1e-12)
+    assert history[0]["lr"] == 0.0 and history[0]["ivon_mean_abs_step"] == 0.0  # the warm-up's first step
+    check_ivon_lr([SimpleNamespace(config={"train": config.to_dict()}, history=history, run_id="r")])

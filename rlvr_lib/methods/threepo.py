@@ -45,8 +45,9 @@ estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
 ``1 / sqrt(ess * (h + wd))``, and noise scaled by ``s`` would multiply it by
 ``s**2`` (a biased Hessian, hence a biased posterior and step).
 
-Diagnostics (per step): ``ivon_lr`` (the IVON learning rate in use, see
-"Learning rate" below), ``ivon_mean_sigma`` (mean posterior std over weights,
+Diagnostics (per step): ``ivon_lr`` (the IVON learning rate the options
+give, see "Learning rate" below; under an lr schedule its base, the lr of
+each step being the trainer's ``lr``), ``ivon_mean_sigma`` (mean posterior std over weights,
 at the start of the update), ``ivon_clipped_frac`` (share of weights whose
 update IVON clipped, |u| > ``clip_radius``, :func:`update_ratio`) and
 ``ivon_mean_abs_step`` (mean over weights of |delta theta| of the mean
@@ -746,7 +747,9 @@ class B3PO(Method):
 
     # -- diagnostics ---------------------------------------------------------------
     def before_update(self, batch: StepBatch, model) -> None:
-        self._diag = {"ivon_lr": float(self.optimizer.param_groups[0]["lr"]),
+        # The IVON lr the options give (an lr schedule's base: "initial_lr"); the trainer logs the scheduled lr as "lr".
+        group = self.optimizer.param_groups[0]
+        self._diag = {"ivon_lr": float(group.get("initial_lr", group["lr"])),
                       "ivon_mean_sigma": self.optimizer.mean_sigma(),
                       "weight_sample_disagreement": sample_disagreement(batch),
                       # next to the trainer's accuracy and malformed_rate: well-formed but wrong answers
