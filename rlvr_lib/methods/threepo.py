@@ -888,7 +888,26 @@ class M3PO(B3PO):
 
 
 class C3PO(B3PO):
-    """C3PO: N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy."""
+    """C3PO: N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy.
+
+    Against the authors' interleaved loop (``verl/recipes/run_rl.sh`` with
+    ``EXPLORATION_M`` > 1 and their verl fork; issue 29's check):
+
+    * Chunks: as there, sample k's G/N rollouts of every group and the gradient
+      of those rows are taken at the same noise draw (``perturbed(model, k)``
+      keys both by ``(seed, step, STREAM, k)``; with the presets' one optimizer
+      step per RL step the weights are the same for both).
+    * Importance correction: the script sets verl's ``rollout_is=sequence``, a
+      sequence-level weight TRUNCATED at 2.0 (``min(rho, 2)``); here the
+      weight is MASKED above the threshold (``rho > 2`` -> 0, Seq-MIS, the
+      paper's "masking" wording), which differs for the rows with rho > 2
+      (logged as ``seq_mis_masked_frac``).
+    * Ratio: here rho = pi_mean / pi_k of the whole sequence (mean weights vs
+      the sample that rolled the row out), computed once per step before the update.
+
+    Primary control of every 3PO claim: the same preset with
+    ``method_options={"noise_scale": 0.0}`` (IVON's mean update, no noise), beside GRPO.
+    """
 
     name = "c3po"
 
