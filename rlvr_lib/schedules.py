@@ -136,7 +136,7 @@ THREEPO_OPTIMIZER_STEPS = 3 * (17_398 // 32)
 
 PAPER_SCHEDULES: dict[str, PaperSchedule] = {
     "nudgerl": PaperSchedule("cosine", 0.05, "NudgeRL configs/train_config.yaml: cosine, warmup_ratio 0.05 (TRL)"),
-    "vigor": PaperSchedule("cosine", 0.10, "VIGOR training config: cosine, warmup_ratio 0.1 (TRL)"),
+    "vigor": PaperSchedule("cosine", 0.10, "VIGOR recipes/Qwen2.5-*/grpo/config_demo*.yaml: cosine, warmup_ratio 0.1 (TRL)"),
     "threepo": PaperSchedule("constant", THREEPO_WARMUP_STEPS / THREEPO_OPTIMIZER_STEPS,
                              "3PO verl/recipes/run_rl.sh: LR_WARMUP_STEPS=34 of 1,629 optimizer steps, then constant"),
 }
