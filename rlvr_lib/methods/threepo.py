@@ -133,6 +133,20 @@ its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
 steps measured on a run's first steps (`rlvr_lib.eval.weight_steps`);
 notebook 04 uses it for a sensitivity arm added after its T1 was seen.
 
+Regime (issue 29). Matching the largest step leaves IVON's regime behind: a
+weight is clipped when |u| > clip_radius, u = (mom / debias + wd m) / (h + wd)
+(:func:`update_ratio`), and with the authors' clip radius on the tiny policy
+most weights are (IVON then runs as constant-step sign descent; on a 7B model
+the clip binds on a minority). Every step now logs ``ivon_clipped_frac`` and
+``ivon_mean_abs_step``. The replacement rule, :func:`calibrate_clip_and_lr`:
+clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
+measured |u| after the warm-up exceed it, then the IVON lr whose mean
+|delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
+measured by ``python -m rlvr_lib calibrate-threepo`` (:func:`calibrate_threepo`,
+``results/testbed/threepo_calibration.json``). Until that file is measured on
+the shipped policy and its picks become the defaults, the options keep the
+authors' clip radius and the matched lr above.
+
 Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
 IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
 paper's point is that 3PO needs no noise prior learnt in an SFT phase, so it
