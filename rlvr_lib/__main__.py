@@ -1,4 +1,4 @@
-"""Command line: ``python -m rlvr_lib {pretrain,calibrate,plateau,train} ...``.
+"""Command line: ``python -m rlvr_lib {pretrain,calibrate,calibrate-threepo,plateau,train,tune-lr} ...``.
 
 ``train`` runs one method on one process, or on several under a launcher
 (``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
@@ -69,6 +69,52 @@ def _calibrate_dynamics(args: argparse.Namespace) -> int:
     print(format_dynamics(report))
     print(f"wrote {out}")
     return 0 if report["all_targets_met"] else 1
+
+
+def _calibrate_threepo(args: argparse.Namespace) -> int:
+    """3PO's IVON regime: clip_radius and IVON lr by the rule of `rlvr_lib.methods.threepo.calibrate_clip_and_lr`."""
+    import torch
+
+    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.methods.threepo import calibrate_threepo
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    fields = {"prompts_per_step": args.prompts_per_step, "group_size": args.group_size, "seed": args.seed}
+    report = calibrate_threepo(method=args.method, adamw_method=args.adamw_method, run_steps=args.run_steps,
+                               steps=args.steps, skip=args.skip, rounds=args.rounds, max_clipped=args.max_clipped,
+                               policy=args.model, **fields)
+    report.update(policy_sha=policy_fingerprint(args.model), torch_threads=torch.get_num_threads())
+    out = Path(args.out) if args.out else results_root() / "testbed" / "threepo_calibration.json"
+    write_json_atomic(out, report)
+    last = report["rounds"][-1]
+    print(f"clip_radius {report['clip_radius']:g}, IVON lr {report['lr']:g} (AdamW mean step "
+          f"{report['adamw_mean_abs_step']:.3g}; last round measured {last['measured_clipped_frac']:.3f} clipped at "
+          f"clip_radius {last['clip_radius']:g}, lr {last['lr']:g}); wrote {out}")
+    return 0
+
+
+def _tune_lr(args: argparse.Namespace) -> int:
+    """The equal lr-tuning budget (`rlvr_lib.tuning`): every method's grid on the tuning seeds, picks recorded."""
+    import torch
+
+    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.tuning import TUNING_SEEDS, tune_lr
+
+    out = Path(args.out) if args.out else results_root() / "testbed" / "lr_tuning.json"
+    fields = {"steps": args.steps, "prompts_per_step": args.prompts_per_step}
+    report = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
+                      f"mean of the last {args.tail} steps over seeds {list(TUNING_SEEDS)})",
+              "policy_sha": policy_fingerprint(args.model), "torch_threads": torch.get_num_threads(),
+              "config_fields": fields, "methods": {}}
+    for name in args.methods:  # written after each method: a long sweep keeps what it finished
+        report["methods"][name] = tune_lr(name, tail=args.tail, policy=args.model, progress=args.progress, **fields)
+        write_json_atomic(out, report)
+        result = report["methods"][name]
+        print(f"{name}: default lr {result['default_lr']:.4g}, pick {result['pick']:.4g} "
+              f"(mean final accuracy {result['mean_final_accuracy']})")
+    print(f"wrote {out}")
+    return 0
 
 
 def _plateau(args: argparse.Namespace) -> int:
@@ -158,6 +204,30 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--batch-size", type=int, default=512)
     c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
     c.set_defaults(func=_calibrate, parser=c)
+    q = sub.add_parser("calibrate-threepo",
+                       help="3PO's IVON regime: clip_radius (<= 20%% clipped) and the IVON lr (AdamW's mean step)")
+    q.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
+    q.add_argument("--method", default="b3po", choices=("b3po", "m3po", "c3po"), help="the 3PO variant probed")
+    q.add_argument("--adamw-method", default="grpo", help="the AdamW method whose mean step IVON's matches")
+    q.add_argument("--run-steps", type=int, default=100, help="the runs' length (sets the lr schedule)")
+    q.add_argument("--steps", type=int, default=20, help="RL steps probed per round")
+    q.add_argument("--skip", type=int, default=5, help="first steps left out (warm-up)")
+    q.add_argument("--rounds", type=int, default=2, help="probe again at the previous round's picks")
+    q.add_argument("--max-clipped", type=float, default=0.2, help="largest share of clipped weights")
+    q.add_argument("--prompts-per-step", type=int, default=8)
+    q.add_argument("--group-size", type=int, default=8)
+    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json)")
+    q.set_defaults(func=_calibrate_threepo)
+    u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
+    u.add_argument("--methods", nargs="+", required=True, help="registered methods to tune")
+    u.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
+    u.add_argument("--steps", type=int, default=100, help="RL steps per tuning run")
+    u.add_argument("--prompts-per-step", type=int, default=8)
+    u.add_argument("--tail", type=int, default=5, help="final accuracy: mean of the last TAIL steps")
+    u.add_argument("--progress", action="store_true", help="show a progress bar per run")
+    u.add_argument("--out", default=None, help="JSON path (default: results/testbed/lr_tuning.json)")
+    u.set_defaults(func=_tune_lr)
     t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
     t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     t.add_argument("--steps", type=int, default=200)

@@ -20,13 +20,14 @@ One step, read top to bottom in `Trainer.step`:
    method's surrogate against the rollout log-probs, ``kl_coef`` x the method's
    per-token anchor to a frozen reference (no reference is loaded when
    ``kl_coef == 0``), aggregate, add the method's extra terms, backward; then
-   clip the gradient and step once;
+   clip the gradient and step once, then step the lr schedule (`rlvr_lib.schedules`: warm-up
+   and decay per optimizer step, none by default);
 5. log the diagnostics next to where they are computed.
 
 Everything random is derived from ``(seed, step)`` (and the refill round); a method
 draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
 replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
-optimizer, the method's state, the step and the history.
+optimizer, the lr schedule's position, the method's state, the step and the history.
 
 Several processes (``accelerate launch --multi_gpu`` or ``torchrun``; `rlvr_lib.distributed`):
 each rolls out, verifies and rewards its share of every sampling round's groups, and the
@@ -56,6 +57,7 @@ from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
+from rlvr_lib.schedules import lr_scheduler
 from rlvr_lib.tasks import CORRECT, MALFORMED, UNVERIFIED, Verdict, get_task
 
 logger = logging.getLogger(__name__)
@@ -96,6 +98,7 @@ class Trainer:
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         self.optimizer = self.method.make_optimizer(model)
+        self.scheduler = lr_scheduler(self.optimizer, config)  # None: the optimizer's lr throughout
         self.engine = engine or build_engine(config.engine, model, tokenizer, batch_size=config.rollout_batch_size)
         self.task = get_task(config.task)
         pool_size = min(config.train_pool_size, self.task.family_capacity(config.train_family))
@@ -308,6 +311,9 @@ class Trainer:
                 rng: np.random.Generator) -> dict:
         """``inner_epochs`` shuffled passes of ``minibatches`` optimizer steps; returns the mean of each stat.
 
+        Under an lr schedule the lr of each optimizer step is logged (``lr``, the step's mean)
+        and the schedule is stepped after it.
+
         Minibatches are row sets of the whole ``batch``; this process computes the loss
         on its rows of each (``local``, the rows `World.split_rows` gave it; ``local_index``
         maps ``batch``'s rows into it, ``None`` on one process).
@@ -352,6 +358,9 @@ class Trainer:
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
                 self.optimizer.step()
                 sums.setdefault("grad_norm", []).append(float(grad_norm))
+                if self.scheduler is not None:  # logged only under a schedule: unscheduled histories are unchanged
+                    sums.setdefault("lr", []).append(float(self.optimizer.param_groups[0]["lr"]))
+                    self.scheduler.step()
                 n_steps += 1
         self.model.eval()
         out = {k: float(np.mean(v)) for k, v in sums.items()}
@@ -406,7 +415,7 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
-        """Atomically write weights, optimizer, method state, step and history.
+        """Atomically write weights, optimizer, lr schedule, method state, step and history.
 
         Only rank 0 writes (every process holds the same state); elsewhere a no-op.
         """
@@ -420,6 +429,7 @@ class Trainer:
                 "config": self.config.to_dict(),
                 "model": self.model.state_dict(),
                 "optimizer": self.optimizer.state_dict(),
+                "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
                 "method": self.method.state_dict(),
                 "step": self.step_count,
                 "history": self.history,
@@ -434,6 +444,8 @@ class Trainer:
             raise ValueError(f"checkpoint {path} was written by a different config; remove it or change checkpoint_dir")
         self.model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])
+        if self.scheduler is not None:  # the config (checked equal above) says whether there is one
+            self.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state["method"])
         self.step_count, self.history = state["step"], state["history"]
 

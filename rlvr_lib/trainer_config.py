@@ -14,6 +14,7 @@ from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
 from rlvr_lib.algos.kl import KL_ESTIMATORS
 from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase
 from rlvr_lib.rollout.engines import ENGINES
+from rlvr_lib.schedules import LR_SCHEDULES
 from rlvr_lib.tasks import DEFAULT_TASK, get_task, task_names
 
 __all__ = ["TrainerConfig"]
@@ -35,6 +36,11 @@ class TrainerConfig(ConfigBase):
         group_size: Rollouts per problem (G).
         temperature, top_p, max_new_tokens: Rollout sampling.
         lr, weight_decay, max_grad_norm: Optimizer (AdamW unless the method says otherwise).
+        lr_schedule: The lr's decay after the warm-up, ``"constant"`` or ``"cosine"``
+            (`rlvr_lib.schedules`), stepped per optimizer step; left out of ``to_dict`` (so of
+            config hashes) while it is the default ``"constant"``.
+        lr_warmup_ratio: Linear warm-up from lr 0 over ``ceil(lr_warmup_ratio * steps * inner_epochs
+            * minibatches)`` optimizer steps, in [0, 1); left out of ``to_dict`` while it is 0 (no warm-up).
         inner_epochs: Passes over each step's rollouts (mu).
         minibatches: Optimizer steps per pass.
         eps_low, eps_high: PPO clip range ``[1 - eps_low, 1 + eps_high]``.
@@ -80,6 +86,8 @@ class TrainerConfig(ConfigBase):
     checkpoint_every: int = 0
     rollout_batch_size: int = 512
     task: str = field(default=DEFAULT_TASK, metadata={OMIT_IF_DEFAULT: True})
+    lr_schedule: str = field(default="constant", metadata={OMIT_IF_DEFAULT: True})
+    lr_warmup_ratio: float = field(default=0.0, metadata={OMIT_IF_DEFAULT: True})
     engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
@@ -98,6 +106,8 @@ class TrainerConfig(ConfigBase):
         self.check_range("temperature", self.temperature, 0, None, lo_open=True)
         self.check_range("top_p", self.top_p, 0, 1, lo_open=True)
         self.check_range("lr", self.lr, 0, 1, lo_open=True)
+        self.check_choice("lr_schedule", self.lr_schedule, LR_SCHEDULES)
+        self.check_range("lr_warmup_ratio", self.lr_warmup_ratio, 0, 1, hi_open=True)
         self.check_nonnegative("weight_decay", self.weight_decay)
         self.check_range("max_grad_norm", self.max_grad_norm, 0, None, lo_open=True)
         self.check_range("eps_low", self.eps_low, 0, 1, lo_open=True, hi_open=True)

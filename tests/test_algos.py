@@ -53,7 +53,7 @@ def test_dr_grpo_hand_worked():
     close(grpo_advantages(r, g, normalize_std=False), [1 / 3, -0.5, -2 / 3, 0.5, 1 / 3, 0.0])
 
 
-@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rank", "bnpo"])
+@pytest.mark.parametrize("name", ["grpo", "dr_grpo", "bnpo"])  # "rank": see the next test
 def test_equal_rewards_and_singletons_give_exact_zero(name):
     fn = get_advantage_estimator(name)
     # in float32, sum(7 x 0.1)/7 != 0.1 and sum(3 x 0.9)/3 != 0.9 (last-bit error), so a plain
@@ -62,6 +62,15 @@ def test_equal_rewards_and_singletons_give_exact_zero(name):
     g = T([4] * 7 + [1] * 3 + [0])
     out = fn(r, g)
     assert torch.equal(out, torch.zeros(11)), out
+
+
+def test_rank_orders_equal_scores_by_row_and_gives_a_singleton_zero():
+    # Issue 29: the stable argsort (VIGOR's authors') ranks a group of equal scores 1..G in row order, so
+    # equal scores do NOT get equal advantages; a singleton still gets 0.
+    r = T([0.1] * 3 + [1.0])
+    out = rank_advantages(r, T([4, 4, 4, 0]))
+    # ranks 1, 2, 3 of G = 3: u = -1, 0, 1, mean 0, unbiased std 1
+    close(out, [-1.0 / (1.0 + 1e-4), 0.0, 1.0 / (1.0 + 1e-4), 0.0])
 
 
 def test_grpo_eps_zero_no_nan_and_gradless():
@@ -144,13 +153,28 @@ def test_context_not_monotone_for_continuous_rewards_lambda_0():
 
 # ---------------------------------------------------------------- VIGOR rank shaping
 def test_rank_advantages_ties_and_groups():
+    # Issue 29: ties are ranked in row order (stable argsort, the VIGOR authors'), no longer at their mean rank.
     s = T([5.0, 5.0, 1.0, 9.0, -3.0, 100.0, 2.0])
     g = T([8, 8, 8, 8, 1, 1, 6])
-    # group 8: ranks 1->1, 5,5->(2+3)/2=2.5, 9->4 ; u = 2*(rank-1)/3 - 1 = [0, 0, -1, 1]
-    #   mean 0, unbiased std sqrt(2/3) = 0.8164966 ; A = u/(0.8164966+1e-4) = [0, 0, -1.2245949, 1.2245949]
+    # group 8: ascending stable sort 1 (row 2), 5 (row 0), 5 (row 1), 9 (row 3) -> ranks [2, 3, 1, 4];
+    #   u = 2*(rank-1)/3 - 1 = [-1/3, 1/3, -1, 1], mean 0, sum of squares 20/9, unbiased std sqrt(20/27)
+    #   = 0.8606630 ; A = u/(0.8606630+1e-4) = [-0.3872533, 0.3872533, -1.1617600, 1.1617600]
     # group 1: two scores -> u = [-1, 1], std sqrt(2) = 1.4142136 -> -+1/1.4143136 = -+0.7070568
     # group 6: single -> 0
-    close(rank_advantages(s, g), [0.0, 0.0, -1.2245949, 1.2245949, -0.7070568, 0.7070568, 0.0])
+    close(rank_advantages(s, g), [-0.3872533, 0.3872533, -1.1617600, 1.1617600, -0.7070568, 0.7070568, 0.0])
+
+
+def test_rank_advantages_ranks_with_ties_equal_a_stable_argsort():
+    gen = torch.Generator().manual_seed(0)
+    s = torch.randint(0, 4, (40,), generator=gen).double()  # 4 values over groups of 8: many ties
+    g = torch.randperm(40, generator=gen) % 5  # groups interleaved, not contiguous
+    a = rank_advantages(s, g)
+    for group in range(5):
+        rows = (g == group).nonzero().flatten()
+        rank = torch.argsort(torch.argsort(s[rows], stable=True), stable=True).double()  # 0-based
+        u = 2 * rank / 7 - 1
+        expected = (u - u.mean()) / (u.std() + 1e-4)
+        torch.testing.assert_close(a[rows], expected, rtol=0, atol=1e-12)
 
 
 def test_rank_advantages_ignore_outlier_magnitude():

@@ -356,3 +356,66 @@ def test_options_have_defaults_and_are_checked_by_the_trainer(policy):
         assert method.options == type(method).Options()  # every option at its default
     with pytest.raises(ValueError, match=r"pope: method_options: POPEOptions: unknown key\(s\) \['prefix'\]"):
         Trainer(method_config("pope", method_options={"ratio": 0.15, "prefix": 3}), *policy)
+
+
+# ------------------------------------------------------------------------------ KL-Cov / Clip-Cov old log-probs
+def _recording(monkeypatch, fn_name):
+    """Patches ``rlvr_lib.methods.baselines.<fn_name>`` to record each call's (logp, old_logp), then call it."""
+    import rlvr_lib.methods.baselines as baselines
+
+    calls, fn = [], getattr(baselines, fn_name)
+
+    def recorded(logp, old_logp, advantages, mask, **kw):
+        calls.append((logp, old_logp, advantages, mask, kw))
+        return fn(logp, old_logp, advantages, mask, **kw)
+
+    monkeypatch.setattr(baselines, fn_name, recorded)
+    return calls
+
+
+def test_kl_cov_penalty_is_zero_with_zero_gradient_on_the_on_policy_pass(policy, monkeypatch):
+    # Issue 29: old log-probs from the training forward (as verl's actor), not the sampler's.
+    from rlvr_lib.algos import kl_cov_loss
+
+    calls = _recording(monkeypatch, "kl_cov_loss")
+    trainer = _trainer(policy, "kl_cov", steps=1, method_options={"k_frac": 0.5})  # half the tokens penalised
+    row = trainer.step()
+    (logp, old, adv, mask, kw), = calls  # one on-policy pass: one loss call
+    assert torch.equal(old, logp.detach())
+    assert row["abs_log_ratio"] == 0.0 and row["kl_cov_frac"] > 0.4
+    # The penalty's value and gradient, isolated: the loss with the penalty minus the loss without it.
+    leaf = logp.detach().clone().requires_grad_()
+    with_penalty, _ = kl_cov_loss(leaf, old, adv, mask, **kw)
+    without, _ = kl_cov_loss(leaf, old, adv, mask, **{**kw, "kl_coef": 0.0})
+    assert torch.equal(with_penalty, without)
+    (grad_with,) = torch.autograd.grad(with_penalty.sum(), leaf)
+    (grad_without,) = torch.autograd.grad(without.sum(), leaf)
+    assert torch.equal(grad_with, grad_without)
+
+
+def test_kl_cov_later_minibatches_use_the_pre_update_policy(policy, monkeypatch):
+    calls = _recording(monkeypatch, "kl_cov_loss")
+    trainer = _trainer(policy, "kl_cov", steps=1, minibatches=2, seed=1)
+    pre_update = copy.deepcopy(trainer.model)
+    batches = []
+    policy_loss = trainer.method.policy_loss
+    trainer.method.policy_loss = lambda batch, *args: (batches.append(batch), policy_loss(batch, *args))[1]
+    trainer.step()
+    (logp0, old0, *_), (logp1, old1, _, mask1, _) = calls
+    assert torch.equal(old0, logp0.detach())  # first minibatch: on-policy, the forward itself
+    # Second minibatch, after one optimizer step: the pre-update policy's log-probs (a no-grad forward of the
+    # whole batch before the update: equal to float rounding), not the moved policy's.
+    ro = batches[1].rollouts
+    with torch.no_grad():
+        expected, _ = sequence_logprobs(pre_update, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                        ro.completion_mask)
+    m = mask1.bool()
+    assert (old1 - expected)[m].abs().max() < 1e-5
+    assert (old1 - logp1.detach())[m].abs().max() > 1e-4
+
+
+def test_clip_cov_ratio_is_exactly_one_on_the_on_policy_pass(policy, monkeypatch):
+    calls = _recording(monkeypatch, "clip_cov_loss")
+    row = _trainer(policy, "clip_cov", steps=1).step()
+    (logp, old, *_), = calls
+    assert torch.equal(old, logp.detach()) and row["ratio_mean"] == 1.0

@@ -36,8 +36,9 @@ BASES = {
     "grpo": {},
     # token-mean loss (global token normaliser), shuffled minibatches split unevenly across processes
     "bnpo_loss": dict(inner_epochs=2, minibatches=2),
-    # IVON: two weight samples per group, gradients summed inside each sample's scope; Seq-MIS extras per process
-    "c3po": {},
+    # IVON: two weight samples per group, gradients summed inside each sample's scope; Seq-MIS extras per process.
+    # Without the preset's lr warm-up, whose first step has lr 0: the one step must move the weights.
+    "c3po": dict(lr_warmup_ratio=0.0),
 }
 TIMEOUT_S = 150
 

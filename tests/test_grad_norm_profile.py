@@ -47,19 +47,20 @@ def test_bad_inputs_are_named():
         _profile([[1, 2, 3]], [[1.0, 1.0, 1.0]]).correct_by_rank(2)
 
 
-def test_correct_by_rank_orders_by_score_and_puts_truncated_last():
+def test_correct_by_rank_orders_by_score_and_puts_empty_last():
     # one problem, two groups of 3; score -sqrt(T)||g||: smaller scaled norm ranks first
-    lengths = np.array([[4, 4, 4, 1, 4, 9]])
-    norms = np.array([[3.0, 1.0, 2.0, 1.0, 1.0, 1.0]])   # scaled: 6, 2, 4 | 1, 2, 3
-    correct = np.array([[1, 0, 1, 0, 1, 1]])
+    lengths = np.array([[4, 4, 4, 1, 4, 0]])
+    norms = np.array([[3.0, 1.0, 2.0, 1.0, 0.25, 0.0]])   # scaled: 6, 2, 4 | 1, 0.5, (empty)
+    correct = np.array([[1, 0, 1, 0, 1, 0]])
     truncated = np.array([[False, False, False, True, False, False]])
     rows = _profile(lengths, norms, correct, truncated).correct_by_rank(3)
-    # group 0 by scaled norm: row 1 (2), row 2 (4), row 0 (6). Group 1: row 3 is truncated, so it gets the
-    # group's minimum score (-3), tied with row 5; ties keep sampling order: row 4 (-2), row 3, row 5.
-    np.testing.assert_array_equal(rows, [[0, 1, 1], [1, 0, 1]])
-    # raw norms: group 0 ranks as before; group 1 is all 1.0 (row 3 at the minimum, -1): sampling order
+    # group 0 by scaled norm: row 1 (2), row 2 (4), row 0 (6). Group 1: row 3 is truncated but keeps its
+    # score -1 (issue 29: as the authors); row 5 is empty: its zero gradient would score best (0), it gets the
+    # group's minimum minus 1e-3 (-1.001) instead: row 4 (-0.5), row 3 (-1), row 5.
+    np.testing.assert_array_equal(rows, [[0, 1, 1], [1, 0, 0]])
+    # raw norms: group 0 ranks as before; group 1: row 4 (-0.25), row 3 (-1), row 5 (-1.001)
     np.testing.assert_array_equal(_profile(lengths, norms, correct, truncated).correct_by_rank(3, sqrt_len=False),
-                                  [[0, 1, 1], [0, 1, 1]])
+                                  [[0, 1, 1], [1, 0, 0]])
 
 
 def test_by_length_bins_cover_every_completion():

@@ -485,3 +485,25 @@ def test_runs_are_bit_identical_across_runs_and_resume(policy, tmp_path):
     assert resumed.step_count == 1
     assert _untimed(resumed.train(progress=False)) == _untimed(a)
     assert any("nudge_acc_hinted" in row for row in a)
+
+
+def test_nudgerl_and_its_grpo_comparator_take_two_optimizer_steps_per_generation(policy):
+    # The authors' TRL run: generation batch 8, train batch 4 -> two optimizer steps per generation batch.
+    from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
+
+    assert method_config("nudgerl").minibatches == 2
+    for name, extra in (("nudgerl", {}), ("grpo", NUDGERL_SETTINGS)):
+        trainer = _trainer(policy, name, **{**extra, "steps": 1, "prompts_per_step": 2, "seed": 3})
+        assert trainer.config.minibatches == 2, name
+        counts = {"generate": 0, "step": 0}
+        generate = trainer.engine.generate
+
+        def counted_generate(*args, **kwargs):
+            counts["generate"] += 1
+            return generate(*args, **kwargs)
+
+        trainer.engine.generate = counted_generate
+        trainer.optimizer.register_step_post_hook(lambda *_: counts.__setitem__("step", counts["step"] + 1))
+        row = trainer.step()
+        assert counts == {"generate": 1, "step": 2}, (name, counts)
+        assert "optimizer_steps" not in row  # the trainer took inner_epochs * minibatches = 2 steps

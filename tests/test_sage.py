@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from rlvr_lib.algos import KL_ESTIMATORS, guide_schedule, kl_penalty, shaped_kl
-from rlvr_lib.algos.guides import shaped_anchor
+from rlvr_lib.algos.guides import branch_guide, shaped_anchor
 from rlvr_lib.methods import METHODS, Method, StepBatch, build_method, method_config
 from rlvr_lib.methods.sage import TESTBED_TAU, base_token_entropies, guide_stats
 from rlvr_lib.trainer import Trainer
@@ -58,14 +58,18 @@ def _tokens(seed=0, n=3, t=5):
 
 
 # ----------------------------------------------------------------------------- registry
-def test_sage_methods_are_registered_with_grpos_anchor():
-    grpo = METHODS["grpo"].preset
-    assert grpo == {"kl_coef": 0.05, "kl_estimator": "reverse"}
+def test_sage_methods_are_registered_with_the_authors_k3_anchor():
+    # Issue 29: the SAGE presets and their GRPO comparator grpo_k3 use the authors' k3 (was the grpo preset's
+    # "reverse", under which a prefix-only guide is null in expectation; see the exact test below).
+    grpo_k3 = METHODS["grpo_k3"].preset
+    assert grpo_k3 == {**METHODS["grpo"].preset, "kl_coef": 0.05, "kl_estimator": "k3"}
+    hooks = set(vars(METHODS["grpo_k3"].cls)) & set(vars(Method)) - {"__module__", "__doc__", "name", "__qualname__"}
+    assert METHODS["grpo_k3"].cls.__bases__ == (Method,) and not hooks  # plain GRPO hooks
     for name in ("sage", "sage_token", "sage_random"):
-        assert METHODS[name].preset == grpo, name  # SAGE vs GRPO: only q differs
+        assert METHODS[name].preset == grpo_k3, name  # SAGE vs its GRPO: only q differs
     for name, base in (("dapo_branch", "dapo"), ("bnpo_loss_branch", "bnpo_loss")):
         assert METHODS[base].preset["kl_coef"] == 0
-        assert METHODS[name].preset == {**METHODS[base].preset, **grpo}, name
+        assert METHODS[name].preset == {**METHODS[base].preset, "kl_coef": 0.05, "kl_estimator": "k3"}, name
         assert issubclass(METHODS[name].cls, METHODS[base].cls)
     for name in SAGE_METHODS:
         spec = METHODS[name]
@@ -232,7 +236,7 @@ def test_the_guide_never_carries_gradient(name):
     assert entropy.grad is None  # no path from the loss to the entropy
     # The gradient w.r.t. logp is the estimator's against the constant shaped reference, nothing through q.
     fixed = logp0.clone().requires_grad_()
-    (kl_penalty(fixed, ref + torch.log(q), "reverse") * mask).sum().backward()
+    (kl_penalty(fixed, ref + torch.log(q), method.config.kl_estimator) * mask).sum().backward()
     assert torch.equal(logp.grad, fixed.grad)
 
 
@@ -346,3 +350,51 @@ def test_stored_tau_matches_the_calibration_rule_on_a_reduced_sample(policy):
     assert abs(float(torch.quantile(entropies, 0.9)) - TESTBED_TAU) <= 0.02
     assert abs(float((entropies > TESTBED_TAU).double().mean()) - 0.10) <= 0.01
     assert float((entropies > 1.2).double().mean()) < 0.05
+
+
+# ----------------------------------------------------------------------------- reverse is null for prefix-only guides
+def _expected_anchor_gradient(theta, ref_logp, q, estimator):
+    """E_{y ~ pi}[grad_theta anchor(logp(y), ref_logp(y) + log q(y))] for one token, pi = softmax(theta), exactly.
+
+    The sum over the whole vocabulary of pi(y) (detached: the sampling is not differentiated, as in the loss)
+    times the gradient as used of the anchor at y.
+    """
+    theta = theta.clone().requires_grad_(True)
+    logp = torch.log_softmax(theta, -1)
+    per_y = shaped_anchor(logp[None], ref_logp[None], q[None], estimator)[0]
+    (logp.exp().detach() * per_y).sum().backward()
+    return theta.grad
+
+
+def test_reverse_has_grpos_expected_gradient_for_a_prefix_only_guide_and_k3_does_not():
+    # One token over a vocabulary of 5, float64; the branch guide's q depends on the prefix only (the entropy of
+    # pi there), so it is the same for every y: q = clamp(1 + 0.3 (H - 0), 0.6, 1.4).
+    theta = T([0.3, -1.2, 2.0, 0.1, -0.4], dtype=torch.float64)
+    ref_logp = torch.log_softmax(T([0.0, 0.5, 1.0, -0.5, 0.2], dtype=torch.float64), -1)
+    pi = torch.softmax(theta, -1)
+    entropy = -(pi * pi.log()).sum()
+    q_value = branch_guide(entropy, gamma=0.3, tau=0.0)
+    assert 1.0 < float(q_value) < 1.4  # the guide fires and is not clamped
+    q = q_value.expand(5).clone()
+    ones = torch.ones(5, dtype=torch.float64)
+
+    grpo_reverse = _expected_anchor_gradient(theta, ref_logp, ones, "reverse")
+    sage_reverse = _expected_anchor_gradient(theta, ref_logp, q, "reverse")
+    # -log q * E_pi[grad logp] = 0: the shaped anchor's expected gradient is GRPO's.
+    torch.testing.assert_close(sage_reverse, grpo_reverse, rtol=0, atol=1e-15)
+
+    grpo_k3 = _expected_anchor_gradient(theta, ref_logp, ones, "k3")
+    sage_k3 = _expected_anchor_gradient(theta, ref_logp, q, "k3")
+    # E_pi[(1 - q r) grad logp] = q * E_pi[(1 - r) grad logp]: the guide rescales GRPO's pull by q.
+    assert (sage_k3 - grpo_k3).abs().max() > 1e-3
+    torch.testing.assert_close(sage_k3, q_value * grpo_k3, rtol=1e-12, atol=1e-15)
+
+
+def test_reverse_is_not_null_for_a_guide_that_depends_on_the_sampled_token():
+    theta = T([0.3, -1.2, 2.0, 0.1, -0.4], dtype=torch.float64)
+    ref_logp = torch.log_softmax(T([0.0, 0.5, 1.0, -0.5, 0.2], dtype=torch.float64), -1)
+    q = T([1.4, 1.0, 0.6, 1.2, 1.0], dtype=torch.float64)  # a per-token guide, as the token guide's
+    ones = torch.ones(5, dtype=torch.float64)
+    diff = _expected_anchor_gradient(theta, ref_logp, q, "reverse") - _expected_anchor_gradient(
+        theta, ref_logp, ones, "reverse")
+    assert diff.abs().max() > 1e-3

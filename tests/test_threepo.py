@@ -483,3 +483,114 @@ def test_learnt_hessian_options_are_validated(tmp_path):
         C3PO(TrainerConfig(method="c3po", policy=str(tmp_path), method_options={"hess_init_steps": 5}, **SMALL))
     # the constant init (the default) needs no SFT data
     assert C3PO(TrainerConfig(method="c3po", policy=str(tmp_path), **SMALL)).options.hess_init_steps == 0
+
+
+# ----------------------------------------------------------------------------- issue 29: IVON's regime
+def test_clipped_share_and_mean_step_match_a_hand_computation_on_a_toy_model():
+    # 6 weights, no noise (noise_scale 0: avg_nxg = 0, so the price estimate f = 0), one step with a known grad.
+    w = torch.nn.Parameter(torch.tensor([0.5, -0.2, 0.1, 0.0, 1.0, -1.0], dtype=torch.float64))
+    h0, wd, c, lr, b2 = 1e-3, 1e-6, 1e-3, 2.0, 0.9999
+    opt = _SummedIVON([w], noise_scale=0.0, lr=lr, ess=1e6, hess_init=h0, beta1=0.9, beta2=b2, weight_decay=wd,
+                      clip_radius=c, rescale_lr=True)
+    g = torch.tensor([2e-6, -5e-7, 3e-6, 1e-7, -4e-6, 8e-7], dtype=torch.float64)
+    with opt.sampled_params(train=True):
+        w.grad = g.clone()
+    old = w.detach().clone()
+    opt.step()
+    # By hand: momentum = 0.1 g, debias 1 - 0.9 = 0.1 -> mom / debias = g;
+    # h1 = b2 h0 + (1 - b2)^2 / 2 * h0^2 / (h0 + wd)   (f = 0);   u = (g + wd m) / (h1 + wd)
+    h1 = b2 * h0 + 0.5 * (1 - b2) ** 2 * h0 ** 2 / (h0 + wd)
+    u = (g + wd * old) / (h1 + wd)
+    # |u| = 2.5e-3, 0.7e-3, 3.1e-3, 0.1e-3, 3.0e-3, 0.2e-3 (approx.): 3 of 6 above c = 1e-3
+    assert (u.abs() > c).tolist() == [True, False, True, False, True, False]
+    step = lr * (h0 + wd) * u.clamp(-c, c)
+    # IVON keeps momentum and h in float32: agreement to 1e-12 on steps of about 1e-6
+    torch.testing.assert_close(w.detach(), old - step, rtol=0, atol=1e-12)
+    (stats,) = opt.update_stats
+    assert stats["ivon_clipped_frac"] == 0.5
+    assert stats["ivon_mean_abs_step"] == pytest.approx(float(step.abs().mean()), rel=1e-6)
+
+
+def test_three_po_logs_the_clipped_share_and_the_mean_step_every_step(policy):
+    trainer = _trainer(policy, "b3po", steps=3)
+    params = [p for p in trainer.model.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in params)
+    for _ in range(3):
+        before = [p.detach().clone() for p in params]
+        row = trainer.step()
+        moved = sum(float((p.detach() - b).abs().double().sum()) for p, b in zip(params, before)) / n
+        assert row["ivon_mean_abs_step"] == pytest.approx(moved, rel=1e-6)
+        assert 0.0 <= row["ivon_clipped_frac"] <= 1.0
+    # At the authors' clip radius and the matched lr almost every weight sits at the clip (issue 29's finding).
+    assert row["ivon_clipped_frac"] > 0.5
+
+
+def test_the_regime_rule_picks_the_documented_values_on_a_synthetic_distribution():
+    from rlvr_lib.methods.threepo import calibrate_clip_and_lr
+
+    # |u| = 1e-6, 2e-6, ..., 1e-3 (1,000 weights). k = ceil(0.8 * 1000) = 800: clip_radius = 8e-4, and 200 of
+    # 1,000 values lie above it (20%). s = mean min(|u|, 8e-4) = (800 * 801 / 2 + 200 * 800) / 1000 * 1e-6
+    # = 4.804e-4; lr_eff = 4.8e-5 / 4.804e-4 = 0.0999167; lr = lr_eff / 1.001e-3 = 99.817 -> 99.8.
+    u = torch.arange(1, 1001, dtype=torch.float64) * 1e-6
+    pick = calibrate_clip_and_lr(u, 4.8e-5)
+    assert pick.clip_radius == 8e-4 and pick.lr == 99.8 and pick.clipped_share == 0.2 and pick.samples == 1000
+    assert pick.ivon_mean_step == pytest.approx(99.8 * 1.001e-3 * 4.804e-4, rel=1e-12)
+    assert pick.ivon_mean_step == pytest.approx(4.8e-5, rel=2e-3)  # equal up to the lr's rounding
+    # A quantile between two values is rounded UP (never more than max_clipped clipped): 10% -> k = 900 -> 9e-4.
+    assert calibrate_clip_and_lr(u * 1.0001, 4.8e-5, max_clipped=0.1).clip_radius == 9.01e-4
+    # Half-normal |u| of scale 1e-3: the 0.8 quantile is 1.2816e-3, rounded up to 3 figures.
+    gen = torch.Generator().manual_seed(0)
+    half = torch.randn(200_000, generator=gen, dtype=torch.float64).abs() * 1e-3
+    pick = calibrate_clip_and_lr(half, 2e-5)
+    assert pick.clip_radius in (1.28e-3, 1.29e-3) and pick.clipped_share <= 0.2
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(abs_update_ratio=torch.ones(2, 2)), r"abs_update_ratio.shape=\(2, 2\) is invalid"),
+    (dict(abs_update_ratio=torch.tensor([1.0, -1.0])), r"abs_update_ratio=.* is invalid: must be finite and >= 0"),
+    (dict(abs_update_ratio=torch.zeros(5)), r"positive \(1 - max_clipped\) quantile"),
+    (dict(max_clipped=1.0), r"max_clipped=1.0 is invalid: must be a number in \(0, 1\)"),
+    (dict(adamw_mean_step=0.0), r"adamw_mean_step=0.0 is invalid"),
+])
+def test_the_regime_rule_rejects_bad_input(kwargs, match):
+    from rlvr_lib.methods.threepo import calibrate_clip_and_lr
+
+    args = {"abs_update_ratio": torch.ones(4), "adamw_mean_step": 1e-5, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        calibrate_clip_and_lr(**args)
+
+
+def test_calibrate_threepo_command_writes_the_report(tmp_path):
+    import json
+
+    from rlvr_lib.__main__ import main
+
+    out = tmp_path / "threepo_calibration.json"
+    assert main(["calibrate-threepo", "--steps", "2", "--skip", "1", "--rounds", "2", "--run-steps", "10",
+                 "--prompts-per-step", "4", "--group-size", "8", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    first, second = report["rounds"]
+    assert (first["clip_radius"], first["lr"]) == (1e-3, matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3))  # the defaults
+    assert (second["clip_radius"], second["lr"]) == (first["pick"]["clip_radius"], first["pick"]["lr"])
+    assert (report["clip_radius"], report["lr"]) == (second["pick"]["clip_radius"], second["pick"]["lr"])
+    assert report["clip_radius"] > 0 and report["lr"] > 0 and second["pick"]["clipped_share"] <= 0.2
+    assert report["adamw_mean_abs_step"] > 0 and len(report["adamw_mean_abs_step_per_step"]) == 2
+    assert report["policy_sha"] and report["config_fields"] == {"prompts_per_step": 4, "group_size": 8, "seed": 0}
+
+
+def test_ivon_lr_logs_the_base_lr_under_the_presets_warmup(policy):
+    # The 3PO presets warm the lr up (THREEPO_SETTINGS): the trainer logs the scheduled lr as "lr", and ivon_lr
+    # stays the IVON lr the options give, which check_ivon_lr compares with.
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.schedules import lr_factor, warmup_steps
+
+    model, tokenizer = policy
+    config = method_config("b3po", **{**SMALL, "steps": 3}, lr_warmup_ratio=0.5)
+    history = Trainer(config, copy.deepcopy(model), tokenizer).train(progress=False)
+    expected = matched_ivon_lr(config.lr, 1e-3, 1e-6, 1e-3)
+    w = warmup_steps(0.5, 3)
+    assert [row["ivon_lr"] for row in history] == [expected] * 3
+    assert [row["lr"] for row in history] == pytest.approx([expected * lr_factor(s, total=3, warmup=w)
+                                                           for s in range(3)], rel=1e-12)
+    assert history[0]["lr"] == 0.0 and history[0]["ivon_mean_abs_step"] == 0.0  # the warm-up's first step
+    check_ivon_lr([SimpleNamespace(config={"train": config.to_dict()}, history=history, run_id="r")])

@@ -1,4 +1,4 @@
-"""VIGOR as a method: the reward ignores the verifier, truncation gets the group minimum, runs resume exactly."""
+"""VIGOR as a method: the reward ignores the verifier, empty completions rank last, runs resume exactly."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr_lib.methods import METHODS, build_method, method_config
-from rlvr_lib.methods.vigor import truncated_to_group_min
+from rlvr_lib.methods.vigor import empty_below_group_min
 from rlvr_lib.tasks import WRONG, Verdict
 from rlvr_lib.trainer import Trainer
 
@@ -28,12 +28,17 @@ def _untimed(history):
     return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
-def test_truncated_completions_get_their_groups_minimum():
-    scores = torch.tensor([-1.0, -3.0, -2.0, -5.0, -4.0, -6.0])
-    truncated = torch.tensor([True, False, False, False, True, False])
-    groups = torch.tensor([0, 0, 0, 1, 1, 1])
-    # group 0: min -3 -> row 0 ; group 1: min -6 (row 5) -> row 4
-    assert truncated_to_group_min(scores, truncated, groups).tolist() == [-3.0, -3.0, -2.0, -5.0, -6.0, -6.0]
+def test_empty_completions_go_below_their_groups_minimum():
+    # Issue 29, as the authors: only empty-mask completions are moved, to (min of the group's others) - 1e-3.
+    scores = torch.tensor([0.0, -3.0, -2.0, -5.0, float("nan"), -6.0, 0.0, 0.0], dtype=torch.float64)
+    empty = torch.tensor([True, False, False, False, True, False, True, True])
+    groups = torch.tensor([0, 0, 0, 1, 1, 1, 2, 2])
+    # group 0: min of rows 1, 2 = -3 -> row 0 -3.001 ; group 1: min -6 -> row 4 -6.001 (its NaN ignored);
+    # group 2: nothing scored -> -0.001 for both
+    out = empty_below_group_min(scores, empty, groups)
+    assert out.tolist() == pytest.approx([-3.001, -3.0, -2.0, -5.0, -6.001, -6.0, -0.001, -0.001], abs=1e-12)
+    with pytest.raises(ValueError, match="margin=-1 is invalid"):
+        empty_below_group_min(scores, empty, groups, margin=-1)
 
 
 def test_preset_and_options():
@@ -77,27 +82,30 @@ def test_without_rank_shaping_the_raw_scores_are_group_normalised_with_eps_1e_4(
         rtol=0, atol=2e-7)
 
 
-def test_truncation_then_rank_shaping_by_hand(monkeypatch):
-    # One group of 4: row 3 has the best score (-1) but was truncated, so it takes the group minimum (-5)
-    # and ties with row 1. Ranks (1 = worst): rows 1 and 3 share ranks 1 and 2 -> 1.5 each; row 2 (-3) 3;
-    # row 0 (-2) 4. u = 2 (rank - 1) / 3 - 1 = (1, -2/3, 1/3, -2/3): mean 0, sum of squares 2,
-    # unbiased std sqrt(2 / 3) = 0.8164966 -> A = u / (0.8164966 + 1e-4).
-    scores = torch.tensor([-2.0, -5.0, -3.0, -1.0])
+def test_empty_and_truncated_then_rank_shaping_by_hand(monkeypatch):
+    # One group of 4 (issue 29, the authors' rules). Row 3 has the best score (-1) and was truncated: it keeps
+    # it. Row 1 has an empty mask: its score (0, a zero gradient, would rank best) becomes the minimum of the
+    # others (-3) minus 1e-3 = -3.001. Ranks (1 = worst): row 1 1, row 2 (-3) 2, row 0 (-2) 3, row 3 4.
+    # u = 2 (rank - 1) / 3 - 1 = (1/3, -1, -1/3, 1): mean 0, sum of squares 20/9,
+    # unbiased std sqrt(20 / 27) = 0.8606630 -> A = u / (0.8606630 + 1e-4).
+    scores = torch.tensor([-2.0, 0.0, -3.0, -1.0])
     monkeypatch.setattr("rlvr_lib.methods.vigor.grad_norm_scores", lambda *args, **kw: scores.clone())
     ids = torch.ones(4, 3, dtype=torch.long)
+    mask = ids.clone()
+    mask[1] = 0
     batch = SimpleNamespace(
-        rollouts=SimpleNamespace(prompt_ids=ids, prompt_mask=ids, completion_ids=ids, completion_mask=ids,
+        rollouts=SimpleNamespace(prompt_ids=ids, prompt_mask=ids, completion_ids=ids, completion_mask=mask,
                                  finish_reasons=["stop", "stop", "stop", "length"]),
         verdicts=[Verdict(0.0, WRONG)] * 4, group_index=torch.zeros(4, dtype=torch.long),
         context_index=torch.full((4,), -1))
     method = build_method(method_config("vigor"))
     batch.rewards = method.rewards(batch, model=None)
-    assert batch.rewards.tolist() == [-2.0, -5.0, -3.0, -5.0]
-    std = math.sqrt(2 / 3)
-    expected = torch.tensor([1.0, -2 / 3, 1 / 3, -2 / 3], dtype=torch.float64) / (std + 1e-4)
+    assert batch.rewards.tolist() == pytest.approx([-2.0, -3.001, -3.0, -1.0], abs=1e-6)
+    std = math.sqrt(20 / 27)
+    expected = torch.tensor([1 / 3, -1.0, -1 / 3, 1.0], dtype=torch.float64) / (std + 1e-4)
     torch.testing.assert_close(method.advantages(batch).double(), expected, rtol=1e-6, atol=0)
-    assert expected[0].item() == pytest.approx(1.2245949, abs=1e-7)
-    assert method._stats["vigor_truncated_frac"] == 0.25
+    assert expected[3].item() == pytest.approx(1.1617600, abs=1e-7)
+    assert method._stats["vigor_truncated_frac"] == 0.25 and method._stats["vigor_empty_frac"] == 0.25
 
 
 def test_the_reward_never_reads_the_verifier(policy, monkeypatch):

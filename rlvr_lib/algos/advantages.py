@@ -215,17 +215,19 @@ def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
 
 def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
                     eps: float = 1e-4) -> Tensor:
-    """VIGOR rank-shaped advantage (arXiv 2605.09920).
+    """VIGOR rank-shaped advantage (arXiv 2605.09920; authors' code ZJUSCL/VIGOR).
 
-    Within each group of size G, rank the scores (1 = worst, G = best; tied
-    scores get the mean of their ranks) and map linearly to [-1, +1]:
+    Within each group of size G, rank the scores by a stable ascending argsort
+    (1 = worst, G = best; tied scores are ranked in row order, the earlier row
+    lower, as the authors' code, which argsorts the group's scores) and map
+    linearly to [-1, +1]:
 
+        rank_i = 1 + position of row i in the group's stable ascending sort
         u_i = 2 * (rank_i - 1) / (G - 1) - 1       (u_i = 0 when G = 1)
 
     then apply the GRPO normalisation (unbiased std): (u - mean_g(u)) / (std_g(u) + eps).
     Ranking removes outliers in the raw scores (VIGOR's gradient-norm reward).
-
-    Memory is O(N^2) (pairwise comparison within groups), fine for RL batches.
+    Every group's u is a permutation of the same G values, ties included.
 
     Args:
         scores: (N,) scores, higher is better.
@@ -237,11 +239,15 @@ def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor |
     """
     s, inv, n_groups = _prepare(scores, group_index, name="scores")
     check_range("eps", eps, 0.0)
-    same = inv[:, None] == inv[None, :]
-    below = ((s[None, :] < s[:, None]) & same).sum(1)
-    ties = ((s[None, :] == s[:, None]) & same).sum(1)  # includes i itself
-    rank = below.to(s.dtype) + (ties.to(s.dtype) + 1.0) / 2.0  # mean 1-based rank of the tie block
-    size = _group_count(s, inv, n_groups)[inv]
+    # Two stable sorts: by score, then by group; rows end up grouped, ascending in score, ties in row order.
+    by_score = torch.sort(s, stable=True).indices
+    order = by_score[torch.sort(inv[by_score], stable=True).indices]
+    position = torch.empty_like(inv)
+    position[order] = torch.arange(len(s), device=s.device)
+    size = _group_count(s, inv, n_groups)
+    start = torch.cumsum(size, 0) - size  # groups are numbered in sorted order, so they appear in that order
+    rank = (position - start.long()[inv] + 1).to(s.dtype)
+    size = size[inv]
     u = torch.where(size > 1, 2.0 * (rank - 1.0) / (size - 1.0).clamp(min=1.0) - 1.0, torch.zeros_like(s))
     return grpo_advantages(u, inv, eps=eps)
 

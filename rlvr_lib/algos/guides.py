@@ -225,7 +225,12 @@ def shaped_anchor(logp: Tensor, ref_logp: Tensor, q: Tensor, estimator: str = "k
     clamp ([-20, 20]) applies to shaped_ref - logp. With ``"k3"`` this is
     :func:`shaped_kl` (the authors' code) bit for bit; with ``"reverse"`` the
     value is k3's and the gradient as used is the reverse KL(pi_theta || q pi_ref)'s
-    (d/dlogp = logp - ref_logp - log q). Where q = 1, log q = 0 and
+    (d/dlogp = logp - ref_logp - log q). For a guide that depends only on the
+    prefix (q_t the same for every candidate y_t, as the branch guide's), the
+    ``"reverse"`` anchor's extra term -log q_t grad logp(y_t) has expectation 0
+    under y_t ~ pi: null in expectation, the unshaped anchor plus noise; with
+    ``"k3"`` (d/dlogp = 1 - q r) the expected gradient is q_t times the
+    unshaped one (`rlvr_lib.methods.sage`). Where q = 1, log q = 0 and
     ref_logp + 0 = ref_logp exactly, so the result equals
     ``kl_penalty(logp, ref_logp, estimator)`` bit for bit (values and gradients).
     q and ref_logp are constants (detached): the guide never carries gradient.

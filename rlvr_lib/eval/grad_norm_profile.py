@@ -16,8 +16,8 @@ truncated. The `GradNormProfile` answers two of the paper's figures:
   :meth:`GradNormProfile.by_length` bins by length quantiles.
 * **Rank.** :meth:`GradNormProfile.correct_by_rank` orders each group of G
   completions of a problem by the score ``S = -sqrt(T) ||g||`` (``-||g||``
-  without ``sqrt_len``), truncated completions at the group minimum as in
-  training, and gives the correctness at each rank (the paper: rank 1 70.5%,
+  without ``sqrt_len``), empty completions (T = 0) below the group minimum as
+  in training (`rlvr_lib.methods.vigor.empty_below_group_min`), and gives the correctness at each rank (the paper: rank 1 70.5%,
   rank 8 52.7% at step 10, monotone).
 """
 
@@ -131,20 +131,21 @@ class GradNormProfile:
 
         Groups are consecutive runs of ``group_size`` completions of one
         problem; the score is ``-sqrt(T) ||g||`` (``-||g||`` without
-        ``sqrt_len``), truncated completions at their group's minimum, ties in
+        ``sqrt_len``), empty completions (length 0) at their group's minimum
+        minus 1e-3 as in training (truncated ones keep their score), ties in
         sampling order (`rlvr_lib.methods.vigor.correct_by_rank`).
 
         Raises:
             ValueError: when ``group_size`` does not divide the samples per problem.
         """
-        from rlvr_lib.methods.vigor import correct_by_rank, truncated_to_group_min
+        from rlvr_lib.methods.vigor import correct_by_rank, empty_below_group_min
 
         n = self.lengths.shape[1]
         check_int("group_size", group_size, 1)
         check(n % group_size == 0, "group_size", group_size, f"a divisor of the samples per problem ({n})")
         scores = -torch.from_numpy(self.values("scaled" if sqrt_len else "norm").ravel().astype(np.float64))
         groups = torch.arange(scores.numel()) // group_size
-        scores = truncated_to_group_min(scores, torch.from_numpy(self.truncated.ravel()), groups)
+        scores = empty_below_group_min(scores, torch.from_numpy(self.lengths.ravel() == 0), groups)
         return correct_by_rank(scores, torch.from_numpy(self.correct.ravel()), groups).numpy()
 
 

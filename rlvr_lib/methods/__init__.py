@@ -13,9 +13,9 @@ from __future__ import annotations
 from rlvr_lib.methods.base import Method, NoOptions, StepBatch
 from rlvr_lib.methods.registry import METHODS, MethodSpec, build_method, method_config, register_method
 
-# GRPO (DeepSeekMath, arXiv 2402.03300) with the KL anchor SAGE's baseline uses (beta 0.05). The
-# "reverse" estimator's gradient is the reverse KL(pi || pi_ref)'s, as the papers intend (k3 as
-# used has the forward KL's; see rlvr_lib.algos.kl).
+# GRPO (DeepSeekMath, arXiv 2402.03300) with a KL anchor at beta 0.05. The "reverse" estimator's
+# gradient is the reverse KL(pi || pi_ref)'s, as the papers write the KL (k3 as used has the forward
+# KL's; see rlvr_lib.algos.kl). SAGE's comparator is grpo_k3 (the authors' k3; rlvr_lib.methods.sage).
 register_method("grpo", Method, "GRPO: group-normalised advantages, PPO-clip, reverse-KL anchor to the base policy",
                 kl_coef=0.05, kl_estimator="reverse")
 

@@ -29,6 +29,8 @@ hook                      what it decides                              used by
                                                                        EntReg
 ``sampling_temperature``  sampling temperature of a step               Polaris
 ``make_optimizer``        the optimizer                                3PO (IVON)
+``tuning_lr``,            the lr an lr-tuning grid scales              3PO (IVON's lr)
+``with_tuning_lr``        (`rlvr_lib.tuning`)
 ``on_step_start``         per-step method state (seeded generators)    Clip-Cov, SAGE (random guide)
 ``on_step_end``           per-step method state (latches)              Polaris
 ``state_dict``            the method state a checkpoint keeps          Polaris, 3PO (IVON step count)
@@ -338,6 +340,16 @@ class Method:
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor | float, dict]:
         """Extra scalar loss terms on the minibatch and their stats; default none."""
         return 0.0, {}
+
+    @classmethod
+    def tuning_lr(cls, config) -> float:
+        """The learning rate an lr-tuning grid scales (`rlvr_lib.tuning`); default the optimizer's, ``config.lr``."""
+        return config.lr
+
+    @classmethod
+    def with_tuning_lr(cls, config, lr: float):
+        """``config`` with :meth:`tuning_lr` set to ``lr`` (a validated copy)."""
+        return config.replace(lr=lr)
 
     def make_optimizer(self, model: torch.nn.Module) -> torch.optim.Optimizer:
         cfg = self.config

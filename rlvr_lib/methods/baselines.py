@@ -9,7 +9,7 @@ defaults, ``validate``), parsed into ``self.options`` when the method is built
 value and what is allowed).
 
 =================  ==========================================================  =================
-name               what changes against GRPO (``grpo``: k3 KL, beta 0.05)      compared in
+name               what changes against GRPO (``grpo``: reverse KL 0.05)       compared in
 =================  ==========================================================  =================
 grpo_no_kl         no KL anchor                                                SAGE, 3PO, NudgeRL
 grpo_forward_kl    forward-KL anchor                                           SAGE
@@ -27,7 +27,8 @@ pope               oracle-prefix hints on half of the prompts                  N
 intuitor           reward = self-certainty, no verifier                        VIGOR
 =================  ==========================================================  =================
 
-SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
+SAGE's own GRPO, ``grpo_k3`` (the authors' k3 anchor), is registered with SAGE
+(`rlvr_lib.methods.sage`). SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
 KL off (token-normalised over the local, resp. global, batch); on one process
 both are ``bnpo_loss``. The full DAPO recipe is ``dapo``.
 
@@ -56,11 +57,13 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import completion_logits, self_certainty_rewards
+from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.tasks import CORRECT
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "ActorOldLogprobs",
     "BASELINES",
     "BNPOBeta",
     "BNPOLoss",
@@ -361,6 +364,64 @@ class PolarisFixed(Polaris):
     Options = PolarisFixedOptions
 
 
+class ActorOldLogprobs:
+    """Mixin: the old log-probs of the policy loss are the training policy's own, as verl's actor computes them.
+
+    The default ``policy_loss`` takes the rollout engine's log-probs as the old
+    policy's. They differ from the training forward's by float rounding (up to
+    ~6e-6 per token on the testbed), so on the on-policy pass ``logp - old_logp``
+    is noise, not 0: |logp - old_logp| (KL-Cov's penalty) then has a gradient
+    sign(noise) x grad logp on every selected token, and Clip-Cov's ratio is not
+    exactly 1. verl (the authors' and 3PO's framework) recomputes the old
+    log-probs with the actor before the update, so there the term is 0 on the
+    on-policy pass. Here, per RL step:
+
+    * until the step's first ``optimizer.step()`` (the on-policy pass: the
+      first minibatch of the first epoch), old_logp = ``logp.detach()``, the
+      training forward itself, so log-ratio = 0 exactly: KL-Cov's penalty and
+      its gradient are exactly 0 (d|x|/dx at 0 is 0 in autograd), the ratio 1;
+    * after it (later minibatches and epochs), old_logp = the pre-update policy's
+      log-probs, one no-grad teacher-forced forward of the step's rows at the
+      step's temperature before the update (``before_update``, in
+      ``batch.extras["old_logprobs"]``; only computed when the config takes more
+      than one optimizer step per RL step), as verl's ``compute_log_prob``
+      (the model in the mode the trainer leaves it in before the update, eval;
+      the testbed's policy has no dropout, so the modes agree).
+
+    Optimizer steps are counted by a step hook on the optimizer the method
+    builds (``make_optimizer``). Put it first among the bases.
+    """
+
+    EXTRA = "old_logprobs"
+
+    def make_optimizer(self, model):
+        optimizer = super().make_optimizer(model)
+        self._stepped = False
+        optimizer.register_step_post_hook(lambda *_: setattr(self, "_stepped", True))
+        return optimizer
+
+    def before_update(self, batch: StepBatch, model) -> None:
+        super().before_update(batch, model)
+        self._stepped = False
+        if self.config.inner_epochs * self.config.minibatches == 1:
+            return  # every loss call of the step is on-policy
+        ro, rows = batch.rollouts, torch.arange(len(batch))
+        parts = []
+        with torch.no_grad():
+            for chunk in rows.split(self.config.rollout_batch_size):  # memory only
+                lp, _ = sequence_logprobs(model, ro.prompt_ids[chunk], ro.prompt_mask[chunk],
+                                          ro.completion_ids[chunk], ro.completion_mask[chunk],
+                                          temperature=self.sampling_temperature(self.step))
+                parts.append(lp)
+        batch.extras[self.EXTRA] = torch.cat(parts).detach()
+
+    def old_logprobs(self, batch: StepBatch, logp: torch.Tensor) -> torch.Tensor:
+        """The minibatch's old log-probs (see the class docstring)."""
+        if not getattr(self, "_stepped", False):
+            return logp.detach()
+        return batch.extras[self.EXTRA].to(device=logp.device, dtype=logp.dtype)
+
+
 @dataclass(frozen=True)
 class KLCovOptions(ConfigBase):
     """`KLCov`'s settings: token fraction ``k_frac`` in (0, 1], penalty weight ``kl_cov_coef`` >= 0."""
@@ -373,7 +434,7 @@ class KLCovOptions(ConfigBase):
         self.check_nonnegative("kl_cov_coef", self.kl_cov_coef)
 
 
-class KLCov(Method):
+class KLCov(ActorOldLogprobs, Method):
     """KL-Cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
 
     Per token, cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's
@@ -385,7 +446,9 @@ class KLCov(Method):
     ``k_frac=2e-3`` (pass it in ``method_options`` to run that). On the testbed
     a step has ~10^3 completion tokens, so either fraction penalises
     ``max(1, floor(k_frac x n))`` = 1-2 tokens per minibatch. No KL anchor
-    (preset). Logged: ``kl_cov_frac``, ``abs_log_ratio``.
+    (preset). Old log-probs: the training policy's (`ActorOldLogprobs`, as verl),
+    so on the on-policy pass the penalty and its gradient are exactly 0.
+    Logged: ``kl_cov_frac``, ``abs_log_ratio``.
 
     Options: ``k_frac`` (in (0, 1], default 2e-4), ``kl_cov_coef`` (>= 0, default 1).
     """
@@ -394,8 +457,8 @@ class KLCov(Method):
     Options = KLCovOptions
 
     def policy_loss(self, batch: StepBatch, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
-        return kl_cov_loss(logp, batch.rollouts.logprobs, batch.advantages, mask, k_frac=self.options.k_frac,
-                           kl_coef=self.options.kl_cov_coef)
+        return kl_cov_loss(logp, self.old_logprobs(batch, logp), batch.advantages, mask,
+                           k_frac=self.options.k_frac, kl_coef=self.options.kl_cov_coef)
 
 
 @dataclass(frozen=True)
@@ -412,7 +475,7 @@ class ClipCovOptions(ConfigBase):
         self.check_range("ub", self.ub, self.lb, None, lo_open=True)
 
 
-class ClipCov(Method):
+class ClipCov(ActorOldLogprobs, Method):
     """Clip-Cov (arXiv 2505.22617): PPO-clip with the gradient of a few high-covariance tokens detached.
 
     Candidates: tokens with ``lb`` < cov_t < ``ub`` (cov_t as in `KLCov`) that
@@ -426,8 +489,9 @@ class ClipCov(Method):
     (0.2/0.2); the authors and 3PO's ``grpo_clipcov`` set clip_ratio_low = high = 1
     (no PPO clip besides Clip-Cov). On the testbed's single on-policy pass
     (``inner_epochs=1``, ``minibatches=1``) rho = 1 and the clip range is moot;
-    with more passes set ``eps_high=1.0`` (``eps_low`` must stay < 1). No KL
-    (preset). Logged: ``clip_cov_frac``.
+    with more passes set ``eps_high=1.0`` (``eps_low`` must stay < 1). Old
+    log-probs: the training policy's (`ActorOldLogprobs`, as verl), so the
+    on-policy ratio is exactly 1. No KL (preset). Logged: ``clip_cov_frac``.
 
     Options: ``clip_frac`` (in (0, 1], default 2e-4), ``lb`` (default 1.0), ``ub`` (> lb, default 5.0).
     """
@@ -446,7 +510,7 @@ class ClipCov(Method):
 
     def policy_loss(self, batch: StepBatch, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
         return clip_cov_loss(
-            logp, batch.rollouts.logprobs, batch.advantages, mask, eps_low=self.config.eps_low,
+            logp, self.old_logprobs(batch, logp), batch.advantages, mask, eps_low=self.config.eps_low,
             eps_high=self.config.eps_high, clip_frac=self.options.clip_frac, lb=self.options.lb, ub=self.options.ub,
             generator=self.clip_generator,
         )

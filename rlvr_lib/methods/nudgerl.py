@@ -19,9 +19,10 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
+from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.tasks import CORRECT, get_task
 
-__all__ = ["NudgeRL", "NudgeRLOptions"]
+__all__ = ["NUDGERL_SETTINGS", "NudgeRL", "NudgeRLOptions"]
 
 
 @dataclass(frozen=True)
@@ -147,9 +148,12 @@ class NudgeRL(Method):
     rollouts for ``dropout_unit="rollout"``, among slots with a hint) and
     ``nudge_missing_hint_share`` (share of hint slots the pool could not fill).
 
-    Preset (the authors' ``configs/train_config.yaml``): no KL, eps 0.2/0.2,
-    temperature 1.0, top_p 0.95, ``advantage="context"``, G = 8 (2 hints x 4).
-    Compare with GRPO at the same top_p.
+    Preset (:data:`NUDGERL_SETTINGS`, the authors' ``configs/train_config.yaml``):
+    no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, ``advantage="context"``,
+    G = 8 (2 hints x 4), two optimizer steps per generation batch (``minibatches=2``,
+    each a shuffled half of the step's rollouts, as the authors' TRL run: generation
+    batch 8, train batch 4), cosine lr after a 5% linear warm-up (`rlvr_lib.schedules`).
+    Compare with GRPO at the same settings (``method_config("grpo", **NUDGERL_SETTINGS)``).
 
     Options: ``hints_per_problem`` (int >= 1, default 2), ``rollouts_per_hint``
     (int >= 1 or None = G / hints_per_problem; default None), ``hint_selection``
@@ -295,8 +299,17 @@ class NudgeRL(Method):
             metrics["distill_share"] = term / total if total > 0 else 0.0
 
 
+NUDGERL_SETTINGS = {"kl_coef": 0.0, "eps_low": 0.2, "eps_high": 0.2, "temperature": 1.0, "top_p": 0.95,
+                    "group_size": 8, "loss_agg": "seq_mean_token_mean", "minibatches": 2,
+                    **paper_schedule("nudgerl")}
+"""The `TrainerConfig` fields NudgeRL's runs share (the authors' ``configs/train_config.yaml``, every method of
+their table): no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, G = 8, TRL's "grpo" loss, two optimizer steps
+per generation batch (``minibatches=2``: TRL's ``generation_batch_size`` 8 over ``per_device_train_batch_size``
+4, so the second step is off-policy and the PPO clip can bind), cosine lr decay after a linear warm-up over 5%
+of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them too
+(``method_config("grpo", **NUDGERL_SETTINGS)``)."""
+
 register_method("nudgerl", NudgeRL,
                 "NudgeRL: 2 hints x 4 rollouts, context dropout 0.5, inter/intra credit lam 1.1, "
                 "hint-free distillation 0.1, no KL, top_p 0.95",
-                kl_coef=0.0, eps_low=0.2, eps_high=0.2, temperature=1.0, top_p=0.95, advantage="context",
-                group_size=8, loss_agg="seq_mean_token_mean")
+                advantage="context", **NUDGERL_SETTINGS)

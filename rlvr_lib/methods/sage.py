@@ -16,14 +16,29 @@ the minibatch:
 clamped to [-20, 20] as the estimators do.)
 
 The estimator. The authors' code uses k3 on the shaped reference
-(``exp(D) - D - 1``, D = shaped_ref - logp; `rlvr_lib.algos.guides.shaped_kl`).
-Here the anchor is the CONFIG's estimator applied to the shaped reference, and
-every SAGE preset takes ``kl_coef`` and ``kl_estimator`` from the ``grpo``
-preset (``reverse``, 0.05: k3's value with the reverse KL's gradient as used,
-see `rlvr_lib.algos.kl`). So SAGE and GRPO differ ONLY by q: where q = 1 the
-anchor equals GRPO's ``Method.anchor`` bit for bit, values and gradients.
-``kl_estimator="k3"`` reproduces the authors' estimator exactly (its gradient
-as used is the forward KL's, as GRPO's k3).
+(``exp(D) - D - 1``, D = shaped_ref - logp; `rlvr_lib.algos.guides.shaped_kl`),
+differentiated as is. Here the anchor is the CONFIG's estimator applied to the
+shaped reference, and every SAGE preset takes the authors' anchor,
+:data:`SAGE_ANCHOR` (``k3``, beta 0.05), as does its GRPO comparator ``grpo_k3``
+(`GRPOK3`). So SAGE and its GRPO differ ONLY by q: where q = 1 the anchor equals
+GRPO's ``Method.anchor`` bit for bit, values and gradients.
+
+Why k3 and not ``reverse`` (k3's value, k2's gradient; the ``grpo`` preset's).
+Per token, with r = pi_ref / pi and a guide q_t that depends only on the
+prefix (the branch guide: q_t is a function of the entropy H_t of pi at that
+prefix), the gradient as used of the shaped anchor is
+
+    reverse:  (logp - ref_logp - log q_t) grad logp(y_t)
+    k3:       (1 - q_t r(y_t)) grad logp(y_t)
+
+and E_{y_t ~ pi}[grad logp(y_t)] = 0. Under ``reverse`` the guide's term
+-log q_t E[grad logp] vanishes in expectation: every prefix-only guide is GRPO
+plus noise, by construction. Under k3 the expectation is -q_t E_pi[r grad logp]
+= q_t x GRPO's: the guide rescales the anchor's pull token by token, which is
+SAGE's mechanism. (A guide that depends on the sampled token, like the token
+guide, is not null under ``reverse`` either.) ``tests/test_sage.py`` shows both
+on an exact small example. ``kl_estimator="reverse"`` stays available as an
+option.
 
 Guides (q from the CURRENT policy's forward of the same minibatch; the trainer
 passes the entropy detached, and q never carries gradient):
@@ -78,8 +93,9 @@ number comparable with GRPO's ``kl``.
 Registered presets: ``sage``, ``sage_token``, ``sage_random`` (GRPO + a
 guide), and SAGE's "+Branch" forms of its loss-aggregation baselines,
 ``dapo_branch`` and ``bnpo_loss_branch``: the ``dapo`` / ``bnpo_loss`` presets
-and hooks with the branch-guided anchor at the ``grpo`` preset's beta and
-estimator (those presets have the KL off).
+and hooks with the branch-guided anchor :data:`SAGE_ANCHOR` (those presets
+have the KL off). The GRPO comparator is ``grpo_k3``: the ``grpo`` preset with
+:data:`SAGE_ANCHOR`.
 """
 
 from __future__ import annotations
@@ -103,7 +119,9 @@ __all__ = [
     "DAPOBranch",
     "DAPOBranchOptions",
     "RandomGuideOptions",
+    "GRPOK3",
     "SAGE",
+    "SAGE_ANCHOR",
     "SAGERandom",
     "SAGEToken",
     "ShapedAnchor",
@@ -295,7 +313,7 @@ class SAGE(ShapedAnchor, Method):
 
     q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the current
     policy's token entropy; anchor_t = kl_penalty(logp_t, ref_logp_t + log q_t,
-    kl_estimator), beta 0.05 (the ``grpo`` preset's estimator and beta).
+    kl_estimator), k3 at beta 0.05 (:data:`SAGE_ANCHOR`, the authors'; compare with ``grpo_k3``).
 
     Options: ``tau`` (nats >= 0, default :data:`TESTBED_TAU` = 0.07, the base
     policy's 90th entropy percentile; 1.2 is the paper's), ``gamma`` (>= 0,
@@ -344,8 +362,8 @@ class DAPOBranch(ShapedAnchor, DAPO):
     """SAGE's "DAPO + Branch" (arXiv 2605.18864): `DAPO` with the branch-guided anchor.
 
     DAPO's hooks and preset (clip-higher, token-mean loss, overlong shaping,
-    dynamic sampling) plus beta * shaped anchor (beta 0.05, the ``grpo``
-    estimator). Options: DAPO's and the branch guide's (see `SAGE`).
+    dynamic sampling) plus beta * shaped anchor (:data:`SAGE_ANCHOR`: k3, beta
+    0.05). Options: DAPO's and the branch guide's (see `SAGE`).
     """
 
     name = "dapo_branch"
@@ -355,7 +373,7 @@ class DAPOBranch(ShapedAnchor, DAPO):
 class BNPOLossBranch(ShapedAnchor, BNPOLoss):
     """SAGE's "BNPO + Branch" (arXiv 2605.18864): `BNPOLoss` (token-mean loss) with the branch-guided anchor.
 
-    Beta 0.05 and the ``grpo`` estimator. Options: the branch guide's (see `SAGE`).
+    :data:`SAGE_ANCHOR` (k3, beta 0.05). Options: the branch guide's (see `SAGE`).
     """
 
     name = "bnpo_loss_branch"
@@ -418,15 +436,32 @@ def calibrate_tau(model, tokenizer, *, quantile: float = 0.9, **sample) -> float
 
 
 # ------------------------------------------------------------------------------ registry
-_GRPO_ANCHOR = {key: METHODS["grpo"].preset[key] for key in ("kl_coef", "kl_estimator")}
+class GRPOK3(Method):
+    """SAGE's GRPO comparator (arXiv 2605.18864, code tally0818/SAGE): GRPO with the authors' k3 anchor.
 
+    beta * (r - log r - 1) per token, r = pi_ref / pi_theta, differentiated as
+    is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), beta 0.05
+    (:data:`SAGE_ANCHOR`): the ``sage*`` presets with q = 1.
+    """
+
+    name = "grpo_k3"
+
+
+SAGE_ANCHOR = {"kl_coef": 0.05, "kl_estimator": "k3"}
+"""The authors' anchor (k3 on the shaped reference, beta 0.05): every SAGE preset's and ``grpo_k3``'s."""
+
+_GRPO_K3 = {**METHODS["grpo"].preset, **SAGE_ANCHOR}
+
+register_method("grpo_k3", GRPOK3, "SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta 0.05",
+                **_GRPO_K3)
 register_method("sage", SAGE, "SAGE branch guide: GRPO anchored to q*pi_ref, q = 1 + 0.3 (H - tau)_+ in [0.6, 1.4]",
-                **METHODS["grpo"].preset)
+                **_GRPO_K3)
 register_method("sage_token", SAGEToken, "SAGE token guide: q from normalised surprisal (+ noise), scheduled",
-                **METHODS["grpo"].preset)
+                **_GRPO_K3)
 register_method("sage_random", SAGERandom, "SAGE random guide: q = 1 + sigma xi on a random eps of tokens",
-                **METHODS["grpo"].preset)
-register_method("dapo_branch", DAPOBranch, "DAPO + SAGE's branch-guided anchor (beta 0.05)",
-                **{**METHODS["dapo"].preset, **_GRPO_ANCHOR})
-register_method("bnpo_loss_branch", BNPOLossBranch, "SAGE's BNPO (token-mean loss) + branch-guided anchor (beta 0.05)",
-                **{**METHODS["bnpo_loss"].preset, **_GRPO_ANCHOR})
+                **_GRPO_K3)
+register_method("dapo_branch", DAPOBranch, "DAPO + SAGE's branch-guided anchor (k3, beta 0.05)",
+                **{**METHODS["dapo"].preset, **SAGE_ANCHOR})
+register_method("bnpo_loss_branch", BNPOLossBranch,
+                "SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta 0.05)",
+                **{**METHODS["bnpo_loss"].preset, **SAGE_ANCHOR})

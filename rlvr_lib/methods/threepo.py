@@ -45,9 +45,13 @@ estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
 ``1 / sqrt(ess * (h + wd))``, and noise scaled by ``s`` would multiply it by
 ``s**2`` (a biased Hessian, hence a biased posterior and step).
 
-Diagnostics (per step): ``ivon_lr`` (the IVON learning rate in use, see
-"Learning rate" below), ``ivon_mean_sigma`` (mean posterior std over weights,
-at the start of the update), ``weight_sample_disagreement`` (share of groups
+Diagnostics (per step): ``ivon_lr`` (the IVON learning rate the options
+give, see "Learning rate" below; under an lr schedule its base, the lr of
+each step being the trainer's ``lr``), ``ivon_mean_sigma`` (mean posterior std over weights,
+at the start of the update), ``ivon_clipped_frac`` (share of weights whose
+update IVON clipped, |u| > ``clip_radius``, :func:`update_ratio`) and
+``ivon_mean_abs_step`` (mean over weights of |delta theta| of the mean
+weights; both averaged over the step's optimizer steps), ``weight_sample_disagreement`` (share of groups
 whose weight slices' majority ``verdict.strategy`` differ; 0 with one sample),
 ``incorrect_rate`` (next to the trainer's ``accuracy`` / ``malformed_rate``),
 and for C3PO ``seq_mis_masked_frac`` / ``seq_mis_ratio_mean`` (minibatch means).
@@ -129,6 +133,20 @@ its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
 steps measured on a run's first steps (`rlvr_lib.eval.weight_steps`);
 notebook 04 uses it for a sensitivity arm added after its T1 was seen.
 
+Regime (issue 29). Matching the largest step leaves IVON's regime behind: a
+weight is clipped when |u| > clip_radius, u = (mom / debias + wd m) / (h + wd)
+(:func:`update_ratio`), and with the authors' clip radius on the tiny policy
+most weights are (IVON then runs as constant-step sign descent; on a 7B model
+the clip binds on a minority). Every step now logs ``ivon_clipped_frac`` and
+``ivon_mean_abs_step``. The replacement rule, :func:`calibrate_clip_and_lr`:
+clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
+measured |u| after the warm-up exceed it, then the IVON lr whose mean
+|delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
+measured by ``python -m rlvr_lib calibrate-threepo`` (:func:`calibrate_threepo`,
+``results/testbed/threepo_calibration.json``). Until that file is measured on
+the shipped policy and its picks become the defaults, the options keep the
+authors' clip radius and the matched lr above.
+
 Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
 IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
 paper's point is that 3PO needs no noise prior learnt in an SFT phase, so it
@@ -193,6 +211,8 @@ needed.
 from __future__ import annotations
 
 import contextlib
+import copy
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -206,14 +226,16 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
+from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "HESS_INIT_STREAM", "LEARNT_HESS_STEPS", "M3PO", "NOISE_SCALES",
-           "REFERENCE_WEIGHT_STD", "TESTBED_ESS", "ThreePOOptions", "calibrate_ess", "calibrated_ess", "check_ivon_lr",
-           "initial_sigma", "learn_hessian_init", "matched_ivon_lr", "mean_step_matched_ivon_lr", "noise_to_weight_ratio",
-           "weight_matrix_std"]
+           "MAX_CLIPPED_SHARE", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_ESS", "THREEPO_SETTINGS",
+           "ThreePOOptions", "calibrate_clip_and_lr", "calibrate_ess", "calibrate_threepo", "calibrated_ess",
+           "check_ivon_lr", "initial_sigma", "ivon_update_probe", "learn_hessian_init", "matched_ivon_lr",
+           "mean_step_matched_ivon_lr", "noise_to_weight_ratio", "update_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -288,6 +310,171 @@ def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_
     check_range("adamw_mean_step", adamw_mean_step, 0.0, None, lo_open=True)
     check_int("digits", digits, 1)
     return float(f"{ivon_lr * adamw_mean_step / ivon_mean_step:.{digits}g}")
+
+
+MAX_CLIPPED_SHARE = 0.2
+"""The regime rule's bound: at most this share of weights clipped by IVON after the warm-up (issue 29)."""
+
+
+def _round_up(x: float, digits: int) -> float:
+    """``x`` rounded up to ``digits`` significant figures (never below ``x``)."""
+    exponent = math.floor(math.log10(x)) - digits + 1
+    out = float(f"{math.ceil(x / 10.0 ** exponent) * 10.0 ** exponent:.{digits}g}")
+    return out if out >= x else float(f"{out + 10.0 ** exponent:.{digits}g}")
+
+
+@dataclass(frozen=True)
+class RegimeCalibration:
+    """What :func:`calibrate_clip_and_lr` picks and what it predicts on the measured update ratios.
+
+    ``clip_radius`` and ``lr`` are the picks; ``clipped_share`` is the share of
+    measured |u| above ``clip_radius``; ``ivon_mean_step`` the mean |delta theta|
+    IVON takes at the picks on the measured |u| (equal to ``adamw_mean_step`` up
+    to the lr's rounding).
+    """
+
+    clip_radius: float
+    lr: float
+    clipped_share: float
+    ivon_mean_step: float
+    adamw_mean_step: float
+    max_clipped: float
+    samples: int
+
+
+def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float, *,
+                          max_clipped: float = MAX_CLIPPED_SHARE, hess_init: float = 1e-3, weight_decay: float = 1e-6,
+                          rescale_lr: bool = True, digits: int = 3) -> RegimeCalibration:
+    """3PO's regime rule (issue 29): clip_radius from IVON's measured per-weight updates, then the IVON lr.
+
+    Input: |u| (:func:`update_ratio`) of every weight at every measured IVON
+    step after the warm-up, pooled (1-D), and AdamW's mean per-weight step
+    |delta theta| on the same steps of the ``grpo`` preset
+    (`rlvr_lib.eval.weight_steps.weight_step_profile`). With the n pooled values
+    sorted, v_(1) <= ... <= v_(n):
+
+        clip_radius = v_(k) rounded UP to ``digits`` significant figures,
+                      k = ceil((1 - max_clipped) n)     (so at most max_clipped of them exceed it)
+        s           = mean_j min(|u_j|, clip_radius)    (IVON's mean step per unit lr_eff)
+        lr_eff      = adamw_mean_step / s               (IVON's mean step = AdamW's)
+        lr          = lr_eff / (hess_init + wd)         with ``rescale_lr`` (lr_eff without)
+                      rounded to ``digits`` significant figures.
+
+    The clip radius does not enter the posterior noise 1 / sqrt(ess (h + wd)),
+    so the noise the ESS rule set is unchanged. Exact for the measured steps
+    only: at the picks the trajectory changes; measure again to check
+    (:func:`calibrate_threepo` does, with ``rounds``).
+
+    Raises:
+        ValueError: on an empty, non-1-D or non-finite ``abs_update_ratio``, a negative value in it,
+            ``max_clipped`` outside (0, 1), a non-positive ``adamw_mean_step``, or ``digits < 1``.
+    """
+    check_range("max_clipped", max_clipped, 0.0, 1.0, lo_open=True, hi_open=True)
+    check_range("adamw_mean_step", adamw_mean_step, 0.0, None, lo_open=True)
+    check_range("hess_init", hess_init, 0.0, None, lo_open=True)
+    check_range("weight_decay", weight_decay, 0.0, None)
+    check_int("digits", digits, 1)
+    u = torch.as_tensor(abs_update_ratio)
+    check(u.ndim == 1 and u.numel() > 0, "abs_update_ratio.shape", tuple(u.shape), "(n,) with n >= 1")
+    u = u.detach().double().cpu()
+    bad = int((~torch.isfinite(u) | (u < 0)).sum())
+    check(bad == 0, "abs_update_ratio", f"<{bad} entries non-finite or negative>",
+          "finite and >= 0 everywhere (|u| of every weight)")
+    values = torch.sort(u).values
+    k = math.ceil(round((1.0 - max_clipped) * len(values), 9))
+    top = float(values[max(k, 1) - 1])
+    check(top > 0, "abs_update_ratio", f"<its {1 - max_clipped:g} quantile is 0>",
+          "a distribution with a positive (1 - max_clipped) quantile")
+    clip_radius = _round_up(top, digits)
+    per_lr = float(values.clamp(max=clip_radius).mean())
+    lr_eff = adamw_mean_step / per_lr
+    lr = float(f"{(lr_eff / (hess_init + weight_decay) if rescale_lr else lr_eff):.{digits}g}")
+    lr_eff_used = lr * (hess_init + weight_decay) if rescale_lr else lr
+    return RegimeCalibration(clip_radius=clip_radius, lr=lr, clipped_share=float((values > clip_radius).double().mean()),
+                             ivon_mean_step=lr_eff_used * per_lr, adamw_mean_step=adamw_mean_step,
+                             max_clipped=max_clipped, samples=len(values))
+
+
+def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=None) -> dict:
+    """Run the first ``steps`` RL steps of a 3PO ``config`` and collect IVON's update ratios after ``skip``.
+
+    A fresh `rlvr_lib.trainer.Trainer` (nothing written): the steps are the
+    first ``steps`` of the run ``config`` describes (its ``steps`` sets the lr
+    schedule, not how many are run). Returns ``abs_update_ratio`` (every
+    weight's |u| at RL steps ``skip .. steps - 1``, pooled, float32; at the
+    last optimizer step of each RL step, the only one at
+    the 3PO presets' ``minibatches=1``), and per RL step the logged
+    ``ivon_clipped_frac`` and ``ivon_mean_abs_step``.
+
+    Raises:
+        ValueError: unless ``config.method`` is a 3PO method, ``steps >= 1`` and ``0 <= skip < steps``.
+    """
+    from rlvr_lib.trainer import Trainer
+
+    check(config.method in ("b3po", "m3po", "c3po"), "config.method", config.method, "one of b3po, m3po, c3po")
+    check_int("steps", steps, 1)
+    check_int("skip", skip, 0, steps - 1)
+    trainer = Trainer(config, model, tokenizer)
+    trainer.optimizer.keep_update_ratio = True
+    pooled, clipped, moved = [], [], []
+    for step in range(steps):
+        row = trainer.step()
+        clipped.append(row["ivon_clipped_frac"])
+        moved.append(row["ivon_mean_abs_step"])
+        if step >= skip:
+            pooled.append(trainer.optimizer.last_abs_update_ratio)  # the RL step's last optimizer step
+    return {"abs_update_ratio": torch.cat(pooled), "ivon_clipped_frac": clipped, "ivon_mean_abs_step": moved}
+
+
+def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
+                      skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
+                      **config_fields) -> dict:
+    """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
+
+    1. AdamW's mean step: :func:`rlvr_lib.eval.weight_steps.weight_step_profile`
+       of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
+       its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
+    2. Round r: :func:`ivon_update_probe` of ``method_config(method,
+       steps=run_steps, **config_fields)`` with ``clip_radius`` and ``lr`` the
+       previous round's picks (round 1: the method's defaults), then
+       :func:`calibrate_clip_and_lr`. Round r + 1 measures at round r's picks
+       (the rule is exact only on the measured trajectory); each round records
+       the clipped share and mean step it measured at its own setting.
+
+    The picks are the last round's. Returns a JSON-ready report (settings,
+    AdamW's mean step, every round, the picks).
+    """
+    from rlvr_lib.eval.weight_steps import weight_step_profile
+    from rlvr_lib.methods.registry import method_config
+    from rlvr_lib.policy import load_policy
+
+    check_int("rounds", rounds, 1)
+    base = dict(config_fields, steps=run_steps, policy=policy)
+    model, tokenizer = load_policy(policy)
+    adamw = weight_step_profile(method_config(adamw_method, **base), steps, model=copy.deepcopy(model),
+                                tokenizer=tokenizer)
+    adamw_mean = adamw.mean(skip)["mean_abs"]
+    options: dict = {}
+    history = []
+    for r in range(rounds):
+        config = method_config(method, **base, method_options=options or None)
+        o = ThreePOOptions.from_dict(options)
+        probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
+        pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
+                                     hess_init=o.hess_init, weight_decay=o.weight_decay, rescale_lr=o.rescale_lr)
+        history.append({"round": r + 1, "clip_radius": o.clip_radius, "lr": o.ivon_lr(config.lr),
+                        "measured_clipped_frac": sum(probe["ivon_clipped_frac"][skip:]) / (steps - skip),
+                        "measured_mean_abs_step": sum(probe["ivon_mean_abs_step"][skip:]) / (steps - skip),
+                        "ivon_clipped_frac": probe["ivon_clipped_frac"], "ivon_mean_abs_step": probe["ivon_mean_abs_step"],
+                        "pick": dataclasses.asdict(pick)})
+        options = {"clip_radius": pick.clip_radius, "lr": pick.lr}
+    return {"rule": "clip_radius: the (1 - max_clipped) quantile of IVON's |u| after warm-up, rounded up; "
+                    "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
+                    "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
+            "method": method, "adamw_method": adamw_method, "run_steps": run_steps, "probe_steps": steps,
+            "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
+            "adamw_mean_abs_step": adamw_mean, "adamw_mean_abs_step_per_step": adamw.mean_abs.tolist(),
+            "rounds": history, "clip_radius": options["clip_radius"], "lr": options["lr"]}
 
 
 def check_ivon_lr(records) -> None:
@@ -377,10 +564,13 @@ class _SummedIVON(ivon.IVON):
     the mean weights exactly. The update itself is IVON's.
     """
 
-    def __init__(self, params, *, noise_scale: float = 1.0, **kw):
+    def __init__(self, params, *, noise_scale: float = 1.0, keep_update_ratio: bool = False, **kw):
         check(noise_scale in NOISE_SCALES, "noise_scale", noise_scale, _NOISE_SCALE_MUST)
         super().__init__(params, **kw)
         self.noise_scale = noise_scale
+        self.keep_update_ratio = keep_update_ratio
+        self.update_stats: list[dict[str, float]] = []  # one entry per step(); the method empties it per RL step
+        self.last_abs_update_ratio: torch.Tensor | None = None  # |u| of the last step, when keep_update_ratio
 
     def _sample_params(self):
         param_avg, noise = super()._sample_params()
@@ -403,7 +593,30 @@ class _SummedIVON(ivon.IVON):
             for key in ("avg_grad", "avg_nxg", "avg_gsq"):
                 if self.state[key] is not None:
                     self.state[key] = self.state[key] * count
-        return super().step(closure)
+        before = [self._flat(group) for group in self.param_groups]
+        loss = super().step(closure)
+        self._record_update(before)
+        return loss
+
+    @staticmethod
+    def _flat(group) -> torch.Tensor:
+        return torch.cat([p.detach().flatten() for p in group["params"] if p is not None])
+
+    def _record_update(self, before: list[torch.Tensor]) -> None:
+        """Appends the step's clipped share and mean |delta theta| to ``update_stats`` (formulas: `update_ratio`)."""
+        n = clipped = 0
+        moved = 0.0
+        kept = []
+        for group, old in zip(self.param_groups, before):
+            u = update_ratio(group["momentum"], group["hess"], old, weight_decay=group["weight_decay"],
+                             beta1=group["beta1"], step=self.current_step, debias=self.debias)
+            clipped += int((u.abs() > group["clip_radius"]).sum())
+            moved += float((self._flat(group) - old).abs().double().sum())
+            n += u.numel()
+            if self.keep_update_ratio:
+                kept.append(u.abs().float())
+        self.update_stats.append({"ivon_clipped_frac": clipped / max(n, 1), "ivon_mean_abs_step": moved / max(n, 1)})
+        self.last_abs_update_ratio = torch.cat(kept) if kept else None
 
     def mean_sigma(self) -> float:
         """Mean over weights of the current posterior std (times ``noise_scale``)."""
@@ -413,6 +626,20 @@ class _SummedIVON(ivon.IVON):
             total += float(sigma.double().sum())
             n += sigma.numel()
         return self.noise_scale * total / max(n, 1)
+
+
+def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Tensor, *, weight_decay: float,
+                 beta1: float, step: int, debias: bool = True) -> torch.Tensor:
+    """IVON's per-weight update before the clip, u = (mom / debias + wd * m) / (h + wd) (``ivon.IVON._update``).
+
+    IVON moves each mean weight by ``-lr_eff * clip(u, -c, c)`` (``lr_eff = lr * (hess_init + wd)``
+    under ``rescale_lr``, ``c`` = ``clip_radius``), with the momentum and ``h`` already updated by the
+    step, ``m`` the mean weights before it, and ``debias = 1 - beta1**step`` (``step`` = IVON's
+    ``current_step`` after the increment; 1 without debiasing). A weight is *clipped* when
+    ``|u| > c``: it then moves by ``lr_eff * c`` whatever its gradient's size, the sign-descent regime.
+    """
+    scale = 1.0 - beta1 ** step if debias else 1.0
+    return (momentum / scale + weight_decay * param_avg) / (hess + weight_decay)
 
 
 @dataclass(frozen=True)
@@ -495,6 +722,15 @@ class B3PO(Method):
         """The IVON lr: ``options.lr``, or when it is ``None`` :func:`matched_ivon_lr` of ``config.lr``."""
         return self.options.ivon_lr(self.config.lr)
 
+    @classmethod
+    def tuning_lr(cls, config) -> float:
+        """An lr grid scales IVON's lr (``method_options["lr"]``, or the rule's value when unset)."""
+        return ThreePOOptions.from_dict(config.method_options or {}).ivon_lr(config.lr)
+
+    @classmethod
+    def with_tuning_lr(cls, config, lr: float):
+        return config.replace(method_options={**(config.method_options or {}), "lr": lr})
+
     def make_optimizer(self, model):
         o = self.options
         params = [p for p in model.parameters() if p.requires_grad]
@@ -512,6 +748,8 @@ class B3PO(Method):
             self.hess_warmup = learn_hessian_init(
                 self.optimizer, self._model, steps=o.hess_init_steps, batch_size=o.hess_init_batch,
                 beta2=o.hess_init_beta2, policy=self.config.policy, seed=self.config.seed)
+        if self.optimizer is not None:  # this RL step's optimizer steps only (not the Hessian warm-up's)
+            self.optimizer.update_stats.clear()
 
     @contextlib.contextmanager
     def perturbed(self, model, index, train=False):
@@ -523,7 +761,9 @@ class B3PO(Method):
 
     # -- diagnostics ---------------------------------------------------------------
     def before_update(self, batch: StepBatch, model) -> None:
-        self._diag = {"ivon_lr": float(self.optimizer.param_groups[0]["lr"]),
+        # The IVON lr the options give (an lr schedule's base: "initial_lr"); the trainer logs the scheduled lr as "lr".
+        group = self.optimizer.param_groups[0]
+        self._diag = {"ivon_lr": float(group.get("initial_lr", group["lr"])),
                       "ivon_mean_sigma": self.optimizer.mean_sigma(),
                       "weight_sample_disagreement": sample_disagreement(batch),
                       # next to the trainer's accuracy and malformed_rate: well-formed but wrong answers
@@ -532,6 +772,9 @@ class B3PO(Method):
 
     def on_step_end(self, step: int, metrics: dict) -> None:
         metrics.update(self._diag)
+        stats = self.optimizer.update_stats  # the step's IVON updates: clipped share, mean |delta theta|
+        for key in (stats[0] if stats else {}):
+            metrics[key] = sum(s[key] for s in stats) / len(stats)
         if step == 0 and self.hess_warmup:
             metrics.update(self.hess_warmup)
 
@@ -659,7 +902,26 @@ class M3PO(B3PO):
 
 
 class C3PO(B3PO):
-    """C3PO: N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy."""
+    """C3PO: N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy.
+
+    Against the authors' interleaved loop (``verl/recipes/run_rl.sh`` with
+    ``EXPLORATION_M`` > 1 and their verl fork; issue 29's check):
+
+    * Chunks: as there, sample k's G/N rollouts of every group and the gradient
+      of those rows are taken at the same noise draw (``perturbed(model, k)``
+      keys both by ``(seed, step, STREAM, k)``; with the presets' one optimizer
+      step per RL step the weights are the same for both).
+    * Importance correction: the script sets verl's ``rollout_is=sequence``, a
+      sequence-level weight TRUNCATED at 2.0 (``min(rho, 2)``); here the
+      weight is MASKED above the threshold (``rho > 2`` -> 0, Seq-MIS, the
+      paper's "masking" wording), which differs for the rows with rho > 2
+      (logged as ``seq_mis_masked_frac``).
+    * Ratio: here rho = pi_mean / pi_k of the whole sequence (mean weights vs
+      the sample that rolled the row out), computed once per step before the update.
+
+    Primary control of every 3PO claim: the same preset with
+    ``method_options={"noise_scale": 0.0}`` (IVON's mean update, no noise), beside GRPO.
+    """
 
     name = "c3po"
 
@@ -706,9 +968,14 @@ def seq_mis_weights(mean_logprob: torch.Tensor, sample_logprob: torch.Tensor,
     return torch.where(masked, torch.zeros_like(rho), rho).float(), masked
 
 
+THREEPO_SETTINGS = {"kl_coef": 0.0, **paper_schedule("threepo")}
+"""The `TrainerConfig` fields 3PO's runs share (the authors' ``run_rl.sh``): no KL, linear lr warm-up over
+2.1% of the optimizer steps (34 of 1,629 there; `rlvr_lib.schedules`' one scaling rule), constant after.
+Give them to 3PO's GRPO comparators too (``method_config("grpo_no_kl", **THREEPO_SETTINGS)``)."""
+
 register_method("b3po", B3PO, "B3PO: rollouts and gradient at one IVON posterior sample per step (IVON, no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)
 register_method("m3po", M3PO, "M3PO: M IVON samples, each with its own G/M rollouts and group advantage (no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)
 register_method("c3po", C3PO, "C3PO: N IVON samples split each group, pooled advantage, Seq-MIS (ratio 2, no KL)",
-                kl_coef=0.0)
+                **THREEPO_SETTINGS)

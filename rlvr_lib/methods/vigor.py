@@ -5,12 +5,15 @@ The reward hook replaces the verifier's reward by VIGOR's score
 
     S_i = -sqrt(T_i) * ||grad_theta l_i||_2,   l_i = mean token NLL of y_i given x_i (temperature 1)
 
-and a truncated completion (it hit ``max_new_tokens``) gets its group's minimum
-score, as the authors' code. The advantage (`VIGOR.advantages`) is, with
-``rank_shaping=True`` (default), the config's ``"rank"`` estimator
-(`rlvr_lib.algos.rank_advantages`: ranks within the group, ties at their mean
-rank, mapped to [-1, 1], then the group normalisation with the unbiased std and
-eps 1e-4):
+and a completion with an empty mask (no completion token to score) gets
+``min - 1e-3``, min the lowest score of its group's non-empty completions, as
+the authors' code (:func:`empty_below_group_min`; :data:`EMPTY_MARGIN`). Only
+those: a truncated completion (it hit ``max_new_tokens``) keeps its own score,
+as there. (Before issue 29 truncated completions took the group minimum.) The
+advantage (`VIGOR.advantages`) is, with ``rank_shaping=True`` (default), the
+config's ``"rank"`` estimator (`rlvr_lib.algos.rank_advantages`: ranks within
+the group by a stable argsort, ties in row order as the authors' code, mapped
+to [-1, 1], then the group normalisation with the unbiased std and eps 1e-4):
 
     u_i = 2 (rank_i - 1) / (G - 1) - 1,    A_i = (u_i - mean_g u) / (std_g u + 1e-4)
 
@@ -29,7 +32,8 @@ reward (``reward_mean`` is the mean score). A verifier that raises does not
 stop training (``uses_verifier_reward = False``, `rlvr_lib.methods.base.Method`):
 that completion's verdict is ``"unverified"``, left out of the accuracy metrics.
 
-Preset: G = 8, KL beta 0.01 with TRL's k3, as the authors' code. It trains
+Preset (:data:`VIGOR_SETTINGS`): G = 8, KL beta 0.01 with TRL's k3, as the authors' code, and
+their cosine lr schedule with a linear warm-up over 10% of the run (`rlvr_lib.schedules`). It trains
 with TRL's ``GRPOTrainer``, whose per-token KL
 
     exp(ref_logp - logp) - (ref_logp - logp) - 1
@@ -39,7 +43,8 @@ is differentiated by autograd: this library's ``"k3"`` estimator
 forward KL's; ``"reverse"`` would keep the value and change the gradient).
 
 Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
-(share of completions given the group minimum) and ``vigor_acc_rank_r``
+(share of truncated completions), ``vigor_empty_frac`` (share of empty ones,
+given ``min - 1e-3``) and ``vigor_acc_rank_r``
 for r = 1..G (`accuracy_by_rank`: accuracy of each group's r-th best
 completion by the reward, the paper's rank-vs-accuracy figure). The loop
 logs ``reward_acc_corr`` for every method (the reward's correlation with
@@ -63,9 +68,12 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import GRAD_NORM_IMPLS, grad_norm_scores
+from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.tasks import CORRECT, UNVERIFIED
+from rlvr_lib.validation import check_range
 
-__all__ = ["RANK_EPS", "VIGOR", "VIGOROptions", "accuracy_by_rank", "correct_by_rank", "truncated_to_group_min"]
+__all__ = ["EMPTY_MARGIN", "RANK_EPS", "VIGOR", "VIGOR_SETTINGS", "VIGOROptions", "accuracy_by_rank",
+           "correct_by_rank", "empty_below_group_min"]
 
 RANK_EPS = 1e-4
 """The eps of VIGOR's group normalisation, with or without rank shaping (the paper's, `rank_advantages`' default)."""
@@ -85,19 +93,33 @@ class VIGOROptions(ConfigBase):
         self.check_choice("impl", self.impl, sorted((*GRAD_NORM_IMPLS, "auto")))
 
 
-def truncated_to_group_min(scores: torch.Tensor, truncated: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """``scores`` with every truncated row set to the minimum score of its group (all rows of the group).
+EMPTY_MARGIN = 1e-3
+"""How far below its group's lowest score an empty completion is put (the authors' ``min - 1e-3``)."""
+
+
+def empty_below_group_min(scores: torch.Tensor, empty: torch.Tensor, group_index: torch.Tensor,
+                          margin: float = EMPTY_MARGIN) -> torch.Tensor:
+    """``scores`` with every empty row set to ``min - margin``, min over its group's NON-empty rows.
+
+    An empty completion (no token in its mask) has no NLL to differentiate, so
+    its score means nothing (a zero gradient would score best); the authors'
+    code ranks it below every scored completion of its group. A group with no
+    scored completion gives its empty rows ``-margin`` (they then tie, ranked
+    in row order). The other rows keep their scores, whatever the empty rows held (NaN included).
 
     Args:
         scores: ``(N,)`` float.
-        truncated: ``(N,)`` bool.
+        empty: ``(N,)`` bool.
         group_index: ``(N,)`` long group id.
+        margin: >= 0.
     """
-    groups = torch.unique(group_index)
+    check_range("margin", margin, 0.0)
     out = scores.clone()
-    for g in groups.tolist():
+    for g in torch.unique(group_index).tolist():
         rows = group_index == g
-        out[rows & truncated] = scores[rows].min()
+        scored = scores[rows & ~empty]
+        low = scored.min() if len(scored) else torch.zeros((), dtype=scores.dtype)
+        out[rows & empty] = low - margin
     return out
 
 
@@ -157,13 +179,16 @@ class VIGOR(Method):
         scores = grad_norm_scores(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
                                   sqrt_len=self.options.sqrt_len, impl=self.options.impl)
         truncated = torch.tensor([r == "length" for r in ro.finish_reasons], dtype=torch.bool)
-        lengths = ro.completion_mask.sum(1).double()
+        lengths = ro.completion_mask.sum(1).double().cpu()
+        empty = lengths == 0
         norms = -scores.double() / (lengths.sqrt() if self.options.sqrt_len else 1.0)
         # 1/0 by the verdict; NaN for an "unverified" one (its verifier raised), left out of the rank accuracies.
         correct = torch.tensor([math.nan if v.status == UNVERIFIED else float(v.status == CORRECT)
                                 for v in batch.verdicts], dtype=torch.float64)
-        stats = {"vigor_grad_norm": float(norms.mean()), "vigor_truncated_frac": float(truncated.double().mean())}
-        shaped = truncated_to_group_min(scores, truncated, batch.group_index.cpu())
+        stats = {"vigor_grad_norm": float(norms[~empty].mean()) if (~empty).any() else float("nan"),
+                 "vigor_truncated_frac": float(truncated.double().mean()),
+                 "vigor_empty_frac": float(empty.double().mean())}
+        shaped = empty_below_group_min(scores, empty, batch.group_index.cpu())
         by_rank = accuracy_by_rank(shaped, correct, batch.group_index.cpu())
         stats.update({f"vigor_acc_rank_{r + 1}": float(a) for r, a in enumerate(by_rank)})
         self._stats = stats
@@ -184,6 +209,12 @@ class VIGOR(Method):
         metrics.update(self._stats)
 
 
+VIGOR_SETTINGS = {"kl_coef": 0.01, "kl_estimator": "k3", "group_size": 8, **paper_schedule("vigor")}
+"""The `TrainerConfig` fields VIGOR's runs share (the authors' TRL config): TRL's k3 KL at beta 0.01, G = 8,
+cosine lr decay after a linear warm-up over 10% of the optimizer steps (the authors' ``warmup_ratio``). Its
+verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_SETTINGS)``), so only the
+reward differs."""
+
 register_method("vigor", VIGOR,
                 "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
-                advantage="rank", kl_coef=0.01, kl_estimator="k3", group_size=8)
+                advantage="rank", **VIGOR_SETTINGS)

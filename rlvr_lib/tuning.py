@@ -1,0 +1,89 @@
+"""An equal learning-rate tuning budget for every method (issue 29, item 5).
+
+A negative result against GRPO means something only if no method got a
+tuning choice the others did not. Every method gets the same budget, by one
+rule:
+
+* the grid: its default learning rate times :data:`LR_FACTORS` (x1/3, x1, x3).
+  The learning rate is the one the method's optimizer steps with,
+  ``Method.tuning_lr``: ``config.lr`` (AdamW) for the GRPO family, NudgeRL,
+  SAGE, VIGOR and INTUITOR; IVON's lr for 3PO (around the value its preset's
+  rule gives; the rule stays the stated default and the pick is reported beside it);
+* the seeds: :data:`TUNING_SEEDS`, never used for evaluation (the notebooks
+  train and evaluate on seeds 0-4);
+* the score: the final training accuracy, the mean verifier ``accuracy`` of
+  the last ``tail`` logged steps, averaged over the tuning seeds. VIGOR and
+  INTUITOR log the same verifier accuracy (their reward never reads it, and it
+  only selects their lr here);
+* the pick: the grid value with the highest score; a tie goes to the default
+  (x1), then to the smaller lr.
+
+:func:`tune_lr` runs one method's grid; ``python -m rlvr_lib tune-lr`` runs
+several and writes ``results/testbed/lr_tuning.json``.
+"""
+
+from __future__ import annotations
+
+from rlvr_lib.validation import check, check_int
+
+__all__ = ["LR_FACTORS", "TUNING_SEEDS", "pick_lr", "tune_lr"]
+
+LR_FACTORS = (1 / 3, 1.0, 3.0)
+"""The grid around each method's default learning rate."""
+TUNING_SEEDS = (1000, 1001)
+"""Seeds of the tuning runs: disjoint from every evaluation seed (0-4)."""
+
+
+def pick_lr(scores: dict[float, float], default: float) -> float:
+    """The lr with the highest score; ties go to ``default``, then to the smaller lr.
+
+    Raises:
+        ValueError: on an empty ``scores`` or a NaN score.
+    """
+    check(len(scores) > 0, "scores", scores, "a non-empty {lr: score} mapping")
+    check(all(s == s for s in scores.values()), "scores", scores, "free of NaN")
+    best = max(scores.values())
+    tied = [lr for lr, s in scores.items() if s == best]
+    return default if default in tied else min(tied)
+
+
+def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5, policy: str | None = None,
+            progress: bool = False, **config_fields) -> dict:
+    """Train ``name`` at every lr of the grid on every tuning seed; score and pick (rules in the module docstring).
+
+    Each run is ``method_config(name, **config_fields, seed=s)`` with its
+    ``Method.tuning_lr`` replaced by ``default x factor`` (``with_tuning_lr``),
+    trained from scratch (nothing written). Returns a JSON-ready dict: the
+    default lr, the grid, per lr and seed the final accuracy, per lr the mean,
+    and the pick.
+
+    Raises:
+        ValueError: on an unknown method, an empty grid or seed list, ``tail < 1``, a seed in 0-4
+            (evaluation seeds), or a run with fewer than ``tail`` steps.
+    """
+    from rlvr_lib.methods.registry import METHODS, method_config
+    from rlvr_lib.trainer import Trainer
+
+    check(len(factors) > 0 and all(f > 0 for f in factors), "factors", factors, "a non-empty list of numbers > 0")
+    check(len(seeds) > 0 and not set(seeds) & set(range(5)), "seeds", seeds,
+          "a non-empty list of seeds outside the evaluation seeds 0-4")
+    check_int("tail", tail, 1)
+    base = method_config(name, **config_fields, policy=policy)
+    check(base.steps >= tail, "tail", tail, f"at most the runs' steps ({base.steps})")
+    cls = METHODS[name].cls
+    default = cls.tuning_lr(base)
+    grid = [float(f"{default * f:.6g}") for f in factors]
+    finals: dict[str, dict[str, float]] = {}
+    for lr in grid:
+        finals[repr(lr)] = {}
+        for seed in seeds:
+            config = cls.with_tuning_lr(base.replace(seed=seed), lr)
+            history = Trainer(config).train(progress=progress)
+            last = [row["accuracy"] for row in history[-tail:]]
+            finals[repr(lr)][str(seed)] = sum(last) / len(last)
+    means = {lr: sum(finals[repr(lr)].values()) / len(seeds) for lr in grid}
+    default_in_grid = float(f"{default:.6g}")
+    return {"method": name, "default_lr": default, "grid": grid, "factors": list(factors), "seeds": list(seeds),
+            "tail": tail, "config_fields": config_fields, "final_accuracy": finals,
+            "mean_final_accuracy": {repr(lr): m for lr, m in means.items()},
+            "pick": pick_lr(means, default_in_grid)}

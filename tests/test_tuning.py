@@ -1,0 +1,54 @@
+"""The equal lr-tuning budget (`rlvr_lib.tuning`): the grid, the seeds, the pick, the command on 2-step runs."""
+
+import json
+
+import pytest
+
+from rlvr_lib.methods import METHODS, method_config
+from rlvr_lib.methods.threepo import matched_ivon_lr
+from rlvr_lib.tuning import LR_FACTORS, TUNING_SEEDS, pick_lr, tune_lr
+
+
+def test_pick_is_the_best_score_ties_to_the_default_then_the_smaller_lr():
+    assert pick_lr({1e-5: 0.3, 3e-5: 0.5, 9e-5: 0.4}, 3e-5) == 3e-5
+    assert pick_lr({1e-5: 0.6, 3e-5: 0.5, 9e-5: 0.4}, 3e-5) == 1e-5
+    assert pick_lr({1e-5: 0.5, 3e-5: 0.5, 9e-5: 0.5}, 3e-5) == 3e-5  # tie: the default
+    assert pick_lr({1e-5: 0.4, 3e-5: 0.3, 9e-5: 0.4}, 3e-5) == 1e-5  # tie without the default: the smaller
+    with pytest.raises(ValueError, match="free of NaN"):
+        pick_lr({1e-5: float("nan")}, 1e-5)
+
+
+def test_tuning_seeds_are_not_evaluation_seeds():
+    assert len(TUNING_SEEDS) == 2 and not set(TUNING_SEEDS) & set(range(5))
+    assert LR_FACTORS == (1 / 3, 1.0, 3.0)
+    with pytest.raises(ValueError, match="outside the evaluation seeds 0-4"):
+        tune_lr("grpo", seeds=(0, 1000), steps=1)
+
+
+def test_the_tuned_lr_is_adamws_or_ivons():
+    grpo = method_config("grpo")
+    assert METHODS["grpo"].cls.tuning_lr(grpo) == grpo.lr == 1e-4
+    assert METHODS["grpo"].cls.with_tuning_lr(grpo, 3e-4).lr == 3e-4
+    b3po = method_config("b3po")
+    cls = METHODS["b3po"].cls
+    assert cls.tuning_lr(b3po) == matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3)  # the preset's rule
+    tuned = cls.with_tuning_lr(b3po, 33.3)
+    assert tuned.method_options == {"lr": 33.3} and cls.tuning_lr(tuned) == 33.3 and tuned.lr == b3po.lr
+
+
+def test_tune_lr_command_on_two_step_runs(tmp_path):
+    from rlvr_lib.__main__ import main
+
+    out = tmp_path / "lr_tuning.json"
+    assert main(["tune-lr", "--methods", "grpo_no_kl", "--steps", "2", "--prompts-per-step", "2", "--tail", "1",
+                 "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    result = report["methods"]["grpo_no_kl"]
+    assert result["grid"] == [pytest.approx(1e-4 / 3, rel=1e-5), 1e-4, 3e-4]
+    assert result["seeds"] == [1000, 1001]
+    finals = result["final_accuracy"]
+    assert len(finals) == 3 and all(set(v) == {"1000", "1001"} for v in finals.values())
+    means = {float(lr): sum(v.values()) / 2 for lr, v in finals.items()}
+    assert result["mean_final_accuracy"] == {repr(lr): m for lr, m in means.items()}
+    assert result["pick"] == pick_lr(means, 1e-4)
+    assert report["policy_sha"] and report["config_fields"] == {"steps": 2, "prompts_per_step": 2}
