@@ -627,7 +627,7 @@ def _claims_table_class():
 
     pandas cuts cells to ``display.max_colwidth`` (50) characters in
     ``repr`` and in notebooks' HTML, which hid the end of long claims; this
-    subclass shows every cell whole whatever the option. Built on first use so
+    subclass shows every cell (and every column) whole whatever the options. Built on first use so
     importing this module does not import pandas.
     """
     import pandas as pd
@@ -640,11 +640,11 @@ def _claims_table_class():
             return ClaimsTable
 
         def __repr__(self) -> str:
-            with pd.option_context("display.max_colwidth", None):
+            with pd.option_context("display.max_colwidth", None, "display.max_columns", None):
                 return super().__repr__()
 
         def _repr_html_(self):
-            with pd.option_context("display.max_colwidth", None):
+            with pd.option_context("display.max_colwidth", None, "display.max_columns", None):
                 return super()._repr_html_()
 
     ClaimsTable.__module__ = __name__
