@@ -34,7 +34,8 @@ from ..experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_ta
                            measurements_table)
 from ..validation import check, check_choice
 
-__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "provenance", "registry", "registry_for"]
+__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "registry",
+           "registry_for"]
 
 _PKG = Path(__file__).resolve().parent
 
@@ -254,6 +255,21 @@ class Registry:
         df = pd.DataFrame(rows, columns=["id", "row", "what", "why"])
         df.attrs["first_record"] = None if first is None else f"{first.run_id} (started {first.started})"
         return df
+
+
+def changed_summary(changed) -> str:
+    """Markdown for :meth:`Registry.changed_rows`: one line naming the first full-profile record, one bullet per
+    row added, changed or removed after it (the thresholds the notebook states before its runs stay as they were
+    except where these bullets say)."""
+    first = changed.attrs.get("first_record")
+    if first is None:
+        return "**Pre-registration:** no full-profile record yet; every row below is as registered before the runs."
+    if changed.empty:
+        return f"**Pre-registration:** no row changed after the first full-profile record, `{first}`."
+    lines = [f"**Pre-registration: {len(changed)} rows changed after the first full-profile record** (`{first}`; "
+             "every other row, with its threshold, is as the notebook stated it before its runs):", ""]
+    lines += [f"- {row['what']}: {row['row']} ({row['id']}) -- {row['why']}" for _, row in changed.iterrows()]
+    return "\n".join(lines)
 
 
 @functools.lru_cache(maxsize=None)
