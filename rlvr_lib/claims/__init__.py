@@ -170,7 +170,8 @@ class Registry:
 
         Args:
             measured: Per claim id, an interval dict (``ours``) or a dict with ``ours`` and any of
-                ``reference``, ``level``, ``bounds``, ``note``.
+                ``reference``, ``level``, ``bounds``, ``note``; ``None`` for a row the profile does not run
+                (the quick profile's smaller sweeps): the row is left out, never its id.
             table: Which claims table (the claims' ``table``).
             context: Values for the claims' ``{fields}``.
         """
@@ -181,6 +182,8 @@ class Registry:
         rows = []
         for c in claims:
             m = measured[c.id]
+            if m is None:  # not run in this profile
+                continue
             m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
             row = dict(id=c.id, claim=_fill(c.text, context, c.id), source=c.source, paper=c.paper,
                        paper_effect=c.paper_effect, expect=c.expect, than=c.than, against=c.against, **m)
