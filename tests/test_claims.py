@@ -91,3 +91,14 @@ def test_every_registry_loads_and_its_ids_are_unique():
     with pytest.raises(ValueError, match=r"^Registry 'r': ids=\['a'\] is invalid: must be unique"):
         Registry("r", "e", claims=(Claim("a", "x", "SAGE", "T1", "-", ">", "grpo"),),
                  measurements=(Measurement("a", "y", ">"),))
+
+
+def test_registered_paper_effects_agree_with_their_side():
+    # the table builder checks this when a notebook runs; checked here for every registry without running one
+    for module in REGISTRIES.values():
+        for c in registry(module).claims:
+            if isinstance(c.paper_effect, tuple) and c.expect != "within":
+                _, a, b = c.paper_effect
+                assert (b > a) == (c.expect == ">"), (module, c.id, c.paper_effect, c.expect)
+            if c.expect == "within":
+                assert c.margin is not None and c.margin > 0, (module, c.id)
