@@ -270,6 +270,13 @@ def _scorecard_section(root: Path) -> list[str]:
     total = {v: sum(c[v] for c in card.values()) for v in VERDICTS}
     n = sum(total.values())
     lines.append(f"| all | {n} | " + " | ".join(str(total[v]) for v in VERDICTS) + f" | {_chance(n)} |")
+    # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
+    missing = [notebook for _, _, notebook, _ in SECTIONS
+               if (root / "notebooks" / "full" / f"{notebook}.ipynb").exists()
+               and not find_claims_counts(_stored_outputs(root / "notebooks" / "full" / f"{notebook}.ipynb"))]
+    if missing:
+        lines += ["", "Not in the scorecard (their executed copies show no three-verdict claims table; re-execute "
+                      "them from the cache): " + ", ".join(f"`{m}`" for m in missing) + "."]
     return lines
 
 

@@ -100,3 +100,5 @@ def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_pa
             if line.startswith("| ")}
     assert rows["SAGE"] == "| SAGE | 4 | 2 | 1 | 0 | 1 | 0.1 (95%: at most 1) |"
     assert rows["all"].startswith("| all | 8 | 3 | 2 | 1 | 2 | 0.2 ")
+    assert ("Not in the scorecard (their executed copies show no three-verdict claims table; re-execute them from "
+            "the cache): `02_baselines_sage_t1_anchors`.") in text
