@@ -761,7 +761,8 @@ def _threshold(where: str, expect: str, than: float, effect: Optional[tuple], le
     return (m, "min effect") if stricter else (than, "")
 
 
-def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id") -> None:
+def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id",
+                aggregate: Optional[Callable[..., Mapping[str, Any]]] = None) -> None:
     """Ids unique; no measurement tested by two one-sided rows of opposite sides (issue 28, item 2).
 
     The rule for two-sided claims: a claim that a value stays near another ("matches", "no gain", "keeps") is
@@ -778,6 +779,12 @@ def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id
         check(rid not in seen, f"{kind} row {i}: id", rid, f"unique in the table (row {seen.get(rid)} has it)")
         seen[rid] = i
         ours, expect = row.get("ours"), row.get("expect")
+        if ours is not None and not isinstance(ours, Mapping) and expect in (">", "<"):
+            # per-seed values: compare the intervals the table will test (a bad row fails later, with its field)
+            try:
+                ours = _interval(f"{kind} row {i}", ours, row.get("bounds"), aggregate)
+            except ValueError:
+                ours = None
         if isinstance(ours, Mapping) and expect in (">", "<") and all(k in ours for k in ("mean", "ci_low", "ci_high")):
             key = (float(ours["mean"]), float(ours["ci_low"]), float(ours["ci_high"]))
             other = sides.get(key)
@@ -851,7 +858,7 @@ def claims_table(
             checks go to :func:`instrument_checks`), a missing ``reference``, duplicate ids, or the one-sided
             halves of a two-sided claim.
     """
-    _check_rows("claims_table", rows)
+    _check_rows("claims_table", rows, aggregate=aggregate)
     out = []
     for i, row in enumerate(rows):
         where = f"claims_table row {i}"
@@ -908,7 +915,7 @@ def measurements_table(
     Returns:
         A ``ClaimsTable`` with :data:`MEASUREMENT_COLUMNS` then the extra keys.
     """
-    _check_rows("measurements_table", rows)
+    _check_rows("measurements_table", rows, aggregate=aggregate)
     out = []
     for i, row in enumerate(rows):
         where = f"measurements_table row {i}"

@@ -294,6 +294,9 @@ def test_one_sided_halves_of_a_two_sided_claim_are_refused():
         claims_table([_row("above", diff, expect="<", than=0.01), _row("below", diff, expect=">", than=-0.01)])
     with pytest.raises(ValueError, match=r"^claims_table row 1: id='a' is invalid: must be unique in the table"):
         claims_table([_row("a"), _row("a", _ci(0.2, 0.3))])
+    with pytest.raises(ValueError, match=r"^measurements_table row 1: expect='>' is invalid: row 0"):  # per-seed values
+        measurements_table([{"id": "a", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": "<", "than": 0.5},
+                            {"id": "b", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": ">", "than": 0.0}])
     # the same measurement on the same side twice (a weaker reading) is not a split claim
     assert len(claims_table([_row("a", diff, expect="<"), _row("b", diff, expect="<", than=0.01)])) == 2
 
