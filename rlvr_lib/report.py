@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from rlvr_lib.eval.summaries import PASSK_INTERVAL, SEED_INTERVAL, summary_row
-from rlvr_lib.experiments import find_claims_headline, format_ci, load_runs, results_root
+from rlvr_lib.experiments import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
+                                  format_ci, load_runs, results_root)
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
@@ -263,11 +264,69 @@ def _budget_section(root: Path) -> list[str]:
     return lines
 
 
+def scorecard(root: str | Path | None = None) -> dict[str, dict[str, int]]:
+    """Per paper, the verdict counts of every claims table the executed full-profile notebooks show.
+
+    Read from the comment each :func:`rlvr_lib.experiments.claims_summary` writes into a notebook's outputs
+    (``results/notebooks/full/<notebook>.ipynb``), summed over tables and notebooks; papers without a table
+    are left out.
+    """
+    root = results_root(root)
+    totals: dict[str, dict[str, int]] = {}
+    for _, _, notebook, _ in SECTIONS:
+        executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
+        if not executed.exists():
+            continue
+        for paper, counts in find_claims_counts(_stored_outputs(executed)).items():
+            mine = totals.setdefault(paper, {v: 0 for v in VERDICTS})
+            for v in VERDICTS:
+                mine[v] += counts[v]
+    return {paper: totals[paper] for paper in (*PAPER_NAMES, *sorted(set(totals) - set(PAPER_NAMES)))
+            if paper in totals}
+
+
+def _chance(n: int) -> str:
+    """``reproduced`` verdicts chance alone gives over ``n`` rows: each row's interval lies wholly beyond a
+    threshold its true value sits on with probability CHANCE_LEVEL (one-sided 2.5%); mean and the binomial's
+    95th percentile."""
+    from scipy import stats
+
+    return f"{CHANCE_LEVEL * n:.1f} (95%: at most {int(stats.binom.ppf(0.95, n, CHANCE_LEVEL))})"
+
+
+def _scorecard_section(root: Path) -> list[str]:
+    """README's scorecard (issue 28, item 8): per paper, the verdicts of its claims over every notebook."""
+    card = scorecard(root)
+    if not card:
+        return ["*No executed full-profile notebook with a claims table yet.*"]
+    lines = ["**Scorecard** (every paper claim the executed full-profile notebooks test, `results/notebooks/full/`; "
+             "`reproduced`: the whole 95% interval on the paper's side of the threshold; `contradicted`: wholly on "
+             "the other side; `unresolved`: it straddles; `not specific`: reproduced, but GRPO passes the same "
+             "test; *chance*: `reproduced` verdicts expected if every effect sat exactly on its threshold, at the "
+             f"one-sided {CHANCE_LEVEL:.1%} level):", "",
+             "| paper | claims | " + " | ".join(VERDICTS) + " | chance |", "|---|---|" + "---|" * (len(VERDICTS) + 1)]
+    for paper, counts in card.items():
+        n = sum(counts.values())
+        lines.append(f"| {paper} | {n} | " + " | ".join(str(counts[v]) for v in VERDICTS) + f" | {_chance(n)} |")
+    total = {v: sum(c[v] for c in card.values()) for v in VERDICTS}
+    n = sum(total.values())
+    lines.append(f"| all | {n} | " + " | ".join(str(total[v]) for v in VERDICTS) + f" | {_chance(n)} |")
+    # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
+    missing = [notebook for _, _, notebook, _ in SECTIONS
+               if (root / "notebooks" / "full" / f"{notebook}.ipynb").exists()
+               and not find_claims_counts(_stored_outputs(root / "notebooks" / "full" / f"{notebook}.ipynb"))]
+    if missing:
+        lines += ["", "Not in the scorecard (their executed copies show no three-verdict claims table; re-execute "
+                      "them from the cache): " + ", ".join(f"`{m}`" for m in missing) + "."]
+    return lines
+
+
 def render(root: str | Path | None = None) -> str:
     """The markdown of the results section (without the markers)."""
     root = results_root(root)
     lines = _calibration_section(root)
     lines += [""] + _dynamics_section(root)
+    lines += [""] + _scorecard_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"

@@ -18,12 +18,21 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.stats import hierarchical_bootstrap_ci, paired_difference_ci
 from rlvr_lib.experiments import (
     CLAIMS_COLUMNS,
+    EFFECT_FRACTION,
+    MEASUREMENT_COLUMNS,
     RESULTS_ENV,
     RunRecord,
     aggregate_seeds,
     cached_run,
+    claims_summary,
     claims_table,
     cpu_model,
+    find_claims_counts,
+    find_claims_headline,
+    instrument_checks,
+    measurements_summary,
+    measurements_table,
+    min_effect,
     format_ci,
     git_commit,
     jsonable,
@@ -32,6 +41,8 @@ from rlvr_lib.experiments import (
     results_root,
     run_dir,
     runs_frame,
+    verdict,
+    verdict_counts,
 )
 
 
@@ -243,103 +254,116 @@ def test_aggregate_seeds_single_value_and_errors():
 
 
 # ------------------------------------------------------------- claims table
-# With 3 seeds a percentile bootstrap of the mean has ci_low = the smallest
-# value: the 27 equally likely resamples include (min, min, min) with
-# probability 1/27 = 0.037 > 0.025 (and with B = 10000 the empirical share is
-# 0.037 +- 0.002), so the 2.5% quantile is the minimum; likewise ci_high = max.
-def test_claims_table_columns_point_side_and_holds():
-    rows = [
-        # mean 0.0133 > 0 but the interval [-0.01, 0.03] reaches below 0: point on side, does not hold
-        {"claim": "NudgeRL@8 > GRPO@32", "paper": ".489 vs .487", "ours": [-0.01, 0.02, 0.03], "expect": ">"},
-        {"claim": "C3PO beats GRPO", "paper": "+1.05", "ours": aggregate_seeds([-0.1, 0.0]), "expect": ">"},
-        # one seed: no interval, so never holds even though the point is on the claimed side
-        {"claim": "Malformed rate below 5%", "paper": "<5%", "ours": [0.02], "expect": "<", "than": 0.05},
-        {"claim": "Given", "paper": 1.0, "ours": 0.5, "holds": False, "note": "n/a at this scale"},
-        # interval [0.10, 0.12] clears 0
-        {"claim": "Clear gain", "paper": "+2", "ours": [0.10, 0.12, 0.11], "expect": ">"},
-        # claimed below 0.09, measured 0.11 [0.10, 0.12]: neither point_side nor holds
-        {"claim": "Below 0.09", "paper": "-", "ours": [0.10, 0.12, 0.11], "expect": "<", "than": 0.09},
-    ]
+def _ci(lo, hi, n=5, method="m"):
+    return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": n, "method": method}
+
+
+def _row(rid="c", ours=None, **kw):
+    row = dict(id=rid, claim=f"claim {rid}", source="SAGE", paper="T1", paper_effect="no number",
+               ours=_ci(0.01, 0.03) if ours is None else ours, expect=">", against="grpo")
+    row.update(kw)
+    return row
+
+
+def test_verdict_one_sided_three_ways():
+    assert verdict(_ci(0.01, 0.03), ">") == "reproduced"
+    assert verdict(_ci(-0.03, -0.01), ">") == "contradicted"
+    assert verdict(_ci(-0.01, 0.03), ">") == "unresolved"
+    assert verdict(_ci(0.0, 0.03), ">") == "unresolved"  # touching the threshold is not clearing it
+    assert verdict(_ci(0.51, 0.53), "<", than=0.54) == "reproduced"
+    assert verdict(_ci(0.55, 0.6), "<", than=0.54) == "contradicted"
+    assert verdict({"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1}, ">") == "unresolved"  # no interval
+
+
+def test_equivalence_row_straddling_the_margin_is_unresolved_and_far_outside_contradicted():
+    rows = [_row("inside", _ci(-0.004, 0.006), expect="within", margin=0.01),
+            _row("straddles", _ci(0.002, 0.02), expect="within", margin=0.01),
+            _row("far-below", _ci(-0.13, -0.09), expect="within", margin=0.01),
+            _row("far-above", _ci(0.02, 0.05), expect="within", margin=0.01)]
     df = claims_table(rows)
-    assert list(df.columns) == ["claim", "paper", "ours", "interval", "point_side", "holds", "note"]
-    assert list(CLAIMS_COLUMNS) == list(df.columns[:6])
-    assert df["point_side"].tolist() == [True, False, True, None, True, False]
-    assert df["holds"].tolist() == [False, False, False, False, True, False]
-    assert df["holds"].dtype == bool
-    assert df.loc[0, "ours"] == "0.013 [-0.010, 0.030]"
-    assert df.loc[4, "ours"] == "0.110 [0.100, 0.120]"
-    assert df.loc[2, "ours"] == "0.020 (n=1)"
-    assert df["interval"].tolist() == [
-        "percentile bootstrap over seeds (B=10000)", "Student-t over seeds", "single value: no interval (n=1)",
-        "single value: no interval (n=1)", "percentile bootstrap over seeds (B=10000)",
-        "percentile bootstrap over seeds (B=10000)"]
-    md = render_markdown(df)
-    assert md.splitlines()[0].startswith("| claim")
-    assert "NudgeRL@8 > GRPO@32" in md
+    assert df["verdict"].tolist() == ["reproduced", "unresolved", "contradicted", "contradicted"]
+    assert df.loc[0, "threshold"] == "within 0.000 +- 0.010"
+    # the old one-sided half "B3PO <= .01 above GRPO" held at -.110; as one equivalence row it is contradicted
+    assert verdict(_ci(-0.13, -0.09), "<", than=0.01) == "reproduced"
 
 
-def test_claims_table_holds_only_when_the_interval_clears():
-    # the same point estimate, 0.02 above `than`, with a narrow and a wide interval
-    narrow = {"mean": 0.52, "ci_low": 0.51, "ci_high": 0.53, "n": 3, "method": "m"}
-    wide = {"mean": 0.52, "ci_low": 0.49, "ci_high": 0.55, "n": 3, "method": "m"}
-    touching = {"mean": 0.52, "ci_low": 0.50, "ci_high": 0.55, "n": 3, "method": "m"}
-    df = claims_table([{"claim": c, "paper": "-", "ours": o, "expect": ">", "than": 0.5}
-                       for c, o in (("narrow", narrow), ("wide", wide), ("touching", touching))])
-    assert df["point_side"].tolist() == [True, True, True]
-    assert df["holds"].tolist() == [True, False, False]  # clearing means strictly beyond `than`
-    below = claims_table([{"claim": "c", "paper": "-", "ours": narrow, "expect": "<", "than": 0.54},
-                          {"claim": "c", "paper": "-", "ours": wide, "expect": "<", "than": 0.54}])
-    assert below["holds"].tolist() == [True, False]
+def test_one_sided_halves_of_a_two_sided_claim_are_refused():
+    diff = _ci(-0.13, -0.09)
+    with pytest.raises(ValueError, match=r"^claims_table row 1: expect='>' is invalid: row 0 \('above'\) tests the "
+                                         r"same measurement with expect='<'.*must be one row with expect='within'"):
+        claims_table([_row("above", diff, expect="<", than=0.01), _row("below", diff, expect=">", than=-0.01)])
+    with pytest.raises(ValueError, match=r"^claims_table row 1: id='a' is invalid: must be unique in the table"):
+        claims_table([_row("a"), _row("a", _ci(0.2, 0.3))])
+    with pytest.raises(ValueError, match=r"^measurements_table row 1: expect='>' is invalid: row 0"):  # per-seed values
+        measurements_table([{"id": "a", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": "<", "than": 0.5},
+                            {"id": "b", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": ">", "than": 0.0}])
+    # the same measurement on the same side twice (a weaker reading) is not a split claim
+    assert len(claims_table([_row("a", diff, expect="<"), _row("b", diff, expect="<", than=0.01)])) == 2
 
 
-def test_claims_table_takes_stats_intervals_and_names_their_method():
+def test_a_row_grpo_also_reproduces_is_not_specific():
+    rows = [_row("ood-keeps", _ci(-0.004, 0.006), expect="within", margin=0.01, against="base",
+                 reference=_ci(-0.002, 0.008)),  # GRPO keeps it too
+            _row("beats-pope", _ci(0.01, 0.03), against="baseline", reference=_ci(0.02, 0.04)),
+            _row("beats-base", _ci(0.01, 0.03), against="base", reference=_ci(-0.02, 0.01)),  # GRPO does not
+            _row("grpo-own", _ci(0.01, 0.03), against="base", reference="the row is GRPO's own"),
+            _row("fails", _ci(-0.03, -0.01), against="base", reference=_ci(0.02, 0.04))]
+    df = claims_table(rows)
+    assert df["verdict"].tolist() == ["not specific", "not specific", "reproduced", "reproduced", "contradicted"]
+    assert df.loc[0, "reference"] == "GRPO 0.003 [-0.002, 0.008]: reproduced"
+    assert df.loc[2, "reference"] == "GRPO -0.005 [-0.020, 0.010]: unresolved"
+    assert df.loc[3, "reference"] == "the row is GRPO's own"
+    assert verdict_counts(df) == {"reproduced": 2, "contradicted": 1, "unresolved": 0, "not specific": 2}
+    with pytest.raises(ValueError, match=r"^claims_table row 0: reference=None is invalid: must be the same test on "
+                                         r"GRPO .* \(against='base'\)$"):
+        claims_table([_row("x", against="base")])
+
+
+def test_large_paper_effect_sets_the_minimum_effect_by_one_rule():
+    # paper 59.14 -> 20.71 (-65%): a quarter of it at our level 0.4 is -0.0325
+    assert min_effect(59.14, 20.71, 0.4) == pytest.approx(EFFECT_FRACTION * (20.71 - 59.14) / 59.14 * 0.4)
+    assert min_effect(42.99, 44.04, 0.4) is None  # +2.4%: small, 0 stays the threshold
+    rows = [_row("collapse", _ci(-0.03, -0.01), expect="<", paper_effect=("Math avg", 59.14, 20.71), level=0.4,
+                 against="method"),
+            _row("small", _ci(0.001, 0.003), paper_effect=("pass@1", 42.99, 44.04))]
+    df = claims_table(rows)
+    assert df["verdict"].tolist() == ["contradicted", "reproduced"]  # -0.02 is not a quarter of a collapse
+    assert df.loc[0, "threshold"] == "< -0.065 (min effect)" and df.loc[1, "threshold"] == "> 0.000"
+    assert df.loc[0, "paper_effect"] == "Math avg 59.14 -> 20.71 (-65%)"
+    assert df.loc[0, "our_effect"] == "-5% of 0.400"
+    with pytest.raises(ValueError, match=r"^claims_table row 0: level=None is invalid: must be our finite value"):
+        claims_table([_row("x", paper_effect=("pass@1", 0.402, 0.489))])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='<' is invalid: must be the side of the "
+                                         r"paper's change 0.402 -> 0.489"):
+        claims_table([_row("x", expect="<", paper_effect=("pass@1", 0.402, 0.489), level=0.3)])
+
+
+def test_claims_table_columns_and_interval_methods():
     rng = np.random.default_rng(0)
     base = rng.uniform(0.2, 0.8, (1, 100))
     method = np.clip(base + 0.1 + rng.normal(0, 0.01, (3, 100)), 0, 1)
-    base_ci = hierarchical_bootstrap_ci(base, bounds=(0, 1), n_resamples=2000)  # one evaluation, problems vary
     gain = paired_difference_ci(method, base, bounds=(0, 1), n_resamples=2000)
-    df = claims_table([
-        {"claim": "base pass@1 above 0.3", "paper": "-", "ours": base_ci, "expect": ">", "than": 0.3},
-        {"claim": "method beats base", "paper": "-", "ours": gain, "expect": ">"},
-        {"claim": "method loses to base", "paper": "-", "ours": gain, "expect": "<"},
-    ])
-    assert df["interval"].tolist() == [base_ci["method"], gain["method"], gain["method"]]
-    assert df.loc[0, "interval"].startswith("bootstrap over seeds x problems (S=1, P=100")
-    assert df.loc[1, "interval"].startswith("paired bootstrap over problems")
-    assert df["holds"].tolist() == [True, True, False]  # a single evaluation has an interval over problems
-    assert df.loc[0, "ours"] == format_ci(base_ci) and "(n=1)" not in df.loc[0, "ours"]
-    no_method = {"mean": 0.5, "ci_low": 0.4, "ci_high": 0.6, "n": 3}
-    assert claims_table([{"claim": "c", "paper": "-", "ours": no_method, "holds": True}])["interval"][0] == "unspecified"
-
-
-def test_claims_table_bounds_and_aggregate():
-    values = [0.0, 0.05, 0.9]  # a t-interval reaches below 0 here
-    t = claims_table([{"claim": "c", "paper": "-", "ours": values, "expect": ">"}], aggregate=aggregate_seeds)
-    assert t.loc[0, "interval"] == "Student-t over seeds" and t.loc[0, "ours"].split("[")[1].startswith("-")
-    b = claims_table([{"claim": "c", "paper": "-", "ours": values, "expect": ">", "bounds": (0, 1)}])
-    assert b.loc[0, "ours"] == "0.317 [0.000, 0.900]"
-    assert "bounds" not in b.columns
-    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[0.5, 1.5\] is invalid: must be values "
-                                         r"within bounds=\(0, 1\)"):
-        claims_table([{"claim": "c", "paper": "-", "ours": [0.5, 1.5], "expect": ">", "bounds": (0, 1)}])
+    df = claims_table([_row("gain", gain, note="x"), _row("seeds", [0.0, 0.05, 0.9], bounds=(0, 1))])
+    assert list(df.columns) == [*CLAIMS_COLUMNS, "note"]
+    assert df.loc[0, "interval"].startswith("paired bootstrap over problems") and df.loc[0, "verdict"] == "reproduced"
+    assert df.loc[1, "ours"] == "0.317 [0.000, 0.900]" and "bounds" not in df.columns
+    t = claims_table([_row("t", [0.0, 0.05, 0.9])], aggregate=aggregate_seeds)
+    assert t.loc[0, "interval"] == "Student-t over seeds"
+    assert render_markdown(df).splitlines()[0].startswith("| id")
 
 
 def test_claims_table_keeps_and_shows_the_full_claim():
     claim = ("GRPO with a large group raises pass@1 on every in-distribution family while its pass@k at the "
              "largest budget stays within the base model's interval, so the gain is sharpening, not new ability.")
     claim = (claim + " " + "x" * 200)[:200]
-    assert len(claim) == 200
-    df = claims_table([{"claim": claim, "paper": "p" * 120, "ours": [0.1, 0.2, 0.3], "expect": ">"}])
-    assert df.loc[0, "claim"] == claim
-    assert df.loc[0, "paper"] == "p" * 120
-    # displays: pandas cuts cells to display.max_colwidth (50 by default); this table never does
+    df = claims_table([_row("long", claim=claim, paper="p" * 120)])
+    assert df.loc[0, "claim"] == claim and df.loc[0, "paper"] == "p" * 120
     with pd.option_context("display.max_colwidth", 50):
         assert claim not in repr(pd.DataFrame(df))  # what a plain DataFrame shows
         assert claim in repr(df)
         assert claim in df._repr_html_()
     assert claim in render_markdown(df)
-    assert claim in df.to_string()
-    assert claim in repr(df[df["holds"]])  # a slice is still a claims table
+    assert claim in repr(df[df["verdict"] == "reproduced"])  # a slice is still a claims table
     assert pickle.loads(pickle.dumps(df)).equals(df)
 
 
@@ -351,22 +375,31 @@ def test_format_ci_takes_new_dicts():
 
 
 def test_claims_table_errors():
-    with pytest.raises(ValueError, match="lacks"):
-        claims_table([{"claim": "x", "ours": [1.0]}])
-    with pytest.raises(ValueError, match="needs 'holds' or 'expect'"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [1.0]}])
-    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='>=' is invalid: must be one of \['>', '<'\]$"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "expect": ">="}])
-    with pytest.raises(ValueError, match=r"^claims_table row 0: than='0' is invalid: must be a number in \(-inf, inf\)$"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "expect": ">", "than": "0"}])
-    with pytest.raises(ValueError, match=r"^claims_table row 1: ours=.* must be an interval dict with 'mean', 'ci_low', "
-                                         r"'ci_high', 'n' \(and 'method'\); missing \['ci_low', 'ci_high'\]$"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [1.0], "holds": True},
-                      {"claim": "x", "paper": 1, "ours": {"mean": 1.0, "n": 3}, "holds": True}])
-    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[\] is invalid: must be a non-empty"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [], "expect": ">"}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: fields=.* must be a mapping with \['paper'\] as well"):
+        claims_table([{k: v for k, v in _row().items() if k != "paper"}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='>=' is invalid: must be one of "
+                                         r"\['>', '<', 'within'\]$"):
+        claims_table([_row(expect=">=")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: than='0' is invalid: must be a number"):
+        claims_table([_row(than="0")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: margin=None is invalid: must be a number > 0"):
+        claims_table([_row(expect="within")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: margin=0.01 is invalid: must be absent unless"):
+        claims_table([_row(margin=0.01)])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: holds=True is invalid: must be absent: .*"
+                                         r"instrument_checks$"):
+        claims_table([_row(holds=True)])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: source='Nudge' is invalid: must be one of"):
+        claims_table([_row(source="Nudge")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: against='gt' is invalid: must be one of"):
+        claims_table([_row(against="gt")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: paper_effect=\('pass@1', 1\) is invalid"):
+        claims_table([_row(paper_effect=("pass@1", 1))])
+    with pytest.raises(ValueError, match=r"^claims_table row 1: ours=.* must be an interval dict with 'mean', "
+                                         r"'ci_low', 'ci_high', 'n' \(and 'method'\); missing \['ci_low', 'ci_high'\]$"):
+        claims_table([_row("a"), _row("b", {"mean": 1.0, "n": 3})])
     with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[0.1, nan\] is invalid"):
-        claims_table([{"claim": "x", "paper": 1, "ours": [0.1, float("nan")], "expect": ">"}])
+        claims_table([_row(ours=[0.1, float("nan")])])
 
 
 def test_jsonable_rejects_unknown_objects():
@@ -374,25 +407,28 @@ def test_jsonable_rejects_unknown_objects():
         jsonable({"x": object()})
 
 
-def test_claims_summary_counts_and_words_each_verdict():
-    from rlvr_lib.experiments import claims_summary
-
-    rows = [
-        dict(claim="A rises", paper="+.04", ours={"mean": 0.1, "ci_low": 0.05, "ci_high": 0.2, "n": 5, "method": "m"},
-             expect=">"),
-        dict(claim="B rises", paper="+.01", ours={"mean": 0.1, "ci_low": -0.05, "ci_high": 0.2, "n": 5, "method": "m"},
-             expect=">"),
-        dict(claim="C falls", paper="-.02", ours={"mean": 0.1, "ci_low": 0.05, "ci_high": 0.2, "n": 5, "method": "m"},
-             expect="<"),
-        dict(claim="D checks", paper="-", ours=[0.9], holds=False),
-    ]
+def test_claims_summary_counts_each_verdict_and_the_chance_count():
+    rows = [_row("a", _ci(0.05, 0.2)), _row("b", _ci(-0.05, 0.2)), _row("c", _ci(0.05, 0.3), expect="<"),
+            _row("d", _ci(0.05, 0.2), source="VIGOR", against="base", reference=_ci(0.01, 0.02))]
     text = claims_summary(claims_table(rows))
     lines = text.splitlines()
-    assert lines[0].startswith("**1 of 4 claims hold at our scale**")
-    assert lines[2] == "- **holds**: A rises -- ours 0.100 [0.050, 0.200] (m); paper: +.04"
-    assert lines[3].startswith("- **not resolved** (point estimate on the claimed side") and "B rises" in lines[3]
-    assert lines[4].startswith("- **does not hold** (point estimate against the claimed side): C falls")
-    assert lines[5].startswith("- **does not hold**: D checks")
+    assert lines[0].startswith("**1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims** "
+                               "(chance alone, every effect at its threshold, would give 0.1 `reproduced`")
+    assert find_claims_headline(text) == "1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims"
+    assert find_claims_counts(text + "\n" + text) == {
+        "SAGE": {"reproduced": 2, "contradicted": 2, "unresolved": 2, "not specific": 0},
+        "VIGOR": {"reproduced": 0, "contradicted": 0, "unresolved": 0, "not specific": 2}}
+    assert "- **contradicted**: claim c (SAGE) -- ours 0.175 [0.050, 0.300], threshold < 0.000" in text
+
+
+def test_measurements_and_instrument_checks_are_tables_of_their_own():
+    m = measurements_table([{"id": "rescued", "measurement": "rescued > lost", "ours": _ci(0.01, 0.02), "expect": ">"}])
+    assert list(m.columns) == list(MEASUREMENT_COLUMNS) and m.loc[0, "verdict"] == "reproduced"
+    assert find_claims_headline(measurements_summary(m)) is None  # never counted among claims
+    c = instrument_checks([{"id": "ari", "check": "ARI >= 0.8", "kind": "measurement", "value": 0.91, "passes": True}])
+    assert c.loc[0, "value"] == "0.910" and bool(c.loc[0, "passes"])
+    with pytest.raises(ValueError, match=r"^instrument_checks row 0: kind='claim' is invalid: must be one of"):
+        instrument_checks([{"id": "x", "check": "x", "kind": "claim", "value": 1, "passes": True}])
 
 
 def _compute_once_in_a_process(root, log, started, release):

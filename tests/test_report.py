@@ -38,34 +38,71 @@ def test_render_reads_shared_rows_and_sums_compute(tmp_path):
     assert "| 02_baselines_sage_t1_anchors | 2 |" in compute
 
 
-def test_claims_line_carries_the_count_the_executed_notebook_shows(tmp_path):
+def _ci(lo, hi):
+    return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": 5, "method": "m"}
+
+
+def _table(rows):
+    from rlvr_lib.experiments import claims_table
+
+    return claims_table([dict(id=f"c{i}", claim=f"claim {i}", source=source, paper="T1", paper_effect="-",
+                              ours=_ci(lo, hi), expect=">", against="base", reference=ref)
+                         for i, (source, lo, hi, ref) in enumerate(rows)])
+
+
+def _write(path, tables):
     import nbformat
-    import pandas as pd
 
     from rlvr_lib.experiments import claims_summary
 
-    table = pd.DataFrame([
-        {"claim": "A beats B", "holds": True, "point_side": True, "ours": "0.1", "interval": "i", "paper": "p"},
-        {"claim": "C beats D", "holds": False, "point_side": False, "ours": "-0.1", "interval": "i", "paper": "p"},
-        {"claim": "E beats F", "holds": False, "point_side": True, "ours": "0.0", "interval": "i", "paper": "p"},
-    ])
-    cell = nbformat.v4.new_code_cell("display(Markdown(summary))")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table)})]
+    cells = []
+    for table in tables:
+        cell = nbformat.v4.new_code_cell("display(Markdown(summary))")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table)})]
+        cells.append(cell)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(path))
+
+
+def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_path):
+    from rlvr_lib.experiments import verdict_counts
+    from rlvr_lib.report import scorecard
+
+    no_ref = "the row is GRPO's own"
+    nudgerl = _table([("NudgeRL", 0.01, 0.02, _ci(0.01, 0.02)), ("NudgeRL", -0.02, -0.01, no_ref),
+                      ("NudgeRL", -0.01, 0.02, no_ref)])
+    sage = _table([("SAGE", 0.01, 0.02, no_ref), ("SAGE", 0.01, 0.02, _ci(-0.01, 0.0)), ("3PO", 0.1, 0.2, no_ref)])
+    sage_k3 = _table([("SAGE", -0.3, -0.2, no_ref), ("SAGE", 0.01, 0.02, _ci(0.03, 0.04))])
     executed = tmp_path / "notebooks" / "full"
     executed.mkdir(parents=True)
-    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "03_nudgerl.ipynb"))
-    nbformat.write(nbformat.v4.new_notebook(), str(executed / "02_baselines_sage_t1_anchors.ipynb"))  # no claims
-    second = nbformat.v4.new_code_cell("display(Markdown(summary))")  # a second table: both are counted
-    second.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table.head(2))})]
-    nbformat.write(nbformat.v4.new_notebook(cells=[cell, second]), str(executed / "05_sage.ipynb"))
-    lines = [line for line in render(tmp_path).splitlines() if line.startswith("Claims table and figures")]
+    _write(executed / "03_nudgerl.ipynb", [nudgerl])
+    _write(executed / "02_baselines_sage_t1_anchors.ipynb", [])  # no claims
+    _write(executed / "05_sage.ipynb", [sage, sage_k3])  # a second table: both are counted
+    text = render(tmp_path)
+    lines = [line for line in text.splitlines() if line.startswith("Claims table and figures")]
     assert lines == [
         "Claims table and figures: `results/notebooks/full/02_baselines_sage_t1_anchors.ipynb`.",
-        "Claims table and figures: `results/notebooks/full/03_nudgerl.ipynb` (1 of 3 claims hold at our scale).",
-        "Claims table and figures: `results/notebooks/full/05_sage.ipynb` "
-        "(2 of 5 claims hold at our scale, over 2 claims tables).",
+        "Claims table and figures: `results/notebooks/full/03_nudgerl.ipynb` (0 reproduced, 1 contradicted, "
+        "1 unresolved, 1 not specific of 3 claims).",
+        "Claims table and figures: `results/notebooks/full/05_sage.ipynb` (3 reproduced, 1 contradicted, "
+        "0 unresolved, 1 not specific of 5 claims, over 2 claims tables).",
     ]
 
+    # the scorecard's counts equal the tables': per paper, summed over tables and notebooks
+    card = scorecard(tmp_path)
+    expected: dict = {}
+    for table in (nudgerl, sage, sage_k3):
+        for paper in table["source"].unique():
+            mine = expected.setdefault(paper, {v: 0 for v in verdict_counts(table)})
+            for v, c in verdict_counts(table[table["source"] == paper]).items():
+                mine[v] += c
+    assert card == expected
+    assert list(card) == ["NudgeRL", "3PO", "SAGE"]  # papers in PAPER_NAMES order
+    rows = {line.split(" | ")[0].strip("| "): line for line in text.split("**Scorecard**", 1)[1].splitlines()
+            if line.startswith("| ")}
+    assert rows["SAGE"] == "| SAGE | 4 | 2 | 1 | 0 | 1 | 0.1 (95%: at most 1) |"
+    assert rows["all"].startswith("| all | 8 | 3 | 2 | 1 | 2 | 0.2 ")
+    assert ("Not in the scorecard (their executed copies show no three-verdict claims table; re-execute them from "
+            "the cache): `02_baselines_sage_t1_anchors`.") in text
 
 def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     import json

@@ -1,0 +1,310 @@
+"""Pre-registered claim rows, one module per notebook (issue 28, item 6).
+
+Each notebook's claims table is built from the rows its module here declares
+(:class:`Registry`): the claim in words, the paper and its effect, the side and
+threshold (or the equivalence margin), what the row compares with. The notebook
+supplies only the measurements, keyed by row id; :meth:`Registry.claim_rows`
+refuses a measurement for an id the module does not declare and a declared id
+left unmeasured, so a row cannot be added, dropped or re-worded in the notebook.
+
+Every run record of a registered experiment stores, when computed, the commit
+of its notebook's module and a fingerprint of each row
+(``record.extra["claims"]``, :func:`provenance`). :meth:`Registry.changed_rows`
+compares the current rows with those the notebook's first full-profile record
+stored and lists each row added, changed or removed since. Records older than
+this scheme (the six notebooks' first full-profile runs predate it) carry no
+fingerprints; for them the rows say themselves what changed after the runs
+(``changed``: which item of issue 28 required it), and those are listed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib
+import json
+import re
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from ..experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks, load_runs,
+                           measurements_table)
+from ..validation import check, check_choice
+
+__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "registry",
+           "registry_for"]
+
+_PKG = Path(__file__).resolve().parent
+
+REGISTRIES = {
+    # experiment prefix (without _quick / _full) -> module of its notebook's rows
+    "grpo_baseline": "nb01_grpo",
+    "baselines": "nb02_baselines",
+    "nudgerl": "nb03_nudgerl",
+    "threepo": "nb04_3po",
+    "sage": "nb05_sage",
+    "vigor": "nb06_vigor",
+}
+"""Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records)."""
+
+
+def _fingerprint(obj: Any) -> str:
+    fields = {k: v for k, v in dataclasses.asdict(obj).items() if k != "changed"}  # the note is not the row
+    return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class Claim:
+    """One paper claim (a row of :func:`rlvr_lib.experiments.claims_table`).
+
+    Attributes:
+        id: Unique in its notebook.
+        text: The claim in words; ``{name}`` fields are filled from the notebook's context (e.g. ``{n}``).
+        source: The paper (:data:`~rlvr_lib.experiments.PAPER_NAMES`).
+        paper: Where the paper states it.
+        paper_effect: ``(metric, from, to)`` from the paper's table, or a str when it gives no number.
+        expect: ``">"``, ``"<"`` or ``"within"``; ``than`` the threshold, ``margin`` the equivalence margin.
+        against: What the row compares with (:data:`~rlvr_lib.experiments.AGAINST`).
+        changed: Why the row differs from the one the notebook stated before its first full-profile runs
+            (None: unchanged; a note starting "added" for a row new since). Shown by
+            :meth:`Registry.changed_rows` for records without fingerprints.
+        table: Which of the notebook's claims tables the row belongs to (``"main"`` unless it has several).
+    """
+
+    id: str
+    text: str
+    source: str
+    paper: str
+    paper_effect: Union[str, tuple]
+    expect: str
+    against: str
+    than: float = 0.0
+    margin: Optional[float] = None
+    changed: Optional[str] = None
+    table: str = "main"
+
+    def __post_init__(self):
+        check_choice(f"Claim {self.id!r}: source", self.source, PAPER_NAMES)
+        check_choice(f"Claim {self.id!r}: expect", self.expect, EXPECTS)
+        check_choice(f"Claim {self.id!r}: against", self.against, AGAINST)
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Measurement:
+    """A test no paper states (the repository's own reading): a row of ``measurements_table``."""
+
+    id: str
+    text: str
+    expect: str
+    than: float = 0.0
+    margin: Optional[float] = None
+    changed: Optional[str] = None
+
+    def __post_init__(self):
+        check_choice(f"Measurement {self.id!r}: expect", self.expect, EXPECTS)
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Check:
+    """An instrument check (cannot fail by construction, measures the instrument, or an identity)."""
+
+    id: str
+    text: str
+    kind: str
+    changed: Optional[str] = None
+
+    def __post_init__(self):
+        check_choice(f"Check {self.id!r}: kind", self.kind, CHECK_KINDS)
+
+    def fingerprint(self) -> str:
+        return _fingerprint(self)
+
+
+def _fill(text: str, context: Mapping[str, Any], rid: str) -> str:
+    try:
+        return text.format(**context)
+    except (KeyError, IndexError, ValueError) as e:
+        raise ValueError(f"row {rid!r}: text={text!r} is invalid: must have its fields in the context "
+                         f"{sorted(context)} ({e!r})") from None
+
+
+def _complete(kind: str, declared: Sequence, measured: Mapping[str, Any]) -> None:
+    ids = [d.id for d in declared]
+    unknown, missing = sorted(set(measured) - set(ids)), [i for i in ids if i not in measured]
+    check(not unknown and not missing, f"{kind} measured ids", sorted(measured),
+          f"exactly the registered ids {ids} (unknown: {unknown}, unmeasured: {missing})")
+
+
+@dataclasses.dataclass(frozen=True)
+class Registry:
+    """A notebook's pre-registered rows: claims, additional measurements and instrument checks.
+
+    ``removed``: ``(row as it was, why)`` for each row the notebook stated before its first full-profile runs
+    and no longer has (listed by :meth:`changed_rows` for records without fingerprints).
+    """
+
+    notebook: str
+    experiment: str
+    claims: tuple = ()
+    measurements: tuple = ()
+    checks: tuple = ()
+    removed: tuple = ()
+    module: str = ""
+
+    def __post_init__(self):
+        ids = [r.id for r in (*self.claims, *self.measurements, *self.checks)]
+        dup = sorted({i for i in ids if ids.count(i) > 1})
+        check(not dup, f"Registry {self.notebook!r}: ids", dup, "unique across claims, measurements and checks")
+
+    def claim_rows(self, measured: Mapping[str, Any], table: str = "main", **context) -> list[dict]:
+        """Claims-table rows: each registered claim of ``table`` with its measurement.
+
+        Args:
+            measured: Per claim id, an interval dict (``ours``) or a dict with ``ours`` and any of
+                ``reference``, ``level``, ``bounds``, ``note``; ``None`` for a row the profile does not run
+                (the quick profile's smaller sweeps): the row is left out, never its id.
+            table: Which claims table (the claims' ``table``).
+            context: Values for the claims' ``{fields}``.
+        """
+        claims = [c for c in self.claims if c.table == table]
+        check(claims, f"{self.notebook} claims: table", table,
+              f"one of {sorted({c.table for c in self.claims})}")
+        _complete(f"{self.notebook} claims", claims, measured)
+        rows = []
+        for c in claims:
+            m = measured[c.id]
+            if m is None:  # not run in this profile
+                continue
+            m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
+            row = dict(id=c.id, claim=_fill(c.text, context, c.id), source=c.source, paper=c.paper,
+                       paper_effect=c.paper_effect, expect=c.expect, than=c.than, against=c.against, **m)
+            if c.margin is not None:
+                row["margin"] = c.margin
+            rows.append(row)
+        return rows
+
+    def measurement_rows(self, measured: Mapping[str, Any], **context) -> list[dict]:
+        """Rows of ``measurements_table``, as :meth:`claim_rows`."""
+        _complete(f"{self.notebook} measurements", self.measurements, measured)
+        rows = []
+        for c in self.measurements:
+            m = measured[c.id]
+            m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
+            row = dict(id=c.id, measurement=_fill(c.text, context, c.id), expect=c.expect, than=c.than, **m)
+            if c.margin is not None:
+                row["margin"] = c.margin
+            rows.append(row)
+        return rows
+
+    def check_rows(self, measured: Mapping[str, tuple], **context) -> list[dict]:
+        """Rows of ``instrument_checks``: per check id, ``(value, passes)``."""
+        _complete(f"{self.notebook} checks", self.checks, measured)
+        return [dict(id=c.id, check=_fill(c.text, context, c.id), kind=c.kind, value=measured[c.id][0],
+                     passes=bool(measured[c.id][1])) for c in self.checks]
+
+    def claims_table(self, measured, fmt: str = ".3f", table: str = "main", **context):
+        return claims_table(self.claim_rows(measured, table, **context), fmt)
+
+    def measurements_table(self, measured, fmt: str = ".3f", **context):
+        return measurements_table(self.measurement_rows(measured, **context), fmt)
+
+    def instrument_checks(self, measured, **context):
+        return instrument_checks(self.check_rows(measured, **context))
+
+    def fingerprints(self) -> dict[str, str]:
+        """Per row id, a hash of everything the row states except its ``changed`` note."""
+        return {r.id: r.fingerprint() for r in (*self.claims, *self.measurements, *self.checks)}
+
+    def changed_rows(self, root: str | Path | None = None, profile: str = "full"):
+        """Rows added, changed or removed after the notebook's first ``profile`` record (issue 28, item 6).
+
+        The first record is the earliest ``started`` of ``<experiment>_<profile>``'s runs. When it stored
+        fingerprints (:func:`provenance`), each current row is compared with them; when it predates them, the
+        rows that say they changed (``changed``) are listed. No record yet: nothing changed after it.
+
+        Returns:
+            ``pandas.DataFrame`` with ``id``, ``row`` (the text), ``what`` (``added``/``changed``/``removed``)
+            and ``why``; its ``attrs["first_record"]`` names the first record and when it started.
+        """
+        import pandas as pd
+
+        records = load_runs(f"{self.experiment}_{profile}", root)
+        rows: list[dict] = []
+        first = min(records, key=lambda r: (r.started, r.run_id)) if records else None
+        everything = {r.id: r for r in (*self.claims, *self.measurements, *self.checks)}
+        if first is not None:
+            stored = (first.extra.get("claims") or {}).get("fingerprints")
+            if stored is not None:
+                now = self.fingerprints()
+                for rid, fp in now.items():
+                    if rid not in stored or stored[rid] != fp:
+                        rows.append({"id": rid, "row": everything[rid].text,
+                                     "what": "added" if rid not in stored else "changed",
+                                     "why": everything[rid].changed or "-"})
+                rows += [{"id": rid, "row": "-", "what": "removed", "why": "-"} for rid in stored if rid not in now]
+            else:
+                rows = [{"id": r.id, "row": r.text, "what": "added" if r.changed.startswith("added") else "changed",
+                         "why": r.changed} for r in everything.values() if r.changed]
+                rows += [{"id": "-", "row": text, "what": "removed", "why": why} for text, why in self.removed]
+        df = pd.DataFrame(rows, columns=["id", "row", "what", "why"])
+        df.attrs["first_record"] = None if first is None else f"{first.run_id} (started {first.started})"
+        return df
+
+
+def changed_summary(changed) -> str:
+    """Markdown for :meth:`Registry.changed_rows`: one line naming the first full-profile record, one bullet per
+    row added, changed or removed after it (the thresholds the notebook states before its runs stay as they were
+    except where these bullets say)."""
+    first = changed.attrs.get("first_record")
+    if first is None:
+        return "**Pre-registration:** no full-profile record yet; every row below is as registered before the runs."
+    if changed.empty:
+        return f"**Pre-registration:** no row changed after the first full-profile record, `{first}`."
+    lines = [f"**Pre-registration: {len(changed)} rows changed after the first full-profile record** (`{first}`; "
+             "every other row, with its threshold, is as the notebook stated it before its runs):", ""]
+    lines += [f"- {row['what']}: {row['row']} ({row['id']}) -- {row['why']}" for _, row in changed.iterrows()]
+    return "\n".join(lines)
+
+
+@functools.lru_cache(maxsize=None)
+def registry(module: str) -> Registry:
+    """The :class:`Registry` of ``rlvr_lib.claims.<module>`` (its ``REGISTRY``)."""
+    check(isinstance(module, str) and re.fullmatch(r"nb\d\d_\w+", module), "module", module,
+          f"one of {sorted(REGISTRIES.values())}")
+    reg = importlib.import_module(f"{__name__}.{module}").REGISTRY
+    return dataclasses.replace(reg, module=module)
+
+
+def registry_for(experiment: str) -> Optional[Registry]:
+    """The registry of the notebook that owns ``experiment`` (e.g. ``"sage_full"``), or None."""
+    prefix = re.sub(r"_(quick|full)$", "", experiment)
+    return registry(REGISTRIES[prefix]) if prefix in REGISTRIES else None
+
+
+def _module_commit(module: str) -> Optional[str]:
+    """The last commit that changed ``rlvr_lib/claims/<module>.py``, or None (no git, uncommitted file)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(_PKG / f"{module}.py")], cwd=_PKG,
+                             capture_output=True, text=True, timeout=10, check=False)
+    except Exception:  # provenance is best effort
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+
+
+def provenance(experiment: str) -> Optional[dict]:
+    """What a run record of ``experiment`` stores about its notebook's claims: ``{"module", "commit",
+    "fingerprints"}``; None when no notebook's registry owns the experiment."""
+    reg = registry_for(experiment)
+    if reg is None:
+        return None
+    return {"module": reg.module, "commit": _module_commit(reg.module), "fingerprints": reg.fingerprints()}

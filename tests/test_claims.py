@@ -1,0 +1,104 @@
+"""Tests for rlvr_lib.claims: pre-registered rows, their provenance in run records, rows changed after the runs."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from rlvr_lib.claims import REGISTRIES, Check, Claim, Measurement, Registry, provenance, registry, registry_for
+from rlvr_lib.experiments import cached_run, load_runs
+
+
+def _ci(lo, hi):
+    return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": 5, "method": "m"}
+
+
+REG = Registry(
+    notebook="99_test", experiment="testexp",
+    claims=(Claim("gain", "X beats GRPO at pass@{n}", "SAGE", "T1", ("pass@1", 0.266, 0.284), ">", "grpo"),
+            Claim("keeps", "X keeps OOD", "SAGE", "OOD", "no number", "within", "base", margin=0.01)),
+    measurements=(Measurement("rescued", "rescued > lost", ">"),),
+    checks=(Check("ari", "ARI >= 0.8", "measurement"),),
+)
+
+
+def _run(root, experiment, seed, claims):
+    return cached_run(experiment, "grpo", {"seed": seed}, seed, lambda: ([], {"x": 1.0}), root=root,
+                      extra={"claims": claims})
+
+
+def test_rows_come_only_from_the_registry():
+    rows = REG.claim_rows({"gain": _ci(0.01, 0.02), "keeps": {"ours": _ci(-0.005, 0.005), "reference": _ci(0, 0.004)}},
+                          n=32)
+    assert rows[0]["claim"] == "X beats GRPO at pass@32" and rows[1]["margin"] == 0.01
+    table = REG.claims_table({"gain": _ci(0.01, 0.02), "keeps": {"ours": _ci(-0.005, 0.005),
+                                                                 "reference": _ci(0.0, 0.004)}}, n=32)
+    assert table["verdict"].tolist() == ["reproduced", "not specific"]
+    with pytest.raises(ValueError, match=r"^99_test claims measured ids=\['extra', 'gain'\] is invalid: must be "
+                                         r"exactly the registered ids \['gain', 'keeps'\] \(unknown: \['extra'\], "
+                                         r"unmeasured: \['keeps'\]\)$"):
+        REG.claim_rows({"gain": _ci(0.01, 0.02), "extra": _ci(0, 1)}, n=32)
+    with pytest.raises(ValueError, match=r"^row 'gain': text='X beats GRPO at pass@\{n\}' is invalid"):
+        REG.claim_rows({"gain": _ci(0.01, 0.02), "keeps": {"ours": _ci(0, 0.001), "reference": "-"}})
+    assert REG.measurements_table({"rescued": _ci(0.1, 0.2)})["verdict"].tolist() == ["reproduced"]
+    assert REG.instrument_checks({"ari": (0.91, True)})["passes"].tolist() == [True]
+
+
+def test_a_row_changed_after_the_first_full_record_is_flagged(tmp_path):
+    first = {"module": "x", "commit": None, "fingerprints": REG.fingerprints()}
+    _run(tmp_path, "testexp_full", 0, first)
+    assert REG.changed_rows(tmp_path).empty  # nothing changed since the first record
+    # the margin of "keeps" widened and a row added after the first record; a later record does not excuse them
+    keeps = dataclasses.replace(REG.claims[1], margin=0.02)
+    later = dataclasses.replace(REG, claims=(REG.claims[0], keeps,
+                                             Claim("new", "new row", "SAGE", "T1", "-", ">", "grpo")))
+    _run(tmp_path, "testexp_full", 1, {"module": "x", "commit": None, "fingerprints": later.fingerprints()})
+    changed = later.changed_rows(tmp_path)
+    assert changed[["id", "what"]].values.tolist() == [["keeps", "changed"], ["new", "added"]]
+    assert changed.attrs["first_record"].startswith(load_runs("testexp_full", tmp_path)[0].run_id.split("-s")[0])
+    dropped = dataclasses.replace(REG, claims=REG.claims[:1])
+    assert dropped.changed_rows(tmp_path)[["id", "what"]].values.tolist() == [["keeps", "removed"]]
+    assert REG.changed_rows(tmp_path, profile="quick").empty  # no quick record: nothing after it
+
+
+def test_records_before_fingerprints_list_the_rows_that_say_they_changed(tmp_path):
+    _run(tmp_path, "testexp_full", 0, None)  # a record from before the scheme: no fingerprints
+    reg = dataclasses.replace(REG, claims=(dataclasses.replace(REG.claims[1], changed="item 2: now within"),),
+                              removed=(("old half", "item 2"),))
+    changed = reg.changed_rows(tmp_path)
+    assert changed[["id", "what", "why"]].values.tolist() == [["keeps", "changed", "item 2: now within"],
+                                                             ["-", "removed", "item 2"]]
+
+
+def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path):
+    rec = cached_run("sage_full", "probe", {"a": 1}, 0, lambda: ([], {"x": 1.0}), root=tmp_path)
+    stored = rec.extra["claims"]
+    assert stored["module"] == "nb05_sage" and stored["fingerprints"] == registry("nb05_sage").fingerprints()
+    assert stored["commit"] is None or len(stored["commit"]) == 40
+    assert "claims" not in cached_run("other", "probe", {"a": 1}, 0, lambda: ([], {}), root=tmp_path).extra
+    assert provenance("unknown_full") is None
+
+
+def test_every_registry_loads_and_its_ids_are_unique():
+    for prefix, module in REGISTRIES.items():
+        reg = registry(module)
+        assert reg.experiment == prefix and registry_for(f"{prefix}_full") is not None
+        ids = list(reg.fingerprints())
+        assert len(ids) == len(set(ids)) == len(reg.claims) + len(reg.measurements) + len(reg.checks)
+    with pytest.raises(ValueError, match=r"^Claim 'x': expect='>=' is invalid: must be one of"):
+        Claim("x", "x", "SAGE", "T1", "-", ">=", "grpo")
+    with pytest.raises(ValueError, match=r"^Registry 'r': ids=\['a'\] is invalid: must be unique"):
+        Registry("r", "e", claims=(Claim("a", "x", "SAGE", "T1", "-", ">", "grpo"),),
+                 measurements=(Measurement("a", "y", ">"),))
+
+
+def test_registered_paper_effects_agree_with_their_side():
+    # the table builder checks this when a notebook runs; checked here for every registry without running one
+    for module in REGISTRIES.values():
+        for c in registry(module).claims:
+            if isinstance(c.paper_effect, tuple) and c.expect != "within":
+                _, a, b = c.paper_effect
+                assert (b > a) == (c.expect == ">"), (module, c.id, c.paper_effect, c.expect)
+            if c.expect == "within":
+                assert c.margin is not None and c.margin > 0, (module, c.id)
