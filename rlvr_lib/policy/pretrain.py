@@ -83,7 +83,7 @@ class PretrainConfig(ConfigBase):
     """
 
     seed: int = 0
-    steps: int = 2400
+    steps: int = 1200
     batch_size: int = 128
     lr: float = 2e-3
     warmup_steps: int = 100

@@ -69,7 +69,7 @@ HARD_DIFFICULTY = "hard"
 # Share of each strategy in the pretraining mixture: dominant / secondary / rare.
 PRETRAIN_STRATEGY_PRIOR = {"direct": 0.22, "split": 0.72, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
-PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
+PRETRAIN_HINT_PRIOR = {"direct": 0.45, "split": 0.45, "round": 0.10}
 TESTBED_VERSION = "mul-v3"
 """Names this design of the testbed (v3: split dominant and best on the RL pool, round-only items
 held out of pretraining and of the RL pool, the subtraction skill); run keys hold the policy hash."""
