@@ -102,3 +102,15 @@ def test_registered_paper_effects_agree_with_their_side():
                 assert (b > a) == (c.expect == ">"), (module, c.id, c.paper_effect, c.expect)
             if c.expect == "within":
                 assert c.margin is not None and c.margin > 0, (module, c.id)
+
+
+def test_zero_width_intervals_of_different_measurements_are_not_taken_for_two_halves():
+    # On a tiny sample two different measurements can both be exactly 0 with no spread; that is a coincidence,
+    # not one measurement tested from both sides. The same measurement object still is refused.
+    from rlvr_lib.experiments import _check_rows
+
+    zero = lambda: {"mean": 0.0, "ci_low": 0.0, "ci_high": 0.0}  # noqa: E731
+    _check_rows("t", [{"id": "a", "ours": zero(), "expect": ">"}, {"id": "b", "ours": zero(), "expect": "<"}])
+    same = zero()
+    with pytest.raises(ValueError, match="one-sided halves"):
+        _check_rows("t", [{"id": "a", "ours": same, "expect": ">"}, {"id": "b", "ours": same, "expect": "<"}])
