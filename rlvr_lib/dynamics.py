@@ -305,6 +305,7 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
         trainer = Trainer(train_cfg.replace(checkpoint_every=10), checkpoint_dir=ckpt)
         reference, _ = load_policy(config.policy)
         reference.eval()
+        kl_problems = _kl_problems(config)  # the same prompts at every step count
         kl_params = SamplingParams(n=config.kl_samples, temperature=1.0, max_new_tokens=train_cfg.max_new_tokens,
                                    seed=seed)
         evals = {}
@@ -319,7 +320,7 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
             trainer.model.eval()
             with torch.no_grad():
                 out = {"eval": evaluate_policy(engine, config.spec()),
-                       "kl": reference_kl(engine, reference, _kl_problems(config), kl_params)}
+                       "kl": reference_kl(engine, reference, kl_problems, kl_params)}
                 if wide:
                     out["wide"] = evaluate_policy(engine, config.wide_spec())
             trainer.model.train()
