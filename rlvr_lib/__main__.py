@@ -18,7 +18,8 @@ def _pretrain(args: argparse.Namespace) -> int:
     from rlvr_lib.policy.load import TINY_POLICY_DIR
     from rlvr_lib.policy.pretrain import PretrainConfig, pretrain
 
-    config = PretrainConfig(seed=args.seed, **({"steps": args.steps} if args.steps else {}))
+    overrides = {name: value for name, value in (("seed", args.seed), ("steps", args.steps)) if value is not None}
+    config = PretrainConfig(**overrides)
     out = Path(args.out) if args.out else TINY_POLICY_DIR
     log = pretrain(config, out)
     print(f"saved {log['parameters']:,}-parameter policy to {out} in {log['train_seconds']} s (final loss {log['final_loss']})")
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvr_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy (SFT on the strategy mixture)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=None, help="default: PretrainConfig.seed (the shipped checkpoint's)")
     p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: PretrainConfig.steps)")
     p.add_argument("--out", default=None, help="output directory (default: the embedded checkpoint)")
     p.set_defaults(func=_pretrain)

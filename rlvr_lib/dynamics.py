@@ -404,3 +404,30 @@ def write_dynamics(report: Mapping[str, Any], path: str | Path) -> Path:
     path = Path(path)
     write_json_atomic(path, jsonable(report))
     return path
+
+
+def full_profile_steps(path: str | Path | None = None, *, policy: str | None = None) -> int:
+    """The full profile's GRPO step count: `chosen_steps` of the dynamics calibration of the shipped policy.
+
+    Reads ``results/testbed/dynamics.json`` (or ``path``). The notebooks' full profiles train for this many
+    steps (issue 27: the smallest pre-stated candidate at which every dynamics target holds).
+
+    Raises:
+        ValueError: when the file is missing, was measured on another policy than ``policy`` (``None``: the
+            shipped one; compared by content hash), or no candidate met every target.
+    """
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    path = Path(path) if path is not None else results_root() / "testbed" / "dynamics.json"
+    if not path.is_file():
+        raise invalid("dynamics report", str(path), "an existing file: run `python -m rlvr_lib calibrate --dynamics`")
+    report = json.loads(path.read_text())
+    sha = policy_fingerprint(policy)
+    if report.get("policy_sha") != sha:
+        raise invalid("dynamics report's policy_sha", report.get("policy_sha"),
+                      f"{sha}, the policy's own (the report is of another checkpoint: run the calibration again)")
+    if report.get("chosen_steps") is None:
+        raise invalid("dynamics report's chosen_steps", None,
+                      f"one of {report.get('step_candidates')}: not every dynamics target holds at any candidate, "
+                      "so the full profile has no step count (see results/testbed/dynamics.json)")
+    return int(report["chosen_steps"])

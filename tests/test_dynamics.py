@@ -8,6 +8,7 @@ import pytest
 
 from rlvr_lib.__main__ import main
 from rlvr_lib.dynamics import (
+    full_profile_steps,
     STEP_CANDIDATES,
     DynamicsConfig,
     chosen_steps,
@@ -154,3 +155,20 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys):
           "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
           "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)])
     assert json.loads(out.read_text())["targets"] == data["targets"]
+
+
+def test_full_profile_steps_reads_the_chosen_count_of_this_policy(tmp_path):
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    path = tmp_path / "dynamics.json"
+    with pytest.raises(ValueError, match="run `python -m rlvr_lib calibrate --dynamics`"):
+        full_profile_steps(path)
+    report = {"policy_sha": policy_fingerprint(None), "step_candidates": [100, 200, 300], "chosen_steps": 200}
+    path.write_text(json.dumps(report))
+    assert full_profile_steps(path) == 200
+    path.write_text(json.dumps({**report, "chosen_steps": None}))
+    with pytest.raises(ValueError, match=r"one of \[100, 200, 300\]: not every dynamics target holds"):
+        full_profile_steps(path)
+    path.write_text(json.dumps({**report, "policy_sha": "0" * 16}))
+    with pytest.raises(ValueError, match="report is of another checkpoint"):
+        full_profile_steps(path)

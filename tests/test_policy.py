@@ -155,29 +155,39 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
     import numpy as np
 
     from rlvr_lib.policy.pretrain import PretrainingMixture
+    from rlvr_lib.tasks import STRATEGIES, round_only
+    from rlvr_lib.tasks.arithmetic import unseen_fact
 
-    from rlvr_lib.tasks import round_only
-
-    mixture = PretrainingMixture(PretrainConfig(), np.random.default_rng(0))
-    pairs = [mixture.sample() for _ in range(6000)]
+    config = PretrainConfig()
+    prior, hint_prior = dict(zip(STRATEGIES, config.strategy_prior)), dict(zip(STRATEGIES, config.hint_prior))
+    mixture = PretrainingMixture(config, np.random.default_rng(0))
+    pairs = [mixture.sample() for _ in range(8000)]
     mul = [(p, c) for p, c in pairs if "*" in p.split("=")[0]]
-    assert not [c for _, c in mul if re.search(r"(?<!\d)90?\*\d\d(?!\d)", c)]
+    assert not [c for _, c in mul if re.search(r"(?<![\d*])90?\*\d", c)]  # no step 9*b or 90*b, any b
     assert not [p for p, _ in mul if p.split("=")[0].endswith("*9")]  # nor the problems a*9
-    # Round-only items (first factor ending in 9, two-digit second) are evaluation problems only.
-    operands = [tuple(map(int, p.split("=")[0].split("*"))) for p, _ in mul]
-    assert not [ab for ab in operands if round_only(*ab)]
-    # Redrawing the problem (not the strategy) keeps the unhinted strategy shares at the prior.
-    unhinted = [c.split(":")[0] for p, c in mul if " hint: " not in p]
-    assert abs(unhinted.count("round") / len(unhinted) - 0.06) < 0.015
-    assert abs(unhinted.count("split") / len(unhinted) - 0.72) < 0.03
+    steps = [(int(d), int(b)) for _, c in mul for d, b in re.findall(r"(?<![\d*])(\d)0?\*(\d+)", c)]
+    assert steps and not [db for db in steps if unseen_fact(*db)]  # nor a scattered unseen product
+    # Round-only problems (first factor ending in 9) are shown, never with split; unhinted, `direct` takes
+    # split's share there and `round` keeps its prior share, so nothing ties round to them.
+    operands = [tuple(map(int, p.split(" hint: ")[0].split("=")[0].split("*"))) for p, _ in mul]
+    strategy = [c.split(":")[0] for _, c in mul]
+    hinted = [" hint: " in p for p, _ in mul]
+    only = [s for ab, s in zip(operands, strategy) if round_only(*ab)]
+    assert only and "split" not in only
+    only_unhinted = [s for ab, s, h in zip(operands, strategy, hinted) if round_only(*ab) and not h]
+    assert abs(only_unhinted.count("round") / len(only_unhinted) - prior["round"]) < 0.04
+    # Redrawing the problem (not the strategy) keeps the unhinted strategy shares at the prior elsewhere.
+    unhinted = [s for ab, s, h in zip(operands, strategy, hinted) if not h and not round_only(*ab)]
+    assert abs(unhinted.count("round") / len(unhinted) - prior["round"]) < 0.015
+    assert abs(unhinted.count("split") / len(unhinted) - prior["split"]) < 0.03
     # Strategy hints name strategies by hint_prior; the subtraction skill is sub_share of the examples.
     named = [p.split(" hint: ")[1].strip() for p, _ in pairs if " hint: " in p]
-    named = [h for h in named if h in ("direct", "split", "round")]
-    assert abs(named.count("round") / len(named) - 0.10) < 0.03
-    assert abs((len(pairs) - len(mul)) / len(pairs) - 0.15) < 0.015
+    named = [h for h in named if h in STRATEGIES]
+    assert abs(named.count("round") / len(named) - hint_prior["round"]) < 0.03
+    assert abs((len(pairs) - len(mul)) / len(pairs) - config.sub_share) < 0.015
     assert all(re.fullmatch(r"\d{3}-\d{3}=\?", p.split(" hint: ")[0].strip())
                for p, _ in pairs if "*" not in p.split("=")[0])
-    assert PretrainConfig().hold_out_fact  # the shipped checkpoint's setting
+    assert config.hold_out_fact  # the shipped checkpoint's setting
     leaky = PretrainingMixture(PretrainConfig(hold_out_fact=False), np.random.default_rng(0))
     assert any(re.search(r"(?<!\d)9\*\d\d(?!\d)", leaky.sample()[1]) for _ in range(2000))
 

@@ -10,6 +10,7 @@ from rlvr_lib.eval.summaries import (
     family_table,
     mean_pass_curve,
     per_problem_shares,
+    per_problem_strategy_entropy,
     seed_values,
     summary_row,
     top_strategy,
@@ -77,6 +78,19 @@ def test_per_problem_shares_pair_problems_and_count_shares():
     other.final["families"]["a"]["uids"] = ["p0", "p1", "q"]
     with pytest.raises(ValueError, match="same problems"):
         per_problem_shares([a, other], ["a"], "split")
+
+
+def test_per_problem_strategy_entropy_by_hand():
+    # Problem 0: 4 split of 4 -> 0 nats. Problem 1: 2 split, 1 direct, 1 round -> -(.5 ln .5 + 2 x .25 ln .25).
+    # Problem 2: 4 direct -> 0 nats.
+    a = _record([0, 0, 0], [4, 2, 0], [0, 1, 4])
+    H = per_problem_strategy_entropy([a], ["a"], ["direct", "split", "round"])
+    np.testing.assert_allclose(H, [[0.0, -(0.5 * np.log(0.5) + 0.5 * np.log(0.25)), 0.0]])
+    # Renormalised over the strategies asked for: without "round", problem 1 is 2 split vs 1 direct.
+    H2 = per_problem_strategy_entropy([a], ["a"], ["direct", "split"])
+    np.testing.assert_allclose(H2[0, 1], -(2 / 3 * np.log(2 / 3) + 1 / 3 * np.log(1 / 3)))
+    # A problem with no sample naming an asked strategy has entropy 0, not NaN.
+    assert per_problem_strategy_entropy([a], ["a"], ["round"]).tolist() == [[0.0, 0.0, 0.0]]
 
 
 def test_summary_row_and_family_table_intervals_stay_in_range():

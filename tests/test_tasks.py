@@ -56,14 +56,16 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
         assert not sft & train and not sft & ev and not train & ev
         for name, pool in (("sft", sft), ("train", train), ("eval", ev)):
             sizes[name] += len(pool)
-    # Half of all problems (7,056) are evaluation problems, plus the round-only items of the other half, which
-    # no pool holds; pretraining sees SFT_SHARE of the rest.
+    # Half of all problems are evaluation problems. Of the other half, SFT_SHARE is the pretraining pool less
+    # the problems with an unseen product, and the rest the RL pool less the round-only items.
     from rlvr_lib.tasks import round_only
+    from rlvr_lib.tasks.arithmetic import shows_unseen_fact
 
-    held = sum(round_only(a, b) and split_of(a, b) != "eval" for a in range(11, 90) if a % 10 for b in range(2, 100))
-    assert held > 0
-    assert abs(sizes["eval"] / (sum(sizes.values()) + held) - 0.5) < 0.02
-    assert abs(sizes["sft"] / (sizes["sft"] + sizes["train"]) - SFT_SHARE) < 0.02
+    rest = [(a, b) for a in range(11, 90) if a % 10 for b in range(2, 100) if b != 9 and split_of(a, b) != "eval"]
+    assert sizes["sft"] == sum(split_of(*ab) == "sft" and not shows_unseen_fact(*ab) for ab in rest)
+    assert sizes["train"] == sum(split_of(*ab) == "train" and not round_only(*ab) for ab in rest)
+    assert abs(sizes["eval"] / (72 * 97) - 0.5) < 0.02  # first factors 11-89 but no multiple of 10, b 2-99 but 9
+    assert abs(sum(split_of(*ab) == "sft" for ab in rest) / len(rest) - SFT_SHARE) < 0.02
     from rlvr_lib.tasks import family_capacity
 
     train = {p.uid for p in family_problems(TRAIN_FAMILY, family_capacity(TRAIN_FAMILY))}
@@ -80,6 +82,8 @@ def test_difficulty_definition():
     assert difficulty_of(47, 6) == "easy"
     assert difficulty_of(47, 86) == "medium"
     assert difficulty_of(48, 86) == "hard"
+    assert difficulty_of(49, 6) == "hard"  # the first factor's last digit decides, whatever b's length
+    assert difficulty_of(38, 2) == "hard"
 
 
 def test_commuted_problems_share_a_split():
@@ -239,7 +243,7 @@ def test_family_capacity_is_the_largest_drawable_size(family):
 # --------------------------------------------------------------------------- round-only items
 
 
-def test_held_out_fact_is_any_product_of_nine_and_a_two_digit_number():
+def test_held_out_fact_is_any_product_by_nine():
     from rlvr_lib.tasks import HELD_OUT_DIGIT, uses_held_out_fact
 
     assert HELD_OUT_DIGIT == 9
@@ -249,15 +253,22 @@ def test_held_out_fact_is_any_product_of_nine_and_a_two_digit_number():
     assert uses_held_out_fact(94, 86, "split")  # 90*86+4*86
     assert not uses_held_out_fact(79, 86, "round")  # 80*86-1*86: the correction is a copy of b
     assert not uses_held_out_fact(79, 86, "direct")
-    assert not uses_held_out_fact(79, 6, "split")  # 9*6 is a one-digit fact
+    assert uses_held_out_fact(79, 6, "split")  # 70*6+9*6: the one-digit row is held out too
+    assert uses_held_out_fact(81, 6, "round")  # 90*6-9*6
+    assert not uses_held_out_fact(79, 6, "round")  # 80*6-1*6
     assert uses_held_out_fact(86, 9, "direct") and uses_held_out_fact(86, 9, "split")  # the problem 86*9 itself
-    assert not uses_held_out_fact(78, 86, "split")
-    # Exhaustive: the predicate is exactly "the trace has a step 9*b or 90*b with a two-digit b".
+    assert not uses_held_out_fact(78, 34, "split")  # 7*34 and 8*34 are seen products (`unseen_fact`)
+    # Exhaustive: the predicate is exactly "the problem is a*9 or the trace has a step 9*b or 90*b or a step
+    # d*b / d0*b with an unseen product d*b", read off the trace text.
+    from rlvr_lib.tasks.arithmetic import unseen_fact
+
     for a in (a for a in range(11, 100) if a % 10):
         for b in range(2, 100):
             for s in STRATEGIES:
-                step = re.search(rf"(?<!\d)90?\*{b}(?!\d)", solution_trace(a, b, s)) is not None
-                assert uses_held_out_fact(a, b, s) == (b == 9 or (b >= 10 and step)), (a, b, s)
+                trace = solution_trace(a, b, s)
+                nine = re.search(rf"(?<!\d)90?\*{b}(?!\d)", trace) is not None
+                unseen = any(unseen_fact(int(d), b) for d in re.findall(rf"(?<![\d*])(\d)0?\*{b}(?!\d)", trace))
+                assert uses_held_out_fact(a, b, s) == (b == 9 or nine or unseen), (a, b, s)
 
 
 def test_rare_mix_holds_only_round_only_items_of_the_eval_pool():
@@ -272,20 +283,42 @@ def test_rare_mix_holds_only_round_only_items_of_the_eval_pool():
 
 
 def test_evaluation_families_draw_what_they_drew_before_and_training_families_the_rl_pool():
-    # First problems as drawn before `first_units` existed (commit e14b787): evaluation families unchanged.
-    assert [p.uid for p in family_problems("hard_mix", 3)] == ["mul:82*34", "mul:28*52", "mul:26*2"]
-    assert [p.uid for p in family_problems("easy_mix", 3)] == ["mul:58*7", "mul:15*12", "mul:62*3"]
-    # Training families draw from the RL pool, a fifth of the old train pool since the pretraining pool split off.
-    assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:43*6", "mul:38*9", "mul:47*8"]
+    # First problems as drawn since testbed v4 (hard = first factor ends in 8-9, whatever b's length): a changed
+    # draw means every cached evaluation of these families is of other problems.
+    assert [p.uid for p in family_problems("hard_mix", 3)] == ["mul:82*34", "mul:28*54", "mul:25*4"]
+    assert [p.uid for p in family_problems("easy_mix", 3)] == ["mul:56*4", "mul:15*12", "mul:61*7"]
+    # Training families draw from the RL pool, a fifth of the non-evaluation problems.
+    assert [p.uid for p in family_problems("train_easy", 3)] == ["mul:43*4", "mul:37*3", "mul:46*6"]
 
 
-def test_round_only_items_are_in_no_pretraining_or_rl_pool():
+def test_unseen_products_are_a_fixed_scattered_share_and_never_pretrained_on():
+    from rlvr_lib.tasks.arithmetic import UNSEEN_FACT_SHARE, shows_unseen_fact, trace_products, unseen_fact
+
+    products = [(d, b) for d in range(2, 9) for b in range(10, 100)]
+    share = sum(map(lambda p: unseen_fact(*p), products)) / len(products)
+    assert abs(share - UNSEEN_FACT_SHARE) < 0.05  # 630 products: a hash, not a rule
+    assert not unseen_fact(1, 57) and not unseen_fact(9, 57) and not unseen_fact(4, 7)  # copies, the 9 row, 1-digit b
+    # Scattered: every first-factor digit has some unseen and some seen products.
+    assert all(0 < sum(unseen_fact(d, b) for b in range(10, 100)) < 90 for d in range(2, 9))
+    assert trace_products(47, 86, "split") == [(4, 86), (7, 86)]
+    assert trace_products(47, 86, "round") == [(5, 86), (3, 86)]
+    assert trace_products(47, 86, "direct") == []
+    for d in DIFFICULTIES:
+        assert not [ab for ab in problem_pool("sft", d) if shows_unseen_fact(*ab)]
+    # The RL pool keeps them: problems where split needs a product it never saw, unreadable from the prompt.
+    needs = [ab for ab in problem_pool("train", "medium") if uses_held_out_fact(*ab, "split")]
+    assert 0.1 < len(needs) / len(problem_pool("train", "medium")) < 0.6
+    assert [ab for ab in needs if not uses_held_out_fact(*ab, "round")]  # ...of which round solves some
+
+
+def test_round_only_items_are_in_no_rl_pool():
     from rlvr_lib.tasks import round_only
 
-    for split in ("sft", "train"):
-        for d in DIFFICULTIES:
-            assert not [ab for ab in problem_pool(split, d) if round_only(*ab)], (split, d)
-    assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))  # they stay evaluation problems
+    for d in DIFFICULTIES:
+        assert not [ab for ab in problem_pool("train", d) if round_only(*ab)], d
+    # Pretraining shows them (never with split: `PretrainingMixture`); evaluation keeps them.
+    assert any(round_only(*ab) for ab in problem_pool("sft", "hard"))
+    assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))
     # The RL family draws its pool's own difficulty mix, so it holds about as many prompts as the trainer asks.
     from rlvr_lib.tasks import family_capacity
 

@@ -433,8 +433,9 @@ def test_learnt_hessian_is_ivons_update_by_hand(policy):
     g = torch.cat([p.grad.flatten() for p in params]).double()
     f = ess * (h0 + wd) * noise.double() * g
     expected = b2 * h0 + (1 - b2) * f + 0.5 * (1 - b2) ** 2 * (h0 - f) ** 2 / (h0 + wd)
-    rel = ((h1 - expected).abs() / expected.abs().clamp(min=1e-9)).max().item()
-    assert rel < 1e-3, rel  # float32 gradients in the optimizer vs this double hand computation
+    # float32 arithmetic in the optimizer vs this double hand computation: on the testbed v4 policy one entry of
+    # 616,704 differs by 1.1e-3 relative (1.9e-6 absolute); a wrong term of the update is off by O(1).
+    torch.testing.assert_close(h1, expected, rtol=2e-3, atol=1e-4 * h0)
     assert out["hess_init_mean_h"] == pytest.approx(float(expected.mean()), rel=1e-4)
     assert all(torch.equal(a, b) for a, b in zip(model.parameters(), policy[0].parameters()))
 

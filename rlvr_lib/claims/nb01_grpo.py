@@ -1,7 +1,8 @@
-"""Notebook 01's pre-registered rows (GRPO: pass@1 vs pass@k, strategy shares, group size).
+"""Notebook 01's pre-registered rows: the papers' statements about GRPO itself (issue 27, item 5).
 
-Rows as the notebook stated them before its full-profile runs, rewritten to issue 28's forms; ``changed`` says
-where and which item required it.
+GRPO raises pass@1; at large k its pass@k falls below the base's; strategy diversity falls (the dominant
+pattern sharpens, the rare one does not grow); more rollouts help up to a point. Written before the
+recompute on the testbed v4 policy; ``changed`` says where a row differs from the first full-profile table.
 """
 
 from . import Check, Claim, Measurement, Registry
@@ -12,9 +13,16 @@ REGISTRY = Registry(
     claims=(
         Claim("grpo-raises-pass1", "GRPO raises pass@1 (gain over base)", "SAGE", "T1 (base, GRPO rows)",
               ("pass@1", 0.227, 0.266), ">", "base"),
-        Claim("grpo-not-passn", "...but not pass@{n}: its gain is under half the pass@1 gain "
-                                "(gain@{n} - gain@1 / 2 < 0)", "SAGE", "T1 (base, GRPO rows)",
-              "pass@256 .708 -> .714 (+.006) while pass@1 +.039: gain@256 - gain@1 / 2 = -.014", "<", "base"),
+        Claim("grpo-below-base-at-large-k", "At large k GRPO falls below the base: pass@{wide_k} of GRPO minus "
+                                            "the base's, in-distribution average (< 0)", "SAGE",
+              "mode collapse (pass@1 up, pass@k flat); T (DAPO row, pass@256)",
+              ("pass@256", 0.708, 0.696), "<", "base",
+              changed="issue 27: 'gain@n under half the pass@1 gain' became the papers' statement, at k = 256"),
+        Claim("grpo-diversity-falls", "Strategy diversity falls: first-token strategy entropy per problem, "
+                                      "GRPO minus base (< 0)", "NudgeRL", "motivation (naive sampling: one mode "
+                                                                          "on > 75% of problems)",
+              "no number for GRPO vs base", "<", "base",
+              changed="added (issue 27: 'strategy diversity falls')"),
         Claim("grpo-sharpens-top", "GRPO sharpens the dominant pattern: share of its top strategy ({top_grpo}) "
                                    "over base's top ({top_base})", "SAGE", "T2 (constraint setup)",
               ("share of the top pattern", 0.458, 0.604), ">", "base",
@@ -29,9 +37,10 @@ REGISTRY = Registry(
               ("pass@1", 0.487, 0.451), "<", "method"),
     ),
     measurements=(
-        Measurement("grpo-narrows-rare", "GRPO narrows pass@{n} where only the rare strategy works "
+        Measurement("grpo-narrows-rare", "GRPO narrows pass@{wide_k} where only the rare strategy works "
                                          "({rare_family}: change < 0)", "<",
-                    changed="item 7: the papers' shared premise, not a stated claim: moved from the claims"),
+                    changed="item 7: the papers' shared premise, not a stated claim: moved from the claims; "
+                            "issue 27: at k = 256"),
     ),
     checks=(
         Check("ari", "Unsupervised modes recover strategy labels on base samples, tag removed "

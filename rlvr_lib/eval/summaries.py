@@ -188,6 +188,21 @@ def per_problem_shares(evaluations: Sequence[Any], families: Sequence[str], stra
     return np.stack(rows)
 
 
+def per_problem_strategy_entropy(evaluations: Sequence[Any], families: Sequence[str],
+                                 strategies: Sequence[str]) -> np.ndarray:
+    """``(S, P)`` matrix of each problem's first-token strategy entropy, in nats.
+
+    ``H[s, p] = -sum_k q_k ln q_k`` with ``q_k`` strategy ``k``'s share of the
+    problem's samples that name a strategy (`per_problem_shares`, renormalised
+    over ``strategies``; 0 when none does): the within-problem spread the
+    papers say RLVR narrows (SAGE T2, NudgeRL's modes per problem).
+    """
+    shares = np.stack([per_problem_shares(evaluations, families, s) for s in strategies])  # (K, S, P)
+    total = shares.sum(axis=0, keepdims=True)
+    q = np.divide(shares, total, out=np.zeros_like(shares), where=total > 0)
+    return -np.sum(np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0)), 0.0), axis=0)
+
+
 def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Optional[str] = None) -> str:
     """The strategy with the largest seed-mean share (ties: first in ``strategies``)."""
     freqs = [_scope(_evaluation(f"records[{i}]", r), family)["strategy_freq"]

@@ -6,16 +6,18 @@ long tail of correct samples. So the SFT data is the testbed's pretraining
 pool (``"sft"``, `rlvr_lib.tasks.arithmetic.split_of`: 80% of the problems
 outside evaluation; the other 20% are the RL training pool, so RL prompts are
 as new to the policy as evaluation problems) with oracle traces whose strategy
-is drawn from ``PRETRAIN_STRATEGY_PRIOR`` (75% direct / 20% split / 5% round,
-independent of the problem), and a share of prompts carry a hint: mostly the
+is drawn from ``PRETRAIN_STRATEGY_PRIOR`` (independent of the problem; ``split``
+dominant, ``round`` rare), and a share of prompts carry a hint: mostly the
 name of the trace's strategy (so hints steer), sometimes a distractor word with
 a strategy from the prior (so unhelpful hints are ignored). A strategy hint
-names each strategy with equal odds, so the rare strategy is practised when
-nudged toward but stays rare unhinted (the premise of NudgeRL: hints unlock
+names a strategy from ``PRETRAIN_HINT_PRIOR``, so the rare strategy is practised
+when nudged toward but stays rare unhinted (the premise of NudgeRL: hints unlock
 modes the policy can execute but seldom samples). With ``hold_out_fact`` (the
-default) no example multiplies 9 by a two-digit number (``9*b``, ``90*b`` or
-``a*9``; see `rlvr_lib.tasks.arithmetic`): a problem whose example would is
-redrawn, so that on round-only items the rare strategy is the one that works.
+default) no example multiplies by 9 (``9*b``, ``90*b`` or ``a*9``, for any
+``b``; see `rlvr_lib.tasks.arithmetic`): a problem whose example would is
+redrawn, so that on round-only items the rare strategy is the one that works;
+the pretraining pool holds no problem whose trace needs one of the scattered
+unseen products (`rlvr_lib.tasks.arithmetic.unseen_fact`).
 The loss is next-token cross-entropy on completion tokens only.
 
 Deterministic for a seed on CPU; resumable: a state file is written every
@@ -49,6 +51,7 @@ from rlvr_lib.tasks.arithmetic import (
     TRAIN_FAMILY,
     make_problem,
     problem_pool,
+    round_only,
     uses_held_out_fact,
 )
 from rlvr_lib.tasks import subtraction
@@ -78,7 +81,7 @@ class PretrainConfig(ConfigBase):
             its ``"sft"`` pool), the out-of-task skill RL never trains.
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
-        hold_out_fact: Never show 9 times a two-digit number (``9*b``, ``90*b``, ``a*9``;
+        hold_out_fact: Never show a product by 9 (``9*b``, ``90*b``, ``a*9``, any ``b``;
             `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
     """
 
@@ -93,10 +96,10 @@ class PretrainConfig(ConfigBase):
     strategy_prior: tuple[float, float, float] = tuple(PRETRAIN_STRATEGY_PRIOR[s] for s in STRATEGIES)
     hint_prior: tuple[float, float, float] = tuple(PRETRAIN_HINT_PRIOR[s] for s in STRATEGIES)
     sub_share: float = 0.15
-    hidden_size: int = 128
+    hidden_size: int = 96
     num_layers: int = 4
     num_heads: int = 4
-    intermediate_size: int = 512
+    intermediate_size: int = 384
     save_every: int = 250
     hold_out_fact: bool = True
 
@@ -174,12 +177,19 @@ class PretrainingMixture:
             strategy, hint = self._strategy_and_hint()
             problem = subtraction.make_problem(int(a), int(b), strategy=strategy)
             return problem.prompt_with(hint), problem.oracle_trace
-        a, b = self._problem()
         strategy, hint = self._strategy_and_hint()
         # Redraw the problem, not the strategy, so the strategy shares stay the prior's.
-        while cfg.hold_out_fact and uses_held_out_fact(a, b, strategy):
+        while True:
             a, b = self._problem()
-        problem = make_problem(a, b, strategy=strategy)
+            shown = strategy
+            if strategy == "split" and hint not in STRATEGIES and round_only(a, b):
+                # Unhinted, a round-only problem is shown with `direct` where the prior drew `split` (whose
+                # trace needs the held-out 9 row): `round` keeps its prior share there, so nothing ties the
+                # rare strategy to these problems, and the policy still sees their first factors.
+                shown = "direct"
+            if not (cfg.hold_out_fact and uses_held_out_fact(a, b, shown)):
+                break
+        problem = make_problem(a, b, strategy=shown)
         return problem.prompt_with(hint), problem.oracle_trace
 
     def batch(self, size: int) -> list[tuple[str, str]]:

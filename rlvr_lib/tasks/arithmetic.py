@@ -13,39 +13,53 @@ so that bottleneck is real at laptop scale:
       split: 40*86+7*86=3440+602=4042 #4042
       round: 50*86-3*86=4300-258=4042 #4042
 
-* ``direct`` answers in one go. It is the pretraining-dominant strategy, and a
-  tiny transformer cannot multiply two 2-digit numbers in one step, so it fails
-  on most 2-digit x 2-digit problems. ``split`` (tens + units of the first
-  factor) and ``round`` (round the first factor up to a multiple of ten and
-  subtract) reduce the product to 1-digit x 2-digit facts and one addition or
-  subtraction. ``round`` is rare in pretraining and made for the hard subset:
-  when the first factor ends in 8 or 9 its correction term d*b is b or 2b.
+* ``split`` (tens + units of the first factor) is the pretraining-dominant
+  strategy and the best one on the RL pool, so reward reinforces it.
+  ``direct`` answers in one go, and a tiny transformer cannot multiply two
+  2-digit numbers in one step, so it fails on most 2-digit x 2-digit
+  problems. ``round`` (round the first factor up to a multiple of ten and
+  subtract) is rare in pretraining and made for the hard subset: when the
+  first factor ends in 8 or 9 its correction term d*b is b or 2b.
 * A fact the policy never sees: pretrained with ``hold_out_fact``
   (`rlvr_lib.policy.pretrain.PretrainConfig`, the shipped checkpoint's
-  setting), the policy never multiplies 9 by a two-digit number
-  (``HELD_OUT_DIGIT``): no chain step ``9*b`` (split's unit product when the
-  first factor ends in 9, round's correction when it ends in 1) or ``90*b``
-  (round's rounded product for first factors 81-89) with a two-digit ``b``,
-  and no problem ``a*9`` (with any of them left in, a longer pretraining reads
-  ``9*b`` off it). So on *round-only* items (first factor 19-79 ending in 9,
-  second factor two-digit) ``split`` needs a product the policy never saw (it
-  still infers some by generalisation; calibration measures how many), while
-  ``round``'s correction ``1*b`` is a copy of ``b``: the rare strategy is the
-  one that works there, and it must be discovered.
-* Difficulty: ``easy`` = second factor has one digit; ``medium`` = two digits
-  and the first factor ends in 1-7; ``hard`` = two digits and it ends in 8-9
-  (hard for the dominant one-shot answer, easy for the rare strategy).
+  setting), the policy never multiplies by 9 (``HELD_OUT_DIGIT``): no chain
+  step ``9*b`` (split's unit product when the first factor ends in 9, round's
+  correction when it ends in 1) or ``90*b`` (round's rounded product for first
+  factors 81-89), for any ``b``, and no problem ``a*9``. The whole row is held
+  out, one-digit ``b`` included: with ``9*7`` left in, the policy composes
+  ``9*37`` from its digits (testbed v3 held out two-digit ``b`` only, and
+  ``split`` still solved 19% of round-only items). So on *round-only* items
+  (first factor 19-79 ending in 9) ``split`` needs a product the policy never
+  saw, while ``round``'s correction ``1*b`` is a copy of ``b``: the rare
+  strategy is the one that works there, and it must be discovered. Problems
+  ``a*9`` are in no pool (nothing can solve them).
+* Products the policy never sees, scattered: a fixed hashed share
+  (``UNSEEN_FACT_SHARE``) of the products ``d*b`` (``d`` 2-8, ``b``
+  two-digit; `unseen_fact`) occurs in no pretraining example, so a problem
+  whose ``split`` trace needs one is beyond the dominant strategy while
+  ``round`` may still work (its products are other ones). Those problems are
+  in the RL pool and the evaluation families but not in pretraining, and
+  nothing in the prompt says which they are: the RL pool holds problems
+  where only a non-dominant strategy works without a rule GRPO could read
+  off the numbers (the issue's "need not readable from the prompt"), and
+  many of its groups are dead, as on the papers' training sets.
+* Difficulty: ``hard`` = the first factor ends in 8 or 9 (hard for the
+  dominant strategies, easy for the rare one: its correction is ``2*b`` or
+  ``b``); otherwise ``easy`` = the second factor has one digit and ``medium``
+  = it has two.
 * Families are evaluation suites with different difficulty mixes (stand-ins for
   MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
   out-of-distribution family whose first factor (91-99) never occurs in
   pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test), and
-  ``rare_mix``, the round-only items of the evaluation pool: the instrument's
-  headroom, where a pass@k gain needs the rare strategy.
+  ``rare_mix``, the round-only items of the evaluation pool whose ``round``
+  trace needs only seen products: the instrument's headroom, where a pass@k
+  gain needs the rare strategy.
 
 The pools are fixed hashes of the problem (`split_of`): half of all problems
 are evaluation problems; the other half is split 80/20 into the pretraining
 pool (``"sft"``) and the RL training pool (``"train"``), so neither RL prompts
-nor evaluation problems were seen in pretraining. They never depend on a seed
+nor evaluation problems were seen in pretraining (round-only items are not in
+the RL pool; problems with an unseen product are not in the pretraining pool). They never depend on a seed
 and never overlap; the seed only chooses which problems a family draws.
 """
 
@@ -67,10 +81,10 @@ STRATEGIES = ("direct", "split", "round")
 DIFFICULTIES = ("easy", "medium", "hard")
 HARD_DIFFICULTY = "hard"
 # Share of each strategy in the pretraining mixture: dominant / secondary / rare.
-PRETRAIN_STRATEGY_PRIOR = {"direct": 0.22, "split": 0.72, "round": 0.06}
+PRETRAIN_STRATEGY_PRIOR = {"direct": 0.29, "split": 0.65, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
-PRETRAIN_HINT_PRIOR = {"direct": 0.45, "split": 0.45, "round": 0.10}
-TESTBED_VERSION = "mul-v3"
+PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
+TESTBED_VERSION = "mul-v4"
 """Names this design of the testbed (v3: split dominant and best on the RL pool, round-only items
 held out of pretraining and of the RL pool, the subtraction skill); run keys hold the policy hash."""
 # Hint words that name no strategy: what an unverified hint writer also produces.
@@ -82,8 +96,10 @@ USEFUL_STRATEGIES = {
     "hard": ("round", "split"),
 }
 MAX_COMPLETION_CHARS = 200
-# Pretraining never multiplies 9 by a two-digit number: 9*b, 90*b, a*9 (see the module docstring).
+# Pretraining never multiplies by 9: 9*b, 90*b, a*9 for any b (see the module docstring).
 HELD_OUT_DIGIT = 9
+UNSEEN_FACT_SHARE = 0.3
+"""Share of the products ``d*b`` (``d`` 2-8, ``b`` two-digit) that no pretraining example shows (`unseen_fact`)."""
 _SPLIT_VERSION = "rlvr-testbed-split-v2"
 SPLITS = ("sft", "train", "eval")
 # Share of the non-evaluation problems that pretraining may show (the rest is the RL training pool).
@@ -103,6 +119,8 @@ class FamilySpec:
         first_units: Allowed last digits of the first factor (``None``: any).
         skill: ``"mul"`` (multiplication) or ``"sub"`` (`rlvr_lib.tasks.subtraction`, which
             ignores ``first_factors`` and ``first_units``).
+        solvable_by: Keep only problems whose trace with this strategy needs no product pretraining
+            never shows (`uses_held_out_fact`; ``None``: keep all).
     """
 
     name: str
@@ -112,6 +130,7 @@ class FamilySpec:
     stands_in_for: str
     first_units: tuple[int, ...] | None = None
     skill: str = "mul"
+    solvable_by: str | None = None
 
 
 IN_DISTRIBUTION = (11, 89)
@@ -120,15 +139,16 @@ FAMILIES: dict[str, FamilySpec] = {
     spec.name: spec
     for spec in (
         # The RL pool's own difficulty proportions (round-only items left out, `problem_pool`).
-        FamilySpec("train", "train", (0.12, 0.78, 0.10), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        FamilySpec("train", "train", (0.08, 0.80, 0.12), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
         FamilySpec("train_easy", "train", (1.0, 0.0, 0.0), IN_DISTRIBUTION, "an easy training subset (tests, warm-ups)"),
         FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
         FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
         FamilySpec("hard_mix", "eval", (0.2, 0.4, 0.4), IN_DISTRIBUTION, "AIME24"),
         FamilySpec("hardest_mix", "eval", (0.1, 0.3, 0.6), IN_DISTRIBUTION, "AIME25 / APEX"),
-        FamilySpec("ood_shift", "eval", (0.35, 0.35, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
+        FamilySpec("ood_shift", "eval", (0.20, 0.50, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
         FamilySpec("rare_mix", "eval", (0.0, 0.0, 1.0), (11, 79),
-                   "the items only the rare strategy solves (the instrument's headroom)", first_units=(9,)),
+                   "the items only the rare strategy solves (the instrument's headroom)", first_units=(9,),
+                   solvable_by="round"),
         FamilySpec("sub_ood", "eval", (0.35, 0.35, 0.30), subtraction.A_RANGE,
                    "Knights-and-Knaves / math-to-code transfer: a skill pretrained, never trained by RL",
                    skill=subtraction.SKILL),
@@ -147,31 +167,58 @@ TRAIN_FAMILY = "train"
 
 def difficulty_of(a: int, b: int) -> str:
     """Difficulty level of ``a*b`` (see the module docstring)."""
-    if b < 10:
-        return "easy"
-    return "medium" if a % 10 <= 7 else "hard"
+    if a % 10 >= 8:
+        return "hard"
+    return "easy" if b < 10 else "medium"
 
 
 def round_only(a: int, b: int) -> bool:
-    """Whether only ``round`` can solve ``a*b``: split needs the held-out ``9*b``, round only ``1*b`` and ``(a+1)*b``."""
-    return b >= 10 and a % 10 == HELD_OUT_DIGIT and a < 10 * HELD_OUT_DIGIT
+    """Whether ``a*b`` is a round-only item: split needs the held-out ``9*b``, round only ``1*b`` and ``(a+1)*b``.
+
+    Every in-distribution first factor ending in 9 (for 89, round's ``90*b`` is held out too: no strategy works).
+    """
+    return a % 10 == HELD_OUT_DIGIT and a < 10 * HELD_OUT_DIGIT
+
+
+def unseen_fact(d: int, b: int) -> bool:
+    """Whether the product ``d*b`` is one of the scattered products pretraining never shows.
+
+    A fixed hash of the product (``UNSEEN_FACT_SHARE`` of all ``d`` in 2-8 and two-digit ``b``): which
+    products are unseen is not readable from the numbers.
+    """
+    return 2 <= d <= 8 and b >= 10 and _stable_unit(f"unseen-fact:{d}*{b}") < UNSEEN_FACT_SHARE
+
+
+def trace_products(a: int, b: int, strategy: str) -> list[tuple[int, int]]:
+    """The one-digit-by-``b`` products ``(d, b)`` of ``strategy``'s oracle trace (``d0*b`` counts as ``d*b``).
+
+    ``split``: tens and units digit of ``a``; ``round``: the rounded-up tens digit and the correction
+    ``10 - units``; ``direct`` shows none.
+    """
+    tens, units = divmod(a, 10)
+    if strategy == "split":  # tens*10*b + units*b
+        return [(tens, b), (units, b)]
+    if strategy == "round":  # (tens+1)*10*b - (10-units)*b
+        return [(tens + 1, b), (10 - units, b)]
+    check_strategy(strategy)
+    return []
 
 
 def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
-    """Whether the problem ``a*b`` or its oracle trace multiplies 9 by a two-digit number.
+    """Whether the problem ``a*b`` or its oracle trace shows a product pretraining never shows.
 
-    True for the problems ``a*9`` themselves (any strategy: the answer is the
-    product) and for traces with a step ``9*b`` or ``90*b`` with a two-digit
-    ``b`` (``HELD_OUT_DIGIT``).
+    True for the problems ``a*9`` themselves (any strategy: the answer is the product), for traces with
+    a step ``9*b`` or ``90*b`` for any ``b`` (``HELD_OUT_DIGIT``), and for traces with an unseen
+    product (`unseen_fact`).
     """
     if b == HELD_OUT_DIGIT:
         return True
-    if b < 10 or strategy == "direct":
-        return False
-    tens, units = divmod(a, 10)
-    if strategy == "split":  # tens*10*b + units*b
-        return HELD_OUT_DIGIT in (tens, units)
-    return HELD_OUT_DIGIT in (tens + 1, (10 - units) % 10)  # round: (tens+1)*10*b - (10-units)*b
+    return any(d == HELD_OUT_DIGIT or unseen_fact(d, bb) for d, bb in trace_products(a, b, strategy))
+
+
+def shows_unseen_fact(a: int, b: int) -> bool:
+    """Whether any strategy's trace of ``a*b`` needs an unseen product: such problems are never pretrained on."""
+    return any(unseen_fact(d, bb) for s in STRATEGIES for d, bb in trace_products(a, b, s))
 
 
 def check_difficulty(difficulty: str) -> str:
@@ -253,9 +300,13 @@ def problem_pool(
 ) -> list[tuple[int, int]]:
     """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``).
 
-    Round-only items (`round_only`) are evaluation problems only: those of the pretraining and RL
-    pools are left out of both, so pretraining never ties a strategy choice to them and RL never
-    rewards the rare strategy on them (the bottleneck: nothing keeps the rare strategy alive).
+    Round-only items (`round_only`) are left out of the RL pool, so RL never rewards the rare
+    strategy on them (the bottleneck: nothing keeps the rare strategy alive there). Pretraining shows
+    them, never with ``split`` and with ``round`` at its prior share (`PretrainingMixture`), so the
+    policy knows their first factors without a strategy tied to them.
+    Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
+    pretraining pool only: pretraining shows none of them with any strategy, so no strategy choice is
+    tied to them either.
     """
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not valid: must be one of {list(SPLITS)}")
@@ -266,12 +317,16 @@ def problem_pool(
         if a % 10 == 0 or (first_units is not None and a % 10 not in first_units):
             continue
         for b in range(2, 100):
-            if difficulty_of(a, b) != difficulty:
+            # No problem a*9: its answer is a product by 9, which pretraining never shows (``HELD_OUT_DIGIT``).
+            if b == HELD_OUT_DIGIT or difficulty_of(a, b) != difficulty:
                 continue
             # Out-of-distribution first factors never occur in training: all are eval.
             in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
-            if in_split == split and (split == "eval" or not round_only(a, b)):
-                out.append((a, b))
+            if in_split != split or (split == "train" and round_only(a, b)):
+                continue
+            if split == "sft" and shows_unseen_fact(a, b):
+                continue
+            out.append((a, b))
     return out
 
 
@@ -291,7 +346,10 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
 def _family_pool(spec: FamilySpec, difficulty: str) -> list[tuple[int, int]]:
     if spec.skill == subtraction.SKILL:
         return _subtraction_pool(spec.split, difficulty)
-    return problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
+    pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
+    if spec.solvable_by is not None:
+        pool = [(a, b) for a, b in pool if not uses_held_out_fact(a, b, spec.solvable_by)]
+    return pool
 
 
 @functools.lru_cache(maxsize=None)
