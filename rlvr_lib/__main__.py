@@ -42,10 +42,15 @@ def _calibrate(args: argparse.Namespace) -> int:
     )
     report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
     report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
-    out = Path(args.out) if args.out else results_root() / "testbed" / "calibration.json"
-    write_report(report, out)
+    return _write_targets(report, args.out, "calibration.json", write_report, format_report)
+
+
+def _write_targets(report: dict, out: str | None, default_name: str, write, format_report) -> int:
+    """Write a calibration report (``out`` or ``results/testbed/<default_name>``), print it; exit 1 if a target fails."""
+    path = Path(out) if out else results_root() / "testbed" / default_name
+    write(report, path)
     print(format_report(report))
-    print(f"wrote {out}")
+    print(f"wrote {path}")
     return 0 if report["all_targets_met"] else 1
 
 
@@ -65,11 +70,7 @@ def _calibrate_dynamics(args: argparse.Namespace) -> int:
     except ValueError as err:
         args.parser.error(str(err))
     report = measure_dynamics(config, root=args.results_root)
-    out = Path(args.out) if args.out else results_root() / "testbed" / "dynamics.json"
-    write_dynamics(report, out)
-    print(format_dynamics(report))
-    print(f"wrote {out}")
-    return 0 if report["all_targets_met"] else 1
+    return _write_targets(report, args.out, "dynamics.json", write_dynamics, format_dynamics)
 
 
 def _calibrate_threepo(args: argparse.Namespace) -> int:

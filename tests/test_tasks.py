@@ -295,7 +295,7 @@ def test_unseen_products_are_a_fixed_scattered_share_and_never_pretrained_on():
     from rlvr_lib.tasks.arithmetic import UNSEEN_FACT_SHARE, shows_unseen_fact, trace_products, unseen_fact
 
     products = [(d, b) for d in range(2, 9) for b in range(10, 100)]
-    share = sum(map(lambda p: unseen_fact(*p), products)) / len(products)
+    share = sum(unseen_fact(d, b) for d, b in products) / len(products)
     assert abs(share - UNSEEN_FACT_SHARE) < 0.05  # 630 products: a hash, not a rule
     assert not unseen_fact(1, 57) and not unseen_fact(9, 57) and not unseen_fact(4, 7)  # copies, the 9 row, 1-digit b
     # Scattered: every first-factor digit has some unseen and some seen products.
@@ -319,7 +319,10 @@ def test_round_only_items_are_in_no_rl_pool():
     # Pretraining shows them (never with split: `PretrainingMixture`); evaluation keeps them.
     assert any(round_only(*ab) for ab in problem_pool("sft", "hard"))
     assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))
-    # The RL family draws its pool's own difficulty mix, so it holds about as many prompts as the trainer asks.
+    # The RL family draws its pool's own difficulty mix (to 0.01, summing to 1), so it holds about as many prompts
+    # as the trainer asks.
+    sizes = [len(problem_pool("train", d)) for d in DIFFICULTIES]
+    assert all(abs(m - n / sum(sizes)) <= 0.01 for m, n in zip(FAMILIES["train"].mix, sizes))
     from rlvr_lib.tasks import family_capacity
 
     assert family_capacity("train") >= 550

@@ -26,6 +26,7 @@ from types import SimpleNamespace
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
+from scipy.special import xlogy
 
 from rlvr_lib.eval.stats import (
     _evaluation,
@@ -200,7 +201,7 @@ def per_problem_strategy_entropy(evaluations: Sequence[Any], families: Sequence[
     shares = np.stack([per_problem_shares(evaluations, families, s) for s in strategies])  # (K, S, P)
     total = shares.sum(axis=0, keepdims=True)
     q = np.divide(shares, total, out=np.zeros_like(shares), where=total > 0)
-    return -np.sum(np.where(q > 0, q * np.log(np.where(q > 0, q, 1.0)), 0.0), axis=0)
+    return -xlogy(q, q).sum(axis=0)  # xlogy(0, 0) = 0
 
 
 def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Optional[str] = None) -> str:
