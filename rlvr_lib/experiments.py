@@ -138,12 +138,19 @@ def cpu_model() -> str:
 
 
 def machine() -> dict[str, Any]:
-    """Where a run ran: processor model, torch threads (when torch is imported), CPU count."""
+    """Where a run ran: processor model, torch threads (when torch is imported), CPU count, and with what:
+    the Python version and the installed versions of the libraries the numbers depend on
+    (:data:`rlvr_lib.lockfile.KEY_PACKAGES`; ``None`` for one not installed): a record made outside the
+    lock still says what it ran with."""
+    import platform
     import sys
+
+    from .lockfile import package_versions
 
     torch = sys.modules.get("torch")
     return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads() if torch is not None else None}
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "python": platform.python_version(), "packages": package_versions()}
 
 
 @functools.lru_cache(maxsize=1)
