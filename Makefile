@@ -6,11 +6,16 @@
 # would pull a multi-GB CUDA build). On a GPU machine pick your build, e.g.
 #   make test TORCH_SPEC='torch==2.13.0 --index-url https://download.pytorch.org/whl/cu128'
 # and add the GPU extra with EXTRAS=dev,notebooks,gpu.
+#
+# Every install is constrained by a lock (README, "The environment lock"): $(LOCK), the CPU set
+# locks/cpu.txt, or locks/gpu.txt when EXTRAS names gpu. `make lock` rewrites both.
 
-VENV       ?= .venv
-PYTHON     ?= python3
-TORCH_SPEC ?= torch==2.13.0
-EXTRAS     ?= dev,notebooks
+VENV          ?= .venv
+PYTHON        ?= python3
+TORCH_VERSION := 2.13.0
+TORCH_SPEC    ?= torch==$(TORCH_VERSION)
+EXTRAS        ?= dev,notebooks
+LOCK          ?= locks/$(if $(findstring gpu,$(EXTRAS)),gpu,cpu).txt
 
 PY    := $(VENV)/bin/python
 STAMP := $(VENV)/.rlvr_lib-installed.stamp
@@ -23,26 +28,45 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install test notebooks reproduce bench lab calibrate pretrain
+.PHONY: install lock test notebooks reproduce bench lab calibrate pretrain
 
 install: $(STAMP)
 
-# Re-runs only when pyproject.toml changes (or the venv is deleted).
-$(STAMP): pyproject.toml
+# Re-runs only when pyproject.toml or the lock changes (or the venv is deleted). The lock is a
+# constraints file (-c): it pins each package it names that gets installed, and installs nothing itself.
+$(STAMP): pyproject.toml $(LOCK)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q $(TORCH_SPEC)
-	$(PY) -m pip install -q -e ".[$(EXTRAS)]"
+	$(PY) -m pip install -q -c $(LOCK) $(TORCH_SPEC)
+	$(PY) -m pip install -q -c $(LOCK) -e ".[$(EXTRAS)]"
 	touch $@
 
-# Unit tests, then the stored notebooks with nbval (lax; one notebook per
-# worker, one torch thread per kernel: two kernels each spinning two OpenMP
+# Re-resolves the locks (scripts/lock.sh) with uv, pinned here so that a lock is reproducible too.
+# A deliberate upgrade: `make lock LOCK_ARGS=--upgrade` (or LOCK_ARGS='-P transformers'), then
+# `make test` and `make verify` (issue 35, once it exists). LOCK_PYTHON: the committed results' interpreter.
+UV_VERSION       := 0.13.8
+LOCK_PYTHON      := 3.11.7
+LOCK_PLATFORM    := x86_64-manylinux_2_28
+# uv reads no pip config: where the CPU build of torch lies (this project's machines keep it on disk;
+# elsewhere, e.g. TORCH_CPU_SOURCE='--index https://download.pytorch.org/whl/cpu').
+TORCH_CPU_SOURCE ?= --find-links /opt/wheels
+LOCK_ARGS        ?=
+lock:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q uv==$(UV_VERSION)
+	PY=$(PY) TORCH_VERSION=$(TORCH_VERSION) LOCK_PYTHON=$(LOCK_PYTHON) LOCK_PLATFORM=$(LOCK_PLATFORM) \
+	  TORCH_CPU_SOURCE='$(TORCH_CPU_SOURCE)' LOCK_ARGS='$(LOCK_ARGS)' scripts/lock.sh
+
+# The lock in use and the installed versions of the libraries the numbers depend on; unit tests
+# (RLVR_LOCK: the lock tests/test_lockfile.py holds the environment to); then the stored notebooks
+# with nbval (lax; one notebook per worker, one torch thread per kernel: two kernels each spinning two OpenMP
 # threads on 2 cores run 20x slower; stored outputs are made the same way,
 # `make notebooks`, so the checked cells match bit for bit). Until notebooks/ holds a notebook the nbval step is skipped rather
 # than run: pytest would exit 5 ("no tests collected") and print "no tests ran"
 # as the last summary line.
 test: install
-	$(PY) -m pytest -n 2 -q tests
+	$(PY) -m rlvr_lib.lockfile $(LOCK)
+	RLVR_LOCK=$(LOCK) $(PY) -m pytest -n 2 -q tests
 	@if ls notebooks/*.ipynb >/dev/null 2>&1; then \
 	  echo "$(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/"; \
 	  $(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
