@@ -57,12 +57,14 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
         for name, pool in (("sft", sft), ("train", train), ("eval", ev)):
             sizes[name] += len(pool)
     # Half of all problems are evaluation problems. Of the other half, SFT_SHARE is the pretraining pool less
-    # the problems with an unseen product, and the rest the RL pool less the round-only items.
+    # the problems with an unseen product and the round-only items it does not show, and the rest the RL pool less
+    # the round-only items.
     from rlvr_lib.tasks import round_only
-    from rlvr_lib.tasks.arithmetic import shows_unseen_fact
+    from rlvr_lib.tasks.arithmetic import round_only_shown, shows_unseen_fact
 
     rest = [(a, b) for a in range(11, 90) if a % 10 for b in range(2, 100) if b != 9 and split_of(a, b) != "eval"]
-    assert sizes["sft"] == sum(split_of(*ab) == "sft" and not shows_unseen_fact(*ab) for ab in rest)
+    assert sizes["sft"] == sum(split_of(*ab) == "sft" and not shows_unseen_fact(*ab)
+                               and (round_only_shown(*ab) or not round_only(*ab)) for ab in rest)
     assert sizes["train"] == sum(split_of(*ab) == "train" and not round_only(*ab) for ab in rest)
     assert abs(sizes["eval"] / (72 * 97) - 0.5) < 0.02  # first factors 11-89 but no multiple of 10, b 2-99 but 9
     assert abs(sum(split_of(*ab) == "sft" for ab in rest) / len(rest) - SFT_SHARE) < 0.02
@@ -316,8 +318,18 @@ def test_round_only_items_are_in_no_rl_pool():
 
     for d in DIFFICULTIES:
         assert not [ab for ab in problem_pool("train", d) if round_only(*ab)], d
-    # Pretraining shows them (never with split: `PretrainingMixture`); evaluation keeps them.
-    assert any(round_only(*ab) for ab in problem_pool("sft", "hard"))
+    # Pretraining shows a fixed hashed share of them (never with split: `PretrainingMixture`); evaluation keeps them all.
+    from rlvr_lib.tasks.arithmetic import ROUND_ONLY_SHOWN_SHARE, round_only_shown
+
+    sft = {ab for d in DIFFICULTIES for ab in problem_pool("sft", d)}
+    assert [ab for ab in sft if round_only(*ab)] and all(round_only_shown(*ab) for ab in sft if round_only(*ab))
+    hidden = {(a, b) for a in range(19, 80, 10) for b in range(2, 100)
+              if b != 9 and split_of(a, b) == "sft" and not round_only_shown(a, b)}
+    assert hidden and not hidden & sft
+    all_round_only = [(a, b) for a in range(19, 80, 10) for b in range(2, 100)]
+    share = sum(round_only_shown(*ab) for ab in all_round_only) / len(all_round_only)
+    assert abs(share - ROUND_ONLY_SHOWN_SHARE) < 0.06  # 686 items: a hash, not a rule
+    assert not round_only_shown(47, 86) and not round_only_shown(58, 86)  # only round-only items can be shown
     assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))
     # The RL family draws its pool's own difficulty mix (to 0.01, summing to 1), so it holds about as many prompts
     # as the trainer asks.

@@ -81,7 +81,7 @@ STRATEGIES = ("direct", "split", "round")
 DIFFICULTIES = ("easy", "medium", "hard")
 HARD_DIFFICULTY = "hard"
 # Share of each strategy in the pretraining mixture: dominant / secondary / rare.
-PRETRAIN_STRATEGY_PRIOR = {"direct": 0.29, "split": 0.65, "round": 0.06}
+PRETRAIN_STRATEGY_PRIOR = {"direct": 0.20, "split": 0.74, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
 PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
 TESTBED_VERSION = "mul-v4"
@@ -100,6 +100,8 @@ MAX_COMPLETION_CHARS = 200
 HELD_OUT_DIGIT = 9
 UNSEEN_FACT_SHARE = 0.3
 """Share of the products ``d*b`` (``d`` 2-8, ``b`` two-digit) that no pretraining example shows (`unseen_fact`)."""
+ROUND_ONLY_SHOWN_SHARE = 0.5
+"""Share of the pretraining pool's round-only items that pretraining shows (`round_only_shown`)."""
 _SPLIT_VERSION = "rlvr-testbed-split-v2"
 SPLITS = ("sft", "train", "eval")
 # Share of the non-evaluation problems that pretraining may show (the rest is the RL training pool).
@@ -178,6 +180,15 @@ def round_only(a: int, b: int) -> bool:
     Every in-distribution first factor ending in 9 (for 89, round's ``90*b`` is held out too: no strategy works).
     """
     return a % 10 == HELD_OUT_DIGIT and a < 10 * HELD_OUT_DIGIT
+
+
+def round_only_shown(a: int, b: int) -> bool:
+    """Whether pretraining shows the round-only item ``a*b`` (a fixed hash, ``ROUND_ONLY_SHOWN_SHARE`` of them).
+
+    Showing every round-only item lets the policy tie their first factors to the strategies it saw there
+    (``rare_mix`` pass@1 above the target); showing none leaves ``round`` untrained on such first factors.
+    """
+    return round_only(a, b) and _stable_unit(f"round-only-shown:{a}*{b}") < ROUND_ONLY_SHOWN_SHARE
 
 
 def unseen_fact(d: int, b: int) -> bool:
@@ -302,8 +313,8 @@ def problem_pool(
 
     Round-only items (`round_only`) are left out of the RL pool, so RL never rewards the rare
     strategy on them (the bottleneck: nothing keeps the rare strategy alive there). Pretraining shows
-    them, never with ``split`` and with ``round`` at its prior share (`PretrainingMixture`), so the
-    policy knows their first factors without a strategy tied to them.
+    a hashed share of them (`round_only_shown`), never with ``split`` and with ``round`` at its prior
+    share (`PretrainingMixture`), so the policy knows such first factors without a strategy tied to them.
     Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
     pretraining pool only: pretraining shows none of them with any strategy, so no strategy choice is
     tied to them either.
@@ -324,7 +335,7 @@ def problem_pool(
             in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
             if in_split != split or (split == "train" and round_only(a, b)):
                 continue
-            if split == "sft" and shows_unseen_fact(a, b):
+            if split == "sft" and (shows_unseen_fact(a, b) or (round_only(a, b) and not round_only_shown(a, b))):
                 continue
             out.append((a, b))
     return out
