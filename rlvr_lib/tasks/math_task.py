@@ -332,6 +332,8 @@ class MathTask(PromptedTask):
         Raises:
             RuntimeError: no grading worker can start (math-verify missing): the environment, not the completion.
         """
+        if isinstance(completion, str) and type(completion) is not str:
+            completion = str.__str__(completion)  # a str subclass is graded by its characters, not its methods
         rejected = check_completion(completion, self.max_completion_chars)
         if rejected is not None:
             return rejected
