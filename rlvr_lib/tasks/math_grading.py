@@ -157,14 +157,14 @@ def exact(value):
 
     if not isinstance(value, (sympy.Basic, sympy.MatrixBase)):
         return value
-    swaps = {}
-    for decimal in value.atoms(sympy.Float):
-        try:
+    try:
+        swaps = {}
+        for decimal in value.atoms(sympy.Float):
             # str() gives the decimal digits the answer wrote (15 significant), not the binary approximation
             swaps[decimal] = sympy.Rational(str(decimal))
-        except (TypeError, ValueError):  # inf / nan have no rational: leave them to math-verify
-            continue
-    return value.xreplace(swaps) if swaps else value
+        return value.xreplace(swaps) if swaps else value
+    except (TypeError, ValueError, AttributeError):  # inf / nan, an object without atoms: math-verify decides
+        return value
 
 
 def is_several(value) -> bool:

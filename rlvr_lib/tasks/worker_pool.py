@@ -163,7 +163,10 @@ class WorkerPool:
             reply = worker.request(message, limit_s)
         except (WorkerTimeout, WorkerDied):
             worker.kill()
-            self._checkin(_Worker(self.script))  # starts importing now, while the caller goes on
+            try:
+                self._checkin(_Worker(self.script))  # starts importing now, while the caller goes on
+            except OSError:  # no process to spare now: the next request starts one (and reports why not)
+                pass
             raise
         except BaseException:  # e.g. KeyboardInterrupt mid-request: the worker's state is unknown
             worker.kill()
