@@ -78,7 +78,6 @@ import logging
 import os
 import secrets
 import selectors
-import shutil
 import signal
 import stat
 import subprocess
