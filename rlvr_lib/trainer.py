@@ -58,7 +58,7 @@ from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
 from rlvr_lib.schedules import lr_scheduler
-from rlvr_lib.tasks import CORRECT, MALFORMED, UNVERIFIED, Verdict, get_task
+from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, UNVERIFIED, Verdict, get_task
 
 logger = logging.getLogger(__name__)
 
@@ -477,6 +477,8 @@ def _rollout_metrics(batches: list[StepBatch], strategies: tuple[str, ...] = ())
         metrics[f"strategy_share_{strategy}"] = float(np.mean([v.strategy == strategy for v in verdicts]))
     if len(verified) < len(verdicts):
         metrics["unverified_rate"] = 1.0 - len(verified) / len(verdicts)
+    if any(v.status == TIMEOUT for v in verified):  # logged only when some grading timed out (reward 0)
+        metrics["timeout_rate"] = rate(TIMEOUT)
     corr = reward_accuracy_correlation(rewards.numpy(), verdicts)
     if not math.isnan(corr):  # undefined when every reward or every verdict is the same: not logged
         metrics["reward_acc_corr"] = corr

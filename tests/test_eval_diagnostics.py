@@ -152,17 +152,27 @@ class _Status(Enum):
 
 def test_outcome_rates_hand_worked():
     statuses = ["correct", "wrong", "wrong", "malformed", "wrong", "correct", "wrong", "wrong"]
-    assert outcome_rates(statuses) == {"correct": 2 / 8, "wrong": 5 / 8, "malformed": 1 / 8}
-    assert outcome_rates(np.array(["malformed", "malformed"])) == {"correct": 0.0, "wrong": 0.0, "malformed": 1.0}
+    assert outcome_rates(statuses) == {"correct": 2 / 8, "wrong": 5 / 8, "malformed": 1 / 8, "timeout": 0.0}
+    assert outcome_rates(np.array(["malformed", "malformed"])) == {"correct": 0.0, "wrong": 0.0, "malformed": 1.0,
+                                                                  "timeout": 0.0}
     assert outcome_rates([_Status.CORRECT, _Status.WRONG, "wrong"]) == pytest.approx(
-        {"correct": 1 / 3, "wrong": 2 / 3, "malformed": 0.0}
+        {"correct": 1 / 3, "wrong": 2 / 3, "malformed": 0.0, "timeout": 0.0}
     )
+
+
+def test_outcome_rates_count_grading_timeouts_as_their_own_class():
+    from rlvr_lib.eval.diagnostics import STATUSES
+    from rlvr_lib.tasks import STATUSES as VERIFIER_STATUSES
+
+    assert STATUSES == VERIFIER_STATUSES
+    assert outcome_rates(["timeout", "correct", "wrong", "timeout"]) == {
+        "correct": 0.25, "wrong": 0.25, "malformed": 0.0, "timeout": 0.5}
 
 
 def test_outcome_rates_rejects_bad_input():
     with pytest.raises(ValueError, match="statuses is empty"):
         outcome_rates([])
-    with pytest.raises(ValueError, match=r"^statuses\[1\]='Correct' is invalid: must be one of \['correct', 'wrong', 'malformed'\]$"):
+    with pytest.raises(ValueError, match=r"^statuses\[1\]='Correct' is invalid: must be one of \['correct', 'wrong', 'malformed', 'timeout'\]$"):
         outcome_rates(["correct", "Correct"])
     with pytest.raises(ValueError, match="statuses="):
         outcome_rates("correct")

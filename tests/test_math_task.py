@@ -5,11 +5,12 @@ import math
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
 from conftest import build_char_tokenizer
-from rlvr_lib.tasks import CORRECT, MALFORMED, WRONG, MathFamily, MathTask, Task, get_task
+from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, WRONG, MathFamily, MathTask, Problem, Task, get_task
 from rlvr_lib.tasks.math_task import MATH500_SOURCE, MATH_SAMPLE_FAMILIES, SAMPLE_PATH, math_sample_task
 from rlvr_lib.trainer import Trainer, TrainerConfig
 
@@ -91,16 +92,80 @@ def test_hostile_completions_get_zero_without_raising_or_hanging(by_answer, task
     start = time.perf_counter()
     verdict = task.verify(by_answer["45"], HOSTILE[name])
     assert time.perf_counter() - start < 10
-    assert verdict.reward == 0.0 and verdict.status in (MALFORMED, WRONG), verdict
+    assert verdict.reward == 0.0 and verdict.status in (MALFORMED, WRONG, TIMEOUT), verdict
 
 
 def test_verify_works_off_the_main_thread(by_answer, task):
-    # math-verify's signal timeouts raise off the main thread; the task drops them there.
+    # math-verify's signal timeouts raise off the main thread; the task grades in worker processes.
     with ThreadPoolExecutor(1) as pool:
         verdicts = list(pool.map(lambda c: task.verify(by_answer["45"], c), [r"\boxed{45}", r"\boxed{44}"]))
         on_main = pool.submit(threading.current_thread).result() is threading.main_thread()
     assert not on_main
     assert [v.status for v in verdicts] == [CORRECT, WRONG]
+
+
+# --------------------------------------------------------------------------- grading policy (README table)
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def _policy_rows():
+    """``(gold, completion, status)`` of every row of README's "MathTask grading policy" table."""
+    text = README.read_text(encoding="utf-8")
+    section = text[text.index("### MathTask grading policy"):]
+    rows = []
+    for line in section.splitlines()[1:]:
+        if line.startswith("#"):
+            break
+        cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
+        if len(cells) == 4 and cells[1].startswith("`"):
+            rows.append((cells[1].strip("`"), cells[2].strip("`"), cells[3]))
+    return rows
+
+
+POLICY = _policy_rows()
+
+
+def _problem(answer):
+    return Problem(uid=f"policy:{answer}", question="?", answer=answer, family="policy", difficulty="unknown",
+                   oracle_trace=f"\\boxed{{{answer}}}", strategy="")
+
+
+def test_the_policy_table_covers_every_status():
+    assert len(POLICY) >= 20
+    assert {status for *_, status in POLICY} == {CORRECT, WRONG, MALFORMED, TIMEOUT}
+
+
+@pytest.mark.parametrize("gold, completion, status", POLICY)
+def test_grading_policy_table(task, gold, completion, status):
+    verdict = task.verify(_problem(gold), completion)
+    assert verdict.status == status, verdict
+    assert verdict.reward == (1.0 if status == CORRECT else 0.0)
+
+
+def test_the_worker_statuses_are_the_verdict_statuses():
+    from rlvr_lib.tasks import STATUSES, math_grading
+
+    assert (math_grading.CORRECT, math_grading.WRONG, math_grading.MALFORMED, math_grading.TIMEOUT) == STATUSES
+
+
+@pytest.mark.parametrize("completion", [
+    "The answer is $45$.", r"\boxed{\frac12}", "x = 3.5", r"Therefore $\boxed{3\sqrt{2}}$ is it.", "no answer",
+    r"\boxed{44} then \boxed{45}", r"final answer is $7$. I hope", "", r"\boxed{", "1/2 and 3/4",
+])
+def test_the_final_answer_is_what_math_verify_parses(completion):
+    from math_verify import parse
+
+    from rlvr_lib.tasks.math_grading import final_answer
+
+    assert [str(v) for v in final_answer(completion)[0]] == [str(v) for v in parse(completion, parsing_timeout=None)]
+
+
+def test_an_unparseable_gold_answer_is_wrong_and_warned_once(caplog):
+    task = math_sample_task(name="gold_unparsed", timeout_s=1)
+    verdicts = [task.verify(_problem(""), r"\boxed{1}") for _ in range(2)]  # "\boxed{}": nothing to parse
+    assert [v.status for v in verdicts] == [WRONG, WRONG] and "gold answer cannot be parsed" in verdicts[0].reason
+    assert caplog.text.count("cannot parse the gold answer") == 1
 
 
 # --------------------------------------------------------------------------- families

@@ -39,8 +39,8 @@ __all__ = [
     "zero_advantage_fraction",
 ]
 
-STATUSES = ("correct", "wrong", "malformed")
-"""Verifier statuses, as in ``rlvr_lib.tasks`` (``Verdict.status``)."""
+STATUSES = ("correct", "wrong", "malformed", "timeout")
+"""Verifier statuses, as in ``rlvr_lib.tasks`` (``Verdict.status``; a test holds the two equal)."""
 
 CRITERIA = ("zero_advantage", "all_zero")
 """Definitions of a "dead" group accepted by :func:`rescued_lost_groups`."""
@@ -274,16 +274,17 @@ def rescued_lost_groups(
 
 
 def outcome_rates(statuses: Sequence[Any]) -> dict[str, float]:
-    """Fractions of ``"correct"``, ``"wrong"`` and ``"malformed"`` rollouts (3PO Fig. 3).
+    """Fractions of ``"correct"``, ``"wrong"``, ``"malformed"`` and ``"timeout"`` rollouts (3PO Fig. 3).
 
-    ``rate[s] = |{i : status_i = s}| / N``; the three rates sum to 1.
+    ``rate[s] = |{i : status_i = s}| / N``; the four rates sum to 1 (3PO's three
+    classes, plus the grading time-outs that are none of them).
 
     Args:
         statuses: N verifier statuses: strings from :data:`STATUSES` (or
             enum members whose ``.value`` is one).
 
     Returns:
-        ``{"correct": ..., "wrong": ..., "malformed": ...}``.
+        ``{"correct": ..., "wrong": ..., "malformed": ..., "timeout": ...}``.
 
     Raises:
         ValueError: on an empty input or an unknown status.

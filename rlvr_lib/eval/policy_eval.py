@@ -31,6 +31,7 @@ from rlvr_lib.tasks import (
     MALFORMED,
     OOD_FAMILIES,
     RARE_FAMILIES,
+    TIMEOUT,
     WRONG,
     get_task,
     task_names,
@@ -132,6 +133,8 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
         else 0.0,
         "malformed_rate": samples.rate(MALFORMED),
         "wrong_rate": samples.rate(WRONG),
+        # only when a grading timed out, so records of runs without time-outs keep their keys
+        **({"timeout_rate": samples.rate(TIMEOUT)} if samples.rate(TIMEOUT) else {}),
         "mean_length": float(samples.lengths.mean()),
         "zero_adv_frac": zero_advantage_fraction(groups.ravel(), np.repeat(np.arange(len(groups)), G)),
         "diversity": diversity(samples, spec.diversity_problems, spec.diversity_samples, spec.seed),
@@ -185,4 +188,6 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
         "mean_modes": float(np.mean([families[f]["diversity"]["mean_modes"] for f in ind])),
         "families": ind,
     }
+    if any("timeout_rate" in families[f] for f in ind):
+        average["timeout_rate"] = float(np.mean([families[f].get("timeout_rate", 0.0) for f in ind]))
     return {"families": families, AVERAGE: average}

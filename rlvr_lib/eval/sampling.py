@@ -28,7 +28,7 @@ class ScoredSamples:
             for `sample_with_hints` the tuple of hints its samples were split over.
         texts: Completion texts, ``texts[p][j]``.
         rewards: Verifier rewards.
-        statuses: ``"correct"`` / ``"wrong"`` / ``"malformed"``.
+        statuses: ``"correct"`` / ``"wrong"`` / ``"malformed"`` / ``"timeout"`` (`rlvr_lib.tasks.STATUSES`).
         strategies: Parsed strategy label or ``None``.
         lengths: Completion lengths in tokens (EOS included).
         truncated: Whether the completion hit ``max_new_tokens``.

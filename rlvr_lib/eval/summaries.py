@@ -549,8 +549,9 @@ def train_outcome_rates(records: Sequence[Any], last: Optional[int] = None) -> d
         correct = mean_t a_t,  malformed = mean_t m_t,  incorrect = mean_t (1 - a_t - m_t)
 
     over the last ``last`` steps that logged both (all of them when ``None``).
-    Every method logs the two rates, so ``incorrect`` (well-formed but wrong)
-    is available for runs that do not log an ``incorrect_rate`` of their own.
+    Every method logs the two rates, so ``incorrect`` (well-formed but wrong;
+    grading time-outs, reward 0, fall here too) is available for runs that do
+    not log an ``incorrect_rate`` of their own.
 
     Returns:
         ``{"correct": (S,), "malformed": (S,), "incorrect": (S,)}`` float arrays.

@@ -768,6 +768,7 @@ class B3PO(Method):
                       "ivon_mean_sigma": self.optimizer.mean_sigma(),
                       "weight_sample_disagreement": sample_disagreement(batch),
                       # next to the trainer's accuracy and malformed_rate: well-formed but wrong answers
+                      # (a grading time-out counts here too, as in train_outcome_rates' 1 - accuracy - malformed)
                       "incorrect_rate": sum(v.status not in (CORRECT, MALFORMED) for v in batch.verdicts)
                       / max(len(batch.verdicts), 1)}
 

@@ -34,7 +34,7 @@ from rlvr_lib.tasks.arithmetic import (
     uses_held_out_fact,
     verify,
 )
-from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, UNVERIFIED, WRONG, Problem, Verdict
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, TIMEOUT, UNVERIFIED, WRONG, Problem, Verdict
 from rlvr_lib.tasks.contexts import ContextPool, LMHintPool, TaskHintPool
 from rlvr_lib.tasks.registry import (
     DEFAULT_TASK,

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 CORRECT = "correct"
 WRONG = "wrong"
 MALFORMED = "malformed"
-STATUSES = (CORRECT, WRONG, MALFORMED)
+TIMEOUT = "timeout"
+"""Grading ran past the verifier's time limit: no verdict on the answer itself (reward 0)."""
+STATUSES = (CORRECT, WRONG, MALFORMED, TIMEOUT)
 """The statuses a verifier returns."""
 UNVERIFIED = "unverified"
 """Not a verifier's status: the trainer's record of a completion whose verifier raised, kept only for a
@@ -68,7 +70,7 @@ class Verdict:
 
     Attributes:
         reward: 1.0 for a correct completion, 0.0 otherwise (NaN for `UNVERIFIED`).
-        status: ``"correct"``, ``"wrong"`` or ``"malformed"`` (`STATUSES`); the trainer
+        status: ``"correct"``, ``"wrong"``, ``"malformed"`` or ``"timeout"`` (`STATUSES`); the trainer
             records ``"unverified"`` (`UNVERIFIED`) when a verifier raised, see there.
         strategy: The strategy the completion used when it could be parsed,
             else ``None``.

@@ -6,9 +6,11 @@ set) next to AIME and AMC, and train on DAPO-Math-17k. `MathTask` reads any
 such set, from the Hub (``"HuggingFaceH4/MATH-500"``) or from local JSON,
 JSONL or Parquet files, with configurable question / answer / level fields;
 its families are splits or filters of it (``level == 5``). Completions are
-graded with ``math_verify.parse`` + ``math_verify.verify`` under
-math-verify's own time limits, so ``\\boxed{\\frac12}``, ``0.5`` and
-``\\frac{1}{2}`` are the same answer.
+graded with ``math_verify.parse`` + ``math_verify.verify`` under the grading
+policy of `rlvr_lib.tasks.math_grading` (README, "MathTask grading policy"), so
+``\\boxed{\\frac12}``, ``0.5`` and ``\\frac{1}{2}`` are the same answer while
+``0.333333`` is not 1/3, in worker processes that keep the time limit on any
+thread.
 
 Registered here:
 
@@ -24,6 +26,7 @@ Registered here:
 from __future__ import annotations
 
 import logging
+import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,12 +34,32 @@ from typing import Any, Mapping, Sequence, Union
 
 import numpy as np
 
-from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
-from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion, signal_timeout
+from rlvr_lib.tasks import math_grading
+from rlvr_lib.tasks.math_grading import GOLD_UNPARSED
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, TIMEOUT, Problem, Verdict
+from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion
 from rlvr_lib.tasks.registry import register_task
+from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 logger = logging.getLogger(__name__)
+
+HARD_MARGIN_S = 2.0
+"""Seconds past ``timeout_s`` before a grading worker that has not answered is killed. The worker's own
+timer stops a grading at ``timeout_s`` (and survives); this margin is for work no signal interrupts
+(a loop inside C code) and for a loaded machine's scheduling."""
+_POOL: WorkerPool | None = None
+_POOL_LOCK = threading.Lock()
+
+
+def _grading_pool() -> WorkerPool:
+    """The process's grading workers, shared by every `MathTask` (a request carries its gold answer)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:
+            _POOL = WorkerPool(Path(math_grading.__file__))
+        return _POOL
+
 
 LOG_QUOTE_CHARS = 200
 """math-verify's warnings quote the whole completion (a timeout on a 32k-character one logs all of it);
@@ -153,12 +176,14 @@ class MathTask(PromptedTask):
     ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
     their families, so registering and configuring a task costs nothing.
 
-    Grading (`verify`): not a string or longer than ``max_completion_chars``
-    -> ``malformed``; math-verify extracts no answer (or fails, or runs out of
-    time) -> ``malformed``; an extracted answer math-verify does not find
-    equal to the gold one -> ``wrong``; else ``correct`` (reward 1).
-    ``timeout_s`` bounds parsing and each comparison (math-verify's
-    ``signal.alarm`` timeouts, main thread only: see `signal_timeout`).
+    Grading (`verify`, policy in `rlvr_lib.tasks.math_grading`): not a string
+    or longer than ``max_completion_chars`` -> ``malformed``; math-verify
+    extracts no answer (or fails on it) -> ``malformed``; an extracted answer
+    that is not equivalent to the gold one, holds several values where the gold
+    is one, or is followed by a hedged alternative -> ``wrong``; grading that
+    runs past ``timeout_s`` -> ``timeout``; else ``correct`` (reward 1; every
+    other status 0). The grading runs in a worker process (`WorkerPool`), so the
+    time limit holds on any thread, not only the main one.
 
     Args:
         name: Registry name; also the prefix of every problem uid.
@@ -174,7 +199,8 @@ class MathTask(PromptedTask):
         solution_field: Column of a worked solution used as the oracle trace, or ``None``.
         template: Prompt template with one ``"{question}"``.
         tokenizer, use_chat_template: See `PromptFormat`.
-        timeout_s: Seconds math-verify may spend parsing a completion and on each comparison.
+        timeout_s: Wall-clock seconds for grading one completion (parsing and every comparison);
+            a worker that has not answered `HARD_MARGIN_S` later is killed.
         max_completion_chars: Longer completions are ``malformed`` without parsing.
         hint_pool: Anything with ``contexts(problem) -> list[str]`` (e.g.
             `rlvr_lib.tasks.LMHintPool` for NudgeRL); ``None``: no hints.
@@ -225,7 +251,7 @@ class MathTask(PromptedTask):
         self.level_field, self.solution_field = level_field, solution_field
         self._splits: dict[str, list[dict]] = {}
         self._members: dict[str, list[int]] = {}
-        self._gold: dict[str, list] = {}
+        self._gold_warned: set[str] = set()
 
     # ----------------------------------------------------------------- data
     def _rows(self, split: str) -> list[dict]:
@@ -296,37 +322,34 @@ class MathTask(PromptedTask):
         )
 
     # ----------------------------------------------------------------- grading
-    def _gold_parsed(self, answer: str, timeout: int | None) -> list:
-        if answer not in self._gold:
-            from math_verify import parse
-
-            self._gold[answer] = parse(f"\\boxed{{{answer}}}", parsing_timeout=timeout)
-            if not self._gold[answer]:
-                logger.warning("%s: math-verify cannot parse the gold answer %r", self.name, answer)
-        return self._gold[answer]
-
     def verify(self, problem: Problem, completion: object) -> Verdict:
-        """Grade ``completion`` against ``problem.answer`` with math-verify. Never raises on model output."""
+        """Grade ``completion`` against ``problem.answer`` (see the class docstring).
+
+        Never raises on model output and returns within ``timeout_s`` plus
+        `HARD_MARGIN_S` seconds on any thread or process (the grading runs in a
+        worker process, `rlvr_lib.tasks.math_grading`).
+
+        Raises:
+            RuntimeError: no grading worker can start (math-verify missing): the environment, not the completion.
+        """
+        if isinstance(completion, str) and type(completion) is not str:
+            completion = str.__str__(completion)  # a str subclass is graded by its characters, not its methods
         rejected = check_completion(completion, self.max_completion_chars)
         if rejected is not None:
             return rejected
-        from math_verify import parse, verify
-        from math_verify.errors import TimeoutException
-
-        timeout = signal_timeout(self.timeout_s)
+        request = {"answer": problem.answer, "completion": completion, "budget_s": self.timeout_s}
+        limit = self.timeout_s + HARD_MARGIN_S
         try:
-            gold = self._gold_parsed(problem.answer, timeout)
-            predicted = parse(completion, parsing_timeout=timeout)
-            if not predicted:
-                return Verdict(0.0, MALFORMED, None, "no final answer found")
-            if not gold:
-                return Verdict(0.0, WRONG, None, "the gold answer cannot be parsed")
-            same = verify(gold, predicted, timeout_seconds=timeout)
-        except (Exception, TimeoutException) as exc:  # math-verify swallows its own errors; this is the last guard
-            return Verdict(0.0, MALFORMED, None, f"math-verify failed: {type(exc).__name__}")
-        if not same:
-            return Verdict(0.0, WRONG, None, "answer differs from the gold answer")
-        return Verdict(1.0, CORRECT, None)
+            reply = _grading_pool().request(request, limit)
+        except WorkerTimeout:
+            return Verdict(0.0, TIMEOUT, None, f"grading ran past {limit:g} s: its worker was stopped")
+        except WorkerDied as exc:  # e.g. the worker's memory limit on a huge expansion
+            return Verdict(0.0, MALFORMED, None, f"the grading worker died on this completion ({exc})")
+        status, reason = reply["status"], reply["reason"]
+        if reason == GOLD_UNPARSED and problem.answer not in self._gold_warned:
+            self._gold_warned.add(problem.answer)
+            logger.warning("%s: math-verify cannot parse the gold answer %r", self.name, problem.answer)
+        return Verdict(1.0 if status == CORRECT else 0.0, status, None, reason)
 
     def hints(self, problem: Problem) -> list[str]:
         """The hint pool's contexts for ``problem``; ``[]`` without a pool."""

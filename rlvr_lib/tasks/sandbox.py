@@ -78,7 +78,6 @@ import logging
 import os
 import secrets
 import selectors
-import shutil
 import signal
 import stat
 import subprocess
@@ -409,24 +408,64 @@ def _reap(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _remove_tree(path: str) -> None:
-    """Remove the working directory even if the program made parts of it read-only.
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
-    A directory that still cannot be removed is logged, not raised: the run's
-    result stands, and a verifier must not fail on what a program did.
-    """
 
-    def make_writable_and_retry(function, target, _exc):
-        os.chmod(os.path.dirname(target), stat.S_IRWXU)
-        if os.path.isdir(target) and not os.path.islink(target):
-            os.chmod(target, stat.S_IRWXU)
-        function(target)
-
-    handler = {"onexc" if sys.version_info >= (3, 12) else "onerror": make_writable_and_retry}
+def _empty_directory(fd: int) -> list[str]:
+    """Unlink everything but the subdirectories in the open directory ``fd``; returns the subdirectories' names."""
     try:
-        if os.path.isdir(path):
-            os.chmod(path, stat.S_IRWXU)
-            shutil.rmtree(path, **handler)
+        os.fchmod(fd, stat.S_IRWXU)  # the program may have made it read-only (or unreadable)
+    except OSError:
+        pass
+    with os.scandir(fd) as entries:
+        listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    for name, _ in (item for item in listed if not item[1]):
+        os.unlink(name, dir_fd=fd)
+    return [name for name, is_dir in listed if is_dir]
+
+
+def _open_subdirectory(name: str, parent_fd: int) -> int:
+    try:
+        os.chmod(name, stat.S_IRWXU, dir_fd=parent_fd)  # a directory the program made mode 000 cannot be opened
+    except OSError:
+        pass
+    return os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+
+
+def _remove_tree(path: str) -> None:
+    """Remove the working directory and whatever tree the program built in it.
+
+    Iterative, through directory descriptors: a tree of any depth (thousands of
+    nested directories, paths far beyond PATH_MAX) needs neither recursion nor
+    long paths, and at most two descriptors are open at a time. Directories the
+    program made read-only or unreadable are made writable first; symbolic links
+    are removed, never followed. A directory that still cannot be removed is
+    logged, not raised: the run's result stands, and a verifier must not fail on
+    what a program did.
+    """
+    try:
+        if not os.path.isdir(path) or os.path.islink(path):
+            return
+        os.chmod(path, stat.S_IRWXU)
+        fd = os.open(path, _DIRECTORY_FLAGS)
+        here, pending, above = "", _empty_directory(fd), []  # above: (name, pending) of each ancestor
+        while True:
+            if pending:
+                name = pending.pop()
+                child = _open_subdirectory(name, fd)
+                os.close(fd)
+                above.append((here, pending))
+                fd, here, pending = child, name, _empty_directory(child)
+                continue
+            if not above:
+                os.close(fd)
+                break
+            parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=fd)  # no symlink was followed: ".." is where we came from
+            os.close(fd)
+            os.rmdir(here, dir_fd=parent)
+            fd = parent
+            here, pending = above.pop()
+        os.rmdir(path)
     except OSError as exc:
         logger.warning("sandbox: could not remove the working directory %s: %s", path, exc)
 

@@ -1,0 +1,296 @@
+"""`MathTask`'s grading policy on top of math-verify, and the worker process that applies it.
+
+`grade` decides one completion against one gold answer (see the README's
+"MathTask grading policy" table):
+
+* The final answer is what math-verify extracts (a ``\\boxed{}`` or a "final
+  answer is" statement first, then an "answer ..." statement, then the last
+  expression), by the same regexes in the same order as ``math_verify.parse``;
+  nothing extracted -> ``malformed``.
+* Equivalence is math-verify's (``math_verify.verify``: exact numbers,
+  symbolic forms, sets, intervals, equations), with two policy checks around it:
+  a decimal in the answer means the exact rational it writes (``0.5`` is 1/2,
+  ``0.333333`` is not 1/3) unless the gold answer is itself a decimal, which is
+  matched at its own number of decimal places; and when the gold answer is one
+  value, an answer holding several (a set, a tuple, several different boxed
+  answers, ``\\boxed{3,3,3}``) is ``wrong``.
+* Hedges: after the final answer, another value introduced by a hedge word
+  (``or``, ``maybe``, ``perhaps``, ...) that is not equivalent to it makes the
+  completion ``wrong``: only one final answer counts.
+* A grading that runs past its time budget is ``timeout`` (its own status,
+  reward 0), never ``wrong`` or ``malformed``.
+
+math-verify bounds its work with ``signal.alarm``, which works only in a main
+thread. So the grading runs in worker processes (`serve`, started by
+`rlvr_lib.tasks.worker_pool.WorkerPool`) whose main thread it owns: the
+worker's own interval timer stops a slow grading at the budget (cheap: the
+worker survives), and the parent kills a worker that has not answered shortly
+after (a loop in C that no signal interrupts). Either way the caller's thread
+never depends on signals.
+
+This module imports nothing from ``rlvr_lib`` (the worker runs it as a plain
+script, so it starts in about 0.3 s instead of importing the package); its
+status strings are the ones of `rlvr_lib.tasks.base` (a test holds them equal).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import signal
+import struct
+from functools import lru_cache
+from itertools import groupby
+
+CORRECT, WRONG, MALFORMED, TIMEOUT = "correct", "wrong", "malformed", "timeout"
+GOLD_UNPARSED = "the gold answer cannot be parsed"
+
+MAX_HEDGE_CANDIDATES = 20
+"""At most this many values after the final answer are compared with it (bounds the hedge check's cost)."""
+WORKER_MEMORY_BYTES = 4 << 30
+"""Address-space limit of a grading worker: a huge power or expansion fails with MemoryError, not host swap."""
+DEFAULT_DECIMALS = 6
+"""math-verify's own rounding, used for a decimal gold answer whose places cannot be read."""
+
+_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|alternatively|otherwise|either|might|unsure|"
+                    r"not\s+sure|could\s+(?:also\s+)?be)\b", re.IGNORECASE)
+_DECIMAL_PLACES = re.compile(r"\d*\.(\d+)")
+_HEADER = struct.Struct(">I")
+
+
+class _Deadline(BaseException):
+    """Raised by the worker's interval timer. A BaseException, so math-verify's and sympy's
+    ``except Exception`` handlers cannot swallow it."""
+
+
+# --------------------------------------------------------------------------- extraction
+
+
+@lru_cache(maxsize=1)
+def _regexes():
+    from math_verify import ExprExtractionConfig, LatexExtractionConfig
+    from math_verify.parser import get_extraction_regexes
+
+    # parse()'s default targets
+    return get_extraction_regexes((LatexExtractionConfig(), ExprExtractionConfig()))
+
+
+def _matches(text: str) -> list:
+    """Every match of math-verify's answer regexes, in the order ``math_verify.parse`` tries them:
+    by priority, then rightmost end first, then leftmost start."""
+    found = []
+    for patterns, target in _regexes():
+        for pattern, priority in patterns:
+            for match in pattern.finditer(text):
+                found.append((priority, -match.end(), match.start(), match, target))
+    found.sort(key=lambda item: item[:3])
+    return found
+
+
+def final_answer(text: str) -> tuple[list, int]:
+    """``(parsed, end)``: what ``math_verify.parse(text)`` returns, and where its match ends in ``text``.
+
+    Mirrors ``math_verify.parser.extract_target_from_pred`` with parse's defaults
+    (``any_match`` extraction, ``first_match`` string fallback), keeping the
+    match position that the hedge check needs. ``([], len(text))`` when nothing matches.
+    """
+    from math_verify.parser import extract_match
+
+    fallbacks, fallback_end = [], len(text)
+    for _, group in groupby(_matches(text), key=lambda item: item[0]):
+        for _, negative_end, _, match, target in group:
+            value, fallback = extract_match(match, target)
+            if fallback:
+                if not fallbacks:
+                    fallback_end = -negative_end
+                fallbacks.append(fallback)
+            if value is not None:
+                return [value, *fallbacks[:1]], -negative_end
+    return fallbacks[:1], fallback_end
+
+
+def _values_after(text: str) -> list:
+    """Every value math-verify can extract from ``text`` (each match on its own), at most `MAX_HEDGE_CANDIDATES`."""
+    from math_verify.parser import extract_match
+
+    values = []
+    for *_, match, target in _matches(text):
+        value, _ = extract_match(match, target)
+        if value is not None:
+            values.append(value)
+            if len(values) == MAX_HEDGE_CANDIDATES:
+                break
+    return values
+
+
+# --------------------------------------------------------------------------- comparison
+
+
+@lru_cache(maxsize=4096)
+def parsed_gold(answer: str) -> tuple:
+    """The gold answer as math-verify reads it (boxed, as the oracle trace writes it); cached per answer."""
+    from math_verify import parse
+
+    return tuple(parse(f"\\boxed{{{answer}}}", parsing_timeout=None))
+
+
+def gold_decimals(answer: str, gold) -> int | None:
+    """Decimal places of a gold answer written as a decimal (``"3.14"`` -> 2), else ``None``."""
+    import sympy
+
+    if not any(isinstance(g, sympy.Basic) and g.atoms(sympy.Float) for g in gold):
+        return None
+    places = [len(m.group(1)) for m in _DECIMAL_PLACES.finditer(answer)]
+    return max(places) if places else DEFAULT_DECIMALS
+
+
+def exact(value):
+    """``value`` with every decimal replaced by the exact rational it writes (``0.333333`` -> 333333/1000000).
+
+    math-verify compares a decimal with a number after rounding both to six
+    places, which accepts ``0.333333`` for 1/3 and ``1.414214`` for sqrt(2); an
+    exact rational only equals what it equals.
+    """
+    import sympy
+
+    if not isinstance(value, (sympy.Basic, sympy.MatrixBase)):
+        return value
+    try:
+        swaps = {}
+        for decimal in value.atoms(sympy.Float):
+            # str() gives the decimal digits the answer wrote (15 significant), not the binary approximation
+            swaps[decimal] = sympy.Rational(str(decimal))
+        return value.xreplace(swaps) if swaps else value
+    except (TypeError, ValueError, AttributeError):  # inf / nan, an object without atoms: math-verify decides
+        return value
+
+
+def is_several(value) -> bool:
+    """Whether a parsed answer holds several values (a set, tuple, interval, list or matrix)."""
+    import sympy
+
+    return isinstance(value, (sympy.Set, sympy.Tuple, sympy.MatrixBase, list, tuple))
+
+
+def _same(gold, predicted, decimals: int | None) -> bool:
+    from math_verify import verify
+
+    rounding = DEFAULT_DECIMALS if decimals is None else decimals
+    return verify(list(gold), list(predicted), float_rounding=rounding, timeout_seconds=None)
+
+
+def grade(answer: str, completion: str) -> tuple[str, str]:
+    """``(status, reason)`` of ``completion`` against the gold ``answer`` under the grading policy.
+
+    No time limit of its own (`grade_within` adds one); never raises on a string
+    completion except for the time-out exception of `grade_within`.
+    """
+    gold = parsed_gold(answer)
+    predicted, end = final_answer(completion)
+    if not predicted:
+        return MALFORMED, "no final answer found"
+    if not gold:
+        return WRONG, GOLD_UNPARSED
+    decimals = gold_decimals(answer, gold)
+    if decimals is None:
+        predicted = [exact(p) for p in predicted]
+    if is_several(predicted[0]) and not is_several(gold[0]):
+        return WRONG, "several answers where the gold answer is one value"
+    if not _same(gold, predicted, decimals):
+        return WRONG, "answer differs from the gold answer"
+    cue = _HEDGE.search(completion, end)
+    if cue is not None:
+        for value in _values_after(completion[cue.start():]):
+            value = value if decimals is not None else exact(value)
+            if not _same(predicted[:1], [value], decimals):
+                return WRONG, f"hedged: another answer follows the final one after {cue.group(0)!r}"
+    return CORRECT, ""
+
+
+def grade_within(answer: str, completion: str, budget_s: float) -> tuple[str, str]:
+    """`grade` stopped after ``budget_s`` seconds of wall-clock time (``timeout``); main thread only.
+
+    Any other exception from math-verify or sympy on model output is an answer
+    the grader cannot read: ``malformed``, with the exception's type.
+    """
+    def expire(signum, frame):
+        raise _Deadline
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, budget_s)
+            return grade(answer, completion)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Deadline:
+        return TIMEOUT, f"grading ran past its {budget_s:g} s budget"
+    except RecursionError:
+        return MALFORMED, "the answer is nested too deeply to parse"
+    except Exception as exc:  # noqa: BLE001 - model output must never stop the worker
+        return MALFORMED, f"math-verify failed: {type(exc).__name__}"
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def write_frame(fd: int, message: dict) -> None:
+    """One length-prefixed JSON message to a pipe."""
+    data = json.dumps(message).encode("utf-8")
+    view = memoryview(_HEADER.pack(len(data)) + data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _read_exact(fd: int, size: int) -> bytes | None:
+    chunks, left = [], size
+    while left:
+        chunk = os.read(fd, left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def read_frame(fd: int) -> dict | None:
+    """One message from a pipe, blocking; ``None`` at end of file (the parent closed it or died)."""
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    body = _read_exact(fd, _HEADER.unpack(header)[0])
+    return None if body is None else json.loads(body)
+
+
+def serve() -> None:
+    """The worker loop: read ``{"answer", "completion", "budget_s"}``, reply ``{"status", "reason"}``.
+
+    Replies ``{"ready": true}`` once math-verify is imported and warmed up, so
+    the parent never counts start-up against a grading budget. Exits at end of
+    input.
+    """
+    import resource
+
+    replies = os.dup(1)
+    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the reply pipe
+    logging.getLogger("math_verify").setLevel(logging.ERROR)  # disabled-timeout notices: the budget is ours
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    except (ValueError, OSError):  # a lower hard limit already: keep it
+        pass
+    grade_within("\\frac{1}{2}", "The answer is $\\boxed{0.5}$. Or maybe $1/2$.", 60.0)  # load the grammars
+    write_frame(replies, {"ready": True})
+    while True:
+        request = read_frame(0)
+        if request is None:
+            return
+        status, reason = grade_within(request["answer"], request["completion"], float(request["budget_s"]))
+        write_frame(replies, {"status": status, "reason": reason})
+
+
+if __name__ == "__main__":
+    serve()
