@@ -1,5 +1,9 @@
 """Command line: ``python -m rlvr_lib {pretrain,calibrate,calibrate-threepo,plateau,train,tune-lr} ...``.
 
+A bad input (a flag's value, ``--model``, ``--out``, a config value) is a usage error: one line naming the
+flag and what is allowed, exit status 2, nothing created (`rlvr_lib.cli_checks`). Each command checks its
+inputs first, before it loads a model or writes anything; what fails after that is not an input error.
+
 ``train`` runs one method on one process, or on several under a launcher
 (``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
 ``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``.
@@ -11,7 +15,14 @@ import argparse
 import sys
 from pathlib import Path
 
+from rlvr_lib.cli_checks import (OneLineParser, UsageError, check_model, check_out_file, check_out_folder,
+                                 existing_file, flag_errors, int_at_least, number_in)
 from rlvr_lib.experiments import results_root
+
+COUNT = int_at_least(1)
+"""``type=`` of counts (steps, problems, samples, sizes): an integer >= 1."""
+SEED = int_at_least(0)
+"""``type=`` of seeds: an integer >= 0."""
 
 
 def _pretrain(args: argparse.Namespace) -> int:
@@ -19,7 +30,9 @@ def _pretrain(args: argparse.Namespace) -> int:
     from rlvr_lib.policy.pretrain import PretrainConfig, pretrain
 
     overrides = {name: value for name, value in (("seed", args.seed), ("steps", args.steps)) if value is not None}
-    config = PretrainConfig(**overrides)
+    check_out_folder("--out", args.out)
+    with flag_errors({"seed": "--seed", "steps": "--steps"}, "--steps"):
+        config = PretrainConfig(**overrides)
     out = Path(args.out) if args.out else TINY_POLICY_DIR
     log = pretrain(config, out)
     print(f"saved {log['parameters']:,}-parameter policy to {out} in {log['train_seconds']} s (final loss {log['final_loss']})")
@@ -34,12 +47,17 @@ def _calibrate(args: argparse.Namespace) -> int:
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
 
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    flags = {"problems_per_family": "--problems", "hint_problems": "--problems", "samples": "--samples",
+             "wide_samples": "--wide-samples", "seed": "--seed"}
+    with flag_errors(flags, "--problems"):
+        config = CalibrationConfig(
+            problems_per_family=args.problems, samples=args.samples, wide_samples=args.wide_samples,
+            hint_problems=min(args.problems, 100), seed=args.seed
+        )
     model, tokenizer = load_policy(args.model)
     engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
-    config = CalibrationConfig(
-        problems_per_family=args.problems, samples=args.samples, wide_samples=args.wide_samples,
-        hint_problems=min(args.problems, 100), seed=args.seed
-    )
     report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
     report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
     return _write_targets(report, args.out, "calibration.json", write_report, format_report)
@@ -58,6 +76,9 @@ def _calibrate_dynamics(args: argparse.Namespace) -> int:
     """Train GRPO (and GRPO without its anchor) for several seeds and check the dynamics targets."""
     from rlvr_lib.dynamics import DynamicsConfig, format_dynamics, measure_dynamics, write_dynamics
 
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    check_out_folder("--results-root", args.results_root)
     overrides = {"seeds": tuple(args.seeds), "policy": args.model}
     if args.steps:
         overrides["step_candidates"] = tuple(args.steps)
@@ -65,10 +86,12 @@ def _calibrate_dynamics(args: argparse.Namespace) -> int:
         value = getattr(args, f"dyn_{name}")
         if value is not None:
             overrides["problems_per_family" if name == "problems" else name] = value
-    try:
+    flags = {"seeds": "--seeds", "policy": "--model", "step_candidates": "--steps",
+             **{name: f"--dyn-{name.replace('_', '-')}" for name in ("samples", "wide_problems", "wide_samples",
+                                                                       "kl_problems")},
+             "problems_per_family": "--dyn-problems"}
+    with flag_errors(flags, "--dynamics"):
         config = DynamicsConfig(**overrides)
-    except ValueError as err:
-        args.parser.error(str(err))
     report = measure_dynamics(config, root=args.results_root)
     return _write_targets(report, args.out, "dynamics.json", write_dynamics, format_dynamics)
 
@@ -78,10 +101,21 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.methods.registry import method_config
     from rlvr_lib.methods.threepo import calibrate_threepo
     from rlvr_lib.policy.load import policy_fingerprint
 
     fields = {"prompts_per_step": args.prompts_per_step, "group_size": args.group_size, "seed": args.seed}
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    if args.skip >= args.steps:  # the measured means average steps skip..steps: none would be left
+        raise UsageError(f"argument --skip: {args.skip} is invalid: must be below --steps ({args.steps})")
+    flags = {"prompts_per_step": "--prompts-per-step", "group_size": "--group-size", "seed": "--seed",
+             "steps": "--run-steps", "policy": "--model"}
+    with flag_errors(flags, "--adamw-method"):  # the two configs calibrate_threepo builds, built here first
+        method_config(args.adamw_method, **fields, steps=args.run_steps, policy=args.model)
+    with flag_errors(flags, "--method"):
+        method_config(args.method, **fields, steps=args.run_steps, policy=args.model)
     report = calibrate_threepo(method=args.method, adamw_method=args.adamw_method, run_steps=args.run_steps,
                                steps=args.steps, skip=args.skip, rounds=args.rounds, max_clipped=args.max_clipped,
                                policy=args.model, **fields)
@@ -100,11 +134,20 @@ def _tune_lr(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.methods.registry import method_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tuning import TUNING_SEEDS, tune_lr
 
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
     out = Path(args.out) if args.out else results_root() / "testbed" / "lr_tuning.json"
     fields = {"steps": args.steps, "prompts_per_step": args.prompts_per_step}
+    for name in args.methods:  # all checked before the first is tuned: a typo in the last stops no sweep halfway
+        with flag_errors({"steps": "--steps", "prompts_per_step": "--prompts-per-step", "policy": "--model"},
+                         "--methods"):
+            method_config(name, **fields, policy=args.model)
+    if args.tail > args.steps:
+        raise UsageError(f"argument --tail: {args.tail} is invalid: must be at most --steps ({args.steps})")
     report = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
                       f"mean of the last {args.tail} steps over seeds {list(TUNING_SEEDS)})",
               "policy_sha": policy_fingerprint(args.model), "torch_threads": torch.get_num_threads(),
@@ -129,6 +172,14 @@ def _plateau(args: argparse.Namespace) -> int:
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.trainer import Trainer
 
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    if args.steps < 2 * args.window:  # plateau_step compares windows: fewer than two would fail after training
+        raise UsageError(f"argument --steps: {args.steps} is invalid: must be at least two --window "
+                         f"({2 * args.window})")
+    with flag_errors({"steps": "--steps", "seed": "--seeds", "policy": "--model"}, "--steps"):
+        for seed in args.seeds:  # every seed's config, before the first seed trains
+            method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed, policy=args.model)
     runs = {}
     for seed in args.seeds:
         config = method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
@@ -156,18 +207,11 @@ def _train(args: argparse.Namespace) -> int:
     """Build the config (preset < --config file < --set < flags), train, write under --out."""
     import torch
 
-    from rlvr_lib.config_files import build_config, load_settings, parse_assignments
     from rlvr_lib.pipeline import train_run
 
-    flags = {key: value for key, value in (("task", args.task), ("policy", args.model), ("engine", args.engine),
-                                           ("steps", args.steps)) if value is not None}
-    try:
-        layers = [(args.config, load_settings(args.config))] if args.config else []
-        layers += [("--set", parse_assignments(args.set)), ("command line", flags)]
-        config = build_config(args.method, *layers)
-    except (ValueError, FileNotFoundError) as err:
-        args.parser.error(str(err))
+    config = _train_config(args)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
+    _check_train_out(out, config)
     record = train_run(config, out, dtype=getattr(torch, args.dtype))
     if record is not None:  # rank 0
         last = record.history[-1] if record.history else {}
@@ -176,34 +220,87 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
+TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}
+"""``train``'s flags that set a `TrainerConfig` field: ``{field: flag}``."""
+
+
+def _train_config(args: argparse.Namespace):
+    """``train``'s validated `TrainerConfig`; a bad value is a `UsageError` naming the layer that set it."""
+    from rlvr_lib.config_files import build_config, load_settings, parse_assignments
+
+    check_model("--model", args.model)
+    with flag_errors({}, "--config"):
+        file = load_settings(args.config) if args.config else {}
+    with flag_errors({}, "--set"):
+        assignments = parse_assignments(args.set)
+    flags = {field: value for field, value in (("task", args.task), ("policy", args.model), ("engine", args.engine),
+                                               ("steps", args.steps)) if value is not None}
+    # The flag named for a bad field is the last layer that set it (the one build_config kept).
+    where = {field: "--config" for field in file} | {field: "--set" for field in assignments}
+    where |= {field: TRAIN_FLAGS[field] for field in flags}
+    where["method"] = "--method" if args.method is not None else where.get("method", "--method")
+    layers = [(args.config, file)] if args.config else []
+    with flag_errors(where, "--set" if assignments else "--config" if args.config else "--method"):
+        return build_config(args.method, *layers, ("--set", assignments), ("command line", flags))
+
+
+def _check_train_out(out: Path, config) -> None:
+    """``--out`` is a folder to write, and any checkpoint in it is of this config (a rerun resumes from it)."""
+    import pickle
+
+    import torch
+
+    from rlvr_lib.experiments import run_dir
+    from rlvr_lib.pipeline import CHECKPOINT_FILE
+    from rlvr_lib.validation import invalid
+
+    check_out_folder("--out", str(out))
+    try:  # train_run's check, made before anything is written: the record's experiment is the folder's name
+        run_dir(out.absolute().name, out.absolute().parent)
+    except ValueError:
+        raise UsageError(str(invalid("--out", str(out), "a folder whose name is file-name safe (letters, digits "
+                                     "and . _ + = @ -, not starting with a symbol)"))) from None
+    checkpoint = out / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        return
+    try:  # mmap: the weights are not read, only the config beside them
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError):
+        return  # an unreadable checkpoint is the trainer's to report, with its own message
+    if saved != config.to_dict():
+        changed = sorted(k for k in set(saved) | set(config.to_dict()) if saved.get(k) != config.to_dict().get(k))
+        raise UsageError(f"argument --out: {str(out)!r} holds the checkpoint of a run with another config "
+                         f"(differs in {changed}): pass another --out, or delete {checkpoint} to start over")
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m rlvr_lib", description=__doc__)
+    parser = OneLineParser(prog="python -m rlvr_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy (SFT on the strategy mixture)")
-    p.add_argument("--seed", type=int, default=None, help="default: PretrainConfig.seed (the shipped checkpoint's)")
-    p.add_argument("--steps", type=int, default=None, help="optimizer steps (default: PretrainConfig.steps)")
+    p.add_argument("--seed", type=SEED, default=None, help="default: PretrainConfig.seed (the shipped checkpoint's)")
+    p.add_argument("--steps", type=COUNT, default=None, help="optimizer steps (default: PretrainConfig.steps)")
     p.add_argument("--out", default=None, help="output directory (default: the embedded checkpoint)")
-    p.set_defaults(func=_pretrain)
+    p.set_defaults(func=_pretrain, parser=p)
     c = sub.add_parser("calibrate", help="measure a policy against the testbed's calibration targets")
     c.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    c.add_argument("--problems", type=int, default=200, help="problems per family")
-    c.add_argument("--samples", type=int, default=64, help="samples per problem at T=1")
-    c.add_argument("--wide-samples", type=int, default=256,
+    c.add_argument("--problems", type=COUNT, default=200, help="problems per family")
+    c.add_argument("--samples", type=COUNT, default=64, help="samples per problem at T=1")
+    c.add_argument("--wide-samples", type=COUNT, default=256,
                    help="samples per problem on the in-distribution families and rare_mix (pass@256 targets)")
     c.add_argument("--dynamics", action="store_true",
                    help="the dynamics calibration instead: train GRPO and check the bottleneck's targets "
                         "(writes results/testbed/dynamics.json; runs are cached under results/testbed_dynamics)")
-    c.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
-    c.add_argument("--steps", type=int, nargs="+", default=None,
+    c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
+    c.add_argument("--steps", type=COUNT, nargs="+", default=None,
                    help="--dynamics: step counts to evaluate (default: rlvr_lib.dynamics.STEP_CANDIDATES)")
-    c.add_argument("--dyn-problems", type=int, default=None, help="--dynamics: problems per family (main evaluation)")
-    c.add_argument("--dyn-samples", type=int, default=None, help="--dynamics: samples per problem (main evaluation)")
-    c.add_argument("--dyn-wide-problems", type=int, default=None, help="--dynamics: problems of the pass@256 evaluation")
-    c.add_argument("--dyn-wide-samples", type=int, default=None, help="--dynamics: samples of the pass@256 evaluation")
-    c.add_argument("--dyn-kl-problems", type=int, default=None, help="--dynamics: prompts of the KL measurement")
+    c.add_argument("--dyn-problems", type=COUNT, default=None, help="--dynamics: problems per family (main evaluation)")
+    c.add_argument("--dyn-samples", type=COUNT, default=None, help="--dynamics: samples per problem (main evaluation)")
+    c.add_argument("--dyn-wide-problems", type=COUNT, default=None, help="--dynamics: problems of the pass@256 evaluation")
+    c.add_argument("--dyn-wide-samples", type=COUNT, default=None, help="--dynamics: samples of the pass@256 evaluation")
+    c.add_argument("--dyn-kl-problems", type=COUNT, default=None, help="--dynamics: prompts of the KL measurement")
     c.add_argument("--results-root", default=None, help="--dynamics: results root of the cached runs (default results/)")
-    c.add_argument("--seed", type=int, default=0)
-    c.add_argument("--batch-size", type=int, default=512)
+    c.add_argument("--seed", type=SEED, default=0)
+    c.add_argument("--batch-size", type=COUNT, default=512)
     c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
     c.set_defaults(func=_calibrate, parser=c)
     q = sub.add_parser("calibrate-threepo",
@@ -211,48 +308,51 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     q.add_argument("--method", default="b3po", choices=("b3po", "m3po", "c3po"), help="the 3PO variant probed")
     q.add_argument("--adamw-method", default="grpo", help="the AdamW method whose mean step IVON's matches")
-    q.add_argument("--run-steps", type=int, default=100, help="the runs' length (sets the lr schedule)")
-    q.add_argument("--steps", type=int, default=20, help="RL steps probed per round")
-    q.add_argument("--skip", type=int, default=5, help="first steps left out (warm-up)")
-    q.add_argument("--rounds", type=int, default=2, help="probe again at the previous round's picks")
-    q.add_argument("--max-clipped", type=float, default=0.2, help="largest share of clipped weights")
-    q.add_argument("--prompts-per-step", type=int, default=8)
-    q.add_argument("--group-size", type=int, default=8)
-    q.add_argument("--seed", type=int, default=0)
+    q.add_argument("--run-steps", type=COUNT, default=100, help="the runs' length (sets the lr schedule)")
+    q.add_argument("--steps", type=COUNT, default=20, help="RL steps probed per round")
+    q.add_argument("--skip", type=int_at_least(0), default=5, help="first steps left out (warm-up)")
+    q.add_argument("--rounds", type=COUNT, default=2, help="probe again at the previous round's picks")
+    q.add_argument("--max-clipped", type=number_in(0, 1, lo_open=True, hi_open=True), default=0.2, help="largest share of clipped weights")
+    q.add_argument("--prompts-per-step", type=COUNT, default=8)
+    q.add_argument("--group-size", type=COUNT, default=8)
+    q.add_argument("--seed", type=SEED, default=0)
     q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json)")
-    q.set_defaults(func=_calibrate_threepo)
+    q.set_defaults(func=_calibrate_threepo, parser=q)
     u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
     u.add_argument("--methods", nargs="+", required=True, help="registered methods to tune")
     u.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    u.add_argument("--steps", type=int, default=100, help="RL steps per tuning run")
-    u.add_argument("--prompts-per-step", type=int, default=8)
-    u.add_argument("--tail", type=int, default=5, help="final accuracy: mean of the last TAIL steps")
+    u.add_argument("--steps", type=COUNT, default=100, help="RL steps per tuning run")
+    u.add_argument("--prompts-per-step", type=COUNT, default=8)
+    u.add_argument("--tail", type=COUNT, default=5, help="final accuracy: mean of the last TAIL steps")
     u.add_argument("--progress", action="store_true", help="show a progress bar per run")
     u.add_argument("--out", default=None, help="JSON path (default: results/testbed/lr_tuning.json)")
-    u.set_defaults(func=_tune_lr)
+    u.set_defaults(func=_tune_lr, parser=u)
     t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
     t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    t.add_argument("--steps", type=int, default=200)
-    t.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
-    t.add_argument("--window", type=int, default=20)
-    t.add_argument("--rel-drop", type=float, default=0.1)
+    t.add_argument("--steps", type=COUNT, default=200)
+    t.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1])
+    t.add_argument("--window", type=COUNT, default=20)
+    t.add_argument("--rel-drop", type=number_in(0, None, lo_open=True), default=0.1)
     t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
-    t.set_defaults(func=_plateau)
+    t.set_defaults(func=_plateau, parser=t)
     r = sub.add_parser("train", help="train one method (one process, or several under accelerate launch / torchrun)")
     r.add_argument("--method", default=None, help="registered method (default: the config file's `method`)")
     r.add_argument("--task", default=None, help="registered task (default: the method's / config's)")
     r.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     r.add_argument("--engine", default=None, help="rollout engine: kvcache (default), hf or vllm")
-    r.add_argument("--config", default=None, help="YAML/JSON file of TrainerConfig fields (see configs/)")
+    r.add_argument("--config", type=existing_file, default=None, help="YAML/JSON file of TrainerConfig fields (see configs/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a TrainerConfig field (repeatable; VALUE: JSON, a YAML {...}/[...], else a string)")
-    r.add_argument("--steps", type=int, default=None, help="RL steps (overrides the config)")
+    r.add_argument("--steps", type=COUNT, default=None, help="RL steps (overrides the config)")
     r.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype of the policy")
     r.add_argument("--out", default=None,
                    help="output folder of the checkpoint, final model and run record (default: runs/<method>-s<seed>)")
     r.set_defaults(func=_train, parser=r)
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except UsageError as err:  # raised by the input checks only, before the command created anything
+        args.parser.error(str(err))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,6 @@ the notebooks' order, status lines come as notebooks finish.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime as _dt
 import fcntl
@@ -63,6 +62,7 @@ from pathlib import Path
 from typing import Any
 
 from . import __version__
+from .cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
 from .validation import check_choice, check_int
 
 __all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
@@ -445,19 +445,27 @@ def _interrupt(signum: int, frame: Any) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="python -m rlvr_lib.reproduce", description="Run the notebooks with papermill, resumably."
     )
     parser.add_argument("--profile", choices=PROFILES, default="full")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="notebook names to run (default: all)")
-    parser.add_argument("--notebooks-dir", default=None, help="source notebooks (default: <repo>/notebooks)")
+    parser.add_argument("--notebooks-dir", type=existing_folder, default=None,
+                        help="source notebooks (default: <repo>/notebooks)")
     parser.add_argument("--out", default=None, help="executed copies go to OUT/PROFILE (default: results/notebooks)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--force", action="store_true", help="re-run notebooks that are up to date")
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
-    parser.add_argument("--workers", type=int, default=1,
+    parser.add_argument("--workers", type=int_at_least(1), default=1,
                         help="notebooks executed at once, each with cores // workers threads (default 1)")
     args = parser.parse_args(argv)
+    try:  # checked before reproduce() creates OUT/PROFILE
+        check_out_folder("--out", args.out)
+        with flag_errors({"only": "--only"}, "--only"):
+            src_dir = Path(args.notebooks_dir) if args.notebooks_dir is not None else _default_notebooks_dir()
+            _select(sorted(src_dir.glob("*.ipynb")), args.only)
+    except UsageError as exc:
+        parser.error(str(exc))
     # `kill` is how a background reproduction is stopped (a shell's background job ignores Ctrl-C's SIGINT):
     # handle SIGTERM as Ctrl-C, so kernels are shut down and no half-written copy is left (forked workers inherit it).
     signal.signal(signal.SIGTERM, _interrupt)
