@@ -178,12 +178,11 @@ def _plateau(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --steps: {args.steps} is invalid: must be at least two --window "
                          f"({2 * args.window})")
     with flag_errors({"steps": "--steps", "seed": "--seeds", "policy": "--model"}, "--steps"):
-        for seed in args.seeds:  # every seed's config, before the first seed trains
-            method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed, policy=args.model)
+        configs = {seed: method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
+                                       policy=args.model)
+                   for seed in args.seeds}  # every seed's config, before the first seed trains
     runs = {}
-    for seed in args.seeds:
-        config = method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
-                               policy=args.model)
+    for seed, config in configs.items():
         history = Trainer(config).train(progress=True)
         entropy = [h["entropy"] for h in history]
         runs[str(seed)] = {"entropy": entropy, "accuracy": [h["accuracy"] for h in history],
@@ -267,8 +266,9 @@ def _check_train_out(out: Path, config) -> None:
         saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
     except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError):
         return  # an unreadable checkpoint is the trainer's to report, with its own message
-    if saved != config.to_dict():
-        changed = sorted(k for k in set(saved) | set(config.to_dict()) if saved.get(k) != config.to_dict().get(k))
+    wanted = config.to_dict()
+    if saved != wanted:
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         raise UsageError(f"argument --out: {str(out)!r} holds the checkpoint of a run with another config "
                          f"(differs in {changed}): pass another --out, or delete {checkpoint} to start over")
 

@@ -443,13 +443,14 @@ def _remove_tree(path: str) -> None:
     logged, not raised: the run's result stands, and a verifier must not fail on
     what a program did.
     """
+    fd = None  # the one descriptor held between steps; closed on any failure too
     try:
         if not os.path.isdir(path) or os.path.islink(path):
             return
         os.chmod(path, stat.S_IRWXU)
         fd = os.open(path, _DIRECTORY_FLAGS)
         here, pending, above = "", _empty_directory(fd), []  # above: (name, pending) of each ancestor
-        while True:
+        while pending or above:
             if pending:
                 name = pending.pop()
                 child = _open_subdirectory(name, fd)
@@ -457,17 +458,19 @@ def _remove_tree(path: str) -> None:
                 above.append((here, pending))
                 fd, here, pending = child, name, _empty_directory(child)
                 continue
-            if not above:
-                os.close(fd)
-                break
             parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=fd)  # no symlink was followed: ".." is where we came from
             os.close(fd)
-            os.rmdir(here, dir_fd=parent)
             fd = parent
+            os.rmdir(here, dir_fd=fd)
             here, pending = above.pop()
+        os.close(fd)
+        fd = None
         os.rmdir(path)
     except OSError as exc:
         logger.warning("sandbox: could not remove the working directory %s: %s", path, exc)
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 # --------------------------------------------------------------------------- the verdict
