@@ -82,11 +82,13 @@ def _calibrate_dynamics(args: argparse.Namespace) -> int:
     overrides = {"seeds": tuple(args.seeds), "policy": args.model}
     if args.steps:
         overrides["step_candidates"] = tuple(args.steps)
+    if args.kl_coefs:
+        overrides["kl_coefs"] = tuple(args.kl_coefs)
     for name in ("problems", "samples", "wide_problems", "wide_samples", "kl_problems"):
         value = getattr(args, f"dyn_{name}")
         if value is not None:
             overrides["problems_per_family" if name == "problems" else name] = value
-    flags = {"seeds": "--seeds", "policy": "--model", "step_candidates": "--steps",
+    flags = {"seeds": "--seeds", "policy": "--model", "step_candidates": "--steps", "kl_coefs": "--kl-coefs",
              **{name: f"--dyn-{name.replace('_', '-')}" for name in ("samples", "wide_problems", "wide_samples",
                                                                        "kl_problems")},
              "problems_per_family": "--dyn-problems"}
@@ -293,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
     c.add_argument("--steps", type=COUNT, nargs="+", default=None,
                    help="--dynamics: step counts to evaluate (default: rlvr_lib.dynamics.STEP_CANDIDATES)")
+    c.add_argument("--kl-coefs", type=number_in(0, None, lo_open=True), nargs="+", default=None,
+                   help="--dynamics: the anchor's candidate betas, tried in order "
+                        "(default: rlvr_lib.dynamics.KL_COEF_CANDIDATES)")
     c.add_argument("--dyn-problems", type=COUNT, default=None, help="--dynamics: problems per family (main evaluation)")
     c.add_argument("--dyn-samples", type=COUNT, default=None, help="--dynamics: samples per problem (main evaluation)")
     c.add_argument("--dyn-wide-problems", type=COUNT, default=None, help="--dynamics: problems of the pass@256 evaluation")

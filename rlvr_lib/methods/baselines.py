@@ -54,7 +54,7 @@ from rlvr_lib.algos import (
     overlong_reward_shaping,
 )
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rewards import completion_logits, self_certainty_rewards
 from rlvr_lib.rollout.logprobs import sequence_logprobs
@@ -646,12 +646,12 @@ def _register(name: str, cls: type, description: str, **preset) -> None:
 
 _register("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
           kl_coef=0.0)
-_register("grpo_forward_kl", GRPOForwardKL, "GRPO with a forward-KL anchor KL(pi_ref||pi), beta 0.05",
-          kl_coef=0.05, kl_estimator="forward")
-_register("grpo_k1", GRPOK1, "GRPO with the k1 KL estimator (log-ratio), beta 0.05",
-          kl_coef=0.05, kl_estimator="k1")
-_register("grpo_k2", GRPOK2, "GRPO with the k2 KL estimator (half squared log-ratio), beta 0.05",
-          kl_coef=0.05, kl_estimator="k2")
+_register("grpo_forward_kl", GRPOForwardKL, f"GRPO with a forward-KL anchor KL(pi_ref||pi), beta {TESTBED_KL_COEF}",
+          kl_coef=TESTBED_KL_COEF, kl_estimator="forward")
+_register("grpo_k1", GRPOK1, f"GRPO with the k1 KL estimator (log-ratio), beta {TESTBED_KL_COEF}",
+          kl_coef=TESTBED_KL_COEF, kl_estimator="k1")
+_register("grpo_k2", GRPOK2, f"GRPO with the k2 KL estimator (half squared log-ratio), beta {TESTBED_KL_COEF}",
+          kl_coef=TESTBED_KL_COEF, kl_estimator="k2")
 _register("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
           eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
 _register("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",

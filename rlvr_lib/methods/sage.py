@@ -106,7 +106,7 @@ import torch
 from rlvr_lib.algos import KL_ESTIMATORS, kl_penalty
 from rlvr_lib.algos.guides import get_guide, guide_schedule, shaped_anchor
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
 from rlvr_lib.methods.baselines import DAPO, BNPOLoss, DAPOOptions
 from rlvr_lib.methods.registry import METHODS, register_method
 from rlvr_lib.validation import check, check_int, check_range
@@ -445,12 +445,13 @@ class GRPOK3(Method):
     name = "grpo_k3"
 
 
-SAGE_ANCHOR = {"kl_coef": 0.05, "kl_estimator": "k3"}
-"""The authors' anchor (k3 on the shaped reference, beta 0.05): every SAGE preset's and ``grpo_k3``'s."""
+SAGE_ANCHOR = {"kl_coef": TESTBED_KL_COEF, "kl_estimator": "k3"}
+"""The authors' anchor (k3 on the shaped reference; beta 0.05 in their code, the testbed's
+:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here): every SAGE preset's and ``grpo_k3``'s."""
 
 _GRPO_K3 = {**METHODS["grpo"].preset, **SAGE_ANCHOR}
 
-register_method("grpo_k3", GRPOK3, "SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta 0.05",
+register_method("grpo_k3", GRPOK3, f"SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta {TESTBED_KL_COEF}",
                 **_GRPO_K3)
 register_method("sage", SAGE, "SAGE branch guide: GRPO anchored to q*pi_ref, q = 1 + 0.3 (H - tau)_+ in [0.6, 1.4]",
                 **_GRPO_K3)
