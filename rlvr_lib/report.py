@@ -49,7 +49,8 @@ def _dynamics_section(root: Path) -> list[str]:
     lines = [
         f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
-        f"evaluations; step count of the full profile: {report['chosen_steps'] or 'none, not every target holds'}):",
+        f"evaluations; anchor beta {report.get('kl_coef', 0.05)}; step count of the full profile: "
+        f"{report['chosen_steps'] or 'none, not every target holds'}):",
         "",
         "| target | bound | " + " | ".join(f"{s} steps" for s in steps) + " |",
         "|---|---|" + "---|" * len(steps),
@@ -61,7 +62,13 @@ def _dynamics_section(root: Path) -> list[str]:
             t = report["targets"][s][name]
             ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if "interval" in t else ""
             cells.append(f"{t['value']}{ci} {'yes' if t['met'] else '**no**'}")
-        lines.append(f"| {name} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
+        gates = report["targets"][steps[0]][name].get("gates", True)
+        label = name if gates else f"{name} (reported, not a gate)"
+        lines.append(f"| {label} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
+    for tried in report.get("kl_coef_search", [])[:-1]:
+        missed = sorted({name for ts in tried["targets"].values() for name, t in ts.items()
+                         if not t["met"] and t.get("gates", True)})
+        lines += ["", f"At beta {tried['kl_coef']} no step count met every target (not met: {', '.join(missed)})."]
     return lines
 
 

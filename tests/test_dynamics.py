@@ -9,6 +9,7 @@ import pytest
 from rlvr_lib.__main__ import main
 from rlvr_lib.dynamics import (
     full_profile_steps,
+    KL_COEF_CANDIDATES,
     STEP_CANDIDATES,
     DynamicsConfig,
     chosen_steps,
@@ -89,8 +90,11 @@ def test_dynamics_targets_on_made_up_evaluations():
                              freq=freq_base, families=ind)]
     rl_main = [_evaluation({**{f: [4, 4, 3, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.35,
                            freq=freq_rl, families=ind)] * 2
-    # Wide evaluation: the base keeps the last problem of every family at large k, RL never solves it.
+    # Wide evaluation: the base keeps the last problem of every family at large k, RL never solves it; the second
+    # base seed (the null) misses rare_mix problem 1 by resampling.
     base_wide = [_evaluation({**{f: [8, 8, 4, 1] for f in ind}, "rare_mix": [2, 2, 2, 2]}, entropy=0.7,
+                             freq=freq_base, families=ind),
+                 _evaluation({**{f: [8, 8, 4, 1] for f in ind}, "rare_mix": [2, 0, 2, 2]}, entropy=0.7,
                              freq=freq_base, families=ind)]
     rl_wide = [_evaluation({**{f: [12, 12, 8, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.35,
                            freq=freq_rl, families=ind)] * 2
@@ -102,9 +106,13 @@ def test_dynamics_targets_on_made_up_evaluations():
     assert t["crossover_k"]["value"] == 8 and t["crossover_k"]["met"]
     assert t["strategy_entropy_fall"]["value"] == pytest.approx(0.5) and t["strategy_entropy_fall"]["met"]
     assert t["rare_share_fall"]["value"] == pytest.approx(4.0) and t["rare_share_fall"]["met"]
-    # rare_mix: base seed 0 solves 3, RL none: lost 3, rescued 0; null: problems 2 and 3 flip -> 1 per direction.
-    assert t["rare_lost_vs_rescued"]["detail"] == {"lost": 3.0, "rescued": 0.0, "null": 1.0}
-    assert t["rare_lost_vs_rescued"]["met"]
+    # rare_mix, wide: the base reaches all 4, RL none: lost 4, rescued 0; null: problem 1 flips -> 0.5 per direction.
+    assert t["rare_lost_vs_rescued"]["detail"] == {"lost": 4.0, "rescued": 0.0, "null": 0.5}
+    assert t["rare_lost_vs_rescued"]["met"] and "gates" not in t["rare_lost_vs_rescued"]
+    # The same count on the main evaluation is reported, not a gate: base seed 0 solves 3, RL none; null: problems
+    # 2 and 3 flip -> 1 per direction.
+    assert t["rare_lost_vs_rescued_main"]["detail"] == {"lost": 3.0, "rescued": 0.0, "null": 1.0}
+    assert t["rare_lost_vs_rescued_main"]["gates"] is False
     assert t["kl_binds"]["value"] == pytest.approx(0.22) and t["kl_binds"]["met"]
     # A run that keeps the rare strategy fails the share target; an unbound anchor fails the KL target.
     keep = [_evaluation({**{f: [4, 4, 3, 0] for f in ind}, "rare_mix": [0, 0, 0, 0]}, entropy=0.65,
@@ -115,6 +123,13 @@ def test_dynamics_targets_on_made_up_evaluations():
     assert not t2["kl_binds"]["met"] and t2["kl_binds"]["value"] == pytest.approx(1.0)
     assert chosen_steps({100: t2, 200: t, 300: t}) == 200
     assert chosen_steps({100: t2}) is None
+    # A reported row never gates; a gating row always does.
+    reported_fails = {**t, "rare_lost_vs_rescued_main": {**t["rare_lost_vs_rescued_main"], "met": False}}
+    assert chosen_steps({100: reported_fails}) == 100
+    assert chosen_steps({100: {**t, "kl_binds": t2["kl_binds"]}}) is None
+    with pytest.raises(ValueError, match=">= 2 wide base evaluations"):
+        dynamics_targets(base_main, base_wide[:1], rl_main, rl_wide, [0.01], [0.05], samples=n, wide_samples=wide,
+                         rare_strategy="round")
 
 
 def test_dynamics_config_validation():
@@ -127,19 +142,41 @@ def test_dynamics_config_validation():
         DynamicsConfig(seeds=())
     with pytest.raises(ValueError, match="wide_samples"):
         DynamicsConfig(wide_samples=0)
+    assert DynamicsConfig().kl_coefs == KL_COEF_CANDIDATES and KL_COEF_CANDIDATES[0] == 0.05
+    for bad in ((), (0.1, 0.05), (0.0, 0.1), (0.1, 0.1)):
+        with pytest.raises(ValueError, match="kl_coefs"):
+            DynamicsConfig(kl_coefs=bad)
+    # The anchored arm's beta overrides the preset's and nothing else.
+    cfg = DynamicsConfig()
+    assert cfg.train_config("grpo", 0, 0.2).to_dict() == {**cfg.train_config("grpo", 0).to_dict(), "kl_coef": 0.2}
 
 
-def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys):
+def test_testbed_beta_is_the_dynamics_calibrations():
+    """TESTBED_KL_COEF is the beta the committed calibration chose; while none is chosen, the papers' 0.05."""
+    from rlvr_lib.experiments import results_root
+    from rlvr_lib.methods import METHODS, TESTBED_KL_COEF
+
+    report = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
+    assert TESTBED_KL_COEF == (report["kl_coef"] if report["all_targets_met"] else KL_COEF_CANDIDATES[0])
+    for name in ("grpo", "grpo_forward_kl", "grpo_k1", "grpo_k2", "grpo_k3", "sage", "sage_token", "sage_random"):
+        assert METHODS[name].preset["kl_coef"] == TESTBED_KL_COEF, name
+
+
+def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, monkeypatch):
     out = tmp_path / "dynamics.json"
-    code = main(["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--dyn-problems", "3",
-                 "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
-                 "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)])
+    args = ["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--kl-coefs", "0.05", "0.1",
+            "--dyn-problems", "3", "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
+            "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)]
+    code = main(args)
     data = json.loads(out.read_text())
     assert set(data) >= {"testbed_version", "policy_sha", "config", "step_candidates", "targets", "summary",
-                         "chosen_steps", "all_targets_met", "training_curves"}
+                         "chosen_steps", "all_targets_met", "training_curves", "kl_coef", "kl_coef_search"}
     assert data["step_candidates"] == [1, 2] and set(data["targets"]) == {"1", "2"}
+    # No beta meets every target, so both are tried in order and the report shows the last one.
+    assert [t["kl_coef"] for t in data["kl_coef_search"]] == [0.05, 0.1] and data["kl_coef"] == 0.1
+    assert data["kl_coef_search"][1]["targets"] == data["targets"]
     names = {"pass_at_1_gain", "rare_pass_at_8_drop", "crossover_k", "strategy_entropy_fall", "rare_share_fall",
-             "rare_lost_vs_rescued", "kl_binds"}
+             "rare_lost_vs_rescued", "rare_lost_vs_rescued_main", "kl_binds"}
     for targets in data["targets"].values():
         assert set(targets) == names
         assert all(set(t) >= {"value", "bound", "met"} for t in targets.values())
@@ -151,10 +188,16 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys):
     assert all(0 <= v <= 1 for v in curves["strategy_share_round"][0])
     assert "chosen steps None" in capsys.readouterr().out
     # Cached: a second call reads the runs back and writes the same targets.
-    main(["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--dyn-problems", "3",
-          "--dyn-samples", "8", "--dyn-wide-problems", "3", "--dyn-wide-samples", "8",
-          "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)])
+    main(args)
     assert json.loads(out.read_text())["targets"] == data["targets"]
+    # The search stops at the first beta that meets every target: later betas are never trained.
+    monkeypatch.setattr("rlvr_lib.dynamics.chosen_steps", lambda per_step: min(per_step))
+    assert main([*args[:8], "0.05", "0.4", *args[10:]]) == 0
+    data = json.loads(out.read_text())
+    assert [t["kl_coef"] for t in data["kl_coef_search"]] == [0.05] and data["chosen_steps"] == 1
+    betas = {json.loads(p.read_text())["config"]["train"]["kl_coef"]
+             for p in (tmp_path / "results" / "testbed_dynamics").glob("grpo-*.json")}
+    assert betas == {0.05, 0.1}
 
 
 def test_full_profile_steps_reads_the_chosen_count_of_this_policy(tmp_path):
