@@ -226,6 +226,10 @@ def atomic_file(path: str | Path, mode: str = "w", *, permissions: int | None = 
         path: Destination.
         mode: ``"w"`` (text) or ``"wb"`` (bytes).
         permissions: ``chmod`` applied to the file (``mkstemp`` makes it owner-only), or ``None``.
+
+    Raises:
+        OSError: writing failed (disk full ``ENOSPC``, file size limit ``EFBIG``, ...): the same errno,
+            with a message naming ``path`` (left as it was; the temp file is removed).
     """
     check_choice("mode", mode, ("w", "wb"))
     path = Path(path)
@@ -239,12 +243,20 @@ def atomic_file(path: str | Path, mode: str = "w", *, permissions: int | None = 
         if permissions is not None:
             os.chmod(tmp, permissions)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         try:
             os.unlink(tmp)
         except FileNotFoundError:
             pass
+        if isinstance(err, OSError):  # ENOSPC, EFBIG... name no file: say which one, and that it is intact
+            raise _write_error(err, path) from err
         raise
+
+
+def _write_error(err: OSError, path: Path) -> OSError:
+    """``err`` (same errno, so the same ``OSError`` subclass) with a message naming ``path``, left unchanged."""
+    what = f"{err.strerror or err} while writing {path} ({path.name} is left as it was, the temp file removed)"
+    return OSError(err.errno, what) if err.errno is not None else OSError(what)
 
 
 def write_json_atomic(path: Path, data: Any) -> None:
