@@ -253,6 +253,7 @@ def _check_train_out(out: Path, config) -> None:
 
     from rlvr_lib.experiments import run_dir
     from rlvr_lib.pipeline import CHECKPOINT_FILE
+    from rlvr_lib.trainer import previous_checkpoint
     from rlvr_lib.validation import invalid
 
     check_out_folder("--out", str(out))
@@ -272,7 +273,8 @@ def _check_train_out(out: Path, config) -> None:
     if saved != wanted:
         changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         raise UsageError(f"argument --out: {str(out)!r} holds the checkpoint of a run with another config "
-                         f"(differs in {changed}): pass another --out, or delete {checkpoint} to start over")
+                         f"(differs in {changed}): pass another --out, or delete {checkpoint} and "
+                         f"{previous_checkpoint(checkpoint)} to start over")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -28,6 +28,9 @@ Everything random is derived from ``(seed, step)`` (and the refill round); a met
 draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
 replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
 optimizer, the lr schedule's position, the method's state, the step and the history.
+Checkpoints are written atomically and end with a sha256 of their content; the one
+replaced is kept as ``checkpoint.prev.pt``, which a resume falls back on (with a
+warning naming the damaged file) when ``checkpoint.pt`` is truncated or corrupted.
 
 Several processes (``accelerate launch --multi_gpu`` or ``torchrun``; `rlvr_lib.distributed`):
 each rolls out, verifies and rewards its share of every sampling round's groups, and the
@@ -40,9 +43,11 @@ Only rank 0 writes checkpoints. On one process none of this runs.
 from __future__ import annotations
 
 import copy
+import hashlib
 import logging
 import math
 import os
+import shutil
 import time
 import warnings
 from pathlib import Path
@@ -54,6 +59,7 @@ from tqdm.auto import tqdm
 from rlvr_lib.algos import aggregate_loss
 from rlvr_lib.distributed import init_world, local_rows
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
+from rlvr_lib.experiments import atomic_file
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
@@ -73,8 +79,9 @@ class Trainer:
     Args:
         config: The run's settings.
         model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted.
-        checkpoint_dir: Where checkpoints go; a checkpoint found there for the same
-            config is resumed from.
+        checkpoint_dir: Where checkpoints go (``checkpoint.pt``, and the one before it as
+            ``checkpoint.prev.pt``); a checkpoint found there for the same config is resumed
+            from, or the previous one if it is damaged (`load_checkpoint`).
         engine: Rollout engine over ``model`` (default: built from ``config.engine``, `KVCacheEngine`
             unless set; any `RolloutEngine` works).
 
@@ -415,31 +422,72 @@ class Trainer:
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(self, path: str | Path) -> None:
-        """Atomically write weights, optimizer, lr schedule, method state, step and history.
+        """Atomically write weights, optimizer, lr schedule, method state, step and history to ``path``.
 
-        Only rank 0 writes (every process holds the same state); elsewhere a no-op.
+        The file ends with a sha256 of its content (`read_checkpoint` verifies it). The
+        checkpoint it replaces, if complete, is kept beside it as ``<stem>.prev<suffix>``
+        (`previous_checkpoint`), the fallback of `load_checkpoint`; temp files left by a
+        killed earlier write are removed. Only rank 0 writes (every process holds the same
+        state); elsewhere a no-op.
+
+        Raises:
+            OSError: the write failed (disk full, file size limit...); the message names the
+                file, and ``path`` and its previous checkpoint are left as they were.
         """
         if not self.world.is_main:
             return
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(
-            {
-                "config": self.config.to_dict(),
-                "model": self.model.state_dict(),
-                "optimizer": self.optimizer.state_dict(),
-                "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
-                "method": self.method.state_dict(),
-                "step": self.step_count,
-                "history": self.history,
-            },
-            tmp,
-        )
-        os.replace(tmp, path)
+        prev = previous_checkpoint(path)
+        for stale in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{prev.name}.*.tmp")]:
+            stale.unlink(missing_ok=True)  # a write killed midway
+        state = {
+            "config": self.config.to_dict(),
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
+            "method": self.method.state_dict(),
+            "step": self.step_count,
+            "history": self.history,
+        }
+        if path.exists():
+            try:
+                read_checkpoint(path, load=False)
+            except CheckpointError as bad:  # keep the good previous one rather than replace it by a bad file
+                logger.warning("not keeping %s as the previous checkpoint: %s", path, bad)
+            else:
+                _keep_copy(path, prev)
+        with atomic_file(path, "wb") as f:
+            writer = _HashingWriter(f)
+            torch.save(state, writer)
+            f.write(_TRAILER_MAGIC + writer.sha256.digest())
 
     def load_checkpoint(self, path: str | Path) -> None:
-        state = torch.load(path, weights_only=False)
+        """Resume from the checkpoint ``path``, or from its previous one if ``path`` is damaged.
+
+        A truncated or corrupted ``path`` (`read_checkpoint` refuses it) is reported with
+        ``warnings.warn`` naming it, and `previous_checkpoint` (``path``) is loaded instead.
+
+        Raises:
+            CheckpointError: ``path`` is damaged and there is no sound previous checkpoint.
+            ValueError: the checkpoint was written by a different config.
+        """
+        path = Path(path)
+        try:
+            state = read_checkpoint(path)
+        except CheckpointError as bad:
+            prev = previous_checkpoint(path)
+            if not prev.exists():
+                raise CheckpointError(f"{bad}; there is no previous checkpoint {prev} to resume from: "
+                                      f"delete {path} to start over") from bad
+            warnings.warn(f"{bad}; resuming from the previous checkpoint {prev} instead", RuntimeWarning,
+                          stacklevel=2)
+            try:
+                state = read_checkpoint(prev)
+            except CheckpointError as worse:
+                raise CheckpointError(f"{bad}; and the previous checkpoint is unusable too: {worse}; "
+                                      f"delete {path} and {prev} to start over") from worse
+            path = prev
         if state["config"] != self.config.to_dict():
             raise ValueError(f"checkpoint {path} was written by a different config; remove it or change checkpoint_dir")
         self.model.load_state_dict(state["model"])
@@ -449,6 +497,109 @@ class Trainer:
         self.method.load_state_dict(state["method"])
         self.step_count, self.history = state["step"], state["history"]
 
+
+class CheckpointError(ValueError):
+    """A checkpoint file is truncated, corrupted or not a `Trainer` checkpoint (the message names it)."""
+
+
+_TRAILER_MAGIC = b"RLVRSHA2"
+"""Marks the last 40 bytes of a checkpoint: this, then the sha256 of the bytes before it."""
+_TRAILER_SIZE = len(_TRAILER_MAGIC) + 32
+_CHECKPOINT_KEYS = ("config", "model", "optimizer", "scheduler", "method", "step", "history")
+
+
+def previous_checkpoint(path: str | Path) -> Path:
+    """Where `Trainer.save_checkpoint` keeps the checkpoint that ``path`` replaced: ``checkpoint.prev.pt``
+    for ``checkpoint.pt``."""
+    path = Path(path)
+    return path.with_name(f"{path.stem}.prev{path.suffix}")
+
+
+def read_checkpoint(path: str | Path, *, load: bool = True) -> dict | None:
+    """The state in the checkpoint file ``path``, after checking it is whole.
+
+    The sha256 in its trailer must match its content. A file without the trailer (written
+    before checkpoints carried one, or cut short) is accepted only if ``torch.load`` reads
+    a whole checkpoint from it.
+
+    Args:
+        path: A file written by `Trainer.save_checkpoint`.
+        load: Return the state (``torch.load``); ``False`` only verifies the hash and returns ``None``.
+
+    Raises:
+        CheckpointError: ``path`` is truncated, corrupted or not a `Trainer` checkpoint; the message
+            names the file and what is wrong.
+        OSError: ``path`` cannot be read (missing, permissions).
+    """
+    path = Path(path)
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        f.seek(max(size - _TRAILER_SIZE, 0))
+        tail = f.read()
+        if tail.startswith(_TRAILER_MAGIC) and len(tail) == _TRAILER_SIZE:
+            f.seek(0)
+            sha, left = hashlib.sha256(), size - _TRAILER_SIZE
+            while left:
+                chunk = f.read(min(left, 1 << 20))
+                if not chunk:
+                    break
+                sha.update(chunk)
+                left -= len(chunk)
+            if left or sha.digest() != tail[len(_TRAILER_MAGIC):]:
+                raise CheckpointError(f"checkpoint {path} is corrupted: its content does not match the sha256 "
+                                      "written with it (the file changed after it was written)")
+            trailer = True
+        else:
+            trailer = False
+    if not load and trailer:
+        return None
+    try:
+        # torch's zip reader finds its index from the end and skips the trailer after it.
+        state = torch.load(path, weights_only=False)
+    except Exception as err:  # noqa: BLE001 - any unpickling or zip error means the same: unusable
+        why = "" if trailer else " (it has no sha256 trailer: cut short, or not written by Trainer.save_checkpoint)"
+        first = str(err).split(". ")[0]  # torch's zip errors go on for a paragraph
+        raise CheckpointError(f"checkpoint {path} is truncated or corrupted{why}: torch.load failed with "
+                              f"{type(err).__name__}: {first}") from err
+    missing = [k for k in _CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is not a Trainer checkpoint: it lacks {missing}")
+    return None if not load else state
+
+
+class _HashingWriter:
+    """File-like object for ``torch.save``: writes through to ``file`` and hashes what it wrote."""
+
+    def __init__(self, file):
+        self.file, self.sha256 = file, hashlib.sha256()
+
+    def write(self, data) -> int:
+        self.sha256.update(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def _keep_copy(path: Path, copy_path: Path) -> None:
+    """Atomically make ``copy_path`` a copy of ``path``: a hard link (no data written), else a real copy."""
+    tmp = copy_path.with_name(f".{copy_path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(path, tmp)
+        except OSError:  # a file system without hard links
+            with open(path, "rb") as src, open(tmp, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+                dst.flush()
+                os.fsync(dst.fileno())
+        os.replace(tmp, copy_path)
+    except BaseException as err:
+        tmp.unlink(missing_ok=True)
+        if isinstance(err, OSError):
+            raise OSError(err.errno, f"{err.strerror or err} while keeping {path} as {copy_path} "
+                                     f"(both are left as they were, the temp file removed)") from err
+        raise
 
 def _rollout_metrics(batches: list[StepBatch], strategies: tuple[str, ...] = ()) -> dict[str, float]:
     """Outcome and length metrics of every rollout in ``batches`` (rewards set; group ids offset per batch).
