@@ -459,7 +459,12 @@ class Trainer:
                 _keep_copy(path, prev)
         with atomic_file(path, "wb") as f:
             writer = _HashingWriter(f)
-            torch.save(state, writer)
+            try:
+                torch.save(state, writer)
+            except Exception:
+                if writer.error is not None:  # torch's end-of-file step hides a failed write (disk full) behind
+                    raise writer.error  # its own RuntimeError: raise the write's OSError, which names the cause
+                raise
             f.write(_TRAILER_MAGIC + writer.sha256.digest())
 
     def load_checkpoint(self, path: str | Path) -> None:
@@ -568,14 +573,19 @@ def read_checkpoint(path: str | Path, *, load: bool = True) -> dict | None:
 
 
 class _HashingWriter:
-    """File-like object for ``torch.save``: writes through to ``file`` and hashes what it wrote."""
+    """File-like object for ``torch.save``: writes through to ``file``, hashes what it wrote and keeps the
+    first ``OSError`` of a write (``error``)."""
 
     def __init__(self, file):
-        self.file, self.sha256 = file, hashlib.sha256()
+        self.file, self.sha256, self.error = file, hashlib.sha256(), None
 
     def write(self, data) -> int:
         self.sha256.update(data)
-        return self.file.write(data)
+        try:
+            return self.file.write(data)
+        except OSError as err:
+            self.error = self.error or err
+            raise
 
     def flush(self) -> None:
         self.file.flush()
