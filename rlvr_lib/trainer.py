@@ -569,7 +569,7 @@ def read_checkpoint(path: str | Path, *, load: bool = True) -> dict | None:
     missing = [k for k in _CHECKPOINT_KEYS if not isinstance(state, dict) or k not in state]
     if missing:
         raise CheckpointError(f"checkpoint {path} is not a Trainer checkpoint: it lacks {missing}")
-    return None if not load else state
+    return state if load else None
 
 
 class _HashingWriter:

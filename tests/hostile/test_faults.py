@@ -62,11 +62,14 @@ def reference(policy, tmp_path_factory):
 def _assert_same_run(state, expected):
     """Everything in the two checkpoints is equal, bit for bit, but the history's wall-clock fields."""
     assert state["step"] == expected["step"]
-    untimed = lambda history: [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]  # noqa: E731
-    assert untimed(state["history"]) == untimed(expected["history"])
+    assert _untimed(state["history"]) == _untimed(expected["history"])
     _assert_equal(state["model"], expected["model"], "model")
     _assert_equal(state["optimizer"], expected["optimizer"], "optimizer")
     _assert_equal(state["method"], expected["method"], "method")
+
+
+def _untimed(history):
+    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
 def _assert_equal(a, b, where):
@@ -343,4 +346,16 @@ def test_a_file_size_limit_during_checkpoint_and_record_writes_keeps_the_previou
         assert code == errno.EFBIG and f"while writing {written} ({written.name} is left as it was" in message
     assert read_checkpoint(path)["step"] == 1
     assert len(RunRecord.load(record).history) == 2
+    assert _temp_files(tmp_path) == []
+
+
+def test_without_hard_links_the_previous_checkpoint_is_a_copy(policy, tmp_path, monkeypatch):
+    def no_links(*args, **kwargs):
+        raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))
+
+    monkeypatch.setattr(os, "link", no_links)  # a file system without hard links
+    trainer = _trainer(policy, tmp_path)
+    trainer.step(), trainer.step()
+    path = tmp_path / CKPT
+    assert read_checkpoint(path)["step"] == 2 and read_checkpoint(previous_checkpoint(path))["step"] == 1
     assert _temp_files(tmp_path) == []
