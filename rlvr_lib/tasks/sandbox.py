@@ -124,6 +124,10 @@ class SandboxConfig(ConfigBase):
             of the user's processes and threads, and is not enforced for root).
         audit_hook, seccomp, landlock: Apply that layer when the platform offers it
             (turning one off is for testing the others).
+        drop_privileges: When the caller is root, run the program as `UNPRIVILEGED_UID` /
+            `UNPRIVILEGED_GID` with no supplementary groups (turning it off is for testing).
+        max_message_bytes: Largest message (one encoded return value) the program's process
+            may send the judge; a longer one breaks the channel (status ``crashed``).
         tmp_root: Directory for the throw-away working directories (``None``: the
             system temporary directory).
     """
@@ -139,6 +143,8 @@ class SandboxConfig(ConfigBase):
     audit_hook: bool = True
     seccomp: bool = True
     landlock: bool = True
+    drop_privileges: bool = True
+    max_message_bytes: int = 1 << 20
     tmp_root: str | None = None
 
     def validate(self) -> None:
@@ -152,7 +158,8 @@ class SandboxConfig(ConfigBase):
         self.check_nonnegative_int("max_files_written", self.max_files_written)
         if self.max_user_processes is not None:
             self.check_positive_int("max_user_processes", self.max_user_processes)
-        for name in ("audit_hook", "seccomp", "landlock"):
+        self.check_positive_int("max_message_bytes", self.max_message_bytes)
+        for name in ("audit_hook", "seccomp", "landlock", "drop_privileges"):
             self.check(isinstance(getattr(self, name), bool), name, getattr(self, name), "a bool")
         self.check(self.tmp_root is None or os.path.isdir(self.tmp_root), "tmp_root", self.tmp_root,
                    "None or an existing directory")
@@ -178,8 +185,9 @@ class SandboxResult:
         notes: Layers that were asked for but could not be applied, with the reason.
         exit_code: The child's exit status (negative: killed by that signal); ``None`` if unknown.
         seconds: Wall-clock duration of the run.
-        pid: The child's pid (also its process-group and session id).
+        pid: The pid of the child that ran the program (also its process-group and session id).
         workdir: The working directory it ran in (removed when the run returns).
+        judge_pid: The pid of the child that ran the setup and the tests (its own group and session).
     """
 
     status: str
@@ -195,6 +203,7 @@ class SandboxResult:
     seconds: float = 0.0
     pid: int = 0
     workdir: str = ""
+    judge_pid: int = 0
 
     @property
     def score(self) -> float:
@@ -237,7 +246,10 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
     config = SandboxConfig() if config is None else config
     workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=config.tmp_root)
     try:
-        return _supervise(program, tests, setup, config, workdir)
+        identity = _identity(config)
+        if identity is not None:
+            os.chown(workdir, identity["uid"], identity["gid"])
+        return _supervise(program, tests, setup, config, workdir, identity)
     finally:
         _remove_tree(workdir)
 
@@ -265,8 +277,38 @@ def _child_env(workdir: str) -> dict[str, str]:
     }
 
 
-def _job(program: str, tests: tuple[str, ...], setup: str, config: SandboxConfig, workdir: str,
-         result_fd: int, nonce: str) -> bytes:
+UNPRIVILEGED_UID = UNPRIVILEGED_GID = 65534  # nobody / nogroup on Debian-like systems
+
+
+def _readable_by_others(path: str) -> bool:
+    """Every directory from / down to ``path`` is searchable, and ``path`` readable, by any user."""
+    path = os.path.realpath(path)
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return False
+        while True:
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                return True
+            path = parent
+    except OSError:
+        return False
+
+
+def _identity(config: SandboxConfig) -> dict | None:
+    """Who the program runs as: ``None`` (the caller) unless the caller is root and the drop is asked for."""
+    if not config.drop_privileges or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    stdlib = os.path.dirname(os.__file__)
+    libraries = [p for p in (stdlib, os.path.join(stdlib, "lib-dynload")) if os.path.isdir(p)]
+    return {"uid": UNPRIVILEGED_UID, "gid": UNPRIVILEGED_GID,
+            "keep_read": not all(_readable_by_others(p) for p in libraries)}
+
+
+def _job(role: str, config: SandboxConfig, workdir: str, report_fd: int, channel: tuple[int, int], nonce: str,
+         identity: dict | None, **fields) -> bytes:
     limits = {
         "cpu_s": config.cpu_s,
         "memory_bytes": config.memory_mb << 20,
@@ -275,50 +317,72 @@ def _job(program: str, tests: tuple[str, ...], setup: str, config: SandboxConfig
         "files_written": config.max_files_written,
         "user_processes": config.max_user_processes,
     }
-    job = dict(program=program, tests=list(tests), setup=setup, workdir=workdir, result_fd=result_fd, nonce=nonce,
-               limits=limits, audit=config.audit_hook, seccomp=config.seccomp, landlock=config.landlock)
+    job = dict(role=role, workdir=workdir, report_fd=report_fd, channel_in=channel[0], channel_out=channel[1],
+               nonce=nonce, limits=limits, audit=config.audit_hook, seccomp=config.seccomp,
+               landlock=config.landlock, identity=identity, max_message_bytes=config.max_message_bytes, **fields)
     return json.dumps(job).encode("utf-8")  # ensure_ascii: lone surrogates travel as escapes
 
 
-def _start(config: SandboxConfig, workdir: str, result_w: int) -> subprocess.Popen:
+def _start(workdir: str, fds: tuple[int, ...]) -> subprocess.Popen:
     command = [sys.executable, "-s", "-S", "-P", "-B", "-u", str(RUNNER)]
     return subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
-        env=_child_env(workdir), pass_fds=(result_w,), close_fds=True, start_new_session=True,
+        env=_child_env(workdir), pass_fds=fds, close_fds=True, start_new_session=True,
     )
 
 
 @dataclass
 class _Streams:
-    """What the parent read from the child, and why it stopped reading."""
+    """What the parent read from the two children, and why it stopped reading."""
 
-    output: bytearray = field(default_factory=bytearray)
-    results: bytearray = field(default_factory=bytearray)
+    output: bytearray = field(default_factory=bytearray)  # the program's child: stdout+stderr
+    events: bytearray = field(default_factory=bytearray)  # the program's child: its report pipe
+    judge_output: bytearray = field(default_factory=bytearray)
+    results: bytearray = field(default_factory=bytearray)  # the judge's report pipe
     stopped: str = ""  # "", TIMEOUT, OUTPUT_LIMIT or "flood"
 
 
-def _supervise(program, tests, setup, config, workdir) -> SandboxResult:
+_EVENTS_CAP = 1 << 16  # the program's child reports "ready" and at most a few events
+
+
+def _supervise(program, tests, setup, config, workdir, identity) -> SandboxResult:
+    """Start the program's child and the judge, joined by two pipes that the parent does not keep."""
     start = time.monotonic()
     nonce = secrets.token_hex(16)
-    result_r, result_w = os.pipe()
+    pipes = [os.pipe() for _ in range(4)]  # program report, judge report, judge -> program, program -> judge
+    (events_r, events_w), (results_r, results_w), (calls_r, calls_w), (answers_r, answers_w) = pipes
+    procs: list[subprocess.Popen] = []
     try:
-        proc = _start(config, workdir, result_w)
+        procs.append(_start(workdir, (events_w, calls_r, answers_w)))
+        procs.append(_start(workdir, (results_w, answers_r, calls_w)))
     except BaseException:
-        os.close(result_r)
+        for proc in procs:
+            _kill_group(proc)
+            _reap(proc)
+        os.close(events_r)
+        os.close(results_r)
         raise
     finally:
-        os.close(result_w)
+        for fd in (events_w, results_w, calls_r, calls_w, answers_r, answers_w):
+            os.close(fd)
+    candidate, judge = procs
     try:
-        _send_job(proc, _job(program, tests, setup, config, workdir, result_w, nonce))
-        streams = _pump(proc, result_r, start + config.wall_s, config.max_output_bytes,
+        _send_job(candidate, _job("program", config, workdir, events_w, (calls_r, answers_w), nonce, identity,
+                                  program=program))
+        _send_job(judge, _job("judge", config, workdir, results_w, (answers_r, calls_w), nonce, None,
+                              setup=setup, tests=list(tests)))
+        streams = _pump(candidate, judge, events_r, results_r, start + config.wall_s, config.max_output_bytes,
                         4096 + _RESULT_BYTES_PER_TEST * len(tests))
     finally:
-        _kill_group(proc)
-        cpu_seconds = _reap(proc)
-        proc.stdout.close()
-        os.close(result_r)
-    cpu_limited = cpu_seconds >= config.cpu_s - 0.05
-    return _result(streams, nonce, len(tests), proc, time.monotonic() - start, workdir, cpu_limited)
+        cpu = []
+        for proc in procs:
+            _kill_group(proc)
+            cpu.append(_reap(proc))
+            proc.stdout.close()
+        os.close(events_r)
+        os.close(results_r)
+    cpu_limited = [seconds >= config.cpu_s - 0.05 for seconds in cpu]
+    return _result(streams, nonce, len(tests), candidate, judge, time.monotonic() - start, workdir, cpu_limited)
 
 
 def _send_job(proc: subprocess.Popen, job: bytes) -> None:
@@ -342,14 +406,17 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _pump(proc: subprocess.Popen, result_fd: int, deadline: float, max_output: int, max_results: int) -> _Streams:
-    """Read stdout+stderr and the result pipe until the child exits, a cap is passed or the deadline.
+def _pump(candidate: subprocess.Popen, judge: subprocess.Popen, events_fd: int, results_fd: int, deadline: float,
+          max_output: int, max_results: int) -> _Streams:
+    """Read both children's output and report pipes until the judge exits, a cap is passed or the deadline.
 
-    A child that closes its pipes and keeps running is waited for until the deadline.
+    The judge's exit ends the run (the program's child is then killed): its report is the verdict.
     """
     streams = _Streams()
-    out_fd = proc.stdout.fileno()
-    caps = {out_fd: (streams.output, max_output, OUTPUT_LIMIT), result_fd: (streams.results, max_results, "flood")}
+    caps = {candidate.stdout.fileno(): (streams.output, max_output, OUTPUT_LIMIT),
+            judge.stdout.fileno(): (streams.judge_output, max_output, OUTPUT_LIMIT),
+            events_fd: (streams.events, _EVENTS_CAP, "flood"),
+            results_fd: (streams.results, max_results, "flood")}
     with selectors.DefaultSelector() as selector:
         for fd in caps:
             os.set_blocking(fd, False)
@@ -365,11 +432,11 @@ def _pump(proc: subprocess.Popen, result_fd: int, deadline: float, max_output: i
                 if _read_into(selector, key.fd, buffer) and len(buffer) > cap:
                     streams.stopped = why
                     return streams
-            if not ready and _exited(proc.pid):
+            if not ready and _exited(judge.pid):
                 break
             if not selector.get_map():
                 time.sleep(min(_POLL_S, max(left, 0)))
-        for fd in list(selector.get_map()):  # what the child wrote just before it exited
+        for fd in list(selector.get_map()):  # what was written just before the judge exited
             buffer, cap, _ = caps[fd]
             while len(buffer) <= cap and _read_into(selector, fd, buffer):
                 pass
@@ -478,7 +545,7 @@ def _remove_tree(path: str) -> None:
 
 @dataclass
 class _Report:
-    """The runner's messages, checked against the nonce and the expected test order."""
+    """The judge's messages (checked against the nonce and the expected test order), and the program child's."""
 
     layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -490,6 +557,7 @@ class _Report:
 
 
 def _parse(results: bytes, nonce: str, total: int) -> _Report:
+    """The judge's report. The judge runs no code of the program's, so its stream is trusted as written."""
     report = _Report()
     for line in results.decode("utf-8", "replace").splitlines():
         try:
@@ -498,11 +566,11 @@ def _parse(results: bytes, nonce: str, total: int) -> _Report:
         except ValueError:
             ok = False
         if not ok or report.done:
-            report.broken = report.broken or "the result stream holds lines the runner did not write"
+            report.broken = report.broken or "the judge's result stream holds lines the judge did not write"
             continue
         _take(report, message, total)
     if report.done and len(report.outcomes) != total:
-        report.broken = report.broken or f"the runner reported {len(report.outcomes)} of {total} tests"
+        report.broken = report.broken or f"the judge reported {len(report.outcomes)} of {total} tests"
     return report
 
 
@@ -523,40 +591,86 @@ def _take(report: _Report, message: dict, total: int) -> None:
         report.events.setdefault(event, str(message.get("reason", message.get("what", "")))[:300])
 
 
+_PROGRAM_EVENTS = (VIOLATION, MEMORY)  # all the parent takes from the program's child after its first line
+
+
+def _parse_program(events: bytes) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+    """``(layers, notes, events)`` from the program child's report pipe.
+
+    Its first line is written before the program runs (the layers it applied); whatever follows may be the
+    program's own writing, so only events that can lower the verdict (a violation, a MemoryError) are read.
+    """
+    layers, notes, found = (), (), {}
+    for number, line in enumerate(events.decode("utf-8", "replace").splitlines()):
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        event = message.get("event")
+        if number == 0 and event == "ready":
+            layers = tuple(map(str, message.get("layers", ())))
+            notes = tuple(map(str, message.get("notes", ())))
+        elif event in _PROGRAM_EVENTS:
+            found.setdefault(event, str(message.get("reason", message.get("what", "")))[:300])
+    return layers, notes, found
+
+
 _SIGNAL_STATUS = {signal.SIGXCPU: (TIMEOUT, "CPU time limit"), signal.SIGXFSZ: (OUTPUT_LIMIT, "file size limit")}
 
 
-def _status(streams: _Streams, report: _Report, exit_code: int | None, cpu_limited: bool) -> tuple[str, str]:
-    """The status and its reason, most telling first."""
+def _how(exit_code: int | None) -> str:
+    return f"killed by signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit code {exit_code}"
+
+
+def _signal_status(exit_code: int | None, cpu_limited: bool) -> tuple[str, str] | None:
+    signalled = -exit_code if exit_code is not None and exit_code < 0 else None
+    if signalled in _SIGNAL_STATUS:
+        return _SIGNAL_STATUS[signalled]
+    if signalled == signal.SIGKILL and cpu_limited:
+        return TIMEOUT, "CPU time limit (SIGKILL)"
+    return None
+
+
+def _status(streams: _Streams, report: _Report, exit_codes: tuple, cpu_limited: list[bool]) -> tuple[str, str]:
+    """The status and its reason, most telling first (``exit_codes``: the program's child's, the judge's)."""
     if VIOLATION in report.events:
         return VIOLATION, report.events[VIOLATION]
     if streams.stopped == OUTPUT_LIMIT:
         return OUTPUT_LIMIT, "stdout+stderr over the cap"
     if streams.stopped == TIMEOUT:
         return TIMEOUT, "wall-clock limit"
-    signalled = -exit_code if exit_code is not None and exit_code < 0 else None
-    if signalled in _SIGNAL_STATUS:
-        return _SIGNAL_STATUS[signalled]
-    if signalled == signal.SIGKILL and cpu_limited:
-        return TIMEOUT, "CPU time limit (SIGKILL)"
+    for exit_code, limited in zip(exit_codes, cpu_limited):
+        found = _signal_status(exit_code, limited)
+        if found:
+            return found
     if streams.stopped == "flood":
-        return CRASHED, "the result stream overflowed"
+        return CRASHED, "a report stream overflowed"
     for event in (MEMORY, SYNTAX_ERROR, ERROR):
         if event in report.events:
             return event, report.events[event]
     if report.broken:
         return CRASHED, report.broken
+    if CRASHED in report.events:
+        return CRASHED, f"{report.events[CRASHED]} ({_how(exit_codes[0])})"
     if not report.done:
-        how = f"killed by signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit code {exit_code}"
-        return CRASHED, f"the child ended before the tests finished ({how})"
+        tail = bytes(streams.judge_output[-300:]).decode("utf-8", "replace").strip()
+        return CRASHED, f"the judge ended before the tests finished ({_how(exit_codes[1])}){': ' + tail if tail else ''}"
     return OK, ""
 
 
-def _result(streams: _Streams, nonce: str, total: int, proc: subprocess.Popen, seconds: float,
-            workdir: str, cpu_limited: bool) -> SandboxResult:
+def _result(streams: _Streams, nonce: str, total: int, candidate: subprocess.Popen, judge: subprocess.Popen,
+            seconds: float, workdir: str, cpu_limited: list[bool]) -> SandboxResult:
     report = _parse(bytes(streams.results), nonce, total)
-    exit_code = proc.returncode
-    status, reason = _status(streams, report, exit_code, cpu_limited)
+    layers, notes, program_events = _parse_program(bytes(streams.events))
+    for event, reason in program_events.items():
+        report.events.setdefault(event, reason)
+    if report.layers:
+        layers += ("judge",)
+    notes += tuple(f"judge {note}" for note in report.notes)
+    exit_codes = (candidate.returncode, judge.returncode)
+    status, reason = _status(streams, report, exit_codes, cpu_limited)
     passed = 0 if status == VIOLATION else sum(report.outcomes)
     if status == OK and passed < total:
         reason = next(r for r, ok in zip(report.reasons, report.outcomes) if not ok)
@@ -564,6 +678,6 @@ def _result(streams: _Streams, nonce: str, total: int, proc: subprocess.Popen, s
         status=status, passed=passed, total=total, reason=reason, outcomes=tuple(report.outcomes),
         test_reasons=tuple(report.reasons), output=bytes(streams.output[: 4 * OUTPUT_KEPT_CHARS]).decode(
             "utf-8", "replace")[:OUTPUT_KEPT_CHARS],
-        layers=report.layers, notes=report.notes, exit_code=exit_code, seconds=seconds, pid=proc.pid,
-        workdir=workdir,
+        layers=layers, notes=notes, exit_code=candidate.returncode, seconds=seconds, pid=candidate.pid,
+        workdir=workdir, judge_pid=judge.pid,
     )
