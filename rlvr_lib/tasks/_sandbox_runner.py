@@ -591,7 +591,10 @@ def _serve_program(job, emit, memory, channel):
             request = channel.receive()
         except (EOFError, ValueError):
             return
-        channel.send(_answer(request, namespace, memory, emit))
+        answer = _answer(request, namespace, memory, emit)
+        channel.send(answer)
+        if answer.get("error") == "MemoryError":
+            return  # the run's status is "memory" whatever follows; the judge's later calls fail at once
 
 
 def _answer(request, namespace, memory, emit):
@@ -846,10 +849,16 @@ def main():
         sys.addaudithook(_make_audit_hook(policy, emit, denied_modules))
         layers.append("audit")
     emit({"event": "ready", "layers": layers, "notes": notes})
-    if job["role"] == "judge":
-        _judge(job, emit, memory, channel)
-    else:
-        _serve_program(job, emit, memory, channel)
+    role = _judge if job["role"] == "judge" else _serve_program
+    write, end, describe = os.write, os._exit, _describe  # bound now: the program may replace the module's names
+    try:
+        role(job, emit, memory, channel)
+    except BaseException as exc:  # noqa: BLE001 - e.g. EPIPE once the judge hung up, or a runner the program broke
+        # No traceback: printing one reads this file's source, outside what the audit hook lets the program read.
+        try:
+            write(2, f"sandbox runner ({job['role']}): {describe(exc)}\n".encode("utf-8", "replace"))
+        finally:
+            end(1)
     os._exit(0)  # stdout/stderr are unbuffered (-u): nothing to flush
 
 
