@@ -5,34 +5,42 @@ _sandbox_runner.py``, see `rlvr_lib.tasks.sandbox`), never imported by the
 library. It uses the standard library only: ``-S`` leaves site-packages (and so
 ``rlvr_lib``) off ``sys.path``.
 
+It plays one of two roles (``job["role"]``): ``program`` runs the untrusted
+program and answers calls into it; ``judge`` runs the trusted setup and tests,
+reaching the program only through plain data over a pipe pair (`_Channel`,
+`_encode`/`_decode`), and reports each test's outcome to the parent.
+
 What it does, in order, before any untrusted code runs:
 
 1. reads the job (a JSON object) from stdin, then points fd 0 at /dev/null;
 2. sets resource limits (address space, CPU seconds, file size, open files,
    core dumps 0, optionally user processes) and enters the working directory;
-3. Landlock (Linux >= 5.13, any user): files may be read only under the
+3. (program, when the parent is root) drops to an unprivileged uid/gid with no
+   supplementary groups, keeping at most CAP_DAC_READ_SEARCH (`_drop_privileges`);
+4. Landlock (Linux >= 5.13, any user): files may be read only under the
    working directory, the interpreter's standard-library directories and the
    system's shared-library directories, and written only under the working
-   directory; TCP connect/bind is denied (ABI
-   >= 4); signals to processes outside the sandbox and abstract unix sockets
-   are denied (ABI >= 6);
-4. seccomp (x86_64 only): no new processes (fork, vfork, clone without
+   directory; TCP connect/bind is denied (ABI >= 4); signals to processes
+   outside the sandbox and abstract unix sockets are denied (ABI >= 6);
+5. seccomp (x86_64 only): no new processes (fork, vfork, clone without
    CLONE_THREAD), no execve, no sockets, no signals to other processes, no
-   ptrace, no raising of resource limits, no setsid/setpgid (so a child could
-   not leave the process group), no inode flags (immutable files), no
+   ptrace, no raising of resource limits, no setsid/setpgid, no uid/gid or
+   capability changes, no inode flags, no file-metadata syscalls (chmod,
+   chown, xattr setters/removers, utime families, by path or descriptor), no
    mount/namespace/module/admin syscalls;
-5. a Python audit hook (`sys.addaudithook`) that denies the same things at the
+6. a Python audit hook (`sys.addaudithook`) that denies the same things at the
    Python level, portably, and reports the first denial as a ``violation``;
-6. compiles and runs the program, then the setup code and each test in a
-   shallow copy of the program's namespace, and reports each outcome on the
-   result pipe.
+7. program: compiles and runs the program, sends the judge its names, then
+   answers calls until the judge hangs up. Judge: builds the tests' namespace
+   from those names, runs the setup and each test, and reports each outcome
+   on its report pipe, then ``done``.
 
 Each kernel layer is applied when the job asks for it and the kernel offers
 it; the ``ready`` message lists the layers that are active, and a layer that
-could not be applied is listed in ``notes`` with the reason. Result lines carry
-a per-run nonce, so stray writes to the result pipe are recognised as such.
-The process ends with ``os._exit`` (no atexit handlers, no waiting for
-threads the program started).
+could not be applied is listed in ``notes`` with the reason. A failed
+privilege drop ends the process (exit 70) instead of running the program as
+root. The process ends with ``os._exit`` (no atexit handlers, no waiting for
+threads the program started), and without a traceback on an unexpected error.
 """
 
 import builtins
