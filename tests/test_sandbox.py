@@ -66,7 +66,9 @@ class Host:
         assert result.pid > 0
         assert not os.path.exists(result.workdir)
         assert os.listdir(self.root) == []
-        left = [pid for pid, (_, group, session) in _processes().items() if result.pid in (group, session)]
+        assert result.judge_pid > 0
+        ours = {result.pid, result.judge_pid}
+        left = [pid for pid, (_, group, session) in _processes().items() if {group, session} & ours]
         assert left == [], f"processes of the sandbox's group/session survived: {left}"
         assert _children() <= self.children, "the sandbox left a child process"
 
@@ -128,7 +130,8 @@ def test_threads_imports_and_files_inside_the_directory_work(host):
 
 def test_layers_are_reported():
     layers, notes = _machine_layers()
-    assert {"rlimits", "session", "audit"} <= set(layers)
+    assert {"rlimits", "session", "audit", "judge"} <= set(layers)
+    assert ("uid" in layers) == (os.geteuid() == 0)
     assert all(isinstance(n, str) for n in notes)
 
 

@@ -5,34 +5,42 @@ _sandbox_runner.py``, see `rlvr_lib.tasks.sandbox`), never imported by the
 library. It uses the standard library only: ``-S`` leaves site-packages (and so
 ``rlvr_lib``) off ``sys.path``.
 
+It plays one of two roles (``job["role"]``): ``program`` runs the untrusted
+program and answers calls into it; ``judge`` runs the trusted setup and tests,
+reaching the program only through plain data over a pipe pair (`_Channel`,
+`_encode`/`_decode`), and reports each test's outcome to the parent.
+
 What it does, in order, before any untrusted code runs:
 
 1. reads the job (a JSON object) from stdin, then points fd 0 at /dev/null;
 2. sets resource limits (address space, CPU seconds, file size, open files,
    core dumps 0, optionally user processes) and enters the working directory;
-3. Landlock (Linux >= 5.13, any user): files may be read only under the
+3. (program, when the parent is root) drops to an unprivileged uid/gid with no
+   supplementary groups, keeping at most CAP_DAC_READ_SEARCH (`_drop_privileges`);
+4. Landlock (Linux >= 5.13, any user): files may be read only under the
    working directory, the interpreter's standard-library directories and the
    system's shared-library directories, and written only under the working
-   directory; TCP connect/bind is denied (ABI
-   >= 4); signals to processes outside the sandbox and abstract unix sockets
-   are denied (ABI >= 6);
-4. seccomp (x86_64 only): no new processes (fork, vfork, clone without
+   directory; TCP connect/bind is denied (ABI >= 4); signals to processes
+   outside the sandbox and abstract unix sockets are denied (ABI >= 6);
+5. seccomp (x86_64 only): no new processes (fork, vfork, clone without
    CLONE_THREAD), no execve, no sockets, no signals to other processes, no
-   ptrace, no raising of resource limits, no setsid/setpgid (so a child could
-   not leave the process group), no inode flags (immutable files), no
+   ptrace, no raising of resource limits, no setsid/setpgid, no uid/gid or
+   capability changes, no inode flags, no file-metadata syscalls (chmod,
+   chown, xattr setters/removers, utime families, by path or descriptor), no
    mount/namespace/module/admin syscalls;
-5. a Python audit hook (`sys.addaudithook`) that denies the same things at the
+6. a Python audit hook (`sys.addaudithook`) that denies the same things at the
    Python level, portably, and reports the first denial as a ``violation``;
-6. compiles and runs the program, then the setup code and each test in a
-   shallow copy of the program's namespace, and reports each outcome on the
-   result pipe.
+7. program: compiles and runs the program, sends the judge its names, then
+   answers calls until the judge hangs up. Judge: builds the tests' namespace
+   from those names, runs the setup and each test, and reports each outcome
+   on its report pipe, then ``done``.
 
 Each kernel layer is applied when the job asks for it and the kernel offers
 it; the ``ready`` message lists the layers that are active, and a layer that
-could not be applied is listed in ``notes`` with the reason. Result lines carry
-a per-run nonce, so stray writes to the result pipe are recognised as such.
-The process ends with ``os._exit`` (no atexit handlers, no waiting for
-threads the program started).
+could not be applied is listed in ``notes`` with the reason. A failed
+privilege drop ends the process (exit 70) instead of running the program as
+root. The process ends with ``os._exit`` (no atexit handlers, no waiting for
+threads the program started), and without a traceback on an unexpected error.
 """
 
 import builtins
@@ -206,6 +214,13 @@ _DENIED_SYSCALLS = {
     "ioperm": 173, "syslog": 103, "acct": 163, "quotactl": 179, "fanotify_init": 300, "kcmp": 312,
     "open_tree": 428, "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433,
     "mount_setattr": 442,
+    # File metadata, by path or by descriptor (fchmodat/fchownat/utimensat with AT_EMPTY_PATH included): Landlock
+    # has no right for these, so a file the program may read (a shared library, the standard library) could
+    # otherwise get a new mode (setuid), owner, timestamps or extended attributes.
+    "chmod": 90, "fchmod": 91, "fchmodat": 268, "fchmodat2": 452, "chown": 92, "fchown": 93, "lchown": 94,
+    "fchownat": 260, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
+    "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "utime": 132,
+    "utimes": 235, "futimesat": 261, "utimensat": 280, "file_setattr": 469,
 }
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
@@ -298,6 +313,8 @@ _DENIED_EVENTS = frozenset({
     # Heap walks reach the runner's objects (its reporting closure); no test-passing code needs them.
     "gc.get_objects", "gc.get_referrers", "gc.get_referents",
     "fcntl.ioctl",  # e.g. FS_IOC_SETFLAGS: an immutable file would outlive the working directory
+    # File metadata, by path or descriptor, anywhere (the working directory too: a mode-000 tree, a setuid file).
+    "os.chmod", "os.chown", "os.utime", "os.setxattr", "os.removexattr", "os.chflags",
 })
 _DENIED_PREFIXES = ("socket.", "ctypes.", "http.client.", "urllib.", "ftplib.", "smtplib.", "poplib.", "imaplib.",
                     "nntplib.", "telnetlib.", "_winapi.", "winreg.")
@@ -310,10 +327,9 @@ _DENIED_MODULES = frozenset({
 })
 # Events whose path arguments (by position) must lie in the working directory.
 _WRITE_PATH_EVENTS = {
-    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.chmod": (0,),
-    "os.chown": (0,), "os.link": (0, 1), "os.symlink": (1,), "os.truncate": (0,), "os.utime": (0,),
-    "os.chflags": (0,), "os.setxattr": (0,), "os.removexattr": (0,), "os.chdir": (0,), "os.mkfifo": (0,),
-    "os.mknod": (0,), "shutil.rmtree": (0,),
+    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.link": (0, 1),
+    "os.symlink": (1,), "os.truncate": (0,), "os.chdir": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
+    "shutil.rmtree": (0,),
 }
 # Events that read a directory or metadata: allowed in the working directory and the read roots.
 _READ_PATH_EVENTS = {"os.listdir": (0,), "os.scandir": (0,), "os.listxattr": (0,), "os.getxattr": (0,)}
@@ -404,6 +420,102 @@ def _make_audit_hook(policy, emit, denied_modules=_DENIED_MODULES):
     return hook
 
 
+# --------------------------------------------------------------------------- plain data between the two processes
+
+_MAX_DEPTH = 64  # nesting of one value
+_MAX_NAMES = 1000  # names of the program's namespace the judge takes
+
+
+def _encode(value, depth=0):
+    """``value`` as JSON-ready plain data; raises TypeError for anything but the basic built-in types.
+
+    None, bool, int, float, str and lists are themselves; tuple, set, frozenset, dict, bytes and complex are
+    one-key objects (``{"t": [...]}``, ``{"s": ...}``, ``{"f": ...}``, ``{"d": [[key, value], ...]}``,
+    ``{"b": hex}``, ``{"c": [re, im]}``). Subclasses (a namedtuple, a defaultdict) travel as their base type.
+    """
+    if depth > _MAX_DEPTH:
+        raise TypeError("a value nested too deeply")
+    if value is None or value is True or value is False:
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)
+    if isinstance(value, str):
+        return str.__str__(value)
+    if isinstance(value, list):
+        return [_encode(v, depth + 1) for v in value]
+    if isinstance(value, tuple):
+        return {"t": [_encode(v, depth + 1) for v in value]}
+    if isinstance(value, (set, frozenset)):
+        return {"f" if isinstance(value, frozenset) else "s": [_encode(v, depth + 1) for v in value]}
+    if isinstance(value, dict):
+        return {"d": [[_encode(k, depth + 1), _encode(v, depth + 1)] for k, v in value.items()]}
+    if isinstance(value, (bytes, bytearray)):
+        return {"b": bytes(value).hex()}
+    if isinstance(value, complex):
+        return {"c": [value.real, value.imag]}
+    raise TypeError(f"a {type(value).__name__} is not plain data")
+
+
+def _decode(obj, depth=0):
+    """The value `_encode` made ``obj`` from; only built-in types come out. Raises ValueError/TypeError else."""
+    if depth > _MAX_DEPTH:
+        raise ValueError("a value nested too deeply")
+    kind = type(obj)
+    if obj is None or obj is True or obj is False or kind is int or kind is float or kind is str:
+        return obj
+    if kind is list:
+        return [_decode(v, depth + 1) for v in obj]
+    if kind is dict and len(obj) == 1:
+        (tag, body), = obj.items()
+        if tag in ("t", "s", "f") and type(body) is list:
+            items = [_decode(v, depth + 1) for v in body]
+            return tuple(items) if tag == "t" else (set(items) if tag == "s" else frozenset(items))
+        if tag == "d" and type(body) is list:
+            pairs = [(_decode(p[0], depth + 1), _decode(p[1], depth + 1)) for p in body
+                     if type(p) is list and len(p) == 2]
+            if len(pairs) != len(body):
+                raise ValueError("a dict entry is not a [key, value] pair")
+            return dict(pairs)
+        if tag == "b" and type(body) is str:
+            return bytes.fromhex(body)
+        if tag == "c" and type(body) is list and len(body) == 2 and all(type(x) in (int, float) for x in body):
+            return complex(body[0], body[1])
+    raise ValueError(f"not plain data: {kind.__name__}")
+
+
+class _Channel:
+    """One JSON object per line over a pipe pair; a line longer than ``cap`` bytes breaks the channel."""
+
+    def __init__(self, read_fd, write_fd, cap):
+        self.read_fd, self.write_fd, self.cap = read_fd, write_fd, cap
+        self.buffer = b""
+        self.read, self.write, self.dumps, self.loads = os.read, os.write, json.dumps, json.loads
+
+    def send(self, message):
+        data = (self.dumps(message) + "\n").encode("utf-8", "surrogatepass")
+        while data:
+            data = data[self.write(self.write_fd, data):]
+
+    def receive(self):
+        """The next message, or raises EOFError (the other side ended) / ValueError (a broken line)."""
+        while b"\n" not in self.buffer:
+            if len(self.buffer) > self.cap:
+                raise ValueError(f"a message longer than {self.cap} bytes")
+            chunk = self.read(self.read_fd, 1 << 16)
+            if not chunk:
+                raise EOFError("the other process ended")
+            self.buffer += chunk
+        line, self.buffer = self.buffer.split(b"\n", 1)
+        if len(line) > self.cap:
+            raise ValueError(f"a message longer than {self.cap} bytes")
+        message = self.loads(line.decode("utf-8", "surrogatepass"))
+        if type(message) is not dict:
+            raise ValueError("a message that is not a JSON object")
+        return message
+
+
 # --------------------------------------------------------------------------- running the job
 
 
@@ -420,8 +532,6 @@ class _Memory:
 def _make_executor(memory):
     """``(execute, compile_)`` bound to the real ``exec`` and ``compile``.
 
-    Made before the program runs, so a program that replaces ``builtins.exec``
-    or this module's globals cannot make the tests that follow pass vacuously.
     ``execute(code, namespace)`` returns ``None`` on success, else ``(kind,
     reason)`` with kind ``"memory"`` or ``"error"``; ``compile_(source, name)``
     returns ``(code, None)`` or ``(None, reason)`` (a syntax error, null bytes,
@@ -448,44 +558,213 @@ def _make_executor(memory):
     return execute, compile_
 
 
-def _run_job(job, emit, memory):
-    """Program, then setup and each test in a copy of its namespace; every name used is a local.
+def _manifest(namespace):
+    """What the judge may bind of the program's top-level names: callables, modules and plain-data values."""
+    names = {}
+    for name, value in list(namespace.items())[:_MAX_NAMES]:
+        if not isinstance(name, str) or name.startswith("__"):
+            continue
+        if type(value) is type(os):
+            names[name] = {"module": str(getattr(value, "__name__", ""))}
+        elif callable(value):
+            names[name] = {"callable": True}
+        else:
+            try:
+                names[name] = {"data": _encode(value)}
+            except (TypeError, ValueError, RecursionError):
+                continue
+    return names
 
-    The parent accepts the run as complete only with one ``test`` message per
-    test, in order, followed by ``done``.
+
+def _serve_program(job, emit, memory, channel):
+    """The program's side: run it, tell the judge its names, then answer calls until the judge hangs up.
+
+    Everything this process sends is untrusted by the judge (the program may have patched any of it).
     """
     execute, compile_ = _make_executor(memory)
-    program, setup, tests = job["program"], job["setup"], list(job["tests"])
     namespace = {"__name__": "__candidate__", "__builtins__": builtins}
-    code, why = compile_(program, "<candidate>")
+    code, why = compile_(job["program"], "<candidate>")
     if code is None:
-        emit({"event": "syntax_error", "reason": why})
+        channel.send({"program": "syntax_error", "reason": why})
         return
     failure = execute(code, namespace)
-    namespace = namespace.copy()  # setup and tests cannot rebind the program's globals
-    namespace["__name__"] = "__tests__"
-    if failure is None and setup:
+    if failure is not None:
+        if failure[0] == "memory":
+            emit({"event": "memory", "reason": "the program: MemoryError"})
+        channel.send({"program": failure[0], "reason": failure[1]})
+        return
+    channel.send({"program": "ran", "names": _manifest(namespace)})
+    while True:
+        try:
+            request = channel.receive()
+        except (EOFError, ValueError):
+            return
+        answer = _answer(request, namespace, memory, emit)
+        channel.send(answer)
+        if answer.get("error") == "MemoryError":
+            return  # the run's status is "memory" whatever follows; the judge's later calls fail at once
+
+
+def _answer(request, namespace, memory, emit):
+    try:
+        function = namespace[request["call"]]
+        args = [_decode(a) for a in request["args"]]
+        kwargs = {str(k): _decode(v) for k, v in request["kwargs"]}
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": f"bad call: {_describe(exc)}"}
+    try:
+        value = function(*args, **kwargs)
+    except MemoryError:
+        memory.release()
+        emit({"event": "memory", "reason": f"{request['call']}(): MemoryError"})
+        return {"error": "MemoryError"}
+    except BaseException as exc:  # noqa: BLE001 - SystemExit too: the call failed
+        return {"raise": type(exc).__name__, "reason": _describe(exc)}
+    try:
+        return {"ok": _encode(value)}
+    except BaseException as exc:  # noqa: BLE001
+        return {"error": f"{request['call']}() returned something that is not plain data ({_describe(exc)})"}
+
+
+class CandidateError(Exception):
+    """Raised in the judge when a call into the program failed in a way that maps to no built-in exception."""
+
+
+# Exceptions a call into the program may raise in the judge: the built-in Exception subclasses, by name.
+_EXCEPTIONS = {name: value for name, value in vars(builtins).items()
+               if isinstance(value, type) and issubclass(value, Exception)}
+# Standard-library modules the judge imports itself when the program's namespace names them (the tests may use
+# a module the prompt imported); any other module name is left unbound.
+_JUDGE_MODULES = frozenset({
+    "abc", "array", "bisect", "calendar", "cmath", "collections", "copy", "dataclasses", "datetime", "decimal",
+    "enum", "fractions", "functools", "hashlib", "heapq", "itertools", "json", "math", "numbers", "operator",
+    "random", "re", "statistics", "string", "struct", "textwrap", "typing", "unicodedata",
+})
+
+
+class _Remote:
+    """The judge's handle on the program's process: calls go out as plain data, answers come back as plain data."""
+
+    def __init__(self, channel, emit):
+        self.channel, self.emit, self.broken = channel, emit, ""
+
+    def fail(self, why):
+        if not self.broken:
+            self.broken = why
+            self.emit({"event": "crashed", "reason": why[:_REASON_CHARS]})
+        raise CandidateError(why)
+
+    def call(self, name, args, kwargs):
+        if self.broken:
+            raise CandidateError(self.broken)
+        try:
+            request = {"call": name, "args": [_encode(a) for a in args],
+                       "kwargs": [[k, _encode(v)] for k, v in kwargs.items()]}
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise TypeError(f"the tests pass {name}() an argument that cannot travel: {exc}") from None
+        try:
+            self.channel.send(request)
+            answer = self.channel.receive()
+        except EOFError:
+            self.fail("the program's process ended before the tests finished")
+        except (OSError, ValueError, RecursionError) as exc:
+            self.fail(f"the program's process broke the channel: {_describe(exc)}")
+        if "ok" in answer:
+            try:
+                return _decode(answer["ok"])
+            except (TypeError, ValueError, RecursionError, MemoryError) as exc:
+                raise CandidateError(f"{name}() returned something that is not plain data: {_describe(exc)}") \
+                    from None
+        if "raise" in answer:
+            kind, reason = str(answer["raise"]), str(answer.get("reason", ""))[:_REASON_CHARS]
+            raise _EXCEPTIONS.get(kind, CandidateError)(reason)
+        raise CandidateError(str(answer.get("error", "a malformed answer"))[:_REASON_CHARS])
+
+    def proxy(self, name):
+        call = self.call
+
+        def remote(*args, **kwargs):
+            return call(name, args, kwargs)
+
+        remote.__name__ = remote.__qualname__ = name
+        return remote
+
+
+def _judge_namespace(names, remote):
+    """The tests' namespace: the program's names as proxies, module imports or copies of plain data.
+
+    Names of built-ins are never taken from the program (it could rebind ``abs`` or ``len`` for the tests).
+    """
+    import importlib
+    import keyword
+
+    namespace = {"__name__": "__tests__", "__builtins__": builtins}
+    if type(names) is not dict:
+        return namespace
+    reserved = set(dir(builtins))
+    for name, entry in list(names.items())[:_MAX_NAMES]:
+        if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__") or name in reserved
+                or type(entry) is not dict):
+            continue
+        if entry.get("callable") is True:
+            namespace[name] = remote.proxy(name)
+        elif "module" in entry and entry["module"] in _JUDGE_MODULES:
+            namespace[name] = importlib.import_module(entry["module"])
+        elif "data" in entry:
+            try:
+                namespace[name] = _decode(entry["data"])
+            except (TypeError, ValueError, RecursionError):
+                continue
+    return namespace
+
+
+def _judge(job, emit, memory, channel):
+    """The judge's side: run the setup and each test here, calling the program only through plain data.
+
+    This process never runs the program's code nor holds an object the program made, so the comparisons in the
+    tests (``==``, ``abs``, ``json``, ``AssertionError``) are the real ones whatever the program patched.
+    """
+    remote = _Remote(channel, emit)
+    try:
+        first = channel.receive()
+    except EOFError:
+        emit({"event": "crashed", "reason": "the program's process ended before it ran"})
+        return
+    except (OSError, ValueError, RecursionError) as exc:
+        emit({"event": "crashed", "reason": f"the program's process broke the channel: {_describe(exc)}"})
+        return
+    outcome = first.get("program")
+    if outcome in ("syntax_error", "error", "memory"):
+        emit({"event": outcome, "reason": str(first.get("reason", ""))[:_REASON_CHARS]})
+        return
+    if outcome != "ran":
+        emit({"event": "crashed", "reason": "the program's process sent no report of the program"})
+        return
+    execute, compile_ = _make_executor(memory)
+    namespace = _judge_namespace(first.get("names"), remote)
+    setup, tests = job["setup"], list(job["tests"])
+    failure = None
+    if setup:
         code, why = compile_(setup, "<setup>")
         failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
         if failure is not None:
-            failure = (failure[0], f"setup: {failure[1]}")
-    if failure is not None:
-        emit({"event": failure[0], "reason": failure[1]})
-        return
-    index = 0
-    for test in tests:
+            emit({"event": failure[0], "reason": f"setup: {failure[1]}"})
+            return
+    for index, test in enumerate(tests):
         code, why = compile_(test, f"<test {index}>")
         failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
         if failure is not None and failure[0] == "memory":
             emit({"event": "memory", "reason": f"test {index}: MemoryError"})
         emit({"event": "test", "index": index, "passed": failure is None,
               "reason": "" if failure is None else failure[1]})
-        index += 1
     emit({"event": "done"})
 
 
+# --------------------------------------------------------------------------- confinement
+
 # Shared libraries that standard-library extension modules link to (zlib, OpenSSL, libffi, ...).
 _LIBRARY_ROOTS = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib", "/etc/ld.so.cache")
+_PR_SET_KEEPCAPS, _CAP_DAC_READ_SEARCH, _LINUX_CAPABILITY_VERSION_3 = 8, 2, 0x20080522
 
 
 def _read_roots():
@@ -498,10 +777,52 @@ def _read_roots():
     return sorted({os.path.realpath(r) for r in roots})
 
 
+def _drop_privileges(identity):
+    """Become ``identity["uid"]``/``["gid"]`` with no supplementary groups (the caller is root).
+
+    With ``identity["keep_read"]`` the process keeps one capability, CAP_DAC_READ_SEARCH (read and search any
+    file), and no other: set where that user could not read the interpreter's standard library. It gives no
+    right to write, chmod, chown or touch a file it does not own.
+    """
+    uid, gid, keep_read = int(identity["uid"]), int(identity["gid"]), bool(identity["keep_read"])
+    ctypes, libc = _libc()
+    if keep_read and libc.prctl(_PR_SET_KEEPCAPS, ctypes.c_ulong(1), ctypes.c_ulong(0), ctypes.c_ulong(0),
+                                ctypes.c_ulong(0)) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_KEEPCAPS)")
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    if keep_read:
+        header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+        data = (ctypes.c_uint32 * 6)(1 << _CAP_DAC_READ_SEARCH, 1 << _CAP_DAC_READ_SEARCH, 0, 0, 0, 0)
+        if libc.syscall(126, ctypes.byref(header), ctypes.byref(data)) != 0:  # capset
+            raise OSError(ctypes.get_errno(), "capset")
+        libc.prctl(_PR_SET_KEEPCAPS, ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if os.getresuid() != (uid, uid, uid) or os.getresgid() != (gid, gid, gid) or os.getgroups():
+        raise OSError(1, "the identity did not change")
+    try:
+        os.setresuid(0, 0, 0)
+    except PermissionError:
+        pass
+    else:
+        raise OSError(1, "the process could become root again")
+    return ["uid"], ([f"uid: kept CAP_DAC_READ_SEARCH only (uid {uid} cannot read the interpreter's library)"]
+                     if keep_read else [])
+
+
 def _confine(job):
-    """Apply every requested layer; returns (active layers, notes on layers that could not be applied)."""
+    """Apply every requested layer; returns (active layers, notes on layers that could not be applied, roots)."""
     layers, notes = ["rlimits", "session"], []
     roots = _read_roots()
+    if job.get("identity"):
+        try:
+            dropped, why = _drop_privileges(job["identity"])
+            layers += dropped
+            notes += why
+        except (OSError, AttributeError, ValueError) as exc:
+            # Running the program as root is not an option: end here, the parent reports a crash with this.
+            os.write(2, f"sandbox: could not drop privileges: {_describe(exc)}\n".encode())
+            os._exit(70)
     for name, wanted, apply in (("landlock", job["landlock"], lambda: _landlock(job["workdir"], roots)),
                                 ("seccomp", job["seccomp"], _seccomp)):
         if not wanted:
@@ -520,9 +841,13 @@ def main():
     null = os.open(os.devnull, os.O_RDONLY)
     os.dup2(null, 0)
     os.close(null)
-    emit = _emitter(job["result_fd"], job["nonce"])
+    emit = _emitter(job["report_fd"], job["nonce"])
+    channel = _Channel(job["channel_in"], job["channel_out"], job["max_message_bytes"])
     _set_limits(job["limits"])
     os.chdir(job["workdir"])
+    import importlib  # noqa: F401 - loaded before any privilege drop (the judge's module imports use it)
+    import keyword  # noqa: F401
+
     layers, notes, roots = _confine(job)
     memory = _Memory()
     if job["audit"]:
@@ -532,7 +857,16 @@ def main():
         sys.addaudithook(_make_audit_hook(policy, emit, denied_modules))
         layers.append("audit")
     emit({"event": "ready", "layers": layers, "notes": notes})
-    _run_job(job, emit, memory)
+    role = _judge if job["role"] == "judge" else _serve_program
+    write, end, describe = os.write, os._exit, _describe  # bound now: the program may replace the module's names
+    try:
+        role(job, emit, memory, channel)
+    except BaseException as exc:  # noqa: BLE001 - e.g. EPIPE once the judge hung up, or a runner the program broke
+        # No traceback: printing one reads this file's source, outside what the audit hook lets the program read.
+        try:
+            write(2, f"sandbox runner ({job['role']}): {describe(exc)}\n".encode("utf-8", "replace"))
+        finally:
+            end(1)
     os._exit(0)  # stdout/stderr are unbuffered (-u): nothing to flush
 
 

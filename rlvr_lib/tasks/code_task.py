@@ -35,8 +35,15 @@ any JSONL file with the fields ``prompt``, ``entry_point``, and ``test`` (a
 ``check(candidate)`` function) or ``tests`` (a list of statements), plus
 optional ``task_id`` and ``canonical_solution``.
 
-Cost: each verification starts one interpreter (about 0.1 s on a loaded
-2-core machine); a step of 64 rollouts spends several seconds verifying.
+The tests run in the sandbox's judge process, which sees the program only
+through the plain values its functions return (`rlvr_lib.tasks.sandbox`): a
+program cannot make a wrong function pass by patching the interpreter, and
+a function must return plain data (numbers, strings, lists, tuples, dicts,
+sets, bytes, None). All 164 HumanEval canonical solutions pass this way.
+
+Cost: each verification starts two interpreters (about 0.2-0.3 s on a loaded
+2-core machine; they start in parallel); a step of 64 rollouts spends several
+seconds verifying.
 """
 
 from __future__ import annotations

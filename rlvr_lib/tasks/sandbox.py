@@ -1,74 +1,113 @@
-"""Run untrusted Python (a model's program) with its tests in a confined child process.
+"""Run untrusted Python (a model's program) against trusted tests, in two confined child processes.
 
-`run_tests` writes nothing but a throw-away working directory, starts a fresh
-interpreter in its own session, hands it the program, a setup snippet and the
-tests, and returns a `SandboxResult`: how many tests passed, a status and a
-short reason. It never raises because of what the program does.
+`run_tests` writes nothing but a throw-away working directory, starts two
+fresh interpreters, each in its own session, and returns a `SandboxResult`:
+how many tests passed, a status and a short reason. It never raises because
+of what the program does.
 
-What it is, honestly: a best-effort *process* sandbox for scoring code
-written by a policy during RL, built from what a Linux kernel offers an
-ordinary process. It is not a security boundary like a VM, gVisor or nsjail
-with namespaces: the child runs as the same user as the caller (as root when
-the caller is root), shares the kernel and the machine, and a kernel bug or a
-layer that is unavailable leaves a gap. Use a real isolation layer for code
-from adversaries; use this to keep a policy's mistakes (and its reward hacks)
-from hurting the host or the reward.
+Threat model. The program is written by a policy under RL: it may do anything
+Python allows, on purpose or by accident, to raise its reward or to act on
+the host. The setup and the tests are the task's (trusted). The caller may be
+root. What must hold: (1) the host is unchanged after a run (no file outside
+the working directory read, written, renamed, or given a new mode, owner,
+timestamp or extended attribute; no connection; no process or file left
+behind; the caller and its processes not signalled); (2) the reward cannot be
+forged: a test passes only when the values the program's functions return
+really satisfy it; (3) every run ends within its limits. What this is not: a
+security boundary like a VM, gVisor or nsjail. The children share the kernel
+and the machine; a kernel bug, or a layer this machine lacks (listed in
+``SandboxResult.notes``), leaves a gap. Use a real isolation layer for code
+from adversaries; this keeps a policy's mistakes and its reward hacks from
+hurting the host or the reward.
 
-Layers, outermost first (``SandboxResult.layers`` lists those that were
-active in a run; `probe_layers` reports them for this machine):
+Two processes. The *program's child* runs the program and nothing else; the
+*judge* runs the setup and the tests. The judge never executes the program's
+code nor holds an object the program made: the program's top-level names reach
+it as proxies (functions), copies of plain data, or standard-library modules
+the judge imports itself; a call on a proxy sends the arguments to the
+program's child as plain data (JSON of None, bool, int, float, str, list,
+tuple, set, frozenset, dict, bytes, complex) and the answer comes back the
+same way, decoded by the judge's own code into built-in objects (anything else
+is refused: the call raises in the judge and the test fails). So every
+comparison, builtin, ``json`` or ``AssertionError`` a test uses is the judge's
+untouched one, and the verdict is the judge's report: the program may patch
+its own interpreter, walk its frames, exit early, print or write fake verdict
+lines on any descriptor, or return an object whose ``__eq__`` is always true,
+and a wrong function still fails. Names of built-ins are never taken from the
+program. Costs: two interpreters per run; each call is a round trip of a few
+tens of microseconds; a test that relies on the function mutating its
+argument, on identity, or on passing it a non-plain value (a callable) cannot
+be expressed; a program's plain-data globals are copies taken after it ran.
+The judge is confined like the program's child (less the uid drop) against
+what the tests do with the program's files and values.
+
+Layers of the program's child, outermost first (``SandboxResult.layers`` lists
+those that were active in a run, plus ``judge``; `probe_layers` reports them
+for this machine), and what each stops:
 
 * ``session``: the child is a session and process-group leader; when the run
-  ends (normally, by timeout or by a cap) the whole group is killed with
-  SIGKILL before the child is reaped, so nothing it started outlives it
-  (a grandchild could leave the group only through setsid/setpgid, which
-  seccomp denies; where seccomp is unavailable only the audit hook stops the
-  fork, and a process that escaped it and called setsid would survive).
+  ends (normally, by timeout or by a cap) both children's groups are killed
+  with SIGKILL before they are reaped, so nothing they started outlives them.
 * wall-clock timeout (``SandboxConfig.wall_s``) measured by the parent, and
-  output caps: stdout+stderr beyond ``max_output_bytes`` kills the child
+  output caps: stdout+stderr beyond ``max_output_bytes`` kills the run
   (status ``output_limit``); the parent never holds more than that.
-* ``rlimits`` (set by the child before it reads the program): address space
-  (``memory_mb``: a MemoryError, status ``memory``), CPU seconds (``cpu_s``:
-  SIGXCPU then SIGKILL, status ``timeout``), size of any file written
-  (``file_size_kb``: SIGXFSZ, status ``output_limit``), open files, no core
-  dumps. ``RLIMIT_NPROC`` is set only when ``max_user_processes`` is given: it
-  counts every process of the user, and the kernel does not enforce it for
-  root at all, so process containment rests on seccomp and the session.
+* ``rlimits`` (set before the program is read): address space (``memory_mb``:
+  a MemoryError, status ``memory``), CPU seconds (``cpu_s``: SIGXCPU then
+  SIGKILL, status ``timeout``), size of any file written (``file_size_kb``;
+  Python ignores SIGXFSZ, so the write raises EFBIG), open files, no core
+  dumps; ``RLIMIT_NPROC`` only when ``max_user_processes`` is given.
+* ``uid`` (when the caller is root and ``drop_privileges``): the child becomes
+  `UNPRIVILEGED_UID`/`UNPRIVILEGED_GID` (nobody) with no supplementary groups
+  before anything untrusted runs, and cannot become root again (checked).
+  It then owns no host file, so it can change no host file's mode, owner,
+  timestamps or extended attributes (descriptor-based calls included), write
+  no file it could not write as nobody, and signal no process of the caller.
+  Where nobody cannot read the interpreter's standard library (it lives under
+  /root here), the child keeps one capability, CAP_DAC_READ_SEARCH (read any
+  file; no right to write or change metadata), and a note says so; Landlock
+  and the audit hook still bound what it reads. The working directory is
+  given to that user. A user namespace would not do better here: it still
+  needs an unprivileged outside uid to stop metadata changes.
 * ``landlock-fs`` / ``landlock-tcp`` / ``landlock-signal`` (Linux Landlock,
-  no privilege needed): reads only under the working directory, the
-  interpreter's standard library and the system's shared-library directories
-  (/lib, /usr/lib, ...: extension modules link to them), writes only under
-  the working directory, no TCP connect/bind, no signals to processes outside
-  the sandbox.
+  no privilege needed): files may be opened for reading only under the
+  working directory, the interpreter's standard library and the system's
+  shared-library directories, and written, created, renamed or linked only
+  under the working directory; no TCP connect/bind; no signals to processes
+  outside the sandbox. Landlock has no right for chmod/chown/utime/xattr and
+  does not check ``O_PATH`` opens: it does not stop metadata changes alone.
 * ``seccomp`` (x86_64): no fork/vfork/execve or clone of a process (threads
   are allowed), no sockets, no signals to other processes, no ptrace, no
-  raising of limits, no setsid/setpgid, no inode flags (chattr +i), no
-  mount/namespace/module/clock/admin syscalls.
+  raising of limits, no setsid/setpgid, no uid/gid/capability changes, no
+  mknod, no inode flags (chattr +i), no mount/namespace/module/clock/admin
+  syscalls, and no file-metadata syscalls at all: chmod, fchmod, fchmodat,
+  fchmodat2, chown, fchown, lchown, fchownat, the xattr setters and removers
+  (path, ``l``, ``f`` and ``*at`` forms), utime, utimes, futimesat,
+  utimensat and file_setattr fail with EPERM (descriptors and AT_EMPTY_PATH
+  included).
 * ``audit`` (every platform): a `sys.addaudithook` hook denying the same at
   the Python level (open outside those directories, sockets, subprocess,
-  os.system, fork, kill, ctypes, subinterpreters, heap walks, ioctl). It is what
-  names the status ``violation``; kernel layers alone make the call fail
-  with an OSError (usually status ``error``). Audit hooks can be bypassed by
-  code that reaches the interpreter's internals; the kernel layers cannot be.
+  os.system, fork, kill, ctypes, subinterpreters, heap walks, ioctl, and every
+  ``os.chmod``/``os.chown``/``os.utime``/``os.setxattr``/``os.removexattr``/
+  ``os.chflags``, on any path or descriptor, the working directory's too). It
+  is what names the status ``violation`` (reward 0 whatever ran); kernel
+  layers alone make the call fail with an OSError (usually status ``error``).
+  It can be bypassed by code that reaches the interpreter's internals; the
+  kernel layers cannot be, and the verdict does not depend on it.
 
-Not used: a network or mount namespace, a separate user (the child keeps the
-caller's uid; the interpreter may live where another user cannot read it),
-cgroups (a pids/memory controller would be the stronger process and memory
-limit where one can be delegated).
+``tests/hostile/code_sandbox_cases.py`` lists the hostile programs (escape,
+forgery, resource, cleanup) the test suite runs, with the layers each of
+which alone stops a host-file attack.
 
-The outcome is reported by the runner inside the child, so code that
-deliberately walks the interpreter's frames can forge it; the runner binds
-``exec``/``compile`` before the program runs, tags every line with a nonce,
-and the parent accepts a run as complete only with one result per test, which
-closes the cheap routes (patching builtins, writing to the result pipe, exiting
-early). An object whose ``__eq__`` always returns True still passes
-``assert f(x) == y`` tests: the tests are the task's, not the sandbox's.
+Not used: a network or mount namespace, cgroups (a pids/memory controller
+would be the stronger process and memory limit where one can be delegated).
 
 Statuses (`STATUSES`): ``ok`` (every test ran; ``passed`` may be below
 ``total``), ``syntax_error``, ``error`` (the program or the setup raised, so no
 test ran), ``timeout``, ``memory``, ``output_limit``, ``violation`` (the
 program attempted something the sandbox denies; ``passed`` is then 0 whatever
-ran), ``crashed`` (the child died or exited before finishing: a signal,
-``os._exit``, a broken result stream).
+ran), ``crashed`` (the program's child died or exited before the tests
+finished: a signal, ``os._exit``, an answer too long or not readable, or the
+judge itself ended early).
 """
 
 from __future__ import annotations
@@ -93,7 +132,7 @@ from rlvr_lib.validation import check, is_int
 
 __all__ = [
     "CRASHED", "ERROR", "MEMORY", "OK", "OUTPUT_LIMIT", "STATUSES", "SYNTAX_ERROR", "TIMEOUT", "VIOLATION",
-    "SandboxConfig", "SandboxResult", "probe_layers", "run_tests",
+    "UNPRIVILEGED_GID", "UNPRIVILEGED_UID", "SandboxConfig", "SandboxResult", "probe_layers", "run_tests",
 ]
 
 OK, SYNTAX_ERROR, ERROR, TIMEOUT = "ok", "syntax_error", "error", "timeout"
@@ -124,6 +163,10 @@ class SandboxConfig(ConfigBase):
             of the user's processes and threads, and is not enforced for root).
         audit_hook, seccomp, landlock: Apply that layer when the platform offers it
             (turning one off is for testing the others).
+        drop_privileges: When the caller is root, run the program as `UNPRIVILEGED_UID` /
+            `UNPRIVILEGED_GID` with no supplementary groups (turning it off is for testing).
+        max_message_bytes: Largest message (one encoded return value) the program's process
+            may send the judge; a longer one breaks the channel (status ``crashed``).
         tmp_root: Directory for the throw-away working directories (``None``: the
             system temporary directory).
     """
@@ -139,6 +182,8 @@ class SandboxConfig(ConfigBase):
     audit_hook: bool = True
     seccomp: bool = True
     landlock: bool = True
+    drop_privileges: bool = True
+    max_message_bytes: int = 1 << 20
     tmp_root: str | None = None
 
     def validate(self) -> None:
@@ -152,7 +197,8 @@ class SandboxConfig(ConfigBase):
         self.check_nonnegative_int("max_files_written", self.max_files_written)
         if self.max_user_processes is not None:
             self.check_positive_int("max_user_processes", self.max_user_processes)
-        for name in ("audit_hook", "seccomp", "landlock"):
+        self.check_positive_int("max_message_bytes", self.max_message_bytes)
+        for name in ("audit_hook", "seccomp", "landlock", "drop_privileges"):
             self.check(isinstance(getattr(self, name), bool), name, getattr(self, name), "a bool")
         self.check(self.tmp_root is None or os.path.isdir(self.tmp_root), "tmp_root", self.tmp_root,
                    "None or an existing directory")
@@ -178,8 +224,9 @@ class SandboxResult:
         notes: Layers that were asked for but could not be applied, with the reason.
         exit_code: The child's exit status (negative: killed by that signal); ``None`` if unknown.
         seconds: Wall-clock duration of the run.
-        pid: The child's pid (also its process-group and session id).
+        pid: The pid of the child that ran the program (also its process-group and session id).
         workdir: The working directory it ran in (removed when the run returns).
+        judge_pid: The pid of the child that ran the setup and the tests (its own group and session).
     """
 
     status: str
@@ -195,6 +242,7 @@ class SandboxResult:
     seconds: float = 0.0
     pid: int = 0
     workdir: str = ""
+    judge_pid: int = 0
 
     @property
     def score(self) -> float:
@@ -209,12 +257,13 @@ class SandboxResult:
 
 def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
               config: SandboxConfig | None = None) -> SandboxResult:
-    """Run ``program``, then ``setup`` and each test (in a copy of its namespace), in a confined child.
+    """Run ``program`` in one confined child, then ``setup`` and each test in a confined judge.
 
     A test is Python source (statements) that passes when it runs without
     raising, e.g. ``"assert add(2, 3) == 5"``. The program is untrusted; the
-    setup and the tests are trusted (they come from the task), but run in the
-    same confined process.
+    setup and the tests are trusted (they come from the task) and run in the
+    judge, where the program's names are proxies and plain-data copies (see
+    the module docstring); they run one after another in one namespace.
 
     Args:
         program: The candidate source.
@@ -237,7 +286,10 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
     config = SandboxConfig() if config is None else config
     workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=config.tmp_root)
     try:
-        return _supervise(program, tests, setup, config, workdir)
+        identity = _identity(config)
+        if identity is not None:
+            os.chown(workdir, identity["uid"], identity["gid"])
+        return _supervise(program, tests, setup, config, workdir, identity)
     finally:
         _remove_tree(workdir)
 
@@ -265,8 +317,38 @@ def _child_env(workdir: str) -> dict[str, str]:
     }
 
 
-def _job(program: str, tests: tuple[str, ...], setup: str, config: SandboxConfig, workdir: str,
-         result_fd: int, nonce: str) -> bytes:
+UNPRIVILEGED_UID = UNPRIVILEGED_GID = 65534  # nobody / nogroup on Debian-like systems
+
+
+def _readable_by_others(path: str) -> bool:
+    """Every directory from / down to ``path`` is searchable, and ``path`` readable, by any user."""
+    path = os.path.realpath(path)
+    try:
+        if not os.stat(path).st_mode & stat.S_IROTH:
+            return False
+        while True:
+            if not os.stat(path).st_mode & stat.S_IXOTH:
+                return False
+            parent = os.path.dirname(path)
+            if parent == path:
+                return True
+            path = parent
+    except OSError:
+        return False
+
+
+def _identity(config: SandboxConfig) -> dict | None:
+    """Who the program runs as: ``None`` (the caller) unless the caller is root and the drop is asked for."""
+    if not config.drop_privileges or not hasattr(os, "geteuid") or os.geteuid() != 0:
+        return None
+    stdlib = os.path.dirname(os.__file__)
+    libraries = [p for p in (stdlib, os.path.join(stdlib, "lib-dynload")) if os.path.isdir(p)]
+    return {"uid": UNPRIVILEGED_UID, "gid": UNPRIVILEGED_GID,
+            "keep_read": not all(_readable_by_others(p) for p in libraries)}
+
+
+def _job(role: str, config: SandboxConfig, workdir: str, report_fd: int, channel: tuple[int, int], nonce: str,
+         identity: dict | None, **fields) -> bytes:
     limits = {
         "cpu_s": config.cpu_s,
         "memory_bytes": config.memory_mb << 20,
@@ -275,50 +357,72 @@ def _job(program: str, tests: tuple[str, ...], setup: str, config: SandboxConfig
         "files_written": config.max_files_written,
         "user_processes": config.max_user_processes,
     }
-    job = dict(program=program, tests=list(tests), setup=setup, workdir=workdir, result_fd=result_fd, nonce=nonce,
-               limits=limits, audit=config.audit_hook, seccomp=config.seccomp, landlock=config.landlock)
+    job = dict(role=role, workdir=workdir, report_fd=report_fd, channel_in=channel[0], channel_out=channel[1],
+               nonce=nonce, limits=limits, audit=config.audit_hook, seccomp=config.seccomp,
+               landlock=config.landlock, identity=identity, max_message_bytes=config.max_message_bytes, **fields)
     return json.dumps(job).encode("utf-8")  # ensure_ascii: lone surrogates travel as escapes
 
 
-def _start(config: SandboxConfig, workdir: str, result_w: int) -> subprocess.Popen:
+def _start(workdir: str, fds: tuple[int, ...]) -> subprocess.Popen:
     command = [sys.executable, "-s", "-S", "-P", "-B", "-u", str(RUNNER)]
     return subprocess.Popen(
         command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=workdir,
-        env=_child_env(workdir), pass_fds=(result_w,), close_fds=True, start_new_session=True,
+        env=_child_env(workdir), pass_fds=fds, close_fds=True, start_new_session=True,
     )
 
 
 @dataclass
 class _Streams:
-    """What the parent read from the child, and why it stopped reading."""
+    """What the parent read from the two children, and why it stopped reading."""
 
-    output: bytearray = field(default_factory=bytearray)
-    results: bytearray = field(default_factory=bytearray)
+    output: bytearray = field(default_factory=bytearray)  # the program's child: stdout+stderr
+    events: bytearray = field(default_factory=bytearray)  # the program's child: its report pipe
+    judge_output: bytearray = field(default_factory=bytearray)
+    results: bytearray = field(default_factory=bytearray)  # the judge's report pipe
     stopped: str = ""  # "", TIMEOUT, OUTPUT_LIMIT or "flood"
 
 
-def _supervise(program, tests, setup, config, workdir) -> SandboxResult:
+_EVENTS_CAP = 1 << 16  # the program's child reports "ready" and at most a few events
+
+
+def _supervise(program, tests, setup, config, workdir, identity) -> SandboxResult:
+    """Start the program's child and the judge, joined by two pipes that the parent does not keep."""
     start = time.monotonic()
     nonce = secrets.token_hex(16)
-    result_r, result_w = os.pipe()
+    pipes = [os.pipe() for _ in range(4)]  # program report, judge report, judge -> program, program -> judge
+    (events_r, events_w), (results_r, results_w), (calls_r, calls_w), (answers_r, answers_w) = pipes
+    procs: list[subprocess.Popen] = []
     try:
-        proc = _start(config, workdir, result_w)
+        procs.append(_start(workdir, (events_w, calls_r, answers_w)))
+        procs.append(_start(workdir, (results_w, answers_r, calls_w)))
     except BaseException:
-        os.close(result_r)
+        for proc in procs:
+            _kill_group(proc)
+            _reap(proc)
+        os.close(events_r)
+        os.close(results_r)
         raise
     finally:
-        os.close(result_w)
+        for fd in (events_w, results_w, calls_r, calls_w, answers_r, answers_w):
+            os.close(fd)
+    candidate, judge = procs
     try:
-        _send_job(proc, _job(program, tests, setup, config, workdir, result_w, nonce))
-        streams = _pump(proc, result_r, start + config.wall_s, config.max_output_bytes,
+        _send_job(candidate, _job("program", config, workdir, events_w, (calls_r, answers_w), nonce, identity,
+                                  program=program))
+        _send_job(judge, _job("judge", config, workdir, results_w, (answers_r, calls_w), nonce, None,
+                              setup=setup, tests=list(tests)))
+        streams = _pump(candidate, judge, events_r, results_r, start + config.wall_s, config.max_output_bytes,
                         4096 + _RESULT_BYTES_PER_TEST * len(tests))
     finally:
-        _kill_group(proc)
-        cpu_seconds = _reap(proc)
-        proc.stdout.close()
-        os.close(result_r)
-    cpu_limited = cpu_seconds >= config.cpu_s - 0.05
-    return _result(streams, nonce, len(tests), proc, time.monotonic() - start, workdir, cpu_limited)
+        cpu = []
+        for proc in procs:
+            _kill_group(proc)
+            cpu.append(_reap(proc))
+            proc.stdout.close()
+        os.close(events_r)
+        os.close(results_r)
+    cpu_limited = [seconds >= config.cpu_s - 0.05 for seconds in cpu]
+    return _result(streams, nonce, len(tests), candidate, judge, time.monotonic() - start, workdir, cpu_limited)
 
 
 def _send_job(proc: subprocess.Popen, job: bytes) -> None:
@@ -342,14 +446,17 @@ def _exited(pid: int) -> bool:
         return True
 
 
-def _pump(proc: subprocess.Popen, result_fd: int, deadline: float, max_output: int, max_results: int) -> _Streams:
-    """Read stdout+stderr and the result pipe until the child exits, a cap is passed or the deadline.
+def _pump(candidate: subprocess.Popen, judge: subprocess.Popen, events_fd: int, results_fd: int, deadline: float,
+          max_output: int, max_results: int) -> _Streams:
+    """Read both children's output and report pipes until the judge exits, a cap is passed or the deadline.
 
-    A child that closes its pipes and keeps running is waited for until the deadline.
+    The judge's exit ends the run (the program's child is then killed): its report is the verdict.
     """
     streams = _Streams()
-    out_fd = proc.stdout.fileno()
-    caps = {out_fd: (streams.output, max_output, OUTPUT_LIMIT), result_fd: (streams.results, max_results, "flood")}
+    caps = {candidate.stdout.fileno(): (streams.output, max_output, OUTPUT_LIMIT),
+            judge.stdout.fileno(): (streams.judge_output, max_output, OUTPUT_LIMIT),
+            events_fd: (streams.events, _EVENTS_CAP, "flood"),
+            results_fd: (streams.results, max_results, "flood")}
     with selectors.DefaultSelector() as selector:
         for fd in caps:
             os.set_blocking(fd, False)
@@ -365,11 +472,11 @@ def _pump(proc: subprocess.Popen, result_fd: int, deadline: float, max_output: i
                 if _read_into(selector, key.fd, buffer) and len(buffer) > cap:
                     streams.stopped = why
                     return streams
-            if not ready and _exited(proc.pid):
+            if not ready and _exited(judge.pid):
                 break
             if not selector.get_map():
                 time.sleep(min(_POLL_S, max(left, 0)))
-        for fd in list(selector.get_map()):  # what the child wrote just before it exited
+        for fd in list(selector.get_map()):  # what was written just before the judge exited
             buffer, cap, _ = caps[fd]
             while len(buffer) <= cap and _read_into(selector, fd, buffer):
                 pass
@@ -478,7 +585,7 @@ def _remove_tree(path: str) -> None:
 
 @dataclass
 class _Report:
-    """The runner's messages, checked against the nonce and the expected test order."""
+    """The judge's messages (checked against the nonce and the expected test order), and the program child's."""
 
     layers: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
@@ -490,6 +597,7 @@ class _Report:
 
 
 def _parse(results: bytes, nonce: str, total: int) -> _Report:
+    """The judge's report. The judge runs no code of the program's, so its stream is trusted as written."""
     report = _Report()
     for line in results.decode("utf-8", "replace").splitlines():
         try:
@@ -498,11 +606,11 @@ def _parse(results: bytes, nonce: str, total: int) -> _Report:
         except ValueError:
             ok = False
         if not ok or report.done:
-            report.broken = report.broken or "the result stream holds lines the runner did not write"
+            report.broken = report.broken or "the judge's result stream holds lines the judge did not write"
             continue
         _take(report, message, total)
     if report.done and len(report.outcomes) != total:
-        report.broken = report.broken or f"the runner reported {len(report.outcomes)} of {total} tests"
+        report.broken = report.broken or f"the judge reported {len(report.outcomes)} of {total} tests"
     return report
 
 
@@ -523,40 +631,86 @@ def _take(report: _Report, message: dict, total: int) -> None:
         report.events.setdefault(event, str(message.get("reason", message.get("what", "")))[:300])
 
 
+_PROGRAM_EVENTS = (VIOLATION, MEMORY)  # all the parent takes from the program's child after its first line
+
+
+def _parse_program(events: bytes) -> tuple[tuple[str, ...], tuple[str, ...], dict[str, str]]:
+    """``(layers, notes, events)`` from the program child's report pipe.
+
+    Its first line is written before the program runs (the layers it applied); whatever follows may be the
+    program's own writing, so only events that can lower the verdict (a violation, a MemoryError) are read.
+    """
+    layers, notes, found = (), (), {}
+    for number, line in enumerate(events.decode("utf-8", "replace").splitlines()):
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        event = message.get("event")
+        if number == 0 and event == "ready":
+            layers = tuple(map(str, message.get("layers", ())))
+            notes = tuple(map(str, message.get("notes", ())))
+        elif event in _PROGRAM_EVENTS:
+            found.setdefault(event, str(message.get("reason", message.get("what", "")))[:300])
+    return layers, notes, found
+
+
 _SIGNAL_STATUS = {signal.SIGXCPU: (TIMEOUT, "CPU time limit"), signal.SIGXFSZ: (OUTPUT_LIMIT, "file size limit")}
 
 
-def _status(streams: _Streams, report: _Report, exit_code: int | None, cpu_limited: bool) -> tuple[str, str]:
-    """The status and its reason, most telling first."""
+def _how(exit_code: int | None) -> str:
+    return f"killed by signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit code {exit_code}"
+
+
+def _signal_status(exit_code: int | None, cpu_limited: bool) -> tuple[str, str] | None:
+    signalled = -exit_code if exit_code is not None and exit_code < 0 else None
+    if signalled in _SIGNAL_STATUS:
+        return _SIGNAL_STATUS[signalled]
+    if signalled == signal.SIGKILL and cpu_limited:
+        return TIMEOUT, "CPU time limit (SIGKILL)"
+    return None
+
+
+def _status(streams: _Streams, report: _Report, exit_codes: tuple, cpu_limited: list[bool]) -> tuple[str, str]:
+    """The status and its reason, most telling first (``exit_codes``: the program's child's, the judge's)."""
     if VIOLATION in report.events:
         return VIOLATION, report.events[VIOLATION]
     if streams.stopped == OUTPUT_LIMIT:
         return OUTPUT_LIMIT, "stdout+stderr over the cap"
     if streams.stopped == TIMEOUT:
         return TIMEOUT, "wall-clock limit"
-    signalled = -exit_code if exit_code is not None and exit_code < 0 else None
-    if signalled in _SIGNAL_STATUS:
-        return _SIGNAL_STATUS[signalled]
-    if signalled == signal.SIGKILL and cpu_limited:
-        return TIMEOUT, "CPU time limit (SIGKILL)"
+    for exit_code, limited in zip(exit_codes, cpu_limited):
+        found = _signal_status(exit_code, limited)
+        if found:
+            return found
     if streams.stopped == "flood":
-        return CRASHED, "the result stream overflowed"
+        return CRASHED, "a report stream overflowed"
     for event in (MEMORY, SYNTAX_ERROR, ERROR):
         if event in report.events:
             return event, report.events[event]
     if report.broken:
         return CRASHED, report.broken
+    if CRASHED in report.events:
+        return CRASHED, f"{report.events[CRASHED]} ({_how(exit_codes[0])})"
     if not report.done:
-        how = f"killed by signal {-exit_code}" if exit_code is not None and exit_code < 0 else f"exit code {exit_code}"
-        return CRASHED, f"the child ended before the tests finished ({how})"
+        tail = bytes(streams.judge_output[-300:]).decode("utf-8", "replace").strip()
+        return CRASHED, f"the judge ended before the tests finished ({_how(exit_codes[1])}){': ' + tail if tail else ''}"
     return OK, ""
 
 
-def _result(streams: _Streams, nonce: str, total: int, proc: subprocess.Popen, seconds: float,
-            workdir: str, cpu_limited: bool) -> SandboxResult:
+def _result(streams: _Streams, nonce: str, total: int, candidate: subprocess.Popen, judge: subprocess.Popen,
+            seconds: float, workdir: str, cpu_limited: list[bool]) -> SandboxResult:
     report = _parse(bytes(streams.results), nonce, total)
-    exit_code = proc.returncode
-    status, reason = _status(streams, report, exit_code, cpu_limited)
+    layers, notes, program_events = _parse_program(bytes(streams.events))
+    for event, reason in program_events.items():
+        report.events.setdefault(event, reason)
+    if report.layers:
+        layers += ("judge",)
+    notes += tuple(f"judge {note}" for note in report.notes)
+    exit_codes = (candidate.returncode, judge.returncode)
+    status, reason = _status(streams, report, exit_codes, cpu_limited)
     passed = 0 if status == VIOLATION else sum(report.outcomes)
     if status == OK and passed < total:
         reason = next(r for r, ok in zip(report.reasons, report.outcomes) if not ok)
@@ -564,6 +718,6 @@ def _result(streams: _Streams, nonce: str, total: int, proc: subprocess.Popen, s
         status=status, passed=passed, total=total, reason=reason, outcomes=tuple(report.outcomes),
         test_reasons=tuple(report.reasons), output=bytes(streams.output[: 4 * OUTPUT_KEPT_CHARS]).decode(
             "utf-8", "replace")[:OUTPUT_KEPT_CHARS],
-        layers=report.layers, notes=report.notes, exit_code=exit_code, seconds=seconds, pid=proc.pid,
-        workdir=workdir,
+        layers=layers, notes=notes, exit_code=candidate.returncode, seconds=seconds, pid=candidate.pid,
+        workdir=workdir, judge_pid=judge.pid,
     )
