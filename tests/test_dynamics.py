@@ -158,7 +158,8 @@ def test_testbed_beta_is_the_dynamics_calibrations():
 
     report = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
     assert TESTBED_KL_COEF == (report["kl_coef"] if report["all_targets_met"] else KL_COEF_CANDIDATES[0])
-    for name in ("grpo", "grpo_forward_kl", "grpo_k1", "grpo_k2", "grpo_k3", "sage", "sage_token", "sage_random"):
+    for name in ("grpo", "grpo_forward_kl", "grpo_k1", "grpo_k2", "grpo_k3", "sage", "sage_token", "sage_random",
+                 "dapo_branch", "bnpo_loss_branch"):
         assert METHODS[name].preset["kl_coef"] == TESTBED_KL_COEF, name
 
 

@@ -9,7 +9,7 @@ defaults, ``validate``), parsed into ``self.options`` when the method is built
 value and what is allowed).
 
 =================  ==========================================================  =================
-name               what changes against GRPO (``grpo``: reverse KL 0.05)       compared in
+name               what changes against GRPO (``grpo``: reverse-KL anchor)      compared in
 =================  ==========================================================  =================
 grpo_no_kl         no KL anchor                                                SAGE, 3PO, NudgeRL
 grpo_forward_kl    forward-KL anchor                                           SAGE
@@ -33,7 +33,7 @@ KL off (token-normalised over the local, resp. global, batch); on one process
 both are ``bnpo_loss``. The full DAPO recipe is ``dapo``.
 
 The 3PO and NudgeRL baselines run without a KL anchor, as those papers' GRPO
-does; compare them with ``grpo_no_kl``, not with ``grpo`` (SAGE's beta 0.05).
+does; compare them with ``grpo_no_kl``, not with ``grpo`` (anchored at ``TESTBED_KL_COEF``).
 GRPO with any group size needs no entry: ``method_config("grpo", group_size=32)``.
 """
 
@@ -98,7 +98,7 @@ class GRPONoKL(Method):
 
 
 class GRPOForwardKL(Method):
-    """GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta 0.05.
+    """GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta ``TESTBED_KL_COEF``.
 
     Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
     the forward KL on samples of pi_theta; ``rlvr_lib.algos.forward_kl_penalty``).
@@ -109,7 +109,7 @@ class GRPOForwardKL(Method):
 
 
 class GRPOK1(Method):
-    """GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta 0.05.
+    """GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta ``TESTBED_KL_COEF``.
 
     Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
     """
@@ -118,7 +118,7 @@ class GRPOK1(Method):
 
 
 class GRPOK2(Method):
-    """GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta 0.05.
+    """GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta ``TESTBED_KL_COEF``.
 
     Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
     """

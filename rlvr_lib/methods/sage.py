@@ -10,7 +10,7 @@ the minibatch:
     q_t          = guide(logp, entropy, mask)          detached, in [q_min, q_max]
     shaped_ref_t = ref_logp_t + log q_t
     anchor_t     = kl_penalty(logp_t, shaped_ref_t, config.kl_estimator)
-    loss_t      += kl_coef * anchor_t                  (the trainer adds it, beta = kl_coef = 0.05)
+    loss_t      += kl_coef * anchor_t                  (the trainer adds it, beta = kl_coef)
 
 (`rlvr_lib.algos.guides.shaped_anchor`; the log-ratio shaped_ref - logp is
 clamped to [-20, 20] as the estimators do.)
@@ -19,7 +19,8 @@ The estimator. The authors' code uses k3 on the shaped reference
 (``exp(D) - D - 1``, D = shaped_ref - logp; `rlvr_lib.algos.guides.shaped_kl`),
 differentiated as is. Here the anchor is the CONFIG's estimator applied to the
 shaped reference, and every SAGE preset takes the authors' anchor,
-:data:`SAGE_ANCHOR` (``k3``, beta 0.05), as does its GRPO comparator ``grpo_k3``
+:data:`SAGE_ANCHOR` (``k3``; beta 0.05 in their code, the testbed's
+:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here), as does its GRPO comparator ``grpo_k3``
 (`GRPOK3`). So SAGE and its GRPO differ ONLY by q: where q = 1 the anchor equals
 GRPO's ``Method.anchor`` bit for bit, values and gradients.
 
@@ -311,7 +312,7 @@ class SAGE(ShapedAnchor, Method):
 
     q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the current
     policy's token entropy; anchor_t = kl_penalty(logp_t, ref_logp_t + log q_t,
-    kl_estimator), k3 at beta 0.05 (:data:`SAGE_ANCHOR`, the authors'; compare with ``grpo_k3``).
+    kl_estimator), the authors' k3 at the testbed's beta (:data:`SAGE_ANCHOR`; compare with ``grpo_k3``).
 
     Options: ``tau`` (nats >= 0, default :data:`TESTBED_TAU` = 0.15, the base
     policy's 90th entropy percentile; 1.2 is the paper's), ``gamma`` (>= 0,
@@ -360,8 +361,8 @@ class DAPOBranch(ShapedAnchor, DAPO):
     """SAGE's "DAPO + Branch" (arXiv 2605.18864): `DAPO` with the branch-guided anchor.
 
     DAPO's hooks and preset (clip-higher, token-mean loss, overlong shaping,
-    dynamic sampling) plus beta * shaped anchor (:data:`SAGE_ANCHOR`: k3, beta
-    0.05). Options: DAPO's and the branch guide's (see `SAGE`).
+    dynamic sampling) plus beta * shaped anchor (:data:`SAGE_ANCHOR`: k3 at the
+    testbed's beta). Options: DAPO's and the branch guide's (see `SAGE`).
     """
 
     name = "dapo_branch"
@@ -371,7 +372,7 @@ class DAPOBranch(ShapedAnchor, DAPO):
 class BNPOLossBranch(ShapedAnchor, BNPOLoss):
     """SAGE's "BNPO + Branch" (arXiv 2605.18864): `BNPOLoss` (token-mean loss) with the branch-guided anchor.
 
-    :data:`SAGE_ANCHOR` (k3, beta 0.05). Options: the branch guide's (see `SAGE`).
+    :data:`SAGE_ANCHOR` (k3 at the testbed's beta). Options: the branch guide's (see `SAGE`).
     """
 
     name = "bnpo_loss_branch"
@@ -438,7 +439,7 @@ class GRPOK3(Method):
     """SAGE's GRPO comparator (arXiv 2605.18864, code tally0818/SAGE): GRPO with the authors' k3 anchor.
 
     beta * (r - log r - 1) per token, r = pi_ref / pi_theta, differentiated as
-    is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), beta 0.05
+    is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), at the testbed's beta
     (:data:`SAGE_ANCHOR`): the ``sage*`` presets with q = 1.
     """
 
@@ -459,8 +460,8 @@ register_method("sage_token", SAGEToken, "SAGE token guide: q from normalised su
                 **_GRPO_K3)
 register_method("sage_random", SAGERandom, "SAGE random guide: q = 1 + sigma xi on a random eps of tokens",
                 **_GRPO_K3)
-register_method("dapo_branch", DAPOBranch, "DAPO + SAGE's branch-guided anchor (k3, beta 0.05)",
+register_method("dapo_branch", DAPOBranch, f"DAPO + SAGE's branch-guided anchor (k3, beta {TESTBED_KL_COEF})",
                 **{**METHODS["dapo"].preset, **SAGE_ANCHOR})
 register_method("bnpo_loss_branch", BNPOLossBranch,
-                "SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta 0.05)",
+                f"SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta {TESTBED_KL_COEF})",
                 **{**METHODS["bnpo_loss"].preset, **SAGE_ANCHOR})
