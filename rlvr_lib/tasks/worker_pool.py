@@ -85,8 +85,8 @@ class _Worker:
                 self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
             except (WorkerTimeout, WorkerDied) as exc:
                 self.kill()
-                raise RuntimeError(f"a grading worker ({sys.executable}) did not start within "
-                                   f"{STARTUP_TIMEOUT_S:g} s: {exc or 'no reply'}; is {self.needs} installed?") from None
+                raise RuntimeError(f"a grading worker ({sys.executable}) did not start within {STARTUP_TIMEOUT_S:g} "
+                                   f"s: {exc or 'no reply'}; is {self.needs} installed?") from None
             self.ready = True
 
     def request(self, message: dict, limit_s: float) -> dict:
