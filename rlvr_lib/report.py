@@ -1,8 +1,11 @@
 """The README's results section, rendered from what is committed under ``results/``.
 
 ``python -m rlvr_lib.report`` rewrites the part of README.md between the
-``<!-- results:start -->`` and ``<!-- results:end -->`` markers; a test checks the
-README matches, so the table can never drift from the results it quotes.
+``<!-- results:start -->`` and ``<!-- results:end -->`` markers, and the
+reliability table between ``<!-- reliability:start -->`` and
+``<!-- reliability:end -->`` (from ``results/hostile/suite.json``, which a run of
+``pytest tests/hostile`` writes); a test checks the README matches, so the
+tables can never drift from the results they quote.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from rlvr_lib.experiments import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_clai
                                   format_ci, load_runs, results_root)
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
+RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
 README = Path(__file__).resolve().parent.parent / "README.md"
 
 
@@ -346,14 +350,54 @@ def render(root: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+def render_reliability(root: str | Path | None = None) -> str:
+    """The markdown of README's reliability table (without the markers), from ``hostile/suite.json``.
+
+    One row per class of the hostile suite (``tests/hostile/conftest.py`` says how
+    tests get their class): the inputs tried (tests run, skipped ones left out),
+    how many were blocked or graded right (passed), and whether the host stayed
+    unchanged / nothing was lost: ``yes`` when every test of a class that checks
+    it passed, ``n/a`` for a class that only grades.
+    """
+    path = results_root(root) / "hostile" / "suite.json"
+    if not path.exists():
+        return "*No hostile-suite results committed yet (`pytest tests/hostile`, then `python -m rlvr_lib.report`).*"
+    suite = json.loads(path.read_text())
+    classes = suite["classes"]
+    commit = (suite.get("git_commit") or "unknown")[:10]
+    dirty = "" if suite.get("worktree_clean", True) else ", with uncommitted changes"
+    tried = sum(c["tried"] for c in classes.values())
+    passed = sum(c["passed"] for c in classes.values())
+    lines = [f"**Hostile suite** (`results/hostile/suite.json`: `pytest tests/hostile` on {suite['date'][:10]}, "
+             f"commit `{commit}`{dirty}; {passed} of {tried} inputs blocked or graded right):", "",
+             "| class | inputs tried | blocked or graded right | host unchanged / nothing lost |",
+             "|---|---|---|---|"]
+    for name, c in classes.items():
+        all_passed = c["failed"] == 0 and c["passed"] == c["tried"]
+        right = f"{c['passed']}" if all_passed else f"**{c['passed']} ({c['failed']} failed)**"
+        if not c["host_checked"]:
+            host = "n/a (grading only)"
+        else:
+            host = "yes" if all_passed else "**not shown** (a failed test)"
+        skipped = f" ({c['skipped']} skipped)" if c.get("skipped") else ""
+        lines.append(f"| {name} | {c['tried']}{skipped} | {right} | {host} |")
+    return "\n".join(lines)
+
+
+def _fill(text: str, start: str, end: str, body: str, readme: Path) -> str:
+    """``text`` with the part between the ``start`` and ``end`` markers replaced by ``body``."""
+    if start not in text or end not in text:
+        raise ValueError(f"{readme} has no '{start}' ... '{end}' section to fill")
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    return f"{head}{start}\n{body}\n{end}{tail}"
+
+
 def update_readme(readme: Path = README, root: str | Path | None = None) -> bool:
-    """Rewrite the README's results section; returns whether it changed."""
+    """Rewrite the README's results section and reliability table; returns whether it changed."""
     text = readme.read_text()
-    if START not in text or END not in text:
-        raise ValueError(f"{readme} has no '{START}' ... '{END}' section to fill")
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    new = f"{head}{START}\n{render(root)}\n{END}{tail}"
+    new = _fill(text, START, END, render(root), readme)
+    new = _fill(new, RELIABILITY_START, RELIABILITY_END, render_reliability(root), readme)
     if new != text:
         readme.write_text(new)
     return new != text
@@ -361,5 +405,5 @@ def update_readme(readme: Path = README, root: str | Path | None = None) -> bool
 
 if __name__ == "__main__":
     changed = update_readme()
-    print("README results section", "updated" if changed else "already up to date")
+    print("README results section and reliability table", "updated" if changed else "already up to date")
     sys.exit(0)

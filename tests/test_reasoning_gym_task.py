@@ -2,11 +2,14 @@
 
 import math
 import re
+import threading
 import time
 
 import pytest
 
-from rlvr_lib.tasks import CORRECT, MALFORMED, WRONG, ReasoningGymTask, Task, get_task
+from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, WRONG, ReasoningGymTask, Task, get_task, rg_grading, worker_pool
+from rlvr_lib.tasks.base import STATUSES
+from rlvr_lib.tasks.math_task import HARD_MARGIN_S
 from rlvr_lib.tasks.reasoning_gym_task import KNIGHTS_KNAVES_FAMILIES, extract_final_answer, knights_knaves_task
 from rlvr_lib.trainer import Trainer, TrainerConfig
 
@@ -107,6 +110,60 @@ def test_hostile_completions_get_zero_without_raising_or_hanging(kk, name):
     assert verdict.reward == 0.0 and verdict.status in (MALFORMED, WRONG), verdict
 
 
+def _in_thread(task, problem, completion):
+    """``(verdict, seconds)`` of ``task.verify`` called from a fresh, non-main thread."""
+    out = {}
+
+    def run():
+        assert threading.current_thread() is not threading.main_thread()
+        start = time.perf_counter()
+        out["verdict"] = task.verify(problem, completion)
+        out["seconds"] = time.perf_counter() - start
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert not thread.is_alive(), "verify hung in a thread"
+    return out["verdict"], out["seconds"]
+
+
+@pytest.fixture
+def worker_starts(monkeypatch):
+    """Counts the scoring/grading worker processes started while the test runs."""
+    starts = []
+    original = worker_pool._Worker.__init__
+
+    def counting(self, *args, **kwargs):
+        starts.append(args)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(worker_pool._Worker, "__init__", counting)
+    return starts
+
+
+def test_time_limit_holds_off_the_main_thread_and_the_worker_is_reused(worker_starts):
+    # polynomial_multiplication's scorer runs sympy.parse_expr on the answer: 7**7**9 computes for minutes.
+    task = ReasoningGymTask("rg_poly", "polynomial_multiplication", {"default": {}}, timeout_s=1)
+    problem = task.family_problems("default", 1)[0]
+    warm, _ = _in_thread(task, problem, problem.oracle_trace)  # may start a worker: start-up is not the limit's
+    assert (warm.status, warm.reward) == (CORRECT, 1.0)
+    started = len(worker_starts)
+
+    hung, seconds = _in_thread(task, problem, "<answer>7**7**9</answer>")
+    assert (hung.status, hung.reward) == (TIMEOUT, 0.0), hung
+    assert seconds < task.timeout_s + HARD_MARGIN_S + 1.0  # one second of slack for a loaded machine
+    for completion in (problem.oracle_trace, "<answer>y</answer>"):
+        verdict, _ = _in_thread(task, problem, completion)
+        assert verdict.status == (CORRECT if completion == problem.oracle_trace else WRONG), verdict
+    # the worker's own timer stopped the scorer, so the same worker serves on: no process start per call
+    assert len(worker_starts) == started
+
+
+def test_worker_statuses_are_the_shared_ones():
+    assert {rg_grading.CORRECT, rg_grading.WRONG, rg_grading.TIMEOUT} <= set(STATUSES)
+    assert rg_grading.ERROR not in STATUSES  # never a verdict: verify raises instead
+
+
 # --------------------------------------------------------------------------- families
 
 
@@ -147,6 +204,7 @@ def test_draws_are_distinct_and_bounded():
      r"families\['x'\]=\{'bogus': 1\} is invalid: must be fields of KnightsKnavesConfig \['n_people'"),
     (dict(families={"x": {"n_people": 0}}), r"families\['x'\]=\{'n_people': 0\} is invalid: .*at least 1"),
     (dict(families={"x": {"seed": 3}}), r"families\['x'\]=\{'seed': 3\} is invalid: must be a config without"),
+    (dict(families={"x": {"n_people": range(2, 3)}}), r"is invalid: must be a config of Python literals"),
     (dict(eval_families=("ppl9",)), r"eval_families='ppl9' is invalid: must be one of \['train', 'ppl2'"),
     (dict(capacity=0), r"capacity=0 is invalid: must be an integer >= 1"),
     (dict(template="{q}"), r"template='\{q\}' is invalid"),

@@ -134,3 +134,59 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
     grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
     assert f"a previous policy** (`old0000000000000`), not the shipped `{policy_fingerprint(None)}`" in grpo
+
+
+# --------------------------------------------------------------------------- reliability table
+
+
+def test_readme_reliability_table_matches_committed_results():
+    from rlvr_lib.report import RELIABILITY_END, RELIABILITY_START, render_reliability
+
+    section = README.read_text().split(RELIABILITY_START, 1)[1].split(RELIABILITY_END, 1)[0].strip("\n")
+    assert section == render_reliability(), "run `python -m rlvr_lib.report` after `pytest tests/hostile`"
+
+
+def _suite(tmp_path, classes):
+    from rlvr_lib.experiments import write_json_atomic
+
+    write_json_atomic(tmp_path / "hostile" / "suite.json",
+                      {"date": "2030-01-02T03:04:05+00:00", "git_commit": "0123456789abcdef", "worktree_clean": True,
+                       "duration_s": 1.0, "command": "pytest tests/hostile", "classes": classes})
+
+
+def _rows(text):
+    return {line.split(" | ")[0].strip("| "): [cell.strip(" |") for cell in line.split(" | ")[1:]]
+            for line in text.splitlines() if line.startswith("| ") and not line.startswith("| class")}
+
+
+def test_reliability_table_reads_the_suite_json(tmp_path):
+    from rlvr_lib.report import render_reliability
+
+    _suite(tmp_path, {
+        "sandbox escape": {"tried": 10, "passed": 10, "failed": 0, "skipped": 0, "host_checked": True},
+        "math answers": {"tried": 4, "passed": 4, "failed": 0, "skipped": 1, "host_checked": False},
+    })
+    text = render_reliability(tmp_path)
+    assert "on 2030-01-02, commit `0123456789`; 14 of 14 inputs blocked or graded right" in text
+    assert _rows(text) == {"sandbox escape": ["10", "10", "yes"],
+                           "math answers": ["4 (1 skipped)", "4", "n/a (grading only)"]}
+
+
+def test_reliability_table_shows_a_failing_case_as_not_all_passed(tmp_path):
+    from rlvr_lib.report import render_reliability
+
+    _suite(tmp_path, {
+        "sandbox forgery": {"tried": 5, "passed": 4, "failed": 1, "skipped": 0, "host_checked": True},
+        "math answers": {"tried": 3, "passed": 2, "failed": 1, "skipped": 0, "host_checked": False},
+    })
+    text = render_reliability(tmp_path)
+    assert "6 of 8 inputs blocked or graded right" in text
+    rows = _rows(text)
+    assert rows["sandbox forgery"] == ["5", "**4 (1 failed)**", "**not shown** (a failed test)"]
+    assert rows["math answers"] == ["3", "**2 (1 failed)**", "n/a (grading only)"]
+
+
+def test_reliability_table_without_results_says_how_to_make_them(tmp_path):
+    from rlvr_lib.report import render_reliability
+
+    assert "pytest tests/hostile" in render_reliability(tmp_path)

@@ -26,7 +26,6 @@ Registered here:
 from __future__ import annotations
 
 import logging
-import threading
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from rlvr_lib.tasks.math_grading import GOLD_UNPARSED
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, TIMEOUT, Problem, Verdict
 from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion
 from rlvr_lib.tasks.registry import register_task
-from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout
+from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout, shared_pool
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 logger = logging.getLogger(__name__)
@@ -48,17 +47,11 @@ HARD_MARGIN_S = 2.0
 """Seconds past ``timeout_s`` before a grading worker that has not answered is killed. The worker's own
 timer stops a grading at ``timeout_s`` (and survives); this margin is for work no signal interrupts
 (a loop inside C code) and for a loaded machine's scheduling."""
-_POOL: WorkerPool | None = None
-_POOL_LOCK = threading.Lock()
 
 
 def _grading_pool() -> WorkerPool:
     """The process's grading workers, shared by every `MathTask` (a request carries its gold answer)."""
-    global _POOL
-    with _POOL_LOCK:
-        if _POOL is None:
-            _POOL = WorkerPool(Path(math_grading.__file__))
-        return _POOL
+    return shared_pool(Path(math_grading.__file__), needs="math-verify")
 
 
 LOG_QUOTE_CHARS = 200

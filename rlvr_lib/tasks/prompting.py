@@ -10,15 +10,13 @@ tokenizer has one, through the tokenizer's chat template.
 from __future__ import annotations
 
 import logging
-import threading
 
 from rlvr_lib.tasks.base import MALFORMED, Verdict
 from rlvr_lib.validation import check, check_choice, check_int
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MAX_COMPLETION_CHARS", "PromptFormat", "PromptedTask", "check_completion", "check_timeout",
-           "signal_timeout"]
+__all__ = ["MAX_COMPLETION_CHARS", "PromptFormat", "PromptedTask", "check_completion", "check_timeout"]
 
 QUESTION_SLOT = "{question}"
 MAX_COMPLETION_CHARS = 32_000
@@ -110,16 +108,5 @@ def check_family_names(families, **chosen) -> None:
 
 
 def check_timeout(timeout_s: object) -> int:
-    """Validates a grading time limit: whole seconds (``signal.alarm`` counts in seconds), at least 1."""
+    """Validates a grading time limit: whole seconds, at least 1."""
     return check_int("timeout_s", timeout_s, 1)
-
-
-def signal_timeout(timeout_s: int) -> int | None:
-    """The time limit to hand to math-verify's signal-based timeouts here, or ``None``.
-
-    math-verify bounds parsing and comparison with ``signal.alarm``, which only
-    works in the main thread (elsewhere it raises). Off the main thread the
-    limit is dropped (math-verify then logs that it runs without one) and only
-    the completion-length cap bounds the work.
-    """
-    return timeout_s if threading.current_thread() is threading.main_thread() else None

@@ -12,17 +12,28 @@ Answer format (what the default prompt asks for): the final answer inside
 ``<answer>...</answer>``; the last complete pair counts. Failing that, the
 text after the last ``answer:`` (any case) up to the end of its line.
 
+Scoring runs in worker processes (`rlvr_lib.tasks.rg_grading`, on the
+`WorkerPool` that `MathTask` grades with), so its time limit holds on any
+thread: a scorer stuck on a pathological answer (``7**7**9`` handed to
+``sympy.parse_expr``) gives ``timeout``, and the caller gets its verdict
+within ``timeout_s`` plus `HARD_MARGIN_S` seconds.
+
 Registered here: ``"rg_knights_knaves"`` (`knights_knaves_task`).
 """
 
 from __future__ import annotations
 
+import ast
 import zlib
+from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
-from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion, signal_timeout
+from rlvr_lib.tasks import rg_grading
+from rlvr_lib.tasks.base import CORRECT, MALFORMED, TIMEOUT, WRONG, Problem, Verdict
+from rlvr_lib.tasks.math_task import HARD_MARGIN_S
+from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion
 from rlvr_lib.tasks.registry import register_task
+from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout, shared_pool
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 __all__ = [
@@ -36,6 +47,11 @@ __all__ = [
 DEFAULT_RG_TEMPLATE = "{question}\nPut your final answer inside <answer></answer>."
 _OPEN, _CLOSE, _LINE_MARKER = "<answer>", "</answer>", "answer:"
 _RESERVED = ("seed", "size")  # set by the task, per draw
+
+
+def _scoring_pool() -> WorkerPool:
+    """The process's scoring workers, shared by every `ReasoningGymTask` (a request names its data set)."""
+    return shared_pool(Path(rg_grading.__file__), needs="reasoning-gym")
 
 
 def extract_final_answer(completion: str) -> str | None:
@@ -83,8 +99,12 @@ class ReasoningGymTask(PromptedTask):
     Grading (`verify`): not a string or longer than ``max_completion_chars``,
     or no final answer (`extract_final_answer`) -> ``malformed``; the data
     set's ``score_answer`` below 1 (reasoning-gym's partial credit included),
-    or raising, or out of time -> ``wrong``; 1 -> ``correct`` (reward 1: the
-    binary verifiable reward of the papers).
+    or raising, or killing its worker (e.g. its memory limit) -> ``wrong``;
+    running past ``timeout_s`` -> ``timeout``; 1 -> ``correct`` (reward 1:
+    the binary verifiable reward of the papers; every other status 0). The
+    scorer runs in a worker process that rebuilds the data set from
+    ``(dataset, family config, dataset seed, capacity)`` and receives the item
+    (`rlvr_lib.tasks.rg_grading`), so the limit holds on any thread.
 
     Args:
         name: Registry name; also the prefix of every problem uid.
@@ -97,7 +117,8 @@ class ReasoningGymTask(PromptedTask):
         capacity: Virtual size of every family's data set (the largest draw).
         template: Prompt template with one ``"{question}"``.
         tokenizer, use_chat_template: See `PromptFormat`.
-        timeout_s: Seconds ``score_answer`` may take (``signal.alarm``, main thread only).
+        timeout_s: Wall-clock seconds ``score_answer`` may take; a worker that has not answered
+            `HARD_MARGIN_S` later is killed.
         max_completion_chars: Longer completions are ``malformed`` without reading them.
         hint_pool: Anything with ``contexts(problem) -> list[str]``; ``None``: no hints.
 
@@ -139,6 +160,7 @@ class ReasoningGymTask(PromptedTask):
             self._check_config(family, config)
         self._datasets: dict[tuple[str, int], Any] = {}
         self._entries: dict[tuple[str, int, int], dict] = {}
+        self._packed: dict[tuple[str, int, int], str] = {}
 
     def _check_config(self, family: str, config: dict) -> None:
         """Builds a one-item data set from ``config``; a bad field or value raises ``ValueError``."""
@@ -147,6 +169,11 @@ class ReasoningGymTask(PromptedTask):
         where = f"families[{family!r}]"
         reserved = [k for k in _RESERVED if k in config]
         check(not reserved, where, config, f"a config without {reserved} (the task sets them per draw)")
+        try:  # the scoring worker rebuilds the data set from the config's repr
+            literal = ast.literal_eval(repr(config)) == config
+        except (ValueError, SyntaxError):
+            literal = False
+        check(literal, where, config, "a config of Python literals (numbers, strings, tuples, lists, dicts)")
         try:
             reasoning_gym.create_dataset(self.dataset, seed=0, size=1, **config)
         except (TypeError, ValueError, AssertionError) as exc:
@@ -173,6 +200,13 @@ class ReasoningGymTask(PromptedTask):
         if key not in self._entries:
             self._entries[key] = self._data(family, dataset_seed)[index]
         return self._entries[key]
+
+    def _packed_entry(self, family: str, dataset_seed: int, index: int) -> str:
+        """The item as a scoring request carries it; packed once per item."""
+        key = (family, dataset_seed, index)
+        if key not in self._packed:
+            self._packed[key] = rg_grading.pack_entry(self._entry(family, dataset_seed, index))
+        return self._packed[key]
 
     def family_capacity(self, family: str) -> int:
         """The virtual size of every family's data set (``capacity``)."""
@@ -217,26 +251,38 @@ class ReasoningGymTask(PromptedTask):
 
     # ----------------------------------------------------------------- grading
     def verify(self, problem: Problem, completion: object) -> Verdict:
-        """Score the final answer with the data set's ``score_answer``. Never raises on model output."""
+        """Score the final answer with the data set's ``score_answer`` (see the class docstring).
+
+        Never raises on model output and returns within ``timeout_s`` plus
+        `HARD_MARGIN_S` seconds on any thread (the scorer runs in a worker
+        process, `rlvr_lib.tasks.rg_grading`).
+
+        Raises:
+            RuntimeError: no scoring worker can start, or it cannot rebuild the
+                data set's scorer: the environment, not the completion.
+        """
+        if isinstance(completion, str) and type(completion) is not str:
+            completion = str.__str__(completion)  # a str subclass is graded by its characters, not its methods
         rejected = check_completion(completion, self.max_completion_chars)
         if rejected is not None:
             return rejected
         answer = extract_final_answer(completion)
         if answer is None:
             return Verdict(0.0, MALFORMED, None, f"no {_OPEN}...{_CLOSE} and no '{_LINE_MARKER}' line")
-        from math_verify.errors import TimeoutException
-        from math_verify.utils import timeout
-
         family, dataset_seed, index = problem.operands
-        entry = self._entry(family, dataset_seed, index)
-        scorer = timeout(signal_timeout(self.timeout_s))(self._data(family, dataset_seed).score_answer)
+        request = {"dataset": self.dataset, "config": repr(self.family_configs[family]), "seed": dataset_seed,
+                   "size": self.capacity, "entry": self._packed_entry(family, dataset_seed, index),
+                   "answer": answer, "budget_s": self.timeout_s}
+        limit = self.timeout_s + HARD_MARGIN_S
         try:
-            score = float(scorer(answer, entry))
-        except (Exception, TimeoutException) as exc:  # a scorer choking on model output is the output's fault
-            return Verdict(0.0, WRONG, None, f"score_answer failed: {type(exc).__name__}")
-        if score >= 1.0:
-            return Verdict(1.0, CORRECT, None)
-        return Verdict(0.0, WRONG, None, f"score_answer gave {score:.3g}")
+            reply = _scoring_pool().request(request, limit)
+        except WorkerTimeout:
+            return Verdict(0.0, TIMEOUT, None, f"score_answer ran past {limit:g} s: its worker was stopped")
+        except WorkerDied as exc:  # e.g. the worker's memory limit: a scorer choking on the answer
+            return Verdict(0.0, WRONG, None, f"the scoring worker died on this answer ({exc})")
+        if reply["status"] == rg_grading.ERROR:
+            raise RuntimeError(f"{self.name}: {reply['reason']}")
+        return Verdict(1.0 if reply["status"] == CORRECT else 0.0, reply["status"], None, reply["reason"])
 
     def hints(self, problem: Problem) -> list[str]:
         """The hint pool's contexts for ``problem``; ``[]`` without a pool."""

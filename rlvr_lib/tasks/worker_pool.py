@@ -30,7 +30,7 @@ from pathlib import Path
 
 from rlvr_lib.tasks.math_grading import read_frame, write_frame
 
-__all__ = ["WorkerDied", "WorkerPool", "WorkerTimeout"]
+__all__ = ["WorkerDied", "WorkerPool", "WorkerTimeout", "shared_pool"]
 
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import and warm up (a loaded machine can be slow); not part of any limit."""
@@ -58,7 +58,8 @@ def _wait_readable(fd: int, deadline: float) -> bool:
 
 
 class _Worker:
-    def __init__(self, script: Path):
+    def __init__(self, script: Path, needs: str = "math-verify"):
+        self.needs = needs
         # runpy, not "python script.py", puts neither the script's folder nor (once '' is dropped) the caller's
         # working directory on sys.path: modules there would shadow the ones the worker imports
         code = (f"import sys; sys.path = [p for p in sys.path if p not in ('', '.')]; "
@@ -84,8 +85,8 @@ class _Worker:
                 self._receive(time.monotonic() + STARTUP_TIMEOUT_S)
             except (WorkerTimeout, WorkerDied) as exc:
                 self.kill()
-                raise RuntimeError(f"a grading worker ({sys.executable}) did not start within "
-                                   f"{STARTUP_TIMEOUT_S:g} s: {exc or 'no reply'}; is math-verify installed?") from None
+                raise RuntimeError(f"a grading worker ({sys.executable}) did not start within {STARTUP_TIMEOUT_S:g} "
+                                   f"s: {exc or 'no reply'}; is {self.needs} installed?") from None
             self.ready = True
 
     def request(self, message: dict, limit_s: float) -> dict:
@@ -122,11 +123,13 @@ class WorkerPool:
     Args:
         script: The worker's script (its ``__main__`` serves requests).
         max_idle: Idle workers kept for reuse; more are closed when they finish.
+        needs: What the worker imports, named in the error when a worker cannot start.
     """
 
-    def __init__(self, script: Path, max_idle: int = 8):
+    def __init__(self, script: Path, max_idle: int = 8, needs: str = "math-verify"):
         self.script = Path(script)
         self.max_idle = max_idle
+        self.needs = needs
         self._lock = threading.Lock()
         self._idle: list[_Worker] = []
         self._pid = os.getpid()
@@ -138,7 +141,7 @@ class WorkerPool:
                 self._idle, self._pid = [], os.getpid()
             if self._idle:
                 return self._idle.pop()
-        return _Worker(self.script)
+        return _Worker(self.script, self.needs)
 
     def _checkin(self, worker: _Worker) -> None:
         with self._lock:
@@ -164,7 +167,7 @@ class WorkerPool:
         except (WorkerTimeout, WorkerDied):
             worker.kill()
             try:
-                self._checkin(_Worker(self.script))  # starts importing now, while the caller goes on
+                self._checkin(_Worker(self.script, self.needs))  # starts importing now, while the caller goes on
             except OSError:  # no process to spare now: the next request starts one (and reports why not)
                 pass
             raise
@@ -180,3 +183,20 @@ class WorkerPool:
             idle, self._idle = (self._idle, []) if self._pid == os.getpid() else ([], [])
         for worker in idle:
             worker.close()
+
+
+_SHARED: dict[Path, WorkerPool] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_pool(script: Path, needs: str = "math-verify") -> WorkerPool:
+    """The process's one `WorkerPool` for ``script``, made on first use and shared by every caller.
+
+    A request carries everything the worker needs (the gold answer, the data
+    set's name and seed), so every task of a kind shares its workers.
+    """
+    script = Path(script).resolve()
+    with _SHARED_LOCK:
+        if script not in _SHARED:
+            _SHARED[script] = WorkerPool(script, needs=needs)
+        return _SHARED[script]

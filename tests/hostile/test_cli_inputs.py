@@ -16,6 +16,8 @@ import pytest
 from rlvr_lib.__main__ import main
 from rlvr_lib.reproduce import main as reproduce_main
 
+pytestmark = pytest.mark.hostile_class("CLI inputs", host=True)  # the working tree is compared
+
 REPO = Path(__file__).resolve().parents[2]
 TINY = ["--set", "prompts_per_step=2", "--set", "group_size=2", "--set", "max_new_tokens=8"]
 NO_HUB_MODEL = "rlvr-lib-tests/no-such-model"

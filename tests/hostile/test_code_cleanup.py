@@ -10,6 +10,8 @@ from rlvr_lib.tasks import STATUSES, CodeTask
 from rlvr_lib.tasks.code_task import code_problem
 from rlvr_lib.tasks.sandbox import SandboxConfig
 
+pytestmark = pytest.mark.hostile_class("sandbox cleanup", host=True)
+
 DEPTH = 1500
 """Nested directories a program builds: past Python's default recursion limit (1000), which a recursive
 removal (shutil.rmtree) hits."""

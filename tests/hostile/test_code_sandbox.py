@@ -28,6 +28,8 @@ from rlvr_lib.tasks.sandbox import UNPRIVILEGED_UID, SandboxConfig, probe_layers
 
 from code_sandbox_cases import CASES, RIGHT, TESTS, WRONG
 
+pytestmark = pytest.mark.hostile_class("sandbox", host=True)  # + each case's kind
+
 LIMITS = dict(wall_s=3.0, cpu_s=1, memory_mb=256, max_output_bytes=1 << 15)
 TIME_BOUND_S = LIMITS["wall_s"] + 10  # startup and cleanup on a loaded 2-core machine
 PROBLEM = code_problem({"prompt": "def add(a, b):\n", "entry_point": "add", "task_id": "hostile/add",

@@ -27,6 +27,8 @@ from rlvr_lib.experiments import RunRecord, cached_run, write_json_atomic
 from rlvr_lib.methods import method_config
 from rlvr_lib.trainer import CheckpointError, Trainer, previous_checkpoint, read_checkpoint
 
+pytestmark = pytest.mark.hostile_class("faults", host=True)  # host: nothing lost
+
 CFG = method_config("grpo", steps=6, prompts_per_step=2, group_size=4, max_new_tokens=40, train_family="train",
                     checkpoint_every=1, seed=7)
 CKPT = "checkpoint.pt"
@@ -159,6 +161,7 @@ def _die_at(kind: str, n: int, half: int) -> None:
         setattr(os, kind, then_die)
 
 
+@pytest.mark.hostile_class("killed run", host=True)
 def test_a_run_killed_anywhere_resumes_bit_identical(policy, reference, tmp_path):
     expected, seconds = reference
     half = _checkpoint_size(expected, tmp_path) // 2
@@ -218,6 +221,7 @@ def _damaged_resume(policy, tmp_path, damage, match):
     return resumed
 
 
+@pytest.mark.hostile_class("damaged checkpoint", host=True)
 def test_a_truncated_checkpoint_is_refused_and_the_previous_one_resumed(policy, reference, tmp_path):
     def truncate(path):
         os.truncate(path, path.stat().st_size // 2)
@@ -227,6 +231,7 @@ def test_a_truncated_checkpoint_is_refused_and_the_previous_one_resumed(policy, 
     _assert_same_run(read_checkpoint(tmp_path / CKPT), reference[0])
 
 
+@pytest.mark.hostile_class("damaged checkpoint", host=True)
 def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_resumed(policy, reference, tmp_path):
     def flip(path):
         data = bytearray(path.read_bytes())
@@ -239,6 +244,7 @@ def test_a_corrupted_checkpoint_is_refused_and_the_previous_one_resumed(policy, 
     _assert_same_run(read_checkpoint(tmp_path / CKPT), reference[0])
 
 
+@pytest.mark.hostile_class("damaged checkpoint", host=True)
 def test_when_both_checkpoints_are_damaged_the_error_names_both(policy, tmp_path):
     first = _trainer(policy, tmp_path)
     first.step(), first.step()
@@ -255,6 +261,7 @@ def _no_space(*args, **kwargs):
     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
 
 
+@pytest.mark.hostile_class("full disk", host=True)
 @pytest.mark.parametrize("where", ["write", "fsync", "replace"])
 def test_a_full_disk_during_a_checkpoint_write_keeps_the_previous_one(policy, tmp_path, monkeypatch, where):
     trainer = _trainer(policy, tmp_path)
@@ -303,6 +310,7 @@ def _record(n_rows: int) -> RunRecord:
                      history=[{"step": i, "reward_mean": 0.5} for i in range(n_rows)])
 
 
+@pytest.mark.hostile_class("full disk", host=True)
 def test_a_full_disk_during_a_record_write_keeps_the_previous_record(tmp_path, monkeypatch):
     path = _record(2).save(tmp_path / "grpo-0-s0.json")
     monkeypatch.setattr(os, "fsync", _no_space)
@@ -318,6 +326,7 @@ def test_a_full_disk_during_a_record_write_keeps_the_previous_record(tmp_path, m
     assert cached_run("faults", "run", {"a": 1}, 0, lambda: ([], {"x": 1.0}), root=tmp_path).final == {"x": 1.0}
 
 
+@pytest.mark.hostile_class("full disk", host=True)
 def test_a_file_size_limit_during_checkpoint_and_record_writes_keeps_the_previous_ones(policy, tmp_path):
     """A real RLIMIT_FSIZE (SIGXFSZ ignored, so writes past it fail with EFBIG), in a forked child."""
     path, record = tmp_path / CKPT, tmp_path / "grpo-0-s0.json"
@@ -349,6 +358,7 @@ def test_a_file_size_limit_during_checkpoint_and_record_writes_keeps_the_previou
     assert _temp_files(tmp_path) == []
 
 
+@pytest.mark.hostile_class("no hard links", host=True)
 def test_without_hard_links_the_previous_checkpoint_is_a_copy(policy, tmp_path, monkeypatch):
     def no_links(*args, **kwargs):
         raise PermissionError(errno.EPERM, os.strerror(errno.EPERM))

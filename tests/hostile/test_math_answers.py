@@ -19,6 +19,8 @@ import pytest
 from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, WRONG, Problem
 from rlvr_lib.tasks.math_task import HARD_MARGIN_S, math_sample_task
 
+pytestmark = pytest.mark.hostile_class("math answers", host=False)  # grading only
+
 LIMIT_S = 1
 """The task's time limit in these tests."""
 BOUND_S = LIMIT_S + HARD_MARGIN_S + 3.0

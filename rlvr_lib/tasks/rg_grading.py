@@ -1,0 +1,132 @@
+"""The worker process that scores `ReasoningGymTask` answers with reasoning-gym's ``score_answer``.
+
+A data set's scorer runs arbitrary parsing on model output (several call
+``sympy.parse_expr``, where ``7**7**9`` computes for minutes inside C code).
+So scoring runs in worker processes (`rlvr_lib.tasks.worker_pool.WorkerPool`,
+the pool `MathTask` grades with): the worker's own interval timer stops a
+scorer looping in Python at the budget (the worker survives), and the parent
+kills a worker that has not answered shortly after. The caller's thread never
+depends on signals.
+
+A request names the data set, its configuration (``repr`` of the config
+mapping, read back with ``ast.literal_eval`` so tuples stay tuples) and the
+data set's seed and size, from which the worker rebuilds the scorer (cached),
+and carries the item itself, pickled: some generators are not reproducible
+across processes (``polynomial_multiplication`` depends on the string hash
+seed), so the worker does not regenerate the item. The pickle comes from the
+parent process that started the worker, never from model output. The reply is
+``{"status", "score", "reason"}`` with status ``correct``, ``wrong``,
+``timeout`` or ``error`` (the scorer could not be rebuilt: the environment,
+not the answer).
+
+Run as a plain script (``WorkerPool`` runs it with ``runpy``), it imports
+nothing from ``rlvr_lib`` (the installed package may be another checkout);
+the length-prefixed framing is loaded from the sibling ``math_grading.py``.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import importlib.util
+import logging
+import os
+import pickle
+import signal
+from functools import lru_cache
+from pathlib import Path
+
+CORRECT, WRONG, TIMEOUT, ERROR = "correct", "wrong", "timeout", "error"
+WORKER_MEMORY_BYTES = 4 << 30
+"""Address-space limit of a scoring worker: a huge expansion fails with MemoryError, not host swap."""
+
+
+class _Deadline(BaseException):
+    """Raised by the worker's interval timer; a BaseException, so a scorer's ``except Exception`` cannot swallow it."""
+
+
+def pack_entry(entry: dict) -> str:
+    """A data-set item as a request carries it (pickled, base64 text)."""
+    return base64.b64encode(pickle.dumps(entry, protocol=pickle.HIGHEST_PROTOCOL)).decode("ascii")
+
+
+@lru_cache(maxsize=64)
+def _dataset(name: str, config: str, seed: int, size: int):
+    import reasoning_gym
+
+    return reasoning_gym.create_dataset(name, seed=seed, size=size, **ast.literal_eval(config))
+
+
+def score_within(request: dict) -> dict:
+    """The reply to one scoring request, with ``score_answer`` stopped after ``request["budget_s"]`` seconds.
+
+    Main thread only (it uses ``SIGALRM``). A scorer that raises on the answer
+    gives ``wrong`` (the answer's fault, as reasoning-gym's own scorers treat
+    unparseable answers); one that runs past the budget gives ``timeout``.
+    """
+    scorer = _dataset(request["dataset"], request["config"], int(request["seed"]), int(request["size"])).score_answer
+    entry = pickle.loads(base64.b64decode(request["entry"]))
+    budget_s = float(request["budget_s"])
+
+    def expire(signum, frame):
+        raise _Deadline
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        try:
+            signal.setitimer(signal.ITIMER_REAL, budget_s)
+            score = float(scorer(request["answer"], entry))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+    except _Deadline:
+        return {"status": TIMEOUT, "score": 0.0, "reason": f"score_answer ran past its {budget_s:g} s budget"}
+    except Exception as exc:  # noqa: BLE001 - model output (RecursionError, MemoryError too) never stops the worker
+        return {"status": WRONG, "score": 0.0, "reason": f"score_answer failed: {type(exc).__name__}"}
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    if score >= 1.0:
+        return {"status": CORRECT, "score": score, "reason": ""}
+    return {"status": WRONG, "score": score, "reason": f"score_answer gave {score:.3g}"}
+
+
+def _framing():
+    """``math_grading``'s ``read_frame`` and ``write_frame``, loaded by path (see the module docstring)."""
+    spec = importlib.util.spec_from_file_location("_rlvr_math_grading", Path(__file__).with_name("math_grading.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.read_frame, module.write_frame
+
+
+def serve() -> None:
+    """The worker loop: one reply per request; ``{"ready": true}`` first, once reasoning-gym is imported.
+
+    Exits at end of input.
+    """
+    import resource
+
+    read_frame, write_frame = _framing()
+    replies = os.dup(1)
+    os.dup2(2, 1)  # anything a scorer prints goes to stderr, never into the reply pipe
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: small address space, no oversubscription
+    import reasoning_gym  # noqa: F401 - imported before "ready", so start-up never counts against a budget
+
+    logging.getLogger().setLevel(logging.ERROR)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_BYTES, WORKER_MEMORY_BYTES))
+    except (ValueError, OSError):  # a lower hard limit already: keep it
+        pass
+    write_frame(replies, {"ready": True})
+    while True:
+        request = read_frame(0)
+        if request is None:
+            return
+        try:
+            reply = score_within(request)
+        except Exception as exc:  # noqa: BLE001 - rebuilding the scorer failed: report it, keep serving
+            reply = {"status": ERROR, "score": 0.0,
+                     "reason": f"the scoring worker could not rebuild the data set: {type(exc).__name__}: {exc}"}
+        write_frame(replies, reply)
+
+
+if __name__ == "__main__":
+    serve()
