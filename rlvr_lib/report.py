@@ -69,10 +69,19 @@ def _dynamics_section(root: Path) -> list[str]:
         gates = report["targets"][steps[0]][name].get("gates", True)
         label = name if gates else f"{name} (reported, not a gate)"
         lines.append(f"| {label} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
-    for tried in report.get("kl_coef_search", [])[:-1]:
-        missed = sorted({name for ts in tried["targets"].values() for name, t in ts.items()
-                         if not t["met"] and t.get("gates", True)})
-        lines += ["", f"At beta {tried['kl_coef']} no step count met every target (not met: {', '.join(missed)})."]
+    search = report.get("kl_coef_search", [])
+    if len(search) > 1:  # the anchor's beta was searched: every beta tried, at the largest step count
+        last = steps[-1]
+        lines += ["", f"The table above is at anchor beta {report['kl_coef']}; every beta tried, at {last} steps "
+                      "(the search stops at the first beta at which some step count meets every gating target):",
+                  "", "| target | " + " | ".join(f"beta {t['kl_coef']}" for t in search) + " |",
+                  "|---|" + "---|" * len(search)]
+        for name in names:
+            cells = []
+            for tried in search:
+                t = tried["targets"].get(last, {}).get(name)
+                cells.append("-" if t is None else f"{t['value']} {'yes' if t['met'] else '**no**'}")
+            lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 

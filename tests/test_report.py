@@ -116,8 +116,7 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     report = {"policy_sha": "abc", "chosen_steps": 200, "config": {"seeds": [0, 1, 2], "base_seeds": [0, 1]},
               "kl_coef": 0.1,
               "kl_coef_search": [{"kl_coef": 0.05, "chosen_steps": None,
-                                  "targets": {"100": {"kl_binds": {"met": False}, "x_main": {"met": False,
-                                                                                              "gates": False}}}},
+                                  "targets": {"200": {"pass_at_1_gain": target(0.04, False, [0.03, 0.05])}}},
                                  {"kl_coef": 0.1, "chosen_steps": 200, "targets": {}}],
               "targets": {"100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04]), "lost_main": reported},
                           "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08]), "lost_main": reported}}}
@@ -130,7 +129,9 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     dynamics = text.split("**Dynamics calibration**", 1)[1]
     assert "anchor beta 0.1; step count of the full profile: 200" in dynamics
     assert "| lost_main (reported, not a gate) | (lost - null) / rescued >= 3.0 | 1.6 **no** | 1.6 **no** |" in dynamics
-    assert "At beta 0.05 no step count met every target (not met: kl_binds)." in dynamics
+    assert "every beta tried, at 200 steps" in dynamics
+    assert "| target | beta 0.05 | beta 0.1 |" in dynamics
+    assert "| pass_at_1_gain | 0.04 **no** | - |" in dynamics
     assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
     grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
     assert f"a previous policy** (`old0000000000000`), not the shipped `{policy_fingerprint(None)}`" in grpo
