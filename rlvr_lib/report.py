@@ -362,7 +362,7 @@ def render(root: str | Path | None = None) -> str:
 def render_reliability(root: str | Path | None = None) -> str:
     """The markdown of README's reliability table (without the markers), from ``hostile/suite.json``.
 
-    One row per class of the hostile suite (``tests/hostile/conftest.py`` says how
+    One row per class of the hostile suite (``tests/hostile_suite_recorder.py`` says how
     tests get their class): the inputs tried (tests run, skipped ones left out),
     how many were blocked or graded right (passed), and whether the host stayed
     unchanged / nothing was lost: ``yes`` when every test of a class that checks

@@ -66,8 +66,12 @@ CHARSET = string.digits + string.ascii_letters + string.punctuation + " \n"
 
 
 def pytest_configure(config):
-    """Use few intra-op threads for the tiny test models (see module docstring)."""
+    """Use few intra-op threads for the tiny test models (see module docstring); record the hostile suite."""
+    import hostile_suite_recorder
+
     torch.set_num_threads(max(1, int(os.environ.get("RLVR_TEST_THREADS", "1"))))
+    if not config.pluginmanager.is_registered(hostile_suite_recorder):
+        config.pluginmanager.register(hostile_suite_recorder, "hostile-suite-recorder")
 
 
 def build_char_tokenizer(charset: str = CHARSET):

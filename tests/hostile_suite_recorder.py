@@ -1,5 +1,9 @@
 """Records the hostile suite's outcomes per class; writes `results/hostile/suite.json` (README's reliability table).
 
+A pytest plugin registered by ``tests/conftest.py``. (Not a ``tests/hostile/conftest.py``: under the
+suite's rootdir-relative imports a second module named ``conftest`` would shadow ``tests/conftest.py``'s
+helpers, which test modules import as ``from conftest import ...``.)
+
 Every test under ``tests/hostile/`` belongs to one class, taken from (first that applies):
 
 1. a ``hostile_class`` marker on the test function itself;
@@ -35,7 +39,7 @@ import pytest
 
 from rlvr_lib.experiments import git_commit, write_json_atomic
 
-HERE = Path(__file__).resolve().parent
+HERE = Path(__file__).resolve().parent / "hostile"
 REPO = HERE.parents[1]
 SUITE_JSON = REPO / "results" / "hostile" / "suite.json"
 MARKER = "hostile_class"
