@@ -35,6 +35,7 @@ status strings are the ones of `rlvr_lib.tasks.base` (a test holds them equal).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ import re
 import signal
 import struct
 from functools import lru_cache
+from typing import Iterator
 from itertools import groupby
 
 CORRECT, WRONG, MALFORMED, TIMEOUT = "correct", "wrong", "malformed", "timeout"
@@ -209,30 +211,37 @@ def grade(answer: str, completion: str) -> tuple[str, str]:
     return CORRECT, ""
 
 
+@contextlib.contextmanager
+def wall_clock_limit(budget_s: float) -> Iterator[None]:
+    """Raise `_Deadline` in the body after ``budget_s`` seconds of wall-clock time (``SIGALRM``; main thread only,
+    which a worker's request loop is). Also used by the reasoning-gym worker (`rlvr_lib.tasks.rg_grading`)."""
+    def expire(signum, frame):
+        raise _Deadline
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, budget_s)
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
 def grade_within(answer: str, completion: str, budget_s: float) -> tuple[str, str]:
     """`grade` stopped after ``budget_s`` seconds of wall-clock time (``timeout``); main thread only.
 
     Any other exception from math-verify or sympy on model output is an answer
     the grader cannot read: ``malformed``, with the exception's type.
     """
-    def expire(signum, frame):
-        raise _Deadline
-
-    previous = signal.signal(signal.SIGALRM, expire)
     try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, budget_s)
+        with wall_clock_limit(budget_s):
             return grade(answer, completion)
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
     except _Deadline:
         return TIMEOUT, f"grading ran past its {budget_s:g} s budget"
     except RecursionError:
         return MALFORMED, "the answer is nested too deeply to parse"
     except Exception as exc:  # noqa: BLE001 - model output must never stop the worker
         return MALFORMED, f"math-verify failed: {type(exc).__name__}"
-    finally:
-        signal.signal(signal.SIGALRM, previous)
 
 
 # --------------------------------------------------------------------------- the worker

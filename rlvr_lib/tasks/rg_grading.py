@@ -21,7 +21,8 @@ not the answer).
 
 Run as a plain script (``WorkerPool`` runs it with ``runpy``), it imports
 nothing from ``rlvr_lib`` (the installed package may be another checkout);
-the length-prefixed framing is loaded from the sibling ``math_grading.py``.
+the length-prefixed framing and the wall-clock limit come from the sibling
+``math_grading.py``, loaded by path.
 """
 
 from __future__ import annotations
@@ -32,17 +33,12 @@ import importlib.util
 import logging
 import os
 import pickle
-import signal
 from functools import lru_cache
 from pathlib import Path
 
 CORRECT, WRONG, TIMEOUT, ERROR = "correct", "wrong", "timeout", "error"
 WORKER_MEMORY_BYTES = 4 << 30
 """Address-space limit of a scoring worker: a huge expansion fails with MemoryError, not host swap."""
-
-
-class _Deadline(BaseException):
-    """Raised by the worker's interval timer; a BaseException, so a scorer's ``except Exception`` cannot swallow it."""
 
 
 def pack_entry(entry: dict) -> str:
@@ -67,34 +63,26 @@ def score_within(request: dict) -> dict:
     scorer = _dataset(request["dataset"], request["config"], int(request["seed"]), int(request["size"])).score_answer
     entry = pickle.loads(base64.b64decode(request["entry"]))
     budget_s = float(request["budget_s"])
-
-    def expire(signum, frame):
-        raise _Deadline
-
-    previous = signal.signal(signal.SIGALRM, expire)
+    grading = _math_grading()
     try:
-        try:
-            signal.setitimer(signal.ITIMER_REAL, budget_s)
+        with grading.wall_clock_limit(budget_s):
             score = float(scorer(request["answer"], entry))
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-    except _Deadline:
+    except grading._Deadline:
         return {"status": TIMEOUT, "score": 0.0, "reason": f"score_answer ran past its {budget_s:g} s budget"}
     except Exception as exc:  # noqa: BLE001 - model output (RecursionError, MemoryError too) never stops the worker
         return {"status": WRONG, "score": 0.0, "reason": f"score_answer failed: {type(exc).__name__}"}
-    finally:
-        signal.signal(signal.SIGALRM, previous)
     if score >= 1.0:
         return {"status": CORRECT, "score": score, "reason": ""}
     return {"status": WRONG, "score": score, "reason": f"score_answer gave {score:.3g}"}
 
 
-def _framing():
-    """``math_grading``'s ``read_frame`` and ``write_frame``, loaded by path (see the module docstring)."""
+@lru_cache(maxsize=1)
+def _math_grading():
+    """The sibling ``math_grading`` module (framing and the wall-clock limit), loaded by path (module docstring)."""
     spec = importlib.util.spec_from_file_location("_rlvr_math_grading", Path(__file__).with_name("math_grading.py"))
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.read_frame, module.write_frame
+    return module
 
 
 def serve() -> None:
@@ -104,7 +92,7 @@ def serve() -> None:
     """
     import resource
 
-    read_frame, write_frame = _framing()
+    read_frame, write_frame = _math_grading().read_frame, _math_grading().write_frame
     replies = os.dup(1)
     os.dup2(2, 1)  # anything a scorer prints goes to stderr, never into the reply pipe
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # one BLAS thread: small address space, no oversubscription
