@@ -219,7 +219,9 @@ CLEANUP = [
     Case("writer_thread_at_exit", "cleanup",
          "import threading, os\ndef spam():\n    i = 0\n    while True:\n        i += 1\n"
          "        with open(f'w{i % 20}', 'w') as f:\n            f.write('x')\n"
-         "threading.Thread(target=spam, daemon=True).start()\n" + RIGHT, (V,)),
+         # join: the writer reaches the audit hook's limit on files opened for writing before the program goes on,
+         # however busy the machine (without it a loaded host could answer first and the verdict would be a race)
+         "writer = threading.Thread(target=spam, daemon=True)\nwriter.start()\nwriter.join(20)\n" + RIGHT, (V,)),
 ]
 
 CASES = ESCAPE + FORGERY + RESOURCE + CLEANUP
