@@ -43,6 +43,12 @@ def _calibration_section(root: Path) -> list[str]:
     return lines
 
 
+def _target_cell(t: dict, interval: bool = True) -> str:
+    """A target's value (and interval), then whether it is met."""
+    ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if interval and "interval" in t else ""
+    return f"{t['value']}{ci} {'yes' if t['met'] else '**no**'}"
+
+
 def _dynamics_section(root: Path) -> list[str]:
     path = root / "testbed" / "dynamics.json"
     if not path.exists():
@@ -50,10 +56,11 @@ def _dynamics_section(root: Path) -> list[str]:
     report = json.loads(path.read_text())
     steps = list(report["targets"])
     cfg = report["config"]
+    beta = f"; anchor beta {report['kl_coef']}" if "kl_coef" in report else ""  # reports before the beta search
     lines = [
         f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
-        f"evaluations; anchor beta {report.get('kl_coef', 0.05)}; step count of the full profile: "
+        f"evaluations{beta}; step count of the full profile: "
         f"{report['chosen_steps'] or 'none, not every target holds'}):",
         "",
         "| target | bound | " + " | ".join(f"{s} steps" for s in steps) + " |",
@@ -63,9 +70,7 @@ def _dynamics_section(root: Path) -> list[str]:
     for name in names:
         cells = []
         for s in steps:
-            t = report["targets"][s][name]
-            ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if "interval" in t else ""
-            cells.append(f"{t['value']}{ci} {'yes' if t['met'] else '**no**'}")
+            cells.append(_target_cell(report["targets"][s][name]))
         gates = report["targets"][steps[0]][name].get("gates", True)
         label = name if gates else f"{name} (reported, not a gate)"
         lines.append(f"| {label} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
@@ -80,7 +85,7 @@ def _dynamics_section(root: Path) -> list[str]:
             cells = []
             for tried in search:
                 t = tried["targets"].get(last, {}).get(name)
-                cells.append("-" if t is None else f"{t['value']} {'yes' if t['met'] else '**no**'}")
+                cells.append("-" if t is None else _target_cell(t, interval=False))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
