@@ -323,16 +323,17 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
     import torch
 
     from rlvr_lib.eval.reference_kl import reference_kl
+    from rlvr_lib.pipeline import versioned_key
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
     from rlvr_lib.trainer import Trainer, nan_to_none
 
     train_cfg = config.train_config(method, seed, kl_coef)
-    key = {"train": train_cfg.to_dict(), "policy_sha": policy_fingerprint(config.policy),
-           "eval": config.spec().to_dict(), "wide": config.wide_spec().to_dict() if wide else None,
-           "kl": {"problems": config.kl_problems, "samples": config.kl_samples},
-           "checkpoints": list(config.step_candidates)}
+    key = versioned_key({"train": train_cfg.to_dict(), "policy_sha": policy_fingerprint(config.policy),
+                         "eval": config.spec().to_dict(), "wide": config.wide_spec().to_dict() if wide else None,
+                         "kl": {"problems": config.kl_problems, "samples": config.kl_samples},
+                         "checkpoints": list(config.step_candidates)}, train_cfg.task)
     ckpt = results_root(root) / ".checkpoints" / EXPERIMENT / f"{method}-{hash_jsonable(key)}-s{seed}"
 
     def run():
@@ -472,7 +473,7 @@ def full_profile_steps(path: str | Path | None = None, *, policy: str | None = N
 
     Raises:
         ValueError: when the file is missing, was measured on another policy than ``policy`` (``None``: the
-            shipped one; compared by content hash), or no candidate met every target.
+            shipped one; compared by content hash) or another testbed version, or no candidate met every target.
     """
     from rlvr_lib.policy.load import policy_fingerprint
 
@@ -484,6 +485,11 @@ def full_profile_steps(path: str | Path | None = None, *, policy: str | None = N
     if report.get("policy_sha") != sha:
         raise invalid("dynamics report's policy_sha", report.get("policy_sha"),
                       f"{sha}, the policy's own (the report is of another checkpoint: run the calibration again)")
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+
+    if report.get("testbed_version") != TESTBED_VERSION:
+        raise invalid("dynamics report's testbed_version", report.get("testbed_version"),
+                      f"{TESTBED_VERSION}, the testbed's own (the report is of another design: run the calibration again)")
     if report.get("chosen_steps") is None:
         raise invalid("dynamics report's chosen_steps", None,
                       f"one of {report.get('step_candidates')}: not every dynamics target holds at any candidate, "

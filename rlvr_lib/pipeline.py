@@ -27,6 +27,7 @@ from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
+from rlvr_lib.tasks import task_version
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
 from rlvr_lib.validation import invalid
 
@@ -54,7 +55,8 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
         model, tokenizer = load_policy(policy)
         return [], evaluate_policy(KVCacheEngine(model, tokenizer), spec)
 
-    key = {"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()}
+    key = versioned_key({"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()},
+                        spec.task)
     return cached_run(experiment, name, key, spec.seed, run, root=root)
 
 
@@ -72,15 +74,25 @@ def _check_extra_specs(extra_specs: Mapping[str, EvalSpec] | None) -> dict[str, 
     return dict(extra_specs)
 
 
+def versioned_key(key: dict, task: str) -> dict:
+    """``key`` with ``"task_version"`` (`rlvr_lib.tasks.task_version`) added when the task has one.
+
+    Tasks without a version keep the keys (and run ids) they always had.
+    """
+    version = task_version(task)
+    return key if version is None else {**key, "task_version": version}
+
+
 def run_key(config: TrainerConfig, spec: EvalSpec, extra_specs: Mapping[str, EvalSpec] | None = None) -> dict:
     """The cache key of a `train_and_evaluate` run: training config, policy hash, evaluation(s).
 
-    ``{"train": config, "policy_sha": ..., "eval": spec}``, plus
+    ``{"train": config, "policy_sha": ..., "eval": spec}`` with the task's version (`versioned_key`), plus
     ``"extra_evals": {label: spec}`` only when ``extra_specs`` is non-empty, so
     a run without extra evaluations keeps the key (and run id) it always had.
     """
     extra_specs = _check_extra_specs(extra_specs)
-    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy), "eval": spec.to_dict()}
+    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy),
+                         "eval": spec.to_dict()}, config.task)
     if extra_specs:
         key[EXTRA_EVALS] = {label: s.to_dict() for label, s in extra_specs.items()}
     return key
@@ -191,7 +203,7 @@ def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, p
         raise invalid("out folder name", out.name,
                       "file-name safe (letters, digits and . _ + = @ -, not starting with a symbol)") from None
     world = init_world()
-    key = {"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}
+    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}, config.task)
 
     def run():
         model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)

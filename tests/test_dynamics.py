@@ -207,7 +207,10 @@ def test_full_profile_steps_reads_the_chosen_count_of_this_policy(tmp_path):
     path = tmp_path / "dynamics.json"
     with pytest.raises(ValueError, match="run `python -m rlvr_lib calibrate --dynamics`"):
         full_profile_steps(path)
-    report = {"policy_sha": policy_fingerprint(None), "step_candidates": [100, 200, 300], "chosen_steps": 200}
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+
+    report = {"policy_sha": policy_fingerprint(None), "testbed_version": TESTBED_VERSION,
+              "step_candidates": [100, 200, 300], "chosen_steps": 200}
     path.write_text(json.dumps(report))
     assert full_profile_steps(path) == 200
     path.write_text(json.dumps({**report, "chosen_steps": None}))
@@ -215,4 +218,7 @@ def test_full_profile_steps_reads_the_chosen_count_of_this_policy(tmp_path):
         full_profile_steps(path)
     path.write_text(json.dumps({**report, "policy_sha": "0" * 16}))
     with pytest.raises(ValueError, match="report is of another checkpoint"):
+        full_profile_steps(path)
+    path.write_text(json.dumps({**report, "testbed_version": "mul-v4"}))
+    with pytest.raises(ValueError, match="report is of another design"):
         full_profile_steps(path)

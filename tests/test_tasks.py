@@ -58,14 +58,15 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
             sizes[name] += len(pool)
     # Half of all problems are evaluation problems. Of the other half, SFT_SHARE is the pretraining pool less
     # the problems with an unseen product and the round-only items it does not show, and the rest the RL pool less
-    # the round-only items.
-    from rlvr_lib.tasks import round_only
+    # the round-only items and the items only the rare strategy's trace solves.
+    from rlvr_lib.tasks import rare_strategy_only, round_only
     from rlvr_lib.tasks.arithmetic import round_only_shown, shows_unseen_fact
 
     rest = [(a, b) for a in range(11, 90) if a % 10 for b in range(2, 100) if b != 9 and split_of(a, b) != "eval"]
     assert sizes["sft"] == sum(split_of(*ab) == "sft" and not shows_unseen_fact(*ab)
                                and (round_only_shown(*ab) or not round_only(*ab)) for ab in rest)
-    assert sizes["train"] == sum(split_of(*ab) == "train" and not round_only(*ab) for ab in rest)
+    assert sizes["train"] == sum(split_of(*ab) == "train" and not round_only(*ab) and not rare_strategy_only(*ab)
+                                 for ab in rest)
     assert abs(sizes["eval"] / (72 * 97) - 0.5) < 0.02  # first factors 11-89 but no multiple of 10, b 2-99 but 9
     assert abs(sum(split_of(*ab) == "sft" for ab in rest) / len(rest) - SFT_SHARE) < 0.02
     from rlvr_lib.tasks import family_capacity
@@ -294,7 +295,8 @@ def test_evaluation_families_draw_what_they_drew_before_and_training_families_th
 
 
 def test_unseen_products_are_a_fixed_scattered_share_and_never_pretrained_on():
-    from rlvr_lib.tasks.arithmetic import UNSEEN_FACT_SHARE, shows_unseen_fact, trace_products, unseen_fact
+    from rlvr_lib.tasks.arithmetic import (UNSEEN_FACT_SHARE, rare_strategy_only, round_only, shows_unseen_fact,
+                                           trace_products, unseen_fact)
 
     products = [(d, b) for d in range(2, 9) for b in range(10, 100)]
     share = sum(unseen_fact(d, b) for d, b in products) / len(products)
@@ -307,14 +309,18 @@ def test_unseen_products_are_a_fixed_scattered_share_and_never_pretrained_on():
     assert trace_products(47, 86, "direct") == []
     for d in DIFFICULTIES:
         assert not [ab for ab in problem_pool("sft", d) if shows_unseen_fact(*ab)]
-    # The RL pool keeps them: problems where split needs a product it never saw, unreadable from the prompt.
+    # The RL pool keeps the problems where split needs a product it never saw (unreadable from the prompt) only
+    # where round's trace needs one too: it never rewards the rare strategy where it beats the dominant one.
     needs = [ab for ab in problem_pool("train", "medium") if uses_held_out_fact(*ab, "split")]
     assert 0.1 < len(needs) / len(problem_pool("train", "medium")) < 0.6
-    assert [ab for ab in needs if not uses_held_out_fact(*ab, "round")]  # ...of which round solves some
+    assert all(uses_held_out_fact(*ab, "round") for ab in needs)
+    # The evaluation families keep both kinds: in distribution, some problems need a non-dominant strategy.
+    evaluated = [p.operands for family in EVAL_FAMILIES for p in family_problems(family, 200)]
+    assert sum(rare_strategy_only(*ab) and not round_only(*ab) for ab in evaluated) > 0.05 * len(evaluated)
 
 
 def test_round_only_items_are_in_no_rl_pool():
-    from rlvr_lib.tasks import round_only
+    from rlvr_lib.tasks import rare_strategy_only, round_only
 
     for d in DIFFICULTIES:
         assert not [ab for ab in problem_pool("train", d) if round_only(*ab)], d
@@ -337,5 +343,5 @@ def test_round_only_items_are_in_no_rl_pool():
     assert all(abs(m - n / sum(sizes)) <= 0.01 for m, n in zip(FAMILIES["train"].mix, sizes))
     from rlvr_lib.tasks import family_capacity
 
-    assert family_capacity("train") >= 550
-    assert not [p for p in family_problems("train", 550, seed=0) if round_only(*p.operands)]
+    assert family_capacity("train") >= 500
+    assert not [p for p in family_problems("train", 500, seed=0) if rare_strategy_only(*p.operands)]

@@ -28,6 +28,7 @@ from rlvr_lib.tasks.arithmetic import (
     make_problem,
     parse_strategy,
     problem_pool,
+    rare_strategy_only,
     round_only,
     solution_trace,
     split_of,
@@ -45,6 +46,7 @@ from rlvr_lib.tasks.registry import (
     get_task,
     register_task,
     task_names,
+    task_version,
     unregister_task,
 )
 # Data-set tasks; importing them registers "math_sample", "math500" and "rg_knights_knaves"

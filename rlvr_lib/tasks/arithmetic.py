@@ -37,12 +37,16 @@ so that bottleneck is real at laptop scale:
   (``UNSEEN_FACT_SHARE``) of the products ``d*b`` (``d`` 2-8, ``b``
   two-digit; `unseen_fact`) occurs in no pretraining example, so a problem
   whose ``split`` trace needs one is beyond the dominant strategy while
-  ``round`` may still work (its products are other ones). Those problems are
-  in the RL pool and the evaluation families but not in pretraining, and
-  nothing in the prompt says which they are: the RL pool holds problems
-  where only a non-dominant strategy works without a rule GRPO could read
-  off the numbers (the issue's "need not readable from the prompt"), and
-  many of its groups are dead, as on the papers' training sets.
+  ``round`` may still work (its products are other ones). Those problems are in
+  the evaluation families but not in pretraining, and nothing in the prompt
+  says which they are, so the in-distribution families hold problems that
+  only a non-dominant strategy solves. The RL pool leaves out the ones where
+  ``round``'s trace needs no unseen product (`rare_strategy_only`): there
+  ``round`` beats ``split``, so GRPO would reward the rare strategy where the
+  bottleneck needs it unrewarded (testbed v4 had them, and kept ``round`` at
+  1.4% of samples after 300 steps). It keeps the problems
+  where both traces need one, so many of its groups are dead, as on the
+  papers' training sets.
 * Difficulty: ``hard`` = the first factor ends in 8 or 9 (hard for the
   dominant strategies, easy for the rare one: its correction is ``2*b`` or
   ``b``); otherwise ``easy`` = the second factor has one digit and ``medium``
@@ -84,9 +88,9 @@ HARD_DIFFICULTY = "hard"
 PRETRAIN_STRATEGY_PRIOR = {"direct": 0.20, "split": 0.74, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
 PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
-TESTBED_VERSION = "mul-v4"
-"""Names this design of the testbed (v3: split dominant and best on the RL pool, round-only items
-held out of pretraining and of the RL pool, the subtraction skill); run keys hold the policy hash."""
+TESTBED_VERSION = "mul-v5"
+"""Names this design of the testbed (README "The testbed", "What changed"); every run key holds it
+(`rlvr_lib.tasks.task_version`) beside the policy hash, since the RL pool can change without the policy."""
 # Hint words that name no strategy: what an unverified hint writer also produces.
 DISTRACTOR_HINTS = ("carry", "parity", "digits", "estimate", "prime", "modulo")
 # Strategies worth hinting per difficulty, best first.
@@ -140,8 +144,8 @@ OUT_OF_DISTRIBUTION = (91, 99)
 FAMILIES: dict[str, FamilySpec] = {
     spec.name: spec
     for spec in (
-        # The RL pool's own difficulty proportions (round-only items left out, `problem_pool`).
-        FamilySpec("train", "train", (0.08, 0.80, 0.12), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        # The RL pool's own difficulty proportions (round-only and rare-strategy-only items left out, `problem_pool`).
+        FamilySpec("train", "train", (0.09, 0.81, 0.10), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
         FamilySpec("train_easy", "train", (1.0, 0.0, 0.0), IN_DISTRIBUTION, "an easy training subset (tests, warm-ups)"),
         FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
         FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
@@ -225,6 +229,16 @@ def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
     if b == HELD_OUT_DIGIT:
         return True
     return any(d == HELD_OUT_DIGIT or unseen_fact(d, bb) for d, bb in trace_products(a, b, strategy))
+
+
+def rare_strategy_only(a: int, b: int) -> bool:
+    """Whether only the rare strategy's trace of ``a*b`` avoids every product pretraining never shows.
+
+    ``split``'s trace needs a held-out or unseen product (`uses_held_out_fact`) and ``round``'s does not:
+    every round-only item (`round_only`) whose ``round`` trace is clean, and the problems where an unseen
+    product (`unseen_fact`) breaks ``split`` only. The RL pool leaves all of them out (`problem_pool`).
+    """
+    return uses_held_out_fact(a, b, "split") and not uses_held_out_fact(a, b, "round")
 
 
 def shows_unseen_fact(a: int, b: int) -> bool:
@@ -311,8 +325,9 @@ def problem_pool(
 ) -> list[tuple[int, int]]:
     """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``).
 
-    Round-only items (`round_only`) are left out of the RL pool, so RL never rewards the rare
-    strategy on them (the bottleneck: nothing keeps the rare strategy alive there). Pretraining shows
+    Round-only items (`round_only`) and every problem only the rare strategy's trace solves
+    (`rare_strategy_only`) are left out of the RL pool, so RL never rewards the rare strategy where
+    it beats the dominant one (the bottleneck: nothing keeps the rare strategy alive). Pretraining shows
     a hashed share of them (`round_only_shown`), never with ``split`` and with ``round`` at its prior
     share (`PretrainingMixture`), so the policy knows such first factors without a strategy tied to them.
     Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
@@ -333,7 +348,7 @@ def problem_pool(
                 continue
             # Out-of-distribution first factors never occur in training: all are eval.
             in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
-            if in_split != split or (split == "train" and round_only(a, b)):
+            if in_split != split or (split == "train" and (round_only(a, b) or rare_strategy_only(a, b))):
                 continue
             if split == "sft" and (shows_unseen_fact(a, b) or (round_only(a, b) and not round_only_shown(a, b))):
                 continue

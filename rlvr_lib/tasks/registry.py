@@ -40,6 +40,7 @@ __all__ = [
     "get_task",
     "register_task",
     "task_names",
+    "task_version",
     "unregister_task",
 ]
 
@@ -149,6 +150,15 @@ def _built(entry: object) -> bool:
     return not isinstance(entry, type) and isinstance(entry, Task)
 
 
+def task_version(name: str) -> str | None:
+    """The design version of task ``name`` (its optional ``version`` attribute), or ``None``.
+
+    Cache keys hold it beside the policy hash: a task whose pools change under the same name and
+    policy (the testbed's ``TESTBED_VERSION``) never reads back a run of its earlier design.
+    """
+    return getattr(get_task(name), "version", None)
+
+
 def get_task(name: str) -> Task:
     """The task registered as ``name``, built on first use and cached.
 
@@ -198,6 +208,7 @@ class ArithmeticTask:
     """
 
     name = "arith"
+    version = arithmetic.TESTBED_VERSION
     families: tuple[str, ...] = tuple(arithmetic.FAMILIES)
     eval_families: tuple[str, ...] = arithmetic.EVAL_FAMILIES
     ood_families: tuple[str, ...] = arithmetic.OOD_FAMILIES
