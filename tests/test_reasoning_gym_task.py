@@ -9,7 +9,7 @@ import pytest
 
 from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, WRONG, ReasoningGymTask, Task, get_task, rg_grading, worker_pool
 from rlvr_lib.tasks.base import STATUSES
-from rlvr_lib.tasks.math_task import HARD_MARGIN_S
+from rlvr_lib.tasks.worker_pool import HARD_MARGIN_S
 from rlvr_lib.tasks.reasoning_gym_task import KNIGHTS_KNAVES_FAMILIES, extract_final_answer, knights_knaves_task
 from rlvr_lib.trainer import Trainer, TrainerConfig
 

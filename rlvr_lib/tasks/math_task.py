@@ -38,15 +38,10 @@ from rlvr_lib.tasks.math_grading import GOLD_UNPARSED
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, TIMEOUT, Problem, Verdict
 from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion
 from rlvr_lib.tasks.registry import register_task
-from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout, shared_pool
+from rlvr_lib.tasks.worker_pool import HARD_MARGIN_S, WorkerDied, WorkerPool, WorkerTimeout, shared_pool
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 logger = logging.getLogger(__name__)
-
-HARD_MARGIN_S = 2.0
-"""Seconds past ``timeout_s`` before a grading worker that has not answered is killed. The worker's own
-timer stops a grading at ``timeout_s`` (and survives); this margin is for work no signal interrupts
-(a loop inside C code) and for a loaded machine's scheduling."""
 
 
 def _grading_pool() -> WorkerPool:

@@ -30,10 +30,9 @@ from typing import Any, Mapping, Sequence
 
 from rlvr_lib.tasks import rg_grading
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, TIMEOUT, WRONG, Problem, Verdict
-from rlvr_lib.tasks.math_task import HARD_MARGIN_S
 from rlvr_lib.tasks.prompting import MAX_COMPLETION_CHARS, PromptedTask, check_completion
 from rlvr_lib.tasks.registry import register_task
-from rlvr_lib.tasks.worker_pool import WorkerDied, WorkerPool, WorkerTimeout, shared_pool
+from rlvr_lib.tasks.worker_pool import HARD_MARGIN_S, WorkerDied, WorkerPool, WorkerTimeout, shared_pool
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 __all__ = [

@@ -30,8 +30,12 @@ from pathlib import Path
 
 from rlvr_lib.tasks.math_grading import read_frame, write_frame
 
-__all__ = ["WorkerDied", "WorkerPool", "WorkerTimeout", "shared_pool"]
+__all__ = ["HARD_MARGIN_S", "WorkerDied", "WorkerPool", "WorkerTimeout", "shared_pool"]
 
+HARD_MARGIN_S = 2.0
+"""Seconds past ``timeout_s`` before a grading worker that has not answered is killed. The worker's own
+timer stops a grading at ``timeout_s`` (and survives); this margin is for work no signal interrupts
+(a loop inside C code) and for a loaded machine's scheduling."""
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import and warm up (a loaded machine can be slow); not part of any limit."""
 

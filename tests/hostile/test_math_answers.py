@@ -17,7 +17,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, WRONG, Problem
-from rlvr_lib.tasks.math_task import HARD_MARGIN_S, math_sample_task
+from rlvr_lib.tasks.math_task import math_sample_task
+from rlvr_lib.tasks.worker_pool import HARD_MARGIN_S
 
 pytestmark = pytest.mark.hostile_class("math answers", host=False)  # grading only
 
