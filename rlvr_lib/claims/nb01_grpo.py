@@ -2,7 +2,8 @@
 
 GRPO raises pass@1; at large k its pass@k falls below the base's; strategy diversity falls (the dominant
 pattern sharpens, the rare one does not grow); more rollouts help up to a point. Written before the
-recompute on the testbed v4 policy; ``changed`` says where a row differs from the first full-profile table.
+recompute on the testbed v4 policy and kept unchanged for v5 (the same policy, a smaller RL pool); ``changed`` says
+where a row differs from the first full-profile table.
 """
 
 from . import Check, Claim, Measurement, Registry
