@@ -75,6 +75,7 @@ import copy
 import dataclasses
 import logging
 import math
+import os
 import time
 from typing import Any, Sequence
 
@@ -472,13 +473,15 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, output_dir: str,
                  trl_args: dict | None = None, engine=None, callbacks: Sequence[Any] = ()):
-        from accelerate import PartialState
         from datasets import Dataset
 
         if not isinstance(config, TrainerConfig):
             raise ValueError(f"MethodGRPOTrainer: config must be a TrainerConfig, got {type(config).__name__}")
-        processes = PartialState().num_processes  # joins the launcher's process group, as TRL would
+        processes = int(os.environ.get("WORLD_SIZE", "1"))  # the launcher's; accelerate's state is built by args
         args = grpo_args(config, output_dir, processes=processes, trl_args=trl_args)
+        if args.world_size != processes:
+            raise RuntimeError(f"TRL backend: the launcher started {processes} processes but accelerate sees "
+                               f"{args.world_size}")
         from rlvr_lib.methods import build_method
 
         check_hostable(build_method(config), config, args, processes)
