@@ -165,3 +165,75 @@ def test_every_preset_trains_three_steps_through_the_backend(name, policy, hashe
     for m in backend.history:
         assert 0 < m["response_length"] <= TINY["max_new_tokens"] and torch.isfinite(torch.tensor(m["loss"]))
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), model0.parameters()))  # it learnt
+
+
+# ----------------------------------------------------------------------------- what the backend refuses
+def _one_line_error(call, match):
+    with pytest.raises(ValueError, match=match) as err:
+        call()
+    assert "\n" not in str(err.value)
+
+
+def test_trl_arguments_the_config_owns_or_trl_lacks_are_refused(tmp_path):
+    from rlvr_lib.backends.trl import grpo_args
+
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=4)
+    _one_line_error(lambda: grpo_args(config, tmp_path, trl_args={"beta": 0.1}),
+                    r"trl_args\['beta'\] is set by the TrainerConfig \(kl_coef .*set that TrainerConfig field")
+    _one_line_error(lambda: grpo_args(config, tmp_path, trl_args={"learning_rate": 1.0}),
+                    r"trl_args\['learning_rate'\] is set by the TrainerConfig \(lr ")
+    _one_line_error(lambda: grpo_args(config, tmp_path, trl_args={"no_such_field": 1}),
+                    r"trl_args\['no_such_field'\] is not a GRPOConfig field")
+    args = grpo_args(config, tmp_path, trl_args={"logging_steps": 5})
+    assert (args.logging_steps, args.beta, args.num_generations, args.max_steps) == (5, 0.0, 4, 1)
+
+
+def test_batches_that_do_not_split_are_refused(tmp_path):
+    from rlvr_lib.backends.trl import grpo_args
+
+    _one_line_error(lambda: grpo_args(method_config("grpo", prompts_per_step=3, group_size=4), tmp_path, processes=2),
+                    r"prompts_per_step=3 must be divisible by the number of processes \(2\)")
+    _one_line_error(lambda: grpo_args(method_config("grpo", prompts_per_step=4, group_size=2, minibatches=8),
+                                      tmp_path, processes=2), r"each process's 4 rows .* must split into minibatches=8")
+    _one_line_error(lambda: grpo_args(method_config("grpo", group_size=1), tmp_path),
+                    r"group_size=1: TRL's GRPOTrainer needs num_generations >= 2")
+
+
+def test_dynamic_sampling_with_a_collective_vllm_mode_on_several_processes_is_refused(tmp_path):
+    from rlvr_lib.backends.trl import check_hostable, grpo_args
+    from rlvr_lib.methods import build_method
+
+    config = method_config("dapo", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8)
+    args = grpo_args(config, tmp_path, trl_args={"use_vllm": True, "vllm_mode": "server"})
+    _one_line_error(lambda: check_hostable(build_method(config), config, args, 2),
+                    r"method 'dapo' overrides keep_groups \(dynamic sampling\) and TRL's vLLM 'server' mode .* on 2 "
+                    r"processes: .*use vllm_mode='colocate' with vllm_tensor_parallel_size=1")
+    check_hostable(build_method(config), config, args, 1)  # one process: every call has this process's prompts
+    grpo = method_config("grpo", steps=1, prompts_per_step=2, group_size=4)
+    check_hostable(build_method(grpo), grpo, args, 2)  # no dynamic sampling: equal shares every call
+    args.vllm_mode, args.vllm_tensor_parallel_size = "colocate", 2
+    _one_line_error(lambda: check_hostable(build_method(config), config, args, 2), r"'colocate' mode")
+
+
+def test_settings_trl_cannot_host_fail_at_construction(policy, tmp_path):
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    model, tokenizer = policy
+    config = method_config("b3po", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8)
+    build = lambda **trl_args: MethodGRPOTrainer(config, model, tokenizer, output_dir=str(tmp_path),
+                                                 trl_args=trl_args)
+    _one_line_error(lambda: build(use_transformers_continuous_batching=True),
+                    r"method 'b3po': use_transformers_continuous_batching is not hosted")
+    _one_line_error(lambda: build(eval_strategy="steps", eval_steps=1), r"eval_strategy='steps' is not hosted")
+    _one_line_error(lambda: MethodGRPOTrainer(config.to_dict(), model, tokenizer, output_dir=str(tmp_path)),
+                    r"config must be a TrainerConfig, got dict")
+
+
+def test_resuming_from_a_trl_checkpoint_is_refused(policy, tmp_path):
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    model, tokenizer = policy
+    config = method_config("polaris", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8)
+    backend = MethodGRPOTrainer(config, copy.deepcopy(model), tokenizer, output_dir=str(tmp_path))
+    _one_line_error(lambda: backend.train(resume_from_checkpoint=str(tmp_path)),
+                    r"resume_from_checkpoint is not hosted: TRL's checkpoints do not hold method 'polaris'")

@@ -244,8 +244,9 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
     """
     name = method.name
     _check_split(config, processes)
-    if args.eval_strategy not in ("no", None) and str(args.eval_strategy) not in ("no", "IntervalStrategy.NO"):
-        raise ValueError(f"TRL backend: eval_strategy={str(args.eval_strategy)!r} is not hosted (the method's loss "
+    if args.eval_strategy != "no":
+        raise ValueError(f"TRL backend: eval_strategy={getattr(args.eval_strategy, 'value', args.eval_strategy)!r} "
+                         "is not hosted (the method's loss "
                          "runs only in training): use eval_strategy='no' and rlvr_lib.eval for evaluation")
     if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None):
         raise ValueError(f"TRL backend: method {name!r}: DeepSpeed/FSDP are not hosted (the backend sums each "
