@@ -8,37 +8,33 @@ the optimizer step) must agree within ``TOL``. A test task whose verifier reward
 gives mixed rewards, so advantages and gradients are not zero, and DAPO drops and refills groups.
 
 Every registered preset then trains 3 steps through the backend with TRL's own generation
-(``transformers`` ``generate``), and the combinations the backend refuses fail with one line.
+(``transformers`` ``generate``), the combinations the backend refuses fail with one line, and an
+``accelerate launch`` run of ``grpo`` and ``nudgerl`` on 2 CPU processes (gloo) matches the 1-process run
+(`trl_backend_worker`; marked slow, run by ``make test``).
 """
 
 from __future__ import annotations
 
 import copy
 import gc
-import zlib
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 from rlvr_lib.methods import METHODS, method_config
 from rlvr_lib.rollout import KVCacheEngine
-from rlvr_lib.tasks import CORRECT, TASKS, WRONG, ArithmeticTask, Verdict, register_task
+from rlvr_lib.tasks import TASKS
 from rlvr_lib.trainer import Trainer
+from trl_backend_worker import HASHED_TASK, register_hashed_task
 
 TOL = 1e-5
-HASHED_TASK = "trl_hashed"
 EQUALITY_METHODS = ("grpo", "dapo", "nudgerl", "b3po", "sage", "vigor")
 TINY = dict(task=HASHED_TASK, prompts_per_step=2, group_size=4, max_new_tokens=8, train_pool_size=16, seed=0)
-
-
-class HashedTask(ArithmeticTask):
-    """The testbed's problems and hints; reward 1 when the completion's crc32 is even (mixed rewards in any group)."""
-
-    name = HASHED_TASK
-
-    def verify(self, problem, completion):
-        ok = zlib.crc32(completion.encode()) % 2 == 0
-        return Verdict(float(ok), CORRECT if ok else WRONG, None, "" if ok else "odd hash")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -53,7 +49,7 @@ def frozen_gc():
 @pytest.fixture(scope="module")
 def hashed_task():
     tasks = dict(TASKS)
-    register_task(HASHED_TASK, HashedTask)
+    register_hashed_task()
     yield HASHED_TASK
     TASKS.clear(), TASKS.update(tasks)
 
@@ -237,3 +233,47 @@ def test_resuming_from_a_trl_checkpoint_is_refused(policy, tmp_path):
     backend = MethodGRPOTrainer(config, copy.deepcopy(model), tokenizer, output_dir=str(tmp_path))
     _one_line_error(lambda: backend.train(resume_from_checkpoint=str(tmp_path)),
                     r"resume_from_checkpoint is not hosted: TRL's checkpoints do not hold method 'polaris'")
+
+
+# ----------------------------------------------------------------------------- two processes (accelerate launch)
+TWO_PROCESS_METHODS = ("grpo", "nudgerl")
+LAUNCH_TIMEOUT_S = 900  # two fresh interpreters import torch, transformers and TRL: slow on a loaded 2-core machine
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path):
+    import trl_backend_worker
+
+    repo = Path(__file__).resolve().parents[1]
+    accelerate = Path(sys.executable).with_name("accelerate")
+    launcher = [str(accelerate)] if accelerate.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
+           "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    command = [*launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
+               "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
+               str(repo / "tests" / "trl_backend_worker.py"), "--out", str(tmp_path),
+               "--methods", *TWO_PROCESS_METHODS]
+    done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    assert done.returncode == 0, done.stderr[-4000:]
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+    for method in TWO_PROCESS_METHODS:
+        single = trl_backend_worker.train_one_step(method)  # this process: one process
+        assert single["world"] == (0, 1)
+        assert [r[method]["world"] for r in ranks] == [(0, 2), (1, 2)]
+        (one,), (two,), (other,) = single["history"], ranks[0][method]["history"], ranks[1][method]["history"]
+        assert one["advantage_abs_mean"] > 0 and one["grad_norm"] > 0
+        for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy"):
+            assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-5), (method, key)
+        assert two == other  # merged metrics: one history on every process
+        for key, weight in single["weights"].items():
+            for r in ranks:
+                torch.testing.assert_close(r[method]["weights"][key], weight, rtol=1e-5, atol=1e-5,
+                                           msg=f"{method} {key}")
+            assert torch.equal(ranks[0][method]["weights"][key], ranks[1][method]["weights"][key])
