@@ -163,6 +163,55 @@ def test_every_preset_trains_three_steps_through_the_backend(name, policy, hashe
     assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), model0.parameters()))  # it learnt
 
 
+
+def test_trl_generation_follows_the_rollout_conventions_and_is_seeded(policy, hashed_task, tmp_path):
+    """`TRLEngine`: native prompt encoding, EOS-terminated completions, log-probs at the sampling temperature."""
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+    from rlvr_lib.rollout import SamplingParams, sequence_logprobs
+
+    model0, tokenizer = policy
+    model = copy.deepcopy(model0)
+    backend = MethodGRPOTrainer(method_config("grpo", steps=1, **TINY), model, tokenizer,
+                                output_dir=str(tmp_path), trl_args=QUIET)
+    engine, native = backend.core.engine, KVCacheEngine(copy.deepcopy(model0), tokenizer)
+    prompts = [p.prompt_with(None) for p in backend.core.train_problems[:3]]
+    for got, want in zip(engine.encode_prompts(prompts), native.encode_prompts(prompts)):
+        assert torch.equal(got, want)  # hint-free prompts are encoded as the native engines encode them
+    params = SamplingParams(n=2, temperature=0.7, top_p=1.0, max_new_tokens=12, seed=5)
+    model.eval()
+    ro = engine.generate(prompts, params)
+    again = engine.generate(prompts, params)
+    assert torch.equal(ro.completion_ids, again.completion_ids) and ro.texts == again.texts  # seeded
+    assert ro.prompt_index.tolist() == [0, 0, 1, 1, 2, 2]
+    lengths = ro.completion_mask.sum(1)
+    assert torch.equal(ro.completion_mask, (torch.arange(ro.completion_mask.shape[1]) < lengths[:, None]).long())
+    for i, reason in enumerate(ro.finish_reasons):
+        last = int(ro.completion_ids[i, lengths[i] - 1])
+        assert (reason == "stop") == (last in backend.eos_token_ids)
+        assert reason == "stop" or lengths[i] == params.max_new_tokens
+    with torch.no_grad():
+        logp, _ = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                    temperature=0.7)
+    torch.testing.assert_close(ro.logprobs, logp * ro.completion_mask)
+    assert (ro.logprobs <= 0).all() and (ro.logprobs[ro.completion_mask == 0] == 0).all()
+
+
+def test_a_backend_run_replays_exactly(policy, hashed_task, tmp_path):
+    """Two runs of one config (TRL's generation seeded per call from the native streams) give one history."""
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    model0, tokenizer = policy
+    config = method_config("grpo", steps=2, **TINY)
+    runs = []
+    for k in range(2):
+        model = copy.deepcopy(model0)
+        backend = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(tmp_path / str(k)), trl_args=QUIET)
+        backend.train()
+        runs.append(([{k: v for k, v in m.items() if not k.startswith("time_")} for m in backend.history],
+                     [p.detach().clone() for p in model.parameters()]))
+    assert runs[0][0] == runs[1][0]
+    assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
+
 # ----------------------------------------------------------------------------- what the backend refuses
 def _one_line_error(call, match):
     with pytest.raises(ValueError, match=match) as err:

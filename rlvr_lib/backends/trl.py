@@ -51,7 +51,9 @@ Where TRL's semantics differ from the native loop (documented, not hidden)
       loop's sampling seed, so runs are reproducible but the completions differ from the native engines'
       (a different sampler). The behaviour log-probs of ``transformers`` generation are a teacher-forced
       forward of the sampling model at the sampling temperature (the native engines record them while
-      sampling; equal to float rounding); with vLLM they are vLLM's, and vLLM draws its own seeds.
+      sampling; equal to float rounding); with vLLM they are the ones vLLM reports (TRL's
+      ``processed_logprobs``: after temperature and top-p, which equals the native convention at
+      ``top_p = 1``), and vLLM draws its own seeds.
     * An empty minibatch (dynamic sampling kept fewer rows than ``minibatches``) still takes TRL's optimizer
       and scheduler step, with no gradient (AdamW leaves such parameters alone); the native loop skips it.
     * Checkpoints: TRL's (``save_strategy``) hold weights, optimizer, scheduler and RNG, but not the
@@ -402,7 +404,8 @@ class TRLEngine:
             vg.sync_weights()
             tr._last_loaded_step = tr.state.global_step
         saved = vg.temperature, vg.top_p, vg.max_completion_length
-        vg.temperature, vg.top_p, vg.max_completion_length = params.temperature, params.top_p, params.max_new_tokens
+        vg.temperature = 0.0 if params.greedy else params.temperature  # vLLM: temperature 0 is argmax
+        vg.top_p, vg.max_completion_length = (1.0 if params.greedy else params.top_p), params.max_new_tokens
         try:
             completion_ids, logprobs = tr._generate_single_turn(prompt_ids, None, {}, 1)
         finally:
