@@ -212,6 +212,57 @@ def test_a_backend_run_replays_exactly(policy, hashed_task, tmp_path):
     assert runs[0][0] == runs[1][0]
     assert all(torch.equal(a, b) for a, b in zip(runs[0][1], runs[1][1]))
 
+
+class _RecordingVLLM:
+    """Stands in for TRL's ``VLLMGeneration`` (vLLM needs a GPU): records what reaches "the engine" and when.
+
+    ``sync_weights`` snapshots the policy's weights (what TRL would push to vLLM); ``generate`` records the
+    sampling settings in force and returns a fixed two-token completion with made-up log-probs in TRL's
+    ``(prompt_ids, completion_ids, logprobs, logprob_token_ids)`` form.
+    """
+
+    def __init__(self, model, eos: int):
+        self.model, self.eos = model, eos
+        self.temperature, self.top_p, self.max_completion_length = 1.0, 1.0, 16
+        self.synced, self.calls = [], []
+
+    def sync_weights(self):
+        self.synced.append(torch.cat([p.detach().flatten() for p in self.model.parameters()]).clone())
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        self.calls.append((len(self.synced), self.temperature, self.max_completion_length, len(prompts)))
+        completions = [[5, self.eos] for _ in prompts]
+        return prompts, completions, [[[-0.5], [-0.25]] for _ in prompts], None
+
+
+def test_with_vllm_each_weight_samples_draw_sees_its_perturbed_weights(policy, hashed_task, tmp_path):
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    model0, tokenizer = policy
+    model = copy.deepcopy(model0)
+    config = method_config("m3po", steps=1, **{**TINY, "temperature": 0.9})  # two IVON weight samples
+    backend = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(tmp_path), trl_args=QUIET)
+    fake = _RecordingVLLM(model, backend.eos_token_ids[0])
+    backend.use_vllm, backend.vllm_generation, backend._last_loaded_step = True, fake, -1
+    mean = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+    backend.train()
+    # one draw per weight sample, each after its own sync, at the step's temperature and length
+    assert [(synced, t, n) for synced, t, n, _ in fake.calls] == [(1, 0.9, 8), (2, 0.9, 8)]
+    assert sum(rows for *_, rows in fake.calls) == config.prompts_per_step * config.group_size
+    first, second = fake.synced
+    assert not torch.equal(first, mean) and not torch.equal(second, mean) and not torch.equal(first, second)
+    (row,) = backend.history
+    assert row["response_length"] == 2 and row["truncated_rate"] == 0  # vLLM's completions, EOS-terminated
+
+    # A method without weight samples: TRL's own sync, once per optimizer step (the weights change only there).
+    model = copy.deepcopy(model0)
+    backend = MethodGRPOTrainer(method_config("dapo", steps=2, **TINY), model, tokenizer,
+                                output_dir=str(tmp_path / "dapo"), trl_args=QUIET)
+    fake = _RecordingVLLM(model, backend.eos_token_ids[0])
+    backend.use_vllm, backend.vllm_generation, backend._last_loaded_step = True, fake, -1
+    backend.train()
+    assert len(fake.synced) == 2 and [synced for synced, *_ in fake.calls][0] == 1
+
 # ----------------------------------------------------------------------------- what the backend refuses
 def _one_line_error(call, match):
     with pytest.raises(ValueError, match=match) as err:
