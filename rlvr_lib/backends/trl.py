@@ -360,9 +360,10 @@ class TRLEngine:
             model = tr.model
             was_training = model.training
             model.eval()
+            device = next(model.parameters()).device
             with torch.no_grad():
-                lp, _ = sequence_logprobs(model, p_ids, p_mask, c_ids, c_mask,
-                                          temperature=params.logprob_temperature)
+                lp, _ = sequence_logprobs(model, p_ids.to(device), p_mask.to(device), c_ids.to(device),
+                                          c_mask.to(device), temperature=params.logprob_temperature)
             model.train(was_training)
             lp = lp.float().cpu()
         else:
