@@ -4,7 +4,8 @@ Equality: for one RL step of each of ``grpo``, ``dapo``, ``nudgerl``, ``b3po``, 
 shipped tiny policy, the native `Trainer` rolls out with a recording engine; `MethodGRPOTrainer`, built on a
 copy of the same initial weights, replays those completions (same prompts: its train sampler draws what the
 native loop draws), and every optimizer step's loss and every parameter's gradient (after clipping, before
-the optimizer step) must agree within ``TOL``. A test task whose verifier rewards a hash of the completion
+the optimizer step) must agree within ``TOL``; ``grpo`` with 2 inner epochs x 2 minibatches also checks that
+the later optimizer steps, taken by TRL's loop, leave the same weights as the native ones. A test task whose verifier rewards a hash of the completion
 gives mixed rewards, so advantages and gradients are not zero, and DAPO drops and refills groups.
 
 Every registered preset then trains 3 steps through the backend with TRL's own generation
@@ -108,12 +109,14 @@ def _max_diff(a: list[dict], b: list[dict]) -> float:
     return max(float((x[k] - y[k]).abs().max()) for x, y in zip(a, b) for k in x)
 
 
-@pytest.mark.parametrize("name", EQUALITY_METHODS)
-def test_trl_backend_loss_and_gradients_equal_the_native_loops(name, policy, hashed_task, tmp_path):
+@pytest.mark.parametrize("name, extra", [*((m, {}) for m in EQUALITY_METHODS),
+                                         ("grpo", {"inner_epochs": 2, "minibatches": 2})],
+                         ids=[*EQUALITY_METHODS, "grpo-2epochs-2minibatches"])
+def test_trl_backend_loss_and_gradients_equal_the_native_loops(name, extra, policy, hashed_task, tmp_path):
     from rlvr_lib.backends.trl import MethodGRPOTrainer
 
     model0, tokenizer = policy
-    config = method_config(name, steps=1, **TINY)
+    config = method_config(name, steps=1, **TINY, **extra)
 
     native_model = copy.deepcopy(model0)
     recorder = RecordingEngine(KVCacheEngine(native_model, tokenizer))
