@@ -6,7 +6,8 @@ inputs first, before it loads a model or writes anything; what fails after that 
 
 ``train`` runs one method on one process, or on several under a launcher
 (``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
-``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``.
+``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``. With ``--backend trl`` the
+method runs on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`; ``--trl-set KEY=VALUE`` sets ``GRPOConfig`` fields).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pathlib import Path
 
 from rlvr_lib.cli_checks import (OneLineParser, UsageError, check_model, check_out_file, check_out_folder,
                                  existing_file, flag_errors, int_at_least, number_in)
+from rlvr_lib.backends import BACKENDS
 from rlvr_lib.experiments import results_root
 
 COUNT = int_at_least(1)
@@ -211,13 +213,15 @@ def _train(args: argparse.Namespace) -> int:
     from rlvr_lib.pipeline import train_run
 
     config = _train_config(args)
+    trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
-    record = train_run(config, out, dtype=getattr(torch, args.dtype))
+    record = train_run(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
     if record is not None:  # rank 0
         last = record.history[-1] if record.history else {}
+        checkpoint = "" if args.backend == "trl" else f", {out}/checkpoint.pt"  # TRL's lack the method's state
         print(f"trained {config.method} for {config.steps} steps (last step: reward_mean {last.get('reward_mean')}, "
-              f"loss {last.get('loss')}); wrote {out / (record.run_id + '.json')}, {out}/checkpoint.pt, {out}/model")
+              f"loss {last.get('loss')}); wrote {out / (record.run_id + '.json')}{checkpoint}, {out}/model")
     return 0
 
 
@@ -243,6 +247,30 @@ def _train_config(args: argparse.Namespace):
     layers = [(args.config, file)] if args.config else []
     with flag_errors(where, "--set" if assignments else "--config" if args.config else "--method"):
         return build_config(args.method, *layers, ("--set", assignments), ("command line", flags))
+
+
+def _trl_args(args: argparse.Namespace, config) -> dict:
+    """``--trl-set`` as ``GRPOConfig`` fields, checked (with ``--backend trl``) before anything is loaded."""
+    from rlvr_lib.config_files import parse_assignments
+
+    if args.trl_set and args.backend != "trl":
+        raise UsageError("argument --trl-set: only with --backend trl")
+    if args.backend != "trl":
+        return {}
+    with flag_errors({}, "--trl-set"):
+        trl_args = parse_assignments(args.trl_set)
+    import os
+    import tempfile
+
+    from rlvr_lib.backends.trl import check_hostable, grpo_args
+    from rlvr_lib.methods import build_method
+
+    processes = int(os.environ.get("WORLD_SIZE", "1"))
+    with flag_errors({}, "--trl-set" if trl_args else "--backend"), tempfile.TemporaryDirectory() as scratch:
+        args_ = grpo_args(config, scratch, processes=processes,
+                          trl_args={**({"use_vllm": True} if config.engine == "vllm" else {}), **trl_args})
+        check_hostable(build_method(config), config, args_, processes)
+    return trl_args
 
 
 def _check_train_out(out: Path, config) -> None:
@@ -352,6 +380,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="override a TrainerConfig field (repeatable; VALUE: JSON, a YAML {...}/[...], else a string)")
     r.add_argument("--steps", type=COUNT, default=None, help="RL steps (overrides the config)")
     r.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype of the policy")
+    r.add_argument("--backend", default="native", choices=BACKENDS,
+                   help="training loop: native (rlvr_lib.trainer, default) or trl (TRL's GRPOTrainer running the "
+                        "method's hooks, rlvr_lib.backends.trl; --engine vllm uses TRL's vLLM)")
+    r.add_argument("--trl-set", action="append", default=[], metavar="KEY=VALUE",
+                   help="--backend trl: a GRPOConfig field (repeatable), e.g. vllm_mode=server, logging_steps=10")
     r.add_argument("--out", default=None,
                    help="output folder of the checkpoint, final model and run record (default: runs/<method>-s<seed>)")
     r.set_defaults(func=_train, parser=r)

@@ -41,6 +41,8 @@ CHECKPOINT_FILE = "checkpoint.pt"
 """`train_run`'s resumable checkpoint in its output folder (`Trainer.save_checkpoint`)."""
 MODEL_DIR = "model"
 """`train_run`'s final weights and tokenizer in its output folder (``save_pretrained``; a policy path)."""
+TRL_DIR = "trl"
+"""`train_run`'s TRL ``output_dir`` in its output folder with ``backend="trl"`` (logs, checkpoints if asked)."""
 
 
 def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None,
@@ -169,8 +171,8 @@ def _check_method_options(record: RunRecord, options: dict) -> None:
                      f"part of the run key; delete that record (and its checkpoint) to recompute it")
 
 
-def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, progress: bool = True
-              ) -> RunRecord | None:
+def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, progress: bool = True,
+              backend: str = "native", trl_args: Mapping | None = None) -> RunRecord | None:
     """Train ``config`` on this process (and the others a launcher started) and write the results under ``out``.
 
     Every process loads ``config.policy`` onto its device (`rlvr_lib.distributed.World.device`)
@@ -184,18 +186,33 @@ def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, p
       folder's name, rewritten on every run): config and policy hash (its key), metric history,
       world size and dtype.
 
+    With ``backend="trl"`` the run trains on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl.MethodGRPOTrainer`,
+    its files under ``out/trl``): ``model/`` and the record are written as above (the record's key and
+    ``extra`` name the backend), but no ``checkpoint.pt``: TRL's checkpoints lack the method's state, so such
+    a run is not resumed: a rerun trains anew and rewrites the record.
+
     Args:
         config: The training config.
         out: Output folder; its name must be file-name safe (it is the record's experiment).
         dtype: Parameter dtype of the loaded policy (default: `load_policy`'s, float32).
-        progress: Show a progress bar (rank 0 only).
+        progress: Show a progress bar (rank 0 only; the native backend's).
+        backend: ``"native"`` (`Trainer`) or ``"trl"``.
+        trl_args: Further ``GRPOConfig`` fields for the TRL backend (`rlvr_lib.backends.trl.grpo_args`);
+            ``config.engine == "vllm"`` adds ``use_vllm=True`` (TRL's vLLM, colocated by default).
 
     Returns:
         The record on rank 0, ``None`` on the other processes.
 
     Raises:
-        ValueError: on an ``out`` whose name is not file-name safe.
+        ValueError: on an ``out`` whose name is not file-name safe, an unknown ``backend``, ``trl_args`` with the
+            native backend, or a combination the TRL backend cannot host.
     """
+    from rlvr_lib.backends import BACKENDS
+
+    if backend not in BACKENDS:
+        raise invalid("backend", backend, f"one of {list(BACKENDS)}")
+    if trl_args and backend != "trl":
+        raise invalid("trl_args", dict(trl_args), "empty unless backend='trl'")
     out = Path(out).resolve()
     try:  # checked on every process, before any of them trains
         run_dir(out.name, out.parent)
@@ -204,6 +221,10 @@ def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, p
                       "file-name safe (letters, digits and . _ + = @ -, not starting with a symbol)") from None
     world = init_world()
     key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}, config.task)
+    if backend == "trl":
+        trl_args = {**({"use_vllm": True} if config.engine == "vllm" else {}), **(trl_args or {})}
+        key = {**key, "backend": "trl", "trl_args": dict(trl_args)}
+        return _train_run_trl(config, out, key, world, dtype=dtype, trl_args=trl_args)
 
     def run():
         model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
@@ -214,6 +235,27 @@ def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, p
             model.save_pretrained(out / MODEL_DIR)
             tokenizer.save_pretrained(out / MODEL_DIR)
         return nan_to_none(history), {}, {"world_size": world.size, "dtype": str(model.dtype)}
+
+    if not world.is_main:
+        run()
+        return None
+    return cached_run(out.name, config.method, key, config.seed, run, root=out.parent, force=True)
+
+
+def _train_run_trl(config: TrainerConfig, out: Path, key: dict, world, *, dtype, trl_args: dict
+                   ) -> RunRecord | None:
+    """`train_run` on TRL's ``GRPOTrainer``: train, save ``model/`` (rank 0), write the record (rank 0)."""
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    def run():
+        model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
+        trainer = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(out / TRL_DIR), trl_args=trl_args)
+        trainer.train()
+        if trainer.core.world.is_main:
+            model.save_pretrained(out / MODEL_DIR)
+            tokenizer.save_pretrained(out / MODEL_DIR)
+        return (nan_to_none(trainer.history), {},
+                {"world_size": trainer.core.world.size, "dtype": str(model.dtype), "backend": "trl"})
 
     if not world.is_main:
         run()

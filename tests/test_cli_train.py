@@ -101,3 +101,30 @@ def test_values_parse_as_json_then_yaml_collections_then_strings(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text("lr: 1e-6\nsteps: 5\nkl_coef: 0\n")
     assert load_settings(path) == {"lr": 1e-6, "steps": 5, "kl_coef": 0}  # YAML 1.2 floats: 1e-6 is a number
+
+
+# ------------------------------------------------------------------ the TRL backend
+def test_train_with_the_trl_backend_writes_record_and_model(tmp_path, capsys):
+    out = tmp_path / "trl_run"
+    argv = ["train", "--backend", "trl", "--method", "grpo", "--steps", "1", *TINY,
+            "--trl-set", "logging_strategy=no", "--out", str(out)]
+    assert main(argv) == 0
+    (record_path,) = out.glob("grpo-*-s0.json")
+    record = json.loads(record_path.read_text())
+    assert record["extra"]["backend"] == "trl" and record["config"]["backend"] == "trl"
+    (row,) = record["history"]
+    for key in ("loss", "reward_mean", "entropy", "grad_norm", "response_length"):
+        assert math.isfinite(row[key]), key
+    assert (out / "model" / "config.json").exists() and not (out / "checkpoint.pt").exists()
+    assert "checkpoint.pt" not in capsys.readouterr().out
+
+
+def test_trl_backend_flag_errors_are_one_line_usage_errors(capsys):
+    assert "argument --trl-set: only with --backend trl" in _error(
+        capsys, ["train", "--method", "grpo", "--trl-set", "logging_steps=2"])
+    err = _error(capsys, ["train", "--backend", "trl", "--method", "grpo", "--trl-set", "beta=0.1"])
+    assert "argument --trl-set: trl_args['beta'] is set by the TrainerConfig" in err and err.count("\n") <= 2
+    err = _error(capsys, ["train", "--backend", "trl", "--method", "grpo", "--set", "prompts_per_step=3",
+                          "--set", "group_size=1"])
+    assert "argument --backend: TRL backend: group_size=1: TRL's GRPOTrainer needs num_generations >= 2" in err
+    assert "invalid choice: 'tf'" in _error(capsys, ["train", "--backend", "tf", "--method", "grpo"])
