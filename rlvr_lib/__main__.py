@@ -48,6 +48,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
     check_model("--model", args.model)
     check_out_file("--out", args.out)
@@ -62,6 +63,7 @@ def _calibrate(args: argparse.Namespace) -> int:
     engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
     report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
     report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
+    report["testbed_version"] = TESTBED_VERSION  # and which design of the testbed (the RL pool can change alone)
     return _write_targets(report, args.out, "calibration.json", write_report, format_report)
 
 

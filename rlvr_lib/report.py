@@ -58,7 +58,8 @@ def _dynamics_section(root: Path) -> list[str]:
     cfg = report["config"]
     beta = f"; anchor beta {report['kl_coef']}" if "kl_coef" in report else ""  # reports before the beta search
     lines = [
-        f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`: GRPO and "
+        f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`, testbed "
+        f"`{report.get('testbed_version')}`: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
         f"evaluations{beta}; step count of the full profile: "
         f"{report['chosen_steps'] or 'none, not every target holds'}):",
