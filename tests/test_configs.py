@@ -32,3 +32,15 @@ def test_config_file_builds_a_valid_config(path):
 def test_config_file_has_its_command_in_the_readme(path):
     readme = (CONFIGS / "README.md").read_text()
     assert f"--config configs/{path.name}" in readme
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_config_file_trains_on_a_real_dataset_without_loading_it(path, monkeypatch):
+    import datasets
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"load_dataset{args} was called while building {path.name}")
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    config = config_from_file(path)
+    assert config.task in {"dapo_math_17k", "math_train"}  # the papers' training sets (PAPERS.md), by name
