@@ -184,3 +184,22 @@ def test_unknown_eval_member_and_prompt_style():
         math_eval_task("x", sources={"gsm8k": "a.jsonl"})
     with pytest.raises(ValueError, match=r"prompt_style='chat'.*'boxed'"):
         math_dataset_task("aime24", prompt_style="chat")
+
+
+def test_the_eval_suite_runs_through_evaluate_policy(tiny_model_and_tokenizer):
+    from rlvr_lib.eval import EvalSpec, evaluate_policy
+    from rlvr_lib.rollout import KVCacheEngine
+    from rlvr_lib.tasks import TASKS, register_task
+
+    saved = dict(TASKS)
+    try:
+        register_task("fixture_eval_suite", math_eval_task("fixture_eval_suite",
+                                                           sources={d: FIXTURES[d] for d in EVAL_DATASETS}))
+        spec = EvalSpec(task="fixture_eval_suite", families=("aime24", "amc23"), problems_per_family=2, samples=2,
+                        group_size=2, max_new_tokens=8, diversity_problems=2, diversity_samples=2)
+        result = evaluate_policy(KVCacheEngine(*tiny_model_and_tokenizer), spec)
+    finally:
+        TASKS.clear(), TASKS.update(saved)
+    assert set(result["families"]) == {"aime24", "amc23"}
+    for family in result["families"].values():
+        assert 0.0 <= family["pass_at_k"]["1"] <= 1.0

@@ -21,6 +21,9 @@ Registered here:
 * ``"math500"``: MATH-500 from the Hub (`math500_task`); families
   ``math500`` (all 500) and ``math500_l5`` (level 5). Loaded on first use,
   so it needs the network (or the Hub cache) only then.
+
+The papers' other sets (DAPO-Math-17k, MATH's training set, AIME 2024/2025, AMC 2023 and the
+``math_eval`` suite) are registered in `rlvr_lib.tasks.math_datasets`.
 """
 
 from __future__ import annotations
@@ -170,7 +173,8 @@ class MathTask(PromptedTask):
     NudgeRL, SAGE and 3PO) and any math training set with a question and a
     final answer per row. ``Problem.question`` is ``template`` filled with the
     row's question (through the tokenizer's chat template when asked, see
-    `PromptFormat`); ``Problem.answer`` is the row's answer; the oracle trace
+    `PromptFormat`); ``Problem.answer`` is the row's answer (as read by
+    ``answer_extractor`` when given); the oracle trace
     is the row's solution when ``solution_field`` is given, else
     ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
     their families, so registering and configuring a task costs nothing.
