@@ -10,27 +10,23 @@ JSON/JSONL/Parquet files in the same schema (``source=``), lazily: registering a
 Completions are graded by `MathTask.verify` (math-verify under `rlvr_lib.tasks.math_grading`'s policy:
 a ``\\boxed{}`` or "final answer is" statement first, then an "Answer: ..." line, then the last expression).
 
-==================  ==================================  ========  =========================================
-task name           Hub source (default)                split     question / gold answer
-==================  ==================================  ========  =========================================
-``dapo_math_17k``   ``BytedTsinghua-SIA/DAPO-Math-17k``  train     ``prompt[0]["content"]`` (a chat message
-                                                                  list; DAPO's "Answer:" instruction kept,
-                                                                  or stripped with ``prompt_style="boxed"``)
-                                                                  / ``reward_model["ground_truth"]``; the
-                                                                  Hub file repeats each problem (1.79M rows,
-                                                                  about 17.9k distinct): deduplicated
-``math_train``      ``DigitalLearningGmbH/MATH-lighteval``  train  ``problem`` / the last ``\\boxed{}`` (or
-                                                          / test  ``\\fbox{}``) of ``solution``; ``level``
-                                                                  ``"Level 1"``..``"Level 5"``
-``math500``         ``HuggingFaceH4/MATH-500``           test      ``problem`` / ``answer``; ``level`` 1..5
-                    (registered in `rlvr_lib.tasks.math_task`)
-``aime24``          ``HuggingFaceH4/aime_2024``          train     ``problem`` / ``answer`` (30 problems)
-``aime25``          ``yentinglin/aime_2025``             train     ``problem`` / ``answer`` (30 problems)
-``amc23``           ``math-ai/amc23``                    test      ``question`` / ``answer`` (40 problems; an
-                                                                  integral float answer is written as an int)
-``math_eval``       the four evaluation sets above       -         families ``math500``, ``math500_l5``,
-                                                                  ``aime24``, ``aime25``, ``amc23``
-==================  ==================================  ========  =========================================
+* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k``, split ``train``. Question: ``prompt[0]["content"]``
+  (a chat-message list), DAPO's "Answer:" instruction kept (or stripped, with the ``\\boxed{}`` template, by
+  ``prompt_style="boxed"``); gold: ``reward_model["ground_truth"]``. The Hub file repeats each problem
+  (about 1.79M rows; public deduplicated copies hold 17,398 to 17,917): deduplicated on the prompt text.
+  Family ``train``.
+* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval`` (MATH, Hendrycks et al.), splits ``train`` (7,500)
+  and ``test`` (5,000). Question: ``problem``; gold: the last ``\\boxed{}`` (or ``\\fbox{}``) of
+  ``solution`` (rows without one are left out); difficulty: ``level`` (``"Level 1"``..``"Level 5"``).
+  Families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
+* ``math500``: ``HuggingFaceH4/MATH-500``, split ``test`` (registered in `rlvr_lib.tasks.math_task`).
+  Question: ``problem``; gold: ``answer``; ``level`` 1..5. Families ``math500``, ``math500_l5``.
+* ``aime24``: ``HuggingFaceH4/aime_2024``, split ``train`` (30 problems). ``problem`` / ``answer``.
+* ``aime25``: ``yentinglin/aime_2025``, split ``train`` (30 problems). ``problem`` / ``answer``.
+* ``amc23``: ``math-ai/amc23``, split ``test`` (40 problems). ``question`` / ``answer`` (an integral float
+  answer, as some AMC copies store them, is written as an integer).
+* ``math_eval``: `MathSuite` of the four evaluation sets; families ``math500``, ``math500_l5``, ``aime24``,
+  ``aime25``, ``amc23``.
 
 Sources of the schemas (checked here against public copies and code, not against the Hub, which this
 session could not reach): the dataset cards' ``dataset_info`` of DAPO-Math-17k copies (``data_source``,
