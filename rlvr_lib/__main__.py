@@ -214,6 +214,7 @@ def _train(args: argparse.Namespace) -> int:
 
     from rlvr_lib.pipeline import train_run
 
+    _check_no_sharding(args.backend)
     config = _train_config(args)
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
@@ -225,6 +226,27 @@ def _train(args: argparse.Namespace) -> int:
         print(f"trained {config.method} for {config.steps} steps (last step: reward_mean {last.get('reward_mean')}, "
               f"loss {last.get('loss')}); wrote {out / (record.run_id + '.json')}{checkpoint}, {out}/model")
     return 0
+
+
+SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
+"""What ``accelerate launch --config_file F`` sets when F's ``distributed_type`` is DEEPSPEED or FSDP."""
+
+
+def _check_no_sharding(backend: str) -> None:
+    """Refuse a launch under an accelerate DeepSpeed/FSDP config (``configs/accelerate/zero3_8gpu.yaml``, ...).
+
+    Neither loop hosts sharded training: the native loop sums plain gradients over processes
+    (`rlvr_lib.distributed`) and never builds accelerate's DeepSpeed/FSDP engine, so it would silently train
+    unsharded copies; the TRL backend refuses ``deepspeed``/``fsdp`` GRPOConfig arguments, but an accelerate
+    config file reaches it only through these environment variables, which its check does not read.
+    """
+    import os
+
+    on = [name for variable, name in SHARDING_ENV.items() if os.environ.get(variable, "").lower() in ("1", "true")]
+    if on:
+        raise UsageError(f"argument --backend: {backend!r} does not host {'/'.join(on)} (set by the accelerate "
+                         "launch config): the update sums each process's plain gradients; launch DDP-style "
+                         "processes instead (accelerate launch --config_file configs/accelerate/ddp_8gpu.yaml)")
 
 
 TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}

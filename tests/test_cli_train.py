@@ -128,3 +128,17 @@ def test_trl_backend_flag_errors_are_one_line_usage_errors(capsys):
                           "--set", "group_size=1"])
     assert "argument --backend: TRL backend: group_size=1: TRL's GRPOTrainer needs num_generations >= 2" in err
     assert "invalid choice: 'tf'" in _error(capsys, ["train", "--backend", "tf", "--method", "grpo"])
+
+
+@pytest.mark.parametrize("variable, name", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
+@pytest.mark.parametrize("backend", ["native", "trl"])
+def test_a_sharded_accelerate_launch_is_refused_in_one_line(capsys, monkeypatch, backend, variable, name):
+    # what `accelerate launch --config_file configs/accelerate/{zero3,fsdp}_8gpu.yaml` sets in each process
+    monkeypatch.setenv(variable, "true")
+    err = _error(capsys, ["train", "--backend", backend, "--method", "grpo"])
+    assert f"argument --backend: {backend!r} does not host {name}" in err and err.count("\n") <= 2
+
+
+def test_trl_set_fsdp_is_refused_by_the_trl_backend(capsys):
+    err = _error(capsys, ["train", "--backend", "trl", "--method", "grpo", "--trl-set", "fsdp=true"])
+    assert "argument --trl-set: TRL backend: method 'grpo': DeepSpeed/FSDP are not hosted" in err

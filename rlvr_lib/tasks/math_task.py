@@ -21,6 +21,9 @@ Registered here:
 * ``"math500"``: MATH-500 from the Hub (`math500_task`); families
   ``math500`` (all 500) and ``math500_l5`` (level 5). Loaded on first use,
   so it needs the network (or the Hub cache) only then.
+
+The papers' other sets (DAPO-Math-17k, MATH's training set, AIME 2024/2025, AMC 2023 and the
+``math_eval`` suite) are registered in `rlvr_lib.tasks.math_datasets`.
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import logging
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping, Sequence, Union
+from typing import Any, Callable, Mapping, Sequence, Union
 
 import numpy as np
 
@@ -121,6 +124,17 @@ class MathFamily:
         return all(row[column] in allowed for column, allowed in self.where.items())
 
 
+QUESTION_KEY, ANSWER_KEY = "__question__", "__answer__"
+"""Keys under which `MathTask` stores each loaded row's extracted question and gold answer."""
+
+
+def _as_text(value: Any) -> str:
+    """A column value as answer/question text: an integral float (``27.0``, AMC answers) as ``"27"``."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value).strip()
+
+
 def _stable_int(text: str) -> int:
     return zlib.crc32(text.encode("utf-8"))
 
@@ -159,7 +173,8 @@ class MathTask(PromptedTask):
     NudgeRL, SAGE and 3PO) and any math training set with a question and a
     final answer per row. ``Problem.question`` is ``template`` filled with the
     row's question (through the tokenizer's chat template when asked, see
-    `PromptFormat`); ``Problem.answer`` is the row's answer; the oracle trace
+    `PromptFormat`); ``Problem.answer`` is the row's answer (as read by
+    ``answer_extractor`` when given); the oracle trace
     is the row's solution when ``solution_field`` is given, else
     ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
     their families, so registering and configuring a task costs nothing.
@@ -192,10 +207,18 @@ class MathTask(PromptedTask):
         max_completion_chars: Longer completions are ``malformed`` without parsing.
         hint_pool: Anything with ``contexts(problem) -> list[str]`` (e.g.
             `rlvr_lib.tasks.LMHintPool` for NudgeRL); ``None``: no hints.
+        question_extractor: ``None`` (the question column's value as text) or a function of that value
+            returning the question text (e.g. DAPO-Math-17k's chat-message list, `rlvr_lib.tasks.math_datasets`).
+        answer_extractor: ``None`` (the answer column's value as text; an integral float such as ``27.0``
+            is written ``27``) or a function of that value returning the gold answer, or ``None`` when the
+            row has none (e.g. the last ``\\boxed{}`` of a MATH solution). Rows without a gold answer are
+            left out of every family (their count is logged).
+        dedupe: Keep only the first row of each distinct question text (DAPO-Math-17k repeats each problem).
 
     Raises:
         ValueError: a bad argument (the message names it and what is allowed);
-            at the first draw of a family, a missing column or an empty family.
+            at the first draw of a family, a missing column, a row the extractors cannot read
+            (naming the row, the column and the error), or an empty family.
     """
 
     strategies: tuple[str, ...] = ()
@@ -219,6 +242,9 @@ class MathTask(PromptedTask):
         timeout_s: int = 5,
         max_completion_chars: int = MAX_COMPLETION_CHARS,
         hint_pool=None,
+        question_extractor: Callable[[Any], str] | None = None,
+        answer_extractor: Callable[[Any], str | None] | None = None,
+        dedupe: bool = False,
     ):
         _shorten_math_verify_logs()
         self._load_path, self._data_files = _load_arguments(source)
@@ -237,6 +263,10 @@ class MathTask(PromptedTask):
         self.family_specs = dict(families)
         self.question_field, self.answer_field = question_field, answer_field
         self.level_field, self.solution_field = level_field, solution_field
+        for attr, value in (("question_extractor", question_extractor), ("answer_extractor", answer_extractor)):
+            check(value is None or callable(value), attr, value, "None or a function of the column's value")
+        check(isinstance(dedupe, bool), "dedupe", dedupe, "a bool")
+        self.question_extractor, self.answer_extractor, self.dedupe = question_extractor, answer_extractor, dedupe
         self._splits: dict[str, list[dict]] = {}
         self._members: dict[str, list[int]] = {}
         self._gold_warned: set[str] = set()
@@ -249,8 +279,44 @@ class MathTask(PromptedTask):
 
             data = datasets.load_dataset(self._load_path, name=self.hub_config, data_files=self._data_files,
                                          split=split)
-            self._splits[split] = data.select_columns(self._columns(split, list(data.column_names))).to_list()
+            rows = data.select_columns(self._columns(split, list(data.column_names))).to_list()
+            self._splits[split] = self._prepared(split, rows)
         return self._splits[split]
+
+    def _prepared(self, split: str, rows: list[dict]) -> list[dict]:
+        """``rows`` with their question (`QUESTION_KEY`) and gold answer (`ANSWER_KEY`) read by the extractors;
+        rows without a gold answer, and with ``dedupe`` repeated questions, left out."""
+        kept, seen, unanswered, repeated = [], set(), 0, 0  # unanswered: no gold answer or no question
+        for index, row in enumerate(rows):
+            question = self._extract("question_extractor", self.question_field, split, index, row)
+            answer = self._extract("answer_extractor", self.answer_field, split, index, row)
+            if not answer or not question:
+                unanswered += 1
+                continue
+            if self.dedupe:
+                if question in seen:
+                    repeated += 1
+                    continue
+                seen.add(question)
+            kept.append({**row, QUESTION_KEY: question, ANSWER_KEY: answer})
+        if unanswered or repeated:
+            logger.info("%s: split %r: %d rows kept, %d without a gold answer and %d repeated questions left out",
+                        self.name, split, len(kept), unanswered, repeated)
+        return kept
+
+    def _extract(self, attr: str, field_name: str, split: str, index: int, row: Mapping[str, Any]) -> str | None:
+        """One row's question or answer text (``attr``: which extractor), as the class docstring says."""
+        value, extractor = row[field_name], getattr(self, attr)
+        if extractor is None:
+            return None if value is None else _as_text(value)
+        try:
+            text = extractor(value)
+        except Exception as exc:  # a row of another schema: one line naming the row, column and cause
+            raise ValueError(f"{self.name}: row {index} of split {split!r} of {self.source!r}: {attr} "
+                             f"{getattr(extractor, '__name__', extractor)} cannot read column {field_name!r} "
+                             f"({type(exc).__name__}: {exc}); value: {str(value)[:200]!r}") from None
+        check(text is None or isinstance(text, str), attr, text, "a function returning a string or None")
+        return None if text is None else text.strip()
 
     def _columns(self, split: str, columns: list[str]) -> list[str]:
         """The columns of ``split`` the task reads; a configured one that is missing raises ``ValueError``."""
@@ -295,12 +361,12 @@ class MathTask(PromptedTask):
                 for i in rng.choice(len(members), size=n, replace=False)]
 
     def _problem(self, family: str, split: str, index: int, row: Mapping[str, Any]) -> Problem:
-        answer = str(row[self.answer_field]).strip()
+        answer = row[ANSWER_KEY]
         level = row[self.level_field] if self.level_field else None
         solution = row[self.solution_field] if self.solution_field else None
         return Problem(
             uid=f"{self.name}:{split}:{index}",
-            question=self.prompt_format(str(row[self.question_field]).strip()),
+            question=self.prompt_format(row[QUESTION_KEY]),
             answer=answer,
             family=family,
             difficulty="unknown" if level is None else str(level),

@@ -1,0 +1,351 @@
+"""The papers' math datasets, registered by name: each Hub schema mapped onto `MathTask`.
+
+Training sets (PAPERS.md): DAPO-Math-17k (NudgeRL, section 1; SAGE, section 3) and MATH's training set
+(VIGOR, section 4; 3PO's is not named there). Evaluation sets: MATH-500 and its Level-5 subset, AIME 2024,
+AIME 2025 and AMC 2023 (NudgeRL's T1 and SAGE's T1 average over them; 3PO reports MATH-500).
+
+Every dataset loads through ``datasets.load_dataset`` from its Hub name (the default) or from local
+JSON/JSONL/Parquet files in the same schema (``source=``), lazily: registering a task, building a
+`TrainerConfig` over it or listing its families loads nothing; the first draw of a family loads its split.
+Completions are graded by `MathTask.verify` (math-verify under `rlvr_lib.tasks.math_grading`'s policy:
+a ``\\boxed{}`` or "final answer is" statement first, then an "Answer: ..." line, then the last expression).
+
+* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k``, split ``train``. Question: ``prompt[0]["content"]``
+  (a chat-message list), DAPO's "Answer:" instruction kept (or stripped, with the ``\\boxed{}`` template, by
+  ``prompt_style="boxed"``); gold: ``reward_model["ground_truth"]``. The Hub file repeats each problem
+  (about 1.79M rows; public deduplicated copies hold 17,398 to 17,917): deduplicated on the prompt text.
+  Family ``train``.
+* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval`` (MATH, Hendrycks et al.), splits ``train`` (7,500)
+  and ``test`` (5,000). Question: ``problem``; gold: the last ``\\boxed{}`` (or ``\\fbox{}``) of
+  ``solution`` (rows without one are left out); difficulty: ``level`` (``"Level 1"``..``"Level 5"``).
+  Families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
+* ``math500``: ``HuggingFaceH4/MATH-500``, split ``test`` (registered in `rlvr_lib.tasks.math_task`).
+  Question: ``problem``; gold: ``answer``; ``level`` 1..5. Families ``math500``, ``math500_l5``.
+* ``aime24``: ``HuggingFaceH4/aime_2024``, split ``train`` (30 problems). ``problem`` / ``answer``.
+* ``aime25``: ``yentinglin/aime_2025``, split ``train`` (30 problems). ``problem`` / ``answer``.
+* ``amc23``: ``math-ai/amc23``, split ``test`` (40 problems). ``question`` / ``answer`` (an integral float
+  answer, as some AMC copies store them, is written as an integer).
+* ``math_eval``: `MathSuite` of the four evaluation sets; families ``math500``, ``math500_l5``, ``aime24``,
+  ``aime25``, ``amc23``.
+
+Sources of the schemas (checked here against public copies and code, not against the Hub, which this
+session could not reach): the dataset cards' ``dataset_info`` of DAPO-Math-17k copies (``data_source``,
+``prompt`` list of ``{content, role}``, ``ability``, ``reward_model {ground_truth, style}``,
+``extra_info {index}``), of ``HuggingFaceH4/aime_2024`` (``id, problem, solution, answer, url, year``) and
+of the MATH configs (``problem, level, type, solution``); DAPO's prompt text and the splits/columns of
+``yentinglin/aime_2025`` (train: ``problem``, ``answer``), ``math-ai/amc23`` (test: ``question``,
+``answer``) and ``DigitalLearningGmbH/MATH-lighteval`` (``problem``, ``solution``, boxed answer) from
+public evaluation code that loads them (open-r1 / verl-style scripts). The MATH answer extraction is
+hendrycks' ``last_boxed_only_string`` + ``remove_boxed`` rule (verl's ``math_reward`` uses the same).
+``tests/test_math_datasets.py`` checks every loader on tiny local fixtures in these schemas
+(``tests/data/math_datasets/``); loading the real Hub files is left to a machine with the Hub.
+
+Answer formats: DAPO-Math-17k's own prompt asks for a last line "Answer: $Answer" (DAPO's reward reads
+it); math-verify extracts such a line, and a ``\\boxed{}`` as well. The MATH-style sets use the library's
+``\\boxed{}`` instruction (`DEFAULT_MATH_TEMPLATE`). PAPERS.md does not state the papers' prompts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+from rlvr_lib.tasks.base import Problem, Verdict
+from rlvr_lib.tasks.math_task import (
+    DEFAULT_MATH_TEMPLATE,
+    LOCAL_FORMATS,
+    MATH500_SOURCE,
+    MathFamily,
+    MathTask,
+    Source,
+)
+from rlvr_lib.tasks.registry import register_task
+from rlvr_lib.validation import check, check_choice
+
+__all__ = [
+    "DAPO_PROMPT_PREFIX",
+    "DAPO_PROMPT_SUFFIX",
+    "DATASETS",
+    "EVAL_DATASETS",
+    "MathDatasetSpec",
+    "MathSuite",
+    "dapo_ground_truth",
+    "dapo_problem",
+    "dapo_prompt",
+    "last_boxed",
+    "math_dataset_task",
+    "math_eval_task",
+]
+
+DAPO_PROMPT_PREFIX = ("Solve the following math problem step by step. The last line of your response should be "
+                      "of the form Answer: $Answer (without quotes) where $Answer is the answer to the problem.\n\n")
+"""The instruction before the problem in every DAPO-Math-17k prompt."""
+DAPO_PROMPT_SUFFIX = '\n\nRemember to put your answer on its own line after "Answer:".'
+"""The reminder after the problem in every DAPO-Math-17k prompt."""
+
+
+# --------------------------------------------------------------------------- extractors
+
+
+def dapo_prompt(messages: Any) -> str:
+    """DAPO-Math-17k's prompt text: the first user message of its chat list (or the text itself).
+
+    Args:
+        messages: The ``prompt`` column: a list of ``{"content", "role"}`` messages (the Hub file), or
+            a string (copies that flattened it, e.g. ``open-r1/DAPO-Math-17k-Processed``).
+
+    Raises:
+        ValueError: ``messages`` holds no user message with text content.
+    """
+    if isinstance(messages, str):
+        return messages
+    for message in messages:
+        if isinstance(message, Mapping) and message.get("role", "user") == "user" \
+                and isinstance(message.get("content"), str):
+            return message["content"]
+    raise ValueError("no user message with text content in the prompt list")
+
+
+def dapo_problem(messages: Any) -> str:
+    """The bare problem of a DAPO-Math-17k prompt: `dapo_prompt` without DAPO's instruction and reminder."""
+    text = dapo_prompt(messages).strip()
+    if text.startswith(DAPO_PROMPT_PREFIX.strip()):
+        text = text[len(DAPO_PROMPT_PREFIX.strip()):]
+    suffix = DAPO_PROMPT_SUFFIX.strip()
+    if suffix in text:
+        text = text[:text.rindex(suffix)]
+    return text.strip()
+
+
+def dapo_ground_truth(reward_model: Any) -> str:
+    """DAPO-Math-17k's gold answer: ``reward_model["ground_truth"]`` (an integer written as text)."""
+    if not isinstance(reward_model, Mapping) or "ground_truth" not in reward_model:
+        raise ValueError("reward_model must be a mapping with a 'ground_truth' key")
+    return str(reward_model["ground_truth"])
+
+
+def last_boxed(text: Any) -> str | None:
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed N``) in ``text``.
+
+    Hendrycks' MATH rule (``last_boxed_only_string`` then ``remove_boxed``), with brace matching, so
+    ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. Returns ``None`` when ``text`` is not a string,
+    holds no box, or its last box is not closed.
+    """
+    if not isinstance(text, str):
+        return None
+    start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
+    if start < 0:
+        return None
+    rest = text[start + (6 if text.startswith("\\boxed", start) else 5):]
+    if rest.startswith(" "):  # "\boxed 5": up to the next space or "$"
+        word = rest[1:].split("$")[0].split()
+        return word[0] if word else None
+    if not rest.startswith("{"):
+        return None
+    depth = 0
+    for i, char in enumerate(rest):
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth == 0:
+            return rest[1:i]
+    return None
+
+
+# --------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class MathDatasetSpec:
+    """How one dataset's schema maps onto `MathTask` (see the module docstring's table).
+
+    Attributes:
+        source: Default ``datasets`` source (a Hub name).
+        families: ``{family: MathFamily}`` over the dataset's split names.
+        eval_families: Its in-distribution evaluation families.
+        options: Further `MathTask` arguments (columns, extractors, template, dedupe).
+        hub_config: Hub configuration name, or ``None``.
+        about: One line: what the dataset is and where its schema was read.
+    """
+
+    source: str
+    families: Mapping[str, MathFamily]
+    eval_families: tuple[str, ...] = ()
+    options: Mapping[str, Any] = field(default_factory=dict)
+    hub_config: str | None = None
+    about: str = ""
+
+    @property
+    def splits(self) -> tuple[str, ...]:
+        """The split names its families read, in order of first use."""
+        return tuple(dict.fromkeys(f.split for f in self.families.values()))
+
+
+LEVELS_3_5 = ("Level 3", "Level 4", "Level 5")
+
+DATASETS: dict[str, MathDatasetSpec] = {
+    "dapo_math_17k": MathDatasetSpec(
+        "BytedTsinghua-SIA/DAPO-Math-17k", {"train": MathFamily("train")},
+        options=dict(question_field="prompt", answer_field="reward_model", level_field=None,
+                     question_extractor=dapo_prompt, answer_extractor=dapo_ground_truth, template="{question}",
+                     dedupe=True),
+        about="DAPO's training set (NudgeRL, SAGE): integer answers, DAPO's 'Answer:' prompt"),
+    "math_train": MathDatasetSpec(
+        "DigitalLearningGmbH/MATH-lighteval",
+        {"train": MathFamily("train"), "train_l3_5": MathFamily("train", {"level": LEVELS_3_5}),
+         "test": MathFamily("test"), "test_l5": MathFamily("test", {"level": "Level 5"})},
+        eval_families=("test", "test_l5"),
+        options=dict(answer_field="solution", answer_extractor=last_boxed, solution_field="solution"),
+        about="MATH (Hendrycks et al.) train 7,500 / test 5,000 (VIGOR trains on train)"),
+    "math500": MathDatasetSpec(
+        MATH500_SOURCE, {"math500": MathFamily("test"), "math500_l5": MathFamily("test", {"level": 5})},
+        eval_families=("math500", "math500_l5"), options=dict(solution_field="solution"),
+        about="MATH-500 (all papers), level 5 = NudgeRL's MATH500-L5"),
+    "aime24": MathDatasetSpec(
+        "HuggingFaceH4/aime_2024", {"aime24": MathFamily("train")}, eval_families=("aime24",),
+        options=dict(level_field=None, solution_field="solution"), about="AIME 2024 I and II, 30 problems"),
+    "aime25": MathDatasetSpec(
+        "yentinglin/aime_2025", {"aime25": MathFamily("train")}, eval_families=("aime25",),
+        options=dict(level_field=None), about="AIME 2025 I and II, 30 problems"),
+    "amc23": MathDatasetSpec(
+        "math-ai/amc23", {"amc23": MathFamily("test")}, eval_families=("amc23",),
+        options=dict(question_field="question", level_field=None), about="AMC 2023, 40 problems"),
+}
+"""Every dataset `math_dataset_task` builds, by name."""
+
+EVAL_DATASETS = ("math500", "aime24", "aime25", "amc23")
+"""The evaluation sets of the papers' tables, the members of ``math_eval``."""
+
+
+def _local(source: Any) -> bool:
+    return isinstance(source, (str, Path)) and Path(source).suffix.lower() in LOCAL_FORMATS
+
+
+def math_dataset_task(dataset: str, name: str | None = None, *, source: Source | None = None,
+                      hub_config: str | None = None, prompt_style: str = "dataset", **options) -> MathTask:
+    """A `MathTask` over one of `DATASETS`, from the Hub or from local files in the same schema.
+
+    Args:
+        dataset: A key of `DATASETS`.
+        name: Task name (default: ``dataset``).
+        source: ``None`` (the Hub name of the table), another Hub name or local folder, a local
+            ``.json``/``.jsonl``/``.parquet`` file (read as the dataset's one split when it has one), or
+            ``{split: path(s)}`` with the dataset's split names (`MathDatasetSpec.splits`).
+        hub_config: Hub configuration name (default: the table's).
+        prompt_style: ``"dataset"`` (the dataset's prompt: DAPO's "Answer:" instruction, else the library's
+            ``\\boxed{}`` template) or ``"boxed"`` (DAPO's bare problem with the ``\\boxed{}`` template;
+            the same as ``"dataset"`` for the other sets).
+        **options: Further `MathTask` arguments (``tokenizer``, ``use_chat_template``, ``timeout_s``,
+            ``hint_pool``, ...), over the table's.
+
+    Raises:
+        ValueError: An unknown dataset (naming the known ones), a bad ``prompt_style``, a single local file
+            for a dataset of several splits, or a bad `MathTask` argument.
+    """
+    check_choice("dataset", dataset, sorted(DATASETS))
+    check_choice("prompt_style", prompt_style, ["dataset", "boxed"])
+    spec = DATASETS[dataset]
+    if source is None:
+        source = spec.source
+    elif _local(source):
+        check(len(spec.splits) == 1, "source", source,
+              f"{{split: path(s)}} with the splits of {dataset!r}: {list(spec.splits)} (a single file has one)")
+        source = {spec.splits[0]: source}
+    settings = dict(spec.options)
+    if prompt_style == "boxed" and dataset == "dapo_math_17k":
+        settings.update(question_extractor=dapo_problem, template=DEFAULT_MATH_TEMPLATE)
+    settings.update(options)
+    return MathTask(name or dataset, source, spec.families, eval_families=spec.eval_families,
+                    hub_config=hub_config if hub_config is not None else spec.hub_config, **settings)
+
+
+# --------------------------------------------------------------------------- the evaluation suite
+
+
+class MathSuite:
+    """Several `MathTask`s as one task whose families are theirs (the papers' evaluation average).
+
+    ``family_problems`` and ``family_capacity`` go to the member that owns the family; ``verify`` to the
+    member that owns ``problem.family`` (the first member for any other family: every `MathTask` grades
+    alike). Members are built at once but load nothing until a family is drawn.
+
+    Args:
+        name: Registry name.
+        members: `MathTask`s with pairwise distinct family names.
+
+    Raises:
+        ValueError: No member, or two members with the same family name.
+    """
+
+    strategies: tuple[str, ...] = ()
+
+    def __init__(self, name: str, members: list[MathTask]):
+        check(isinstance(name, str) and name != "", "name", name, "a non-empty string")
+        check(len(members) > 0 and all(isinstance(m, MathTask) for m in members), "members", members,
+              "a non-empty list of MathTask")
+        self.name, self.members = name, list(members)
+        self._owner: dict[str, MathTask] = {}
+        for member in members:
+            for family in member.families:
+                check(family not in self._owner, "members", [m.name for m in members],
+                      f"tasks with distinct family names ({family!r} is in two)")
+                self._owner[family] = member
+        self.families = tuple(self._owner)
+        self.eval_families = tuple(f for m in members for f in m.eval_families)
+        self.ood_families: tuple[str, ...] = ()
+
+    def _member(self, family: str) -> MathTask:
+        check_choice("family", family, list(self.families))
+        return self._owner[family]
+
+    def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
+        """`MathTask.family_problems` of the member that owns ``family``."""
+        return self._member(family).family_problems(family, n, seed)
+
+    def family_capacity(self, family: str) -> int:
+        """`MathTask.family_capacity` of the member that owns ``family``."""
+        return self._member(family).family_capacity(family)
+
+    def verify(self, problem: Problem, completion: object) -> Verdict:
+        """`MathTask.verify` of the member that owns ``problem.family``; never raises on model output."""
+        family = getattr(problem, "family", None)
+        return self._owner.get(family, self.members[0]).verify(problem, completion)
+
+    def hints(self, problem: Problem) -> list[str]:
+        """No hints."""
+        return []
+
+    def __repr__(self) -> str:
+        return f"MathSuite(name={self.name!r}, members={[m.name for m in self.members]})"
+
+
+def math_eval_task(name: str = "math_eval", sources: Mapping[str, Source] | None = None,
+                   **options) -> MathSuite:
+    """MATH-500 (and level 5), AIME 2024, AIME 2025 and AMC 2023 as one task (`EVAL_DATASETS`).
+
+    Args:
+        name: Task name.
+        sources: ``{dataset: source}`` for members read from elsewhere (e.g. local files); others use the Hub.
+        **options: `MathTask` arguments given to every member (``tokenizer``, ``timeout_s``, ...).
+
+    Raises:
+        ValueError: A key of ``sources`` that is not one of `EVAL_DATASETS`, or a bad member argument.
+    """
+    sources = dict(sources or {})
+    for key in sources:
+        check_choice("sources", key, list(EVAL_DATASETS))
+    return MathSuite(name, [math_dataset_task(d, f"{name}.{d}", source=sources.get(d), **options)
+                            for d in EVAL_DATASETS])
+
+
+def _factory(dataset: str) -> Callable[[], MathTask]:
+    def build() -> MathTask:
+        return math_dataset_task(dataset)
+
+    build.__name__ = f"{dataset}_task"
+    return build
+
+
+for _name in DATASETS:
+    if _name != "math500":  # registered by rlvr_lib.tasks.math_task
+        register_task(_name, _factory(_name))
+register_task("math_eval", math_eval_task)
