@@ -12,13 +12,10 @@ non-zero advantages, so the step moves the weights.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import math
 import os
 import socket
 import time
-import zlib
 
 import pytest
 import torch
@@ -28,7 +25,7 @@ import torch.multiprocessing as mp
 from conftest import build_char_tokenizer, build_tiny_qwen2
 from rlvr_lib.distributed import World, _merge, init_world, local_rows
 from rlvr_lib.methods import METHODS, method_config, register_method
-from rlvr_lib.rollout import KVCacheEngine, Rollouts
+from row_seeded_engine import RowSeededEngine
 
 TINY = dict(steps=1, prompts_per_step=4, group_size=2, max_new_tokens=8, train_pool_size=32, seed=0)
 BASES = {
@@ -59,30 +56,6 @@ def _register(add) -> None:
 
 def _config(base: str):
     return method_config(f"scored_{base}", **BASES[base], **TINY)
-
-
-class RowSeededEngine:
-    """Samples each row alone, seeded by its prompt and how often the prompt was sampled before.
-
-    A row then does not depend on the rest of the batch, nor on the process's
-    sampling seed: one process and two processes roll out the same completions
-    (the weight samples of 3PO call ``generate`` once each, in the same order).
-    """
-
-    def __init__(self, model, tokenizer):
-        self.inner = KVCacheEngine(model, tokenizer)
-        self.seen = collections.Counter()
-
-    def generate(self, prompts, params):
-        parts = []
-        for prompt in prompts:
-            seed = zlib.crc32(f"{prompt}|{self.seen[prompt]}".encode())
-            self.seen[prompt] += 1
-            parts.append(self.inner.generate([prompt], dataclasses.replace(params, seed=seed)))
-        return Rollouts.concat(parts)
-
-    def encode_prompts(self, prompts):
-        return self.inner.encode_prompts(prompts)
 
 
 def _train_one_step(base: str) -> dict:

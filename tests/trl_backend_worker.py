@@ -11,8 +11,6 @@ and the engine from here and compares an ``accelerate launch --num_processes 2``
 from __future__ import annotations
 
 import argparse
-import collections
-import dataclasses
 import sys
 import tempfile
 import zlib
@@ -23,8 +21,8 @@ import torch
 if __name__ == "__main__":  # this checkout's rlvr_lib, whatever is installed, under any launcher
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from rlvr_lib.rollout import KVCacheEngine, Rollouts
 from rlvr_lib.tasks import CORRECT, TASKS, WRONG, ArithmeticTask, Verdict, register_task
+from row_seeded_engine import RowSeededEngine  # noqa: E402 (tests/ is this script's folder)
 
 HASHED_TASK = "trl_hashed"
 CONFIG = dict(task=HASHED_TASK, steps=1, prompts_per_step=4, group_size=4, max_new_tokens=8, train_pool_size=16,
@@ -45,25 +43,6 @@ def register_hashed_task() -> None:
     """Register `HashedTask` unless it is registered."""
     if HASHED_TASK not in TASKS:
         register_task(HASHED_TASK, HashedTask)
-
-
-class RowSeededEngine:
-    """Samples each row alone, seeded by its prompt and how often the prompt was sampled before (batch-free)."""
-
-    def __init__(self, model, tokenizer):
-        self.inner = KVCacheEngine(model, tokenizer)
-        self.seen = collections.Counter()
-
-    def generate(self, prompts, params):
-        parts = []
-        for prompt in prompts:
-            seed = zlib.crc32(f"{prompt}|{self.seen[prompt]}".encode())
-            self.seen[prompt] += 1
-            parts.append(self.inner.generate([prompt], dataclasses.replace(params, seed=seed)))
-        return Rollouts.concat(parts)
-
-    def encode_prompts(self, prompts):
-        return self.inner.encode_prompts(prompts)
 
 
 def train_one_step(method: str) -> dict:

@@ -89,6 +89,7 @@ from trl import GRPOTrainer
 from rlvr_lib.distributed import local_rows
 from rlvr_lib.methods.base import Method
 from rlvr_lib.rollout import Rollouts, SamplingParams, sequence_logprobs
+from rlvr_lib.rollout.batched import left_pad
 from rlvr_lib.trainer import Trainer, _rollout_metrics
 from rlvr_lib.trainer_config import TrainerConfig
 
@@ -335,7 +336,7 @@ class TRLEngine:
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(ids, mask)``: ``prompts`` tokenised as `generate` tokenises them, left-padded."""
-        return _left_pad(self._encode(prompts), self.pad_token_id)
+        return left_pad(self._encode(prompts), self.pad_token_id)
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
         """``params.n`` completions per prompt (prompt-major), sampled by TRL's generation."""
@@ -349,7 +350,7 @@ class TRLEngine:
         else:
             completion_ids, logprobs = self._transformers(prompt_ids, params), None
         pad = self.pad_token_id
-        p_ids, p_mask = _left_pad(prompt_ids, pad)
+        p_ids, p_mask = left_pad(prompt_ids, pad)
         width = max(1, max(len(c) for c in completion_ids))
         c_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         c_mask = torch.zeros((len(rows), width), dtype=torch.long)
@@ -412,17 +413,6 @@ class TRLEngine:
         finally:
             vg.temperature, vg.top_p, vg.max_completion_length = saved
         return [list(map(int, c)) for c in completion_ids], logprobs
-
-
-def _left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    width = max(1, max(len(r) for r in rows))
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(rows), width), dtype=torch.long)
-    for i, r in enumerate(rows):
-        if r:
-            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-            mask[i, width - len(r):] = 1
-    return ids, mask
 
 
 def _verifier_reward(task, problems):

@@ -142,14 +142,7 @@ class BatchedEngine:
         return self._left_pad(self._encode(prompts))
 
     def _left_pad(self, rows: list[list[int]]) -> tuple[torch.Tensor, torch.Tensor]:
-        width = max(len(r) for r in rows)
-        ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):
-            if r:
-                ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
-                mask[i, width - len(r):] = 1
-        return ids, mask
+        return left_pad(rows, self.pad_token_id)
 
     def _chunk_rollouts(self, prompt_index: list[int], token_rows: list[list[int]], params: SamplingParams) -> Rollouts:
         prompt_ids, prompt_mask = self._left_pad(token_rows)
@@ -236,3 +229,15 @@ class BatchedEngine:
             result.completion_mask = result.completion_mask[:, :t_max]
             result.logprobs = result.logprobs[:, :t_max]
         return result
+
+
+def left_pad(rows: list[list[int]], pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows left-padded with ``pad`` into ``(ids, mask)``, both (len(rows), longest row, at least 1)."""
+    width = max(1, max(len(r) for r in rows))
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r):] = torch.tensor(r, dtype=torch.long)
+            mask[i, width - len(r):] = 1
+    return ids, mask
