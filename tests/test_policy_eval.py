@@ -134,9 +134,12 @@ def test_extra_evaluations_are_stored_cached_and_keyed_only_when_given(tmp_path,
                     diversity_samples=4, seed=5)
     cfg = method_config("grpo", steps=2, prompts_per_step=2, group_size=4, max_new_tokens=40, seed=1)
     plain = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
-    # Without extra specs the key is the one runs had before the option existed: cached runs keep hitting.
+    # Without extra specs the key is the one runs had before the option existed (with the testbed version, part
+    # of every key since testbed v5): cached runs keep hitting.
+    from rlvr_lib.tasks import task_version
+
     old_hash = hash_jsonable({"train": cfg.to_dict(), "policy_sha": policy_fingerprint(cfg.policy),
-                              "eval": spec.to_dict()})
+                              "eval": spec.to_dict(), "task_version": task_version(cfg.task)})
     assert plain.config_hash == old_hash and plain.run_id == f"grpo-{old_hash}-s1"
     assert "evals" not in plain.extra and "extra_evals" not in plain.config
     assert train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={}).run_id == plain.run_id
