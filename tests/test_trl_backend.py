@@ -90,9 +90,17 @@ def _capture(model, optimizer, trainer_with_loss):
     """Record each optimizer step's gradients (``{name: grad}``) and each ``_loss`` call's value."""
     names = {p: n for n, p in model.named_parameters()}
     grads, losses = [], []
-    optimizer.register_step_pre_hook(lambda opt, args, kwargs: grads.append(
-        {names[p]: p.grad.detach().clone() for group in opt.param_groups for p in group["params"]
-         if p.grad is not None}))
+    # Wrapped on the instance, not by register_step_pre_hook: torch runs those hooks once per patched class on the
+    # way down, so an optimizer subclass whose step calls super().step() (3PO's IVON) would record a step twice
+    # once any plain IVON has been built in the process.
+    step = optimizer.step
+
+    def recording_step(*args, **kwargs):
+        grads.append({names[p]: p.grad.detach().clone() for group in optimizer.param_groups for p in group["params"]
+                      if p.grad is not None})
+        return step(*args, **kwargs)
+
+    optimizer.step = recording_step
     inner = trainer_with_loss._loss
 
     def loss(batch, temperature):
