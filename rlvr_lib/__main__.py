@@ -228,21 +228,12 @@ def _train(args: argparse.Namespace) -> int:
     return 0
 
 
-SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
-"""What ``accelerate launch --config_file F`` sets when F's ``distributed_type`` is DEEPSPEED or FSDP."""
-
-
 def _check_no_sharding(backend: str) -> None:
-    """Refuse a launch under an accelerate DeepSpeed/FSDP config (``configs/accelerate/zero3_8gpu.yaml``, ...).
+    """Refuse a launch under an accelerate DeepSpeed/FSDP config (`rlvr_lib.distributed.sharded_launch`)
+    before anything is loaded."""
+    from rlvr_lib.distributed import sharded_launch
 
-    Neither loop hosts sharded training: the native loop sums plain gradients over processes
-    (`rlvr_lib.distributed`) and never builds accelerate's DeepSpeed/FSDP engine, so it would silently train
-    unsharded copies; the TRL backend refuses ``deepspeed``/``fsdp`` GRPOConfig arguments, but an accelerate
-    config file reaches it only through these environment variables, which its check does not read.
-    """
-    import os
-
-    on = [name for variable, name in SHARDING_ENV.items() if os.environ.get(variable, "").lower() in ("1", "true")]
+    on = sharded_launch()
     if on:
         raise UsageError(f"argument --backend: {backend!r} does not host {'/'.join(on)} (set by the accelerate "
                          "launch config): the update sums each process's plain gradients; launch DDP-style "

@@ -51,7 +51,7 @@ import torch.distributed as dist
 
 from rlvr_lib.methods.base import StepBatch
 
-__all__ = ["World", "init_world", "local_rows"]
+__all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch"]
 
 
 @dataclass(frozen=True)
@@ -199,6 +199,20 @@ class World:
         gathered = self.gather(metrics)
         keys = dict.fromkeys(key for m in gathered for key in m)
         return {key: _merge(key, [m[key] for m in gathered if key in m]) for key in keys}
+
+
+SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
+"""What ``accelerate launch --config_file F`` sets when F's ``distributed_type`` is DEEPSPEED or FSDP."""
+
+
+def sharded_launch() -> list[str]:
+    """The sharding engines (``"DeepSpeed"``, ``"FSDP"``) an accelerate launch config asked for, or ``[]``.
+
+    Neither loop hosts them: both sum each process's plain gradients (`World`), so a launch under a
+    DeepSpeed/FSDP config would silently train unsharded copies. The config reaches the processes only
+    through these environment variables, not through any training argument.
+    """
+    return [name for variable, name in SHARDING_ENV.items() if os.environ.get(variable, "").lower() in ("1", "true")]
 
 
 def _same(a: Any, b: Any) -> bool:

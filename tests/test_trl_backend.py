@@ -322,6 +322,18 @@ def test_dynamic_sampling_with_a_collective_vllm_mode_on_several_processes_is_re
     _one_line_error(lambda: check_hostable(build_method(config), config, args, 2), r"'colocate' mode")
 
 
+def test_a_sharded_accelerate_launch_is_refused_by_the_backend_itself(tmp_path, monkeypatch):
+    # accelerate's config file reaches the processes only as environment variables, not as GRPOConfig fields.
+    from rlvr_lib.backends.trl import check_hostable, grpo_args
+    from rlvr_lib.methods import build_method
+
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=8)
+    args = grpo_args(config, tmp_path)
+    check_hostable(build_method(config), config, args, 1)
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    _one_line_error(lambda: check_hostable(build_method(config), config, args, 1), r"DeepSpeed/FSDP are not hosted")
+
+
 def test_settings_trl_cannot_host_fail_at_construction(policy, tmp_path):
     from rlvr_lib.backends.trl import MethodGRPOTrainer
 

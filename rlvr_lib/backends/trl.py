@@ -86,7 +86,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from rlvr_lib.distributed import local_rows
+from rlvr_lib.distributed import local_rows, sharded_launch
 from rlvr_lib.methods.base import Method
 from rlvr_lib.rollout import Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.rollout.batched import left_pad
@@ -251,7 +251,7 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
         raise ValueError(f"TRL backend: eval_strategy={getattr(args.eval_strategy, 'value', args.eval_strategy)!r} "
                          "is not hosted (the method's loss "
                          "runs only in training): use eval_strategy='no' and rlvr_lib.eval for evaluation")
-    if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None):
+    if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None) or sharded_launch():
         raise ValueError(f"TRL backend: method {name!r}: DeepSpeed/FSDP are not hosted (the backend sums each "
                          "process's plain parameter gradients, as rlvr_lib.distributed does): use DDP-style "
                          "processes (accelerate launch --multi_gpu)")
