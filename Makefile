@@ -99,3 +99,5 @@ calibrate: install
 
 pretrain: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain  # the shipped checkpoint was trained on one thread (bit-identical rebuild)
+	# The RL pool and rare_mix are defined by the policy's strategy profile: a new policy needs its own.
+	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib calibrate --profile

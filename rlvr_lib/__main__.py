@@ -42,8 +42,12 @@ def _pretrain(args: argparse.Namespace) -> int:
 
 
 def _calibrate(args: argparse.Namespace) -> int:
+    if args.dynamics and args.profile:
+        raise UsageError("--profile: not with --dynamics (one calibration at a time)")
     if args.dynamics:
         return _calibrate_dynamics(args)
+    if args.profile:
+        return _calibrate_profile(args)
     from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, write_report
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
@@ -74,6 +78,37 @@ def _write_targets(report: dict, out: str | None, default_name: str, write, form
     print(format_report(report))
     print(f"wrote {path}")
     return 0 if report["all_targets_met"] else 1
+
+
+def _calibrate_profile(args: argparse.Namespace) -> int:
+    """Measure the strategy profile (`rlvr_lib.tasks.strategy_profile`): the testbed's RL pool and rare_mix."""
+    import time
+
+    from rlvr_lib.calibration import measure_strategy_profile, profile_operands
+    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.policy import load_policy
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+    from rlvr_lib.tasks.strategy_profile import (PROFILE_FILE, PROFILE_MAX_NEW_TOKENS, PROFILE_SAMPLES,
+                                                 PROFILE_SEED)
+
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    if args.model and not args.out:  # the shipped profile belongs to the shipped policy
+        raise UsageError("--out: required with --model (the default path holds the shipped policy's profile)")
+    t0 = time.perf_counter()
+    model, tokenizer = load_policy(args.model)
+    engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
+    profile = measure_strategy_profile(engine, profile_operands(), samples=PROFILE_SAMPLES, seed=PROFILE_SEED,
+                                       max_new_tokens=PROFILE_MAX_NEW_TOKENS)
+    profile = {"policy_sha": policy_fingerprint(args.model), "testbed_version": TESTBED_VERSION,
+               "seconds": round(time.perf_counter() - t0, 1), **profile}
+    path = Path(args.out) if args.out else PROFILE_FILE
+    write_json_atomic(path, profile)
+    print(f"profiled {len(profile['counts'])} problems x {len(profile['strategies'])} strategies "
+          f"in {profile['seconds']} s; wrote {path}")
+    return 0
 
 
 def _calibrate_dynamics(args: argparse.Namespace) -> int:
@@ -337,6 +372,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dynamics", action="store_true",
                    help="the dynamics calibration instead: train GRPO and check the bottleneck's targets "
                         "(writes results/testbed/dynamics.json; runs are cached under results/testbed_dynamics)")
+    c.add_argument("--profile", action="store_true",
+                   help="measure the strategy profile instead: each strategy's hinted successes on every "
+                        "in-distribution RL and evaluation problem, which define the RL pool and rare_mix "
+                        "(writes rlvr_lib/policy/checkpoints/tiny-mul/strategy_profile.json)")
     c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
     c.add_argument("--steps", type=COUNT, nargs="+", default=None,
                    help="--dynamics: step counts to evaluate (default: rlvr_lib.dynamics.STEP_CANDIDATES)")

@@ -174,12 +174,12 @@ def rare_family_targets(family: str, metrics: dict) -> dict[str, dict]:
     """Targets of a family where only the rare strategy works: pass@1 <= 0.10, pass@n >= 0.60 (n its samples,
     256 by default) and the rare strategy's hinted accuracy >= 3x each other strategy's there."""
     n = metrics["n_samples"]
-    acc = metrics["hard_acc_by_strategy"]
+    acc = metrics["acc_by_strategy"]  # hinted, over the whole family: every item of it is rare-strategy-only
     targets = {f"pass_at_1[{family}]": _target(metrics["pass_at_1"], hi=0.10),
                f"pass_at_{n}[{family}]": _target(metrics[f"pass_at_{n}"], lo=0.60)}
     for other in (s for s in STRATEGIES if s != RARE):
-        targets[f"hard_acc_ratio[{family}: {RARE}/{other}]"] = _target(_ratio(acc[RARE], acc[other]), lo=3.0)
-        targets[f"hard_acc_ratio[{family}: {RARE}/{other}]"]["detail"] = {
+        targets[f"acc_ratio[{family}: {RARE}/{other}]"] = _target(_ratio(acc[RARE], acc[other]), lo=3.0)
+        targets[f"acc_ratio[{family}: {RARE}/{other}]"]["detail"] = {
             RARE: round(acc[RARE], 4), other: round(acc[other], 4)}
     return targets
 
@@ -234,6 +234,40 @@ def calibrate(engine, config: CalibrationConfig = CalibrationConfig(), *, policy
     }
     report["all_targets_met"] = all(t["met"] for t in report["targets"].values())
     return report
+
+
+def profile_operands() -> list[tuple[int, int]]:
+    """The problems a strategy profile covers: every in-distribution ``a*b`` of the RL and evaluation splits."""
+    from rlvr_lib.tasks.arithmetic import DIFFICULTIES, problem_pool
+
+    return sorted({ab for split in ("train", "eval") for d in DIFFICULTIES
+                   for ab in problem_pool(split, d, profiled=False)})
+
+
+def measure_strategy_profile(engine, operands, *, samples: int, seed: int, max_new_tokens: int) -> dict:
+    """Correct hinted samples per strategy of each problem (`rlvr_lib.tasks.strategy_profile`).
+
+    Each strategy's hint is appended to every prompt and ``samples`` completions are drawn at T=1; one counts
+    when it names the hinted strategy and the verifier accepts it.
+
+    Returns:
+        ``{"strategies": [...], "counts": {"a*b": [correct per strategy]}, "samples", "seed", "max_new_tokens"}``.
+    """
+    from rlvr_lib.tasks.arithmetic import make_problem
+    from rlvr_lib.tasks.strategy_profile import problem_key
+
+    operands = [tuple(ab) for ab in operands]
+    if not operands:
+        raise ValueError("operands is empty: give at least one (a, b)")
+    problems = [make_problem(a, b) for a, b in operands]
+    params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
+    per_strategy = []
+    for strategy in STRATEGIES:
+        scored = sample_and_score(engine, problems, params, contexts=strategy)
+        per_strategy.append(((scored.strategies == strategy) & scored.correct).sum(axis=1))
+    counts = np.stack(per_strategy, axis=1)
+    return {"strategies": list(STRATEGIES), "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,
+            "counts": {problem_key(a, b): [int(c) for c in row] for (a, b), row in zip(operands, counts)}}
 
 
 def format_report(report: dict) -> str:

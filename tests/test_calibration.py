@@ -69,8 +69,8 @@ def test_cli_writes_json_and_prints(tmp_path, capsys):
     data = json.loads(out.read_text())
     assert code == (0 if data["all_targets_met"] else 1)
     assert set(data["families"]) == set(EVAL_FAMILIES) | {"rare_mix", "ood_shift", "sub_ood", "train"}
-    assert {"pass_at_1[rare_mix]", "pass_at_16[rare_mix]", "hard_acc_ratio[rare_mix: round/split]",
-            "hard_acc_ratio[rare_mix: round/direct]", "pass_at_1_falls_with_difficulty",
+    assert {"pass_at_1[rare_mix]", "pass_at_16[rare_mix]", "acc_ratio[rare_mix: round/split]",
+            "acc_ratio[rare_mix: round/direct]", "pass_at_1_falls_with_difficulty",
             "pass_at_16_over_pass_at_1", "rl_pool_acc_ratio[split/round]"} <= set(data["targets"])
     assert not {"pass_at_64_over_pass_at_1", "hard_acc_ratio[round/direct]"} & set(data["targets"])
     assert "mean_pass_at_1" in capsys.readouterr().out
@@ -112,24 +112,24 @@ def test_config_json_round_trip_and_report_config():
 
 def test_rare_family_targets_by_hand():
     metrics = {"n_samples": 256, "pass_at_1": 0.08, "pass_at_256": 0.65,
-               "hard_acc_by_strategy": {"direct": 0.1, "split": 0.2, "round": 0.45}}
+               "acc_by_strategy": {"direct": 0.1, "split": 0.2, "round": 0.45}}
     t = rare_family_targets("rare_mix", metrics)
     assert t["pass_at_256[rare_mix]"] == {"value": 0.65, "bound": ">= 0.6", "met": True}
     assert t["pass_at_1[rare_mix]"] == {"value": 0.08, "bound": "<= 0.1", "met": True}
     easy = rare_family_targets("rare_mix", {**metrics, "pass_at_1": 0.12, "pass_at_256": 0.55})
     assert not easy["pass_at_1[rare_mix]"]["met"] and not easy["pass_at_256[rare_mix]"]["met"]
-    assert t["hard_acc_ratio[rare_mix: round/direct]"]["value"] == 4.5
-    assert t["hard_acc_ratio[rare_mix: round/direct]"]["met"] is True
-    assert t["hard_acc_ratio[rare_mix: round/split]"]["value"] == 2.25
-    assert t["hard_acc_ratio[rare_mix: round/split]"]["met"] is False
-    assert t["hard_acc_ratio[rare_mix: round/split]"]["detail"] == {"round": 0.45, "split": 0.2}
-    never = rare_family_targets("rare_mix", {**metrics, "hard_acc_by_strategy": {"direct": 0.0, "split": 0.0,
+    assert t["acc_ratio[rare_mix: round/direct]"]["value"] == 4.5
+    assert t["acc_ratio[rare_mix: round/direct]"]["met"] is True
+    assert t["acc_ratio[rare_mix: round/split]"]["value"] == 2.25
+    assert t["acc_ratio[rare_mix: round/split]"]["met"] is False
+    assert t["acc_ratio[rare_mix: round/split]"]["detail"] == {"round": 0.45, "split": 0.2}
+    never = rare_family_targets("rare_mix", {**metrics, "acc_by_strategy": {"direct": 0.0, "split": 0.0,
                                                                                  "round": 0.3}})
-    assert never["hard_acc_ratio[rare_mix: round/split]"] == {"value": 1e6, "bound": ">= 3.0", "met": True,
+    assert never["acc_ratio[rare_mix: round/split]"] == {"value": 1e6, "bound": ">= 3.0", "met": True,
                                                              "detail": {"round": 0.3, "split": 0.0}}
-    unmeasured = rare_family_targets("rare_mix", {**metrics, "hard_acc_by_strategy": {"direct": 0.0, "split": 0.0,
+    unmeasured = rare_family_targets("rare_mix", {**metrics, "acc_by_strategy": {"direct": 0.0, "split": 0.0,
                                                                                       "round": float("nan")}})
-    assert unmeasured["hard_acc_ratio[rare_mix: round/split]"]["met"] is False
+    assert unmeasured["acc_ratio[rare_mix: round/split]"]["met"] is False
 
 
 def test_only_round_works_on_rare_mix_for_the_shipped_policy():
@@ -138,8 +138,7 @@ def test_only_round_works_on_rare_mix_for_the_shipped_policy():
                                families=("rare_mix", "easy_mix", "train"))
     model, tokenizer = load_policy(device="cpu")
     report = calibrate(HFEngine(model, tokenizer), config)
-    acc = report["families"]["rare_mix"]["hard_acc_by_strategy"]
-    # On the testbed v3 policy round is the most accurate strategy there (full calibration: 3.5x direct, but
-    # only 1.4x split, so the >= 3x target is unmet and recorded as such in results/testbed/calibration.json).
+    acc = report["families"]["rare_mix"]["acc_by_strategy"]
+    # Round is the most accurate strategy there (the >= 3x targets: results/testbed/calibration.json).
     assert acc["round"] >= 0.25
     assert acc["round"] > 1.2 * acc["split"] and acc["round"] > 1.2 * acc["direct"], acc

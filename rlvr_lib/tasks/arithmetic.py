@@ -40,13 +40,16 @@ so that bottleneck is real at laptop scale:
   ``round`` may still work (its products are other ones). Those problems are in
   the evaluation families but not in pretraining, and nothing in the prompt
   says which they are, so the in-distribution families hold problems that
-  only a non-dominant strategy solves. The RL pool leaves out the ones where
-  ``round``'s trace needs no unseen product (`rare_strategy_only`): there
-  ``round`` beats ``split``, so GRPO would reward the rare strategy where the
-  bottleneck needs it unrewarded (testbed v4 had them, and kept ``round`` at
-  1.4% of samples after 300 steps). It keeps the problems
-  where both traces need one, so many of its groups are dead, as on the
-  papers' training sets.
+  only a non-dominant strategy solves (testbed v4 kept those whose ``round``
+  trace is clean in the RL pool, and ``round`` stayed at 1.4% of samples after
+  300 steps of GRPO: reward kept it alive).
+* Which strategy solves which problem is measured, not read off the oracle
+  trace (testbed v7, `rlvr_lib.tasks.strategy_profile`): the tiny policy
+  misses some products it was shown and composes some it never saw. The RL
+  pool keeps only the problems on which the base policy's hinted ``round``
+  never succeeded, so reward never reaches the rare strategy (under a
+  reverse-KL anchor only a strategy without reward is driven out); many of its
+  groups are dead, as on the papers' training sets.
 * Difficulty: ``hard`` = the first factor ends in 8 or 9 (hard for the
   dominant strategies, easy for the rare one: its correction is ``2*b`` or
   ``b``); otherwise ``easy`` = the second factor has one digit and ``medium``
@@ -55,15 +58,17 @@ so that bottleneck is real at laptop scale:
   MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
   out-of-distribution family whose first factor (91-99) never occurs in
   pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test), and
-  ``rare_mix``, the round-only items of the evaluation pool whose ``round``
-  trace needs only seen products: the instrument's headroom, where a pass@k
-  gain needs the rare strategy.
+  ``rare_mix``, the evaluation problems on which only the base policy's hinted
+  ``round`` ever succeeded, among first factors ending in 1-8, so their prompts
+  look like the RL pool's and nothing marks them: the instrument's headroom,
+  where a pass@k gain needs the rare strategy (`only_rare_solves`).
 
 The pools are fixed hashes of the problem (`split_of`): half of all problems
 are evaluation problems; the other half is split 80/20 into the pretraining
 pool (``"sft"``) and the RL training pool (``"train"``), so neither RL prompts
-nor evaluation problems were seen in pretraining (round-only items are not in
-the RL pool; problems with an unseen product are not in the pretraining pool). They never depend on a seed
+nor evaluation problems were seen in pretraining (the RL pool is the RL split's
+problems the rare strategy never solved; problems with an unseen product are not
+in the pretraining pool). They never depend on a seed
 and never overlap; the seed only chooses which problems a family draws.
 """
 
@@ -78,6 +83,7 @@ from typing import Callable
 import numpy as np
 
 from rlvr_lib.tasks import subtraction
+from rlvr_lib.tasks.strategy_profile import only_rare_solves, rare_never_solves
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
 
 TASK_NAME = "mul"
@@ -88,7 +94,7 @@ HARD_DIFFICULTY = "hard"
 PRETRAIN_STRATEGY_PRIOR = {"direct": 0.20, "split": 0.74, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
 PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
-TESTBED_VERSION = "mul-v5"
+TESTBED_VERSION = "mul-v7"
 """Names this design of the testbed (README "The testbed", "What changed"); every run key holds it
 (`rlvr_lib.tasks.task_version`) beside the policy hash, since the RL pool can change without the policy."""
 # Hint words that name no strategy: what an unverified hint writer also produces.
@@ -119,24 +125,25 @@ class FamilySpec:
     Attributes:
         name: Family name.
         split: ``"sft"``, ``"train"`` or ``"eval"`` pool (disjoint by construction, `split_of`).
-        mix: Share of each difficulty, in ``DIFFICULTIES`` order.
+        mix: Share of each difficulty, in ``DIFFICULTIES`` order (``None``: uniform over the pool, so the
+            family has its pool's own mix).
         first_factors: Inclusive range of the first factor.
         stands_in_for: The paper benchmark this family plays the role of.
         first_units: Allowed last digits of the first factor (``None``: any).
         skill: ``"mul"`` (multiplication) or ``"sub"`` (`rlvr_lib.tasks.subtraction`, which
             ignores ``first_factors`` and ``first_units``).
-        solvable_by: Keep only problems whose trace with this strategy needs no product pretraining
-            never shows (`uses_held_out_fact`; ``None``: keep all).
+        only_rare_solves: Keep only the problems on which only the rare strategy ever succeeded for the base
+            policy (`rlvr_lib.tasks.strategy_profile.only_rare_solves`); their oracle trace is the rare one's.
     """
 
     name: str
     split: str
-    mix: tuple[float, float, float]
+    mix: tuple[float, float, float] | None
     first_factors: tuple[int, int]
     stands_in_for: str
     first_units: tuple[int, ...] | None = None
     skill: str = "mul"
-    solvable_by: str | None = None
+    only_rare_solves: bool = False
 
 
 IN_DISTRIBUTION = (11, 89)
@@ -144,17 +151,17 @@ OUT_OF_DISTRIBUTION = (91, 99)
 FAMILIES: dict[str, FamilySpec] = {
     spec.name: spec
     for spec in (
-        # The RL pool's own difficulty proportions (round-only and rare-strategy-only items left out, `problem_pool`).
-        FamilySpec("train", "train", (0.09, 0.81, 0.10), IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
+        # The RL pool (the problems the rare strategy never solved, `problem_pool`), uniformly: its own difficulty mix.
+        FamilySpec("train", "train", None, IN_DISTRIBUTION, "DAPO-Math-17k / MATH train"),
         FamilySpec("train_easy", "train", (1.0, 0.0, 0.0), IN_DISTRIBUTION, "an easy training subset (tests, warm-ups)"),
         FamilySpec("easy_mix", "eval", (0.6, 0.3, 0.1), IN_DISTRIBUTION, "MATH500 (level 5)"),
         FamilySpec("medium_mix", "eval", (0.4, 0.4, 0.2), IN_DISTRIBUTION, "AMC23"),
         FamilySpec("hard_mix", "eval", (0.2, 0.4, 0.4), IN_DISTRIBUTION, "AIME24"),
         FamilySpec("hardest_mix", "eval", (0.1, 0.3, 0.6), IN_DISTRIBUTION, "AIME25 / APEX"),
         FamilySpec("ood_shift", "eval", (0.20, 0.50, 0.30), OUT_OF_DISTRIBUTION, "Knights-and-Knaves (OOD)"),
-        FamilySpec("rare_mix", "eval", (0.0, 0.0, 1.0), (11, 79),
-                   "the items only the rare strategy solves (the instrument's headroom)", first_units=(9,),
-                   solvable_by="round"),
+        # Testbed v7: the problems only the rare strategy solves, among first factors like the RL pool's (unmarked).
+        FamilySpec("rare_mix", "eval", None, (11, 88), "the items only the rare strategy solves, unmarked "
+                   "(the instrument's headroom)", first_units=(1, 2, 3, 4, 5, 6, 7, 8), only_rare_solves=True),
         FamilySpec("sub_ood", "eval", (0.35, 0.35, 0.30), subtraction.A_RANGE,
                    "Knights-and-Knaves / math-to-code transfer: a skill pretrained, never trained by RL",
                    skill=subtraction.SKILL),
@@ -229,16 +236,6 @@ def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
     if b == HELD_OUT_DIGIT:
         return True
     return any(d == HELD_OUT_DIGIT or unseen_fact(d, bb) for d, bb in trace_products(a, b, strategy))
-
-
-def rare_strategy_only(a: int, b: int) -> bool:
-    """Whether only the rare strategy's trace of ``a*b`` avoids every product pretraining never shows.
-
-    ``split``'s trace needs a held-out or unseen product (`uses_held_out_fact`) and ``round``'s does not:
-    every round-only item (`round_only`) whose ``round`` trace is clean, and the problems where an unseen
-    product (`unseen_fact`) breaks ``split`` only. The RL pool leaves all of them out (`problem_pool`).
-    """
-    return uses_held_out_fact(a, b, "split") and not uses_held_out_fact(a, b, "round")
 
 
 def shows_unseen_fact(a: int, b: int) -> bool:
@@ -322,12 +319,15 @@ def problem_pool(
     difficulty: str,
     first_factors: tuple[int, int] = IN_DISTRIBUTION,
     first_units: tuple[int, ...] | None = None,
+    *,
+    profiled: bool = True,
 ) -> list[tuple[int, int]]:
     """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``).
 
-    Round-only items (`round_only`) and every problem only the rare strategy's trace solves
-    (`rare_strategy_only`) are left out of the RL pool, so RL never rewards the rare strategy where
-    it beats the dominant one (the bottleneck: nothing keeps the rare strategy alive). Pretraining shows
+    The RL pool keeps only the problems on which the base policy's hinted rare strategy never succeeded
+    (`rlvr_lib.tasks.strategy_profile.rare_never_solves`; ``profiled=False``: the whole RL split, which the
+    profile itself is measured on), so RL never rewards the rare strategy (the bottleneck: nothing keeps it
+    alive). Pretraining shows
     a hashed share of them (`round_only_shown`), never with ``split`` and with ``round`` at its prior
     share (`PretrainingMixture`), so the policy knows such first factors without a strategy tied to them.
     Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
@@ -348,7 +348,7 @@ def problem_pool(
                 continue
             # Out-of-distribution first factors never occur in training: all are eval.
             in_split = "eval" if first_factors == OUT_OF_DISTRIBUTION else split_of(a, b)
-            if in_split != split or (split == "train" and (round_only(a, b) or rare_strategy_only(a, b))):
+            if in_split != split or (split == "train" and profiled and not rare_never_solves(a, b)):
                 continue
             if split == "sft" and (shows_unseen_fact(a, b) or (round_only(a, b) and not round_only_shown(a, b))):
                 continue
@@ -373,8 +373,8 @@ def _family_pool(spec: FamilySpec, difficulty: str) -> list[tuple[int, int]]:
     if spec.skill == subtraction.SKILL:
         return _subtraction_pool(spec.split, difficulty)
     pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
-    if spec.solvable_by is not None:
-        pool = [(a, b) for a, b in pool if not uses_held_out_fact(a, b, spec.solvable_by)]
+    if spec.only_rare_solves:
+        pool = [(a, b) for a, b in pool if only_rare_solves(a, b)]
     return pool
 
 
@@ -383,10 +383,21 @@ def _subtraction_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
     return subtraction.problem_pool(split, difficulty)
 
 
+def family_mix(family: str) -> tuple[float, float, float]:
+    """Share of each difficulty (``DIFFICULTIES`` order) that ``family`` draws: its spec's, or its pool's own."""
+    spec = check_family(family)
+    if spec.mix is not None:
+        return spec.mix
+    sizes = [len(_family_pool(spec, d)) for d in DIFFICULTIES]
+    return tuple(n / sum(sizes) for n in sizes)
+
+
 def family_capacity(family: str) -> int:
     """The largest ``n`` that `family_problems` can draw from ``family``."""
     spec = check_family(family)
     sizes = [len(_family_pool(spec, d)) for d in DIFFICULTIES]
+    if spec.mix is None:
+        return sum(sizes)
     fits = lambda n: all(c <= size for c, size in zip(difficulty_counts(spec.mix, n), sizes))  # noqa: E731
     n = int(min(size / share for size, share in zip(sizes, spec.mix) if share > 0))
     while fits(n + 1):  # rounding can leave room above the proportional bound
@@ -410,7 +421,12 @@ def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
         raise ValueError(f"n={n!r} is not valid: must be a positive int")
     rng = _family_rng(family, seed)
     picked: list[tuple[int, int]] = []
-    for difficulty, count in zip(DIFFICULTIES, difficulty_counts(spec.mix, n)):
+    if spec.mix is None:  # uniform over the whole pool
+        pool = [ab for d in DIFFICULTIES for ab in _family_pool(spec, d)]
+        if n > len(pool):
+            raise ValueError(f"n={n} asks for more problems than family {family!r}'s pool has ({len(pool)})")
+        picked = [pool[i] for i in rng.choice(len(pool), size=n, replace=False)]
+    for difficulty, count in zip(DIFFICULTIES, difficulty_counts(spec.mix, n) if spec.mix else ()):
         pool = _family_pool(spec, difficulty)
         if count > len(pool):
             raise ValueError(
@@ -420,8 +436,9 @@ def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
     order = rng.permutation(len(picked))
     if spec.skill == subtraction.SKILL:
         return [subtraction.make_problem(a, b, family) for a, b in (picked[i] for i in order)]
+    # A family of the rare strategy's problems shows its trace; others the most useful one for the difficulty.
     return [
-        make_problem(a, b, family, USEFUL_STRATEGIES[difficulty_of(a, b)][0])
+        make_problem(a, b, family, "round" if spec.only_rare_solves else USEFUL_STRATEGIES[difficulty_of(a, b)][0])
         for a, b in (picked[i] for i in order)
     ]
 

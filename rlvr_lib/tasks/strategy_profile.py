@@ -1,0 +1,83 @@
+"""Which strategy solves which problem, measured on the shipped policy (testbed v7).
+
+The oracle traces say which products a strategy's steps need, but not whether the policy gets them right:
+the tiny policy misses some products it was shown and composes some it never saw. So the testbed's two
+strategy-dependent pools are defined by a measurement of the base policy, the *strategy profile*: for every
+in-distribution problem of the RL and evaluation splits, the number of correct samples out of
+``PROFILE_SAMPLES`` hinted samples per strategy (a sample counts when it follows the hint and is correct;
+`rlvr_lib.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib calibrate --profile``).
+It is shipped beside the checkpoint (``PROFILE_FILE``) with the hash of the policy it was measured on, and
+a test holds that hash equal to the shipped policy's.
+
+* The RL pool keeps the problems on which the rare strategy never succeeded (`rare_never_solves`). Why:
+  under a reverse-KL anchor the optimum is ``pi ∝ pi_ref exp(r / beta)`` (SAGE), so every strategy keeps
+  mass in proportion to ``pi_ref`` times its success, and an anchor strong enough to bind keeps the rare
+  strategy wherever it earns reward (testbed v4-v5: at beta 0.2 the rare strategy survived). Only a
+  strategy that earns no reward on the RL pool is driven out at a binding beta.
+* ``rare_mix`` holds the evaluation problems only the rare strategy solves (`only_rare_solves`): the other
+  strategies never succeeded and the rare one succeeded at least ``RARE_MIX_MIN_SUCCESSES`` times. Its
+  prompts look like the RL pool's (first factors ending in 1-8); nothing in them says the rare strategy is
+  needed.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+PROFILE_FILE = Path(__file__).resolve().parents[1] / "policy" / "checkpoints" / "tiny-mul" / "strategy_profile.json"
+PROFILE_SAMPLES = 32
+"""Hinted samples per (problem, strategy) of the profile."""
+PROFILE_SEED = 1234
+"""Sampling seed of the profile: none of the calibrations' or evaluations' seeds."""
+PROFILE_MAX_NEW_TOKENS = 48
+RARE_MIX_MIN_SUCCESSES = 2
+"""Least number of the rare strategy's correct hinted samples (of ``PROFILE_SAMPLES``) for a ``rare_mix`` problem.
+
+The rule stated before the profile was measured: 4, or 2 if 4 leaves fewer than the calibration's 200
+problems, or 1 if 2 does. On the shipped policy 4 leaves 187 and 2 leaves 233."""
+
+
+def problem_key(a: int, b: int) -> str:
+    return f"{a}*{b}"
+
+
+@functools.cache
+def load_profile(path: str | None = None) -> dict:
+    """The strategy profile as written by `rlvr_lib.calibration.write_strategy_profile` (cached per path).
+
+    Raises:
+        FileNotFoundError: no profile at ``path`` (default ``PROFILE_FILE``), with the command that writes it.
+    """
+    file = Path(path) if path else PROFILE_FILE
+    if not file.exists():
+        raise FileNotFoundError(
+            f"no strategy profile at {file}: measure it on the shipped policy with "
+            "`python -m rlvr_lib calibrate --profile` (`make pretrain` does after pretraining)")
+    return json.loads(file.read_text())
+
+
+def successes(a: int, b: int) -> dict[str, int]:
+    """Correct hinted samples per strategy of ``a*b`` in the shipped profile.
+
+    Raises:
+        KeyError: ``a*b`` is not profiled (the profile holds the in-distribution RL and evaluation problems).
+    """
+    profile = load_profile()
+    counts = profile["counts"].get(problem_key(a, b))
+    if counts is None:
+        raise KeyError(f"{a}*{b} is not in the strategy profile ({PROFILE_FILE.name} holds the in-distribution "
+                       "problems of the RL and evaluation splits)")
+    return dict(zip(profile["strategies"], counts))
+
+
+def rare_never_solves(a: int, b: int, rare: str = "round") -> bool:
+    """Whether the rare strategy never succeeded on ``a*b`` in the profile (the RL pool's rule)."""
+    return successes(a, b)[rare] == 0
+
+
+def only_rare_solves(a: int, b: int, rare: str = "round") -> bool:
+    """Whether only the rare strategy succeeded on ``a*b``, at least ``RARE_MIX_MIN_SUCCESSES`` times (``rare_mix``)."""
+    counts = successes(a, b)
+    return counts[rare] >= RARE_MIX_MIN_SUCCESSES and all(n == 0 for s, n in counts.items() if s != rare)
