@@ -131,8 +131,9 @@ def test_trainer_runs_on_the_fast_engine(tiny_model_and_tokenizer):
 
     model, tok = load_policy(None)
     before = copy.deepcopy(model.state_dict())
-    # 8 groups of 8: a group all right or all wrong has no advantage, and 4 groups of 4 can all be such.
-    cfg = TrainerConfig(method="grpo_no_kl", steps=1, prompts_per_step=8, group_size=8, max_new_tokens=24, lr=1e-3)
+    # 8 groups of 8: a group all right or all wrong has no advantage, and 4 groups of 4 can all be such. 48 new
+    # tokens (the testbed's): a split or round trace is longer than 24, and the RL pool is mostly medium problems.
+    cfg = TrainerConfig(method="grpo_no_kl", steps=1, prompts_per_step=8, group_size=8, max_new_tokens=48, lr=1e-3)
     trainer = Trainer(cfg, model, tok, engine=KVCacheEngine(model, tok))
     metrics = trainer.step()
     assert 0.0 <= metrics["accuracy"] <= 1.0 and metrics["advantage_abs_mean"] > 0
