@@ -268,8 +268,15 @@ def init_world(backend: str | None = None) -> World:
         backend: Process-group backend; default ``nccl`` with CUDA, ``gloo`` without.
 
     Raises:
-        RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``.
+        RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``, or the launch asks
+            for DeepSpeed/FSDP (`sharded_launch`), which no loop hosts: refused here so that a launch from
+            Python (`rlvr_lib.pipeline.train_run`, a `Trainer`) fails as the command line does.
     """
+    sharded = sharded_launch()
+    if sharded:
+        raise RuntimeError(f"this launch asks for {'/'.join(sharded)} (set by the accelerate launch config), which "
+                           "no training loop here hosts: the update sums each process's plain gradients; launch "
+                           "DDP-style processes instead (accelerate launch --config_file configs/accelerate/ddp_8gpu.yaml)")
     if dist.is_available() and dist.is_initialized():
         rank = dist.get_rank()
         return World(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))

@@ -145,6 +145,24 @@ def test_one_process_world_is_the_identity(monkeypatch):
     assert local_rows(rows, None) is rows
 
 
+@pytest.mark.parametrize("variable, name", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
+def test_a_sharded_launch_is_refused_from_python_too(tmp_path, monkeypatch, variable, name):
+    # The command line refuses it first (tests/test_cli_train.py); a Trainer or train_run built from Python
+    # joins the world through init_world, which refuses it before any model is loaded or file written.
+    from rlvr_lib.pipeline import train_run
+    from rlvr_lib.trainer import Trainer
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setenv(variable, "true")
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8)
+    for start in (init_world, lambda: Trainer(config), lambda: train_run(config, tmp_path / "run", progress=False)):
+        with pytest.raises(RuntimeError, match=f"asks for {name} .*launch DDP-style processes"):
+            start()
+    assert not (tmp_path / "run").exists()
+    monkeypatch.setenv(variable, "false")
+    assert init_world() == World()
+
+
 def test_shards_cover_every_index_once_in_rank_order():
     for n in range(0, 9):
         for size in (1, 2, 3, 4):
