@@ -148,6 +148,11 @@ def test_sampled_logprobs_equal_a_teacher_forced_recomputation(llms, shipped, na
     # top_p < 1: vLLM renormalises over the nucleus; the engine recomputes them with the training model.
     nucleus = engine.generate(prompts(8), SamplingParams(n=2, temperature=1.0, top_p=0.8, max_new_tokens=40, seed=4))
     torch.testing.assert_close(nucleus.logprobs, teacher_forced(model, nucleus, 1.0), atol=1e-6, rtol=0)
+    # logprobs="recompute": vLLM's tokens, the training model's log-probs.
+    recompute = VLLMEngine(model, shipped[1], llm=engine.llm, logprobs="recompute")
+    again = recompute.generate(prompts(8), params)
+    assert torch.equal(again.completion_ids, out.completion_ids)
+    torch.testing.assert_close(again.logprobs, want, atol=1e-6, rtol=0)
 
 
 # -------------------------------------------------------------------------------------- weight updates
@@ -192,13 +197,38 @@ def test_a_weight_update_is_not_served_stale_keys_from_the_prefix_cache(llms, sh
     assert not torch.equal(first.completion_ids, second.completion_ids)
 
 
+class CheckedEngine:
+    """Passes ``generate`` to ``inner``; per call, the largest difference between the reported log-probs and a
+    teacher-forced recomputation under ``model``'s weights at that moment, and a copy of those weights."""
+
+    def __init__(self, inner, model):
+        self.inner, self.model = inner, model
+        self.differences, self.weights = [], []
+
+    def generate(self, prompts, params):
+        out = self.inner.generate(prompts, params)
+        was_training = self.model.training
+        self.model.eval()
+        self.differences.append(float((teacher_forced(self.model, out, params.logprob_temperature)
+                                       - out.logprobs).abs().max()))
+        self.model.train(was_training)
+        self.weights.append(torch.cat([p.detach().flatten() for p in self.model.parameters()]).clone())
+        return out
+
+    def encode_prompts(self, prompts):
+        return self.inner.encode_prompts(prompts)
+
+
 def test_rollouts_inside_a_3po_noise_draw_use_the_perturbed_weights(llms, shipped):
-    """3PO writes an IVON posterior sample into the parameters inside ``perturbed``: vLLM samples from it."""
+    """3PO writes an IVON posterior sample into the parameters inside ``perturbed``: vLLM samples from it,
+    by hand (greedy tokens change as KVCacheEngine's do) and in the trainer's step (one draw per sample)."""
     model, engine, kv = engines(llms, shipped, "policy-3x32")
     config = method_config("m3po", engine="vllm", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8,
                            train_pool_size=8, method_options={"ess": 1e5})  # noise large enough to move tokens
-    trainer = Trainer(config, model, shipped[1], engine=engine)
+    checked = CheckedEngine(engine, model)
+    trainer = Trainer(config, model, shipped[1], engine=checked)
     mean = engine.generate(prompts(), GREEDY)
+    mean_weights = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
     draws = []
     for k in range(2):
         with trainer.method.perturbed(model, k, train=False):
@@ -208,6 +238,11 @@ def test_rollouts_inside_a_3po_noise_draw_use_the_perturbed_weights(llms, shippe
         assert not torch.equal(draw.completion_ids, mean.completion_ids)
     assert not torch.equal(draws[0].completion_ids, draws[1].completion_ids)
     assert_same_tokens(engine.generate(prompts(), GREEDY), mean)  # the mean weights again after the scope
+
+    trainer.step()
+    assert len(checked.differences) == 2 and max(checked.differences) <= LOGPROB_TOL
+    assert all((w - mean_weights).abs().max() > 1e-3 for w in checked.weights)
+    assert not torch.equal(checked.weights[0], checked.weights[1])
 
 
 # --------------------------------------------------------------------------------------------- training

@@ -73,6 +73,7 @@ Versions and devices
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
 from typing import Any, Iterable, Iterator
@@ -208,20 +209,28 @@ def load_weights_into(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         llm.reset_prefix_cache()
 
 
-def cpu_attention_head_sizes() -> list[int] | None:
+def cpu_attention_head_sizes(vllm=None) -> list[int] | None:
     """The head sizes vLLM's CPU attention supports, or ``None`` when vLLM does not run on a CPU here.
 
-    ``None`` also when the installed ``vllm`` lacks the CPU platform or its CPU
-    attention backend (a CUDA build, another version, a stand-in module).
+    Args:
+        vllm: The ``vllm`` module the engine uses (default: ``import vllm``).
+
+    Returns:
+        ``None`` also when that module is not the installed package (a stand-in put in
+        ``sys.modules``) or lacks the CPU platform or its CPU attention backend (a CUDA build,
+        another version).
     """
     try:
-        from vllm.platforms import current_platform
-        from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+        vllm = vllm if vllm is not None else importlib.import_module("vllm")
+        if not hasattr(vllm, "__path__"):  # a stand-in module, not the package
+            return None
+        current_platform = importlib.import_module("vllm.platforms").current_platform
+        backend = importlib.import_module("vllm.v1.attention.backends.cpu_attn").CPUAttentionBackend
     except (ImportError, AttributeError):
         return None
     if not current_platform.is_cpu():
         return None
-    return list(CPUAttentionBackend.get_supported_head_sizes())
+    return list(backend.get_supported_head_sizes())
 
 
 def _head_size(config) -> int:
@@ -230,13 +239,13 @@ def _head_size(config) -> int:
     return int(head_dim) if head_dim else int(config.hidden_size // config.num_attention_heads)
 
 
-def _check_head_size(model) -> None:
+def _check_head_size(vllm, model) -> None:
     """Refuse, before vLLM is built, a model whose head size vLLM's CPU attention cannot run.
 
     Raises:
         ValueError: Naming the head size and the supported ones.
     """
-    supported = cpu_attention_head_sizes()
+    supported = cpu_attention_head_sizes(vllm)
     config = getattr(model, "config", None)
     if supported is None or config is None or not hasattr(config, "num_attention_heads"):
         return
@@ -380,7 +389,7 @@ class VLLMEngine(BatchedEngine):
         super().__init__(model, tokenizer, **engine_kwargs)
         self.vllm = _import_vllm()
         if llm is None:
-            _check_head_size(model)  # vLLM's own error would come only at the first rollout
+            _check_head_size(self.vllm, model)  # vLLM's own error would come only at the first rollout
         self.logprobs = logprobs
         self._checkpoint = None  # the temporary directory vLLM was built from, kept alive with the engine
         if llm is None:
