@@ -18,8 +18,10 @@ Tolerance. vLLM computes in float32 with its own kernels (oneDNN matmuls, its pa
 numbers are not bit-equal to the training model's; ``LOGPROB_TOL`` = 2e-4 bounds, per token, the
 difference between a log-prob vLLM reports and the teacher-forced recomputation of the training model
 (observed at most 4e-5 over 12 sampled calls, 1e-5 greedy). The GRPO comparison uses the same tolerance,
-relative and absolute, on every value of the record (observed at most 5e-5 relative) and absolute on the
-final weights (observed 8e-5).
+relative and absolute, on every value of the record (observed at most 1.1e-5 relative on values above
+1e-3, 1e-7 absolute below) and absolute on the final weights (observed 3e-6). The run's learning rate is
+small (1e-4) because a large one (3e-3) drives the KL estimate of this regrouped policy to 1e4, where
+exp() turns float rounding into relative differences of 1e-3.
 
 Speed. One ``vllm.LLM`` per model serves every engine of the module (each ``generate`` copies the
 engine's model's weights into it first), built eager (``enforce_eager``: vLLM would otherwise spend
@@ -277,7 +279,7 @@ def test_a_grpo_run_with_vllm_trains_and_matches_the_kvcache_run(llms, shipped):
     register_hashed_task()  # reward: the completion's hash, so every group has mixed rewards
     policy_model, tokenizer = shipped
     config = method_config("grpo", engine="vllm", task=HASHED_TASK, steps=3, prompts_per_step=2, group_size=4,
-                           max_new_tokens=12, train_pool_size=16, minibatches=2, lr=3e-3, seed=0)
+                           max_new_tokens=12, train_pool_size=16, minibatches=2, lr=1e-4, seed=0)
     initial = build_model("policy-3x32", policy_model, tokenizer)
     model, engine, _ = engines(llms, shipped, "policy-3x32", model=copy.deepcopy(initial))
     checked = CheckedEngine(engine, model)
@@ -299,7 +301,7 @@ def test_a_grpo_run_with_vllm_trains_and_matches_the_kvcache_run(llms, shipped):
                 continue
             assert got[key] == pytest.approx(value, abs=LOGPROB_TOL, rel=LOGPROB_TOL), key
     moved = max((a - b).abs().max() for a, b in zip(model.parameters(), initial.parameters()))
-    assert moved > 1e-3  # it trained
+    assert moved > 1e-4  # it trained: AdamW moves a weight by about lr per step
     for (name, a), b in zip(model.named_parameters(), replay_model.parameters()):
         torch.testing.assert_close(a, b, atol=LOGPROB_TOL, rtol=0, msg=name)
 
