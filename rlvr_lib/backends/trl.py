@@ -59,6 +59,12 @@ Where TRL's semantics differ from the native loop (documented, not hidden)
     * Checkpoints: TRL's (``save_strategy``) hold weights, optimizer, scheduler and RNG, but not the
       method's state (Polaris' latch, IVON's step count) nor this backend's step counter, so
       ``train(resume_from_checkpoint=...)`` is refused; the native ``Trainer`` resumes exactly.
+    * vLLM ``colocate`` weight sync: TRL copies each parameter with the vLLM model's ``load_weights``, which
+      vLLM's CPU build cannot take after loading (it repacks linear weights for oneDNN and drops the
+      parameters); the backend routes TRL's ``sync_weights`` through
+      `rlvr_lib.rollout.vllm_engine.load_weights_into` (vLLM's ``reload_weights``, which re-runs that
+      processing, then a prefix-cache reset), the same path as `VLLMEngine`, on any device. ``server`` mode
+      keeps TRL's own sync.
     * Metrics: each RL step's native metrics (`Trainer.step`'s keys) are in ``trainer.history`` and are
       also logged through TRL's ``log``; TRL's own loss-side metrics (clip ratios, entropy) are not computed.
 
@@ -90,6 +96,7 @@ from rlvr_lib.distributed import local_rows, sharded_launch
 from rlvr_lib.methods.base import Method
 from rlvr_lib.rollout import Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.rollout.batched import left_pad
+from rlvr_lib.rollout.vllm_engine import load_weights_into
 from rlvr_lib.trainer import Trainer, _rollout_metrics
 from rlvr_lib.trainer_config import TrainerConfig
 
@@ -415,6 +422,33 @@ class TRLEngine:
         return [list(map(int, c)) for c in completion_ids], logprobs
 
 
+def _sync_colocated(generation) -> None:
+    """TRL's colocated ``VLLMGeneration.sync_weights``, through `load_weights_into` (module docstring).
+
+    Wakes sleeping weights first, as TRL does. The parameters come from TRL's own iterator (its name fixes
+    for vLLM, PEFT merging), consumed while it holds them; then, for a plain model, the ``state_dict``
+    entries that are not parameters: tied aliases such as ``lm_head.weight`` and buffers. vLLM's CPU build
+    packs the output layer's weight apart from the input embedding, so a reload without ``lm_head.weight``
+    leaves a tied model's output layer at its old weights (log-probs off by 1e-2 after one optimizer step
+    on the tests' model).
+    """
+    if generation.enable_sleep_mode:
+        generation.llm.wake_up(tags=["weights"])
+        generation._llm_weights_sleeping = False
+    load_weights_into(generation.llm, _colocated_weights(generation))
+
+
+def _colocated_weights(generation):
+    """``(name, tensor)`` pairs of one colocated sync: TRL's parameters, then a plain model's other ``state_dict`` entries."""
+    yield from generation._iter_named_params()
+    model = generation.model
+    if getattr(model, "peft_config", None) is None:  # PEFT names differ; TRL merges its adapters itself
+        parameters = {name for name, _ in model.named_parameters()}
+        for name, tensor in model.state_dict().items():
+            if name not in parameters:
+                yield name, tensor
+
+
 def _verifier_reward(task, problems):
     """TRL reward function: the task verifier's reward of each completion (``problem_index`` column).
 
@@ -496,6 +530,9 @@ class MethodGRPOTrainer(GRPOTrainer):
                          train_dataset=dataset, processing_class=core.tokenizer,
                          callbacks=[*callbacks], optimizers=(core.optimizer, scheduler))
         self.add_callback(_FinishRLStep(self))
+        if getattr(self, "use_vllm", False) and getattr(self.vllm_generation, "mode", None) == "colocate":
+            generation = self.vllm_generation
+            generation.sync_weights = lambda: _sync_colocated(generation)
         if isinstance(self._engine, TRLEngine):
             self._engine.bind(self)
         if core.reference is not None:

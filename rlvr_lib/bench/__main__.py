@@ -17,6 +17,9 @@ run (medians over repeats after a warm-up); none asserts a time. Files:
 * ``reproduction.json`` -- :func:`rlvr_lib.report.notebook_compute` (the full
   profile's wall time per notebook, summed from the committed run records:
   read, not timed);
+* ``vllm_rollout.json`` -- :func:`rlvr_lib.bench.vllm_rollout.bench_vllm_rollout` (vLLM's CPU
+  build against ``KVCacheEngine`` and ``generate``; only in ``.venv-vllm``, so not in the default
+  list: ``make bench`` runs it there with ``--only vllm_rollout``, through ``make bench-vllm``);
 * ``summary.json`` -- the headline ratios, each next to the raw
   medians it came from and its target; benchmarks not run this time keep
   their previous entries.
@@ -37,6 +40,8 @@ from rlvr_lib.bench.common import machine_info
 from rlvr_lib.experiments import results_root, write_json_atomic
 
 BENCHMARKS = ("rollout", "step", "logprob", "methods", "gradnorm", "profile", "reproduction")
+ENV_BENCHMARKS = ("vllm_rollout",)
+"""Benchmarks that need another environment (``.venv-vllm``): run only when named in ``--only``."""
 TARGETS = {
     "rollout_speedup_vs_generate": (">=", 3.0),
     "step_time_ratio_vs_trl": ("<=", 0.5),
@@ -51,6 +56,7 @@ QUICK = {
     "gradnorm": dict(models=("tiny",), completions=8, tokens=16, warmup=0, repeats=1),
     "profile": dict(batch=16, group_size=4, max_new_tokens=16, warmup=0, repeats=1, compile_decode=False),
     "reproduction": dict(),
+    "vllm_rollout": dict(batch=16, max_new_tokens=16, group_size=4, warmup=0, repeats=1, larger_layers=1),
 }
 
 
@@ -77,6 +83,10 @@ def _run(name: str, quick: bool) -> dict:
         from rlvr_lib.bench.methods import bench_method_steps
 
         return bench_method_steps(**kwargs)
+    if name == "vllm_rollout":
+        from rlvr_lib.bench.vllm_rollout import bench_vllm_rollout
+
+        return bench_vllm_rollout(**kwargs)
     if name == "profile":
         from rlvr_lib.bench.profile import bench_profile
 
@@ -110,6 +120,13 @@ def summarize(name: str, result: dict) -> dict:
             entry["compiled_decode_speedup"] = decode["compiled"]["speedup_vs_eager"]
             entry["compiled_decode_first_call_s"] = decode["compiled"]["first_call_s"]
         return {"profile": entry}
+    if name == "vllm_rollout":  # no target: what vLLM's CPU build gives against the two in-process engines
+        return {"vllm_rollout": {
+            shape: {"vllm_vs_kv_cache": r["vllm_vs_kv_cache"], "vllm_vs_generate": r["vllm_vs_generate"],
+                    **{f"{e}_tokens_per_s": r[e]["tokens_per_s"] for e in ("vllm", "kv_cache", "generate")},
+                    "vllm_startup_s": r["vllm_startup_s"], "greedy_tokens_equal": r["greedy_tokens_equal"]}
+            for shape, r in result["shapes"].items()} | {"vllm_version": result["vllm_version"],
+                                                         "settings": result["settings"]}}
     if name == "reproduction":
         return {"reproduction_hours": {row["notebook"]: row["hours"] for row in result["notebooks"]}
                 | {"total": result["total_hours"]}}
@@ -145,14 +162,15 @@ def summarize(name: str, result: dict) -> dict:
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(prog="python -m rlvr_lib.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(BENCHMARKS),
-                        help=f"comma-separated subset of {','.join(BENCHMARKS)} (default: all)")
+                        help=f"comma-separated subset of {','.join(BENCHMARKS + ENV_BENCHMARKS)} (default: "
+                             f"{','.join(BENCHMARKS)}; {','.join(ENV_BENCHMARKS)} needs .venv-vllm)")
     parser.add_argument("--quick", action="store_true", help="tiny sizes: a smoke run, not a measurement")
     parser.add_argument("--out", default=None, help="output folder (default: results/bench)")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
-    unknown = [n for n in names if n not in BENCHMARKS]
+    unknown = [n for n in names if n not in BENCHMARKS + ENV_BENCHMARKS]
     if unknown or not names:
-        parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {BENCHMARKS}")
+        parser.error(f"--only: unknown benchmark(s) {unknown}; choose from {BENCHMARKS + ENV_BENCHMARKS}")
     out = Path(args.out) if args.out else results_root() / "bench"
     out.mkdir(parents=True, exist_ok=True)
     summary_path = out / "summary.json"

