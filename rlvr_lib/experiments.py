@@ -42,6 +42,7 @@ from typing import IO, Any, Iterator, Optional
 
 from . import __version__
 from .config import ConfigBase, hash_jsonable
+from .study.stats import bootstrap_ci, has_interval
 from .validation import check, check_choice, check_int, check_range
 
 __all__ = [
@@ -515,16 +516,16 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
     single measurement, not a certainty.
 
-    When to use something else (:mod:`rlvr_lib.eval.stats`): the t-interval
+    When to use something else (:mod:`rlvr_lib.study.stats`): the t-interval
     assumes roughly normal per-seed values and knows no range, so on 3 seeds
     (``t = 4.30``) of a rate it often reaches below 0 or above 1, and it
     ignores the variance from the fixed draw of evaluation problems. Prefer
-    :func:`~rlvr_lib.eval.stats.bootstrap_ci` with ``bounds=(0, 1)`` for
+    :func:`~rlvr_lib.study.stats.bootstrap_ci` with ``bounds=(0, 1)`` for
     per-seed rates (never leaves the range),
-    :func:`~rlvr_lib.eval.stats.hierarchical_bootstrap_ci` when per-problem
+    :func:`~rlvr_lib.study.stats.hierarchical_bootstrap_ci` when per-problem
     results exist (puts problem sampling in the interval and gives the
     single-evaluation base policy one), and
-    :func:`~rlvr_lib.eval.stats.paired_difference_ci` for a difference
+    :func:`~rlvr_lib.study.stats.paired_difference_ci` for a difference
     between two methods on the same problems. This function stays for
     unbounded metrics (lengths, entropies) and for training curves.
 
@@ -536,7 +537,7 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
         ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
         Python floats/int, ``method`` ``"Student-t over seeds"`` (or
         ``"single value: no interval (n=1)"``), as the interval dicts of
-        :mod:`rlvr_lib.eval.stats` carry, for :func:`claims_table`.
+        :mod:`rlvr_lib.study.stats` carry, for :func:`claims_table`.
 
     Raises:
         ValueError: if ``values`` is empty or holds a non-finite value or
@@ -563,25 +564,11 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
             "method": "Student-t over seeds"}
 
 
-def has_interval(agg: Mapping[str, Any]) -> bool:
-    """Whether an interval dict carries an interval at all.
-
-    A dict has one when it was resampled over at least two units: ``n >= 2``
-    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
-    bootstraps of :mod:`rlvr_lib.eval.stats`, where a single evaluation still
-    varies over problems). A single seed's value (``n == 1`` and no
-    ``n_problems``) has none: its ``ci_low == ci_high == mean`` is a
-    measurement, not a certainty. Also exported as
-    ``rlvr_lib.eval.stats.has_interval``.
-    """
-    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
-
-
 def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
     """Formats an interval dict as ``"mean [lo, hi]"``.
 
-    Takes :func:`aggregate_seeds` dicts and those of :mod:`rlvr_lib.eval.stats`
-    (:func:`~rlvr_lib.eval.stats.bootstrap_ci`, the seeds x problems and paired
+    Takes :func:`aggregate_seeds` dicts and those of :mod:`rlvr_lib.study.stats`
+    (:func:`~rlvr_lib.study.stats.bootstrap_ci`, the seeds x problems and paired
     bootstraps). A dict without an interval
     (:func:`has_interval` false: one seed, no problems
     resampled) gives ``"mean (n=1)"``.
@@ -679,8 +666,6 @@ def __getattr__(name: str) -> Any:  # ``rlvr_lib.experiments.ClaimsTable``, e.g.
 
 def _interval(where: str, ours: Any, bounds: Any = None, aggregate: Optional[Callable[..., Mapping[str, Any]]] = None):
     """The interval dict of a row's measurement: an interval dict as is, per-seed values aggregated."""
-    from .eval.stats import bootstrap_ci
-
     if isinstance(ours, Mapping):
         missing = [k for k in ("mean", "ci_low", "ci_high", "n") if k not in ours]
         if missing:
@@ -854,7 +839,7 @@ def claims_table(
         ``paper_effect``: the paper's effect as ``(metric, from, to)``, e.g. ``("pass@1", .227, .266)`` with
             ``from`` the comparator's number, or a str when the paper gives no number.
         ``ours``: the measurement of ``claim``'s quantity (usually a difference): an interval dict (from
-            :mod:`rlvr_lib.eval.stats` or :func:`aggregate_seeds`), per-seed values (aggregated by
+            :mod:`rlvr_lib.study.stats` or :func:`aggregate_seeds`), per-seed values (aggregated by
             ``bootstrap_ci`` with the row's ``bounds``, or ``aggregate``), or one number (no interval).
         ``expect``: ``">"`` / ``"<"`` with ``than`` (default 0), or ``"within"`` with ``margin`` (> 0): an
             equivalence claim ("matches", "no gain", "keeps", "stable"), see :func:`verdict`. Two one-sided

@@ -15,7 +15,7 @@ import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.eval.stats import hierarchical_bootstrap_ci, paired_difference_ci
+from rlvr_lib.study.stats import hierarchical_bootstrap_ci, paired_difference_ci
 from rlvr_lib.experiments import (
     CLAIMS_COLUMNS,
     EFFECT_FRACTION,

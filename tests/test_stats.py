@@ -1,4 +1,4 @@
-"""Tests for rlvr_lib.eval.stats: bootstrap intervals, paired differences, rescued / lost problems."""
+"""Tests for rlvr_lib.study.stats: bootstrap intervals, paired differences, rescued / lost problems."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rlvr_lib.eval.stats import (
+from rlvr_lib.study.stats import (
     bootstrap_ci,
     eval_counts,
     has_interval,
@@ -344,3 +344,14 @@ def test_strategy_shares_over_seeds():
 def test_bad_input_names_what_is_wrong_and_what_is_allowed(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_old_import_paths_give_the_same_functions():
+    """rlvr_lib.eval.stats, rlvr_lib.eval and rlvr_lib.experiments still export what moved to rlvr_lib.study.stats."""
+    import rlvr_lib.eval as eval_package
+    import rlvr_lib.eval.stats as old
+    import rlvr_lib.experiments as experiments
+    import rlvr_lib.study.stats as new
+
+    assert old.__all__ == new.__all__ and all(getattr(old, name) is getattr(new, name) for name in new.__all__)
+    assert eval_package.bootstrap_ci is new.bootstrap_ci and experiments.has_interval is new.has_interval

@@ -7,9 +7,9 @@
   groups (3PO Fig. 3), outcome rates, length statistics.
 * :mod:`rlvr_lib.eval.weight_steps` -- how far each RL step moves the weights
   (mean, largest, share at the largest; 3PO's IVON vs AdamW step sizes).
-* :mod:`rlvr_lib.eval.stats` -- bootstrap intervals over seeds and over
-  seeds x problems, paired differences between methods, rescued / lost
-  problems against a reference with their resampling null, strategy shares.
+* The statistics over run records (bootstrap intervals, paired differences,
+  rescued / lost problems, strategy shares) moved to :mod:`rlvr_lib.study.stats`
+  (issue 30); this package and ``rlvr_lib.eval.stats`` still export them.
 * :mod:`rlvr_lib.eval.premises` -- the four methods' premises on a policy
   (NudgeRL single-strategy share, 3PO branch flips by ESS, SAGE branch
   entropies, VIGOR score-correctness Spearman), ``measure_premises``.
@@ -40,7 +40,7 @@ from rlvr_lib.eval.diversity import (
 )
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
-from rlvr_lib.eval.stats import (
+from rlvr_lib.study.stats import (
     bootstrap_ci,
     eval_counts,
     has_interval,

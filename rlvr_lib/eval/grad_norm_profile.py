@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 import numpy as np
 import torch
 
-from rlvr_lib.eval.stats import _check_common, _percentile
+from rlvr_lib.study.stats import _check_common, _percentile
 from rlvr_lib.validation import check, check_choice, check_int, invalid
 
 __all__ = ["GradNormProfile", "grad_norm_profile", "rank_trend"]

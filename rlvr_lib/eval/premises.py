@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rlvr_lib.eval.stats import _check_common, _percentile, _Shown, bootstrap_ci
+from rlvr_lib.study.stats import _check_common, _percentile, _Shown, bootstrap_ci
 from rlvr_lib.eval.weight_noise import branch_logits, order_changed, strategy_tokens, weight_sample
 from rlvr_lib.validation import check, check_choice, check_int, check_range, invalid
 
@@ -613,7 +613,7 @@ def vigor_spearman(scores: Any, correct: Any, truncated: Any = None, *, confiden
     * ``within``: ``rho_p = spearman(S_{p,.}, c_{p,.})`` on each problem whose
       samples are neither all correct nor all wrong (only those give the
       score something to rank, and VIGOR's advantage only uses ranks within a
-      group); mean over those problems with `rlvr_lib.eval.stats.bootstrap_ci`
+      group); mean over those problems with `rlvr_lib.study.stats.bootstrap_ci`
       over problems. This is the one that matters for training: the pooled
       rho also mixes problem difficulty with the score's level.
 

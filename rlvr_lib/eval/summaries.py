@@ -28,11 +28,13 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy.special import xlogy
 
-from rlvr_lib.eval.stats import (
+from rlvr_lib.study.stats import (
     _evaluation,
     bootstrap_ci,
+    eval_counts,
     hierarchical_bootstrap_ci,
     per_problem_scores,
+    rescue_loss,
 )
 from rlvr_lib.validation import check_int, invalid
 
@@ -283,7 +285,7 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
     """Problems rescued and lost against a reference run, seed by seed, with two yardsticks.
 
     For each run, seed ``i`` is compared with the reference's seed ``i``
-    (:func:`~rlvr_lib.eval.stats.rescue_loss` over the problems of
+    (:func:`~rlvr_lib.study.stats.rescue_loss` over the problems of
     ``families``: rescued = unsolved by the reference in its ``n`` samples,
     solved by the run; lost = the reverse) and the counts are averaged over
     the ``min(S_run, S_ref)`` pairs. Two rows show what such counts are
@@ -302,8 +304,6 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
         ``solved``, ``rescued``, ``lost``, ``net`` (means over pairs).
     """
     import pandas as pd
-
-    from rlvr_lib.eval.stats import eval_counts, rescue_loss
 
     reference = _records("reference", reference)
 
@@ -338,8 +338,6 @@ def case_study(reference: Sequence[Any], run: Sequence[Any], family: str) -> dic
         ValueError: on runs without per-problem counts, on different problems,
             or an unknown family.
     """
-    from rlvr_lib.eval.stats import eval_counts
-
     sides = {}
     for label, records in (("reference", reference), ("run", run)):
         records = _records(label, records)
@@ -475,8 +473,6 @@ def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np
     Raises:
         ValueError: on no records, a missing family, or evaluations on different problems.
     """
-    from rlvr_lib.eval.stats import eval_counts
-
     records = _records("evaluations", evaluations)
     n = int(records[0].config["eval"]["samples"])
     rows, uids0 = [], None
@@ -516,7 +512,6 @@ def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Se
     import pandas as pd
 
     from rlvr_lib.eval.diagnostics import rescued_lost_groups
-    from rlvr_lib.eval.stats import eval_counts
 
     reference = _records("reference", reference)
 

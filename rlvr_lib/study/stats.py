@@ -1,0 +1,650 @@
+"""Honest intervals for seeds and problems, paired comparisons, rescued / lost problems.
+
+Why not the Student-t interval of :func:`rlvr_lib.experiments.aggregate_seeds`
+for everything: our metrics are rates in ``[0, 1]`` measured on 3 seeds, often
+bimodal across seeds, and a t-interval on 3 values is ``mean +- 4.30 s / sqrt(3)``
+and routinely leaves ``[0, 1]``. It also ignores that the evaluation problems
+are a fixed draw (200 per family): a seed-only interval says nothing about how
+the result would change on another draw of problems, and the base policy, one
+evaluation, gets no interval at all.
+
+This module gives, in numpy:
+
+* :func:`bootstrap_ci` -- percentile bootstrap over a 1-D sample (seeds),
+  clipped to the metric's range.
+* :func:`hierarchical_bootstrap_ci` -- seeds x problems bootstrap of the mean
+  of an ``(S, P)`` matrix (per seed, per problem scores), so problem sampling
+  is in the interval, and one evaluation (``S = 1``) still gets one.
+* :func:`paired_difference_ci` -- difference of two methods on the *same*
+  problems, resampling each method's seeds independently and the problems
+  jointly (paired), which removes the shared problem difficulty.
+* :func:`rescue_loss`, :func:`rescue_loss_null` -- per-problem solved /
+  rescued / lost counts against a reference, with the counts that
+  resampling alone produces (seed-paired tables:
+  :func:`rlvr_lib.eval.summaries.rescued_lost`).
+* :func:`strategy_shares` -- per-strategy shares with bootstrap intervals.
+* :func:`per_problem_scores`, :func:`eval_counts` -- the ``(S, P)`` matrices
+  and count vectors from stored evaluation records
+  (:func:`rlvr_lib.eval.policy_eval.evaluate_policy` output).
+
+Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n",
+"method"}`` (``"mean"`` is the point estimate, ``"method"`` says how the
+interval was made); :func:`rlvr_lib.experiments.format_ci` and
+:func:`rlvr_lib.experiments.claims_table` read them. :func:`has_interval`
+says whether a dict carries an interval at all (one seed on its own does not).
+
+Resampling uses ``np.random.default_rng(seed)``: the same inputs and ``seed``
+give the same interval.
+
+How much to trust these intervals (simulated coverage of nominal 95%
+intervals; ``tests/test_stats.py`` checks the n = 30 case): with 30 values
+the percentile bootstrap covers the mean 93-95% of the time. With 3 seeds it
+is too narrow: it cannot be wider than the range of the 3 values, and covers
+a normal mean about 74% of the time (Bernoulli rates: 67%), where the
+t-interval covers the normal mean 94% but is very wide and leaves ``[0, 1]``. Three seeds do not support
+a confident seed-level claim whatever the interval. The seeds x problems
+bootstrap with 3 seeds and 200 problems covers 95% when problem-to-problem
+variation dominates (seed sd 0.01, problem sd 0.3), 87% with seed sd 0.05 and
+75% when seed variation dominates (seed sd = problem sd = 0.1): it is as good
+as its seed part where seeds matter. Compare ``std`` (across seeds) with the
+interval to see which part dominates.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Optional
+
+import numpy as np
+
+from rlvr_lib.validation import check_choice, check_int, check_range, invalid
+
+__all__ = [
+    "STATISTICS",
+    "bootstrap_ci",
+    "eval_counts",
+    "has_interval",
+    "hierarchical_bootstrap_ci",
+    "paired_difference_ci",
+    "per_problem_scores",
+    "rescue_loss",
+    "rescue_loss_null",
+    "strategy_shares",
+]
+
+STATISTICS = ("mean", "median")
+"""Statistics :func:`bootstrap_ci` can bootstrap."""
+
+_BLOCK = 1 << 22  # elements per resampling block: bounds memory at ~32 MB of float64
+
+
+# ------------------------------------------------------------------ checks
+class _Shown(str):
+    """A description shown as is (no quotes) where an error message shows a value's ``repr``."""
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def has_interval(agg: Mapping[str, Any]) -> bool:
+    """Whether an interval dict carries an interval at all.
+
+    A dict has one when it was resampled over at least two units: ``n >= 2``
+    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
+    bootstraps here, where a single evaluation still varies over problems). A
+    single seed's value (``n == 1`` and no ``n_problems``) has none: its
+    ``ci_low == ci_high == mean`` is a measurement, not a certainty. Also
+    exported as ``rlvr_lib.experiments.has_interval``.
+    """
+    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
+
+
+def _short(arr: np.ndarray) -> Any:
+    """A value to show in an error message: the list when small, else a shape summary."""
+    if arr.size <= 12:
+        return arr.tolist()
+    return _Shown(f"<array of shape {arr.shape}>")
+
+
+def _as_float_array(name: str, values: Any, ndim: int) -> np.ndarray:
+    """Validates a non-empty ``ndim``-D array of finite real numbers and returns it as float64.
+
+    ``None`` entries (NaN written to JSON reads back as ``None``) are rejected
+    as not finite.
+    """
+    if hasattr(values, "detach"):  # torch tensor
+        values = values.detach().cpu().numpy()
+    if ndim == 1 and np.ndim(values) == 0:
+        values = [values]
+    try:
+        arr = np.asarray(values, dtype=np.float64)
+    except (TypeError, ValueError):
+        shown = values if not isinstance(values, np.ndarray) else _short(values)
+        raise invalid(name, shown, f"a {ndim}-D array of finite numbers (got non-numeric or ragged entries)") from None
+    what = "a non-empty 1-D sequence of finite numbers" if ndim == 1 else \
+        f"a {ndim}-D array of finite numbers with at least one entry along each axis"
+    if arr.ndim != ndim:
+        raise invalid(name, _short(arr), f"{what} (got {arr.ndim}-D, shape {arr.shape})")
+    if arr.size == 0:
+        raise invalid(name, _short(arr), f"{what} (got an empty array, shape {arr.shape})")
+    bad = ~np.isfinite(arr)
+    if bad.any():
+        where = np.argwhere(bad)[:5].tolist() if ndim > 1 else np.flatnonzero(bad)[:5].tolist()
+        raise invalid(name, _short(arr), f"{what} (got NaN, inf or None at index {where}); filter them explicitly")
+    return arr
+
+
+def _check_bounds(name: str, bounds: Any, arr: np.ndarray) -> Optional[tuple[float, float]]:
+    """Validates ``bounds = (lo, hi)`` (``lo < hi``, finite) and that every value lies within."""
+    if bounds is None:
+        return None
+    try:
+        lo, hi = bounds
+    except (TypeError, ValueError):
+        raise invalid("bounds", bounds, "None or a pair (lo, hi) of finite numbers with lo < hi") from None
+    lo = check_range("bounds[0]", lo)
+    hi = check_range("bounds[1]", hi)
+    if not lo < hi:
+        raise invalid("bounds", bounds, "None or a pair (lo, hi) of finite numbers with lo < hi")
+    if arr.min() < lo or arr.max() > hi:
+        raise invalid(name, _short(arr),
+                      f"values within bounds=({lo:g}, {hi:g}) (got min {arr.min():g}, max {arr.max():g}); "
+                      "widen or drop bounds if the metric is not a rate")
+    return lo, hi
+
+
+def _check_common(confidence: Any, n_resamples: Any, seed: Any) -> tuple[float, int, int]:
+    confidence = check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
+    n_resamples = check_int("n_resamples", n_resamples, 1)
+    seed = check_int("seed", seed, 0)
+    return confidence, n_resamples, seed
+
+
+def _percentile(stats: np.ndarray, confidence: float) -> tuple[float, float]:
+    alpha = 1.0 - confidence
+    lo, hi = np.quantile(stats, [alpha / 2.0, 1.0 - alpha / 2.0])
+    return float(lo), float(hi)
+
+
+def _clip(lo: float, hi: float, bounds: Optional[tuple[float, float]]) -> tuple[float, float]:
+    if bounds is None:
+        return lo, hi
+    return float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
+
+
+# --------------------------------------------------------------- intervals
+def bootstrap_ci(
+    values: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    bounds: Optional[tuple[float, float]] = None,
+    statistic: str = "mean",
+) -> dict[str, Any]:
+    """Percentile bootstrap interval of the mean (or median) over a 1-D sample, e.g. seeds.
+
+    With ``x`` of length ``n``, draw ``B = n_resamples`` resamples
+    ``x*_b = (x_{i_1}, ..., x_{i_n})``, ``i_j ~ Uniform{1..n}`` with
+    replacement, compute ``T_b = statistic(x*_b)`` and report::
+
+        [ci_low, ci_high] = [q_{(1-confidence)/2}(T), q_{(1+confidence)/2}(T)]
+
+    (``np.quantile``, linear interpolation), clipped to ``bounds``. The
+    interval of a mean of values in ``[lo, hi]`` never leaves ``[lo, hi]``;
+    clipping only removes floating-point noise there, and matters for other
+    inputs. Unlike the t-interval it does not assume normality, but with few
+    values it is too narrow: it never extends past the sample's range, so with
+    3 seeds it covers the true mean far less often than ``confidence`` (about
+    75% for normal data at 95%). Read a 3-seed interval as a description of
+    the seeds, not a guarantee.
+
+    Args:
+        values: 1-D array-like of shape ``(n,)``, finite numbers (one per seed).
+        confidence: Two-sided level in ``(0, 1)``.
+        n_resamples: ``B``, number of bootstrap resamples (``>= 1``).
+        seed: Seed of ``np.random.default_rng``; same inputs and seed, same interval.
+        bounds: ``(lo, hi)`` range of the metric, e.g. ``(0, 1)`` for rates:
+            every value must lie in it and the interval is clipped to it.
+        statistic: ``"mean"`` or ``"median"`` (see :data:`STATISTICS`).
+
+    Returns:
+        ``{"mean", "ci_low", "ci_high", "n", "std", "se", "method"}``:
+        ``mean`` is the point estimate of ``statistic`` on ``values`` (the
+        median when ``statistic="median"``; the key keeps its name so every
+        interval dict reads alike), ``std`` the sample standard deviation
+        (``ddof=1``; 0 for one value), ``se`` the standard deviation of the
+        ``B`` bootstrap statistics, ``method`` e.g. ``"percentile bootstrap
+        over seeds (B=10000)"``. With ``n == 1`` there is no interval:
+        ``ci_low == ci_high == mean``, ``se == 0`` and ``method`` says so.
+
+    Raises:
+        ValueError: on empty, non-1-D or non-finite ``values``, values
+            outside ``bounds``, ``confidence`` outside ``(0, 1)``, ``n_resamples < 1``
+            or an unknown ``statistic``.
+    """
+    x = _as_float_array("values", values, 1)
+    confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
+    bounds = _check_bounds("values", bounds, x)
+    check_choice("statistic", statistic, STATISTICS)
+    fn = np.mean if statistic == "mean" else np.median
+    n = x.size
+    point = float(np.clip(fn(x), x.min(), x.max()))  # a mean lies in the data's range; drop rounding noise
+    std = float(x.std(ddof=1)) if n > 1 else 0.0
+    if n == 1:
+        return {"mean": point, "ci_low": point, "ci_high": point, "n": 1, "std": 0.0, "se": 0.0,
+                "method": "single value: no interval (n=1)"}
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_resamples)
+    block = max(1, _BLOCK // n)
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        idx = rng.integers(0, n, size=(stop - start, n))
+        stats[start:stop] = fn(x[idx], axis=1)
+    np.clip(stats, x.min(), x.max(), out=stats)  # a mean/median of a resample lies in the data's range
+    lo, hi = _clip(*_percentile(stats, confidence), bounds)
+    of = "" if statistic == "mean" else " of the median"
+    return {"mean": point, "ci_low": lo, "ci_high": hi, "n": int(n), "std": std, "se": float(stats.std()),
+            "method": f"percentile bootstrap{of} over seeds (B={n_resamples})"}
+
+
+def _weights(rng: np.random.Generator, size: int, count: int) -> np.ndarray:
+    """``(count, size)`` bootstrap weights: how often each of ``size`` units is drawn in ``size`` draws, over ``size``.
+
+    Row ``b`` is ``multinomial(size, 1/size) / size``, built from uniform
+    indices and one ``bincount`` (much faster than ``rng.multinomial``).
+    """
+    idx = rng.integers(0, size, size=(count, size))
+    idx += size * np.arange(count)[:, None]
+    return np.bincount(idx.ravel(), minlength=count * size).reshape(count, size) / size
+
+
+def hierarchical_bootstrap_ci(
+    per_seed_per_problem: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    bounds: Optional[tuple[float, float]] = None,
+) -> dict[str, Any]:
+    """Bootstrap over seeds x problems of the mean of a seeds-by-problems matrix.
+
+    ``X`` has shape ``(S, P)``: ``X[s, p]`` is the score of seed ``s``'s
+    evaluation on problem ``p`` (per-problem pass@k, or correct fraction
+    ``c/n``), the same ``P`` problems for every seed. Each resample draws
+    ``S`` seeds with replacement and, independently, ``P`` problems with
+    replacement -- one problem draw shared by all seeds, since the problems
+    are shared -- and takes the mean of the resampled ``S x P`` matrix::
+
+        T_b = (1 / (S P)) sum_{i, j} X[s_i, p_j] = w_b^T X v_b
+
+    with ``w_b = multinomial(S, 1/S) / S`` and ``v_b = multinomial(P, 1/P) / P``
+    (how often each seed / problem is drawn).
+    The interval is the percentile interval of ``T`` (as :func:`bootstrap_ci`),
+    clipped to ``bounds``. The point estimate is ``X.mean()``.
+
+    This is the two-way ("pigeonhole", Owen 2007) bootstrap. It answers
+    "what if we had other seeds *and* another draw of problems from the
+    same families". With many seeds it is slightly conservative for crossed
+    seed and problem effects (it counts the seed x problem interaction
+    twice); with 3 seeds its seed part is as narrow as :func:`bootstrap_ci`
+    on 3 values, so it undercovers where seed-to-seed variation dominates
+    (see the module docstring for measured coverage). With ``S == 1`` (e.g.
+    the base policy, one evaluation) only problems vary.
+    Problems are resampled as one pool: pass problems of families of equal
+    size (as :func:`per_problem_scores` does) so the pool's mean is the
+    family average.
+
+    Args:
+        per_seed_per_problem: array-like of shape ``(S, P)``, finite numbers.
+        confidence: Two-sided level in ``(0, 1)``.
+        n_resamples: ``B``, number of resamples (``>= 1``).
+        seed: Seed of ``np.random.default_rng``.
+        bounds: ``(lo, hi)`` range of the scores, e.g. ``(0, 1)``; the
+            interval is clipped to it.
+
+    Returns:
+        ``{"mean", "ci_low", "ci_high", "n", "n_problems", "std", "se",
+        "method"}``: ``n = S`` seeds, ``n_problems = P``, ``std`` the standard
+        deviation (``ddof=1``) of the ``S`` per-seed means (0 for one seed),
+        ``se`` the standard deviation of the bootstrap means, ``method`` e.g.
+        ``"bootstrap over seeds x problems (S=3, P=800, B=10000)"``. With
+        ``S == P == 1`` there is no interval (``ci_low == ci_high == mean``).
+
+    Raises:
+        ValueError: on a non-2-D, empty or non-finite matrix, values outside
+            ``bounds``, or a bad ``confidence``/``n_resamples``/``seed``.
+    """
+    X = _as_float_array("per_seed_per_problem", per_seed_per_problem, 2)
+    confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
+    bounds = _check_bounds("per_seed_per_problem", bounds, X)
+    S, P = X.shape
+    point = float(np.clip(X.mean(), X.min(), X.max()))
+    seed_means = X.mean(axis=1)
+    std = float(seed_means.std(ddof=1)) if S > 1 else 0.0
+    out = {"mean": point, "n": int(S), "n_problems": int(P), "std": std}
+    if S == 1 and P == 1:
+        return {**out, "ci_low": point, "ci_high": point, "se": 0.0,
+                "method": "single value: no interval (S=1 seed, P=1 problem)"}
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_resamples)
+    block = max(1, _BLOCK // (S + P))
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        w = _weights(rng, S, stop - start)  # (b, S)
+        v = _weights(rng, P, stop - start)  # (b, P)
+        stats[start:stop] = np.einsum("bp,bp->b", w @ X, v)
+    np.clip(stats, X.min(), X.max(), out=stats)
+    lo, hi = _clip(*_percentile(stats, confidence), bounds)
+    return {**out, "ci_low": lo, "ci_high": hi, "se": float(stats.std()),
+            "method": f"bootstrap over seeds x problems (S={S}, P={P}, B={n_resamples})"}
+
+
+def paired_difference_ci(
+    a: Any,
+    b: Any,
+    *,
+    confidence: float = 0.95,
+    n_resamples: int = 10_000,
+    seed: int = 0,
+    bounds: Optional[tuple[float, float]] = None,
+) -> dict[str, Any]:
+    """Paired bootstrap interval of ``mean(a) - mean(b)`` for two methods on the same problems.
+
+    ``A`` is ``(S_a, P)`` and ``B`` is ``(S_b, P)``: per-seed, per-problem
+    scores of two methods, with column ``p`` the same problem in both (check
+    the ``uids``; :func:`per_problem_scores` does). Each resample draws
+    ``S_a`` seeds of ``A`` and ``S_b`` seeds of ``B`` with replacement,
+    independently (the methods' seeds are unrelated runs), and one draw of
+    ``P`` problems shared by both (paired)::
+
+        D_b = (w_b^T A - u_b^T B) v_b
+
+    with seed weights ``w_b``, ``u_b`` and problem weights ``v_b`` as in
+    :func:`hierarchical_bootstrap_ci`. Pairing removes the problem
+    difficulty the two methods share, so the interval is much narrower
+    than the difference of two unpaired intervals. A single evaluation on
+    either side (e.g. the base policy, ``S_b = 1``) is fine: then only its
+    problems are resampled. The point estimate is ``A.mean() - B.mean()``.
+
+    Args:
+        a: array-like ``(S_a, P)`` of finite scores (the method).
+        b: array-like ``(S_b, P)`` of finite scores (the comparison, e.g. base or GRPO).
+        confidence: Two-sided level in ``(0, 1)``.
+        n_resamples: Number of resamples (``>= 1``).
+        seed: Seed of ``np.random.default_rng``.
+        bounds: ``(lo, hi)`` range of the *scores* (e.g. ``(0, 1)`` for
+            rates); the difference interval is clipped to ``(lo - hi, hi - lo)``,
+            i.e. ``(-1, 1)`` for rates.
+
+    Returns:
+        ``{"mean", "ci_low", "ci_high", "mean_a", "mean_b", "n", "n_a", "n_b",
+        "n_problems", "se", "method"}``: ``mean`` the difference,
+        ``n = min(S_a, S_b)``, ``method`` e.g. ``"paired bootstrap over
+        problems, seeds within each method (S_a=3, S_b=1, P=800, B=10000)"``.
+        With ``P == 1`` and one seed on both sides there is no interval.
+
+    Raises:
+        ValueError: on non-2-D, empty or non-finite inputs, a different
+            number of problems (columns) in ``a`` and ``b``, values outside
+            ``bounds``, or a bad ``confidence``/``n_resamples``/``seed``.
+    """
+    A = _as_float_array("a", a, 2)
+    B = _as_float_array("b", b, 2)
+    if A.shape[1] != B.shape[1]:
+        raise invalid("b", _Shown(f"<array of shape {B.shape}>"),
+                      f"an (S_b, P) array with the same P={A.shape[1]} problems (columns) as a, "
+                      f"shape {A.shape} (got P={B.shape[1]})")
+    confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
+    vb = _check_bounds("a", bounds, A)
+    _check_bounds("b", bounds, B)
+    diff_bounds = None if vb is None else (vb[0] - vb[1], vb[1] - vb[0])
+    (Sa, P), Sb = A.shape, B.shape[0]
+    mean_a, mean_b = float(A.mean()), float(B.mean())
+    point = mean_a - mean_b
+    out = {"mean": point, "mean_a": mean_a, "mean_b": mean_b, "n": int(min(Sa, Sb)), "n_a": int(Sa),
+           "n_b": int(Sb), "n_problems": int(P)}
+    if P == 1 and Sa == 1 and Sb == 1:
+        return {**out, "ci_low": point, "ci_high": point, "se": 0.0,
+                "method": "single difference: no interval (one seed each, P=1 problem)"}
+    rng = np.random.default_rng(seed)
+    stats = np.empty(n_resamples)
+    block = max(1, _BLOCK // (Sa + Sb + 2 * P))
+    for start in range(0, n_resamples, block):
+        stop = min(n_resamples, start + block)
+        w = _weights(rng, Sa, stop - start)
+        u = _weights(rng, Sb, stop - start)
+        v = _weights(rng, P, stop - start)
+        stats[start:stop] = np.einsum("bp,bp->b", w @ A - u @ B, v)
+    lo, hi = _clip(*_percentile(stats, confidence), diff_bounds)
+    return {**out, "ci_low": lo, "ci_high": hi, "se": float(stats.std()),
+            "method": f"paired bootstrap over problems, seeds within each method "
+                      f"(S_a={Sa}, S_b={Sb}, P={P}, B={n_resamples})"}
+
+
+def strategy_shares(
+    freqs_per_seed: Sequence[Mapping[str, float]],
+    strategies: Optional[Sequence[str]] = None,
+    **bootstrap_kwargs: Any,
+) -> dict[str, dict[str, Any]]:
+    """Per-strategy shares with percentile bootstrap intervals over seeds, in ``[0, 1]``.
+
+    ``out[s] = bootstrap_ci([f_1[s], ..., f_S[s]], bounds=(0, 1))`` for each
+    strategy ``s``, where ``f_i`` is seed ``i``'s ``strategy_freq`` dict
+    (``evaluate_policy(...)["average"]["strategy_freq"]`` or a family's).
+
+    Args:
+        freqs_per_seed: One ``{strategy: share}`` mapping per seed (shares in ``[0, 1]``).
+        strategies: Strategies to report, in order; default the keys of the
+            first mapping (with the testbed: its strategies and ``"none"``).
+        **bootstrap_kwargs: ``confidence``, ``n_resamples``, ``seed`` for
+            :func:`bootstrap_ci` (``bounds`` is always ``(0, 1)``).
+
+    Returns:
+        ``{strategy: interval dict}`` as :func:`bootstrap_ci` returns.
+
+    Raises:
+        ValueError: on no seeds, a seed lacking a requested strategy, a
+            share outside ``[0, 1]``, or bad bootstrap arguments.
+    """
+    if isinstance(freqs_per_seed, Mapping) or not isinstance(freqs_per_seed, Sequence) or not freqs_per_seed:
+        raise invalid("freqs_per_seed", freqs_per_seed, "a non-empty sequence of {strategy: share} mappings, one per seed")
+    for i, f in enumerate(freqs_per_seed):
+        if not isinstance(f, Mapping):
+            raise invalid(f"freqs_per_seed[{i}]", f, "a {strategy: share} mapping")
+    names = list(freqs_per_seed[0]) if strategies is None else list(strategies)
+    if not names:
+        raise invalid("strategies", strategies, "a non-empty sequence of strategy names")
+    if "bounds" in bootstrap_kwargs:
+        raise invalid("bounds", bootstrap_kwargs["bounds"], "left out: shares are always bounded by (0, 1)")
+    out = {}
+    for s in names:
+        for i, f in enumerate(freqs_per_seed):
+            if s not in f:
+                raise invalid(f"freqs_per_seed[{i}]", dict(f), f"a mapping with a share for strategy {s!r}")
+        out[s] = bootstrap_ci([f[s] for f in freqs_per_seed], bounds=(0.0, 1.0), **bootstrap_kwargs)
+    return out
+
+
+# ------------------------------------------------------- rescued / lost
+def _as_counts(name: str, counts: Any) -> np.ndarray:
+    arr = _as_float_array(name, counts, 1)
+    if (arr < 0).any() or (arr != np.round(arr)).any():
+        raise invalid(name, _short(arr), "a 1-D sequence of non-negative integer counts (correct samples per problem)")
+    return arr.astype(np.int64)
+
+
+def rescue_loss(
+    counts_before: Any,
+    counts_after: Any,
+    *,
+    uids_before: Optional[Sequence[str]] = None,
+    uids_after: Optional[Sequence[str]] = None,
+) -> dict[str, int]:
+    """Problems solved, rescued and lost between two evaluations on the same problems.
+
+    With ``c_p`` (before) and ``d_p`` (after) the numbers of correct samples
+    on problem ``p`` (``correct_counts`` of an evaluation record; same
+    problems in the same order)::
+
+        solved_before = #{p : c_p > 0}      solved_after = #{p : d_p > 0}
+        rescued       = #{p : c_p = 0 < d_p}
+        lost          = #{p : c_p > 0 = d_p}
+        net           = rescued - lost = solved_after - solved_before
+
+    "Solved" means at least one of the evaluation's samples is correct, i.e.
+    pass@n > 0. Even two evaluations of the *same* policy rescue and lose
+    problems by sampling alone: compare against :func:`rescue_loss_null`.
+
+    Args:
+        counts_before: ``(P,)`` non-negative integer counts (e.g. the base policy).
+        counts_after: ``(P,)`` counts of the other evaluation (e.g. a trained run).
+        uids_before, uids_after: Optional problem ids of each (``uids`` of the
+            records); when both are given they must be equal, element by element.
+
+    Returns:
+        ``{"n_problems", "solved_before", "solved_after", "rescued", "lost", "net"}`` (ints).
+
+    Raises:
+        ValueError: on counts that are not 1-D non-negative integers, different
+            lengths, or different ``uids``.
+    """
+    c = _as_counts("counts_before", counts_before)
+    d = _as_counts("counts_after", counts_after)
+    if c.size != d.size:
+        raise invalid("counts_after", _Shown(f"<{d.size} counts>"),
+                      f"counts for the same {c.size} problems as counts_before, in the same order (got {d.size})")
+    if uids_before is not None and uids_after is not None:
+        ub, ua = list(uids_before), list(uids_after)
+        if ub != ua:
+            first = next((i for i, (x, y) in enumerate(zip(ub, ua)) if x != y), min(len(ub), len(ua)))
+            raise invalid("uids_after", _Shown(f"<{len(ua)} uids>"),
+                          f"the same problem ids as uids_before, in the same order (first difference at index {first})")
+        if len(ub) != c.size:
+            raise invalid("uids_before", _Shown(f"<{len(ub)} uids>"), f"one id per count ({c.size})")
+    sb, sa = c > 0, d > 0
+    rescued, lost = int((~sb & sa).sum()), int((sb & ~sa).sum())
+    return {"n_problems": int(c.size), "solved_before": int(sb.sum()), "solved_after": int(sa.sum()),
+            "rescued": rescued, "lost": lost, "net": rescued - lost}
+
+
+def rescue_loss_null(base_a: Any, base_b: Any, **uids: Any) -> dict[str, Any]:
+    """Rescued / lost counts from resampling alone: two evaluations of one policy with different sampling seeds.
+
+    ``rescue_loss(base_a, base_b)`` where both are ``correct_counts`` of the
+    *same* policy (e.g. the base model evaluated with ``EvalSpec.seed`` 0 and
+    1) on the same problems. Any rescued or lost problem here is sampling
+    noise of an ``n``-sample evaluation (problems with a small success rate
+    get 0 or a few correct samples by chance). The two directions are
+    symmetric in expectation, so ``flips_per_direction = (rescued + lost) / 2``
+    is the number of rescued (or lost) problems a run would show against the
+    reference with no change in the policy at all. It is an approximate
+    null: it measures the reference policy's noise; a trained policy with
+    other per-problem success rates flips a different number of problems.
+
+    Args:
+        base_a, base_b: ``(P,)`` counts of the two evaluations.
+        **uids: ``uids_before`` / ``uids_after`` as in :func:`rescue_loss`.
+
+    Returns:
+        :func:`rescue_loss`'s keys plus ``"flips_per_direction"`` (float) and
+        ``"method"`` (``"two evaluations of the reference, different sampling seeds"``).
+    """
+    out: dict[str, Any] = dict(rescue_loss(base_a, base_b, **uids))
+    out["flips_per_direction"] = (out["rescued"] + out["lost"]) / 2.0
+    out["method"] = "two evaluations of the reference, different sampling seeds"
+    return out
+
+
+# ------------------------------------------------------ from records
+def _evaluation(name: str, evaluation: Any) -> Mapping[str, Any]:
+    """Accepts an evaluation dict (``evaluate_policy`` output / ``record.final``) or a run record."""
+    final = getattr(evaluation, "final", evaluation)
+    if not isinstance(final, Mapping) or not isinstance(final.get("families"), Mapping):
+        raise invalid(name, type(evaluation).__name__,
+                      "an evaluate_policy result (a run record's `final`, with a 'families' mapping) or a run record")
+    return final
+
+
+def eval_counts(evaluation: Any, families: Sequence[str]) -> tuple[np.ndarray, list[str]]:
+    """Per-problem correct counts and problem ids of one evaluation, families concatenated in order.
+
+    Args:
+        evaluation: An :func:`rlvr_lib.eval.policy_eval.evaluate_policy`
+            result (``record.final``) or a run record holding one.
+        families: Families to take, in order, e.g. ``["easy_mix", "medium_mix"]``
+            or ``record.final["average"]["families"]`` for the averaged ones.
+
+    Returns:
+        ``(counts, uids)``: int array ``(P,)`` and the ``P`` problem ids,
+        ``P`` the sum of the families' problem counts.
+
+    Raises:
+        ValueError: on a missing family or an evaluation without ``correct_counts``/``uids``.
+    """
+    final = _evaluation("evaluation", evaluation)
+    if isinstance(families, str) or not families:
+        raise invalid("families", families, "a non-empty sequence of family names")
+    counts, uids = [], []
+    for f in families:
+        fam = final["families"].get(f)
+        if fam is None:
+            raise invalid("families", list(families), f"family names of the evaluation, among {sorted(final['families'])}")
+        if "correct_counts" not in fam or "uids" not in fam:
+            raise invalid(f"evaluation['families'][{f!r}]", sorted(fam),
+                          "a family summary with 'correct_counts' and 'uids' (re-run the evaluation with this version)")
+        if len(fam["correct_counts"]) != len(fam["uids"]):
+            raise invalid(f"evaluation['families'][{f!r}]['uids']", _Shown(f"<{len(fam['uids'])} uids>"),
+                          f"one id per correct count ({len(fam['correct_counts'])})")
+        counts.append(_as_counts(f"evaluation['families'][{f!r}]['correct_counts']", fam["correct_counts"]))
+        uids += [str(u) for u in fam["uids"]]
+    return np.concatenate(counts), uids
+
+
+def per_problem_scores(
+    evaluations: Sequence[Any],
+    families: Sequence[str],
+    *,
+    samples: int,
+    k: int = 1,
+) -> tuple[np.ndarray, list[str]]:
+    """The ``(S, P)`` matrix of per-problem pass@k, one row per seed's evaluation.
+
+    ``X[s, p] = pass@k(n=samples, c=correct_counts_s[p], k)`` (Chen et al.
+    unbiased estimator, :func:`rlvr_lib.eval.passk.pass_at_k_array`; for
+    ``k = 1`` this is the correct fraction ``c/n``), over the problems of
+    ``families`` concatenated. The mean of a row over one family is that
+    family's stored ``pass_at_k[k]``; over equal-sized families (the
+    testbed's 200 each) the mean of a row is the family average.
+
+    Args:
+        evaluations: One evaluation per seed (``record.final`` dicts or run
+            records) on the same problems.
+        families: Families to take, in order.
+        samples: ``n``, samples per problem of the evaluations
+            (``record.config["eval"]["samples"]``).
+        k: Budget, ``1 <= k <= samples``.
+
+    Returns:
+        ``(X, uids)``: float array ``(S, P)`` in ``[0, 1]`` and the problem ids.
+
+    Raises:
+        ValueError: on no evaluations, evaluations on different problems
+            (``uids`` differ), counts above ``samples``, or a bad ``k``.
+    """
+    from rlvr_lib.eval.passk import pass_at_k_array
+
+    if isinstance(evaluations, Mapping) or not isinstance(evaluations, Sequence) or not evaluations:
+        raise invalid("evaluations", type(evaluations).__name__, "a non-empty sequence of evaluations, one per seed")
+    samples = check_int("samples", samples, 1)
+    k = check_int("k", k, 1, samples)
+    rows, uids0 = [], None
+    for i, ev in enumerate(evaluations):
+        counts, uids = eval_counts(_evaluation(f"evaluations[{i}]", ev), families)
+        if uids0 is None:
+            uids0 = uids
+        elif uids != uids0:
+            raise invalid(f"evaluations[{i}]", _Shown("<evaluation>"),
+                          "an evaluation on the same problems as evaluations[0] (their uids differ)")
+        rows.append(pass_at_k_array(samples, counts, k))
+    return np.stack(rows), list(uids0)
