@@ -1,4 +1,7 @@
-"""Runs and results: cached runs on disk, seed aggregation, claims tables.
+"""Runs and results: cached runs on disk, claims tables.
+
+The intervals (`aggregate_seeds`, `format_ci`, `has_interval`) and `jsonable` moved to
+`rlvr_lib.study.stats` and `rlvr_lib.study.runs` (issue 30); they are still importable from here.
 
 A *run* is one call of a function (train + evaluate, usually) under one
 config and one seed. :func:`cached_run` stores it as
@@ -42,7 +45,8 @@ from typing import IO, Any, Iterator, Optional
 
 from . import __version__
 from .config import ConfigBase, hash_jsonable
-from .study.stats import bootstrap_ci, has_interval
+from .study.runs import jsonable
+from .study.stats import aggregate_seeds, bootstrap_ci, format_ci, has_interval
 from .validation import check, check_choice, check_int, check_range
 
 __all__ = [
@@ -172,45 +176,7 @@ def git_commit() -> Optional[str]:
     return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
 
 
-# ------------------------------------------------------------------- JSON
-def jsonable(value: Any) -> Any:
-    """Converts a result value to strict-JSON Python objects.
-
-    numpy scalars/arrays and torch tensors become numbers/lists, dataclasses
-    dicts, tuples/sets lists, paths strings, mapping keys strings; NaN and
-    +-inf become ``None``.
-
-    Raises:
-        TypeError: for an object with no JSON form.
-    """
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        if isinstance(value, ConfigBase):
-            return jsonable(value.to_dict())
-        return {f.name: jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, (set, frozenset)):
-        return sorted(jsonable(v) for v in value)
-    if isinstance(value, Path):
-        return str(value)
-    # torch tensors and numpy arrays/scalars, without importing either here
-    if hasattr(value, "detach") and hasattr(value, "cpu"):  # torch (bf16 has no numpy form)
-        return jsonable(value.detach().cpu().tolist())
-    if hasattr(value, "tolist") and hasattr(value, "dtype"):
-        return jsonable(value.tolist())
-    if hasattr(value, "item"):
-        return jsonable(value.item())
-    raise TypeError(f"cannot serialise {type(value).__name__} value {value!r} to JSON")
-
-
+# ------------------------------------------------------------------- files
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 
@@ -505,77 +471,6 @@ def runs_frame(records: Sequence[RunRecord]):
         for r in records
     ]
     return pd.DataFrame(rows)
-
-
-# -------------------------------------------------------------- statistics
-def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
-    """Mean and Student-t confidence interval over per-seed values.
-
-    ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample
-    standard deviation (ddof=1). With ``n == 1`` there is no interval:
-    ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
-    single measurement, not a certainty.
-
-    When to use something else (:mod:`rlvr_lib.study.stats`): the t-interval
-    assumes roughly normal per-seed values and knows no range, so on 3 seeds
-    (``t = 4.30``) of a rate it often reaches below 0 or above 1, and it
-    ignores the variance from the fixed draw of evaluation problems. Prefer
-    :func:`~rlvr_lib.study.stats.bootstrap_ci` with ``bounds=(0, 1)`` for
-    per-seed rates (never leaves the range),
-    :func:`~rlvr_lib.study.stats.hierarchical_bootstrap_ci` when per-problem
-    results exist (puts problem sampling in the interval and gives the
-    single-evaluation base policy one), and
-    :func:`~rlvr_lib.study.stats.paired_difference_ci` for a difference
-    between two methods on the same problems. This function stays for
-    unbounded metrics (lengths, entropies) and for training curves.
-
-    Args:
-        values: One number per seed (lists, numpy arrays, tensors all work).
-        confidence: Two-sided confidence level in (0, 1).
-
-    Returns:
-        ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
-        Python floats/int, ``method`` ``"Student-t over seeds"`` (or
-        ``"single value: no interval (n=1)"``), as the interval dicts of
-        :mod:`rlvr_lib.study.stats` carry, for :func:`claims_table`.
-
-    Raises:
-        ValueError: if ``values`` is empty or holds a non-finite value or
-            ``None`` (a NaN written to JSON reads back as ``None``).
-    """
-    from scipy import stats
-
-    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
-    xs = jsonable(values)
-    xs = [xs] if not isinstance(xs, list) else xs
-    if not xs:
-        raise ValueError("aggregate_seeds: no values")
-    bad = [v for v in xs if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)]
-    if bad:
-        raise ValueError(f"aggregate_seeds: non-finite or non-numeric values {bad!r} in {xs!r}; filter them explicitly")
-    n = len(xs)
-    mean = math.fsum(xs) / n
-    if n == 1:
-        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1, "std": 0.0,
-                "method": "single value: no interval (n=1)"}
-    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
-    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
-    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std,
-            "method": "Student-t over seeds"}
-
-
-def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
-    """Formats an interval dict as ``"mean [lo, hi]"``.
-
-    Takes :func:`aggregate_seeds` dicts and those of :mod:`rlvr_lib.study.stats`
-    (:func:`~rlvr_lib.study.stats.bootstrap_ci`, the seeds x problems and paired
-    bootstraps). A dict without an interval
-    (:func:`has_interval` false: one seed, no problems
-    resampled) gives ``"mean (n=1)"``.
-    """
-    if not has_interval(agg):
-        return f"{agg['mean']:{fmt}} (n={agg.get('n', 1)})"
-    return f"{agg['mean']:{fmt}} [{agg['ci_low']:{fmt}}, {agg['ci_high']:{fmt}}]"
 
 
 # ------------------------------------------------------------ claims tables

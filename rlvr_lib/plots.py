@@ -29,7 +29,7 @@ Readability rules shared by the line and bar figures with many labels
 * **Legend outside the axes**, to the right of the panel (top row for a grid),
   one legend per panel column.
 * **Bands over seeds** are Student-t intervals (the formula of
-  :func:`rlvr_lib.experiments.aggregate_seeds`), clipped to the quantity's
+  :func:`rlvr_lib.study.stats.aggregate_seeds`), clipped to the quantity's
   valid range (``[0, 1]`` for rates and pass@k; see :data:`METRIC_BOUNDS`).
   The title says what lines and bands are and over how many seeds.
 
@@ -59,6 +59,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
 from rlvr_lib.experiments import atomic_file
+from rlvr_lib.study.stats import aggregate_seeds
 from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 
 __all__ = [
@@ -370,9 +371,7 @@ def _check_bounds(name: str, bounds: Any) -> tuple[float, float]:
 
 
 def _mean_interval(values: Sequence[float], confidence: float) -> tuple[float, float, float]:
-    """Mean and Student-t interval over seeds (:func:`~rlvr_lib.experiments.aggregate_seeds`)."""
-    from .experiments import aggregate_seeds
-
+    """Mean and Student-t interval over seeds (:func:`~rlvr_lib.study.stats.aggregate_seeds`)."""
     a = aggregate_seeds(list(values), confidence)
     return a["mean"], a["ci_low"], a["ci_high"]
 
@@ -442,7 +441,7 @@ def plot_pass_at_k(
 
     * ``{k: pass@k}`` -- one curve, no interval;
     * ``{k: {"mean": m, "ci_low": lo, "ci_high": hi}}`` -- e.g. from
-      :func:`rlvr_lib.experiments.aggregate_seeds`; the interval is shaded;
+      :func:`rlvr_lib.study.stats.aggregate_seeds`; the interval is shaded;
     * ``[{k: pass@k}, ...]`` -- one curve per seed; drawn as the mean with a
       shaded Student-t interval over the seeds.
 
@@ -820,7 +819,7 @@ def plot_training_curves(
 
     Each label is one line per panel; a label with several seeds is drawn as
     the per-step mean with a shaded Student-t confidence band (the formula of
-    :func:`rlvr_lib.experiments.aggregate_seeds`) clipped to the metric's
+    :func:`rlvr_lib.study.stats.aggregate_seeds`) clipped to the metric's
     valid range. Smoothing, when asked for, is applied to each seed's curve
     before the mean and band are taken, and is named in every panel's title
     ("no smoothing" by default). Rows lacking a metric or holding

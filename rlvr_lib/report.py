@@ -16,9 +16,10 @@ from pathlib import Path
 
 import numpy as np
 
-from rlvr_lib.eval.summaries import PASSK_INTERVAL, SEED_INTERVAL, summary_row
+from rlvr_lib.eval.summaries import summary_row
 from rlvr_lib.experiments import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
-                                  format_ci, load_runs, results_root)
+                                  load_runs, results_root)
+from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"

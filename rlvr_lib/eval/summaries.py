@@ -14,9 +14,12 @@ runs into numbers with the interval method named, so notebooks only call them:
 * :func:`extra_evaluation` -- a run's extra evaluation (``train_and_evaluate(...,
   extra_specs=...)``) as records every helper here takes.
 
-Interval methods (named in :data:`PASSK_INTERVAL` and :data:`SEED_INTERVAL`):
-pass@k and shares bootstrap seeds x problems (`hierarchical_bootstrap_ci`);
-everything measured once per seed bootstraps seeds (`bootstrap_ci`).
+Interval methods (named in :data:`~rlvr_lib.study.stats.PASSK_INTERVAL` and
+:data:`~rlvr_lib.study.stats.SEED_INTERVAL`): pass@k and shares bootstrap seeds x
+problems (`passk_ci`, `hierarchical_bootstrap_ci`); everything measured once per
+seed bootstraps seeds (`seed_ci`, `bootstrap_ci`). The intervals live in
+`rlvr_lib.study.stats` (issue 30: one home); ``passk_ci``, ``seed_ci``, ``RANGES``
+and the interval names are still importable from here.
 """
 
 from __future__ import annotations
@@ -28,26 +31,18 @@ from typing import Any, Mapping, Optional, Sequence
 import numpy as np
 from scipy.special import xlogy
 
-from rlvr_lib.study.stats import (
+from rlvr_lib.study.stats import (  # noqa: F401 - RANGES, SEED_INTERVAL: kept importable from here
+    PASSK_INTERVAL,
+    RANGES,
+    SEED_INTERVAL,
     _evaluation,
-    bootstrap_ci,
+    _records,
     eval_counts,
-    hierarchical_bootstrap_ci,
-    per_problem_scores,
+    passk_ci,
     rescue_loss,
+    seed_ci,
 )
 from rlvr_lib.validation import check_int, invalid
-
-PASSK_INTERVAL = "percentile bootstrap over seeds x problems"
-SEED_INTERVAL = "percentile bootstrap over seeds"
-# Per-seed metrics that are rates: their intervals are checked against and clipped to [0, 1].
-RANGES = {key: (0.0, 1.0) for key in ("malformed_rate", "wrong_rate", "zero_adv_frac", "accuracy")}
-
-
-def _records(name: str, records: Any) -> list:
-    if isinstance(records, (str, Mapping)) or not isinstance(records, Sequence) or not records:
-        raise invalid(name, type(records).__name__, "a non-empty list of run records, one per seed")
-    return list(records)
 
 
 def _scope(final: Mapping[str, Any], family: Optional[str]) -> Mapping[str, Any]:
@@ -212,19 +207,6 @@ def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Opti
              for i, r in enumerate(_records("records", records))]
     means = [np.mean([f[s] for f in freqs]) for s in strategies]
     return strategies[int(np.argmax(means))]
-
-
-def passk_ci(records: Sequence[Any], families: Sequence[str], k: int) -> dict[str, Any]:
-    """pass@k over ``families`` with a bootstrap over seeds x problems, clipped to [0, 1]."""
-    records = _records("records", records)
-    samples = records[0].config["eval"]["samples"]
-    scores, _ = per_problem_scores(records, families, samples=samples, k=k)
-    return hierarchical_bootstrap_ci(scores, bounds=(0, 1))
-
-
-def seed_ci(values: Sequence[float], key: Optional[str] = None) -> dict[str, Any]:
-    """Percentile bootstrap over seeds, clipped to ``RANGES[key]`` when the metric has one."""
-    return bootstrap_ci(list(values), bounds=RANGES.get(key))
 
 
 def summary_row(records: Sequence[Any], ks: Sequence[int], *, families: Optional[Sequence[str]] = None) -> dict[str, Any]:

@@ -1,7 +1,7 @@
-"""Honest intervals for seeds and problems, paired comparisons, rescued / lost problems.
+"""Every interval of the study, paired comparisons, rescued / lost problems (issue 30: one home).
 
-Why not the Student-t interval of :func:`rlvr_lib.experiments.aggregate_seeds`
-for everything: our metrics are rates in ``[0, 1]`` measured on 3 seeds, often
+Why not the Student-t interval of :func:`aggregate_seeds` for everything: our
+metrics are rates in ``[0, 1]`` measured on 3 seeds, often
 bimodal across seeds, and a t-interval on 3 values is ``mean +- 4.30 s / sqrt(3)``
 and routinely leaves ``[0, 1]``. It also ignores that the evaluation problems
 are a fixed draw (200 per family): a seed-only interval says nothing about how
@@ -26,12 +26,18 @@ This module gives, in numpy:
 * :func:`per_problem_scores`, :func:`eval_counts` -- the ``(S, P)`` matrices
   and count vectors from stored evaluation records
   (:func:`rlvr_lib.eval.policy_eval.evaluate_policy` output).
+* :func:`aggregate_seeds` -- mean and Student-t interval over seeds, for
+  unbounded metrics (lengths, entropies) and training curves.
+* :func:`passk_ci`, :func:`seed_ci` -- the intervals of the summary tables
+  (:data:`PASSK_INTERVAL`, :data:`SEED_INTERVAL`) from run records.
 
 Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n",
 "method"}`` (``"mean"`` is the point estimate, ``"method"`` says how the
-interval was made); :func:`rlvr_lib.experiments.format_ci` and
+interval was made); :func:`format_ci` and
 :func:`rlvr_lib.experiments.claims_table` read them. :func:`has_interval`
 says whether a dict carries an interval at all (one seed on its own does not).
+`rlvr_lib.experiments`, `rlvr_lib.eval`, `rlvr_lib.eval.stats` and
+`rlvr_lib.eval.summaries` still export the names that moved here.
 
 Resampling uses ``np.random.default_rng(seed)``: the same inputs and ``seed``
 give the same interval.
@@ -52,28 +58,43 @@ interval to see which part dominates.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Optional
 
 import numpy as np
 
+from rlvr_lib.study.runs import jsonable
 from rlvr_lib.validation import check_choice, check_int, check_range, invalid
 
 __all__ = [
+    "PASSK_INTERVAL",
+    "RANGES",
+    "SEED_INTERVAL",
     "STATISTICS",
+    "aggregate_seeds",
     "bootstrap_ci",
     "eval_counts",
+    "format_ci",
     "has_interval",
     "hierarchical_bootstrap_ci",
     "paired_difference_ci",
+    "passk_ci",
     "per_problem_scores",
     "rescue_loss",
     "rescue_loss_null",
+    "seed_ci",
     "strategy_shares",
 ]
 
 STATISTICS = ("mean", "median")
 """Statistics :func:`bootstrap_ci` can bootstrap."""
+
+# The interval methods of passk_ci and seed_ci, named in tables.
+PASSK_INTERVAL = "percentile bootstrap over seeds x problems"
+SEED_INTERVAL = "percentile bootstrap over seeds"
+# Per-seed metrics that are rates: their intervals are checked against and clipped to [0, 1].
+RANGES = {key: (0.0, 1.0) for key in ("malformed_rate", "wrong_rate", "zero_adv_frac", "accuracy")}
 
 _BLOCK = 1 << 22  # elements per resampling block: bounds memory at ~32 MB of float64
 
@@ -84,19 +105,6 @@ class _Shown(str):
 
     def __repr__(self) -> str:
         return str(self)
-
-
-def has_interval(agg: Mapping[str, Any]) -> bool:
-    """Whether an interval dict carries an interval at all.
-
-    A dict has one when it was resampled over at least two units: ``n >= 2``
-    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
-    bootstraps here, where a single evaluation still varies over problems). A
-    single seed's value (``n == 1`` and no ``n_problems``) has none: its
-    ``ci_low == ci_high == mean`` is a measurement, not a certainty. Also
-    exported as ``rlvr_lib.experiments.has_interval``.
-    """
-    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
 
 
 def _short(arr: np.ndarray) -> Any:
@@ -170,6 +178,33 @@ def _clip(lo: float, hi: float, bounds: Optional[tuple[float, float]]) -> tuple[
     if bounds is None:
         return lo, hi
     return float(np.clip(lo, *bounds)), float(np.clip(hi, *bounds))
+
+
+# ----------------------------------------------------------- interval dicts
+def has_interval(agg: Mapping[str, Any]) -> bool:
+    """Whether an interval dict carries an interval at all.
+
+    A dict has one when it was resampled over at least two units: ``n >= 2``
+    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
+    bootstraps here, where a single evaluation still varies over problems). A
+    single seed's value (``n == 1`` and no ``n_problems``) has none: its
+    ``ci_low == ci_high == mean`` is a measurement, not a certainty. Also
+    exported as ``rlvr_lib.experiments.has_interval``.
+    """
+    return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
+
+
+def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
+    """Formats an interval dict as ``"mean [lo, hi]"``.
+
+    Takes :func:`aggregate_seeds` dicts and the bootstraps' (:func:`bootstrap_ci`,
+    the seeds x problems and paired bootstraps). A dict without an interval
+    (:func:`has_interval` false: one seed, no problems resampled) gives
+    ``"mean (n=1)"``. Also exported as ``rlvr_lib.experiments.format_ci``.
+    """
+    if not has_interval(agg):
+        return f"{agg['mean']:{fmt}} (n={agg.get('n', 1)})"
+    return f"{agg['mean']:{fmt}} [{agg['ci_low']:{fmt}}, {agg['ci_high']:{fmt}}]"
 
 
 # --------------------------------------------------------------- intervals
@@ -246,6 +281,62 @@ def bootstrap_ci(
     of = "" if statistic == "mean" else " of the median"
     return {"mean": point, "ci_low": lo, "ci_high": hi, "n": int(n), "std": std, "se": float(stats.std()),
             "method": f"percentile bootstrap{of} over seeds (B={n_resamples})"}
+
+
+def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
+    """Mean and Student-t confidence interval over per-seed values.
+
+    ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample
+    standard deviation (ddof=1). With ``n == 1`` there is no interval:
+    ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
+    single measurement, not a certainty.
+
+    When to use something else (the bootstraps above and below): the t-interval
+    assumes roughly normal per-seed values and knows no range, so on 3 seeds
+    (``t = 4.30``) of a rate it often reaches below 0 or above 1, and it
+    ignores the variance from the fixed draw of evaluation problems. Prefer
+    :func:`bootstrap_ci` with ``bounds=(0, 1)`` for
+    per-seed rates (never leaves the range),
+    :func:`hierarchical_bootstrap_ci` when per-problem
+    results exist (puts problem sampling in the interval and gives the
+    single-evaluation base policy one), and
+    :func:`paired_difference_ci` for a difference
+    between two methods on the same problems. This function stays for
+    unbounded metrics (lengths, entropies) and for training curves.
+
+    Args:
+        values: One number per seed (lists, numpy arrays, tensors all work).
+        confidence: Two-sided confidence level in (0, 1).
+
+    Returns:
+        ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
+        Python floats/int, ``method`` ``"Student-t over seeds"`` (or
+        ``"single value: no interval (n=1)"``), as the bootstraps' interval
+        dicts carry, for :func:`rlvr_lib.experiments.claims_table`.
+
+    Raises:
+        ValueError: if ``values`` is empty or holds a non-finite value or
+            ``None`` (a NaN written to JSON reads back as ``None``).
+    """
+    from scipy import stats
+
+    check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
+    xs = jsonable(values)
+    xs = [xs] if not isinstance(xs, list) else xs
+    if not xs:
+        raise ValueError("aggregate_seeds: no values")
+    bad = [v for v in xs if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v)]
+    if bad:
+        raise ValueError(f"aggregate_seeds: non-finite or non-numeric values {bad!r} in {xs!r}; filter them explicitly")
+    n = len(xs)
+    mean = math.fsum(xs) / n
+    if n == 1:
+        return {"mean": mean, "ci_low": mean, "ci_high": mean, "n": 1, "std": 0.0,
+                "method": "single value: no interval (n=1)"}
+    std = math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = float(stats.t.ppf(0.5 + confidence / 2.0, n - 1)) * std / math.sqrt(n)
+    return {"mean": mean, "ci_low": mean - half, "ci_high": mean + half, "n": n, "std": std,
+            "method": "Student-t over seeds"}
 
 
 def _weights(rng: np.random.Generator, size: int, count: int) -> np.ndarray:
@@ -648,3 +739,22 @@ def per_problem_scores(
                           "an evaluation on the same problems as evaluations[0] (their uids differ)")
         rows.append(pass_at_k_array(samples, counts, k))
     return np.stack(rows), list(uids0)
+
+
+def _records(name: str, records: Any) -> list:
+    if isinstance(records, (str, Mapping)) or not isinstance(records, Sequence) or not records:
+        raise invalid(name, type(records).__name__, "a non-empty list of run records, one per seed")
+    return list(records)
+
+
+def passk_ci(records: Sequence[Any], families: Sequence[str], k: int) -> dict[str, Any]:
+    """pass@k over ``families`` with a bootstrap over seeds x problems, clipped to [0, 1]."""
+    records = _records("records", records)
+    samples = records[0].config["eval"]["samples"]
+    scores, _ = per_problem_scores(records, families, samples=samples, k=k)
+    return hierarchical_bootstrap_ci(scores, bounds=(0, 1))
+
+
+def seed_ci(values: Sequence[float], key: Optional[str] = None) -> dict[str, Any]:
+    """Percentile bootstrap over seeds, clipped to ``RANGES[key]`` when the metric has one."""
+    return bootstrap_ci(list(values), bounds=RANGES.get(key))
