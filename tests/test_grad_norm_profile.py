@@ -1,4 +1,4 @@
-"""VIGOR's length and rank diagnostics (`rlvr_lib.eval.grad_norm_profile`)."""
+"""VIGOR's length and rank diagnostics (`rlvr_lib.study.probes.grad_norm_profile`)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr_lib.eval.grad_norm_profile import GradNormProfile, grad_norm_profile
+from rlvr_lib.study.probes.grad_norm_profile import GradNormProfile, grad_norm_profile
 from rlvr_lib.rewards import grad_norms_naive
 
 
@@ -93,10 +93,17 @@ def test_profile_of_the_policy_matches_the_reference_norms(policy):
 
 
 def test_rank_trend_by_hand():
-    from rlvr_lib.eval.grad_norm_profile import rank_trend
+    from rlvr_lib.study.probes.grad_norm_profile import rank_trend
 
     # ranks 1..4 centred -1.5 -0.5 0.5 1.5 (sum of squares 5)
     np.testing.assert_allclose(rank_trend(np.array([[1, 1, 0, 0], [0, 0, 0, 0], [0, 1, 2, 3]])),
                                [(-1.5 - 0.5) / 5, 0.0, 1.0])
     with pytest.raises(ValueError, match="rows"):
         rank_trend(np.array([1.0, 0.0]))
+
+
+def test_old_import_path_gives_the_same_objects():
+    import rlvr_lib.eval.grad_norm_profile as old
+    import rlvr_lib.study.probes.grad_norm_profile as new
+
+    assert old.__all__ == new.__all__ and all(getattr(old, name) is getattr(new, name) for name in new.__all__)

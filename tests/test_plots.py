@@ -111,7 +111,7 @@ def test_rank_accuracy_lines_are_the_mean_over_units(tmp_path):
 def test_grad_norm_vs_length_draws_both_quantities_per_bin():
     import numpy as np
 
-    from rlvr_lib.eval.grad_norm_profile import GradNormProfile
+    from rlvr_lib.study.probes.grad_norm_profile import GradNormProfile
 
     lengths = np.array([[10, 20, 40, 80], [10, 20, 40, 80]])
     prof = GradNormProfile(problems=[0, 1], lengths=lengths, norms=3.0 / np.sqrt(lengths),

@@ -1,4 +1,4 @@
-"""Per-step weight updates (`rlvr_lib.eval.weight_steps`) and the mean-step IVON lr rule of 3PO."""
+"""Per-step weight updates (`rlvr_lib.study.probes.weight_steps`) and the mean-step IVON lr rule of 3PO."""
 
 import copy
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr_lib.eval.weight_steps import WeightStepProfile, weight_step_profile
+from rlvr_lib.study.probes.weight_steps import WeightStepProfile, weight_step_profile
 from rlvr_lib.methods.threepo import matched_ivon_lr, mean_step_matched_ivon_lr
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
@@ -75,3 +75,10 @@ def test_profile_bad_input(policy):
     profile = WeightStepProfile(np.ones(2), np.ones(2), np.ones(2))
     with pytest.raises(ValueError, match=r"skip=2 is invalid"):
         profile.mean(skip=2)
+
+
+def test_old_import_path_gives_the_same_objects():
+    import rlvr_lib.eval.weight_steps as old
+    import rlvr_lib.study.probes.weight_steps as new
+
+    assert old.__all__ == new.__all__ and all(getattr(old, name) is getattr(new, name) for name in new.__all__)

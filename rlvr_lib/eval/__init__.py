@@ -5,11 +5,12 @@
   into reasoning modes (NudgeRL Fig. 1), ARI against strategy labels, entropy.
 * :mod:`rlvr_lib.eval.diagnostics` -- zero-advantage groups, rescued / lost
   groups (3PO Fig. 3), outcome rates, length statistics.
-* :mod:`rlvr_lib.eval.weight_steps` -- how far each RL step moves the weights
-  (mean, largest, share at the largest; 3PO's IVON vs AdamW step sizes).
 * The statistics over run records (bootstrap intervals, paired differences,
   rescued / lost problems, strategy shares) moved to :mod:`rlvr_lib.study.stats`
-  (issue 30); this package and ``rlvr_lib.eval.stats`` still export them.
+  (issue 30); this package and ``rlvr_lib.eval.stats`` still export them. The
+  probes of the trainer's weight steps and of VIGOR's gradient norms moved to
+  :mod:`rlvr_lib.study.probes`; ``rlvr_lib.eval.weight_steps`` and
+  ``rlvr_lib.eval.grad_norm_profile`` still export them.
 * :mod:`rlvr_lib.eval.premises` -- the four methods' premises on a policy
   (NudgeRL single-strategy share, 3PO branch flips by ESS, SAGE branch
   entropies, VIGOR score-correctness Spearman), ``measure_premises``.

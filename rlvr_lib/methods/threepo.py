@@ -131,7 +131,7 @@ no ``ivon_lr`` logged) has the key of its matched successor:
 The rule matches the largest step, not the mean one: with most weights at
 the clip bound IVON's mean step is close to the bound, AdamW's well below
 its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
-steps measured on a run's first steps (`rlvr_lib.eval.weight_steps`);
+steps measured on a run's first steps (`rlvr_lib.study.probes.weight_steps`);
 notebook 04 uses it for a sensitivity arm added after its T1 was seen.
 
 Regime (issue 29). Matching the largest step leaves IVON's regime behind: a
@@ -297,7 +297,7 @@ def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_
         lr_mean = ivon_lr * adamw_mean_step / ivon_mean_step
 
     with both mean steps measured on the same steps of the same config
-    (`rlvr_lib.eval.weight_steps.weight_step_profile`). It is exact for the
+    (`rlvr_lib.study.probes.weight_steps.weight_step_profile`). It is exact for the
     measured steps only: at ``lr_mean`` the trajectory, hence the share of
     clipped weights, changes (measure it again to check). Rounded to
     ``digits`` significant figures so that the run's cache key does not
@@ -351,7 +351,7 @@ def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float
     Input: |u| (:func:`update_ratio`) of every weight at every measured IVON
     step after the warm-up, pooled (1-D), and AdamW's mean per-weight step
     |delta theta| on the same steps of the ``grpo`` preset
-    (`rlvr_lib.eval.weight_steps.weight_step_profile`). With the n pooled values
+    (`rlvr_lib.study.probes.weight_steps.weight_step_profile`). With the n pooled values
     sorted, v_(1) <= ... <= v_(n):
 
         clip_radius = v_(k) rounded UP to ``digits`` significant figures,
@@ -432,7 +432,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
                       **config_fields) -> dict:
     """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
 
-    1. AdamW's mean step: :func:`rlvr_lib.eval.weight_steps.weight_step_profile`
+    1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
        of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
        its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
     2. Round r: :func:`ivon_update_probe` of ``method_config(method,
@@ -445,7 +445,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     The picks are the last round's. Returns a JSON-ready report (settings,
     AdamW's mean step, every round, the picks).
     """
-    from rlvr_lib.eval.weight_steps import weight_step_profile
+    from rlvr_lib.study.probes.weight_steps import weight_step_profile
     from rlvr_lib.methods.registry import method_config
     from rlvr_lib.policy import load_policy
 

@@ -1,0 +1,10 @@
+"""Paper-specific probes: measurements that run the trainer or a method on the testbed (issue 30).
+
+They sit above the library (they may import `rlvr_lib.trainer` and `rlvr_lib.methods`), which is why
+they left `rlvr_lib.eval`, whose metrics of a policy sit below both.
+
+* :mod:`rlvr_lib.study.probes.weight_steps` -- how far each RL step moves the weights (3PO's IVON vs
+  AdamW step sizes).
+* :mod:`rlvr_lib.study.probes.grad_norm_profile` -- VIGOR's ``||g||`` against length and accuracy by
+  score rank.
+"""
