@@ -24,6 +24,32 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values))
 
 
+def time_engines_alternating(engines: dict, prompts: list[str], params, *, warmup: int,
+                             repeats: int) -> dict[str, dict]:
+    """Rollout throughput of each engine on the same call, the engines taking turns in every repeat.
+
+    Taking turns lets every engine see the same machine state (a background load hits all of them alike).
+
+    Returns:
+        ``{name: {"seconds": [per timed call], "median_s", "tokens_per_call", "tokens_per_s"}}``.
+    """
+    timings: dict[str, list[float]] = {name: [] for name in engines}
+    tokens: dict[str, int] = {}
+    for repeat in range(warmup + repeats):
+        for name, engine in engines.items():
+            t0 = time.perf_counter()
+            rollouts = engine.generate(prompts, params)
+            if repeat >= warmup:
+                timings[name].append(time.perf_counter() - t0)
+                tokens[name] = int(rollouts.completion_mask.sum())
+    row = {}
+    for name in engines:
+        med = median(timings[name])
+        row[name] = {"seconds": timings[name], "median_s": med, "tokens_per_call": tokens[name],
+                     "tokens_per_s": tokens[name] / med}
+    return row
+
+
 def time_repeats(fn: Callable[[], Any], *, warmup: int, repeats: int) -> tuple[list[float], list[Any]]:
     """Call ``fn`` ``warmup`` times untimed, then ``repeats`` times timed with ``perf_counter``.
 

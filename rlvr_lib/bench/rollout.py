@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.bench.common import machine_info, median, time_engines_alternating
 from rlvr_lib.validation import check, check_int
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
@@ -98,21 +98,8 @@ def bench_rollout(
     for workload in workloads:
         prompts, n = _workload_prompts(workload, batch, group_size)
         params = SamplingParams(n=n, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
-        row = {}
         chosen = {name: pair[workload == "forced_length"] for name, pair in engines.items()}
-        timings: dict[str, list[float]] = {name: [] for name in engines}
-        tokens: dict[str, int] = {}
-        for repeat in range(warmup + repeats):  # alternate so that both engines see the same machine state
-            for name, engine in chosen.items():
-                t0 = time.perf_counter()
-                rollouts = engine.generate(prompts, params)
-                if repeat >= warmup:
-                    timings[name].append(time.perf_counter() - t0)
-                    tokens[name] = int(rollouts.completion_mask.sum())
-        for name in engines:
-            med = median(timings[name])
-            row[name] = {"seconds": timings[name], "median_s": med, "tokens_per_call": tokens[name],
-                         "tokens_per_s": tokens[name] / med}
+        row = time_engines_alternating(chosen, prompts, params, warmup=warmup, repeats=repeats)
         row["speedup"] = row["kv_cache"]["tokens_per_s"] / row["generate"]["tokens_per_s"]
         out["workloads"][workload] = row
     if "grouped" in out["workloads"]:

@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.bench.common import machine_info, time_engines_alternating
 from rlvr_lib.validation import check, check_int
 
 __all__ = ["SHAPES", "bench_vllm_rollout"]
@@ -112,20 +112,7 @@ def bench_vllm_rollout(
                    "generate": HFEngine(model, tokenizer, batch_size=batch)}
         equal = torch.equal(vllm_engine.generate(prompts, greedy).completion_ids,
                             engines["kv_cache"].generate(prompts, greedy).completion_ids)
-        timings: dict[str, list[float]] = {name: [] for name in engines}
-        tokens: dict[str, int] = {}
-        for repeat in range(warmup + repeats):  # alternate so that every engine sees the same machine state
-            for name, engine in engines.items():
-                t0 = time.perf_counter()
-                rollouts = engine.generate(prompts, params)
-                if repeat >= warmup:
-                    timings[name].append(time.perf_counter() - t0)
-                    tokens[name] = int(rollouts.completion_mask.sum())
-        row = {}
-        for name in engines:
-            med = median(timings[name])
-            row[name] = {"seconds": timings[name], "median_s": med, "tokens_per_call": tokens[name],
-                         "tokens_per_s": tokens[name] / med}
+        row = time_engines_alternating(engines, prompts, params, warmup=warmup, repeats=repeats)
         row["vllm_vs_kv_cache"] = row["vllm"]["tokens_per_s"] / row["kv_cache"]["tokens_per_s"]
         row["vllm_vs_generate"] = row["vllm"]["tokens_per_s"] / row["generate"]["tokens_per_s"]
         row["vllm_startup_s"] = startup
