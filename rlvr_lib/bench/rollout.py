@@ -24,11 +24,10 @@ the same tokens on both engines (``greedy_tokens_equal``).
 
 from __future__ import annotations
 
-import time
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, median, time_engines_alternating
+from rlvr_lib.bench.common import machine_info, time_engines_alternating
 from rlvr_lib.validation import check, check_int
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
