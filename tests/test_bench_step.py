@@ -112,7 +112,7 @@ def test_reward_function_uses_the_verifier_through_problem_index():
 
 def test_trl_step_updates_the_model(tmp_path):
     # Enough tokens and samples that some group has mixed rewards, so the advantages (and the gradient) are nonzero.
-    problems = bench._problems(4)
+    problems = bench._problems(8)  # the v7 RL pool's first 4 problems are all-wrong groups for the base policy
     trainer = bench._build_trl_trainer(problems, group_size=8, max_new_tokens=48, steps=1, seed=0,
                                        output_dir=str(tmp_path))
     assert trainer.ref_model is None and not trainer.args.gradient_checkpointing

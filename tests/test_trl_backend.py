@@ -35,7 +35,9 @@ from trl_backend_worker import HASHED_TASK, register_hashed_task
 
 TOL = 1e-5
 EQUALITY_METHODS = ("grpo", "dapo", "nudgerl", "b3po", "sage", "vigor")
-TINY = dict(task=HASHED_TASK, prompts_per_step=2, group_size=4, max_new_tokens=8, train_pool_size=16, seed=0)
+# 16 new tokens: the v7 RL pool is two-digit problems, whose first 8 tokens ("split: 4") every sample shares, so
+# 8 gave every group one hash and no reward spread.
+TINY = dict(task=HASHED_TASK, prompts_per_step=2, group_size=4, max_new_tokens=16, train_pool_size=16, seed=0)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -258,7 +260,8 @@ def test_with_vllm_each_weight_samples_draw_sees_its_perturbed_weights(policy, h
     mean = torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
     backend.train()
     # one draw per weight sample, each after its own sync, at the step's temperature and length
-    assert [(synced, t, n) for synced, t, n, _ in fake.calls] == [(1, 0.9, 8), (2, 0.9, 8)]
+    length = TINY["max_new_tokens"]
+    assert [(synced, t, n) for synced, t, n, _ in fake.calls] == [(1, 0.9, length), (2, 0.9, length)]
     assert sum(rows for *_, rows in fake.calls) == config.prompts_per_step * config.group_size
     first, second = fake.synced
     assert not torch.equal(first, mean) and not torch.equal(second, mean) and not torch.equal(first, second)
