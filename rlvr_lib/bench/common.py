@@ -16,7 +16,28 @@ from typing import Any
 
 import torch
 
-__all__ = ["machine_info", "median", "time_repeats"]
+from rlvr_lib.validation import check, check_int
+
+__all__ = ["check_rollout_args", "machine_info", "median", "time_repeats"]
+
+
+def check_rollout_args(bench: str, *, batch: int, group_size: int, extra_ints: dict[str, tuple[int, int]],
+                       choices: Sequence[str], allowed: Sequence[str], choices_name: str) -> None:
+    """The argument checks both rollout benchmarks share.
+
+    ``batch`` and ``group_size`` are integers >= 1 with ``batch`` a multiple
+    of ``group_size``; every ``extra_ints`` entry ``name: (value, lowest)`` is
+    an integer >= ``lowest``; ``choices`` is a non-empty subset of ``allowed``.
+
+    Raises:
+        ValueError: naming ``"<bench>: <argument>"`` and what is allowed.
+    """
+    for name, (value, lo) in {"batch": (batch, 1), "group_size": (group_size, 1), **extra_ints}.items():
+        check_int(f"{bench}: {name}", value, lo)
+    check(batch % group_size == 0, f"{bench}: batch", batch, f"a multiple of group_size={group_size}")
+    unknown = [c for c in choices if c not in allowed]
+    check(len(choices) > 0 and not unknown, f"{bench}: {choices_name}", choices,
+          f"a non-empty subset of {tuple(allowed)}")
 
 
 def median(values: Sequence[float]) -> float:

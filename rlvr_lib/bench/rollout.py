@@ -27,8 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, time_engines_alternating
-from rlvr_lib.validation import check, check_int
+from rlvr_lib.bench.common import check_rollout_args, machine_info, time_engines_alternating
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
 
@@ -69,13 +68,10 @@ def bench_rollout(
     Raises:
         ValueError: On a bad argument, naming it and what is allowed.
     """
-    for name, value, lo in (("batch", batch, 1), ("max_new_tokens", max_new_tokens, 1),
-                            ("group_size", group_size, 1), ("warmup", warmup, 0), ("repeats", repeats, 1),
-                            ("seed", seed, 0)):
-        check_int(f"bench_rollout: {name}", value, lo)
-    check(batch % group_size == 0, "bench_rollout: batch", batch, f"a multiple of group_size={group_size}")
-    unknown = [w for w in workloads if w not in WORKLOADS]
-    check(workloads and not unknown, "bench_rollout: workloads", workloads, f"a non-empty subset of {WORKLOADS}")
+    check_rollout_args("bench_rollout", batch=batch, group_size=group_size,
+                       extra_ints={"max_new_tokens": (max_new_tokens, 1), "warmup": (warmup, 0),
+                                   "repeats": (repeats, 1), "seed": (seed, 0)},
+                       choices=workloads, allowed=WORKLOADS, choices_name="workloads")
 
     from rlvr_lib.policy import load_policy
 

@@ -28,8 +28,7 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, time_engines_alternating
-from rlvr_lib.validation import check, check_int
+from rlvr_lib.bench.common import check_rollout_args, machine_info, time_engines_alternating
 
 __all__ = ["SHAPES", "bench_vllm_rollout"]
 
@@ -83,13 +82,10 @@ def bench_vllm_rollout(
         ValueError: On a bad argument, naming it and what is allowed.
         ImportError: Where vLLM is not installed (run it in ``.venv-vllm``: ``make bench-vllm``).
     """
-    for name, value, lo in (("batch", batch, 1), ("max_new_tokens", max_new_tokens, 1), ("group_size", group_size, 1),
-                            ("warmup", warmup, 0), ("repeats", repeats, 1), ("seed", seed, 0),
-                            ("larger_layers", larger_layers, 1)):
-        check_int(f"bench_vllm_rollout: {name}", value, lo)
-    check(batch % group_size == 0, "bench_vllm_rollout: batch", batch, f"a multiple of group_size={group_size}")
-    unknown = [s for s in shapes if s not in SHAPES]
-    check(shapes and not unknown, "bench_vllm_rollout: shapes", shapes, f"a non-empty subset of {SHAPES}")
+    check_rollout_args("bench_vllm_rollout", batch=batch, group_size=group_size,
+                       extra_ints={"max_new_tokens": (max_new_tokens, 1), "warmup": (warmup, 0),
+                                   "repeats": (repeats, 1), "seed": (seed, 0), "larger_layers": (larger_layers, 1)},
+                       choices=shapes, allowed=SHAPES, choices_name="shapes")
 
     import vllm
 
