@@ -41,6 +41,7 @@ from rlvr_lib.study.stats import (  # noqa: F401 - RANGES, SEED_INTERVAL: kept i
     passk_ci,
     rescue_loss,
     seed_ci,
+    seed_counts,
 )
 from rlvr_lib.validation import check_int, invalid
 
@@ -457,15 +458,8 @@ def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np
     """
     records = _records("evaluations", evaluations)
     n = int(records[0].config["eval"]["samples"])
-    rows, uids0 = [], None
-    for i, r in enumerate(records):
-        counts, uids = eval_counts(_evaluation(f"evaluations[{i}]", r), families)
-        if uids0 is None:
-            uids0 = uids
-        elif uids != uids0:
-            raise invalid(f"evaluations[{i}]", "<evaluation>", "an evaluation on the same problems as evaluations[0]")
-        rows.append(((counts > 0) & (counts < n)).astype(float))
-    return np.stack(rows)
+    counts, _ = seed_counts(records, families)
+    return np.stack([((c > 0) & (c < n)).astype(float) for c in counts])
 
 
 def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any],

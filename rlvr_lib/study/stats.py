@@ -84,6 +84,7 @@ __all__ = [
     "rescue_loss",
     "rescue_loss_null",
     "seed_ci",
+    "seed_counts",
     "strategy_shares",
 ]
 
@@ -692,6 +693,29 @@ def eval_counts(evaluation: Any, families: Sequence[str]) -> tuple[np.ndarray, l
     return np.concatenate(counts), uids
 
 
+def seed_counts(evaluations: Sequence[Any], families: Sequence[str]) -> tuple[list[np.ndarray], list[str]]:
+    """Each seed's :func:`eval_counts` over ``families``, checked to be on the same problems.
+
+    Returns:
+        ``(counts, uids)``: one int array ``(P,)`` per evaluation, in order,
+        and the ``P`` problem ids they share.
+
+    Raises:
+        ValueError: on an evaluation whose problem ids differ from ``evaluations[0]``'s,
+            or one :func:`eval_counts` refuses.
+    """
+    rows, uids0 = [], None
+    for i, ev in enumerate(evaluations):
+        counts, uids = eval_counts(_evaluation(f"evaluations[{i}]", ev), families)
+        if uids0 is None:
+            uids0 = uids
+        elif uids != uids0:
+            raise invalid(f"evaluations[{i}]", _Shown("<evaluation>"),
+                          "an evaluation on the same problems as evaluations[0] (their uids differ)")
+        rows.append(counts)
+    return rows, list(uids0 or [])
+
+
 def per_problem_scores(
     evaluations: Sequence[Any],
     families: Sequence[str],
@@ -729,16 +753,8 @@ def per_problem_scores(
         raise invalid("evaluations", type(evaluations).__name__, "a non-empty sequence of evaluations, one per seed")
     samples = check_int("samples", samples, 1)
     k = check_int("k", k, 1, samples)
-    rows, uids0 = [], None
-    for i, ev in enumerate(evaluations):
-        counts, uids = eval_counts(_evaluation(f"evaluations[{i}]", ev), families)
-        if uids0 is None:
-            uids0 = uids
-        elif uids != uids0:
-            raise invalid(f"evaluations[{i}]", _Shown("<evaluation>"),
-                          "an evaluation on the same problems as evaluations[0] (their uids differ)")
-        rows.append(pass_at_k_array(samples, counts, k))
-    return np.stack(rows), list(uids0)
+    counts, uids = seed_counts(evaluations, families)
+    return np.stack([pass_at_k_array(samples, c, k) for c in counts]), uids
 
 
 def _records(name: str, records: Any) -> list:
