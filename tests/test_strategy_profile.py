@@ -11,7 +11,7 @@ import torch
 
 from rlvr_lib.__main__ import main
 from rlvr_lib.calibration import measure_strategy_profile, profile_operands
-from rlvr_lib.policy.load import policy_fingerprint
+from rlvr_lib.policy.load import TINY_POLICY_DIR, policy_fingerprint
 from rlvr_lib.rollout.base import Rollouts
 from rlvr_lib.tasks import DIFFICULTIES, STRATEGIES, family_capacity, family_problems, problem_pool, split_of
 from rlvr_lib.tasks.arithmetic import solution_trace
@@ -96,12 +96,19 @@ def test_rare_mix_is_every_unmarked_evaluation_problem_only_the_rare_strategy_so
     assert {p.operands[0] % 10 for p in problems} <= rl_units
 
 
-def test_pool_rules_on_profile_entries():
-    counts = load_profile()["counts"]
-    for key, (direct, split, round_) in list(counts.items())[:400]:
-        a, b = map(int, key.split("*"))
-        assert rare_never_solves(a, b) == (round_ == 0)
-        assert only_rare_solves(a, b) == (round_ >= RARE_MIX_MIN_SUCCESSES and split == direct == 0)
+def test_pool_rules_at_their_boundaries(monkeypatch):
+    from rlvr_lib.tasks import strategy_profile
+
+    # Hand-made entries in the profile's column order; the rules read columns by strategy name.
+    profile = {"strategies": ["direct", "split", "round"],
+               "counts": {"12*34": [0, 0, 0], "12*35": [0, 0, RARE_MIX_MIN_SUCCESSES], "12*36": [1, 0, 5],
+                          "12*37": [0, 0, RARE_MIX_MIN_SUCCESSES - 1], "12*38": [0, 3, 0]}}
+    monkeypatch.setattr(strategy_profile, "load_profile", lambda path=None: profile)
+    never = {key: rare_never_solves(*map(int, key.split("*"))) for key in profile["counts"]}
+    only = {key: only_rare_solves(*map(int, key.split("*"))) for key in profile["counts"]}
+    assert never == {"12*34": True, "12*35": False, "12*36": False, "12*37": False, "12*38": True}
+    assert only == {"12*34": False, "12*35": True, "12*36": False, "12*37": False, "12*38": False}
+    assert only_rare_solves(12, 38, rare="split") and not rare_never_solves(12, 38, rare="split")
     with pytest.raises(KeyError, match="91\\*12 is not in the strategy profile"):
         successes(91, 12)  # out of distribution: never in the RL pool, never profiled
 
@@ -109,7 +116,7 @@ def test_pool_rules_on_profile_entries():
 def test_a_missing_profile_names_the_command_that_writes_it(tmp_path):
     with pytest.raises(FileNotFoundError, match="calibrate --profile"):
         load_profile(str(tmp_path / "none.json"))
-    assert PROFILE_FILE.name == "strategy_profile.json" and PROFILE_FILE.parent.name == "tiny-mul"
+    assert PROFILE_FILE == TINY_POLICY_DIR / "strategy_profile.json"  # beside the checkpoint it was measured on
 
 
 def test_profile_cli_refuses_what_would_overwrite_or_mix(tmp_path, capsys):

@@ -327,7 +327,8 @@ def problem_pool(
     The RL pool keeps only the problems on which the base policy's hinted rare strategy never succeeded
     (`rlvr_lib.tasks.strategy_profile.rare_never_solves`; ``profiled=False``: the whole RL split, which the
     profile itself is measured on), so RL never rewards the rare strategy (the bottleneck: nothing keeps it
-    alive). Pretraining shows
+    alive). ``profiled`` acts on the RL split (``split="train"``) only: the other splits are returned whole
+    either way, since evaluation families select from them by their own rules. Pretraining shows
     a hashed share of them (`round_only_shown`), never with ``split`` and with ``round`` at its prior
     share (`PretrainingMixture`), so the policy knows such first factors without a strategy tied to them.
     Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
