@@ -130,3 +130,29 @@ def test_profile_cli_refuses_what_would_overwrite_or_mix(tmp_path, capsys):
             main(["calibrate", *argv])
         assert exit_.value.code == 2 and f"error: {flag}:" in capsys.readouterr().err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_the_pool_sizes_quoted_in_prose_follow_the_shipped_profile():
+    """README and docstrings quote the pools' sizes; a new policy or profile must update them (this fails first)."""
+    from pathlib import Path
+
+    import rlvr_lib.methods.sage as sage
+    from rlvr_lib.tasks import strategy_profile
+
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    rl, whole = (sum(len(problem_pool("train", d, profiled=p)) for d in DIFFICULTIES) for p in (True, False))
+    eval_unmarked = [ab for d in DIFFICULTIES for ab in problem_pool("eval", d, (11, 88)) if ab[0] % 10 != 9]
+
+    def rare_mix_size(least: int) -> int:
+        return sum(successes(*ab)["round"] >= least and successes(*ab)["split"] == successes(*ab)["direct"] == 0
+                   for ab in eval_unmarked)
+
+    at_rule, at_four = rare_mix_size(RARE_MIX_MIN_SUCCESSES), rare_mix_size(4)
+    mix = [sum(p.difficulty == d for p in family_problems("train", rl)) for d in DIFFICULTIES]
+    shares = " / ".join(f"{round(100 * n / rl)}% {d}" for d, n in zip(DIFFICULTIES, mix))
+    assert f"({rl} of the RL split's {whole})" in readme
+    assert f"holds the {at_rule} evaluation problems" in readme and f"4 left {at_four})" in readme
+    assert f"({shares}, {rl} prompts)" in readme
+    source = " ".join(Path(strategy_profile.__file__).read_text().split())  # RARE_MIX_MIN_SUCCESSES' docstring
+    assert f"4 leaves {at_four} and 2 leaves {rare_mix_size(2)}" in source
+    assert f"(all {rl} of v7's pool)" in " ".join(sage.__doc__.split())
