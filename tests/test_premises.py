@@ -15,9 +15,11 @@ from rlvr_lib.eval.premises import (
     completion_entropies,
     entropy_percentiles,
     ess_by_flip_rule,
+    ess_by_noise_rule,
     ivon_initial_sigma,
     measure_premises,
     next_flip_ess,
+    noisy_rollout_quality,
     score_correctness_spearman,
     single_strategy_probs,
     single_strategy_share,
@@ -136,6 +138,62 @@ def test_next_flip_ess_bisects_the_bracket_around_the_band_in_log_ess():
 def test_flip_rule_rejects_bad_input(shares, band, match):
     with pytest.raises(ValueError, match=match):
         ess_by_flip_rule(shares, band)
+
+
+def _quality(acc, mal, mean=0.5):
+    ess = sorted(acc, reverse=True)
+    return {"ess": ess, "accuracy": [acc[e] for e in ess], "malformed": [mal[e] for e in ess], "accuracy_mean": mean}
+
+
+def test_noise_rule_takes_the_largest_in_band_ess_that_keeps_the_policy():
+    flips = {"ess": [1e9, 1e8, 1e7, 1e6, 1e5], "share": [0.0, 0.03, 0.10, 0.15, 0.40]}
+    ok = {1e9: 0.5, 1e8: 0.5, 1e7: 0.46, 1e6: 0.45, 1e5: 0.1}
+    out = ess_by_noise_rule(flips, _quality(ok, dict.fromkeys(ok, 0.02)))
+    assert out["premise_holds"] and out["chosen_ess"] == 1e7  # 0.46 >= 0.9 x 0.5
+    assert out["kept"] == [1e9, 1e8, 1e7, 1e6] and out["in_band"] == [1e7, 1e6]
+    # 1e7 loses too much accuracy (0.44 < 0.45), 1e6 keeps it exactly at the bound (0.45 = 0.9 x 0.5): in the band
+    out = ess_by_noise_rule(flips, _quality({**ok, 1e7: 0.44}, dict.fromkeys(ok, 0.02)))
+    assert out["premise_holds"] and out["chosen_ess"] == 1e6
+
+
+def test_noise_rule_falls_back_to_the_most_noise_the_policy_keeps():
+    flips = {"ess": [1e9, 1e8, 1e7, 1e6], "share": [0.0, 0.0, 0.0, 0.14]}
+    acc = {1e9: 0.5, 1e8: 0.49, 1e7: 0.47, 1e6: 0.0}
+    # the in-band ESS breaks the policy: no premise, the smallest ESS that keeps it
+    out = ess_by_noise_rule(flips, _quality(acc, {1e9: 0.0, 1e8: 0.0, 1e7: 0.05, 1e6: 0.66}))
+    assert not out["premise_holds"] and out["chosen_ess"] == 1e7 and out["in_band"] == [1e6]
+    # a malformed rate above the bound breaks it as well, whatever the accuracy
+    out = ess_by_noise_rule(flips, _quality(acc, {1e9: 0.0, 1e8: 0.0, 1e7: 0.11, 1e6: 0.66}))
+    assert out["chosen_ess"] == 1e8 and out["kept"] == [1e9, 1e8]
+    assert ess_by_noise_rule(flips, _quality(dict.fromkeys(acc, 0.0), dict.fromkeys(acc, 0.5)))["chosen_ess"] is None
+    with pytest.raises(ValueError, match=r"quality=<measured at \[1000000000.0\]> is invalid: .*missing"):
+        ess_by_noise_rule(flips, _quality({1e9: 0.5}, {1e9: 0.0}))
+    with pytest.raises(ValueError, match=r"max_malformed=1.5 is invalid: must be a number in \[0, 1\]"):
+        ess_by_noise_rule(flips, _quality(acc, dict.fromkeys(acc, 0.0)), max_malformed=1.5)
+
+
+def test_noisy_rollout_quality_without_noise_is_the_mean_weights_and_breaks_under_huge_noise(
+        tiny_model_and_tokenizer):
+    from rlvr_lib.tasks.arithmetic import verify
+
+    model, tokenizer = tiny_model_and_tokenizer
+    problems = _problems(6)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    sigma = {3.0: 0.0, 1.0: 5.0}.__getitem__
+    out = noisy_rollout_quality(model, tokenizer, problems, [1.0, 3.0], sigma, verify=verify, samples=2,
+                                max_new_tokens=12, seed=2)
+    assert out["ess"] == [3.0, 1.0] and out["sigma"] == [0.0, 5.0] and out["n_problems"] == 6
+    # sigma 0: the same weights and sampling seeds as the mean's, so the same verdicts
+    assert (out["accuracy"][0], out["malformed"][0]) == (out["accuracy_mean"], out["malformed_mean"])
+    # By hand for the mean weights: one completion per problem at sampling seeds 2 and 3, verified.
+    status = []
+    for n in (2, 3):
+        ro = KVCacheEngine(model, tokenizer, batch_size=256).generate(
+            [p.prompt for p in problems], SamplingParams(n=1, temperature=1.0, max_new_tokens=12, seed=n))
+        status += [verify(p, t).status for p, t in zip(problems, ro.texts)]
+    assert out["malformed_mean"] == pytest.approx(sum(s == "malformed" for s in status) / 12)
+    assert out["malformed"][1] == 1.0  # weights of std 5 write no parsable answer
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())  # weights restored
 
 
 def test_branch_flips_none_without_noise_some_with_huge_noise(tiny_model_and_tokenizer):
@@ -378,6 +436,9 @@ def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
     assert three["at_reference"]["ess"] == 3e3
     assert three["chosen_ess"] == ess_by_flip_rule(dict(zip(three["ess"], three["share"])), (0.05, 0.2))
     assert three["sigma"][0] == pytest.approx(ivon_initial_sigma(1e9))
+    assert three["quality"]["ess"] == three["ess"] and three["quality"]["samples"] == 2
+    assert three["noise_rule"] == ess_by_noise_rule(three, three["quality"], (0.05, 0.2))
+    assert three["training_ess"] == three["noise_rule"]["chosen_ess"]
     sage = out["sage"]
     assert sage["n_branch"] == 24 and sage["all"]["p50"] <= sage["all"]["p90"] <= sage["all"]["p99"]
     vigor = out["vigor"]

@@ -16,7 +16,11 @@ properties on a policy (reported, not gates):
   token) changes under a weight sample ``m + sigma(ESS) z``;
   :func:`ess_by_flip_rule` picks the ESS to report by a rule fixed before
   measuring (the largest ESS at which 5% to 20% of prompts change, on a fixed
-  grid refined by bisection, :func:`next_flip_ess`).
+  grid refined by bisection, :func:`next_flip_ess`). A branch that moves
+  while the policy breaks is not the premise: :func:`noisy_rollout_quality`
+  verifies rollouts at weight samples per ESS, and :func:`ess_by_noise_rule`
+  says whether some ESS moves the branch while keeping the policy, and picks
+  3PO's training ESS (issue 29).
 * **SAGE** (arXiv 2605.18864: the branch guide raises the anchor where the
   token entropy exceeds tau). :func:`branch_entropy_percentiles`: percentiles
   of the token entropies of the policy's own completions (the 90th is the
@@ -60,6 +64,10 @@ __all__ = [
     "completion_entropies",
     "entropy_percentiles",
     "ess_by_flip_rule",
+    "ess_by_noise_rule",
+    "MAX_NOISY_MALFORMED",
+    "MIN_NOISY_ACCURACY_RATIO",
+    "noisy_rollout_quality",
     "ivon_initial_sigma",
     "measure_premises",
     "next_flip_ess",
@@ -83,6 +91,12 @@ broke (a third of the strategy tokens' mass lost) near 4e5
 
 DEFAULT_FLIP_BAND: tuple[float, float] = (0.05, 0.20)
 """The band of :func:`ess_by_flip_rule`: 5% to 20% of prompts change their top strategy token."""
+
+MAX_NOISY_MALFORMED = 0.1
+""":func:`ess_by_noise_rule`: largest malformed rate of rollouts at a weight sample (the static
+calibration's ``malformed_t1`` bound)."""
+MIN_NOISY_ACCURACY_RATIO = 0.9
+""":func:`ess_by_noise_rule`: least accuracy of rollouts at a weight sample, as a share of the mean weights'."""
 
 
 # ------------------------------------------------------------------------------ NudgeRL
@@ -246,6 +260,140 @@ def ess_by_flip_rule(shares_by_ess: Mapping[float, float],
     lo, hi = _check_band(band)
     inside = [ess for ess, share in _check_shares(shares_by_ess).items() if lo <= share <= hi]
     return max(inside) if inside else None
+
+
+def ess_by_noise_rule(flips: Mapping[str, Any], quality: Mapping[str, Any],
+                      band: tuple[float, float] = DEFAULT_FLIP_BAND, *,
+                      max_malformed: float = MAX_NOISY_MALFORMED,
+                      min_accuracy_ratio: float = MIN_NOISY_ACCURACY_RATIO) -> dict[str, Any]:
+    """3PO's training ESS on a policy: noise that moves the branch without breaking the policy (issue 29).
+
+    An ESS *keeps the policy* when rollouts at its weight samples
+    (:func:`noisy_rollout_quality`) have
+
+        malformed_e <= max_malformed   and   accuracy_e >= min_accuracy_ratio * accuracy_mean
+
+    (the mean weights' accuracy on the same prompts). Then:
+
+    * the premise holds when some ESS both keeps the policy and has its flip
+      share in ``band`` (:func:`ess_by_flip_rule`'s band); the pick is the
+      largest such ESS (the least noise that moves the branch that much);
+    * otherwise the premise does not hold on this policy at any measured ESS,
+      and the pick is the SMALLEST ESS that keeps the policy (the most noise it
+      tolerates; on a grid, the next larger ESS broke it), so 3PO still trains
+      with as much exploration noise as the policy survives; ``None`` if no
+      measured ESS keeps it.
+
+    The flip rule alone (the first version) looked only at the branch token:
+    on the v7 policy its pick, ESS 1.3e6, keeps 91% of the strategy tokens'
+    mass at the branch while its rollouts are 66% malformed and never
+    correct; the accuracy bound was added then, before any 3PO run at any
+    of these ESS values.
+
+    Args:
+        flips: :func:`branch_flip_by_ess`'s result (``ess``, ``share``).
+        quality: :func:`noisy_rollout_quality`'s result on the same ESS values.
+        band: ``(lo, hi)`` flip-share band.
+        max_malformed: Bound on the malformed rate, in ``[0, 1]``.
+        min_accuracy_ratio: Bound on accuracy relative to the mean weights', in ``[0, 1]``.
+
+    Returns:
+        ``{"chosen_ess", "premise_holds", "kept" (the ESS values that keep the
+        policy, largest first), "in_band" (those whose share is in the band),
+        "max_malformed", "min_accuracy_ratio", "rule"}``.
+
+    Raises:
+        ValueError: on bounds outside ``[0, 1]``, a bad band, or ``quality``
+            not measured at every ESS of ``flips``.
+    """
+    lo, hi = _check_band(band)
+    max_malformed = check_range("max_malformed", max_malformed, 0.0, 1.0)
+    min_accuracy_ratio = check_range("min_accuracy_ratio", min_accuracy_ratio, 0.0, 1.0)
+    shares = _check_shares(dict(zip(flips["ess"], flips["share"])))
+    measured = dict(zip(quality["ess"], zip(quality["accuracy"], quality["malformed"])))
+    missing = [e for e in shares if e not in measured]
+    check(not missing, "quality", _Shown(f"<measured at {sorted(measured)}>"),
+          f"a measurement at every ESS of flips (missing {missing})")
+    floor = min_accuracy_ratio * quality["accuracy_mean"]
+    kept = sorted((e for e in shares if measured[e][1] <= max_malformed and measured[e][0] >= floor), reverse=True)
+    in_band = sorted((e for e, share in shares.items() if lo <= share <= hi), reverse=True)
+    both = [e for e in kept if e in in_band]
+    chosen = both[0] if both else (kept[-1] if kept else None)
+    return {"chosen_ess": chosen, "premise_holds": bool(both), "kept": kept, "in_band": in_band,
+            "max_malformed": max_malformed, "min_accuracy_ratio": min_accuracy_ratio,
+            "rule": (f"keeps the policy: malformed <= {max_malformed:g} and accuracy >= {min_accuracy_ratio:g} x the "
+                     f"mean weights'; the largest ESS that keeps it with its flip share in [{lo:g}, {hi:g}] "
+                     "(premise holds), else the smallest ESS that keeps it (premise does not hold)")}
+
+
+def noisy_rollout_quality(model, tokenizer, problems: Sequence, ess_values: Sequence[float],
+                          sigma_of_ess: Callable[[float], float] = ivon_initial_sigma, *, verify: Callable,
+                          samples: int = 8, seed: int = 0, temperature: float = 1.0, max_new_tokens: int = 48,
+                          batch_size: int = 256) -> dict[str, Any]:
+    """Accuracy and malformed rate of rollouts at weight samples, per ESS (what a B3PO group trains on).
+
+    For each ESS ``e`` and weight samples ``n = 1..N`` (``m + sigma_e eps_n``,
+    `weight_sample`; ``eps_n`` from ``torch.Generator().manual_seed(seed)`` in
+    order, the same draws as :func:`branch_flip_by_ess` with the same seed),
+    one completion per problem is sampled at sample ``n`` (sampling seed
+    ``seed + n``) and verified:
+
+        accuracy_e  = mean_{n,p} 1[verdict_{n,p} = correct]
+        malformed_e = mean_{n,p} 1[verdict_{n,p} = malformed]
+
+    and the same at the mean weights (``accuracy_mean``, ``malformed_mean``;
+    the same sampling seeds, no noise). The weights are restored exactly.
+
+    Args:
+        model, tokenizer: The policy.
+        problems: Problems with a ``prompt`` (``P`` of them).
+        ess_values: ESS values (> 0, distinct).
+        sigma_of_ess: ``ess -> sigma``.
+        verify: ``(problem, completion) -> Verdict`` (the task's verifier).
+        samples: ``N`` weight samples per ESS.
+        seed, temperature, max_new_tokens, batch_size: Noise and sampling.
+
+    Returns:
+        ``{"ess", "sigma", "accuracy", "malformed"}`` (lists aligned, largest
+        ESS first), ``"accuracy_mean"``, ``"malformed_mean"``, ``"samples"``,
+        ``"n_problems"``, ``"seed"``.
+
+    Raises:
+        ValueError: on a bad grid, no problems, or a bad ``samples`` / ``seed``.
+    """
+    from rlvr_lib.tasks import CORRECT, MALFORMED
+
+    grid = sorted(_check_ess_grid(ess_values), reverse=True)
+    problems = list(problems)
+    if not problems:
+        raise invalid("problems", problems, "at least one problem")
+    samples = check_int("samples", samples, 1)
+    seed = check_int("seed", seed, 0)
+    prompts = [p.prompt for p in problems]
+
+    def rates(n: int) -> tuple[float, float]:  # one completion per problem, sampling seed seed + n
+        return rates_of(_sample(model, tokenizer, prompts, samples=1, seed=seed + n, temperature=temperature,
+                                max_new_tokens=max_new_tokens, batch_size=batch_size).texts)
+
+    def rates_of(texts: Sequence[str]) -> tuple[float, float]:
+        status = [verify(p, t).status for p, t in zip(problems, texts)]
+        return float(np.mean([s == CORRECT for s in status])), float(np.mean([s == MALFORMED for s in status]))
+
+    mean = [rates(n) for n in range(samples)]
+    out: dict[str, list] = {"ess": grid, "sigma": [], "accuracy": [], "malformed": []}
+    for ess in grid:
+        sigma = check_range("sigma", sigma_of_ess(ess), 0.0)
+        gen = torch.Generator().manual_seed(seed)
+        per = []
+        for n in range(samples):
+            with weight_sample(model, sigma, gen):
+                per.append(rates(n))
+        out["sigma"].append(float(sigma))
+        out["accuracy"].append(float(np.mean([a for a, _ in per])))
+        out["malformed"].append(float(np.mean([m for _, m in per])))
+    return {**out, "accuracy_mean": float(np.mean([a for a, _ in mean])),
+            "malformed_mean": float(np.mean([m for _, m in mean])), "samples": samples,
+            "n_problems": len(problems), "seed": seed}
 
 
 def next_flip_ess(shares_by_ess: Mapping[float, float],
@@ -736,7 +884,11 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
       ``weight_samples`` weight samples and up to ``refine`` bisections
       towards ``band``, and the ESS chosen by :func:`ess_by_flip_rule` with
       ``band`` (``chosen_ess``, ``None`` when no measured ESS is in the band)
-      with its shares (``at_chosen``) and those at ``reference_ess``.
+      with its shares (``at_chosen``) and those at ``reference_ess``; the
+      accuracy and malformed rate of rollouts at ``weight_samples`` weight
+      samples per measured ESS (:func:`noisy_rollout_quality`, ``quality``)
+      and 3PO's training ESS by :func:`ess_by_noise_rule` (``noise_rule``,
+      ``training_ess``, ``at_training``).
 
     Args:
         model, tokenizer: The policy (weights restored after the weight samples).
@@ -829,8 +981,14 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
         i = flips["ess"].index(ess)
         return {key: flips[key][i] for key in ("ess", "sigma", "share", "share_any", "mass")}
 
+    quality = noisy_rollout_quality(model, tokenizer, problems, flips["ess"], sigma_of_ess, verify=task_.verify,
+                                    samples=weight_samples, seed=seed, temperature=temperature,
+                                    max_new_tokens=max_new_tokens, batch_size=batch_size)
+    noise_rule = ess_by_noise_rule(flips, quality, band)
     threepo = {**flips, "band": [float(band[0]), float(band[1])], "chosen_ess": chosen, "at_chosen": at(chosen),
                "reference_ess": reference_ess, "at_reference": at(reference_ess),
+               "quality": quality, "noise_rule": noise_rule, "training_ess": noise_rule["chosen_ess"],
+               "at_training": at(noise_rule["chosen_ess"]),
                "rule": "the largest measured ESS (the grid, then up to `refine` geometric bisections of the bracket "
                        "around the band) whose share (prompts whose top strategy token changes under one weight "
                        "sample) lies in the band; None if none",
