@@ -18,6 +18,11 @@ rule:
 * the pick: the grid value with the highest score; a tie goes to the default
   (x1), then to the smaller lr.
 
+Every tuning run is cached as a run record under ``<results>/lr_tuning/``
+(`rlvr_lib.experiments.cached_run`, keyed by the training config, the policy
+hash and the testbed version), so an interrupted sweep resumes where it
+stopped, and several processes can share one sweep.
+
 :func:`tune_lr` runs one method's grid; ``python -m rlvr_lib tune-lr`` runs
 several and writes ``results/testbed/lr_tuning.json``.
 """
@@ -48,21 +53,25 @@ def pick_lr(scores: dict[float, float], default: float) -> float:
 
 
 def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5, policy: str | None = None,
-            progress: bool = False, **config_fields) -> dict:
+            progress: bool = False, root=None, **config_fields) -> dict:
     """Train ``name`` at every lr of the grid on every tuning seed; score and pick (rules in the module docstring).
 
     Each run is ``method_config(name, **config_fields, seed=s)`` with its
     ``Method.tuning_lr`` replaced by ``default x factor`` (``with_tuning_lr``),
-    trained from scratch (nothing written). Returns a JSON-ready dict: the
-    default lr, the grid, per lr and seed the final accuracy, per lr the mean,
-    and the pick.
+    trained from scratch, its history cached as ``<root>/lr_tuning/<name>-lr<lr>-...``
+    (``root``: default `rlvr_lib.experiments.results_root`). Returns a
+    JSON-ready dict: the default lr, the grid, per lr and seed the final
+    accuracy, per lr the mean, the pick, and the run ids.
 
     Raises:
         ValueError: on an unknown method, an empty grid or seed list, ``tail < 1``, a seed in 0-4
             (evaluation seeds), or a run with fewer than ``tail`` steps.
     """
+    from rlvr_lib.experiments import cached_run
     from rlvr_lib.methods.registry import METHODS, method_config
-    from rlvr_lib.trainer import Trainer
+    from rlvr_lib.pipeline import versioned_key
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.trainer import Trainer, nan_to_none
 
     check(len(factors) > 0 and all(f > 0 for f in factors), "factors", factors, "a non-empty list of numbers > 0")
     check(len(seeds) > 0 and not set(seeds) & set(range(5)), "seeds", seeds,
@@ -73,17 +82,22 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     cls = METHODS[name].cls
     default = cls.tuning_lr(base)
     grid = [float(f"{default * f:.6g}") for f in factors]
+    sha = policy_fingerprint(policy)
     finals: dict[str, dict[str, float]] = {}
+    run_ids: dict[str, dict[str, str]] = {}
     for lr in grid:
-        finals[repr(lr)] = {}
+        finals[repr(lr)], run_ids[repr(lr)] = {}, {}
         for seed in seeds:
             config = cls.with_tuning_lr(base.replace(seed=seed), lr)
-            history = Trainer(config).train(progress=progress)
-            last = [row["accuracy"] for row in history[-tail:]]
+            key = versioned_key({"train": config.to_dict(), "policy_sha": sha}, config.task)
+            record = cached_run("lr_tuning", f"{name}-lr{lr:g}", key, seed,
+                                lambda c=config: (nan_to_none(Trainer(c).train(progress=progress)), {}), root=root)
+            last = [row["accuracy"] for row in record.history[-tail:]]
             finals[repr(lr)][str(seed)] = sum(last) / len(last)
+            run_ids[repr(lr)][str(seed)] = record.run_id
     means = {lr: sum(finals[repr(lr)].values()) / len(seeds) for lr in grid}
     default_in_grid = float(f"{default:.6g}")
     return {"method": name, "default_lr": default, "grid": grid, "factors": list(factors), "seeds": list(seeds),
             "tail": tail, "config_fields": config_fields, "final_accuracy": finals,
             "mean_final_accuracy": {repr(lr): m for lr, m in means.items()},
-            "pick": pick_lr(means, default_in_grid)}
+            "pick": pick_lr(means, default_in_grid), "run_ids": run_ids}

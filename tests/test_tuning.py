@@ -36,9 +36,12 @@ def test_the_tuned_lr_is_adamws_or_ivons():
     assert tuned.method_options == {"lr": 33.3} and cls.tuning_lr(tuned) == 33.3 and tuned.lr == b3po.lr
 
 
-def test_tune_lr_command_on_two_step_runs(tmp_path):
+def test_tune_lr_command_on_two_step_runs(tmp_path, monkeypatch):
     from rlvr_lib.__main__ import main
+    from rlvr_lib.experiments import RESULTS_ENV
+    from rlvr_lib.trainer import Trainer
 
+    monkeypatch.setenv(RESULTS_ENV, str(tmp_path / "results"))
     out = tmp_path / "lr_tuning.json"
     assert main(["tune-lr", "--methods", "grpo_no_kl", "--steps", "2", "--prompts-per-step", "2", "--tail", "1",
                  "--out", str(out)]) == 0
@@ -52,3 +55,16 @@ def test_tune_lr_command_on_two_step_runs(tmp_path):
     assert result["mean_final_accuracy"] == {repr(lr): m for lr, m in means.items()}
     assert result["pick"] == pick_lr(means, 1e-4)
     assert report["policy_sha"] and report["config_fields"] == {"steps": 2, "prompts_per_step": 2}
+    # Every run is cached: the same sweep again trains nothing and gives the same report.
+    records = sorted((tmp_path / "results" / "lr_tuning").glob("grpo_no_kl-lr*.json"))
+    assert len(records) == 6
+    assert {rid for ids in result["run_ids"].values() for rid in ids.values()} == {r.stem for r in records}
+
+    def no_training(self, *a, **k):
+        raise AssertionError("a cached tuning run was trained again")
+
+    monkeypatch.setattr(Trainer, "train", no_training)
+    again = tmp_path / "again.json"
+    assert main(["tune-lr", "--methods", "grpo_no_kl", "--steps", "2", "--prompts-per-step", "2", "--tail", "1",
+                 "--out", str(again)]) == 0
+    assert json.loads(again.read_text())["methods"] == report["methods"]
