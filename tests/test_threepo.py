@@ -11,8 +11,8 @@ import torch
 
 from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
-from rlvr_lib.methods.threepo import (AUTHORS_ESS, C3PO, M3PO, B3PO, NOISE_RATIO_ESS, REFERENCE_WEIGHT_STD,
-                                      TESTBED_ESS, _SummedIVON,
+from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, AUTHORS_ESS, C3PO, M3PO, B3PO, NOISE_RATIO_ESS,
+                                      REFERENCE_WEIGHT_STD, TESTBED_CLIP_RADIUS, TESTBED_ESS, TESTBED_IVON_LR, _SummedIVON,
                                       calibrate_ess, calibrated_ess, check_ivon_lr, initial_sigma, matched_ivon_lr,
                                       noise_to_weight_ratio, sample_disagreement, weight_matrix_std)
 from rlvr_lib.trainer import Trainer
@@ -20,6 +20,10 @@ from rlvr_lib.trainer_config import TrainerConfig
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
+
+
+MATCHED = {"lr": None, "clip_radius": 1e-3}
+"""The first IVON lr rule at the authors' clip radius: largest step = the trainer config's lr."""
 
 
 def _trainer(policy, name, options=None, **kw):
@@ -35,17 +39,19 @@ def _untimed(history):
 class IVONMeanGRPO(Method):
     """Reference: GRPO whose optimizer is plain ``ivon.IVON`` fed the gradient at the mean weights (no noise).
 
-    Its IVON lr is the matched rule written out by hand: largest step ``lr * (1e-3 + 1e-6) * 1e-3`` = the
-    trainer config's lr, i.e. ``lr = config.lr / 1.001e-6``; ``IVON_LR`` (a number) overrides it.
+    Its IVON lr and clip radius are the testbed's calibrated defaults; ``IVON_LR = None`` is the matched rule
+    written out by hand: largest step ``lr * (1e-3 + 1e-6) * clip`` = the trainer config's lr, i.e.
+    ``lr = config.lr / (1.001e-3 * clip)``.
     """
 
-    IVON_LR = None
+    IVON_LR = TESTBED_IVON_LR
+    CLIP = TESTBED_CLIP_RADIUS
 
     def make_optimizer(self, model):
         params = [p for p in model.parameters() if p.requires_grad]
-        lr = self.IVON_LR if self.IVON_LR is not None else self.config.lr / 1.001e-6
+        lr = self.IVON_LR if self.IVON_LR is not None else self.config.lr / (1.001e-3 * self.CLIP)
         self.optimizer = ivon.IVON(params, lr=lr, ess=TESTBED_ESS, hess_init=1e-3, beta1=0.9, beta2=0.9999,
-                                   weight_decay=1e-6, clip_radius=1e-3, rescale_lr=True)
+                                   weight_decay=1e-6, clip_radius=self.CLIP, rescale_lr=True)
         return self.optimizer
 
     @contextlib.contextmanager
@@ -61,17 +67,21 @@ class IVONMeanGRPO(Method):
 
 # ----------------------------------------------------------------------------- zero noise = IVON mean update
 class IVONMeanGRPOAuthorsLR(IVONMeanGRPO):
-    IVON_LR = 1.0
+    IVON_LR, CLIP = 1.0, 1e-3
 
 
-@pytest.mark.parametrize("name,options", [
-    ("b3po", {}),
-    ("m3po", {"samples": 1}),
-    ("c3po", {"samples": 1, "seq_mis": False}),
-    ("b3po", {"lr": 1.0}),  # an explicit IVON lr overrides the matched rule
+class IVONMeanGRPOMatchedLR(IVONMeanGRPO):
+    IVON_LR, CLIP = None, 1e-3
+
+
+@pytest.mark.parametrize("name,options,reference", [
+    ("b3po", {}, IVONMeanGRPO),
+    ("m3po", {"samples": 1}, IVONMeanGRPO),
+    ("c3po", {"samples": 1, "seq_mis": False}, IVONMeanGRPO),
+    ("b3po", {"lr": 1.0, "clip_radius": 1e-3}, IVONMeanGRPOAuthorsLR),  # the authors' IVON lr and clip
+    ("b3po", {"lr": None, "clip_radius": 1e-3}, IVONMeanGRPOMatchedLR),  # the first lr rule
 ])
-def test_with_zero_noise_each_variant_is_grpo_with_ivons_mean_update(policy, registered, name, options):
-    reference = IVONMeanGRPOAuthorsLR if "lr" in options else IVONMeanGRPO
+def test_with_zero_noise_each_variant_is_grpo_with_ivons_mean_update(policy, registered, name, options, reference):
     registered("ivon_mean_grpo", reference, kl_coef=0.0)
     ref = _trainer(policy, "ivon_mean_grpo")
     got = _trainer(policy, name, {**options, "noise_scale": 0.0})
@@ -124,13 +134,15 @@ def test_matched_ivon_lr_by_hand():
 
 
 @pytest.mark.parametrize("config_lr,options,expected", [
-    (1e-4, {}, 1e-4 / 1.001e-6),
-    (1e-6, {}, 1e-6 / 1.001e-6),
-    (1e-4, {"rescale_lr": False}, 0.1),
+    (1e-4, {}, TESTBED_IVON_LR),
+    (1e-6, {}, TESTBED_IVON_LR),  # the calibrated IVON lr does not follow the AdamW lr
+    (1e-4, MATCHED, 1e-4 / 1.001e-6),
+    (1e-6, MATCHED, 1e-6 / 1.001e-6),
+    (1e-4, {**MATCHED, "rescale_lr": False}, 0.1),
     (1e-4, {"lr": 1.0}, 1.0),
     (1e-4, {"lr": 3.0, "rescale_lr": False}, 3.0),
 ])
-def test_ivon_lr_defaults_to_the_matched_rule_and_an_explicit_lr_overrides_it(config_lr, options, expected):
+def test_ivon_lr_is_the_calibrated_default_or_the_matched_rule_or_an_explicit_lr(config_lr, options, expected):
     method = C3PO(TrainerConfig(method="c3po", method_options=options, **{**SMALL, "lr": config_lr}))
     optimizer = method.make_optimizer(torch.nn.Linear(2, 2))
     assert optimizer.param_groups[0]["lr"] == pytest.approx(expected, rel=1e-12)
@@ -143,13 +155,16 @@ def test_check_ivon_lr_refuses_runs_without_the_lr_their_config_gives():
                                history=[{"ivon_lr": v} if v is not None else {} for v in logged])
 
     matched = 1e-4 / 1.001e-6
-    check_ivon_lr([record(None, [matched, matched]), record({"lr": 1.0}, [1.0]),
-                   record({"samples": 4}, [1e-6 / 1.001e-6], lr=1e-6)])
+    check_ivon_lr([record(MATCHED, [matched, matched]), record({"lr": 1.0}, [1.0]),
+                   record({**MATCHED, "samples": 4}, [1e-6 / 1.001e-6], lr=1e-6), record(None, [TESTBED_IVON_LR])])
     with pytest.raises(ValueError, match=r"records\[0\]='c3po-x-s0' is invalid: must be a 3PO run that logged "
                                          r"ivon_lr = 99.9001 at every step .* it logged none"):
-        check_ivon_lr([record(None, [None, None])])  # cached before the rule: IVON lr 1.0, nothing logged
+        check_ivon_lr([record(MATCHED, [None, None])])  # cached before the rule: IVON lr 1.0, nothing logged
     with pytest.raises(ValueError, match=r"records\[1\]=.* ivon_lr = 1 at every step .* it logged \[99.9"):
-        check_ivon_lr([record(None, [matched]), record({"lr": 1.0}, [matched])])
+        check_ivon_lr([record(MATCHED, [matched]), record({"lr": 1.0}, [matched])])
+    # a run cached under the first rule's defaults (options as written: none) is refused under the calibrated ones
+    with pytest.raises(ValueError, match=r"ivon_lr = 0.216 at every step .* it logged \[99.9"):
+        check_ivon_lr([record(None, [matched])])
     with pytest.raises(ValueError, match=r"records=\[\] is invalid"):
         check_ivon_lr([])
 
@@ -174,10 +189,10 @@ def _largest_b3po_step(options, config_lr=1e-4):
 
 def test_matched_lr_moves_weights_as_far_as_the_config_lr_and_the_authors_lr_a_hundred_times_less():
     config_lr = 1e-4
-    matched = _largest_b3po_step({}, config_lr)
+    matched = _largest_b3po_step(MATCHED, config_lr)
     assert matched > 1e-5  # (the step is clipped at config_lr on most weights here)
     assert matched <= config_lr * (1 + 1e-6)  # IVON's clip: at most lr * (h0 + wd) * c = config_lr
-    authors = _largest_b3po_step({"lr": 1.0}, config_lr)
+    authors = _largest_b3po_step({"lr": 1.0, "clip_radius": AUTHORS_CLIP_RADIUS}, config_lr)
     assert 0 < authors <= 1.001e-6 * (1 + 1e-6)  # 1.0 * (1e-3 + 1e-6) * 1e-3
     assert matched / authors > 50
 
@@ -271,7 +286,7 @@ def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, 
     for row in history:
         assert all(not (isinstance(v, float) and math.isnan(v)) for v in row.values()), row
         assert row["ivon_mean_sigma"] > 0 and 0 <= row["weight_sample_disagreement"] <= 1
-        assert row["ivon_lr"] == pytest.approx(SMALL["lr"] / 1.001e-6, rel=1e-12)  # the matched rule
+        assert row["ivon_lr"] == TESTBED_IVON_LR  # the calibrated default
         assert row["accuracy"] + row["malformed_rate"] + row["incorrect_rate"] == pytest.approx(1.0)
         if name == "c3po":
             assert 0 <= row["seq_mis_masked_frac"] <= 1
@@ -361,6 +376,27 @@ def test_stored_ess_is_the_noise_rule_measured_on_the_shipped_policy():
     assert rule == t["noise_rule"] and t["training_ess"] == rule["chosen_ess"] == TESTBED_ESS
 
 
+def test_the_testbed_regime_defaults_are_the_calibration_record():
+    # TESTBED_CLIP_RADIUS and TESTBED_IVON_LR are calibrate-threepo's picks on the shipped policy, at the testbed's
+    # ESS and the full profile's run length; a new policy, ESS or step count fails here until it is re-run.
+    import json
+
+    from rlvr_lib.dynamics import full_profile_steps
+    from rlvr_lib.experiments import results_root
+    from rlvr_lib.methods.threepo import ThreePOOptions
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    record = json.loads((results_root() / "testbed" / "threepo_calibration.json").read_text())
+    assert record["policy_sha"] == policy_fingerprint(None) and record["ess"] == TESTBED_ESS
+    assert record["run_steps"] == full_profile_steps() and record["max_clipped"] == 0.2
+    assert (record["clip_radius"], record["lr"]) == (TESTBED_CLIP_RADIUS, TESTBED_IVON_LR)
+    last = record["rounds"][-1]
+    assert last["measured_clipped_frac"] <= 0.21  # at the previous round's picks, close to the rule's 20%
+    assert last["measured_mean_abs_step"] == pytest.approx(record["adamw_mean_abs_step"], rel=0.05)
+    o = ThreePOOptions()
+    assert (o.ess, o.clip_radius, o.lr) == (TESTBED_ESS, TESTBED_CLIP_RADIUS, TESTBED_IVON_LR)
+
+
 def test_noise_ratio_ess_is_the_earlier_rule_on_the_shipped_policy(policy):
     # The earlier rule (module docstring): 1e9 x (0.02 / std_W)^2 with std_W the pooled std of the shipped
     # policy's weight matrices, a deterministic function of the checkpoint rounded to two significant figures.
@@ -412,7 +448,7 @@ def test_learnt_hessian_init_keeps_the_mean_weights_and_learns_h(policy, registe
     assert h.isfinite().all() and (h + 1e-6 > 0).all()  # IVON's rule keeps the precision ess (h + wd) positive
     assert (h != 1e-3).float().mean() > 0.99  # learnt: (almost) every weight moved off the constant
     assert seen["current_step"] == 0 and not seen["momentum"].any()  # a fresh optimiser apart from h
-    assert seen["lr"] == pytest.approx(SMALL["lr"] / 1.001e-6, rel=1e-12) and seen["beta2"] == 0.9999
+    assert seen["lr"] == TESTBED_IVON_LR and seen["beta2"] == 0.9999
     row = history[0]
     assert row["hess_init_steps"] == 2 and row["hess_init_mean_h"] == pytest.approx(float(h.double().mean()))
     assert row["ivon_mean_sigma"] == pytest.approx(row["hess_init_mean_sigma"], rel=1e-9)
@@ -533,7 +569,7 @@ def test_clipped_share_and_mean_step_match_a_hand_computation_on_a_toy_model():
 
 
 def test_three_po_logs_the_clipped_share_and_the_mean_step_every_step(policy):
-    trainer = _trainer(policy, "b3po", steps=3)
+    trainer = _trainer(policy, "b3po", {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}, steps=3)
     params = [p for p in trainer.model.parameters() if p.requires_grad]
     n = sum(p.numel() for p in params)
     for _ in range(3):
@@ -591,7 +627,9 @@ def test_calibrate_threepo_command_writes_the_report(tmp_path):
                  "--prompts-per-step", "4", "--group-size", "8", "--out", str(out)]) == 0
     report = json.loads(out.read_text())
     first, second = report["rounds"]
-    assert (first["clip_radius"], first["lr"]) == (1e-3, matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3))  # the defaults
+    # round 1 starts from the authors' clip radius and the matched lr, not from the defaults it calibrates
+    assert (first["clip_radius"], first["lr"]) == (1e-3, matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3))
+    assert report["ess"] == TESTBED_ESS
     assert (second["clip_radius"], second["lr"]) == (first["pick"]["clip_radius"], first["pick"]["lr"])
     assert (report["clip_radius"], report["lr"]) == (second["pick"]["clip_radius"], second["pick"]["lr"])
     assert report["clip_radius"] > 0 and report["lr"] > 0 and second["pick"]["clipped_share"] <= 0.2
@@ -608,7 +646,7 @@ def test_ivon_lr_logs_the_base_lr_under_the_presets_warmup(policy):
     model, tokenizer = policy
     config = method_config("b3po", **{**SMALL, "steps": 3}, lr_warmup_ratio=0.5)
     history = Trainer(config, copy.deepcopy(model), tokenizer).train(progress=False)
-    expected = matched_ivon_lr(config.lr, 1e-3, 1e-6, 1e-3)
+    expected = TESTBED_IVON_LR
     w = warmup_steps(0.5, 3)
     assert [row["ivon_lr"] for row in history] == [expected] * 3
     assert [row["lr"] for row in history] == pytest.approx([expected * lr_factor(s, total=3, warmup=w)

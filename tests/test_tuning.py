@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr_lib.methods import METHODS, method_config
-from rlvr_lib.methods.threepo import matched_ivon_lr
+from rlvr_lib.methods.threepo import TESTBED_IVON_LR
 from rlvr_lib.tuning import LR_FACTORS, TUNING_SEEDS, pick_lr, tune_lr
 
 
@@ -31,7 +31,7 @@ def test_the_tuned_lr_is_adamws_or_ivons():
     assert METHODS["grpo"].cls.with_tuning_lr(grpo, 3e-4).lr == 3e-4
     b3po = method_config("b3po")
     cls = METHODS["b3po"].cls
-    assert cls.tuning_lr(b3po) == matched_ivon_lr(1e-4, 1e-3, 1e-6, 1e-3)  # the preset's rule
+    assert cls.tuning_lr(b3po) == TESTBED_IVON_LR  # the preset's calibrated IVON lr
     tuned = cls.with_tuning_lr(b3po, 33.3)
     assert tuned.method_options == {"lr": 33.3} and cls.tuning_lr(tuned) == 33.3 and tuned.lr == b3po.lr
 

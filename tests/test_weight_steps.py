@@ -44,13 +44,13 @@ def test_ivon_step_is_bounded_by_the_matched_lr_and_proportional_to_the_lr(polic
     """IVON's step at the matched lr never exceeds the config lr; on the same first step it scales with the lr,
     so the mean-step rule gives the lr whose first step has the target mean exactly."""
     model, tokenizer = policy
-    cfg = _config("b3po", noise_scale=0.0)
+    cfg = _config("b3po", noise_scale=0.0, lr=None, clip_radius=1e-3)  # the first (matched) lr rule
     matched = weight_step_profile(cfg, 1, model=copy.deepcopy(model), tokenizer=tokenizer)
     assert matched.max_abs[0] <= SMALL["lr"] * (1 + 1e-4)  # up to float32 rounding of theta + step
     target = 0.3 * matched.mean_abs[0]
     lr = mean_step_matched_ivon_lr(matched_ivon_lr(SMALL["lr"], 1e-3, 1e-6, 1e-3), matched.mean_abs[0], target,
                                    digits=12)
-    scaled = weight_step_profile(_config("b3po", noise_scale=0.0, lr=lr), 1, model=copy.deepcopy(model),
+    scaled = weight_step_profile(_config("b3po", noise_scale=0.0, lr=lr, clip_radius=1e-3), 1, model=copy.deepcopy(model),
                                  tokenizer=tokenizer)
     assert scaled.mean_abs[0] == pytest.approx(target, rel=1e-4)
     assert scaled.at_max[0] == pytest.approx(matched.at_max[0], abs=1e-4)  # the same weights at the bound (float32)

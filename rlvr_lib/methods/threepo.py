@@ -99,8 +99,8 @@ policy that level is about the most noise the policy keeps. By the authors'
 Fig 5 a 10x smaller ESS already collapses training on a 7B model, which a
 per-weight ratio alone does not predict for a 4-layer, 128-wide policy.
 
-Learning rate (matched to the GRPO it is compared with; the rule was fixed
-before any full-profile 3PO training run). IVON's mean update is
+Learning rate, first rule (``lr=None``; the presets' default until issue 29's
+regime rule below replaced it). IVON's mean update is
 
     m <- m - lr_eff * clip((mom / debias + wd * m) / (h + wd), -c, c)
     lr_eff = lr * (hess_init + wd)   with ``rescale_lr`` (lr without it)
@@ -111,8 +111,8 @@ bound is 1.001e-6, and the authors pair it with a GRPO baseline at AdamW lr
 1e-6, whose per-weight step is about its lr (exactly lr on its first step).
 The testbed's GRPO uses AdamW at the trainer config's ``lr`` (1e-4): with
 IVON lr 1.0, 3PO would move weights about 100x less than the GRPO it is
-compared with. So ``ThreePOOptions.lr`` defaults to ``None``, "matched": the
-IVON lr whose largest per-weight step equals the trainer config's ``lr``,
+compared with. So ``lr=None`` means "matched": the IVON lr whose largest
+per-weight step equals the trainer config's ``lr``,
 
     lr = config.lr / ((hess_init + wd) * c)     with ``rescale_lr``
     lr = config.lr / c                          without it
@@ -142,9 +142,16 @@ clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
 measured |u| after the warm-up exceed it, then the IVON lr whose mean
 |delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
 measured by ``python -m rlvr_lib calibrate-threepo`` (:func:`calibrate_threepo`,
-``results/testbed/threepo_calibration.json``). Until that file is measured on
-the shipped policy and its picks become the defaults, the options keep the
-authors' clip radius and the matched lr above.
+``results/testbed/threepo_calibration.json``; round 1 starts from the authors'
+clip radius and the matched lr, so the picks do not depend on the defaults
+they become). On the shipped policy (B3PO at :data:`TESTBED_ESS`, 8 prompts
+x 8, a 200-step run's schedule, 20 probe steps from step 5 on, 2 rounds):
+at the authors' clip radius 96% of the weights were clipped; the picks are
+clip_radius 0.254 and IVON lr 0.216 (round 2, measured at round 1's 0.25 /
+0.221: 20.3% clipped, mean step 2.60e-5 against AdamW's 2.56e-5), stored as
+:data:`TESTBED_CLIP_RADIUS` and :data:`TESTBED_IVON_LR`, the options'
+defaults (a test reads the record). A real model passes the authors' values
+(``clip_radius`` 1e-3, ``lr`` 1.0: ``configs/c3po_qwen25_math_7b.yaml``).
 
 Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
 IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
@@ -230,12 +237,12 @@ from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_int, check_range
 
-__all__ = ["AUTHORS_ESS", "B3PO", "C3PO", "calibrate_clip_and_lr", "calibrate_ess", "calibrate_threepo",
-           "calibrated_ess", "check_ivon_lr", "HESS_INIT_STREAM", "initial_sigma", "ivon_update_probe",
-           "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr", "MAX_CLIPPED_SHARE",
-           "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES", "noise_to_weight_ratio",
-           "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_ESS", "THREEPO_SETTINGS", "ThreePOOptions",
-           "update_ratio", "weight_matrix_std"]
+__all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "calibrate_clip_and_lr", "calibrate_ess",
+           "calibrate_threepo", "calibrated_ess", "check_ivon_lr", "HESS_INIT_STREAM", "initial_sigma",
+           "ivon_update_probe", "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
+           "MAX_CLIPPED_SHARE", "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES",
+           "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_CLIP_RADIUS", "TESTBED_ESS",
+           "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "update_ratio", "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -244,6 +251,12 @@ REFERENCE_WEIGHT_STD = 0.02
 TESTBED_ESS = 1e8
 """Default ESS of the presets on the testbed: `rlvr_lib.eval.premises.ess_by_noise_rule` on the shipped policy
 (testbed v7, ``results/testbed/premises.json``; the rule and the measurement are in the module docstring)."""
+TESTBED_CLIP_RADIUS = 0.254
+"""Default ``clip_radius`` on the testbed: :func:`calibrate_threepo`'s pick (at most 20% of weights clipped)."""
+TESTBED_IVON_LR = 0.216
+"""Default IVON lr on the testbed: :func:`calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``)."""
+AUTHORS_CLIP_RADIUS = 1e-3
+"""The authors' clip radius (a real model passes it); :func:`calibrate_threepo`'s first round starts from it."""
 NOISE_RATIO_ESS = 1.6e8
 """The earlier rule's ESS (:func:`calibrate_ess`: the authors' noise / weight-std ratio), kept for comparison."""
 NOISE_SCALES = (0.0, 1.0)
@@ -456,7 +469,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     adamw = weight_step_profile(method_config(adamw_method, **base), steps, model=copy.deepcopy(model),
                                 tokenizer=tokenizer)
     adamw_mean = adamw.mean(skip)["mean_abs"]
-    options: dict = {}
+    options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
     history = []
     for r in range(rounds):
         config = method_config(method, **base, method_options=options or None)
@@ -474,6 +487,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
                     "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
                     "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
             "method": method, "adamw_method": adamw_method, "run_steps": run_steps, "probe_steps": steps,
+            "ess": o.ess, "hess_init": o.hess_init,
             "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
             "adamw_mean_abs_step": adamw_mean, "adamw_mean_abs_step_per_step": adamw.mean_abs.tolist(),
             "rounds": history, "clip_radius": options["clip_radius"], "lr": options["lr"]}
@@ -646,22 +660,24 @@ def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Te
 
 @dataclass(frozen=True)
 class ThreePOOptions(ConfigBase):
-    """3PO settings; defaults are the authors' (rescale_lr, hess_init 1e-3, ...) except ``ess`` and ``lr``.
+    """3PO settings; defaults are the authors' (rescale_lr, hess_init 1e-3, ...) except ``ess``, ``clip_radius``, ``lr``.
 
-    ``ess`` defaults to :data:`TESTBED_ESS` (the testbed's noise rule of the
-    module docstring); pass ``1e9`` (:data:`AUTHORS_ESS`) for a real model.
-    ``lr`` defaults to ``None``, "matched": :func:`matched_ivon_lr` of the
-    trainer config's ``lr`` (IVON's largest per-weight step equals it; 0.999,
-    the authors' 1.0, at the authors' GRPO lr 1e-6); a number overrides it.
+    ``ess``, ``clip_radius`` and ``lr`` default to the testbed's calibration
+    (:data:`TESTBED_ESS`, :data:`TESTBED_CLIP_RADIUS`, :data:`TESTBED_IVON_LR`;
+    the rules are in the module docstring); a real model passes the authors'
+    ``ess`` 1e9, ``clip_radius`` 1e-3 and ``lr`` 1.0. ``lr=None`` is the first
+    rule, "matched": :func:`matched_ivon_lr` of the trainer config's ``lr``
+    (IVON's largest per-weight step equals it; 0.999, the authors' 1.0, at the
+    authors' GRPO lr 1e-6).
     ``noise_scale`` is 1.0 or 0.0 (:data:`NOISE_SCALES`).
     """
 
     samples: int = 2            # M (m3po) / N (c3po); b3po always uses 1
-    lr: float | None = None     # None: matched_ivon_lr(config.lr, ...)
+    lr: float | None = TESTBED_IVON_LR  # None: matched_ivon_lr(config.lr, ...)
     rescale_lr: bool = True
     ess: float = TESTBED_ESS
     hess_init: float = 1e-3
-    clip_radius: float = 1e-3
+    clip_radius: float = TESTBED_CLIP_RADIUS
     beta1: float = 0.9
     beta2: float = 0.9999
     weight_decay: float = 1e-6
