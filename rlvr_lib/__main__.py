@@ -174,10 +174,10 @@ def _tune_lr(args: argparse.Namespace) -> int:
     """The equal lr-tuning budget (`rlvr_lib.tuning`): every method's grid on the tuning seeds, picks recorded."""
     import torch
 
-    from rlvr_lib.experiments import write_json_atomic
     from rlvr_lib.methods.registry import method_config
     from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.tuning import TUNING_SEEDS, tune_lr
+    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+    from rlvr_lib.tuning import TUNING_SEEDS, record_tuning, tune_lr
 
     check_model("--model", args.model)
     check_out_file("--out", args.out)
@@ -189,14 +189,13 @@ def _tune_lr(args: argparse.Namespace) -> int:
             method_config(name, **fields, policy=args.model)
     if args.tail > args.steps:
         raise UsageError(f"argument --tail: {args.tail} is invalid: must be at most --steps ({args.steps})")
-    report = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
+    header = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
                       f"mean of the last {args.tail} steps over seeds {list(TUNING_SEEDS)})",
-              "policy_sha": policy_fingerprint(args.model), "torch_threads": torch.get_num_threads(),
-              "config_fields": fields, "methods": {}}
-    for name in args.methods:  # written after each method: a long sweep keeps what it finished
-        report["methods"][name] = tune_lr(name, tail=args.tail, policy=args.model, progress=args.progress, **fields)
-        write_json_atomic(out, report)
-        result = report["methods"][name]
+              "policy_sha": policy_fingerprint(args.model), "testbed_version": TESTBED_VERSION,
+              "config_fields": fields}
+    for name in args.methods:  # recorded after each method: a long sweep keeps what it finished
+        result = tune_lr(name, tail=args.tail, policy=args.model, progress=args.progress, **fields)
+        record_tuning(out, header, name, dict(result, torch_threads=torch.get_num_threads()))
         print(f"{name}: default lr {result['default_lr']:.4g}, pick {result['pick']:.4g} "
               f"(mean final accuracy {result['mean_final_accuracy']})")
     print(f"wrote {out}")

@@ -29,9 +29,12 @@ several and writes ``results/testbed/lr_tuning.json``.
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["LR_FACTORS", "TUNING_SEEDS", "pick_lr", "tune_lr"]
+__all__ = ["LR_FACTORS", "TUNING_SEEDS", "pick_lr", "record_tuning", "tune_lr"]
 
 LR_FACTORS = (1 / 3, 1.0, 3.0)
 """The grid around each method's default learning rate."""
@@ -101,3 +104,30 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
             "tail": tail, "config_fields": config_fields, "final_accuracy": finals,
             "mean_final_accuracy": {repr(lr): m for lr, m in means.items()},
             "pick": pick_lr(means, default_in_grid), "run_ids": run_ids}
+
+
+def record_tuning(path: str | Path, header: dict, name: str, result: dict) -> dict:
+    """Adds one method's :func:`tune_lr` result to the report at ``path`` and writes it atomically.
+
+    The report is ``{**header, "methods": {name: result, ...}}``. Entries of a
+    report with the same ``header`` (the rule, policy hash and run settings)
+    are kept, so sweeps run one after the other, or side by side in several
+    processes (the read-modify-write holds an exclusive lock on a hidden lock
+    file beside ``path``), add up to one report; a report with another
+    header is replaced (its picks belong to another policy or setting).
+
+    Returns:
+        The report as written.
+    """
+    from rlvr_lib.experiments import _run_lock, write_json_atomic
+
+    path = Path(path)
+    with _run_lock(path.with_name(f".{path.name}.lock")):
+        try:
+            old = json.loads(path.read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            old = {}
+        same = {k: v for k, v in old.items() if k != "methods"} == header
+        report = {**header, "methods": {**(old.get("methods", {}) if same else {}), name: result}}
+        write_json_atomic(path, report)
+    return report

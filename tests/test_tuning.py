@@ -68,3 +68,17 @@ def test_tune_lr_command_on_two_step_runs(tmp_path, monkeypatch):
     assert main(["tune-lr", "--methods", "grpo_no_kl", "--steps", "2", "--prompts-per-step", "2", "--tail", "1",
                  "--out", str(again)]) == 0
     assert json.loads(again.read_text())["methods"] == report["methods"]
+
+
+def test_tuning_reports_add_up_across_sweeps_and_a_new_header_replaces_them(tmp_path):
+    from rlvr_lib.tuning import record_tuning
+
+    out = tmp_path / "lr_tuning.json"
+    header = {"rule": "r", "policy_sha": "abc", "config_fields": {"steps": 2}}
+    record_tuning(out, header, "grpo", {"pick": 1e-4})
+    report = record_tuning(out, header, "sage", {"pick": 3e-4})
+    assert report == json.loads(out.read_text()) == {**header, "methods": {"grpo": {"pick": 1e-4},
+                                                                           "sage": {"pick": 3e-4}}}
+    assert record_tuning(out, header, "grpo", {"pick": 3e-5})["methods"]["grpo"] == {"pick": 3e-5}  # re-tuned
+    other = {**header, "policy_sha": "def"}  # another policy: the old picks are not its picks
+    assert record_tuning(out, other, "vigor", {"pick": 1e-5}) == {**other, "methods": {"vigor": {"pick": 1e-5}}}
