@@ -143,7 +143,7 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
 
     from rlvr_lib.experiments import write_json_atomic
     from rlvr_lib.methods.registry import method_config
-    from rlvr_lib.methods.threepo import calibrate_threepo
+    from rlvr_lib.study.probes.ivon_regime import calibrate_threepo
     from rlvr_lib.policy.load import policy_fingerprint
 
     fields = {"prompts_per_step": args.prompts_per_step, "group_size": args.group_size, "seed": args.seed}

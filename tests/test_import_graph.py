@@ -26,10 +26,6 @@ CYCLE_EDGES = {
     ("rlvr_lib.experiments", "rlvr_lib.claims"),
     # TrainerConfig checks its method against the registry, whose presets and method_config use TrainerConfig.
     ("rlvr_lib.trainer_config", "rlvr_lib.methods"),
-    # 3PO's calibration (ivon_update_probe, calibrate_threepo) trains and measures weight steps: study code
-    # inside a method module.
-    ("rlvr_lib.methods.threepo", "rlvr_lib.trainer"),
-    ("rlvr_lib.methods.threepo", "rlvr_lib.study.probes.weight_steps"),
     # The testbed's sub_ood family is built from the subtraction module, which reuses the testbed's format check.
     ("rlvr_lib.tasks.subtraction", "rlvr_lib.tasks.arithmetic"),
 }

@@ -13,8 +13,9 @@ from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
 from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, AUTHORS_ESS, C3PO, M3PO, B3PO, NOISE_RATIO_ESS,
                                       REFERENCE_WEIGHT_STD, TESTBED_CLIP_RADIUS, TESTBED_ESS, TESTBED_IVON_LR, _SummedIVON,
-                                      calibrate_ess, calibrated_ess, check_ivon_lr, initial_sigma, matched_ivon_lr,
+                                      calibrate_ess, calibrated_ess, initial_sigma, matched_ivon_lr,
                                       noise_to_weight_ratio, sample_disagreement, weight_matrix_std)
+from rlvr_lib.study.probes.ivon_regime import check_ivon_lr
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 

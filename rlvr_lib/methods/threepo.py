@@ -125,7 +125,7 @@ run with the authors' GRPO lr reproduces their setting; on the testbed
 used is logged with every step as ``ivon_lr``. A run's cache key holds its
 ``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
 no ``ivon_lr`` logged) has the key of its matched successor:
-:func:`check_ivon_lr` refuses such records (notebook 04 calls it).
+`rlvr_lib.study.probes.ivon_regime.check_ivon_lr` refuses such records (notebook 04 calls it).
 The rule matches the largest step, not the mean one: with most weights at
 the clip bound IVON's mean step is close to the bound, AdamW's well below
 its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
@@ -141,7 +141,7 @@ the clip binds on a minority). Every step now logs ``ivon_clipped_frac`` and
 clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
 measured |u| after the warm-up exceed it, then the IVON lr whose mean
 |delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
-measured by ``python -m rlvr_lib calibrate-threepo`` (:func:`calibrate_threepo`,
+measured by ``python -m rlvr_lib calibrate-threepo`` (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo`,
 ``results/testbed/threepo_calibration.json``; round 1 starts from the authors'
 clip radius and the matched lr, so the picks do not depend on the defaults
 they become). On the shipped policy (B3PO at :data:`TESTBED_ESS`, 8 prompts
@@ -217,8 +217,6 @@ needed.
 from __future__ import annotations
 
 import contextlib
-import copy
-import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -238,8 +236,8 @@ from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "calibrate_clip_and_lr", "calibrate_ess",
-           "calibrate_threepo", "calibrated_ess", "check_ivon_lr", "HESS_INIT_STREAM", "initial_sigma",
-           "ivon_update_probe", "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
+           "calibrated_ess", "HESS_INIT_STREAM", "initial_sigma",
+           "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
            "MAX_CLIPPED_SHARE", "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES",
            "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_CLIP_RADIUS", "TESTBED_ESS",
            "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "update_ratio", "weight_matrix_std"]
@@ -252,11 +250,11 @@ TESTBED_ESS = 1e8
 """Default ESS of the presets on the testbed: `rlvr_lib.eval.premises.ess_by_noise_rule` on the shipped policy
 (testbed v7, ``results/testbed/premises.json``; the rule and the measurement are in the module docstring)."""
 TESTBED_CLIP_RADIUS = 0.254
-"""Default ``clip_radius`` on the testbed: :func:`calibrate_threepo`'s pick (at most 20% of weights clipped)."""
+"""Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped)."""
 TESTBED_IVON_LR = 0.216
-"""Default IVON lr on the testbed: :func:`calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``)."""
+"""Default IVON lr on the testbed: `calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``)."""
 AUTHORS_CLIP_RADIUS = 1e-3
-"""The authors' clip radius (a real model passes it); :func:`calibrate_threepo`'s first round starts from it."""
+"""The authors' clip radius (a real model passes it); `calibrate_threepo`'s first round starts from it."""
 NOISE_RATIO_ESS = 1.6e8
 """The earlier rule's ESS (:func:`calibrate_ess`: the authors' noise / weight-std ratio), kept for comparison."""
 NOISE_SCALES = (0.0, 1.0)
@@ -378,7 +376,7 @@ def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float
     The clip radius does not enter the posterior noise 1 / sqrt(ess (h + wd)),
     so the noise the ESS rule set is unchanged. Exact for the measured steps
     only: at the picks the trajectory changes; measure again to check
-    (:func:`calibrate_threepo` does, with ``rounds``).
+    (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo` does, with ``rounds``).
 
     Raises:
         ValueError: on an empty, non-1-D or non-finite ``abs_update_ratio``, a negative value in it,
@@ -408,121 +406,6 @@ def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float
     return RegimeCalibration(clip_radius=clip_radius, lr=lr, clipped_share=float((values > clip_radius).double().mean()),
                              ivon_mean_step=lr_eff_used * per_lr, adamw_mean_step=adamw_mean_step,
                              max_clipped=max_clipped, samples=len(values))
-
-
-def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=None) -> dict:
-    """Run the first ``steps`` RL steps of a 3PO ``config`` and collect IVON's update ratios after ``skip``.
-
-    A fresh `rlvr_lib.trainer.Trainer` (nothing written): the steps are the
-    first ``steps`` of the run ``config`` describes (its ``steps`` sets the lr
-    schedule, not how many are run). Returns ``abs_update_ratio`` (every
-    weight's |u| at RL steps ``skip .. steps - 1``, pooled, float32; at the
-    last optimizer step of each RL step, the only one at
-    the 3PO presets' ``minibatches=1``), and per RL step the logged
-    ``ivon_clipped_frac`` and ``ivon_mean_abs_step``.
-
-    Raises:
-        ValueError: unless ``config.method`` is a 3PO method, ``steps >= 1`` and ``0 <= skip < steps``.
-    """
-    from rlvr_lib.trainer import Trainer
-
-    check(config.method in ("b3po", "m3po", "c3po"), "config.method", config.method, "one of b3po, m3po, c3po")
-    check_int("steps", steps, 1)
-    check_int("skip", skip, 0, steps - 1)
-    trainer = Trainer(config, model, tokenizer)
-    trainer.optimizer.keep_update_ratio = True
-    pooled, clipped, moved = [], [], []
-    for step in range(steps):
-        row = trainer.step()
-        clipped.append(row["ivon_clipped_frac"])
-        moved.append(row["ivon_mean_abs_step"])
-        if step >= skip:
-            pooled.append(trainer.optimizer.last_abs_update_ratio)  # the RL step's last optimizer step
-    return {"abs_update_ratio": torch.cat(pooled), "ivon_clipped_frac": clipped, "ivon_mean_abs_step": moved}
-
-
-def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
-                      skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
-                      **config_fields) -> dict:
-    """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
-
-    1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
-       of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
-       its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
-    2. Round r: :func:`ivon_update_probe` of ``method_config(method,
-       steps=run_steps, **config_fields)`` with ``clip_radius`` and ``lr`` the
-       previous round's picks (round 1: the method's defaults), then
-       :func:`calibrate_clip_and_lr`. Round r + 1 measures at round r's picks
-       (the rule is exact only on the measured trajectory); each round records
-       the clipped share and mean step it measured at its own setting.
-
-    The picks are the last round's. Returns a JSON-ready report (settings,
-    AdamW's mean step, every round, the picks).
-    """
-    from rlvr_lib.study.probes.weight_steps import weight_step_profile
-    from rlvr_lib.methods.registry import method_config
-    from rlvr_lib.policy import load_policy
-
-    check_int("rounds", rounds, 1)
-    base = dict(config_fields, steps=run_steps, policy=policy)
-    model, tokenizer = load_policy(policy)
-    adamw = weight_step_profile(method_config(adamw_method, **base), steps, model=copy.deepcopy(model),
-                                tokenizer=tokenizer)
-    adamw_mean = adamw.mean(skip)["mean_abs"]
-    options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
-    history = []
-    for r in range(rounds):
-        config = method_config(method, **base, method_options=options or None)
-        o = ThreePOOptions.from_dict(options)
-        probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
-        pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
-                                     hess_init=o.hess_init, weight_decay=o.weight_decay, rescale_lr=o.rescale_lr)
-        history.append({"round": r + 1, "clip_radius": o.clip_radius, "lr": o.ivon_lr(config.lr),
-                        "measured_clipped_frac": sum(probe["ivon_clipped_frac"][skip:]) / (steps - skip),
-                        "measured_mean_abs_step": sum(probe["ivon_mean_abs_step"][skip:]) / (steps - skip),
-                        "ivon_clipped_frac": probe["ivon_clipped_frac"], "ivon_mean_abs_step": probe["ivon_mean_abs_step"],
-                        "pick": dataclasses.asdict(pick)})
-        options = {"clip_radius": pick.clip_radius, "lr": pick.lr}
-    return {"rule": "clip_radius: the (1 - max_clipped) quantile of IVON's |u| after warm-up, rounded up; "
-                    "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
-                    "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
-            "method": method, "adamw_method": adamw_method, "run_steps": run_steps, "probe_steps": steps,
-            "ess": o.ess, "hess_init": o.hess_init,
-            "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
-            "adamw_mean_abs_step": adamw_mean, "adamw_mean_abs_step_per_step": adamw.mean_abs.tolist(),
-            "rounds": history, "clip_radius": options["clip_radius"], "lr": options["lr"]}
-
-
-def check_ivon_lr(records) -> None:
-    """Raises unless every 3PO run record logged, at every step, the IVON lr its config gives under today's rule.
-
-    For a record's ``config["train"]`` (a `TrainerConfig` as a dict, as
-    `rlvr_lib.pipeline.train_and_evaluate` stores it) the expected lr is
-    ``method_options["lr"]`` when given, else :func:`matched_ivon_lr` of the
-    config's ``lr`` and the options' ``hess_init``, ``weight_decay``,
-    ``clip_radius`` and ``rescale_lr``. A run cached before the matched rule
-    logged no ``ivon_lr`` (it stepped with IVON lr 1.0) under the same cache
-    key, since the key holds ``method_options`` as written: this check keeps
-    such a record out of a table.
-
-    Raises:
-        ValueError: naming the first run whose logged ``ivon_lr`` is missing or
-            differs (relative 1e-9), with the expected value.
-    """
-    records = list(records)
-    if not records:
-        raise ValueError("records=[] is invalid: must be a non-empty list of 3PO run records")
-    for i, r in enumerate(records):
-        train = r.config["train"]
-        o = ThreePOOptions.from_dict(train.get("method_options") or {})
-        expected = o.ivon_lr(train["lr"])
-        logged = [h.get("ivon_lr") for h in (r.history or [])]
-        if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
-            seen = sorted({v for v in logged if v is not None}) or "none"
-            raise ValueError(f"records[{i}]={getattr(r, 'run_id', i)!r} is invalid: must be a 3PO run that logged "
-                             f"ivon_lr = {expected:.6g} at every step (the lr rule of rlvr_lib.methods.threepo); "
-                             f"it logged {seen}. A run cached before the matched IVON lr: delete its record "
-                             f"and re-run it")
 
 
 def weight_matrix_std(model: torch.nn.Module) -> float:

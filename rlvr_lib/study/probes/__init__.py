@@ -5,6 +5,8 @@ they left `rlvr_lib.eval`, whose metrics of a policy sit below both.
 
 * :mod:`rlvr_lib.study.probes.weight_steps` -- how far each RL step moves the weights (3PO's IVON vs
   AdamW step sizes).
+* :mod:`rlvr_lib.study.probes.ivon_regime` -- 3PO's IVON regime calibration (clip radius and IVON lr)
+  and the check that 3PO records stepped with the IVON lr their config gives.
 * :mod:`rlvr_lib.study.probes.grad_norm_profile` -- VIGOR's ``||g||`` against length and accuracy by
   score rank.
 """

@@ -1,0 +1,140 @@
+"""3PO's IVON regime from the study side: the calibration probes that train, and the record check (issue 29).
+
+They train (`rlvr_lib.trainer`) and read run records, so they sit above the library; the rules they apply
+are pure functions of `rlvr_lib.methods.threepo` (:func:`~rlvr_lib.methods.threepo.calibrate_clip_and_lr`,
+:meth:`~rlvr_lib.methods.threepo.ThreePOOptions.ivon_lr`), whose docstring states them and the values
+measured on the shipped policy.
+
+* :func:`ivon_update_probe` -- IVON's per-weight update ratios over a run's first steps.
+* :func:`calibrate_threepo` -- the regime calibration behind ``python -m rlvr_lib calibrate-threepo``.
+* :func:`check_ivon_lr` -- refuses 3PO run records that did not step with the IVON lr their config gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import torch
+
+from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, MAX_CLIPPED_SHARE, ThreePOOptions,
+                                      calibrate_clip_and_lr)
+from rlvr_lib.validation import check, check_int
+
+__all__ = ["calibrate_threepo", "check_ivon_lr", "ivon_update_probe"]
+
+
+def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=None) -> dict:
+    """Run the first ``steps`` RL steps of a 3PO ``config`` and collect IVON's update ratios after ``skip``.
+
+    A fresh `rlvr_lib.trainer.Trainer` (nothing written): the steps are the
+    first ``steps`` of the run ``config`` describes (its ``steps`` sets the lr
+    schedule, not how many are run). Returns ``abs_update_ratio`` (every
+    weight's |u| at RL steps ``skip .. steps - 1``, pooled, float32; at the
+    last optimizer step of each RL step, the only one at
+    the 3PO presets' ``minibatches=1``), and per RL step the logged
+    ``ivon_clipped_frac`` and ``ivon_mean_abs_step``.
+
+    Raises:
+        ValueError: unless ``config.method`` is a 3PO method, ``steps >= 1`` and ``0 <= skip < steps``.
+    """
+    from rlvr_lib.trainer import Trainer
+
+    check(config.method in ("b3po", "m3po", "c3po"), "config.method", config.method, "one of b3po, m3po, c3po")
+    check_int("steps", steps, 1)
+    check_int("skip", skip, 0, steps - 1)
+    trainer = Trainer(config, model, tokenizer)
+    trainer.optimizer.keep_update_ratio = True
+    pooled, clipped, moved = [], [], []
+    for step in range(steps):
+        row = trainer.step()
+        clipped.append(row["ivon_clipped_frac"])
+        moved.append(row["ivon_mean_abs_step"])
+        if step >= skip:
+            pooled.append(trainer.optimizer.last_abs_update_ratio)  # the RL step's last optimizer step
+    return {"abs_update_ratio": torch.cat(pooled), "ivon_clipped_frac": clipped, "ivon_mean_abs_step": moved}
+
+
+def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
+                      skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
+                      **config_fields) -> dict:
+    """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
+
+    1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
+       of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
+       its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
+    2. Round r: :func:`ivon_update_probe` of ``method_config(method,
+       steps=run_steps, **config_fields)`` with ``clip_radius`` and ``lr`` the
+       previous round's picks (round 1: the method's defaults), then
+       :func:`calibrate_clip_and_lr`. Round r + 1 measures at round r's picks
+       (the rule is exact only on the measured trajectory); each round records
+       the clipped share and mean step it measured at its own setting.
+
+    The picks are the last round's. Returns a JSON-ready report (settings,
+    AdamW's mean step, every round, the picks).
+    """
+    from rlvr_lib.study.probes.weight_steps import weight_step_profile
+    from rlvr_lib.methods.registry import method_config
+    from rlvr_lib.policy import load_policy
+
+    check_int("rounds", rounds, 1)
+    base = dict(config_fields, steps=run_steps, policy=policy)
+    model, tokenizer = load_policy(policy)
+    adamw = weight_step_profile(method_config(adamw_method, **base), steps, model=copy.deepcopy(model),
+                                tokenizer=tokenizer)
+    adamw_mean = adamw.mean(skip)["mean_abs"]
+    options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
+    history = []
+    for r in range(rounds):
+        config = method_config(method, **base, method_options=options or None)
+        o = ThreePOOptions.from_dict(options)
+        probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
+        pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
+                                     hess_init=o.hess_init, weight_decay=o.weight_decay, rescale_lr=o.rescale_lr)
+        history.append({"round": r + 1, "clip_radius": o.clip_radius, "lr": o.ivon_lr(config.lr),
+                        "measured_clipped_frac": sum(probe["ivon_clipped_frac"][skip:]) / (steps - skip),
+                        "measured_mean_abs_step": sum(probe["ivon_mean_abs_step"][skip:]) / (steps - skip),
+                        "ivon_clipped_frac": probe["ivon_clipped_frac"], "ivon_mean_abs_step": probe["ivon_mean_abs_step"],
+                        "pick": dataclasses.asdict(pick)})
+        options = {"clip_radius": pick.clip_radius, "lr": pick.lr}
+    return {"rule": "clip_radius: the (1 - max_clipped) quantile of IVON's |u| after warm-up, rounded up; "
+                    "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
+                    "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
+            "method": method, "adamw_method": adamw_method, "run_steps": run_steps, "probe_steps": steps,
+            "ess": o.ess, "hess_init": o.hess_init,
+            "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
+            "adamw_mean_abs_step": adamw_mean, "adamw_mean_abs_step_per_step": adamw.mean_abs.tolist(),
+            "rounds": history, "clip_radius": options["clip_radius"], "lr": options["lr"]}
+
+
+def check_ivon_lr(records) -> None:
+    """Raises unless every 3PO run record logged, at every step, the IVON lr its config gives under today's rule.
+
+    For a record's ``config["train"]`` (a `TrainerConfig` as a dict, as
+    `rlvr_lib.pipeline.train_and_evaluate` stores it) the expected lr is
+    ``method_options["lr"]`` when given, else :func:`matched_ivon_lr` of the
+    config's ``lr`` and the options' ``hess_init``, ``weight_decay``,
+    ``clip_radius`` and ``rescale_lr``. A run cached before the matched rule
+    logged no ``ivon_lr`` (it stepped with IVON lr 1.0) under the same cache
+    key, since the key holds ``method_options`` as written: this check keeps
+    such a record out of a table.
+
+    Raises:
+        ValueError: naming the first run whose logged ``ivon_lr`` is missing or
+            differs (relative 1e-9), with the expected value.
+    """
+    records = list(records)
+    if not records:
+        raise ValueError("records=[] is invalid: must be a non-empty list of 3PO run records")
+    for i, r in enumerate(records):
+        train = r.config["train"]
+        o = ThreePOOptions.from_dict(train.get("method_options") or {})
+        expected = o.ivon_lr(train["lr"])
+        logged = [h.get("ivon_lr") for h in (r.history or [])]
+        if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
+            seen = sorted({v for v in logged if v is not None}) or "none"
+            raise ValueError(f"records[{i}]={getattr(r, 'run_id', i)!r} is invalid: must be a 3PO run that logged "
+                             f"ivon_lr = {expected:.6g} at every step (the lr rule of rlvr_lib.methods.threepo); "
+                             f"it logged {seen}. A run cached before the matched IVON lr: delete its record "
+                             f"and re-run it")
