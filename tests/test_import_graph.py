@@ -26,8 +26,6 @@ CYCLE_EDGES = {
     ("rlvr_lib.experiments", "rlvr_lib.claims"),
     # TrainerConfig checks its method against the registry, whose presets and method_config use TrainerConfig.
     ("rlvr_lib.trainer_config", "rlvr_lib.methods"),
-    # The testbed's sub_ood family is built from the subtraction module, which reuses the testbed's format check.
-    ("rlvr_lib.tasks.subtraction", "rlvr_lib.tasks.arithmetic"),
 }
 
 

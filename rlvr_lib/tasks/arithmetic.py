@@ -76,15 +76,14 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import re
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 
 from rlvr_lib.tasks import subtraction
 from rlvr_lib.tasks.strategy_profile import only_rare_solves, rare_never_solves
-from rlvr_lib.tasks.base import CORRECT, MALFORMED, WRONG, Problem, Verdict
+from rlvr_lib.tasks.base import Problem, Verdict
+from rlvr_lib.tasks.step_format import verify_format
 
 TASK_NAME = "mul"
 STRATEGIES = ("direct", "split", "round")
@@ -105,7 +104,6 @@ USEFUL_STRATEGIES = {
     "medium": ("split", "round"),
     "hard": ("round", "split"),
 }
-MAX_COMPLETION_CHARS = 200
 # Pretraining never multiplies by 9: 9*b, 90*b, a*9 for any b (see the module docstring).
 HELD_OUT_DIGIT = 9
 UNSEEN_FACT_SHARE = 0.3
@@ -446,20 +444,6 @@ def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
 
 # --------------------------------------------------------------------------- verifier
 
-_COMPLETION = re.compile(r"(direct|split|round): (?:([0-9*+\-=]{1,120}) )?#(\d{1,12})")
-_EXPR = re.compile(r"\d{1,9}(?:\*\d{1,9})?(?:[+-]\d{1,9}(?:\*\d{1,9})?)*")
-_TERM = re.compile(r"([+-]?)(\d+)(?:\*(\d+))?")
-
-
-def evaluate_expression(expr: str) -> int:
-    """Value of a sum/difference of products of integers (``_EXPR`` grammar)."""
-    total = 0
-    for sign, x, y in _TERM.findall(expr):
-        value = int(x) * (int(y) if y else 1)
-        total += -value if sign == "-" else value
-    return total
-
-
 def _expected_first_step(a: int, b: int, strategy: str) -> str:
     return solution_trace(a, b, strategy).split(": ", 1)[1].split("=", 1)[0]
 
@@ -491,33 +475,3 @@ def verify(problem: Problem, completion: object) -> Verdict:
     return verify_format(problem, completion, lambda strategy: _expected_first_step(*problem.operands, strategy))
 
 
-def verify_format(problem: Problem, completion: object, first_step: Callable[[str], str]) -> Verdict:
-    """The step-by-step check shared by the testbed's skills (`verify`).
-
-    ``first_step(strategy)`` is the expression the named strategy's chain must start with.
-    """
-    if not isinstance(completion, str):
-        return Verdict(0.0, MALFORMED, None, f"completion is {type(completion).__name__}, not str")
-    text = completion.strip()
-    if len(text) > MAX_COMPLETION_CHARS:
-        return Verdict(0.0, MALFORMED, None, f"longer than {MAX_COMPLETION_CHARS} characters")
-    match = _COMPLETION.fullmatch(text)
-    if match is None:
-        return Verdict(0.0, MALFORMED, None, "not '<strategy>: [<steps> ]#<answer>'")
-    strategy, chain, answer = match.groups()
-    if (strategy == "direct") != (chain is None):
-        return Verdict(0.0, MALFORMED, strategy, f"{strategy!r} {'takes no' if chain else 'needs'} steps")
-    if chain is not None:
-        steps = chain.split("=")
-        if len(steps) < 2 or not all(_EXPR.fullmatch(s) for s in steps):
-            return Verdict(0.0, MALFORMED, strategy, "steps are not '<expr>=<expr>=...=<number>'")
-        if steps[0] != first_step(strategy):
-            return Verdict(0.0, WRONG, strategy, f"first step is not the {strategy} decomposition")
-        values = [evaluate_expression(s) for s in steps]
-        if any(v != values[0] for v in values[1:]):
-            return Verdict(0.0, WRONG, strategy, "a step changes the value")
-        if not steps[-1].isdigit() or steps[-1] != answer:
-            return Verdict(0.0, WRONG, strategy, "the steps do not end in the stated answer")
-    if answer != problem.answer:
-        return Verdict(0.0, WRONG, strategy, "wrong answer")
-    return Verdict(1.0, CORRECT, strategy)

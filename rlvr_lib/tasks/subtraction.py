@@ -27,6 +27,7 @@ from __future__ import annotations
 import hashlib
 
 from rlvr_lib.tasks.base import Problem, Verdict
+from rlvr_lib.tasks.step_format import verify_format
 
 SKILL = "sub"
 A_RANGE = (200, 999)
@@ -127,6 +128,4 @@ def verify(problem: Problem, completion: object) -> Verdict:
     this skill: ``split`` starts ``a-H-r`` (``H`` the hundreds of ``b``),
     ``round`` starts ``a-U+d`` (``U`` = ``b`` rounded up to a multiple of ten).
     """
-    from rlvr_lib.tasks.arithmetic import verify_format
-
     return verify_format(problem, completion, lambda strategy: expected_first_step(*problem.operands, strategy))
