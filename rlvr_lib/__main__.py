@@ -142,7 +142,7 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.experiments import write_json_atomic
-    from rlvr_lib.methods.registry import method_config
+    from rlvr_lib.methods.presets import method_config
     from rlvr_lib.study.probes.ivon_regime import calibrate_threepo
     from rlvr_lib.policy.load import policy_fingerprint
 
@@ -174,7 +174,7 @@ def _tune_lr(args: argparse.Namespace) -> int:
     """The equal lr-tuning budget (`rlvr_lib.tuning`): every method's grid on the tuning seeds, picks recorded."""
     import torch
 
-    from rlvr_lib.methods.registry import method_config
+    from rlvr_lib.methods.presets import method_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
     from rlvr_lib.tuning import TUNING_SEEDS, record_tuning, tune_lr

@@ -1,8 +1,10 @@
 """`TrainerConfig`: the settings of the RL loop, in a module of their own.
 
-Kept apart from `rlvr_lib.trainer` so that the method registry
-(`rlvr_lib.methods`) can build configs without importing the loop: importing
-`rlvr_lib.methods` never imports `rlvr_lib.trainer`.
+Kept apart from `rlvr_lib.trainer` so that the method presets
+(`rlvr_lib.methods.presets`) can build configs without importing the loop:
+importing `rlvr_lib.methods` never imports `rlvr_lib.trainer`. The method name
+is checked against the registry (`rlvr_lib.methods.registry`), which sits
+below this module.
 """
 
 from __future__ import annotations
@@ -91,7 +93,7 @@ class TrainerConfig(ConfigBase):
     engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
-        from rlvr_lib.methods import METHODS
+        from rlvr_lib.methods.registry import METHODS  # importing it runs rlvr_lib.methods: all registered
 
         self.check_choice("method", self.method, sorted(METHODS))
         self.check_choice("task", self.task, task_names())

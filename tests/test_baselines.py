@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rlvr_lib.methods import METHODS, build_method, method_config
-from rlvr_lib.methods.base import StepBatch
+from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.baselines import completion_logits, oracle_prefix
 from rlvr_lib.rollout import sequence_logprobs
 from rlvr_lib.tasks import CORRECT, WRONG, Verdict, make_problem
@@ -38,6 +38,22 @@ def test_every_baseline_is_registered_with_a_description():
         spec = METHODS[name]
         assert spec.description and spec.cls.name == name and spec.cls.__doc__
         assert "arXiv" in spec.cls.__doc__, name
+
+
+def test_every_preset_builds_a_config_and_a_bad_preset_is_named(registered):
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.trainer_config import TrainerConfig
+
+    for name in METHODS:  # every key of every registered preset is a TrainerConfig field
+        assert set(METHODS[name].preset) <= set(TrainerConfig.__dataclass_fields__), name
+        assert method_config(name).method == name
+    registered("bad_preset", type("BadPreset", (Method,), {}), kl_coeff=0.1)
+    with pytest.raises(ValueError, match=r"method 'bad_preset': preset key\(s\) \['kl_coeff'\] are not TrainerConfig"):
+        method_config("bad_preset")
+    with pytest.raises(ValueError, match=r"method='nope' is not registered: must be one of \["):
+        method_config("nope")
+    with pytest.raises(ValueError, match=r"method='nope' is invalid"):
+        TrainerConfig(method="nope")  # the config itself checks the name against the registry
 
 
 @pytest.mark.parametrize("name", sorted(METHODS))

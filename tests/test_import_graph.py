@@ -24,8 +24,6 @@ PACKAGE_DIR = Path(__file__).resolve().parent.parent / "rlvr_lib"
 CYCLE_EDGES = {
     # Run records carry the claims' provenance, while the claims registries build on experiments' tables.
     ("rlvr_lib.experiments", "rlvr_lib.claims"),
-    # TrainerConfig checks its method against the registry, whose presets and method_config use TrainerConfig.
-    ("rlvr_lib.trainer_config", "rlvr_lib.methods"),
 }
 
 

@@ -11,7 +11,8 @@ baselines the papers compare against live in `rlvr_lib.methods.baselines`.
 from __future__ import annotations
 
 from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, NoOptions, StepBatch
-from rlvr_lib.methods.registry import METHODS, MethodSpec, build_method, method_config, register_method
+from rlvr_lib.methods.presets import method_config
+from rlvr_lib.methods.registry import METHODS, MethodSpec, build_method, register_method
 
 # GRPO (DeepSeekMath, arXiv 2402.03300) with a KL anchor at the testbed's beta (TESTBED_KL_COEF). The "reverse" estimator's
 # gradient is the reverse KL(pi || pi_ref)'s, as the papers write the KL (k3 as used has the forward

@@ -75,7 +75,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     AdamW's mean step, every round, the picks).
     """
     from rlvr_lib.study.probes.weight_steps import weight_step_profile
-    from rlvr_lib.methods.registry import method_config
+    from rlvr_lib.methods.presets import method_config
     from rlvr_lib.policy import load_policy
 
     check_int("rounds", rounds, 1)
