@@ -92,17 +92,28 @@ def _dynamics_section(root: Path) -> list[str]:
     return lines
 
 
-def _policy_note(records) -> str:
-    """Which policy a section's runs were measured on, flagged when it is not the shipped one."""
-    from rlvr_lib.policy.load import policy_fingerprint
+def _measured_on(record) -> tuple:
+    """The policy and testbed a run was measured on: ``(policy_sha, task_version)`` from its cache key."""
+    return record.config.get("policy_sha"), record.config.get("task_version")
 
-    shas = sorted({r.config.get("policy_sha") for r in records if r.config.get("policy_sha")})
-    if not shas:
+
+def _current() -> tuple:
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.tasks import task_version
+
+    return policy_fingerprint(None), task_version("arith")
+
+
+def _policy_note(records) -> str:
+    """Which policy and testbed a table's runs were measured on, flagged when not the shipped ones."""
+    shipped, version = _current()
+    measured = sorted({_measured_on(r) for r in records if r.config.get("policy_sha")}, key=str)
+    if not measured:
         return ""
-    shipped = policy_fingerprint(None)
-    if shas == [shipped]:
-        return f"; policy `{shipped}`, the shipped one"
-    return f"; measured on **a previous policy** (`{'`, `'.join(shas)}`), not the shipped `{shipped}`"
+    if measured == [(shipped, version)]:
+        return f"; policy `{shipped}` on testbed `{version}`, the shipped ones"
+    what = "; ".join(f"`{sha}`" + (f" on testbed `{v}`" if v else ", an earlier testbed") for sha, v in measured)
+    return f"; measured on **a previous policy or testbed** ({what}), not the shipped `{shipped}` on `{version}`"
 
 
 def _stored_outputs(notebook: Path) -> str:
@@ -119,23 +130,41 @@ def _eval_scope(record) -> dict:
 
 
 def _method_section(root: Path, experiment: str, title: str, shared: tuple = ()) -> list[str]:
-    """One table row per run name; ``shared`` = ``((experiment, name, label), ...)`` rows read from elsewhere.
+    """One table per policy and testbed the section's runs were measured on, the shipped ones first.
+
+    A recompute adds runs on the shipped policy beside the committed earlier ones; each set is its own
+    table (their problems differ, so they are never pooled). ``shared`` rows are taken on the same
+    policy and testbed as the table's runs.
+    """
+    records = load_runs(experiment, root)
+    if not records:
+        return [f"*No `{experiment}` runs committed yet.*"]
+    current = _current()
+    groups = sorted({_measured_on(r) for r in records}, key=lambda g: (g != current, str(g)))
+    lines: list[str] = []
+    for i, group in enumerate(groups):
+        recs = [r for r in records if _measured_on(r) == group]
+        rows = [(label, [r for r in load_runs(other, root, name=name) if _measured_on(r) == group])
+                for other, name, label in shared]
+        lines += ([] if i == 0 else [""]) + _method_table(recs, experiment, title, rows)
+    return lines
+
+
+def _method_table(records: list, experiment: str, title: str, shared: list) -> list[str]:
+    """One table row per run name; ``shared`` = ``[(label, records), ...]`` rows read from elsewhere.
 
     Only runs evaluated on the section's families with its number of samples
     (those of its first trained run's evaluation) are rows: an evaluation of
     other families or at another budget (notebook 05's ``base-pass256``: 256
     samples on two families) has other pass@k columns and another average.
     """
-    records = load_runs(experiment, root)
-    if not records:
-        return [f"*No `{experiment}` runs committed yet.*"]
     main = _eval_scope(next((r for r in records if "train" in r.config), records[0]))
     records = [r for r in records if _eval_scope(r) == main]
     by_name: dict[str, list] = {}
     for r in records:
         by_name.setdefault(r.name, []).append(r)
-    for other, name, label in shared:
-        by_name[label] = load_runs(other, root, name=name) or by_name.get(label, [])
+    for label, recs in shared:
+        by_name[label] = recs or by_name.get(label, [])
     by_name = {name: recs for name, recs in by_name.items() if recs}
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
     ks = sorted({k for k in (1, 8, kmax) if k <= kmax})

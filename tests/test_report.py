@@ -1,6 +1,7 @@
 """The README's results section is exactly what `rlvr_lib.report` renders from results/."""
 
 from rlvr_lib.report import END, README, START, render
+from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
 
 def test_readme_results_section_matches_committed_results():
@@ -134,7 +135,29 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     assert "| pass_at_1_gain | 0.04 **no** | - |" in dynamics
     assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
     grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
-    assert f"a previous policy** (`old0000000000000`), not the shipped `{policy_fingerprint(None)}`" in grpo
+    assert (f"a previous policy or testbed** (`old0000000000000`, an earlier testbed), not the shipped "
+            f"`{policy_fingerprint(None)}` on `{TESTBED_VERSION}`") in grpo
+
+
+def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
+    """Runs on the shipped policy and testbed beside earlier ones: two tables, never pooled (their problems differ)."""
+    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.report import _method_section
+
+    shipped = policy_fingerprint(None)
+    for name, sha, version, correct in (("base", "old0000000000000", None, [1, 0, 2]),
+                                        ("grpo-g8", "old0000000000000", None, [2, 2, 2]),
+                                        ("base", shipped, TESTBED_VERSION, [0, 0, 1])):
+        cfg = {"eval": {"samples": 4}, "name": name, "policy_sha": sha, **({"task_version": version} if version else {})}
+        cached_run("grpo_baseline_full", name, cfg, 0, lambda c=correct: ([], _fake_final(c)), root=tmp_path)
+    lines = _method_section(tmp_path, "grpo_baseline_full", "GRPO baseline")
+    titles = [i for i, line in enumerate(lines) if line.startswith("**GRPO baseline**")]
+    assert len(titles) == 2
+    assert f"policy `{shipped}` on testbed `{TESTBED_VERSION}`, the shipped ones" in lines[titles[0]]
+    assert "an earlier testbed" in lines[titles[1]]
+    first = lines[titles[0]:titles[1]]
+    assert [line.split(" | ")[0] for line in first if line.startswith("| ") and not line.startswith("| run")] == ["| base"]
 
 
 # --------------------------------------------------------------------------- reliability table
