@@ -63,7 +63,7 @@ import numpy as np
 
 from rlvr_lib.config import ConfigBase, hash_jsonable
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
-from rlvr_lib.eval.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescue_loss
+from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescue_loss
 from rlvr_lib.experiments import RunRecord, cached_run, jsonable, results_root, write_json_atomic
 from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
 from rlvr_lib.validation import invalid
@@ -165,7 +165,7 @@ def gain_target(rl: np.ndarray, base: np.ndarray, *, at_least: float) -> dict:
     """``mean(rl) - mean(base) >= at_least`` with the paired interval's lower end above 0.
 
     ``rl`` ``(S_a, P)`` and ``base`` ``(S_b, P)`` per-seed, per-problem scores in [0, 1]
-    (`rlvr_lib.eval.stats.paired_difference_ci`).
+    (`rlvr_lib.study.stats.paired_difference_ci`).
     """
     ci = paired_difference_ci(rl, base, bounds=(0, 1))
     return _target(ci["mean"], f">= {at_least}, interval above 0", ci["mean"] >= at_least and ci["ci_low"] > 0,
@@ -209,7 +209,7 @@ def fall_ratio(before: Sequence[float], after: Sequence[float]) -> float:
 def lost_rescued(base_counts: np.ndarray, null_counts: np.ndarray, rl_counts: Sequence[np.ndarray]) -> dict:
     """Problems lost and rescued by the RL runs against one base evaluation, and the resampling null.
 
-    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.eval.stats.rescue_loss`
+    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.study.stats.rescue_loss`
     (base -> run); ``null`` is the flips per direction between two base evaluations
     (``(rescued + lost) / 2`` of base -> second base). ``excess_lost = lost - null``.
     """

@@ -117,7 +117,7 @@ def train_and_evaluate(
     evaluated on the same trained policy and stored as
     ``record.extra["evals"][label]`` (the format of ``final``), its spec as
     ``record.config["extra_evals"][label]``; read them as records with
-    `rlvr_lib.eval.summaries.extra_evaluation`. The extra specs are part of
+    `rlvr_lib.study.summaries.extra_evaluation`. The extra specs are part of
     the cache key only when there are any (`run_key`): without them a run hits
     the records cached before this option existed.
 

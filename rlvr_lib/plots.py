@@ -58,7 +58,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
-from rlvr_lib.experiments import atomic_file
+from rlvr_lib.files import atomic_file
 from rlvr_lib.study.stats import aggregate_seeds
 from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 

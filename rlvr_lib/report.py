@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rlvr_lib.eval.summaries import summary_row
+from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.experiments import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
                                   load_runs, results_root)
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci

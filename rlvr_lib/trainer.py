@@ -59,7 +59,7 @@ from tqdm.auto import tqdm
 from rlvr_lib.algos import aggregate_loss
 from rlvr_lib.distributed import init_world, local_rows
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
-from rlvr_lib.experiments import atomic_file
+from rlvr_lib.files import atomic_file
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs

@@ -100,10 +100,3 @@ def test_rank_trend_by_hand():
                                [(-1.5 - 0.5) / 5, 0.0, 1.0])
     with pytest.raises(ValueError, match="rows"):
         rank_trend(np.array([1.0, 0.0]))
-
-
-def test_old_import_path_gives_the_same_objects():
-    import rlvr_lib.eval.grad_norm_profile as old
-    import rlvr_lib.study.probes.grad_norm_profile as new
-
-    assert old.__all__ == new.__all__ and all(getattr(old, name) is getattr(new, name) for name in new.__all__)

@@ -107,6 +107,24 @@ def test_eval_imports_neither_methods_nor_the_trainer(graph):
     assert found == set(), "rlvr_lib.eval imports the methods or the trainer"
 
 
+LIBRARY = ("algos", "backends", "config", "config_files", "cli_checks", "distributed", "eval", "files", "kernels",
+           "methods", "policy", "rewards", "rollout", "schedules", "seeding", "tasks", "trainer", "trainer_config",
+           "validation")
+"""The RL library: the top-level modules and packages of `rlvr_lib` outside the study harness. Everything else
+(`rlvr_lib.study` and the harness modules not yet moved into it: experiments, pipeline, claims, report, ...)
+builds on the library and may import it, never the other way round."""
+
+
+def test_the_library_never_imports_the_study_harness(graph):
+    def in_library(module: str) -> bool:
+        parts = module.split(".")
+        return len(parts) > 1 and parts[1] in LIBRARY
+
+    assert {m.split(".")[1] for m in graph if m.count(".") >= 1} >= set(LIBRARY)  # every name is a real module
+    found = sorted((a, b) for a, b in edges(graph) if in_library(a) and not in_library(b) and b != "rlvr_lib")
+    assert found == [], f"library modules import the study harness: {found}"
+
+
 def reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
     seen, todo = set(), [start]
     while todo:

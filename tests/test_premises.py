@@ -1,4 +1,4 @@
-"""The four methods' premises on a policy (`rlvr_lib.eval.premises`, issue 27 item 4)."""
+"""The four methods' premises on a policy (`rlvr_lib.study.probes.premises`, issue 27 item 4)."""
 
 import itertools
 import json
@@ -8,26 +8,26 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr_lib.eval.premises import (
-    DEFAULT_ESS_GRID,
-    branch_entropy_percentiles,
-    branch_flip_by_ess,
-    completion_entropies,
-    entropy_percentiles,
-    ess_by_flip_rule,
-    ess_by_noise_rule,
-    ivon_initial_sigma,
-    measure_premises,
-    next_flip_ess,
-    noisy_rollout_quality,
-    score_correctness_spearman,
-    single_strategy_probs,
-    single_strategy_share,
-    truncated_to_problem_min,
-    vigor_score_correctness,
-    vigor_scores,
-    vigor_spearman,
-)
+from rlvr_lib.study.probes.premises import (
+                                            DEFAULT_ESS_GRID,
+                                            branch_entropy_percentiles,
+                                            branch_flip_by_ess,
+                                            completion_entropies,
+                                            entropy_percentiles,
+                                            ess_by_flip_rule,
+                                            ess_by_noise_rule,
+                                            ivon_initial_sigma,
+                                            measure_premises,
+                                            next_flip_ess,
+                                            noisy_rollout_quality,
+                                            score_correctness_spearman,
+                                            single_strategy_probs,
+                                            single_strategy_share,
+                                            truncated_to_problem_min,
+                                            vigor_score_correctness,
+                                            vigor_scores,
+                                            vigor_spearman,
+                                            )
 from rlvr_lib.eval.weight_noise import branch_logits, strategy_tokens, weight_sample
 from rlvr_lib.rollout import KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import STRATEGIES, get_task
@@ -481,7 +481,7 @@ def test_premises_sit_below_the_methods_and_the_trainer():
     import subprocess
     import sys
 
-    code = ("import sys, rlvr_lib.eval.premises; "
+    code = ("import sys, rlvr_lib.study.probes.premises; "
             "bad = [m for m in sys.modules if m.startswith(('rlvr_lib.methods', 'rlvr_lib.trainer'))]; "
             "assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True)

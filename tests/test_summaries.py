@@ -5,17 +5,17 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from rlvr_lib.eval.summaries import (
-    PASSK_INTERVAL,
-    family_table,
-    mean_pass_curve,
-    per_problem_shares,
-    per_problem_strategy_entropy,
-    seed_values,
-    summary_row,
-    top_strategy,
-    train_metric,
-)
+from rlvr_lib.study.summaries import (
+                                      PASSK_INTERVAL,
+                                      family_table,
+                                      mean_pass_curve,
+                                      per_problem_shares,
+                                      per_problem_strategy_entropy,
+                                      seed_values,
+                                      summary_row,
+                                      top_strategy,
+                                      train_metric,
+                                      )
 
 
 def _family(correct, split, direct, n=4):
@@ -112,7 +112,7 @@ def test_summary_row_and_family_table_intervals_stay_in_range():
 
 
 def test_rescued_lost_pairs_seeds_and_adds_both_yardsticks():
-    from rlvr_lib.eval.summaries import rescued_lost
+    from rlvr_lib.study.summaries import rescued_lost
 
     ref = [_record([0, 2, 1], [0, 0, 0], [4, 4, 4]), _record([1, 2, 0], [0, 0, 0], [4, 4, 4])]
     run = [_record([3, 0, 1], [0, 0, 0], [4, 4, 4]), _record([1, 0, 0], [0, 0, 0], [4, 4, 4])]
@@ -130,7 +130,7 @@ def test_rescued_lost_pairs_seeds_and_adds_both_yardsticks():
 
 
 def test_case_study_picks_the_largest_mean_gap_with_the_first_on_ties():
-    from rlvr_lib.eval.summaries import case_study
+    from rlvr_lib.study.summaries import case_study
 
     ref = [_record([0, 0, 4], [0, 0, 0], [4, 4, 4]), _record([0, 0, 4], [0, 0, 0], [4, 4, 4])]
     # Gaps: p0 (3+1)/2 = 2, p1 (2+2)/2 = 2, p2 -2: p0 and p1 tie, p0 comes first.
@@ -145,7 +145,7 @@ def test_case_study_picks_the_largest_mean_gap_with_the_first_on_ties():
 
 
 def test_per_problem_modes_and_train_decline():
-    from rlvr_lib.eval.summaries import per_problem_modes, train_decline
+    from rlvr_lib.study.summaries import per_problem_modes, train_decline
 
     recs = [_record([1, 1, 1], [0, 0, 0], [4, 4, 4]) for _ in range(2)]
     recs[0].final["families"]["a"]["diversity"] = {"counts": [1, 2, 1]}
@@ -165,7 +165,7 @@ def test_per_problem_modes_and_train_decline():
 
 
 def test_extra_evaluation_reads_a_runs_extra_evaluation_as_a_record():
-    from rlvr_lib.eval.summaries import extra_evaluation, passk_ci
+    from rlvr_lib.study.summaries import extra_evaluation, passk_ci
 
     main = _record([1, 1, 1], [0, 0, 0], [4, 4, 4], history=[{"accuracy": 0.25}, {"accuracy": 0.75}])
     wide = _record([4, 0, 2], [1, 0, 0], [2, 4, 0])  # 4 samples per problem
@@ -190,8 +190,8 @@ def test_extra_evaluation_reads_a_runs_extra_evaluation_as_a_record():
 
 
 def test_per_problem_alive_marks_groups_with_a_non_zero_advantage():
-    from rlvr_lib.eval import paired_difference_ci
-    from rlvr_lib.eval.summaries import per_problem_alive
+    from rlvr_lib.study.stats import paired_difference_ci
+    from rlvr_lib.study.summaries import per_problem_alive
 
     a, b = _record([4, 0, 2], [0, 0, 0], [4, 4, 4]), _record([1, 0, 4], [0, 0, 0], [4, 4, 4])  # 4 samples each
     assert per_problem_alive([a, b], ["a"]).tolist() == [[0, 0, 1], [1, 0, 0]]  # all-correct and all-wrong are dead
@@ -205,7 +205,7 @@ def test_per_problem_alive_marks_groups_with_a_non_zero_advantage():
 
 
 def test_zero_advantage_rescued_lost_counts_dead_groups_per_seed_pair():
-    from rlvr_lib.eval.summaries import zero_advantage_rescued_lost
+    from rlvr_lib.study.summaries import zero_advantage_rescued_lost
 
     rec = lambda c: _record(c, [0, 0, 0], [4, 4, 4])  # noqa: E731
     reference = [rec([4, 0, 2]), rec([0, 0, 1])]
@@ -225,7 +225,7 @@ def test_zero_advantage_rescued_lost_counts_dead_groups_per_seed_pair():
 
 
 def test_train_outcome_rates_split_training_rollouts_into_correct_malformed_and_incorrect():
-    from rlvr_lib.eval.summaries import train_outcome_rates
+    from rlvr_lib.study.summaries import train_outcome_rates
 
     hist = [{"accuracy": 0.5, "malformed_rate": 0.25}, {"accuracy": None, "malformed_rate": 0.5},
             {"accuracy": 0.75, "malformed_rate": 0.0}, {"accuracy": 1.0, "malformed_rate": 0.0}]
@@ -244,7 +244,7 @@ def test_train_outcome_rates_split_training_rollouts_into_correct_malformed_and_
 
 
 def test_train_change_is_the_last_window_minus_the_first():
-    from rlvr_lib.eval.summaries import train_change
+    from rlvr_lib.study.summaries import train_change
 
     hist = [{"response_length": v} for v in (10, 12, None, 14, 20, 30)]  # None skipped: 5 values
     run = SimpleNamespace(history=hist, run_id="r")
@@ -254,7 +254,7 @@ def test_train_change_is_the_last_window_minus_the_first():
 
 
 def test_window_metrics_average_each_key_over_the_window():
-    from rlvr_lib.eval.summaries import window_metrics
+    from rlvr_lib.study.summaries import window_metrics
 
     hist = [{"step": s, "a": float(s), "b": None if s == 6 else 10.0 * s} for s in range(10)]
     runs = [SimpleNamespace(history=hist, run_id="r0"), SimpleNamespace(history=hist[:7], run_id="r1")]

@@ -364,7 +364,7 @@ def test_stored_ess_is_the_noise_rule_measured_on_the_shipped_policy():
     # constant follows it.
     import json
 
-    from rlvr_lib.eval.premises import DEFAULT_FLIP_BAND, ess_by_noise_rule
+    from rlvr_lib.study.probes.premises import DEFAULT_FLIP_BAND, ess_by_noise_rule
     from rlvr_lib.experiments import results_root
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION

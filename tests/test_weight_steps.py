@@ -75,10 +75,3 @@ def test_profile_bad_input(policy):
     profile = WeightStepProfile(np.ones(2), np.ones(2), np.ones(2))
     with pytest.raises(ValueError, match=r"skip=2 is invalid"):
         profile.mean(skip=2)
-
-
-def test_old_import_path_gives_the_same_objects():
-    import rlvr_lib.eval.weight_steps as old
-    import rlvr_lib.study.probes.weight_steps as new
-
-    assert old.__all__ == new.__all__ and all(getattr(old, name) is getattr(new, name) for name in new.__all__)

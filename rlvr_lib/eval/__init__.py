@@ -6,14 +6,11 @@
 * :mod:`rlvr_lib.eval.diagnostics` -- zero-advantage groups, rescued / lost
   groups (3PO Fig. 3), outcome rates, length statistics.
 * The statistics over run records (bootstrap intervals, paired differences,
-  rescued / lost problems, strategy shares) moved to :mod:`rlvr_lib.study.stats`
-  (issue 30); this package and ``rlvr_lib.eval.stats`` still export them. The
-  probes of the trainer's weight steps and of VIGOR's gradient norms moved to
-  :mod:`rlvr_lib.study.probes`; ``rlvr_lib.eval.weight_steps`` and
-  ``rlvr_lib.eval.grad_norm_profile`` still export them.
-* :mod:`rlvr_lib.eval.premises` -- the four methods' premises on a policy
-  (NudgeRL single-strategy share, 3PO branch flips by ESS, SAGE branch
-  entropies, VIGOR score-correctness Spearman), ``measure_premises``.
+  rescued / lost problems, strategy shares) are the study harness's:
+  :mod:`rlvr_lib.study.stats`; so are the paper-specific probes
+  (:mod:`rlvr_lib.study.probes`) and the tables over run records
+  (:mod:`rlvr_lib.study.summaries`). This package measures a policy and
+  imports neither the study harness, the methods nor the trainer.
 """
 
 from rlvr_lib.eval.diagnostics import (
@@ -41,17 +38,6 @@ from rlvr_lib.eval.diversity import (
 )
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
-from rlvr_lib.study.stats import (
-    bootstrap_ci,
-    eval_counts,
-    has_interval,
-    hierarchical_bootstrap_ci,
-    paired_difference_ci,
-    per_problem_scores,
-    rescue_loss,
-    rescue_loss_null,
-    strategy_shares,
-)
 from rlvr_lib.eval.passk import (
     AVERAGE_KEY,
     default_ks,
@@ -91,13 +77,4 @@ __all__ = [
     "rescued_lost_groups",
     "strategy_entropy",
     "zero_advantage_fraction",
-    "bootstrap_ci",
-    "eval_counts",
-    "has_interval",
-    "hierarchical_bootstrap_ci",
-    "paired_difference_ci",
-    "per_problem_scores",
-    "rescue_loss",
-    "rescue_loss_null",
-    "strategy_shares",
 ]

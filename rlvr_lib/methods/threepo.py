@@ -61,7 +61,7 @@ Calibration (ESS). Authors' defaults: lr 1.0 with ``rescale_lr`` (effective
 betas (0.9, 0.9999), wd 1e-6, giving an initial per-weight noise
 ``sigma_0 = 1 / sqrt(1e9 * 1.001e-3)`` ~ 1.0e-3 on 7B models. The testbed's
 ESS follows the rule of issue 29, measured on the testbed the runs train on
-(notebook 00's premises on the ``train`` family, `rlvr_lib.eval.premises.ess_by_noise_rule`):
+(notebook 00's premises on the ``train`` family, `rlvr_lib.study.probes.premises.ess_by_noise_rule`):
 an ESS *keeps the policy* when rollouts at its weight samples are at most 10%
 malformed and at least 0.9x as accurate as the mean weights'; the pick is the
 largest ESS that keeps the policy while changing the top strategy token at the
@@ -247,7 +247,7 @@ AUTHORS_ESS = 1e9
 REFERENCE_WEIGHT_STD = 0.02
 """Assumed std of the authors' 7B weight matrices: the ``initializer_range`` of the Qwen2.5 and OLMo configs."""
 TESTBED_ESS = 1e8
-"""Default ESS of the presets on the testbed: `rlvr_lib.eval.premises.ess_by_noise_rule` on the shipped policy
+"""Default ESS of the presets on the testbed: `rlvr_lib.study.probes.premises.ess_by_noise_rule` on the shipped policy
 (testbed v7, ``results/testbed/premises.json``; the rule and the measurement are in the module docstring)."""
 TESTBED_CLIP_RADIUS = 0.254
 """Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped)."""

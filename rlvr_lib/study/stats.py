@@ -21,7 +21,7 @@ This module gives, in numpy:
 * :func:`rescue_loss`, :func:`rescue_loss_null` -- per-problem solved /
   rescued / lost counts against a reference, with the counts that
   resampling alone produces (seed-paired tables:
-  :func:`rlvr_lib.eval.summaries.rescued_lost`).
+  :func:`rlvr_lib.study.summaries.rescued_lost`).
 * :func:`strategy_shares` -- per-strategy shares with bootstrap intervals.
 * :func:`per_problem_scores`, :func:`eval_counts` -- the ``(S, P)`` matrices
   and count vectors from stored evaluation records
@@ -36,8 +36,8 @@ Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n",
 interval was made); :func:`format_ci` and
 :func:`rlvr_lib.experiments.claims_table` read them. :func:`has_interval`
 says whether a dict carries an interval at all (one seed on its own does not).
-`rlvr_lib.experiments`, `rlvr_lib.eval`, `rlvr_lib.eval.stats` and
-`rlvr_lib.eval.summaries` still export the names that moved here.
+`rlvr_lib.experiments` and `rlvr_lib.study.summaries` also export some of
+these names (the same objects).
 
 Resampling uses ``np.random.default_rng(seed)``: the same inputs and ``seed``
 give the same interval.

@@ -32,17 +32,17 @@ import numpy as np
 from scipy.special import xlogy
 
 from rlvr_lib.study.stats import (  # noqa: F401 - RANGES, SEED_INTERVAL: kept importable from here
-    PASSK_INTERVAL,
-    RANGES,
-    SEED_INTERVAL,
-    _evaluation,
-    _records,
-    eval_counts,
-    passk_ci,
-    rescue_loss,
-    seed_ci,
-    seed_counts,
-)
+                                  PASSK_INTERVAL,
+                                  RANGES,
+                                  SEED_INTERVAL,
+                                  _evaluation,
+                                  _records,
+                                  eval_counts,
+                                  passk_ci,
+                                  rescue_loss,
+                                  seed_ci,
+                                  seed_counts,
+                                  )
 from rlvr_lib.validation import check_int, invalid
 
 
