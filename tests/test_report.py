@@ -214,3 +214,41 @@ def test_reliability_table_without_results_says_how_to_make_them(tmp_path):
     from rlvr_lib.report import render_reliability
 
     assert "pytest tests/hostile" in render_reliability(tmp_path)
+
+
+def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
+    """README's Budget paragraph quotes dynamics.json by hand (prose, not a rendered table): it must follow it."""
+    import json
+
+    from rlvr_lib.experiments import results_root
+
+    readme = " ".join(README.read_text().split())
+    d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
+    by_beta = {b["kl_coef"]: b for b in d["kl_coef_search"]}
+
+    def dot(x, digits=2):  # .086, the README's style for values below 1
+        return f"{x:.{digits}f}".replace("0.", ".", 1) if abs(x) < 1 else f"{x:.{digits}f}"
+
+    def v(beta, steps, name):
+        return by_beta[beta]["targets"][str(steps)][name]
+
+    chosen, steps = d["kl_coef"], d["chosen_steps"]
+    assert f"chose {steps} steps at anchor beta {chosen:g}" in readme and by_beta[chosen]["chosen_steps"] == steps
+    papers = (f"in-distribution pass@1 +{dot(v(0.05, 300, 'pass_at_1_gain')['value'], 3)}, `rare_mix` pass@256 "
+              f"-{dot(v(0.05, 300, 'rare_pass_at_256_drop')['value'])}, crossover at k = "
+              f"{v(0.05, 300, 'crossover_k')['value']:g}, strategy entropy "
+              f"-{round(100 * v(0.05, 300, 'strategy_entropy_fall')['value'])}%, `round`'s share "
+              f"{v(0.05, 300, 'rare_share_fall')['value']:.1f}x lower, and (lost - null) / rescued "
+              f"{v(0.05, 300, 'rare_lost_vs_rescued')['value']:.0f}")
+    assert papers in readme
+    assert (f"{dot(v(0.05, 300, 'kl_binds')['value'])} at .05 and {dot(v(0.1, 300, 'kl_binds')['value'])} at .1 "
+            f"(300 steps; {dot(v(0.1, 200, 'kl_binds')['value'])} at 200)") in readme
+    g, drop = v(chosen, steps, "pass_at_1_gain"), v(chosen, steps, "rare_pass_at_256_drop")
+    ours = (f"pass@1 +{dot(g['value'], 3)} [{dot(g['interval'][0], 3)}, {dot(g['interval'][1], 3)}], `rare_mix` "
+            f"pass@256 -{dot(drop['value'])} [{dot(drop['interval'][0])}, {dot(drop['interval'][1])}], crossover at "
+            f"k = {v(chosen, steps, 'crossover_k')['value']:g}, strategy entropy "
+            f"-{round(100 * v(chosen, steps, 'strategy_entropy_fall')['value'])}%, `round`'s share "
+            f"{v(chosen, steps, 'rare_share_fall')['value']:.1f}x lower, (lost - null) / rescued "
+            f"{v(chosen, steps, 'rare_lost_vs_rescued')['value']:.1f}, KL ratio {dot(v(chosen, steps, 'kl_binds')['value'])}")
+    assert ours in readme
+    assert f"samples (reported, not a gate) is {v(chosen, steps, 'rare_lost_vs_rescued_main')['value']:.1f}" in readme
