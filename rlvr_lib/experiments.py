@@ -343,15 +343,6 @@ def _run_lock(path: Path) -> Iterator[bool]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _claims_provenance(experiment: str) -> dict[str, Any]:
-    """``{"claims": ...}``: the commit and row fingerprints of the claims of the notebook owning ``experiment``
-    (:func:`rlvr_lib.claims.provenance`; issue 28, item 6), or ``{}`` when no notebook's registry owns it."""
-    from .claims import provenance
-
-    prov = provenance(experiment)
-    return {} if prov is None else {"claims": prov}
-
-
 def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:
     """Calls ``fn`` and writes its run record (the body of :func:`cached_run` on a cache miss)."""
     started, t0 = _now(), time.perf_counter()
@@ -374,7 +365,7 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
         wall_time_s=time.perf_counter() - t0,
         history=list(history),
         final=dict(final),
-        extra={"machine": machine(), **_claims_provenance(experiment), **dict(extra or {}), **dict(fn_extra or {})},
+        extra={"machine": machine(), **dict(extra or {}), **dict(fn_extra or {})},
     )
     data = rec.to_dict()
     write_json_atomic(path, data)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from rlvr_lib.claims import record_extra
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
@@ -59,7 +60,7 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
 
     key = versioned_key({"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()},
                         spec.task)
-    return cached_run(experiment, name, key, spec.seed, run, root=root)
+    return cached_run(experiment, name, key, spec.seed, run, root=root, extra=record_extra(experiment))
 
 
 def _check_extra_specs(extra_specs: Mapping[str, EvalSpec] | None) -> dict[str, EvalSpec]:
@@ -152,7 +153,7 @@ def train_and_evaluate(
             extra[EVALS] = {label: evaluate_policy(engine, s) for label, s in extra_specs.items()}
         return nan_to_none(history), final, extra
 
-    record = cached_run(experiment, name, key, config.seed, run, root=root)
+    record = cached_run(experiment, name, key, config.seed, run, root=root, extra=record_extra(experiment))
     shutil.rmtree(ckpt, ignore_errors=True)
     _check_method_options(record, options)
     return record

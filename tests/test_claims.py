@@ -71,13 +71,23 @@ def test_records_before_fingerprints_list_the_rows_that_say_they_changed(tmp_pat
                                                              ["-", "removed", "item 2"]]
 
 
-def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path):
-    rec = cached_run("sage_full", "probe", {"a": 1}, 0, lambda: ([], {"x": 1.0}), root=tmp_path)
+def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path, monkeypatch):
+    import rlvr_lib.pipeline as pipeline
+    from rlvr_lib.claims import record_extra
+    from rlvr_lib.eval import EvalSpec
+
+    rec = cached_run("sage_full", "probe", {"a": 1}, 0, lambda: ([], {"x": 1.0}), root=tmp_path,
+                     extra=record_extra("sage_full"))
     stored = rec.extra["claims"]
     assert stored["module"] == "nb05_sage" and stored["fingerprints"] == registry("nb05_sage").fingerprints()
     assert stored["commit"] is None or len(stored["commit"]) == 40
-    assert "claims" not in cached_run("other", "probe", {"a": 1}, 0, lambda: ([], {}), root=tmp_path).extra
-    assert provenance("unknown_full") is None
+    assert record_extra("other") == {} and provenance("unknown_full") is None
+    # The notebooks' runs go through the pipeline, which passes the provenance to the cache.
+    seen = []
+    monkeypatch.setattr(pipeline, "cached_run", lambda *a, **k: seen.append(k["extra"]))
+    pipeline.evaluate_base("sage_full", EvalSpec(problems_per_family=8, samples=8, diversity_problems=8,
+                                                 diversity_samples=8), root=tmp_path)
+    assert seen == [record_extra("sage_full")]
 
 
 def test_every_registry_loads_and_its_ids_are_unique():

@@ -6,8 +6,7 @@ dependency that only waits to run). An edge goes to the module named: ``from a i
 ``a.b`` when that is a module, else to ``a``; the parent packages that Python also runs are not
 edges (import-linter's reading). Imports through `importlib` with computed names are not seen.
 
-Today's cycles are listed below, each with why it exists; the test fails on any new one and on an
-entry that closes no cycle any more, so the list only shrinks.
+There is no cycle: the test fails on any.
 """
 
 from __future__ import annotations
@@ -19,13 +18,6 @@ from pathlib import Path
 import pytest
 
 PACKAGE_DIR = Path(__file__).resolve().parent.parent / "rlvr_lib"
-
-# Edges that close today's import cycles; without them the graph is acyclic.
-CYCLE_EDGES = {
-    # Run records carry the claims' provenance, while the claims registries build on experiments' tables.
-    ("rlvr_lib.experiments", "rlvr_lib.claims"),
-}
-
 
 def module_names(package_dir: Path) -> dict[str, Path]:
     """``{dotted module name: file}`` for every ``.py`` under ``package_dir`` (a package is its ``__init__``)."""
@@ -95,9 +87,8 @@ def test_reader_sees_function_level_and_relative_imports(tmp_path):
     assert find_cycle(graph) is not None
 
 
-def test_no_import_cycle_but_the_listed_ones(graph):
-    cut = {a: {b for b in targets if (a, b) not in CYCLE_EDGES} for a, targets in graph.items()}
-    cycle = find_cycle(cut)
+def test_no_import_cycle(graph):
+    cycle = find_cycle(graph)
     assert cycle is None, f"import cycle: {' -> '.join(cycle)}"
 
 
@@ -123,22 +114,3 @@ def test_the_library_never_imports_the_study_harness(graph):
     assert {m.split(".")[1] for m in graph if m.count(".") >= 1} >= set(LIBRARY)  # every name is a real module
     found = sorted((a, b) for a, b in edges(graph) if in_library(a) and not in_library(b) and b != "rlvr_lib")
     assert found == [], f"library modules import the study harness: {found}"
-
-
-def reaches(graph: dict[str, set[str]], start: str, goal: str) -> bool:
-    seen, todo = set(), [start]
-    while todo:
-        node = todo.pop()
-        if node == goal:
-            return True
-        if node not in seen:
-            seen.add(node)
-            todo.extend(graph.get(node, ()))
-    return False
-
-
-@pytest.mark.parametrize("allowed", sorted(CYCLE_EDGES))
-def test_listed_cycle_edges_still_close_a_cycle(graph, allowed):
-    a, b = allowed
-    assert allowed in edges(graph) and reaches(graph, b, a), f"{allowed} closes no cycle now: remove it from the list"
-

@@ -34,8 +34,8 @@ from ..experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_ta
                            measurements_table)
 from ..validation import check, check_choice
 
-__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "registry",
-           "registry_for"]
+__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "record_extra",
+           "registry", "registry_for"]
 
 _PKG = Path(__file__).resolve().parent
 
@@ -308,3 +308,13 @@ def provenance(experiment: str) -> Optional[dict]:
     if reg is None:
         return None
     return {"module": reg.module, "commit": _module_commit(reg.module), "fingerprints": reg.fingerprints()}
+
+
+def record_extra(experiment: str) -> dict:
+    """``{"claims": provenance(experiment)}`` for a run record's ``extra``, or ``{}`` when no notebook owns it.
+
+    `rlvr_lib.pipeline` passes it to `rlvr_lib.experiments.cached_run` for every notebook run (issue 28,
+    item 6): the run cache itself knows nothing of claims.
+    """
+    prov = provenance(experiment)
+    return {} if prov is None else {"claims": prov}
