@@ -44,6 +44,41 @@ def _calibration_section(root: Path) -> list[str]:
     return lines
 
 
+def _premises_section(root: Path) -> list[str]:
+    """The four methods' premises on the shipped policy (notebook 00, ``results/testbed/premises.json``)."""
+    path = root / "testbed" / "premises.json"
+    if not path.exists():
+        return ["*No premises committed yet (notebook 00 at the full profile).*"]
+    p = json.loads(path.read_text())
+    key, n, t, sage, v = p["key"], p["nudgerl"], p["threepo"], p["sage"], p["vigor"]
+    ci = lambda d: f"{d['mean']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"  # noqa: E731
+    first = next((e for e, share in zip(t["ess"], t["share"]) if share > 0), None)  # least noise that moves it
+    i = t["ess"].index(first) if first is not None else None
+    moved = ("never, on the grid" if i is None else
+             f"first at ESS {first:.2g}: {t['share'][i]:.3f} of prompts, rollouts {t['quality']['malformed'][i]:.2f} "
+             f"malformed and {t['quality']['accuracy'][i]:.3f} correct (mean weights "
+             f"{t['quality']['accuracy_mean']:.3f})")
+    rule = t["noise_rule"]
+    within = v["within"]
+    lines = [f"**Premises of the four methods** (`results/testbed/premises.json`, notebook 00: policy "
+             f"`{key['policy_sha']}` on testbed `{key['testbed_version']}`, {key['problems']} problems of the RL "
+             f"pool x {key['samples']} samples; reported, not gates):", "",
+             "| paper | premise | the paper | ours | holds here |", "|---|---|---|---|---|",
+             f"| NudgeRL | share of problems where {n['k']} naive samples show one strategy | > 0.75 "
+             f"| {ci({**n['interval'], 'mean': n['share']})} | {'yes' if n['interval']['ci_low'] > 0.75 else '**no**'} |",
+             f"| 3PO | weight noise moves the top strategy token at the branch and keeps the policy "
+             f"(rollouts <= {rule['max_malformed']:g} malformed, >= {rule['min_accuracy_ratio']:g}x as accurate) "
+             f"| yes (Fig 1) | {moved}; training ESS {t['training_ess']:.2g} | "
+             f"{'yes' if rule['premise_holds'] else '**no**'} |",
+             f"| SAGE | token entropy is high at the branch, low elsewhere (tau = the 90th percentile) | branch "
+             f"tokens high-entropy | branch {sage['branch_mean']:.3f} vs other {sage['other_mean']:.3f} nats; "
+             f"p90 {sage['all']['p90']:.3f} | {'yes' if sage['branch_mean'] > sage['all']['p90'] else '**no**'} |",
+             f"| VIGOR | the score -sqrt(T) x norm(grad) ranks correct completions higher (Spearman within "
+             f"problems) | > 0 | {ci(within) if within else 'no mixed problem'} | "
+             f"{'yes' if within and within['ci_low'] > 0 else '**no**'} |"]
+    return lines
+
+
 def _target_cell(t: dict, interval: bool = True) -> str:
     """A target's value (and interval), then whether it is met."""
     ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if interval and "interval" in t else ""
@@ -393,6 +428,7 @@ def render(root: str | Path | None = None) -> str:
     root = results_root(root)
     lines = _calibration_section(root)
     lines += [""] + _dynamics_section(root)
+    lines += [""] + _premises_section(root)
     lines += [""] + _scorecard_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)

@@ -252,3 +252,25 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
             f"{v(chosen, steps, 'rare_lost_vs_rescued')['value']:.1f}, KL ratio {dot(v(chosen, steps, 'kl_binds')['value'])}")
     assert ours in readme
     assert f"samples (reported, not a gate) is {v(chosen, steps, 'rare_lost_vs_rescued_main')['value']:.1f}" in readme
+
+
+def test_premises_section_says_which_premise_holds(tmp_path):
+    import json
+
+    from rlvr_lib.report import _premises_section
+
+    assert "No premises committed" in _premises_section(tmp_path)[0]
+    interval = lambda m, lo, hi: {"mean": m, "ci_low": lo, "ci_high": hi}  # noqa: E731
+    premises = {"key": {"policy_sha": "abc", "testbed_version": "v", "problems": 10, "samples": 8},
+                "nudgerl": {"k": 8, "share": 0.8, "interval": interval(0.8, 0.76, 0.84)},
+                "threepo": {"ess": [1e9, 1e6], "share": [0.0, 0.1], "training_ess": 1e6,
+                            "quality": {"accuracy": [0.3, 0.29], "malformed": [0.01, 0.02], "accuracy_mean": 0.3},
+                            "noise_rule": {"premise_holds": True, "max_malformed": 0.1, "min_accuracy_ratio": 0.9}},
+                "sage": {"branch_mean": 0.1, "other_mean": 0.05, "all": {"p90": 0.2}},
+                "vigor": {"within": interval(0.1, -0.05, 0.2)}}
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "premises.json").write_text(json.dumps(premises))
+    rows = {line.split(" | ")[0][2:]: line.rsplit(" | ", 2)[-1] for line in _premises_section(tmp_path)
+            if line.startswith("| ") and not line.startswith("| paper")}
+    assert rows == {"NudgeRL": "yes |", "3PO": "yes |", "SAGE": "**no** |", "VIGOR": "**no** |"}
+    assert "first at ESS 1e+06: 0.100 of prompts" in _premises_section(tmp_path)[4 + 1]
