@@ -114,6 +114,8 @@ class Trainer:
         self.history: list[dict] = []
         self._warned_unverified = False
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        if self.checkpoint_dir and self.world.is_main:
+            _remove_stale_temps(self.checkpoint_dir / "checkpoint.pt")  # a run that resumes and has no step left
         if self.checkpoint_dir and (self.checkpoint_dir / "checkpoint.pt").exists():
             self.load_checkpoint(self.checkpoint_dir / "checkpoint.pt")
 
@@ -439,8 +441,7 @@ class Trainer:
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         prev = previous_checkpoint(path)
-        for stale in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{prev.name}.*.tmp")]:
-            stale.unlink(missing_ok=True)  # a write killed midway
+        _remove_stale_temps(path)
         state = {
             "config": self.config.to_dict(),
             "model": self.model.state_dict(),
@@ -589,6 +590,13 @@ class _HashingWriter:
 
     def flush(self) -> None:
         self.file.flush()
+
+
+def _remove_stale_temps(path: Path) -> None:
+    """Remove the temp files that a write of checkpoint ``path`` or of its previous copy, killed midway, left."""
+    prev = previous_checkpoint(path)
+    for stale in [*path.parent.glob(f".{path.name}.*.tmp"), *path.parent.glob(f".{prev.name}.*.tmp")]:
+        stale.unlink(missing_ok=True)
 
 
 def _keep_copy(path: Path, copy_path: Path) -> None:

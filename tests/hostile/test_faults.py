@@ -196,6 +196,19 @@ def test_a_run_killed_anywhere_resumes_bit_identical(policy, reference, tmp_path
     assert _temp_files(tmp_path / "run") == []
 
 
+@pytest.mark.hostile_class("killed run", host=True)
+def test_a_finished_run_reopened_removes_the_temp_files_a_kill_left(policy, tmp_path):
+    # A kill inside the last checkpoint write of a run leaves a temp file, and a resumed run with no step left
+    # writes no checkpoint that would clean it: opening the folder does.
+    trainer = _trainer(policy, tmp_path)
+    trainer.train(progress=False)
+    for name in (f".{CKPT}.4242.tmp", ".checkpoint.prev.pt.4242.tmp"):
+        (tmp_path / name).write_bytes(b"half a checkpoint")
+    reopened = _trainer(policy, tmp_path)
+    assert _temp_files(tmp_path) == [] and reopened.step_count == CFG.steps
+    assert reopened.train(progress=False) == trainer.history  # nothing left to do, nothing changed
+
+
 def _checkpoint_size(state, folder: Path) -> int:
     """Bytes of a checkpoint of ``state``'s size (what a half-written temp file is half of)."""
     path = folder / "size-probe.pt"
