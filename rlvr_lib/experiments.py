@@ -27,7 +27,6 @@ a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import functools
@@ -40,11 +39,11 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Optional
 
 from . import __version__
 from .config import ConfigBase, hash_jsonable
-from .files import atomic_file, write_json_atomic  # noqa: F401 (kept importable from here)
+from .files import atomic_file, file_lock, write_json_atomic  # noqa: F401 (atomic_file kept importable here)
 from .study.runs import jsonable
 from .study.stats import aggregate_seeds, bootstrap_ci, format_ci, has_interval
 from .validation import check, check_choice, check_int, check_range
@@ -317,30 +316,12 @@ def cached_run(
 
     if not force and (rec := cached()) is not None:
         return rec
-    with _run_lock(path.with_name(f".{run_id}.lock")) as waited:
+    with file_lock(path.with_name(f".{run_id}.lock")) as waited:
+        if waited:
+            log.info("waited for another process computing %s", run_id)
         if waited and not force and (rec := cached()) is not None:  # another process computed it meanwhile
             return rec
         return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
-
-
-@contextlib.contextmanager
-def _run_lock(path: Path) -> Iterator[bool]:
-    """Holds an exclusive ``flock`` on ``path`` (created if missing); yields whether it had to wait for it."""
-    import fcntl
-
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            waited = False
-        except BlockingIOError:
-            log.info("waiting for another process computing %s", path.stem)
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            waited = True
-        try:
-            yield waited
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:

@@ -15,7 +15,7 @@ from typing import IO, Any, Iterator
 
 from rlvr_lib.validation import check_choice
 
-__all__ = ["atomic_file", "write_json_atomic"]
+__all__ = ["atomic_file", "file_lock", "write_json_atomic"]
 
 
 @contextlib.contextmanager
@@ -68,3 +68,22 @@ def write_json_atomic(path: Path, data: Any) -> None:
     text = json.dumps(data, indent=1, sort_keys=True, allow_nan=False) + "\n"
     with atomic_file(path) as f:
         f.write(text)
+
+
+@contextlib.contextmanager
+def file_lock(path: Path) -> Iterator[bool]:
+    """Holds an exclusive ``flock`` on ``path`` (created if missing); yields whether it had to wait for it."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            waited = False
+        except BlockingIOError:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            waited = True
+        try:
+            yield waited
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)

@@ -120,10 +120,10 @@ def record_tuning(path: str | Path, header: dict, name: str, result: dict) -> di
     Returns:
         The report as written.
     """
-    from rlvr_lib.experiments import _run_lock, write_json_atomic
+    from rlvr_lib.files import file_lock, write_json_atomic
 
     path = Path(path)
-    with _run_lock(path.with_name(f".{path.name}.lock")):
+    with file_lock(path.with_name(f".{path.name}.lock")):
         try:
             old = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
