@@ -648,7 +648,7 @@ def claims_table(
 
     Each row is a mapping with:
         ``id`` (str): the claim's id, unique in the table (the pre-registered rows of
-            :mod:`rlvr_lib.claims` carry it).
+            :mod:`rlvr_lib.study.claims` carry it).
         ``claim`` (str): the paper's claim in words; ``source``: the paper (one of :data:`PAPER_NAMES`);
             ``paper``: where the paper states it (table, figure, text).
         ``paper_effect``: the paper's effect as ``(metric, from, to)``, e.g. ``("pass@1", .227, .266)`` with

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr_lib.claims import record_extra
+from rlvr_lib.study.claims import record_extra
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world

@@ -1,12 +1,16 @@
-"""Tests for rlvr_lib.claims: pre-registered rows, their provenance in run records, rows changed after the runs."""
+"""Tests for rlvr_lib.study.claims: pre-registered rows, their provenance in run records, rows changed after the runs."""
 
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import subprocess
+from pathlib import Path
 
 import pytest
 
-from rlvr_lib.claims import REGISTRIES, Check, Claim, Measurement, Registry, provenance, registry, registry_for
+from rlvr_lib.study.claims import (REGISTRIES, Check, Claim, Measurement, Registry, _last_change, _module_commit,
+                                   provenance, registry, registry_for)
 from rlvr_lib.experiments import cached_run, load_runs
 
 
@@ -73,7 +77,7 @@ def test_records_before_fingerprints_list_the_rows_that_say_they_changed(tmp_pat
 
 def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path, monkeypatch):
     import rlvr_lib.pipeline as pipeline
-    from rlvr_lib.claims import record_extra
+    from rlvr_lib.study.claims import record_extra
     from rlvr_lib.eval import EvalSpec
 
     rec = cached_run("sage_full", "probe", {"a": 1}, 0, lambda: ([], {"x": 1.0}), root=tmp_path,
@@ -124,3 +128,51 @@ def test_zero_width_intervals_of_different_measurements_are_not_taken_for_two_ha
     same = zero()
     with pytest.raises(ValueError, match="one-sided halves"):
         _check_rows("t", [{"id": "a", "ours": same, "expect": ">"}, {"id": "b", "ours": same, "expect": "<"}])
+
+
+def _git(cwd, *args) -> str:
+    out = subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false", *args],
+                         cwd=cwd, capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="no git")
+def test_a_claims_module_keeps_its_commit_when_it_moves(tmp_path):
+    # A record stores the last commit that changed its claims module. The modules moved (issue 30): a commit that
+    # only moves the file changed no row, and the history before the move still counts.
+    _git(tmp_path, "init", "-q")
+    old = tmp_path / "rlvr_lib" / "claims" / "nb09_x.py"
+    old.parent.mkdir(parents=True)
+    old.write_text("ROWS = 1\n")
+    _git(tmp_path, "add", ".")
+    _git(tmp_path, "commit", "-qm", "rows")
+    old.write_text("ROWS = 2\n")
+    _git(tmp_path, "commit", "-qam", "a row changed")
+    changed = _git(tmp_path, "rev-parse", "HEAD")
+    new = tmp_path / "rlvr_lib" / "study" / "claims" / "nb09_x.py"
+    new.parent.mkdir(parents=True)
+    _git(tmp_path, "mv", str(old), str(new))
+    _git(tmp_path, "commit", "-qm", "moved")
+    assert _last_change(new) == changed
+    new.write_text("ROWS = 3\n")
+    _git(tmp_path, "commit", "-qam", "changed after the move")
+    assert _last_change(new) == _git(tmp_path, "rev-parse", "HEAD")
+    assert _last_change(tmp_path / "rlvr_lib" / "study" / "claims" / "never_committed.py") is None
+
+
+def test_each_claims_modules_commit_holds_its_rows_and_changed_them():
+    # On this checkout: the commit a record would store holds the module's committed content, and its parent
+    # does not (so it is the commit that made the rows, not one that only moved the file).
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("git") is None or subprocess.run(["git", "rev-parse", "--is-shallow-repository"], cwd=root,
+                                                     capture_output=True, text=True).stdout.strip() != "false":
+        pytest.skip("needs a git checkout with its whole history")
+    for module in REGISTRIES.values():
+        path = f"rlvr_lib/study/claims/{module}.py"
+        head = subprocess.run(["git", "rev-parse", f"HEAD:{path}"], cwd=root, capture_output=True, text=True)
+        if head.returncode != 0 or subprocess.run(["git", "diff", "--quiet", "HEAD", "--", path], cwd=root).returncode:
+            continue  # not committed yet, or changed since: the stored commit says less then
+        commit = _module_commit(module)
+        assert commit is not None, module
+        assert head.stdout.strip() in _git(root, "ls-tree", "-r", commit), (module, commit)
+        assert head.stdout.strip() not in _git(root, "ls-tree", "-r", f"{commit}^"), (module, commit)

@@ -30,9 +30,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ..experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks, load_runs,
+from ...experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks, load_runs,
                            measurements_table)
-from ..validation import check, check_choice
+from ...validation import check, check_choice
 
 __all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "record_extra",
            "registry", "registry_for"]
@@ -277,7 +277,7 @@ def changed_summary(changed) -> str:
 
 @functools.lru_cache(maxsize=None)
 def registry(module: str) -> Registry:
-    """The :class:`Registry` of ``rlvr_lib.claims.<module>`` (its ``REGISTRY``)."""
+    """The :class:`Registry` of ``rlvr_lib.study.claims.<module>`` (its ``REGISTRY``)."""
     check(isinstance(module, str) and re.fullmatch(r"nb\d\d_\w+", module), "module", module,
           f"one of {sorted(REGISTRIES.values())}")
     reg = importlib.import_module(f"{__name__}.{module}").REGISTRY
@@ -290,15 +290,32 @@ def registry_for(experiment: str) -> Optional[Registry]:
     return registry(REGISTRIES[prefix]) if prefix in REGISTRIES else None
 
 
-def _module_commit(module: str) -> Optional[str]:
-    """The last commit that changed ``rlvr_lib/claims/<module>.py``, or None (no git, uncommitted file)."""
+def _last_change(path: Path) -> Optional[str]:
+    """The last commit that changed the content of the file at ``path``, or None (no git, a file never committed).
+
+    History is followed across renames (``git log --follow``) and a commit that only moved the file (a rename
+    with no change, status ``R100``) is passed over: issue 30 moved the claims modules here from the package's
+    top level, and a record's commit is there to name the rows it was computed with.
+    """
     try:
-        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", str(_PKG / f"{module}.py")], cwd=_PKG,
-                             capture_output=True, text=True, timeout=10, check=False)
+        out = subprocess.run(["git", "log", "--follow", "--format=commit %H", "--name-status", "--", str(path)],
+                             cwd=path.parent, capture_output=True, text=True, timeout=10, check=False)
     except Exception:  # provenance is best effort
         return None
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+    if out.returncode != 0:
+        return None
+    sha = None
+    for line in out.stdout.splitlines():
+        if line.startswith("commit "):
+            sha = line.split()[1]
+        elif line.strip() and sha is not None and line.split("\t")[0] != "R100":  # added, modified, moved and edited
+            return sha if re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+    return None
+
+
+def _module_commit(module: str) -> Optional[str]:
+    """The last commit that changed ``rlvr_lib/study/claims/<module>.py`` (:func:`_last_change`), or None."""
+    return _last_change(_PKG / f"{module}.py")
 
 
 def provenance(experiment: str) -> Optional[dict]:

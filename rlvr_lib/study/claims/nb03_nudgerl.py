@@ -1,6 +1,6 @@
 """Notebook 03's pre-registered rows (NudgeRL: T1, Figs 1, 3, 4, 5, ablations)."""
 
-from ..tasks import EVAL_FAMILIES
+from rlvr_lib.tasks import EVAL_FAMILIES
 from . import Claim, Measurement, Registry
 
 _GRPO_T1 = {8: 0.454, 16: 0.470, 32: 0.487, 64: 0.451}  # PAPERS.md, NudgeRL T1 (Qwen3-4B)
