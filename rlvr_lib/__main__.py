@@ -19,7 +19,7 @@ from pathlib import Path
 from rlvr_lib.cli_checks import (OneLineParser, UsageError, check_model, check_out_file, check_out_folder,
                                  existing_file, flag_errors, int_at_least, number_in)
 from rlvr_lib.backends import BACKENDS
-from rlvr_lib.experiments import results_root
+from rlvr_lib.study.runs import results_root
 
 COUNT = int_at_least(1)
 """``type=`` of counts (steps, problems, samples, sizes): an integer >= 1."""
@@ -85,7 +85,7 @@ def _calibrate_profile(args: argparse.Namespace) -> int:
     import time
 
     from rlvr_lib.calibration import measure_strategy_profile, profile_operands
-    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.files import write_json_atomic
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
@@ -141,7 +141,7 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
     """3PO's IVON regime: clip_radius and IVON lr by the rule of `rlvr_lib.methods.threepo.calibrate_clip_and_lr`."""
     import torch
 
-    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.files import write_json_atomic
     from rlvr_lib.methods.presets import method_config
     from rlvr_lib.study.probes.ivon_regime import calibrate_threepo
     from rlvr_lib.policy.load import policy_fingerprint
@@ -207,7 +207,7 @@ def _plateau(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.eval.diagnostics import plateau_step
-    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.files import write_json_atomic
     from rlvr_lib.methods import method_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.trainer import Trainer
@@ -328,7 +328,7 @@ def _check_train_out(out: Path, config) -> None:
 
     import torch
 
-    from rlvr_lib.experiments import run_dir
+    from rlvr_lib.study.runs import run_dir
     from rlvr_lib.pipeline import CHECKPOINT_FILE
     from rlvr_lib.trainer import previous_checkpoint
     from rlvr_lib.validation import invalid

@@ -36,7 +36,8 @@ from rlvr_lib.config import ConfigBase
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
-from rlvr_lib.experiments import jsonable, write_json_atomic
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.runs import jsonable
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     EVAL_FAMILIES,

@@ -246,7 +246,7 @@ class ConfigBase:
 
         The class name is not hashed: two configs with equal fields hash
         equally; runs are told apart by their names (see
-        ``rlvr_lib.experiments``).
+        ``rlvr_lib.study.runs``).
         """
         return hash_jsonable(self.to_dict())
 

@@ -64,7 +64,8 @@ import numpy as np
 from rlvr_lib.config import ConfigBase, hash_jsonable
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescue_loss
-from rlvr_lib.experiments import RunRecord, cached_run, jsonable, results_root, write_json_atomic
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.runs import RunRecord, cached_run, jsonable, results_root
 from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
 from rlvr_lib.validation import invalid
 

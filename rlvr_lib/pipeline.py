@@ -1,7 +1,7 @@
 """Train a method and evaluate it, as one cached, resumable run.
 
 A notebook calls `evaluate_base` once and `train_and_evaluate` per (method,
-seed); both go through `rlvr_lib.experiments.cached_run`, so a finished run is
+seed); both go through `rlvr_lib.study.runs.cached_run`, so a finished run is
 read back from ``results/<experiment>/`` instead of recomputed, and an
 interrupted training resumes from its last checkpoint (kept under
 ``results/.checkpoints/``, deleted once the run record is written).
@@ -23,7 +23,7 @@ from rlvr_lib.study.claims import record_extra
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
-from rlvr_lib.experiments import RunRecord, cached_run, results_root, run_dir
+from rlvr_lib.study.runs import RunRecord, cached_run, results_root, run_dir
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint

@@ -1,7 +1,7 @@
 """Figures for the notebooks: pass@k curves, strategy shares, hint following,
 training curves and reasoning-mode histograms.
 
-Every helper takes plain dicts (what :mod:`rlvr_lib.experiments` records hold,
+Every helper takes plain dicts (what :mod:`rlvr_lib.study.runs` records hold,
 JSON string keys such as ``"16"`` included), returns the
 :class:`matplotlib.figure.Figure` and, given ``path``, also saves it through
 :func:`save_figure` (atomic; parent folders are created). Use
@@ -46,7 +46,6 @@ Styling uses seaborn's ``whitegrid`` axes style (as a context, so global
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -100,7 +99,6 @@ PASS_AT_K_BOUNDS = (0.0, 1.0)
 REFERENCE_COLOR = "0.2"
 _STYLE = "whitegrid"
 _PALETTE = "colorblind"
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
 
 
 # ------------------------------------------------------------------ saving
@@ -112,20 +110,20 @@ def figure_path(experiment: str, name: str, root: str | Path | None = None) -> P
 
     Args:
         experiment: Experiment (folder) name, as for
-            :func:`rlvr_lib.experiments.run_dir`.
+            :func:`rlvr_lib.study.runs.run_dir`.
         name: Figure name without extension, file-name safe (letters,
             digits and ``. _ + = @ -``, not starting with a symbol, not ending
             in ``.png``), e.g. ``"training_accuracy"``.
         root: Results root; default from
-            :func:`rlvr_lib.experiments.results_root`.
+            :func:`rlvr_lib.study.runs.results_root`.
 
     Raises:
         ValueError: if ``experiment`` or ``name`` is not file-name safe.
     """
-    from .experiments import run_dir
+    from rlvr_lib.study.runs import NAME_RE, run_dir
 
     check(
-        isinstance(name, str) and _NAME_RE.match(name) and not name.lower().endswith(".png"), "name", name,
+        isinstance(name, str) and NAME_RE.match(name) and not name.lower().endswith(".png"), "name", name,
         "a file-name-safe figure name without extension (letters, digits and . _ + = @ -, not starting with a symbol)",
     )
     return run_dir(experiment, root) / "figures" / f"{name}.png"

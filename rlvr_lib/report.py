@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from rlvr_lib.study.summaries import summary_row
-from rlvr_lib.experiments import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
-                                  load_runs, results_root)
+from rlvr_lib.study.claims.tables import CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline
+from rlvr_lib.study.runs import load_runs, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -369,7 +369,7 @@ def _budget_section(root: Path) -> list[str]:
 def scorecard(root: str | Path | None = None) -> dict[str, dict[str, int]]:
     """Per paper, the verdict counts of every claims table the executed full-profile notebooks show.
 
-    Read from the comment each :func:`rlvr_lib.experiments.claims_summary` writes into a notebook's outputs
+    Read from the comment each :func:`rlvr_lib.study.claims.tables.claims_summary` writes into a notebook's outputs
     (``results/notebooks/full/<notebook>.ipynb``), summed over tables and notebooks; papers without a table
     are left out.
     """

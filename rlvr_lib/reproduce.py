@@ -18,7 +18,7 @@ Resuming happens at two levels:
   execution counts, so refreshing a notebook's stored quick-profile outputs
   does not force a full re-run.
 * Training runs. Notebooks cache finished runs under ``results/`` with
-  :func:`rlvr_lib.experiments.cached_run`, so a notebook interrupted midway
+  :func:`rlvr_lib.study.runs.cached_run`, so a notebook interrupted midway
   recomputes only its unfinished runs.
 
 papermill saves the output notebook after every cell, so it writes to a hidden
@@ -40,7 +40,7 @@ command line handles ``kill``'s SIGTERM the same way, whether it reaches
 every process (``pkill -f rlvr_lib.reproduce``) or only the parent: an
 interrupt anywhere sets an event the workers share, so none starts another
 notebook, and the parent interrupts any worker the signal missed. Runs two
-notebooks share are computed once (:func:`rlvr_lib.experiments.cached_run`
+notebooks share are computed once (:func:`rlvr_lib.study.runs.cached_run`
 locks each run), so notebooks may run in any order; the returned dict keeps
 the notebooks' order, status lines come as notebooks finish.
 """
@@ -81,7 +81,7 @@ def _default_notebooks_dir() -> Path:
 
 
 def _default_out_dir() -> Path:
-    from .experiments import results_root
+    from rlvr_lib.study.runs import results_root
 
     return results_root() / "notebooks"
 

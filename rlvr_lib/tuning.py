@@ -19,7 +19,7 @@ rule:
   (x1), then to the smaller lr.
 
 Every tuning run is cached as a run record under ``<results>/lr_tuning/``
-(`rlvr_lib.experiments.cached_run`, keyed by the training config, the policy
+(`rlvr_lib.study.runs.cached_run`, keyed by the training config, the policy
 hash and the testbed version), so an interrupted sweep resumes where it
 stopped, and several processes can share one sweep.
 
@@ -62,7 +62,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     Each run is ``method_config(name, **config_fields, seed=s)`` with its
     ``Method.tuning_lr`` replaced by ``default x factor`` (``with_tuning_lr``),
     trained from scratch, its history cached as ``<root>/lr_tuning/<name>-lr<lr>-...``
-    (``root``: default `rlvr_lib.experiments.results_root`). Returns a
+    (``root``: default `rlvr_lib.study.runs.results_root`). Returns a
     JSON-ready dict: the default lr, the grid, per lr and seed the final
     accuracy, per lr the mean, the pick, and the run ids.
 
@@ -70,7 +70,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
         ValueError: on an unknown method, an empty grid or seed list, ``tail < 1``, a seed in 0-4
             (evaluation seeds), or a run with fewer than ``tail`` steps.
     """
-    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.study.runs import cached_run
     from rlvr_lib.methods.presets import method_config
     from rlvr_lib.methods.registry import METHODS
     from rlvr_lib.pipeline import versioned_key

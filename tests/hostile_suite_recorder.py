@@ -37,7 +37,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_lib.experiments import git_commit, write_json_atomic
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.runs import git_commit
 
 HERE = Path(__file__).resolve().parent / "hostile"
 REPO = HERE.parents[1]

@@ -11,7 +11,7 @@ import pytest
 
 from rlvr_lib.study.claims import (REGISTRIES, Check, Claim, Measurement, Registry, _last_change, _module_commit,
                                    provenance, registry, registry_for)
-from rlvr_lib.experiments import cached_run, load_runs
+from rlvr_lib.study.runs import cached_run, load_runs
 
 
 def _ci(lo, hi):
@@ -121,7 +121,7 @@ def test_registered_paper_effects_agree_with_their_side():
 def test_zero_width_intervals_of_different_measurements_are_not_taken_for_two_halves():
     # On a tiny sample two different measurements can both be exactly 0 with no spread; that is a coincidence,
     # not one measurement tested from both sides. The same measurement object still is refused.
-    from rlvr_lib.experiments import _check_rows
+    from rlvr_lib.study.claims.tables import _check_rows
 
     zero = lambda: {"mean": 0.0, "ci_low": 0.0, "ci_high": 0.0}  # noqa: E731
     _check_rows("t", [{"id": "a", "ours": zero(), "expect": ">"}, {"id": "b", "ours": zero(), "expect": "<"}])

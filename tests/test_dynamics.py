@@ -153,7 +153,7 @@ def test_dynamics_config_validation():
 
 def test_testbed_beta_is_the_dynamics_calibrations():
     """TESTBED_KL_COEF is the beta the committed calibration chose; while none is chosen, the papers' 0.05."""
-    from rlvr_lib.experiments import results_root
+    from rlvr_lib.study.runs import results_root
     from rlvr_lib.methods import METHODS, TESTBED_KL_COEF
 
     report = json.loads((results_root() / "testbed" / "dynamics.json").read_text())

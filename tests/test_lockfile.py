@@ -10,7 +10,7 @@ import tomllib
 from pathlib import Path
 
 from rlvr_lib import lockfile
-from rlvr_lib.experiments import cached_run
+from rlvr_lib.study.runs import cached_run
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = Path(os.environ.get("RLVR_LOCK", ROOT / "locks" / "cpu.txt"))

@@ -26,7 +26,8 @@ from matplotlib.figure import Figure
 from matplotlib.image import imread
 
 from rlvr_lib import plots
-from rlvr_lib.experiments import RESULTS_ENV, aggregate_seeds
+from rlvr_lib.study.runs import RESULTS_ENV
+from rlvr_lib.study.stats import aggregate_seeds
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -280,7 +281,7 @@ def test_plot_saves_a_readable_png_atomically(tmp_path, monkeypatch):
         replaced.append((os.fspath(src), os.fspath(dst)))
         real_replace(src, dst)
 
-    monkeypatch.setattr(os, "replace", spy)  # atomic_file (rlvr_lib.experiments) calls os.replace
+    monkeypatch.setattr(os, "replace", spy)  # atomic_file (rlvr_lib.files) calls os.replace
     path = plots.figure_path("exp1", "curves", root=tmp_path)
     plots.plot_training_curves(_histories(8, seeds=2), "accuracy", path=path)
     assert path.read_bytes()[:8] == PNG_MAGIC

@@ -124,7 +124,7 @@ def test_nudged_evaluation_raises_the_rare_strategy_share_and_keeps_plain_specs_
 def test_extra_evaluations_are_stored_cached_and_keyed_only_when_given(tmp_path, monkeypatch):
     from rlvr_lib.config import hash_jsonable
     from rlvr_lib.study.summaries import extra_evaluation, summary_row
-    from rlvr_lib.experiments import jsonable
+    from rlvr_lib.study.runs import jsonable
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
     from rlvr_lib.trainer import Trainer

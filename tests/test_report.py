@@ -19,7 +19,7 @@ def _fake_final(correct):
 
 
 def test_render_reads_shared_rows_and_sums_compute(tmp_path):
-    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.study.runs import cached_run
 
     def add(experiment, name, seed, correct, history=({"accuracy": 0.5},)):
         cfg = {"eval": {"samples": 4}, "name": name}
@@ -44,7 +44,7 @@ def _ci(lo, hi):
 
 
 def _table(rows):
-    from rlvr_lib.experiments import claims_table
+    from rlvr_lib.study.claims.tables import claims_table
 
     return claims_table([dict(id=f"c{i}", claim=f"claim {i}", source=source, paper="T1", paper_effect="-",
                               ours=_ci(lo, hi), expect=">", against="base", reference=ref)
@@ -54,7 +54,7 @@ def _table(rows):
 def _write(path, tables):
     import nbformat
 
-    from rlvr_lib.experiments import claims_summary
+    from rlvr_lib.study.claims.tables import claims_summary
 
     cells = []
     for table in tables:
@@ -65,7 +65,7 @@ def _write(path, tables):
 
 
 def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_path):
-    from rlvr_lib.experiments import verdict_counts
+    from rlvr_lib.study.claims.tables import verdict_counts
     from rlvr_lib.report import scorecard
 
     no_ref = "the row is GRPO's own"
@@ -108,7 +108,7 @@ def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_pa
 def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     import json
 
-    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.study.runs import cached_run
     from rlvr_lib.policy.load import policy_fingerprint
 
     target = lambda v, met, ci: {"value": v, "bound": ">= 0.05, interval above 0", "met": met,  # noqa: E731
@@ -141,7 +141,7 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
 
 def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
     """Runs on the shipped policy and testbed beside earlier ones: two tables, never pooled (their problems differ)."""
-    from rlvr_lib.experiments import cached_run
+    from rlvr_lib.study.runs import cached_run
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.report import _method_section
 
@@ -171,7 +171,7 @@ def test_readme_reliability_table_matches_committed_results():
 
 
 def _suite(tmp_path, classes):
-    from rlvr_lib.experiments import write_json_atomic
+    from rlvr_lib.files import write_json_atomic
 
     write_json_atomic(tmp_path / "hostile" / "suite.json",
                       {"date": "2030-01-02T03:04:05+00:00", "git_commit": "0123456789abcdef", "worktree_clean": True,
@@ -220,7 +220,7 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
     """README's Budget paragraph quotes dynamics.json by hand (prose, not a rendered table): it must follow it."""
     import json
 
-    from rlvr_lib.experiments import results_root
+    from rlvr_lib.study.runs import results_root
 
     readme = " ".join(README.read_text().split())
     d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())

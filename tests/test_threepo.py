@@ -365,7 +365,7 @@ def test_stored_ess_is_the_noise_rule_measured_on_the_shipped_policy():
     import json
 
     from rlvr_lib.study.probes.premises import DEFAULT_FLIP_BAND, ess_by_noise_rule
-    from rlvr_lib.experiments import results_root
+    from rlvr_lib.study.runs import results_root
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
@@ -383,7 +383,7 @@ def test_the_testbed_regime_defaults_are_the_calibration_record():
     import json
 
     from rlvr_lib.dynamics import full_profile_steps
-    from rlvr_lib.experiments import results_root
+    from rlvr_lib.study.runs import results_root
     from rlvr_lib.methods.threepo import ThreePOOptions
     from rlvr_lib.policy.load import policy_fingerprint
 

@@ -286,7 +286,7 @@ def _hint_pool(**kw):
 
 
 def _aggregate_seeds(**kw):
-    from rlvr_lib.experiments import aggregate_seeds
+    from rlvr_lib.study.stats import aggregate_seeds
 
     return aggregate_seeds([1.0, 2.0], **kw)
 

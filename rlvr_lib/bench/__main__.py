@@ -37,7 +37,8 @@ import time
 from pathlib import Path
 
 from rlvr_lib.bench.common import machine_info
-from rlvr_lib.experiments import results_root, write_json_atomic
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.runs import results_root
 
 BENCHMARKS = ("rollout", "step", "logprob", "methods", "gradnorm", "profile", "reproduction")
 ENV_BENCHMARKS = ("vllm_rollout",)

@@ -1,21 +1,80 @@
-"""Run records on disk; so far the strict-JSON form of their values (moving here from `rlvr_lib.experiments`, issue 30).
+"""Run records on disk: the run cache, provenance, the strict-JSON form of results (issue 30).
 
-Below `rlvr_lib.study.stats`, which reads values in this form, so that neither imports `rlvr_lib.experiments`.
+A *run* is one call of a function (train + evaluate, usually) under one
+config and one seed. :func:`cached_run` stores it as
+``results/<experiment>/<run_id>.json`` with ``run_id =
+f"{name}-{config_hash}-s{seed}"``; calling it again with the same experiment,
+name, config and seed loads the stored record instead of recomputing, which
+is how an interrupted ``make reproduce`` resumes. Records are written
+atomically (temp file in the same folder, then ``os.replace``;
+:mod:`rlvr_lib.files`), so a run that is killed midway leaves no partial
+record behind. Each record says where and with what it ran
+(:func:`machine`, :func:`git_commit`).
+
+JSON conventions for records (:func:`jsonable`): numpy scalars/arrays and torch tensors are
+converted to Python numbers/lists; dataclasses to dicts; **NaN and +-inf are
+written as ``null``** so every record is strict JSON that any tool (pandas,
+``jq``, a browser) reads. A metric read back as ``None`` therefore means
+"not finite" (or absent); :func:`rlvr_lib.study.stats.aggregate_seeds` refuses it rather than
+silently dropping a seed.
+
+The results root is, in order: the ``root`` argument, the environment
+variable ``RLVR_RESULTS_DIR``, ``<repo>/results`` when the package runs from
+a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
+``./results``.
+
+Below :mod:`rlvr_lib.study.stats`, which reads values in this form, and below the claims tables
+(:mod:`rlvr_lib.study.claims.tables`), which check row ids with :data:`NAME_RE`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import datetime as _dt
+import functools
+import json
+import logging
 import math
-from collections.abc import Mapping
+import os
+import re
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
-from rlvr_lib.config import ConfigBase
+from rlvr_lib import __version__
+from rlvr_lib.config import ConfigBase, hash_jsonable
+from rlvr_lib.files import file_lock, write_json_atomic
+from rlvr_lib.validation import check, check_int
 
-__all__ = ["jsonable"]
+__all__ = [
+    "FINISHED",
+    "NAME_RE",
+    "RESULTS_ENV",
+    "RunRecord",
+    "cached_run",
+    "cpu_model",
+    "git_commit",
+    "jsonable",
+    "load_runs",
+    "machine",
+    "results_root",
+    "run_dir",
+    "runs_frame",
+]
+
+log = logging.getLogger(__name__)
+
+RESULTS_ENV = "RLVR_RESULTS_DIR"
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
+"""A file-name-safe name (experiments, runs, figures, claim ids): letters, digits and ``. _ + = @ -``, not
+starting with a symbol."""
+FINISHED = "finished"
 
 
+# ------------------------------------------------------------------- JSON
 def jsonable(value: Any) -> Any:
     """Converts a result value to strict-JSON Python objects.
 
@@ -52,3 +111,303 @@ def jsonable(value: Any) -> Any:
     if hasattr(value, "item"):
         return jsonable(value.item())
     raise TypeError(f"cannot serialise {type(value).__name__} value {value!r} to JSON")
+
+
+# ---------------------------------------------------------------- locations
+def results_root(root: str | Path | None = None) -> Path:
+    """Returns the results root folder (see module docstring for the order)."""
+    if root is not None:
+        return Path(root)
+    env = os.environ.get(RESULTS_ENV)
+    if env:
+        return Path(env)
+    if (_REPO_ROOT / "pyproject.toml").exists():
+        return _REPO_ROOT / "results"
+    return Path.cwd() / "results"
+
+
+def _check_name(kind: str, value: str) -> None:
+    check(
+        isinstance(value, str) and NAME_RE.match(value), kind, value,
+        "a non-empty file-name-safe string (letters, digits and . _ + = @ -, not starting with a symbol)",
+    )
+
+
+def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = False) -> Path:
+    """Returns ``<results root>/<experiment>``.
+
+    Args:
+        experiment: Experiment name, e.g. ``"nudgerl_t1_main"``; file-name safe.
+        root: Results root; default from :func:`results_root`.
+        create: Create the folder if it does not exist.
+    """
+    _check_name("experiment", experiment)
+    d = results_root(root) / experiment
+    if create:
+        d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def cpu_model() -> str:
+    """The processor's model name: float rounding, hence bit identity of a run, depends on it."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Where a run ran: processor model, torch threads (when torch is imported), CPU count, and with what:
+    the Python version and the installed versions of the libraries the numbers depend on
+    (:data:`rlvr_lib.lockfile.KEY_PACKAGES`; ``None`` for one not installed): a record made outside the
+    lock still says what it ran with."""
+    import platform
+    import sys
+
+    from rlvr_lib.lockfile import package_versions
+
+    torch = sys.modules.get("torch")
+    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
+            "torch_threads": torch.get_num_threads() if torch is not None else None,
+            "python": platform.python_version(), "packages": package_versions()}
+
+
+@functools.lru_cache(maxsize=1)
+def git_commit() -> Optional[str]:
+    """Returns ``git rev-parse HEAD`` of the package's checkout, or ``None``; never raises."""
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "HEAD"],
+            cwd=_REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except Exception:  # no git, timeout, odd filesystem: provenance is best effort
+        return None
+    sha = out.stdout.strip()
+    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
+
+
+# ------------------------------------------------------------------- files
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------ records
+@dataclasses.dataclass
+class RunRecord:
+    """One finished run as stored in ``results/<experiment>/<run_id>.json``.
+
+    Attributes:
+        experiment: Experiment (folder) name.
+        name: Run name within the experiment, e.g. ``"grpo-g8"``.
+        run_id: ``f"{name}-{config_hash}-s{seed}"``; also the file stem.
+        config: The config as a JSON dict.
+        config_hash: :func:`rlvr_lib.config.hash_jsonable` of ``config``.
+        config_type: Class name of the config (``"dict"`` for a plain dict).
+        seed: The run's seed.
+        status: ``"finished"`` (only finished runs are written).
+        version: ``rlvr_lib.__version__`` that produced the run.
+        git_commit: Commit of the checkout, or ``None`` when unknown.
+        started: UTC ISO-8601 timestamp.
+        finished: UTC ISO-8601 timestamp.
+        wall_time_s: Seconds spent in the run function.
+        history: Metric history, one dict per logged step.
+        final: Final evaluation metrics.
+        extra: Anything else worth keeping (diagnostics, per-problem data).
+    """
+
+    experiment: str
+    name: str
+    run_id: str
+    config: dict[str, Any]
+    config_hash: str
+    seed: int
+    config_type: str = "dict"
+    status: str = FINISHED
+    version: str = __version__
+    git_commit: Optional[str] = None
+    started: str = ""
+    finished: str = ""
+    wall_time_s: float = 0.0
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    final: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Strict-JSON dict of the record (see :func:`jsonable`)."""
+        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
+        """Builds a record from :meth:`to_dict` output; unknown keys are ignored (forward compatibility)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+    @classmethod
+    def load(cls, path: str | Path) -> "RunRecord":
+        """Reads a record from a JSON file."""
+        return cls.from_dict(json.loads(Path(path).read_text()))
+
+    def save(self, path: str | Path) -> Path:
+        """Writes the record atomically to ``path`` and returns it."""
+        path = Path(path)
+        write_json_atomic(path, self.to_dict())
+        return path
+
+
+def _config_dict(config: ConfigBase | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    if isinstance(config, ConfigBase):
+        return config.to_dict(), type(config).__name__
+    if isinstance(config, Mapping):
+        return jsonable(config), "dict"
+    raise TypeError(f"config must be a ConfigBase or a dict, got {type(config).__name__}")
+
+
+def cached_run(
+    experiment: str,
+    name: str,
+    config: ConfigBase | Mapping[str, Any],
+    seed: int,
+    fn: Callable[[], tuple],
+    *,
+    force: bool = False,
+    root: str | Path | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> RunRecord:
+    """Runs ``fn`` once per (experiment, name, config, seed) and caches the record.
+
+    If ``<root>/<experiment>/<run_id>.json`` exists, has status
+    ``"finished"`` and the same config hash and seed, it is loaded and
+    returned without calling ``fn``. Otherwise ``fn()`` is called and its
+    result written atomically; if ``fn`` raises, nothing is written and the
+    exception propagates.
+
+    Processes that share a results root (notebooks run side by side, e.g.
+    ``reproduce --workers 2``) compute each run once: the computation holds an
+    exclusive lock on the hidden file ``<root>/<experiment>/.<run_id>.lock``
+    (``fcntl.flock``, released by the operating system if the process dies),
+    and a process that waited for it loads the record the other one wrote.
+
+    Args:
+        experiment: Experiment (folder) name.
+        name: Run name, file-name safe, e.g. ``"c3po-n4"``.
+        config: The run's config (a :class:`ConfigBase` or a JSON-able dict);
+            only its hash decides cache hits.
+        seed: The run's seed. ``fn`` is responsible for using it.
+        fn: Zero-argument callable returning ``(history, final)`` or
+            ``(history, final, extra)``: a list of metric dicts, a dict of
+            final metrics and optionally a dict of extras.
+        force: Recompute and overwrite even if a finished record exists.
+        root: Results root; default from :func:`results_root`.
+        extra: Extras stored with the record (merged under ``fn``'s extras).
+
+    Returns:
+        The stored (or loaded) :class:`RunRecord`; values are as read back
+        from JSON (NaN appears as ``None``) whether computed now or cached.
+    """
+    _check_name("name", name)
+    seed = check_int("seed", seed)
+    cfg, cfg_type = _config_dict(config)
+    chash = hash_jsonable(cfg)
+    run_id = f"{name}-{chash}-s{seed}"
+    path = run_dir(experiment, root) / f"{run_id}.json"
+
+    def cached() -> RunRecord | None:
+        if not path.exists():
+            return None
+        try:
+            rec = RunRecord.load(path)
+        except (OSError, ValueError, TypeError) as e:  # unreadable: recompute
+            log.warning("ignoring unreadable run record %s: %s", path, e)
+            return None
+        if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
+            log.info("cache hit: %s", path)
+            return rec
+        log.info("stale run record %s (status/hash/seed differ): recomputing", path)
+        return None
+
+    if not force and (rec := cached()) is not None:
+        return rec
+    with file_lock(path.with_name(f".{run_id}.lock")) as waited:
+        if waited:
+            log.info("waited for another process computing %s", run_id)
+        if waited and not force and (rec := cached()) is not None:  # another process computed it meanwhile
+            return rec
+        return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
+
+
+def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:
+    """Calls ``fn`` and writes its run record (the body of :func:`cached_run` on a cache miss)."""
+    started, t0 = _now(), time.perf_counter()
+    out = fn()
+    if not isinstance(out, tuple) or len(out) not in (2, 3):
+        raise TypeError(f"fn must return (history, final) or (history, final, extra), got {type(out).__name__}")
+    history, final = out[0], out[1]
+    fn_extra = out[2] if len(out) == 3 else {}
+    rec = RunRecord(
+        experiment=experiment,
+        name=name,
+        run_id=run_id,
+        config=cfg,
+        config_hash=chash,
+        config_type=cfg_type,
+        seed=seed,
+        git_commit=git_commit(),
+        started=started,
+        finished=_now(),
+        wall_time_s=time.perf_counter() - t0,
+        history=list(history),
+        final=dict(final),
+        extra={"machine": machine(), **dict(extra or {}), **dict(fn_extra or {})},
+    )
+    data = rec.to_dict()
+    write_json_atomic(path, data)
+    return RunRecord.from_dict(data)
+
+
+def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None) -> list[RunRecord]:
+    """Loads every run record of an experiment, sorted by (name, seed, run_id).
+
+    JSON files in the folder that are not run records (no ``run_id`` key,
+    e.g. summaries) are skipped. A missing folder gives ``[]``.
+
+    Args:
+        experiment: Experiment (folder) name.
+        root: Results root; default from :func:`results_root`.
+        name: Keep only runs with this name.
+    """
+    d = run_dir(experiment, root)
+    if not d.is_dir():
+        return []
+    records = []
+    for p in sorted(d.glob("*.json")):
+        data = json.loads(p.read_text())
+        if not isinstance(data, dict) or "run_id" not in data:
+            continue
+        rec = RunRecord.from_dict(data)
+        if name is None or rec.name == name:
+            records.append(rec)
+    return sorted(records, key=lambda r: (r.name, r.seed, r.run_id))
+
+
+def runs_frame(records: Sequence[RunRecord]):
+    """One row per run: ``name``, ``seed``, ``config_hash``, ``run_id`` and the ``final`` metrics as columns.
+
+    Returns:
+        ``pandas.DataFrame``.
+    """
+    import pandas as pd
+
+    rows = [
+        {"name": r.name, "seed": r.seed, "config_hash": r.config_hash, "run_id": r.run_id, **r.final}
+        for r in records
+    ]
+    return pd.DataFrame(rows)

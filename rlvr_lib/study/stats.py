@@ -34,10 +34,10 @@ This module gives, in numpy:
 Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n",
 "method"}`` (``"mean"`` is the point estimate, ``"method"`` says how the
 interval was made); :func:`format_ci` and
-:func:`rlvr_lib.experiments.claims_table` read them. :func:`has_interval`
+:func:`rlvr_lib.study.claims.tables.claims_table` read them. :func:`has_interval`
 says whether a dict carries an interval at all (one seed on its own does not).
-`rlvr_lib.experiments` and `rlvr_lib.study.summaries` also export some of
-these names (the same objects).
+`rlvr_lib.study.summaries` also exports some of these names (the same
+objects).
 
 Resampling uses ``np.random.default_rng(seed)``: the same inputs and ``seed``
 give the same interval.
@@ -189,8 +189,7 @@ def has_interval(agg: Mapping[str, Any]) -> bool:
     seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
     bootstraps here, where a single evaluation still varies over problems). A
     single seed's value (``n == 1`` and no ``n_problems``) has none: its
-    ``ci_low == ci_high == mean`` is a measurement, not a certainty. Also
-    exported as ``rlvr_lib.experiments.has_interval``.
+    ``ci_low == ci_high == mean`` is a measurement, not a certainty.
     """
     return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
 
@@ -201,7 +200,7 @@ def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
     Takes :func:`aggregate_seeds` dicts and the bootstraps' (:func:`bootstrap_ci`,
     the seeds x problems and paired bootstraps). A dict without an interval
     (:func:`has_interval` false: one seed, no problems resampled) gives
-    ``"mean (n=1)"``. Also exported as ``rlvr_lib.experiments.format_ci``.
+    ``"mean (n=1)"``.
     """
     if not has_interval(agg):
         return f"{agg['mean']:{fmt}} (n={agg.get('n', 1)})"
@@ -313,7 +312,7 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
         ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
         Python floats/int, ``method`` ``"Student-t over seeds"`` (or
         ``"single value: no interval (n=1)"``), as the bootstraps' interval
-        dicts carry, for :func:`rlvr_lib.experiments.claims_table`.
+        dicts carry, for :func:`rlvr_lib.study.claims.tables.claims_table`.
 
     Raises:
         ValueError: if ``values`` is empty or holds a non-finite value or

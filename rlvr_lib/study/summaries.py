@@ -1,6 +1,6 @@
 """Run records summarised for tables and claims: what every notebook and the README compute.
 
-A *run* is one method's run records, one per seed (`rlvr_lib.experiments.RunRecord`
+A *run* is one method's run records, one per seed (`rlvr_lib.study.runs.RunRecord`
 or anything with ``.final`` / ``.history``; the base policy is a run whose
 records are its evaluations with different sampling seeds). These helpers turn
 runs into numbers with the interval method named, so notebooks only call them:
@@ -239,7 +239,7 @@ def family_table(runs: Mapping[str, Sequence[Any]], families: Sequence[str], k: 
 
     Returns:
         ``pandas.DataFrame`` of interval dicts (format with
-        `rlvr_lib.experiments.format_ci`); its ``attrs["interval"]`` names the method.
+        `rlvr_lib.study.stats.format_ci`); its ``attrs["interval"]`` names the method.
     """
     import pandas as pd
 

@@ -23,7 +23,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from rlvr_lib.experiments import RunRecord, cached_run, write_json_atomic
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.runs import RunRecord, cached_run
 from rlvr_lib.methods import method_config
 from rlvr_lib.trainer import CheckpointError, Trainer, previous_checkpoint, read_checkpoint
 

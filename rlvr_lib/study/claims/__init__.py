@@ -30,8 +30,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from ...experiments import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks, load_runs,
-                           measurements_table)
+from rlvr_lib.study.claims.tables import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks,
+                                          measurements_table)
+from rlvr_lib.study.runs import load_runs
 from ...validation import check, check_choice
 
 __all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "record_extra",
@@ -58,16 +59,16 @@ def _fingerprint(obj: Any) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Claim:
-    """One paper claim (a row of :func:`rlvr_lib.experiments.claims_table`).
+    """One paper claim (a row of :func:`rlvr_lib.study.claims.tables.claims_table`).
 
     Attributes:
         id: Unique in its notebook.
         text: The claim in words; ``{name}`` fields are filled from the notebook's context (e.g. ``{n}``).
-        source: The paper (:data:`~rlvr_lib.experiments.PAPER_NAMES`).
+        source: The paper (:data:`~rlvr_lib.study.claims.tables.PAPER_NAMES`).
         paper: Where the paper states it.
         paper_effect: ``(metric, from, to)`` from the paper's table, or a str when it gives no number.
         expect: ``">"``, ``"<"`` or ``"within"``; ``than`` the threshold, ``margin`` the equivalence margin.
-        against: What the row compares with (:data:`~rlvr_lib.experiments.AGAINST`).
+        against: What the row compares with (:data:`~rlvr_lib.study.claims.tables.AGAINST`).
         changed: Why the row differs from the one the notebook stated before its first full-profile runs
             (None: unchanged; a note starting "added" for a row new since). Shown by
             :meth:`Registry.changed_rows` for records without fingerprints.
@@ -330,7 +331,7 @@ def provenance(experiment: str) -> Optional[dict]:
 def record_extra(experiment: str) -> dict:
     """``{"claims": provenance(experiment)}`` for a run record's ``extra``, or ``{}`` when no notebook owns it.
 
-    `rlvr_lib.pipeline` passes it to `rlvr_lib.experiments.cached_run` for every notebook run (issue 28,
+    `rlvr_lib.pipeline` passes it to `rlvr_lib.study.runs.cached_run` for every notebook run (issue 28,
     item 6): the run cache itself knows nothing of claims.
     """
     prov = provenance(experiment)

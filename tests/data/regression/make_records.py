@@ -13,7 +13,7 @@ from pathlib import Path
 import torch
 
 from rlvr_lib.eval.policy_eval import EvalSpec
-from rlvr_lib.experiments import cpu_model
+from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.methods import method_config
 from rlvr_lib.pipeline import train_and_evaluate
 

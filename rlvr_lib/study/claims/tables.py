@@ -1,68 +1,42 @@
-"""Runs and results: cached runs on disk, claims tables.
+"""Claims tables: each paper claim's verdict at our scale, from its 95% interval (issue 28).
 
-The intervals (`aggregate_seeds`, `format_ci`, `has_interval`) and `jsonable` moved to
-`rlvr_lib.study.stats` and `rlvr_lib.study.runs` (issue 30); they are still importable from here.
-
-A *run* is one call of a function (train + evaluate, usually) under one
-config and one seed. :func:`cached_run` stores it as
-``results/<experiment>/<run_id>.json`` with ``run_id =
-f"{name}-{config_hash}-s{seed}"``; calling it again with the same experiment,
-name, config and seed loads the stored record instead of recomputing, which
-is how an interrupted ``make reproduce`` resumes. Records are written
-atomically (temp file in the same folder, then ``os.replace``), so a run that
-is killed midway leaves no partial record behind.
-
-JSON conventions for records: numpy scalars/arrays and torch tensors are
-converted to Python numbers/lists; dataclasses to dicts; **NaN and +-inf are
-written as ``null``** so every record is strict JSON that any tool (pandas,
-``jq``, a browser) reads. A metric read back as ``None`` therefore means
-"not finite" (or absent); :func:`aggregate_seeds` refuses it rather than
-silently dropping a seed.
-
-The results root is, in order: the ``root`` argument, the environment
-variable ``RLVR_RESULTS_DIR``, ``<repo>/results`` when the package runs from
-a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
-``./results``.
+:func:`claims_table` builds a notebook's table from its rows (the pre-registered rows of
+:mod:`rlvr_lib.study.claims` with the notebook's measurements), :func:`verdict` reads one row's interval
+against its threshold, :func:`min_effect` is the minimum-effect rule; :func:`measurements_table` and
+:func:`instrument_checks` hold the rows that are not paper claims; :func:`claims_summary` writes the markdown a
+notebook opens its results with and :func:`find_claims_headline` / :func:`find_claims_counts` read it back for
+README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module (issue 30).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as _dt
 import functools
 import json
-import logging
 import math
-import os
 import re
-import subprocess
-import time
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any, Optional
 
-from . import __version__
-from .config import ConfigBase, hash_jsonable
-from .files import atomic_file, file_lock, write_json_atomic  # noqa: F401 (atomic_file kept importable here)
-from .study.runs import jsonable
-from .study.stats import aggregate_seeds, bootstrap_ci, format_ci, has_interval
-from .validation import check, check_choice, check_int, check_range
+from rlvr_lib.study.runs import NAME_RE
+from rlvr_lib.study.stats import bootstrap_ci, format_ci, has_interval
+from rlvr_lib.validation import check, check_choice, check_range
 
 __all__ = [
     "AGAINST",
+    "CHANCE_LEVEL",
     "CHECK_COLUMNS",
     "CHECK_KINDS",
     "CLAIMS_COLUMNS",
+    "CONTRADICTED",
     "EFFECT_FRACTION",
     "EXPECTS",
     "LARGE_EFFECT",
     "MEASUREMENT_COLUMNS",
+    "NOT_SPECIFIC",
     "PAPER_NAMES",
+    "REPRODUCED",
+    "UNRESOLVED",
     "VERDICTS",
-    "RESULTS_ENV",
-    "RunRecord",
-    "aggregate_seeds",
-    "cached_run",
     "claims_headline",
     "claims_summary",
     "claims_table",
@@ -72,328 +46,11 @@ __all__ = [
     "measurements_summary",
     "measurements_table",
     "min_effect",
-    "format_ci",
-    "git_commit",
-    "has_interval",
-    "jsonable",
-    "load_runs",
     "render_markdown",
-    "results_root",
-    "run_dir",
-    "runs_frame",
     "verdict",
     "verdict_counts",
 ]
 
-log = logging.getLogger(__name__)
-
-RESULTS_ENV = "RLVR_RESULTS_DIR"
-_REPO_ROOT = Path(__file__).resolve().parent.parent
-_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
-FINISHED = "finished"
-
-
-# ---------------------------------------------------------------- locations
-def results_root(root: str | Path | None = None) -> Path:
-    """Returns the results root folder (see module docstring for the order)."""
-    if root is not None:
-        return Path(root)
-    env = os.environ.get(RESULTS_ENV)
-    if env:
-        return Path(env)
-    if (_REPO_ROOT / "pyproject.toml").exists():
-        return _REPO_ROOT / "results"
-    return Path.cwd() / "results"
-
-
-def _check_name(kind: str, value: str) -> None:
-    check(
-        isinstance(value, str) and _NAME_RE.match(value), kind, value,
-        "a non-empty file-name-safe string (letters, digits and . _ + = @ -, not starting with a symbol)",
-    )
-
-
-def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = False) -> Path:
-    """Returns ``<results root>/<experiment>``.
-
-    Args:
-        experiment: Experiment name, e.g. ``"nudgerl_t1_main"``; file-name safe.
-        root: Results root; default from :func:`results_root`.
-        create: Create the folder if it does not exist.
-    """
-    _check_name("experiment", experiment)
-    d = results_root(root) / experiment
-    if create:
-        d.mkdir(parents=True, exist_ok=True)
-    return d
-
-
-def cpu_model() -> str:
-    """The processor's model name: float rounding, hence bit identity of a run, depends on it."""
-    import platform
-
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def machine() -> dict[str, Any]:
-    """Where a run ran: processor model, torch threads (when torch is imported), CPU count, and with what:
-    the Python version and the installed versions of the libraries the numbers depend on
-    (:data:`rlvr_lib.lockfile.KEY_PACKAGES`; ``None`` for one not installed): a record made outside the
-    lock still says what it ran with."""
-    import platform
-    import sys
-
-    from .lockfile import package_versions
-
-    torch = sys.modules.get("torch")
-    return {"cpu_model": cpu_model(), "cpu_count": os.cpu_count(),
-            "torch_threads": torch.get_num_threads() if torch is not None else None,
-            "python": platform.python_version(), "packages": package_versions()}
-
-
-@functools.lru_cache(maxsize=1)
-def git_commit() -> Optional[str]:
-    """Returns ``git rev-parse HEAD`` of the package's checkout, or ``None``; never raises."""
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=_REPO_ROOT,
-            capture_output=True,
-            text=True,
-            timeout=10,
-            check=False,
-        )
-    except Exception:  # no git, timeout, odd filesystem: provenance is best effort
-        return None
-    sha = out.stdout.strip()
-    return sha if out.returncode == 0 and re.fullmatch(r"[0-9a-f]{40,64}", sha) else None
-
-
-# ------------------------------------------------------------------- files
-def _now() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-
-
-# ------------------------------------------------------------------ records
-@dataclasses.dataclass
-class RunRecord:
-    """One finished run as stored in ``results/<experiment>/<run_id>.json``.
-
-    Attributes:
-        experiment: Experiment (folder) name.
-        name: Run name within the experiment, e.g. ``"grpo-g8"``.
-        run_id: ``f"{name}-{config_hash}-s{seed}"``; also the file stem.
-        config: The config as a JSON dict.
-        config_hash: :func:`rlvr_lib.config.hash_jsonable` of ``config``.
-        config_type: Class name of the config (``"dict"`` for a plain dict).
-        seed: The run's seed.
-        status: ``"finished"`` (only finished runs are written).
-        version: ``rlvr_lib.__version__`` that produced the run.
-        git_commit: Commit of the checkout, or ``None`` when unknown.
-        started: UTC ISO-8601 timestamp.
-        finished: UTC ISO-8601 timestamp.
-        wall_time_s: Seconds spent in the run function.
-        history: Metric history, one dict per logged step.
-        final: Final evaluation metrics.
-        extra: Anything else worth keeping (diagnostics, per-problem data).
-    """
-
-    experiment: str
-    name: str
-    run_id: str
-    config: dict[str, Any]
-    config_hash: str
-    seed: int
-    config_type: str = "dict"
-    status: str = FINISHED
-    version: str = __version__
-    git_commit: Optional[str] = None
-    started: str = ""
-    finished: str = ""
-    wall_time_s: float = 0.0
-    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    final: dict[str, Any] = dataclasses.field(default_factory=dict)
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        """Strict-JSON dict of the record (see :func:`jsonable`)."""
-        return jsonable({f.name: getattr(self, f.name) for f in dataclasses.fields(self)})
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "RunRecord":
-        """Builds a record from :meth:`to_dict` output; unknown keys are ignored (forward compatibility)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in names})
-
-    @classmethod
-    def load(cls, path: str | Path) -> "RunRecord":
-        """Reads a record from a JSON file."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
-
-    def save(self, path: str | Path) -> Path:
-        """Writes the record atomically to ``path`` and returns it."""
-        path = Path(path)
-        write_json_atomic(path, self.to_dict())
-        return path
-
-
-def _config_dict(config: ConfigBase | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
-    if isinstance(config, ConfigBase):
-        return config.to_dict(), type(config).__name__
-    if isinstance(config, Mapping):
-        return jsonable(config), "dict"
-    raise TypeError(f"config must be a ConfigBase or a dict, got {type(config).__name__}")
-
-
-def cached_run(
-    experiment: str,
-    name: str,
-    config: ConfigBase | Mapping[str, Any],
-    seed: int,
-    fn: Callable[[], tuple],
-    *,
-    force: bool = False,
-    root: str | Path | None = None,
-    extra: Mapping[str, Any] | None = None,
-) -> RunRecord:
-    """Runs ``fn`` once per (experiment, name, config, seed) and caches the record.
-
-    If ``<root>/<experiment>/<run_id>.json`` exists, has status
-    ``"finished"`` and the same config hash and seed, it is loaded and
-    returned without calling ``fn``. Otherwise ``fn()`` is called and its
-    result written atomically; if ``fn`` raises, nothing is written and the
-    exception propagates.
-
-    Processes that share a results root (notebooks run side by side, e.g.
-    ``reproduce --workers 2``) compute each run once: the computation holds an
-    exclusive lock on the hidden file ``<root>/<experiment>/.<run_id>.lock``
-    (``fcntl.flock``, released by the operating system if the process dies),
-    and a process that waited for it loads the record the other one wrote.
-
-    Args:
-        experiment: Experiment (folder) name.
-        name: Run name, file-name safe, e.g. ``"c3po-n4"``.
-        config: The run's config (a :class:`ConfigBase` or a JSON-able dict);
-            only its hash decides cache hits.
-        seed: The run's seed. ``fn`` is responsible for using it.
-        fn: Zero-argument callable returning ``(history, final)`` or
-            ``(history, final, extra)``: a list of metric dicts, a dict of
-            final metrics and optionally a dict of extras.
-        force: Recompute and overwrite even if a finished record exists.
-        root: Results root; default from :func:`results_root`.
-        extra: Extras stored with the record (merged under ``fn``'s extras).
-
-    Returns:
-        The stored (or loaded) :class:`RunRecord`; values are as read back
-        from JSON (NaN appears as ``None``) whether computed now or cached.
-    """
-    _check_name("name", name)
-    seed = check_int("seed", seed)
-    cfg, cfg_type = _config_dict(config)
-    chash = hash_jsonable(cfg)
-    run_id = f"{name}-{chash}-s{seed}"
-    path = run_dir(experiment, root) / f"{run_id}.json"
-
-    def cached() -> RunRecord | None:
-        if not path.exists():
-            return None
-        try:
-            rec = RunRecord.load(path)
-        except (OSError, ValueError, TypeError) as e:  # unreadable: recompute
-            log.warning("ignoring unreadable run record %s: %s", path, e)
-            return None
-        if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
-            log.info("cache hit: %s", path)
-            return rec
-        log.info("stale run record %s (status/hash/seed differ): recomputing", path)
-        return None
-
-    if not force and (rec := cached()) is not None:
-        return rec
-    with file_lock(path.with_name(f".{run_id}.lock")) as waited:
-        if waited:
-            log.info("waited for another process computing %s", run_id)
-        if waited and not force and (rec := cached()) is not None:  # another process computed it meanwhile
-            return rec
-        return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
-
-
-def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:
-    """Calls ``fn`` and writes its run record (the body of :func:`cached_run` on a cache miss)."""
-    started, t0 = _now(), time.perf_counter()
-    out = fn()
-    if not isinstance(out, tuple) or len(out) not in (2, 3):
-        raise TypeError(f"fn must return (history, final) or (history, final, extra), got {type(out).__name__}")
-    history, final = out[0], out[1]
-    fn_extra = out[2] if len(out) == 3 else {}
-    rec = RunRecord(
-        experiment=experiment,
-        name=name,
-        run_id=run_id,
-        config=cfg,
-        config_hash=chash,
-        config_type=cfg_type,
-        seed=seed,
-        git_commit=git_commit(),
-        started=started,
-        finished=_now(),
-        wall_time_s=time.perf_counter() - t0,
-        history=list(history),
-        final=dict(final),
-        extra={"machine": machine(), **dict(extra or {}), **dict(fn_extra or {})},
-    )
-    data = rec.to_dict()
-    write_json_atomic(path, data)
-    return RunRecord.from_dict(data)
-
-
-def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None) -> list[RunRecord]:
-    """Loads every run record of an experiment, sorted by (name, seed, run_id).
-
-    JSON files in the folder that are not run records (no ``run_id`` key,
-    e.g. summaries) are skipped. A missing folder gives ``[]``.
-
-    Args:
-        experiment: Experiment (folder) name.
-        root: Results root; default from :func:`results_root`.
-        name: Keep only runs with this name.
-    """
-    d = run_dir(experiment, root)
-    if not d.is_dir():
-        return []
-    records = []
-    for p in sorted(d.glob("*.json")):
-        data = json.loads(p.read_text())
-        if not isinstance(data, dict) or "run_id" not in data:
-            continue
-        rec = RunRecord.from_dict(data)
-        if name is None or rec.name == name:
-            records.append(rec)
-    return sorted(records, key=lambda r: (r.name, r.seed, r.run_id))
-
-
-def runs_frame(records: Sequence[RunRecord]):
-    """One row per run: ``name``, ``seed``, ``config_hash``, ``run_id`` and the ``final`` metrics as columns.
-
-    Returns:
-        ``pandas.DataFrame``.
-    """
-    import pandas as pd
-
-    rows = [
-        {"name": r.name, "seed": r.seed, "config_hash": r.config_hash, "run_id": r.run_id, **r.final}
-        for r in records
-    ]
-    return pd.DataFrame(rows)
-
-
-# ------------------------------------------------------------ claims tables
 # Issue 28: a row's verdict is one of three, read from its 95% interval against the threshold on the
 # paper's side; a row whose reference (the same test on GRPO) is also reproduced is `not specific`.
 REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC = "reproduced", "contradicted", "unresolved", "not specific"
@@ -473,7 +130,7 @@ def _claims_table_class():
     return ClaimsTable
 
 
-def __getattr__(name: str) -> Any:  # ``rlvr_lib.experiments.ClaimsTable``, e.g. for unpickling
+def __getattr__(name: str) -> Any:  # ``rlvr_lib.study.claims.tables.ClaimsTable``, e.g. for unpickling
     if name == "ClaimsTable":
         return _claims_table_class()
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -593,7 +250,7 @@ def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id
     sides: dict[tuple, tuple[int, str]] = {}
     for i, row in enumerate(rows):
         rid = row.get(ids_key)
-        check(isinstance(rid, str) and _NAME_RE.match(rid), f"{kind} row {i}: id", rid,
+        check(isinstance(rid, str) and NAME_RE.match(rid), f"{kind} row {i}: id", rid,
               "a file-name-safe str naming the claim (letters, digits and . _ + = @ -)")
         check(rid not in seen, f"{kind} row {i}: id", rid, f"unique in the table (row {seen.get(rid)} has it)")
         seen[rid] = i
@@ -654,7 +311,7 @@ def claims_table(
         ``paper_effect``: the paper's effect as ``(metric, from, to)``, e.g. ``("pass@1", .227, .266)`` with
             ``from`` the comparator's number, or a str when the paper gives no number.
         ``ours``: the measurement of ``claim``'s quantity (usually a difference): an interval dict (from
-            :mod:`rlvr_lib.study.stats` or :func:`aggregate_seeds`), per-seed values (aggregated by
+            :mod:`rlvr_lib.study.stats`, e.g. ``aggregate_seeds``), per-seed values (aggregated by
             ``bootstrap_ci`` with the row's ``bounds``, or ``aggregate``), or one number (no interval).
         ``expect``: ``">"`` / ``"<"`` with ``than`` (default 0), or ``"within"`` with ``margin`` (> 0): an
             equivalence claim ("matches", "no gain", "keeps", "stable"), see :func:`verdict`. Two one-sided

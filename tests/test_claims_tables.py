@@ -1,0 +1,181 @@
+"""Tests for rlvr_lib.study.claims.tables: verdicts, the minimum-effect rule, claims and measurements tables,
+instrument checks, the summaries README's scorecard reads."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlvr_lib.study.claims.tables import (CLAIMS_COLUMNS, EFFECT_FRACTION, MEASUREMENT_COLUMNS, claims_summary,
+                                          claims_table, find_claims_counts, find_claims_headline, instrument_checks,
+                                          measurements_summary, measurements_table, min_effect, render_markdown,
+                                          verdict, verdict_counts)
+from rlvr_lib.study.stats import aggregate_seeds, paired_difference_ci
+
+
+def _ci(lo, hi, n=5, method="m"):
+    return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": n, "method": method}
+
+
+def _row(rid="c", ours=None, **kw):
+    row = dict(id=rid, claim=f"claim {rid}", source="SAGE", paper="T1", paper_effect="no number",
+               ours=_ci(0.01, 0.03) if ours is None else ours, expect=">", against="grpo")
+    row.update(kw)
+    return row
+
+
+def test_verdict_one_sided_three_ways():
+    assert verdict(_ci(0.01, 0.03), ">") == "reproduced"
+    assert verdict(_ci(-0.03, -0.01), ">") == "contradicted"
+    assert verdict(_ci(-0.01, 0.03), ">") == "unresolved"
+    assert verdict(_ci(0.0, 0.03), ">") == "unresolved"  # touching the threshold is not clearing it
+    assert verdict(_ci(0.51, 0.53), "<", than=0.54) == "reproduced"
+    assert verdict(_ci(0.55, 0.6), "<", than=0.54) == "contradicted"
+    assert verdict({"mean": 0.5, "ci_low": 0.5, "ci_high": 0.5, "n": 1}, ">") == "unresolved"  # no interval
+
+
+def test_equivalence_row_straddling_the_margin_is_unresolved_and_far_outside_contradicted():
+    rows = [_row("inside", _ci(-0.004, 0.006), expect="within", margin=0.01),
+            _row("straddles", _ci(0.002, 0.02), expect="within", margin=0.01),
+            _row("far-below", _ci(-0.13, -0.09), expect="within", margin=0.01),
+            _row("far-above", _ci(0.02, 0.05), expect="within", margin=0.01)]
+    df = claims_table(rows)
+    assert df["verdict"].tolist() == ["reproduced", "unresolved", "contradicted", "contradicted"]
+    assert df.loc[0, "threshold"] == "within 0.000 +- 0.010"
+    # the old one-sided half "B3PO <= .01 above GRPO" held at -.110; as one equivalence row it is contradicted
+    assert verdict(_ci(-0.13, -0.09), "<", than=0.01) == "reproduced"
+
+
+def test_one_sided_halves_of_a_two_sided_claim_are_refused():
+    diff = _ci(-0.13, -0.09)
+    with pytest.raises(ValueError, match=r"^claims_table row 1: expect='>' is invalid: row 0 \('above'\) tests the "
+                                         r"same measurement with expect='<'.*must be one row with expect='within'"):
+        claims_table([_row("above", diff, expect="<", than=0.01), _row("below", diff, expect=">", than=-0.01)])
+    with pytest.raises(ValueError, match=r"^claims_table row 1: id='a' is invalid: must be unique in the table"):
+        claims_table([_row("a"), _row("a", _ci(0.2, 0.3))])
+    with pytest.raises(ValueError, match=r"^measurements_table row 1: expect='>' is invalid: row 0"):  # per-seed values
+        measurements_table([{"id": "a", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": "<", "than": 0.5},
+                            {"id": "b", "measurement": "m", "ours": [0.1, 0.2, 0.3], "expect": ">", "than": 0.0}])
+    # the same measurement on the same side twice (a weaker reading) is not a split claim
+    assert len(claims_table([_row("a", diff, expect="<"), _row("b", diff, expect="<", than=0.01)])) == 2
+
+
+def test_a_row_grpo_also_reproduces_is_not_specific():
+    rows = [_row("ood-keeps", _ci(-0.004, 0.006), expect="within", margin=0.01, against="base",
+                 reference=_ci(-0.002, 0.008)),  # GRPO keeps it too
+            _row("beats-pope", _ci(0.01, 0.03), against="baseline", reference=_ci(0.02, 0.04)),
+            _row("beats-base", _ci(0.01, 0.03), against="base", reference=_ci(-0.02, 0.01)),  # GRPO does not
+            _row("grpo-own", _ci(0.01, 0.03), against="base", reference="the row is GRPO's own"),
+            _row("fails", _ci(-0.03, -0.01), against="base", reference=_ci(0.02, 0.04))]
+    df = claims_table(rows)
+    assert df["verdict"].tolist() == ["not specific", "not specific", "reproduced", "reproduced", "contradicted"]
+    assert df.loc[0, "reference"] == "GRPO 0.003 [-0.002, 0.008]: reproduced"
+    assert df.loc[2, "reference"] == "GRPO -0.005 [-0.020, 0.010]: unresolved"
+    assert df.loc[3, "reference"] == "the row is GRPO's own"
+    assert verdict_counts(df) == {"reproduced": 2, "contradicted": 1, "unresolved": 0, "not specific": 2}
+    with pytest.raises(ValueError, match=r"^claims_table row 0: reference=None is invalid: must be the same test on "
+                                         r"GRPO .* \(against='base'\)$"):
+        claims_table([_row("x", against="base")])
+
+
+def test_large_paper_effect_sets_the_minimum_effect_by_one_rule():
+    # paper 59.14 -> 20.71 (-65%): a quarter of it at our level 0.4 is -0.0325
+    assert min_effect(59.14, 20.71, 0.4) == pytest.approx(EFFECT_FRACTION * (20.71 - 59.14) / 59.14 * 0.4)
+    assert min_effect(42.99, 44.04, 0.4) is None  # +2.4%: small, 0 stays the threshold
+    rows = [_row("collapse", _ci(-0.03, -0.01), expect="<", paper_effect=("Math avg", 59.14, 20.71), level=0.4,
+                 against="method"),
+            _row("small", _ci(0.001, 0.003), paper_effect=("pass@1", 42.99, 44.04))]
+    df = claims_table(rows)
+    assert df["verdict"].tolist() == ["contradicted", "reproduced"]  # -0.02 is not a quarter of a collapse
+    assert df.loc[0, "threshold"] == "< -0.065 (min effect)" and df.loc[1, "threshold"] == "> 0.000"
+    assert df.loc[0, "paper_effect"] == "Math avg 59.14 -> 20.71 (-65%)"
+    assert df.loc[0, "our_effect"] == "-5% of 0.400"
+    with pytest.raises(ValueError, match=r"^claims_table row 0: level=None is invalid: must be our finite value"):
+        claims_table([_row("x", paper_effect=("pass@1", 0.402, 0.489))])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='<' is invalid: must be the side of the "
+                                         r"paper's change 0.402 -> 0.489"):
+        claims_table([_row("x", expect="<", paper_effect=("pass@1", 0.402, 0.489), level=0.3)])
+
+
+def test_claims_table_columns_and_interval_methods():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0.2, 0.8, (1, 100))
+    method = np.clip(base + 0.1 + rng.normal(0, 0.01, (3, 100)), 0, 1)
+    gain = paired_difference_ci(method, base, bounds=(0, 1), n_resamples=2000)
+    df = claims_table([_row("gain", gain, note="x"), _row("seeds", [0.0, 0.05, 0.9], bounds=(0, 1))])
+    assert list(df.columns) == [*CLAIMS_COLUMNS, "note"]
+    assert df.loc[0, "interval"].startswith("paired bootstrap over problems") and df.loc[0, "verdict"] == "reproduced"
+    assert df.loc[1, "ours"] == "0.317 [0.000, 0.900]" and "bounds" not in df.columns
+    t = claims_table([_row("t", [0.0, 0.05, 0.9])], aggregate=aggregate_seeds)
+    assert t.loc[0, "interval"] == "Student-t over seeds"
+    assert render_markdown(df).splitlines()[0].startswith("| id")
+
+
+def test_claims_table_keeps_and_shows_the_full_claim():
+    claim = ("GRPO with a large group raises pass@1 on every in-distribution family while its pass@k at the "
+             "largest budget stays within the base model's interval, so the gain is sharpening, not new ability.")
+    claim = (claim + " " + "x" * 200)[:200]
+    df = claims_table([_row("long", claim=claim, paper="p" * 120)])
+    assert df.loc[0, "claim"] == claim and df.loc[0, "paper"] == "p" * 120
+    with pd.option_context("display.max_colwidth", 50):
+        assert claim not in repr(pd.DataFrame(df))  # what a plain DataFrame shows
+        assert claim in repr(df)
+        assert claim in df._repr_html_()
+    assert claim in render_markdown(df)
+    assert claim in repr(df[df["verdict"] == "reproduced"])  # a slice is still a claims table
+    assert pickle.loads(pickle.dumps(df)).equals(df)
+
+
+def test_claims_table_errors():
+    with pytest.raises(ValueError, match=r"^claims_table row 0: fields=.* must be a mapping with \['paper'\] as well"):
+        claims_table([{k: v for k, v in _row().items() if k != "paper"}])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: expect='>=' is invalid: must be one of "
+                                         r"\['>', '<', 'within'\]$"):
+        claims_table([_row(expect=">=")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: than='0' is invalid: must be a number"):
+        claims_table([_row(than="0")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: margin=None is invalid: must be a number > 0"):
+        claims_table([_row(expect="within")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: margin=0.01 is invalid: must be absent unless"):
+        claims_table([_row(margin=0.01)])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: holds=True is invalid: must be absent: .*"
+                                         r"instrument_checks$"):
+        claims_table([_row(holds=True)])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: source='Nudge' is invalid: must be one of"):
+        claims_table([_row(source="Nudge")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: against='gt' is invalid: must be one of"):
+        claims_table([_row(against="gt")])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: paper_effect=\('pass@1', 1\) is invalid"):
+        claims_table([_row(paper_effect=("pass@1", 1))])
+    with pytest.raises(ValueError, match=r"^claims_table row 1: ours=.* must be an interval dict with 'mean', "
+                                         r"'ci_low', 'ci_high', 'n' \(and 'method'\); missing \['ci_low', 'ci_high'\]$"):
+        claims_table([_row("a"), _row("b", {"mean": 1.0, "n": 3})])
+    with pytest.raises(ValueError, match=r"^claims_table row 0: values=\[0.1, nan\] is invalid"):
+        claims_table([_row(ours=[0.1, float("nan")])])
+
+
+def test_claims_summary_counts_each_verdict_and_the_chance_count():
+    rows = [_row("a", _ci(0.05, 0.2)), _row("b", _ci(-0.05, 0.2)), _row("c", _ci(0.05, 0.3), expect="<"),
+            _row("d", _ci(0.05, 0.2), source="VIGOR", against="base", reference=_ci(0.01, 0.02))]
+    text = claims_summary(claims_table(rows))
+    lines = text.splitlines()
+    assert lines[0].startswith("**1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims** "
+                               "(chance alone, every effect at its threshold, would give 0.1 `reproduced`")
+    assert find_claims_headline(text) == "1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims"
+    assert find_claims_counts(text + "\n" + text) == {
+        "SAGE": {"reproduced": 2, "contradicted": 2, "unresolved": 2, "not specific": 0},
+        "VIGOR": {"reproduced": 0, "contradicted": 0, "unresolved": 0, "not specific": 2}}
+    assert "- **contradicted**: claim c (SAGE) -- ours 0.175 [0.050, 0.300], threshold < 0.000" in text
+
+
+def test_measurements_and_instrument_checks_are_tables_of_their_own():
+    m = measurements_table([{"id": "rescued", "measurement": "rescued > lost", "ours": _ci(0.01, 0.02), "expect": ">"}])
+    assert list(m.columns) == list(MEASUREMENT_COLUMNS) and m.loc[0, "verdict"] == "reproduced"
+    assert find_claims_headline(measurements_summary(m)) is None  # never counted among claims
+    c = instrument_checks([{"id": "ari", "check": "ARI >= 0.8", "kind": "measurement", "value": 0.91, "passes": True}])
+    assert c.loc[0, "value"] == "0.910" and bool(c.loc[0, "passes"])
+    with pytest.raises(ValueError, match=r"^instrument_checks row 0: kind='claim' is invalid: must be one of"):
+        instrument_checks([{"id": "x", "check": "x", "kind": "claim", "value": 1, "passes": True}])
