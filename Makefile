@@ -85,11 +85,11 @@ notebooks: install
 # run side by side, one core each (README, Budget); WORKERS=1 runs them in turn.
 WORKERS ?= 2
 reproduce: install
-	$(PY) -m rlvr_lib.reproduce --profile full --workers $(WORKERS)
+	$(PY) -m rlvr_lib.study.reproduce --profile full --workers $(WORKERS)
 
 # Benchmarks against their baselines (generate, TRL GRPOTrainer, naive log-softmax),
 # measured in the same run; writes results/bench/*.json. Run it on a quiet machine,
-# then `$(PY) -m rlvr_lib.report` to put the figures in the README.
+# then `$(PY) -m rlvr_lib.study.report` to put the figures in the README.
 bench: install
 	$(PY) -m rlvr_lib.bench
 	@$(MAKE) --no-print-directory bench-vllm

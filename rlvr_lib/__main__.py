@@ -48,7 +48,7 @@ def _calibrate(args: argparse.Namespace) -> int:
         return _calibrate_dynamics(args)
     if args.profile:
         return _calibrate_profile(args)
-    from rlvr_lib.calibration import CalibrationConfig, calibrate, format_report, write_report
+    from rlvr_lib.study.calibration import CalibrationConfig, calibrate, format_report, write_report
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
@@ -84,7 +84,7 @@ def _calibrate_profile(args: argparse.Namespace) -> int:
     """Measure the strategy profile (`rlvr_lib.tasks.strategy_profile`): the testbed's RL pool and rare_mix."""
     import time
 
-    from rlvr_lib.calibration import measure_strategy_profile, profile_operands
+    from rlvr_lib.study.calibration import measure_strategy_profile, profile_operands
     from rlvr_lib.files import write_json_atomic
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
@@ -113,7 +113,7 @@ def _calibrate_profile(args: argparse.Namespace) -> int:
 
 def _calibrate_dynamics(args: argparse.Namespace) -> int:
     """Train GRPO (and GRPO without its anchor) for several seeds and check the dynamics targets."""
-    from rlvr_lib.dynamics import DynamicsConfig, format_dynamics, measure_dynamics, write_dynamics
+    from rlvr_lib.study.dynamics import DynamicsConfig, format_dynamics, measure_dynamics, write_dynamics
 
     check_model("--model", args.model)
     check_out_file("--out", args.out)
@@ -171,13 +171,13 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
 
 
 def _tune_lr(args: argparse.Namespace) -> int:
-    """The equal lr-tuning budget (`rlvr_lib.tuning`): every method's grid on the tuning seeds, picks recorded."""
+    """The equal lr-tuning budget (`rlvr_lib.study.tuning`): every method's grid on the tuning seeds, picks recorded."""
     import torch
 
     from rlvr_lib.methods.presets import method_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
-    from rlvr_lib.tuning import TUNING_SEEDS, record_tuning, tune_lr
+    from rlvr_lib.study.tuning import TUNING_SEEDS, record_tuning, tune_lr
 
     check_model("--model", args.model)
     check_out_file("--out", args.out)
@@ -189,6 +189,8 @@ def _tune_lr(args: argparse.Namespace) -> int:
             method_config(name, **fields, policy=args.model)
     if args.tail > args.steps:
         raise UsageError(f"argument --tail: {args.tail} is invalid: must be at most --steps ({args.steps})")
+    # The rule's words name the module by its name when the committed picks were made (results/testbed/
+    # lr_tuning.json); record_tuning keeps earlier picks only under an equal header, so the words stay.
     header = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
                       f"mean of the last {args.tail} steps over seeds {list(TUNING_SEEDS)})",
               "policy_sha": policy_fingerprint(args.model), "testbed_version": TESTBED_VERSION,
@@ -246,7 +248,7 @@ def _train(args: argparse.Namespace) -> int:
     """Build the config (preset < --config file < --set < flags), train, write under --out."""
     import torch
 
-    from rlvr_lib.pipeline import train_run
+    from rlvr_lib.study.pipeline import train_run
 
     _check_no_sharding(args.backend)
     config = _train_config(args)
@@ -329,7 +331,7 @@ def _check_train_out(out: Path, config) -> None:
     import torch
 
     from rlvr_lib.study.runs import run_dir
-    from rlvr_lib.pipeline import CHECKPOINT_FILE
+    from rlvr_lib.study.pipeline import CHECKPOINT_FILE
     from rlvr_lib.trainer import previous_checkpoint
     from rlvr_lib.validation import invalid
 
@@ -377,10 +379,10 @@ def main(argv: list[str] | None = None) -> int:
                         "(writes rlvr_lib/policy/checkpoints/tiny-mul/strategy_profile.json)")
     c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
     c.add_argument("--steps", type=COUNT, nargs="+", default=None,
-                   help="--dynamics: step counts to evaluate (default: rlvr_lib.dynamics.STEP_CANDIDATES)")
+                   help="--dynamics: step counts to evaluate (default: rlvr_lib.study.dynamics.STEP_CANDIDATES)")
     c.add_argument("--kl-coefs", type=number_in(0, None, lo_open=True), nargs="+", default=None,
                    help="--dynamics: the anchor's candidate betas, tried in order "
-                        "(default: rlvr_lib.dynamics.KL_COEF_CANDIDATES)")
+                        "(default: rlvr_lib.study.dynamics.KL_COEF_CANDIDATES)")
     c.add_argument("--dyn-problems", type=COUNT, default=None, help="--dynamics: problems per family (main evaluation)")
     c.add_argument("--dyn-samples", type=COUNT, default=None, help="--dynamics: samples per problem (main evaluation)")
     c.add_argument("--dyn-wide-problems", type=COUNT, default=None, help="--dynamics: problems of the pass@256 evaluation")

@@ -1,4 +1,4 @@
-"""Checks of command-line inputs, shared by ``python -m rlvr_lib`` and ``python -m rlvr_lib.reproduce``.
+"""Checks of command-line inputs, shared by ``python -m rlvr_lib`` and ``python -m rlvr_lib.study.reproduce``.
 
 A bad input is a usage error: the command prints one line naming the flag and
 what is allowed (the library's ``"<name>=<value!r> is invalid: must be ..."``

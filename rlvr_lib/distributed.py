@@ -270,7 +270,7 @@ def init_world(backend: str | None = None) -> World:
     Raises:
         RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``, or the launch asks
             for DeepSpeed/FSDP (`sharded_launch`), which no loop hosts: refused here so that a launch from
-            Python (`rlvr_lib.pipeline.train_run`, a `Trainer`) fails as the command line does.
+            Python (`rlvr_lib.study.pipeline.train_run`, a `Trainer`) fails as the command line does.
     """
     sharded = sharded_launch()
     if sharded:

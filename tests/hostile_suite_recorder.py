@@ -177,7 +177,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     if recorder.written is not None:
         terminalreporter.write_line(f"hostile suite: wrote {recorder.written.relative_to(REPO)} "
-                                    "(then `python -m rlvr_lib.report` renders README's reliability table)")
+                                    "(then `python -m rlvr_lib.study.report` renders README's reliability table)")
     else:
         terminalreporter.write_line(f"hostile suite: {SUITE_JSON.relative_to(REPO)} not written: "
                                     f"{recorder.not_written} (it is written only after the whole folder ran)")

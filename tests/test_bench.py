@@ -66,7 +66,7 @@ def test_rollout_bench_validates_arguments(kw, match):
 
 
 def test_method_step_bench_times_each_method_and_its_reference_and_reports_their_ratio(tmp_path):
-    from rlvr_lib.report import _bench_section
+    from rlvr_lib.study.report import _bench_section
 
     summary = main(["--quick", "--only", "methods", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "methods.json").read_text())
@@ -103,7 +103,7 @@ def test_method_step_bench_rejects_unknown_methods():
 
 
 def test_gradnorm_bench_times_both_implementations_on_equal_values(tmp_path):
-    from rlvr_lib.report import _bench_section
+    from rlvr_lib.study.report import _bench_section
 
     summary = main(["--quick", "--only", "gradnorm", "--out", str(tmp_path)])
     result = json.loads((tmp_path / "gradnorm.json").read_text())
@@ -168,7 +168,7 @@ def test_profile_bench_splits_the_step_and_bounds_the_rollout(tmp_path):
     p = summary["profile"]
     assert p["decode_matmul_floor_share"] == decode["matmul_replay"]["share_of_call"]
     # the reproduction entry is read from the committed run records, one row per notebook
-    from rlvr_lib.report import SECTIONS, notebook_compute
+    from rlvr_lib.study.report import SECTIONS, notebook_compute
 
     rows = notebook_compute()
     assert [r["notebook"] for r in rows] == [notebook for _, _, notebook, _ in SECTIONS]
@@ -200,11 +200,11 @@ def test_vllm_rollout_summary_holds_the_ratios_of_the_raw_throughputs():
     assert shape["vllm_vs_kv_cache"] == shape["vllm_tokens_per_s"] / shape["kv_cache_tokens_per_s"]
     assert shape["vllm_vs_generate"] == shape["vllm_tokens_per_s"] / shape["generate_tokens_per_s"]
     assert entry["vllm_version"] == "0.32.0" and shape["greedy_tokens_equal"] is True
-    # README's benchmark table (rlvr_lib.report) renders one row per shape from the summary.
+    # README's benchmark table (rlvr_lib.study.report) renders one row per shape from the summary.
     import tempfile
     from pathlib import Path
 
-    from rlvr_lib.report import _bench_section
+    from rlvr_lib.study.report import _bench_section
 
     with tempfile.TemporaryDirectory() as root:
         (Path(root) / "bench").mkdir()

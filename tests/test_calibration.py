@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
+from rlvr_lib.study.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine
 from rlvr_lib.tasks import EVAL_FAMILIES, STRATEGIES

@@ -76,7 +76,7 @@ def test_records_before_fingerprints_list_the_rows_that_say_they_changed(tmp_pat
 
 
 def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path, monkeypatch):
-    import rlvr_lib.pipeline as pipeline
+    import rlvr_lib.study.pipeline as pipeline
     from rlvr_lib.study.claims import record_extra
     from rlvr_lib.eval import EvalSpec
 

@@ -149,7 +149,7 @@ def test_one_process_world_is_the_identity(monkeypatch):
 def test_a_sharded_launch_is_refused_from_python_too(tmp_path, monkeypatch, variable, name):
     # The command line refuses it first (tests/test_cli_train.py); a Trainer or train_run built from Python
     # joins the world through init_world, which refuses it before any model is loaded or file written.
-    from rlvr_lib.pipeline import train_run
+    from rlvr_lib.study.pipeline import train_run
     from rlvr_lib.trainer import Trainer
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.dynamics import (
+from rlvr_lib.study.dynamics import (
     full_profile_steps,
     KL_COEF_CANDIDATES,
     STEP_CANDIDATES,
@@ -192,7 +192,7 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, m
     main(args)
     assert json.loads(out.read_text())["targets"] == data["targets"]
     # The search stops at the first beta that meets every target: later betas are never trained.
-    monkeypatch.setattr("rlvr_lib.dynamics.chosen_steps", lambda per_step: min(per_step))
+    monkeypatch.setattr("rlvr_lib.study.dynamics.chosen_steps", lambda per_step: min(per_step))
     assert main([*args[:8], "0.05", "0.4", *args[10:]]) == 0
     data = json.loads(out.read_text())
     assert [t["kl_coef"] for t in data["kl_coef_search"]] == [0.05] and data["chosen_steps"] == 1

@@ -1,4 +1,4 @@
-"""Tests of ``rlvr_lib.plots``: figure structure, saving, input validation."""
+"""Tests of ``rlvr_lib.study.plots``: figure structure, saving, input validation."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ matplotlib.use("Agg")
 import pytest
 from matplotlib.figure import Figure
 
-from rlvr_lib import plots
+from rlvr_lib.study import plots
 
 CURVES = {"before": {1: 0.1, 4: 0.3, 16: 0.5}, "after": {"1": 0.2, "4": 0.35, "16": 0.45}}
 
@@ -128,7 +128,7 @@ def test_grad_norm_vs_length_draws_both_quantities_per_bin():
 
 
 def test_pass_at_k_gap_draws_the_base_minus_run_panel():
-    from rlvr_lib.plots import plot_pass_at_k_gap
+    from rlvr_lib.study.plots import plot_pass_at_k_gap
 
     base = {"1": 0.2, "8": 0.5, "64": 0.8}
     fig = plot_pass_at_k_gap(base, {"grpo": {"1": 0.4, "8": 0.55, "64": 0.7}}, title="crossover")
@@ -142,7 +142,7 @@ def test_pass_at_k_gap_draws_the_base_minus_run_panel():
 
 
 def test_per_problem_scatter_counts_points_off_the_diagonal():
-    from rlvr_lib.plots import plot_per_problem_scatter
+    from rlvr_lib.study.plots import plot_per_problem_scatter
 
     fig = plot_per_problem_scatter([0.9, 0.5, 0.2, 0.3], [0.1, 0.5, 0.6, 0.0])
     ax = fig.axes[0]

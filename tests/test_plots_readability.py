@@ -1,4 +1,4 @@
-"""Readability rules of ``rlvr_lib.plots`` (panels of at most six lines,
+"""Readability rules of ``rlvr_lib.study.plots`` (panels of at most six lines,
 distinct colour/style pairs, legends outside the axes, bands clipped to the
 valid range, smoothing named), the mode-histogram and pass@k aggregation over
 seeds, and atomic saving under ``results/<experiment>/figures``.
@@ -25,7 +25,7 @@ from matplotlib.container import BarContainer
 from matplotlib.figure import Figure
 from matplotlib.image import imread
 
-from rlvr_lib import plots
+from rlvr_lib.study import plots
 from rlvr_lib.study.runs import RESULTS_ENV
 from rlvr_lib.study.stats import aggregate_seeds
 
@@ -377,7 +377,7 @@ def test_bad_inputs_raise_clear_value_errors(call, message):
 
 
 def test_strategy_shares_of_many_runs_become_one_stacked_row_each():
-    from rlvr_lib.plots import MAX_LINES_PER_PANEL, plot_strategy_freq
+    from rlvr_lib.study.plots import MAX_LINES_PER_PANEL, plot_strategy_freq
 
     n = MAX_LINES_PER_PANEL + 4
     freqs = {f"method_{i}": {"direct": 0.5, "split": 0.3, "round": 0.2 - i / 100} for i in range(n)}

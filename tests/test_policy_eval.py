@@ -7,7 +7,7 @@ import pytest
 from rlvr_lib.eval import EvalSpec, evaluate_policy, mode_ari, sample_and_score
 from rlvr_lib.eval.sampling import sample_with_hints
 from rlvr_lib.methods import method_config
-from rlvr_lib.pipeline import evaluate_base, train_and_evaluate
+from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine, SamplingParams
 from rlvr_lib.tasks import MALFORMED, family_problems
@@ -62,7 +62,7 @@ def test_runs_are_cached_and_not_recomputed(tmp_path, monkeypatch):
     assert len(first.history) == 2 and first.status == "finished"
     assert not (tmp_path / ".checkpoints" / "t").exists() or not any((tmp_path / ".checkpoints" / "t").iterdir())
 
-    import rlvr_lib.pipeline as pipeline
+    import rlvr_lib.study.pipeline as pipeline
 
     def boom(*a, **k):
         raise AssertionError("a cached run was recomputed")
@@ -165,7 +165,7 @@ def test_extra_evaluations_are_stored_cached_and_keyed_only_when_given(tmp_path,
     solved = sum(c > 0 for f in ("rare_mix", "hard_mix") for c in fams[f]["correct_counts"])
     assert row["pass@16"]["mean"] == pytest.approx(solved / 6)
 
-    import rlvr_lib.pipeline as pipeline
+    import rlvr_lib.study.pipeline as pipeline
 
     def boom(*a, **k):
         raise AssertionError("a cached run was recomputed")

@@ -8,7 +8,7 @@ import pytest
 
 from rlvr_lib.eval import EvalSpec
 from rlvr_lib.methods import method_config
-from rlvr_lib.pipeline import train_and_evaluate
+from rlvr_lib.study.pipeline import train_and_evaluate
 from rlvr_lib.tasks import get_task
 
 # task -> (training family, evaluation family)

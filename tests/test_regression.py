@@ -21,7 +21,7 @@ DATA = Path(__file__).parent / "data" / "regression"
 sys.path.insert(0, str(DATA))
 from make_records import CONFIGS, EXPERIMENT, SPEC, cpu_model  # noqa: E402
 
-from rlvr_lib.pipeline import train_and_evaluate  # noqa: E402
+from rlvr_lib.study.pipeline import train_and_evaluate  # noqa: E402
 
 
 def _stored(name: str) -> dict:

@@ -1,13 +1,13 @@
-"""The README's results section is exactly what `rlvr_lib.report` renders from results/."""
+"""The README's results section is exactly what `rlvr_lib.study.report` renders from results/."""
 
-from rlvr_lib.report import END, README, START, render
+from rlvr_lib.study.report import END, README, START, render
 from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
 
 def test_readme_results_section_matches_committed_results():
     text = README.read_text()
     section = text.split(START, 1)[1].split(END, 1)[0].strip("\n")
-    assert section == render(), "run `python -m rlvr_lib.report` after changing results/"
+    assert section == render(), "run `python -m rlvr_lib.study.report` after changing results/"
 
 
 def _fake_final(correct):
@@ -66,7 +66,7 @@ def _write(path, tables):
 
 def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_path):
     from rlvr_lib.study.claims.tables import verdict_counts
-    from rlvr_lib.report import scorecard
+    from rlvr_lib.study.report import scorecard
 
     no_ref = "the row is GRPO's own"
     nudgerl = _table([("NudgeRL", 0.01, 0.02, _ci(0.01, 0.02)), ("NudgeRL", -0.02, -0.01, no_ref),
@@ -143,7 +143,7 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
     """Runs on the shipped policy and testbed beside earlier ones: two tables, never pooled (their problems differ)."""
     from rlvr_lib.study.runs import cached_run
     from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.report import _method_section
+    from rlvr_lib.study.report import _method_section
 
     shipped = policy_fingerprint(None)
     for name, sha, version, correct in (("base", "old0000000000000", None, [1, 0, 2]),
@@ -164,10 +164,10 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
 
 
 def test_readme_reliability_table_matches_committed_results():
-    from rlvr_lib.report import RELIABILITY_END, RELIABILITY_START, render_reliability
+    from rlvr_lib.study.report import RELIABILITY_END, RELIABILITY_START, render_reliability
 
     section = README.read_text().split(RELIABILITY_START, 1)[1].split(RELIABILITY_END, 1)[0].strip("\n")
-    assert section == render_reliability(), "run `python -m rlvr_lib.report` after `pytest tests/hostile`"
+    assert section == render_reliability(), "run `python -m rlvr_lib.study.report` after `pytest tests/hostile`"
 
 
 def _suite(tmp_path, classes):
@@ -184,7 +184,7 @@ def _rows(text):
 
 
 def test_reliability_table_reads_the_suite_json(tmp_path):
-    from rlvr_lib.report import render_reliability
+    from rlvr_lib.study.report import render_reliability
 
     _suite(tmp_path, {
         "sandbox escape": {"tried": 10, "passed": 10, "failed": 0, "skipped": 0, "host_checked": True},
@@ -197,7 +197,7 @@ def test_reliability_table_reads_the_suite_json(tmp_path):
 
 
 def test_reliability_table_shows_a_failing_case_as_not_all_passed(tmp_path):
-    from rlvr_lib.report import render_reliability
+    from rlvr_lib.study.report import render_reliability
 
     _suite(tmp_path, {
         "sandbox forgery": {"tried": 5, "passed": 4, "failed": 1, "skipped": 0, "host_checked": True},
@@ -211,7 +211,7 @@ def test_reliability_table_shows_a_failing_case_as_not_all_passed(tmp_path):
 
 
 def test_reliability_table_without_results_says_how_to_make_them(tmp_path):
-    from rlvr_lib.report import render_reliability
+    from rlvr_lib.study.report import render_reliability
 
     assert "pytest tests/hostile" in render_reliability(tmp_path)
 
@@ -257,7 +257,7 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
 def test_premises_section_says_which_premise_holds(tmp_path):
     import json
 
-    from rlvr_lib.report import _premises_section
+    from rlvr_lib.study.report import _premises_section
 
     assert "No premises committed" in _premises_section(tmp_path)[0]
     interval = lambda m, lo, hi: {"mean": m, "ci_low": lo, "ci_high": hi}  # noqa: E731

@@ -1,4 +1,4 @@
-"""Tests of ``rlvr_lib.reproduce``: papermill runs, resuming, failures, the CLI.
+"""Tests of ``rlvr_lib.study.reproduce``: papermill runs, resuming, failures, the CLI.
 
 One test starts real kernels (three short notebook runs); the others replace
 ``papermill.execute_notebook`` with a fake that writes what papermill writes,
@@ -14,7 +14,7 @@ import nbformat
 import papermill
 import pytest
 
-from rlvr_lib import reproduce as rp
+from rlvr_lib.study import reproduce as rp
 
 
 def _write_notebook(path: Path, *cells: str) -> Path:
@@ -220,7 +220,7 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
 def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(tmp_path, signame, reaches):
     """Real kernels, two workers, three notebooks: Ctrl-C (SIGINT to the process group, as a terminal sends it)
     or ``kill`` (SIGTERM: to the group; to the reproduction's processes but not the kernels, as
-    ``pkill -f rlvr_lib.reproduce`` does; or to the parent alone) ends the reproduction within seconds, shuts
+    ``pkill -f rlvr_lib.study.reproduce`` does; or to the parent alone) ends the reproduction within seconds, shuts
     down both kernels mid-cell, never starts the third notebook, and leaves neither an executed copy, a hidden
     temp copy nor a manifest entry, so the next run executes every notebook again."""
     import contextlib
@@ -241,7 +241,7 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
     out = tmp_path / "out"
     # A shell's background job ignores SIGINT, and an ignored signal stays ignored in children: restore it.
     proc = subprocess.Popen(
-        [sys.executable, "-m", "rlvr_lib.reproduce", "--profile", "quick", "--workers", "2", "--no-progress",
+        [sys.executable, "-m", "rlvr_lib.study.reproduce", "--profile", "quick", "--workers", "2", "--no-progress",
          "--notebooks-dir", str(src), "--out", str(out)],
         cwd=Path(rp.__file__).resolve().parents[1], start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),

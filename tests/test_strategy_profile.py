@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.calibration import measure_strategy_profile, profile_operands
+from rlvr_lib.study.calibration import measure_strategy_profile, profile_operands
 from rlvr_lib.policy.load import TINY_POLICY_DIR, policy_fingerprint
 from rlvr_lib.rollout.base import Rollouts
 from rlvr_lib.tasks import DIFFICULTIES, STRATEGIES, family_capacity, family_problems, problem_pool, split_of

@@ -382,7 +382,7 @@ def test_the_testbed_regime_defaults_are_the_calibration_record():
     # ESS and the full profile's run length; a new policy, ESS or step count fails here until it is re-run.
     import json
 
-    from rlvr_lib.dynamics import full_profile_steps
+    from rlvr_lib.study.dynamics import full_profile_steps
     from rlvr_lib.study.runs import results_root
     from rlvr_lib.methods.threepo import ThreePOOptions
     from rlvr_lib.policy.load import policy_fingerprint

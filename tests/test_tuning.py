@@ -1,4 +1,4 @@
-"""The equal lr-tuning budget (`rlvr_lib.tuning`): the grid, the seeds, the pick, the command on 2-step runs."""
+"""The equal lr-tuning budget (`rlvr_lib.study.tuning`): the grid, the seeds, the pick, the command on 2-step runs."""
 
 import json
 
@@ -6,7 +6,7 @@ import pytest
 
 from rlvr_lib.methods import METHODS, method_config
 from rlvr_lib.methods.threepo import TESTBED_IVON_LR
-from rlvr_lib.tuning import LR_FACTORS, TUNING_SEEDS, pick_lr, tune_lr
+from rlvr_lib.study.tuning import LR_FACTORS, TUNING_SEEDS, pick_lr, tune_lr
 
 
 def test_pick_is_the_best_score_ties_to_the_default_then_the_smaller_lr():
@@ -71,7 +71,7 @@ def test_tune_lr_command_on_two_step_runs(tmp_path, monkeypatch):
 
 
 def test_tuning_reports_add_up_across_sweeps_and_a_new_header_replaces_them(tmp_path):
-    from rlvr_lib.tuning import record_tuning
+    from rlvr_lib.study.tuning import record_tuning
 
     out = tmp_path / "lr_tuning.json"
     header = {"rule": "r", "policy_sha": "abc", "config_fields": {"steps": 2}}

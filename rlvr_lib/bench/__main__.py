@@ -14,7 +14,7 @@ run (medians over repeats after a warm-up); none asserts a time. Files:
 * ``profile.json`` -- :func:`rlvr_lib.bench.profile.bench_profile` (where a
   rollout and a GRPO step spend their time: per layer, per op group, the
   matmul floor, the decoder under ``torch.compile``);
-* ``reproduction.json`` -- :func:`rlvr_lib.report.notebook_compute` (the full
+* ``reproduction.json`` -- :func:`rlvr_lib.study.report.notebook_compute` (the full
   profile's wall time per notebook, summed from the committed run records:
   read, not timed);
 * ``vllm_rollout.json`` -- :func:`rlvr_lib.bench.vllm_rollout.bench_vllm_rollout` (vLLM's CPU
@@ -93,7 +93,7 @@ def _run(name: str, quick: bool) -> dict:
 
         return bench_profile(**kwargs)
     if name == "reproduction":
-        from rlvr_lib.report import notebook_compute
+        from rlvr_lib.study.report import notebook_compute
 
         rows = notebook_compute()
         return {"notebooks": rows, "total_hours": sum(row["hours"] for row in rows)}

@@ -30,7 +30,7 @@ hook                      what it decides                              used by
 ``sampling_temperature``  sampling temperature of a step               Polaris
 ``make_optimizer``        the optimizer                                3PO (IVON)
 ``tuning_lr``,            the lr an lr-tuning grid scales              3PO (IVON's lr)
-``with_tuning_lr``        (`rlvr_lib.tuning`)
+``with_tuning_lr``        (`rlvr_lib.study.tuning`)
 ``on_step_start``         per-step method state (seeded generators)    Clip-Cov, SAGE (random guide)
 ``on_step_end``           per-step method state (latches)              Polaris
 ``state_dict``            the method state a checkpoint keeps          Polaris, 3PO (IVON step count)
@@ -211,7 +211,7 @@ TESTBED_KL_COEF = 0.2
 """Beta of the KL anchor on the testbed: the ``grpo`` preset's, its KL-estimator variants' and every SAGE preset's.
 
 The papers use 0.05 (SAGE's code; DeepSeekMath 0.04). On the testbed beta is calibrated like SAGE's tau and 3PO's
-ESS: the first of `rlvr_lib.dynamics.KL_COEF_CANDIDATES` (0.05, 0.1, 0.2, 0.4; stated before measuring) at
+ESS: the first of `rlvr_lib.study.dynamics.KL_COEF_CANDIDATES` (0.05, 0.1, 0.2, 0.4; stated before measuring) at
 which GRPO meets every dynamics target, the anchor's included (KL to the base <= 0.5x no-KL GRPO's), as recorded in
 ``results/testbed/dynamics.json`` (``kl_coef``; a test holds the two equal). On testbed v7 that is 0.2: at 0.05
 and 0.1 the anchor did not bind (KL ratio .60 and .54 at 300 steps)."""
@@ -353,7 +353,7 @@ class Method:
 
     @classmethod
     def tuning_lr(cls, config) -> float:
-        """The learning rate an lr-tuning grid scales (`rlvr_lib.tuning`); default the optimizer's, ``config.lr``."""
+        """The learning rate an lr-tuning grid scales (`rlvr_lib.study.tuning`); default the optimizer's, ``config.lr``."""
         return config.lr
 
     @classmethod

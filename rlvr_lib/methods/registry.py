@@ -61,7 +61,7 @@ def resolved_method_options(config) -> dict:
 
     A run's cache key holds ``config.method_options`` as given, so changing an
     option's default does not change the key; run records store this dict, and
-    `rlvr_lib.pipeline.train_and_evaluate` refuses a cached run trained under
+    `rlvr_lib.study.pipeline.train_and_evaluate` refuses a cached run trained under
     other option values.
 
     Raises:

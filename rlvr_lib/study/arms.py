@@ -3,7 +3,7 @@
 * :class:`Arms` -- a notebook's run settings (experiment folder, results root, evaluation, steps,
   prompts per step, group size); :meth:`Arms.train` trains one arm on several seeds and
   :meth:`Arms.base` evaluates the base policy, both through the run cache
-  (`rlvr_lib.pipeline`), so an arm another notebook already trained is read, not retrained.
+  (`rlvr_lib.study.pipeline`), so an arm another notebook already trained is read, not retrained.
 * :class:`Paired` -- an evaluation's families and samples; :meth:`Paired.scores` gives the
   ``(seeds, problems)`` pass@k matrix of an arm and :meth:`Paired.versus` the paired difference of two
   arms over seeds x problems (`rlvr_lib.study.stats.paired_difference_ci`), the interval of every
@@ -21,7 +21,7 @@ import numpy as np
 
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.methods.presets import method_config
-from rlvr_lib.pipeline import evaluate_base, train_and_evaluate
+from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.study.stats import paired_difference_ci, per_problem_scores
 from rlvr_lib.validation import check_int
 

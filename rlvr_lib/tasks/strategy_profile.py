@@ -5,7 +5,7 @@ the tiny policy misses some products it was shown and composes some it never saw
 strategy-dependent pools are defined by a measurement of the base policy, the *strategy profile*: for every
 in-distribution problem of the RL and evaluation splits, the number of correct samples out of
 ``PROFILE_SAMPLES`` hinted samples per strategy (a sample counts when it follows the hint and is correct;
-`rlvr_lib.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib calibrate --profile``).
+`rlvr_lib.study.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib calibrate --profile``).
 It is shipped beside the checkpoint (``PROFILE_FILE``) with the hash of the policy it was measured on, and
 a test holds that hash equal to the shipped policy's.
 
@@ -45,7 +45,7 @@ def problem_key(a: int, b: int) -> str:
 
 @functools.cache
 def load_profile(path: str | None = None) -> dict:
-    """The strategy profile as written by `rlvr_lib.calibration.write_strategy_profile` (cached per path).
+    """The strategy profile as written by `rlvr_lib.study.calibration.write_strategy_profile` (cached per path).
 
     Raises:
         FileNotFoundError: no profile at ``path`` (default ``PROFILE_FILE``), with the command that writes it.

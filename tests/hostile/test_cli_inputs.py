@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlvr_lib.__main__ import main
-from rlvr_lib.reproduce import main as reproduce_main
+from rlvr_lib.study.reproduce import main as reproduce_main
 
 pytestmark = pytest.mark.hostile_class("CLI inputs", host=True)  # the working tree is compared
 
@@ -140,7 +140,7 @@ def _cli(place: Path, *argv: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("argv, flag", [
     (["-m", "rlvr_lib", "train", "--method", "grpo", "--model", "./nope", "--steps", "1", "--out", "run"], "--model"),
-    (["-m", "rlvr_lib.reproduce", "--workers", "-2", "--out", "nb"], "--workers"),
+    (["-m", "rlvr_lib.study.reproduce", "--workers", "-2", "--out", "nb"], "--workers"),
 ], ids=["model path missing", "reproduce workers negative"])
 def test_subprocess_exit_status_and_one_line(place, argv, flag):
     before = _tree(place)
@@ -152,11 +152,11 @@ def test_subprocess_exit_status_and_one_line(place, argv, flag):
 
 def test_an_error_while_running_is_not_a_usage_error(place, monkeypatch):
     """Only the input checks become the one line: an exception once the command runs keeps its traceback."""
-    import rlvr_lib.pipeline
+    import rlvr_lib.study.pipeline
 
     def broken(*args, **kwargs):
         raise ValueError("a bug inside training")
 
-    monkeypatch.setattr(rlvr_lib.pipeline, "train_run", broken)
+    monkeypatch.setattr(rlvr_lib.study.pipeline, "train_run", broken)
     with pytest.raises(ValueError, match="a bug inside training"):
         main(["train", "--method", "grpo", "--steps", "1", "--out", "run"])

@@ -331,7 +331,7 @@ def provenance(experiment: str) -> Optional[dict]:
 def record_extra(experiment: str) -> dict:
     """``{"claims": provenance(experiment)}`` for a run record's ``extra``, or ``{}`` when no notebook owns it.
 
-    `rlvr_lib.pipeline` passes it to `rlvr_lib.study.runs.cached_run` for every notebook run (issue 28,
+    `rlvr_lib.study.pipeline` passes it to `rlvr_lib.study.runs.cached_run` for every notebook run (issue 28,
     item 6): the run cache itself knows nothing of claims.
     """
     prov = provenance(experiment)

@@ -112,7 +112,7 @@ def check_ivon_lr(records) -> None:
     """Raises unless every 3PO run record logged, at every step, the IVON lr its config gives under today's rule.
 
     For a record's ``config["train"]`` (a `TrainerConfig` as a dict, as
-    `rlvr_lib.pipeline.train_and_evaluate` stores it) the expected lr is
+    `rlvr_lib.study.pipeline.train_and_evaluate` stores it) the expected lr is
     ``method_options["lr"]`` when given, else :func:`matched_ivon_lr` of the
     config's ``lr`` and the options' ``hess_init``, ``weight_decay``,
     ``clip_radius`` and ``rescale_lr``. A run cached before the matched rule

@@ -15,7 +15,7 @@ import torch
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.methods import method_config
-from rlvr_lib.pipeline import train_and_evaluate
+from rlvr_lib.study.pipeline import train_and_evaluate
 
 ROOT = Path(__file__).resolve().parent
 EXPERIMENT = "records"

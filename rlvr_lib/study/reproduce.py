@@ -1,4 +1,4 @@
-"""Run every notebook with papermill, resumably: ``python -m rlvr_lib.reproduce``.
+"""Run every notebook with papermill, resumably: ``python -m rlvr_lib.study.reproduce``.
 
 ``make reproduce`` calls this with ``--profile full``. Each ``notebooks/*.ipynb``
 (sorted by name) is executed with the parameter ``profile`` injected and its
@@ -37,7 +37,7 @@ step's time is per-op dispatch, which a second thread does not speed up, so
 two one-thread notebooks get through more runs per hour than one two-thread
 notebook. Each worker is a process. Ctrl-C stops every kernel, and the
 command line handles ``kill``'s SIGTERM the same way, whether it reaches
-every process (``pkill -f rlvr_lib.reproduce``) or only the parent: an
+every process (``pkill -f rlvr_lib.study.reproduce``) or only the parent: an
 interrupt anywhere sets an event the workers share, so none starts another
 notebook, and the parent interrupts any worker the signal missed. Runs two
 notebooks share are computed once (:func:`rlvr_lib.study.runs.cached_run`
@@ -61,15 +61,15 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import __version__
-from .cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
-from .validation import check_choice, check_int
+from rlvr_lib import __version__
+from rlvr_lib.cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
+from rlvr_lib.validation import check_choice, check_int
 
 __all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
 
 PROFILES = ("quick", "full")
 MANIFEST = "manifest.json"
-_PACKAGE_PARENT = Path(__file__).resolve().parent.parent
+_PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
 # ------------------------------------------------------------------ helpers
@@ -446,7 +446,7 @@ def _interrupt(signum: int, frame: Any) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = OneLineParser(
-        prog="python -m rlvr_lib.reproduce", description="Run the notebooks with papermill, resumably."
+        prog="python -m rlvr_lib.study.reproduce", description="Run the notebooks with papermill, resumably."
     )
     parser.add_argument("--profile", choices=PROFILES, default="full")
     parser.add_argument("--only", nargs="+", metavar="NAME", help="notebook names to run (default: all)")

@@ -1,6 +1,6 @@
 """The README's results section, rendered from what is committed under ``results/``.
 
-``python -m rlvr_lib.report`` rewrites the part of README.md between the
+``python -m rlvr_lib.study.report`` rewrites the part of README.md between the
 ``<!-- results:start -->`` and ``<!-- results:end -->`` markers, and the
 reliability table between ``<!-- reliability:start -->`` and
 ``<!-- reliability:end -->`` (from ``results/hostile/suite.json``, which a run of
@@ -23,7 +23,7 @@ from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
-README = Path(__file__).resolve().parent.parent / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def _calibration_section(root: Path) -> list[str]:
@@ -453,7 +453,7 @@ def render_reliability(root: str | Path | None = None) -> str:
     """
     path = results_root(root) / "hostile" / "suite.json"
     if not path.exists():
-        return "*No hostile-suite results committed yet (`pytest tests/hostile`, then `python -m rlvr_lib.report`).*"
+        return "*No hostile-suite results committed yet (`pytest tests/hostile`, then `python -m rlvr_lib.study.report`).*"
     suite = json.loads(path.read_text())
     classes = suite["classes"]
     commit = (suite.get("git_commit") or "unknown")[:10]

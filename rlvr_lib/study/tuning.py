@@ -73,7 +73,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     from rlvr_lib.study.runs import cached_run
     from rlvr_lib.methods.presets import method_config
     from rlvr_lib.methods.registry import METHODS
-    from rlvr_lib.pipeline import versioned_key
+    from rlvr_lib.study.pipeline import versioned_key
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.trainer import Trainer, nan_to_none
 

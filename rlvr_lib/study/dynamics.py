@@ -1,6 +1,6 @@
 """Dynamics calibration: does GRPO on the testbed show the bottleneck the four papers fix?
 
-The static calibration (`rlvr_lib.calibration`) says the base policy *can*
+The static calibration (`rlvr_lib.study.calibration`) says the base policy *can*
 show it: a dominant strategy that is also the best one on the RL pool, and a
 rare one that alone solves a subset the RL pool never rewards. This module
 measures whether it *does*: GRPO (the ``grpo`` preset at the full profile's
@@ -324,7 +324,7 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
     import torch
 
     from rlvr_lib.eval.reference_kl import reference_kl
-    from rlvr_lib.pipeline import versioned_key
+    from rlvr_lib.study.pipeline import versioned_key
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
@@ -379,7 +379,7 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
     target at some step count; ``targets``, ``summary`` and the curves are that beta's (or the last one's),
     ``kl_coef_search`` lists every beta tried with its targets.
     """
-    from rlvr_lib.pipeline import evaluate_base
+    from rlvr_lib.study.pipeline import evaluate_base
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
@@ -423,7 +423,7 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
 
 def _targets_per_step(config: DynamicsConfig, base, base_wide, anchored, unanchored) -> tuple[dict, dict]:
     """`dynamics_targets` and a pass@1 / strategy-share summary at every step candidate."""
-    from rlvr_lib.calibration import RARE
+    from rlvr_lib.study.calibration import RARE
 
     per_step, summary = {}, {}
     for steps in config.step_candidates:
