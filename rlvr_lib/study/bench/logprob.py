@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from rlvr_lib.bench.common import machine_info, median
+from rlvr_lib.study.bench.common import machine_info, median
 from rlvr_lib.validation import check_choice, check_int
 
 __all__ = ["VARIANTS", "bench_logprob_memory"]
@@ -62,7 +62,7 @@ def _reset_peak() -> None:
 def run_variant(variant: str, tokens: int, vocab: int, hidden: int, warmup: int, repeats: int,
                 chunk_size: int, device: str, out_path: str) -> dict:
     """One variant, in this process: time and peak memory of forward + backward; outputs saved to ``out_path``."""
-    from rlvr_lib.bench.common import time_repeats
+    from rlvr_lib.study.bench.common import time_repeats
     from rlvr_lib.kernels import logprob_entropy, naive_logprob_entropy
 
     torch.manual_seed(0)
@@ -154,7 +154,7 @@ def bench_logprob_memory(
         for variant in VARIANTS:
             path = os.path.join(tmp, f"{variant}.pt")
             args = [variant, tokens, vocab, hidden, warmup, repeats, chunk_size, device, path]
-            proc = subprocess.run([sys.executable, "-m", "rlvr_lib.bench.logprob", json.dumps(args)],
+            proc = subprocess.run([sys.executable, "-m", "rlvr_lib.study.bench.logprob", json.dumps(args)],
                                   capture_output=True, text=True, env=_CHILD_ENV)
             if proc.returncode != 0:
                 raise RuntimeError(f"bench_logprob_memory: the {variant} child failed:\n{proc.stderr[-3000:]}")
@@ -172,5 +172,5 @@ def bench_logprob_memory(
     return out
 
 
-if __name__ == "__main__":  # child process: python -m rlvr_lib.bench.logprob '<json args>'
+if __name__ == "__main__":  # child process: python -m rlvr_lib.study.bench.logprob '<json args>'
     print(json.dumps(run_variant(*json.loads(sys.argv[1]))))

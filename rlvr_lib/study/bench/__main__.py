@@ -1,23 +1,23 @@
-"""``python -m rlvr_lib.bench``: run the benchmarks, print JSON, write ``results/bench/``.
+"""``python -m rlvr_lib.study.bench``: run the benchmarks, print JSON, write ``results/bench/``.
 
 Each benchmark measures our implementation against its baseline in the same
 run (medians over repeats after a warm-up); none asserts a time. Files:
 
-* ``rollout.json`` -- :func:`rlvr_lib.bench.rollout.bench_rollout`;
-* ``step.json`` -- :func:`rlvr_lib.bench.step.bench_step_time` (ours on
+* ``rollout.json`` -- :func:`rlvr_lib.study.bench.rollout.bench_rollout`;
+* ``step.json`` -- :func:`rlvr_lib.study.bench.step.bench_step_time` (ours on
   :class:`~rlvr_lib.rollout.KVCacheEngine` vs TRL ``GRPOTrainer``);
-* ``logprob.json`` -- :func:`rlvr_lib.bench.logprob.bench_logprob_memory`;
-* ``gradnorm.json`` -- :func:`rlvr_lib.bench.gradnorm.bench_gradnorm` (VIGOR's
+* ``logprob.json`` -- :func:`rlvr_lib.study.bench.logprob.bench_logprob_memory`;
+* ``gradnorm.json`` -- :func:`rlvr_lib.study.bench.gradnorm.bench_gradnorm` (VIGOR's
   per-sample gradient norms: ghost norms vs the per-sample backward loop);
-* ``methods.json`` -- :func:`rlvr_lib.bench.methods.bench_method_steps` (each
+* ``methods.json`` -- :func:`rlvr_lib.study.bench.methods.bench_method_steps` (each
   exploration method's step time over the GRPO run it is compared with);
-* ``profile.json`` -- :func:`rlvr_lib.bench.profile.bench_profile` (where a
+* ``profile.json`` -- :func:`rlvr_lib.study.bench.profile.bench_profile` (where a
   rollout and a GRPO step spend their time: per layer, per op group, the
   matmul floor, the decoder under ``torch.compile``);
 * ``reproduction.json`` -- :func:`rlvr_lib.study.report.notebook_compute` (the full
   profile's wall time per notebook, summed from the committed run records:
   read, not timed);
-* ``vllm_rollout.json`` -- :func:`rlvr_lib.bench.vllm_rollout.bench_vllm_rollout` (vLLM's CPU
+* ``vllm_rollout.json`` -- :func:`rlvr_lib.study.bench.vllm_rollout.bench_vllm_rollout` (vLLM's CPU
   build against ``KVCacheEngine`` and ``generate``; only in ``.venv-vllm``, so not in the default
   list: ``make bench`` runs it there with ``--only vllm_rollout``, through ``make bench-vllm``);
 * ``summary.json`` -- the headline ratios, each next to the raw
@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from rlvr_lib.bench.common import machine_info
+from rlvr_lib.study.bench.common import machine_info
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import results_root
 
@@ -69,27 +69,27 @@ def _met(key: str, value: float) -> bool:
 def _run(name: str, quick: bool) -> dict:
     kwargs = QUICK[name] if quick else {}
     if name == "rollout":
-        from rlvr_lib.bench.rollout import bench_rollout
+        from rlvr_lib.study.bench.rollout import bench_rollout
 
         return bench_rollout(**kwargs)
     if name == "step":
-        from rlvr_lib.bench.step import bench_step_time
+        from rlvr_lib.study.bench.step import bench_step_time
 
         return bench_step_time(**kwargs)  # our side: the Trainer's default engine (KVCacheEngine)
     if name == "gradnorm":
-        from rlvr_lib.bench.gradnorm import bench_gradnorm
+        from rlvr_lib.study.bench.gradnorm import bench_gradnorm
 
         return bench_gradnorm(**kwargs)
     if name == "methods":
-        from rlvr_lib.bench.methods import bench_method_steps
+        from rlvr_lib.study.bench.methods import bench_method_steps
 
         return bench_method_steps(**kwargs)
     if name == "vllm_rollout":
-        from rlvr_lib.bench.vllm_rollout import bench_vllm_rollout
+        from rlvr_lib.study.bench.vllm_rollout import bench_vllm_rollout
 
         return bench_vllm_rollout(**kwargs)
     if name == "profile":
-        from rlvr_lib.bench.profile import bench_profile
+        from rlvr_lib.study.bench.profile import bench_profile
 
         return bench_profile(**kwargs)
     if name == "reproduction":
@@ -97,7 +97,7 @@ def _run(name: str, quick: bool) -> dict:
 
         rows = notebook_compute()
         return {"notebooks": rows, "total_hours": sum(row["hours"] for row in rows)}
-    from rlvr_lib.bench.logprob import bench_logprob_memory
+    from rlvr_lib.study.bench.logprob import bench_logprob_memory
 
     return bench_logprob_memory(**kwargs)
 
@@ -161,7 +161,7 @@ def summarize(name: str, result: dict) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m rlvr_lib.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m rlvr_lib.study.bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", default=",".join(BENCHMARKS),
                         help=f"comma-separated subset of {','.join(BENCHMARKS + ENV_BENCHMARKS)} (default: "
                              f"{','.join(BENCHMARKS)}; {','.join(ENV_BENCHMARKS)} needs .venv-vllm)")

@@ -22,7 +22,7 @@ says why not faster. On the shipped tiny policy (CPU, float32):
   seconds (compilation), median call time, and whether greedy tokens are
   unchanged. It is measured here and not used by the engine unless it pays.
 * **GRPO step.** ``Trainer.step`` of the benchmark's ``grpo_no_kl`` config
-  (`rlvr_lib.bench.step`), split into the rollout (the engine's
+  (`rlvr_lib.study.bench.step`), split into the rollout (the engine's
   ``generate``) and the rest (verification, advantages, the update's forward
   and backward, the optimizer), with the op-group shares and the matmul
   replay of the whole step (backward products included).
@@ -36,7 +36,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from rlvr_lib.bench.common import machine_info, median, time_repeats
+from rlvr_lib.study.bench.common import machine_info, median, time_repeats
 from rlvr_lib.validation import check, check_int
 
 __all__ = ["OP_GROUPS", "bench_profile", "matmul_replay", "op_group_shares"]
@@ -175,7 +175,7 @@ def _decode(model, tokenizer, *, batch, group_size, max_new_tokens, warmup, repe
 
 
 def _step(*, prompts_per_step, group_size, max_new_tokens, warmup, repeats, seed) -> dict:
-    from rlvr_lib.bench.step import _load_policy, _our_config
+    from rlvr_lib.study.bench.step import _load_policy, _our_config
     from rlvr_lib.trainer import Trainer
 
     config = _our_config(prompts_per_step=prompts_per_step, group_size=group_size, max_new_tokens=max_new_tokens,
@@ -211,7 +211,7 @@ def bench_profile(*, batch: int = 64, group_size: int = 8, max_new_tokens: int =
     Args:
         batch: Sequences per rollout (a multiple of ``group_size``); the step uses
             ``batch // group_size`` prompts per step.
-        group_size, max_new_tokens, seed: As in :func:`~rlvr_lib.bench.rollout.bench_rollout`.
+        group_size, max_new_tokens, seed: As in :func:`~rlvr_lib.study.bench.rollout.bench_rollout`.
         warmup: Untimed calls before timing (``>= 0``).
         repeats: Timed (and, separately, profiled) calls (``>= 1``).
         compile_decode: Also time the lean decoder under ``torch.compile`` (minutes on 2 cores).
@@ -227,7 +227,7 @@ def bench_profile(*, batch: int = 64, group_size: int = 8, max_new_tokens: int =
                             ("warmup", warmup, 0), ("repeats", repeats, 1), ("seed", seed, 0)):
         check_int(f"bench_profile: {name}", value, lo)
     check(batch % group_size == 0, "bench_profile: batch", batch, f"a multiple of group_size={group_size}")
-    from rlvr_lib.bench.step import _load_policy
+    from rlvr_lib.study.bench.step import _load_policy
 
     previous = torch.get_num_threads()
     if threads is not None:

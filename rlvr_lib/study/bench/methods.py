@@ -18,7 +18,7 @@ from collections.abc import Mapping
 
 import torch
 
-from rlvr_lib.bench.common import median
+from rlvr_lib.study.bench.common import median
 from rlvr_lib.validation import check_int, invalid
 
 # Method -> the run its paper compares its cost with (the registered preset of each). SAGE's preset is

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from rlvr_lib.bench.common import check_rollout_args, machine_info, time_engines_alternating
+from rlvr_lib.study.bench.common import check_rollout_args, machine_info, time_engines_alternating
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
 from rlvr_lib.tasks import family_problems
 

@@ -101,7 +101,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from rlvr_lib.bench.common import median, time_repeats
+from rlvr_lib.study.bench.common import median, time_repeats
 from rlvr_lib.tasks import CORRECT, Problem, family_problems, verify
 from rlvr_lib.validation import check, check_int
 

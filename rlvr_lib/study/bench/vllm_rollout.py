@@ -28,7 +28,7 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import check_rollout_args, machine_info, time_engines_alternating
+from rlvr_lib.study.bench.common import check_rollout_args, machine_info, time_engines_alternating
 
 __all__ = ["SHAPES", "bench_vllm_rollout"]
 

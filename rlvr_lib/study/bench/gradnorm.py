@@ -21,7 +21,7 @@ import time
 
 import torch
 
-from rlvr_lib.bench.common import median
+from rlvr_lib.study.bench.common import median
 from rlvr_lib.validation import check_int, invalid
 
 __all__ = ["MODELS", "bench_gradnorm"]
