@@ -1,4 +1,5 @@
-"""The package's import graph: no cycle, and `rlvr_lib.eval` sits below the methods and the trainer (issue 30).
+"""The package's import graph (issue 30): no cycle, `rlvr_lib.eval` sits below the methods and the trainer, the
+library never imports the study harness (`rlvr_lib.study`), and the top level holds only the library.
 
 The graph is read from the source with `ast`, not by importing: every ``import`` statement of every
 module under ``rlvr_lib/`` counts, at module level or inside a function (a function-level import is a
@@ -12,6 +13,7 @@ There is no cycle: the test fails on any.
 from __future__ import annotations
 
 import ast
+import re
 import graphlib
 from pathlib import Path
 
@@ -99,11 +101,26 @@ def test_eval_imports_neither_methods_nor_the_trainer(graph):
 
 
 LIBRARY = ("algos", "backends", "config", "config_files", "cli_checks", "distributed", "eval", "files", "kernels",
-           "methods", "policy", "rewards", "rollout", "schedules", "seeding", "tasks", "trainer", "trainer_config",
-           "validation")
-"""The RL library: the top-level modules and packages of `rlvr_lib` outside the study harness. Everything else
-(`rlvr_lib.study` and the harness modules not yet moved into it: experiments, pipeline, claims, report, ...)
-builds on the library and may import it, never the other way round."""
+           "lockfile", "methods", "policy", "rewards", "rollout", "schedules", "seeding", "tasks", "trainer",
+           "trainer_config", "validation")
+"""The RL library: the top-level modules and packages of `rlvr_lib` outside the study harness. The harness,
+`rlvr_lib.study` (run cache, claims, pipeline, report, reproduce, calibration, plots, bench, probes, ...), builds on
+the library and may import it, never the other way round."""
+
+OUTSIDE_THE_LIBRARY = {
+    "__init__": "the package itself: its version, nothing imported",
+    "__main__": "the command line (python -m rlvr_lib pretrain / calibrate / train / tune-lr / ...): it runs library "
+                "and harness commands alike, so it may import both, and nothing imports it",
+    "study": "the study harness",
+}
+"""The only other names the top level of `rlvr_lib` holds, with why each stays there."""
+
+
+def test_the_top_level_holds_only_the_library(graph):
+    top = {m.split(".")[1] for m in graph if m.count(".") >= 1} | {"__init__"}
+    assert top - set(LIBRARY) - set(OUTSIDE_THE_LIBRARY) == set(), "a top-level module that is neither library nor listed"
+    assert set(OUTSIDE_THE_LIBRARY) <= top  # every name is a real module
+    assert not any(b == "rlvr_lib.__main__" for _, b in edges(graph))  # the command line is no one's dependency
 
 
 def test_the_library_never_imports_the_study_harness(graph):
@@ -114,3 +131,19 @@ def test_the_library_never_imports_the_study_harness(graph):
     assert {m.split(".")[1] for m in graph if m.count(".") >= 1} >= set(LIBRARY)  # every name is a real module
     found = sorted((a, b) for a, b in edges(graph) if in_library(a) and not in_library(b) and b != "rlvr_lib")
     assert found == [], f"library modules import the study harness: {found}"
+
+
+def test_readme_layout_names_every_top_level_and_study_module():
+    """README's layout section matches the tree: each module (``name.py``) and package (``name/``) at the top level
+    of `rlvr_lib` and of `rlvr_lib.study` is named in it."""
+    text = (PACKAGE_DIR.parent / "README.md").read_text()
+    start = text.index("```\nrlvr_lib/\n")
+    layout = text[start:text.index("```", start + 3)]
+
+    def entries(folder: Path) -> set[str]:
+        return {p.name if p.suffix == ".py" else f"{p.name}/" for p in folder.iterdir()
+                if (p.suffix == ".py" and p.name != "__init__.py") or (p / "__init__.py").is_file()}
+
+    missing = sorted(e for folder in (PACKAGE_DIR, PACKAGE_DIR / "study") for e in entries(folder)
+                     if not re.search(rf"(?<![\w/.]){re.escape(e)}", layout))
+    assert missing == [], f"README's layout section does not name {missing}"
