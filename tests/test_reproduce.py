@@ -243,7 +243,7 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
     proc = subprocess.Popen(
         [sys.executable, "-m", "rlvr_lib.study.reproduce", "--profile", "quick", "--workers", "2", "--no-progress",
          "--notebooks-dir", str(src), "--out", str(out)],
-        cwd=Path(rp.__file__).resolve().parents[1], start_new_session=True,
+        cwd=Path(rp.__file__).resolve().parents[2], start_new_session=True,
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
