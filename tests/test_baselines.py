@@ -36,8 +36,19 @@ def test_every_baseline_is_registered_with_a_description():
     assert set(BASELINES) <= set(METHODS)
     for name in BASELINES:
         spec = METHODS[name]
-        assert spec.description and spec.cls.name == name and spec.cls.__doc__
-        assert "arXiv" in spec.cls.__doc__, name
+        assert spec.description and "arXiv" in spec.doc, name
+
+
+def test_every_method_states_its_paper_and_a_hook_object_knows_its_registered_name():
+    from rlvr_lib.methods import build_method, method_config
+
+    for name, spec in METHODS.items():
+        assert "arXiv" in spec.doc, name
+    # grpo_no_kl and dr_grpo are presets of GRPO's hook class: one class, its own doc and name each
+    assert METHODS["grpo_no_kl"].cls is METHODS["dr_grpo"].cls is METHODS["grpo"].cls
+    assert len({METHODS[n].doc for n in ("grpo", "grpo_no_kl", "dr_grpo")}) == 3
+    assert [build_method(method_config(n, steps=1)).name for n in ("grpo", "grpo_no_kl", "dr_grpo")] == [
+        "grpo", "grpo_no_kl", "dr_grpo"]
 
 
 def test_every_preset_builds_a_config_and_a_bad_preset_is_named(registered):
