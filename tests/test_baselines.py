@@ -372,9 +372,18 @@ def test_completion_logits_match_sequence_logprobs(policy):
     ],
 )
 def test_option_validation_names_option_value_and_allowed(name, options, match):
-    cfg = method_config(name, max_new_tokens=40, method_options=options)
-    with pytest.raises(ValueError, match=match):
-        build_method(cfg)
+    with pytest.raises(ValueError, match=match):  # when the config is built, or the method when it reads the config
+        build_method(method_config(name, max_new_tokens=40, method_options=options))
+
+
+@pytest.mark.parametrize("name,options", [("dapo", {"bogus": 1}), ("pope", {"share": 1.5}), ("sage", {"tau": -1.0}),
+                                          ("b3po", {"samples": 0}), ("nudgerl", {"lam": -1.0})])
+def test_a_bad_option_fails_when_the_config_is_built(name, options):
+    from rlvr_lib.trainer_config import TrainerConfig
+
+    config = method_config(name)
+    with pytest.raises(ValueError, match=rf"^{name}: method_options: "):
+        TrainerConfig.from_dict({**config.to_dict(), "method_options": options})
 
 
 def test_options_have_defaults_and_are_checked_by_the_trainer(policy):
