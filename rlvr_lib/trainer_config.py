@@ -51,8 +51,8 @@ class TrainerConfig(ConfigBase):
         advantage: Advantage estimator name (``rlvr_lib.algos.ADVANTAGE_ESTIMATORS``).
         kl_coef: beta of the KL anchor; 0 loads no reference model.
         kl_estimator: Per-token KL estimator (``rlvr_lib.algos.KL_ESTIMATORS``).
-        method_options: Method-specific settings as a JSON object; the method's class
-            validates them when it is built (unknown keys and bad values raise ``ValueError``).
+        method_options: Method-specific settings as a JSON object, checked against the method's
+            ``Options`` class when the config is built (unknown keys and bad values raise ``ValueError``).
         seed: Fixes prompts, sampling and every other random choice.
         checkpoint_every: Steps between checkpoints (0 = never).
         rollout_batch_size: Sequences per generation call.
@@ -128,3 +128,7 @@ class TrainerConfig(ConfigBase):
         )
         self.check(self.method_options is None or isinstance(self.method_options, dict),
                    "method_options", self.method_options, "None or a dict")
+        try:  # checked here, not first when the method is built: a bad option never starts a run or a sweep
+            METHODS[self.method].cls.Options.from_dict(self.method_options or {})
+        except ValueError as err:
+            raise ValueError(f"{self.method}: method_options: {err}") from None  # as the method's own checks say it

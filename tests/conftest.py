@@ -239,7 +239,6 @@ def registered():
     methods, tasks = dict(METHODS), dict(TASKS)
 
     def add(name, cls, **preset):
-        cls.name = name
         register_method(name, cls, f"test method {name}", **preset)
 
     yield add

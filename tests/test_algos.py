@@ -19,7 +19,6 @@ from rlvr_lib.algos import (
     forward_kl_penalty,
     get_advantage_estimator,
     get_kl_estimator,
-    get_policy_loss,
     grpo_advantages,
     kl_penalty,
     ppo_clip_loss,
@@ -324,12 +323,6 @@ def test_ppo_validation_shapes():
         ppo_clip_loss(logp, old, adv, mask[:, :2])
     with pytest.raises(ValueError, match="0 and 1"):
         ppo_clip_loss(logp, old, adv, mask * 0.5)
-
-
-def test_policy_loss_registry():
-    assert get_policy_loss("ppo_clip") is ppo_clip_loss
-    with pytest.raises(ValueError, match=r"policy_loss='gspo' is invalid: must be one of \['clip_cov'"):
-        get_policy_loss("gspo")
 
 
 # ---------------------------------------------------------------- aggregation

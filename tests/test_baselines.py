@@ -36,8 +36,19 @@ def test_every_baseline_is_registered_with_a_description():
     assert set(BASELINES) <= set(METHODS)
     for name in BASELINES:
         spec = METHODS[name]
-        assert spec.description and spec.cls.name == name and spec.cls.__doc__
-        assert "arXiv" in spec.cls.__doc__, name
+        assert spec.description and "arXiv" in spec.doc, name
+
+
+def test_every_method_states_its_paper_and_a_hook_object_knows_its_registered_name():
+    from rlvr_lib.methods import build_method, method_config
+
+    for name, spec in METHODS.items():
+        assert "arXiv" in spec.doc, name
+    # grpo_no_kl and dr_grpo are presets of GRPO's hook class: one class, its own doc and name each
+    assert METHODS["grpo_no_kl"].cls is METHODS["dr_grpo"].cls is METHODS["grpo"].cls
+    assert len({METHODS[n].doc for n in ("grpo", "grpo_no_kl", "dr_grpo")}) == 3
+    assert [build_method(method_config(n, steps=1)).name for n in ("grpo", "grpo_no_kl", "dr_grpo")] == [
+        "grpo", "grpo_no_kl", "dr_grpo"]
 
 
 def test_every_preset_builds_a_config_and_a_bad_preset_is_named(registered):
@@ -361,9 +372,18 @@ def test_completion_logits_match_sequence_logprobs(policy):
     ],
 )
 def test_option_validation_names_option_value_and_allowed(name, options, match):
-    cfg = method_config(name, max_new_tokens=40, method_options=options)
-    with pytest.raises(ValueError, match=match):
-        build_method(cfg)
+    with pytest.raises(ValueError, match=match):  # when the config is built, or the method when it reads the config
+        build_method(method_config(name, max_new_tokens=40, method_options=options))
+
+
+@pytest.mark.parametrize("name,options", [("dapo", {"bogus": 1}), ("pope", {"share": 1.5}), ("sage", {"tau": -1.0}),
+                                          ("b3po", {"samples": 0}), ("nudgerl", {"lam": -1.0})])
+def test_a_bad_option_fails_when_the_config_is_built(name, options):
+    from rlvr_lib.trainer_config import TrainerConfig
+
+    config = method_config(name)
+    with pytest.raises(ValueError, match=rf"^{name}: method_options: "):
+        TrainerConfig.from_dict({**config.to_dict(), "method_options": options})
 
 
 def test_options_have_defaults_and_are_checked_by_the_trainer(policy):

@@ -51,7 +51,7 @@ def _problems(n, family="train"):
 # ----------------------------------------------------------------------------- registration and options
 def test_nudgerl_is_registered_with_the_papers_preset():
     spec = METHODS["nudgerl"]
-    assert spec.cls is NudgeRL and spec.cls.name == "nudgerl" and spec.description
+    assert spec.cls is NudgeRL and spec.description and "arXiv 2605.15726" in spec.doc
     assert "arXiv 2605.15726" in NudgeRL.__doc__
     cfg = method_config("nudgerl")
     assert (cfg.kl_coef, cfg.eps_low, cfg.eps_high, cfg.temperature, cfg.top_p) == (0.0, 0.2, 0.2, 1.0, 0.95)

@@ -38,11 +38,21 @@ def _leaves(value, path=""):
     return {path: value}
 
 
+LOSS_ABS = 1e-4
+"""The loss's tolerance on another processor. With group-normalised advantages (sum_i A_i = 0) the surrogate is a
+sum of cancelling terms: at the first steps it is (rho - 1) A plus a small KL, about 1e-5, and the log-ratio rho - 1
+between the sampling pass and the training forward is itself rounding. Measured: INTUITOR's step-1 loss is 2.05e-5
+on the Intel Xeon that made the records and 3.67e-5 on an AMD EPYC, every other metric within 1e-3 relative."""
+
+
 def _close(fresh, stored):
     a, b = _leaves(fresh), _leaves(stored)
     assert a.keys() == b.keys()
     numbers = {k for k, v in b.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    assert {k: a[k] for k in numbers} == pytest.approx({k: b[k] for k in numbers}, rel=1e-3, abs=1e-5)
+    losses = {k for k in numbers if k.endswith("/loss")}
+    others = numbers - losses
+    assert {k: a[k] for k in others} == pytest.approx({k: b[k] for k in others}, rel=1e-3, abs=1e-5)
+    assert {k: a[k] for k in losses} == pytest.approx({k: b[k] for k in losses}, rel=1e-3, abs=LOSS_ABS)
     assert {k: a[k] for k in b.keys() - numbers} == {k: b[k] for k in b.keys() - numbers}
 
 

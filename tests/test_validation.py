@@ -305,12 +305,6 @@ def _guide_schedule(step):
     return guide_schedule(step, max_steps=10, start=1.0, end=0.0)
 
 
-def _policy_loss(name):
-    from rlvr_lib.algos import get_policy_loss
-
-    return get_policy_loss(name)
-
-
 CALL_SITES = [
     # (call, name, value repr, what is allowed)
     (lambda: _sampling_params(top_p=0), "SamplingParams.top_p", "0", "a number in (0, 1]"),
@@ -322,7 +316,6 @@ CALL_SITES = [
     (lambda: _ppo_clip(eps_low=1.0), "eps_low", "1.0", "a number in [0, 1)"),
     (lambda: _ppo_clip(eps_high=math.inf), "eps_high", "inf", "a number in [0, inf)"),
     (lambda: _grpo_advantages(eps=-1e-3), "eps", "-0.001", "a number in [0, inf)"),
-    (lambda: _policy_loss("gspo"), "policy_loss", "'gspo'", "one of ['clip_cov', 'kl_cov', 'ppo_clip']"),
     (lambda: _guide_schedule(-1), "step", "-1", "an integer >= 0"),
     (lambda: _mode_counts(min_share=1.5), "min_share", "1.5", "a number in [0, 1]"),
     (lambda: _pass_at_k(4, 2, 5), "k", "5", "an integer in [1, 4]"),

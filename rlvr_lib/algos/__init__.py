@@ -8,7 +8,7 @@
 * regularizers: token entropy, entropy bonus, INTUITOR self-certainty.
 * guides: SAGE branch / token / random guides and the shaped KL anchor.
 
-Each family has a registry (name -> function) and a ``get_*`` that raises
+Advantages, KL estimators and guides have a registry (name -> function) and a ``get_*`` that raises
 ``ValueError`` listing the valid names.
 """
 
@@ -35,11 +35,9 @@ from .guides import (
 from .kl import KL_ESTIMATORS, forward_kl_penalty, get_kl_estimator, kl_penalty, reverse_kl_penalty
 from .policy_loss import (
     LOSS_AGG_MODES,
-    POLICY_LOSSES,
     aggregate_loss,
     clip_cov_loss,
     clip_cov_mask,
-    get_policy_loss,
     kl_cov_loss,
     ppo_clip_loss,
     token_covariance,
@@ -51,7 +49,6 @@ __all__ = [
     "GUIDES",
     "KL_ESTIMATORS",
     "LOSS_AGG_MODES",
-    "POLICY_LOSSES",
     "aggregate_loss",
     "bnpo_beta_advantages",
     "branch_guide",
@@ -65,7 +62,6 @@ __all__ = [
     "get_advantage_estimator",
     "get_guide",
     "get_kl_estimator",
-    "get_policy_loss",
     "grpo_advantages",
     "guide_schedule",
     "kl_cov_loss",

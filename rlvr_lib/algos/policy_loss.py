@@ -17,7 +17,6 @@ with :mod:`rlvr_lib.validation`.
 
 from __future__ import annotations
 
-from typing import Callable
 
 import torch
 from torch import Tensor
@@ -26,11 +25,9 @@ from rlvr_lib.validation import check_choice, check_range
 
 __all__ = [
     "LOSS_AGG_MODES",
-    "POLICY_LOSSES",
     "aggregate_loss",
     "clip_cov_loss",
     "clip_cov_mask",
-    "get_policy_loss",
     "kl_cov_loss",
     "ppo_clip_loss",
     "token_covariance",
@@ -373,20 +370,3 @@ def clip_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
     loss = torch.where(detached, loss.detach(), loss)
     stats["clip_cov_frac"] = _masked_mean(detached.to(loss.dtype), m)
     return loss, stats
-
-
-# --------------------------------------------------------------------------
-# registry
-# --------------------------------------------------------------------------
-PolicyLossFn = Callable[..., "tuple[Tensor, dict[str, Tensor]]"]
-
-POLICY_LOSSES: dict[str, PolicyLossFn] = {
-    "ppo_clip": ppo_clip_loss,
-    "kl_cov": kl_cov_loss,
-    "clip_cov": clip_cov_loss,
-}
-
-
-def get_policy_loss(name: str) -> PolicyLossFn:
-    """Return the policy loss registered under ``name`` (see :data:`POLICY_LOSSES`)."""
-    return POLICY_LOSSES[check_choice("policy_loss", name, sorted(POLICY_LOSSES))]

@@ -223,7 +223,12 @@ class NoOptions(ConfigBase):
 
 
 class Method:
-    """GRPO: every hook at its default. Subclasses override what their paper changes.
+    """GRPO (DeepSeekMath, arXiv 2402.03300): every hook at its default. Subclasses override what their paper changes.
+
+    A_i = (r_i - mean_g r) / (std_g r + eps) over each prompt's group of G
+    rollouts; per token the PPO-clip surrogate -min(rho A, clip(rho, 1 - eps_low,
+    1 + eps_high) A) plus beta times the configured KL estimator against the
+    reference policy, aggregated by ``loss_agg``.
 
     Args:
         config: The trainer config (`rlvr_lib.trainer_config.TrainerConfig`).
@@ -233,7 +238,6 @@ class Method:
             the option, the value and what is allowed).
     """
 
-    name = "grpo"
     Options: ClassVar[type[ConfigBase]] = NoOptions
     uses_verifier_reward: ClassVar[bool] = True
     """Whether the reward reads the verifier. True (default): a verifier that raises stops the step, as it
@@ -248,6 +252,11 @@ class Method:
         except ValueError as err:
             raise ValueError(f"{self.name}: method_options: {err}") from None
         self.step = 0
+
+    @property
+    def name(self) -> str:
+        """The registered name this hook object was built for (``config.method``): one class can serve several."""
+        return self.config.method
 
     def generator(self, step: int, stream: int, device: str | torch.device = "cpu") -> torch.Generator:
         """A torch generator seeded by ``(config.seed, step, stream)``: a method's one source of randomness."""

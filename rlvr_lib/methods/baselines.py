@@ -65,16 +65,9 @@ logger = logging.getLogger(__name__)
 __all__ = [
     "ActorOldLogprobs",
     "BASELINES",
-    "BNPOBeta",
-    "BNPOLoss",
     "ClipCov",
     "DAPO",
-    "DrGRPO",
     "EntropyReg",
-    "GRPOForwardKL",
-    "GRPOK1",
-    "GRPOK2",
-    "GRPONoKL",
     "Intuitor",
     "KLCov",
     "POPE",
@@ -86,46 +79,6 @@ __all__ = [
 
 
 # ------------------------------------------------------------------------------ KL anchors
-class GRPONoKL(Method):
-    """GRPO without a KL anchor (preset ``kl_coef=0``; no reference model is loaded).
-
-    Loss: PPO-clip surrogate only, A_i = (r_i - mean_g r) / (std_g r + eps)
-    (DeepSeekMath, arXiv 2402.03300). The GRPO of 3PO (arXiv 2608.09805) and
-    NudgeRL (arXiv 2605.15726), and SAGE's (arXiv 2605.18864) "no KL" anchor.
-    """
-
-    name = "grpo_no_kl"
-
-
-class GRPOForwardKL(Method):
-    """GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta ``TESTBED_KL_COEF``.
-
-    Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
-    the forward KL on samples of pi_theta; ``rlvr_lib.algos.forward_kl_penalty``).
-    The anchor alternative SAGE (arXiv 2605.18864) argues against.
-    """
-
-    name = "grpo_forward_kl"
-
-
-class GRPOK1(Method):
-    """GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta ``TESTBED_KL_COEF``.
-
-    Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
-    """
-
-    name = "grpo_k1"
-
-
-class GRPOK2(Method):
-    """GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta ``TESTBED_KL_COEF``.
-
-    Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
-    """
-
-    name = "grpo_k2"
-
-
 # ------------------------------------------------------------------------------ DAPO
 @dataclass(frozen=True)
 class DAPOOptions(ConfigBase):
@@ -169,7 +122,6 @@ class DAPO(Method):
     ``max_refill_rounds`` (int >= 0, default 3), ``dynamic_sampling`` (bool, default True).
     """
 
-    name = "dapo"
     Options = DAPOOptions
 
     def __init__(self, config):
@@ -197,45 +149,6 @@ class DAPO(Method):
 
 
 # ------------------------------------------------------------------------------ Dr.GRPO, BNPO
-class DrGRPO(Method):
-    """Dr.GRPO (arXiv 2503.20783): GRPO without its two length/difficulty biases.
-
-    A_i = r_i - mean_g r (no division by the group std; preset ``advantage="dr_grpo"``),
-    loss = sum_it m_it L_it / (N * L_max) with the constant L_max =
-    ``max_new_tokens`` (preset ``loss_agg="seq_mean_token_sum_norm"``; set
-    ``loss_normalizer`` to change the constant), no KL.
-    """
-
-    name = "dr_grpo"
-
-
-class BNPOLoss(Method):
-    """SAGE's "BNPO" baseline (arXiv 2605.18864, code tally0818/SAGE): a loss-aggregation variant.
-
-    GRPO advantages, loss token-normalised over the local batch:
-    sum_it m_it L_it / sum_it m_it (preset ``loss_agg="token_mean"``), KL off.
-    Not the BNPO paper's method: that is ``bnpo_beta``. SAGE's "DAPO" row, the
-    same normalisation over the global batch, is this method too on one process.
-    """
-
-    name = "bnpo_loss"
-
-
-class BNPOBeta(Method):
-    """BNPO (arXiv 2506.02864, code changyi7231/BNPO): Beta-normalised advantages.
-
-    A_i = (R_i - p_g) / f(p_g; alpha, beta), f the Beta density whose
-    (alpha, beta) = (1 + a/3, 1 + b/3) come from a method-of-moments Beta fit
-    (a, b) of the batch's group success rates p_g
-    (``rlvr_lib.algos.bnpo_beta_advantages``; rewards must lie in [0, 1]).
-    The rest follows the authors' ``recipe/bnpo/run.sh``: clip-higher
-    [0.8, 1.28], ``loss_agg_mode=seq-mean-token-sum`` (our
-    ``seq_mean_token_sum_norm`` with ``loss_normalizer=1``), no KL.
-    """
-
-    name = "bnpo_beta"
-
-
 # ------------------------------------------------------------------------------ 3PO baselines
 @dataclass(frozen=True)
 class EntropyRegOptions(ConfigBase):
@@ -264,7 +177,6 @@ class EntropyReg(Method):
     to see the regulariser act.
     """
 
-    name = "entropy_reg"
     Options = EntropyRegOptions
 
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
@@ -317,7 +229,6 @@ class Polaris(Method):
     No KL (preset), as 3PO's GRPO.
     """
 
-    name = "polaris"
     Options = PolarisOptions
 
     def __init__(self, config):
@@ -360,7 +271,6 @@ class PolarisFixed(Polaris):
     `Polaris` with option ``mode`` defaulting to "fixed" (arXiv 2608.09805 baseline family).
     """
 
-    name = "polaris_fixed"
     Options = PolarisFixedOptions
 
 
@@ -453,7 +363,6 @@ class KLCov(ActorOldLogprobs, Method):
     Options: ``k_frac`` (in (0, 1], default 2e-4), ``kl_cov_coef`` (>= 0, default 1).
     """
 
-    name = "kl_cov"
     Options = KLCovOptions
 
     def policy_loss(self, batch: StepBatch, logp, entropy, mask) -> tuple[torch.Tensor, dict]:
@@ -496,7 +405,6 @@ class ClipCov(ActorOldLogprobs, Method):
     Options: ``clip_frac`` (in (0, 1], default 2e-4), ``lb`` (default 1.0), ``ub`` (> lb, default 5.0).
     """
 
-    name = "clip_cov"
     Options = ClipCovOptions
     _STREAM = 0xC11C  # keeps this generator's seeds apart from the trainer's streams
 
@@ -577,7 +485,6 @@ class POPE(Method):
     No KL (preset), as NudgeRL's GRPO.
     """
 
-    name = "pope"
     Options = POPEOptions
 
     def context(self, problem) -> str:
@@ -626,7 +533,6 @@ class Intuitor(Method):
     Options: ``forward_batch_size`` (int >= 1, default 64; memory only, the result does not depend on it).
     """
 
-    name = "intuitor"
     Options = IntuitorOptions
     uses_verifier_reward = False  # a verifier that raises leaves an "unverified" verdict, training goes on
 
@@ -639,26 +545,70 @@ BASELINES: list[str] = []
 """Names registered by this module, in registration order (notebook 02 trains ``grpo`` and these)."""
 
 
-def _register(name: str, cls: type, description: str, **preset) -> None:
-    register_method(name, cls, description, **preset)
+def _register(name: str, cls: type, description: str, *, doc: str | None = None, **preset) -> None:
+    register_method(name, cls, description, doc=doc, **preset)
     BASELINES.append(name)
 
 
-_register("grpo_no_kl", GRPONoKL, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
+_register("grpo_no_kl", Method, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO; SAGE's 'no KL')",
+          doc="""GRPO without a KL anchor (preset ``kl_coef=0``; no reference model is loaded).
+
+          Loss: PPO-clip surrogate only, A_i = (r_i - mean_g r) / (std_g r + eps)
+          (DeepSeekMath, arXiv 2402.03300). The GRPO of 3PO (arXiv 2608.09805) and
+          NudgeRL (arXiv 2605.15726), and SAGE's (arXiv 2605.18864) "no KL" anchor.
+          """,
           kl_coef=0.0)
-_register("grpo_forward_kl", GRPOForwardKL, f"GRPO with a forward-KL anchor KL(pi_ref||pi), beta {TESTBED_KL_COEF}",
+_register("grpo_forward_kl", Method, f"GRPO with a forward-KL anchor KL(pi_ref||pi), beta {TESTBED_KL_COEF}",
+          doc="""GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta ``TESTBED_KL_COEF``.
+
+          Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
+          the forward KL on samples of pi_theta; ``rlvr_lib.algos.forward_kl_penalty``).
+          The anchor alternative SAGE (arXiv 2605.18864) argues against.
+          """,
           kl_coef=TESTBED_KL_COEF, kl_estimator="forward")
-_register("grpo_k1", GRPOK1, f"GRPO with the k1 KL estimator (log-ratio), beta {TESTBED_KL_COEF}",
+_register("grpo_k1", Method, f"GRPO with the k1 KL estimator (log-ratio), beta {TESTBED_KL_COEF}",
+          doc="""GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta ``TESTBED_KL_COEF``.
+
+          Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
+          """,
           kl_coef=TESTBED_KL_COEF, kl_estimator="k1")
-_register("grpo_k2", GRPOK2, f"GRPO with the k2 KL estimator (half squared log-ratio), beta {TESTBED_KL_COEF}",
+_register("grpo_k2", Method, f"GRPO with the k2 KL estimator (half squared log-ratio), beta {TESTBED_KL_COEF}",
+          doc="""GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta ``TESTBED_KL_COEF``.
+
+          Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
+          """,
           kl_coef=TESTBED_KL_COEF, kl_estimator="k2")
 _register("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
           eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
-_register("dr_grpo", DrGRPO, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
+_register("dr_grpo", Method, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
+          doc="""Dr.GRPO (arXiv 2503.20783): GRPO without its two length/difficulty biases.
+
+          A_i = r_i - mean_g r (no division by the group std; preset ``advantage="dr_grpo"``),
+          loss = sum_it m_it L_it / (N * L_max) with the constant L_max =
+          ``max_new_tokens`` (preset ``loss_agg="seq_mean_token_sum_norm"``; set
+          ``loss_normalizer`` to change the constant), no KL.
+          """,
           advantage="dr_grpo", loss_agg="seq_mean_token_sum_norm", kl_coef=0.0)
-_register("bnpo_loss", BNPOLoss, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
+_register("bnpo_loss", Method, "SAGE's BNPO: GRPO with token-mean loss over the batch, no KL",
+          doc="""SAGE's "BNPO" baseline (arXiv 2605.18864, code tally0818/SAGE): a loss-aggregation variant.
+
+          GRPO advantages, loss token-normalised over the local batch:
+          sum_it m_it L_it / sum_it m_it (preset ``loss_agg="token_mean"``), KL off.
+          Not the BNPO paper's method: that is ``bnpo_beta``. SAGE's "DAPO" row, the
+          same normalisation over the global batch, is this method too on one process.
+          """,
           loss_agg="token_mean", kl_coef=0.0)
-_register("bnpo_beta", BNPOBeta, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
+_register("bnpo_beta", Method, "BNPO paper: Beta-normalised advantages, clip-higher, seq-mean-token-sum",
+          doc="""BNPO (arXiv 2506.02864, code changyi7231/BNPO): Beta-normalised advantages.
+
+          A_i = (R_i - p_g) / f(p_g; alpha, beta), f the Beta density whose
+          (alpha, beta) = (1 + a/3, 1 + b/3) come from a method-of-moments Beta fit
+          (a, b) of the batch's group success rates p_g
+          (``rlvr_lib.algos.bnpo_beta_advantages``; rewards must lie in [0, 1]).
+          The rest follows the authors' ``recipe/bnpo/run.sh``: clip-higher
+          [0.8, 1.28], ``loss_agg_mode=seq-mean-token-sum`` (our
+          ``seq_mean_token_sum_norm`` with ``loss_normalizer=1``), no KL.
+          """,
           advantage="bnpo", eps_high=0.28, loss_agg="seq_mean_token_sum_norm", loss_normalizer=1.0,
           kl_coef=0.0)
 _register("entropy_reg", EntropyReg, "entropy regularisation: loss - alpha * mean token entropy, no KL",

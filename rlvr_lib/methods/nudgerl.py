@@ -163,7 +163,6 @@ class NudgeRL(Method):
     (>= 0, default 0.1), ``distill_rows`` ("all" or "hinted", default "all").
     """
 
-    name = "nudgerl"
     Options = NudgeRLOptions
 
     def __init__(self, config):

@@ -11,6 +11,7 @@ registry sits below it (presets, which build configs, sit above both).
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field, fields
 
 from rlvr_lib.config import to_jsonable
@@ -20,18 +21,27 @@ __all__ = ["METHODS", "MethodSpec", "build_method", "register_method", "resolved
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its hook class, preset and one-line description."""
+    """A registered method: its hook class, preset, one-line description and docstring.
+
+    ``doc`` states the method's formula and the paper it comes from: the hook
+    class's docstring, or the preset's own where the method is a preset of a
+    class that other names share (e.g. ``grpo_no_kl``: `Method` with ``kl_coef=0``).
+    """
 
     cls: type
     preset: dict = field(default_factory=dict)
     description: str = ""
+    doc: str = ""
 
 
 METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, cls: type, description: str = "", **preset) -> None:
+def register_method(name: str, cls: type, description: str = "", *, doc: str | None = None, **preset) -> None:
     """Register ``name`` -> (hook class, TrainerConfig overrides).
+
+    ``doc`` (cleaned with `inspect.cleandoc`) defaults to ``cls.__doc__``: a
+    method that is a preset of a shared hook class passes its own.
 
     The preset's keys are checked against `TrainerConfig`'s fields when a
     config is built from it (`rlvr_lib.methods.presets.method_config`).
@@ -41,7 +51,7 @@ def register_method(name: str, cls: type, description: str = "", **preset) -> No
     """
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
-    METHODS[name] = MethodSpec(cls, dict(preset), description)
+    METHODS[name] = MethodSpec(cls, dict(preset), description, inspect.cleandoc(doc or cls.__doc__ or ""))
 
 
 def unknown_method(name) -> ValueError:

@@ -20,8 +20,8 @@ The estimator. The authors' code uses k3 on the shaped reference
 differentiated as is. Here the anchor is the CONFIG's estimator applied to the
 shaped reference, and every SAGE preset takes the authors' anchor,
 :data:`SAGE_ANCHOR` (``k3``; beta 0.05 in their code, the testbed's
-:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here), as does its GRPO comparator ``grpo_k3``
-(`GRPOK3`). So SAGE and its GRPO differ ONLY by q: where q = 1 the anchor equals
+:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here), as does its GRPO comparator, the
+``grpo_k3`` preset. So SAGE and its GRPO differ ONLY by q: where q = 1 the anchor equals
 GRPO's ``Method.anchor`` bit for bit, values and gradients.
 
 Why k3 and not ``reverse`` (k3's value, k2's gradient; the ``grpo`` preset's).
@@ -109,7 +109,7 @@ from rlvr_lib.algos import KL_ESTIMATORS, kl_penalty
 from rlvr_lib.algos.guides import get_guide, guide_schedule, shaped_anchor
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
-from rlvr_lib.methods.baselines import DAPO, BNPOLoss, DAPOOptions
+from rlvr_lib.methods.baselines import DAPO, DAPOOptions
 from rlvr_lib.methods.registry import METHODS, register_method
 from rlvr_lib.validation import check, check_int, check_range
 
@@ -119,7 +119,6 @@ __all__ = [
     "DAPOBranch",
     "DAPOBranchOptions",
     "RandomGuideOptions",
-    "GRPOK3",
     "SAGE",
     "SAGE_ANCHOR",
     "SAGERandom",
@@ -320,7 +319,6 @@ class SAGE(ShapedAnchor, Method):
     default 0.3), ``q_min`` (in (0, 1], 0.6), ``q_max`` (>= 1, 1.4).
     """
 
-    name = "sage"
     Options = BranchOptions
 
 
@@ -338,7 +336,6 @@ class SAGEToken(ShapedAnchor, Method):
     ``q_max`` (0.6, 1.4).
     """
 
-    name = "sage_token"
     Options = TokenGuideOptions
 
 
@@ -354,7 +351,6 @@ class SAGERandom(ShapedAnchor, Method):
     ``q_min``, ``q_max`` (0.6, 1.4).
     """
 
-    name = "sage_random"
     Options = RandomGuideOptions
 
 
@@ -366,17 +362,15 @@ class DAPOBranch(ShapedAnchor, DAPO):
     testbed's beta). Options: DAPO's and the branch guide's (see `SAGE`).
     """
 
-    name = "dapo_branch"
     Options = DAPOBranchOptions
 
 
-class BNPOLossBranch(ShapedAnchor, BNPOLoss):
-    """SAGE's "BNPO + Branch" (arXiv 2605.18864): `BNPOLoss` (token-mean loss) with the branch-guided anchor.
+class BNPOLossBranch(ShapedAnchor, Method):
+    """SAGE's "BNPO + Branch" (arXiv 2605.18864): the ``bnpo_loss`` preset (token-mean loss) with the branch-guided anchor.
 
     :data:`SAGE_ANCHOR` (k3 at the testbed's beta). Options: the branch guide's (see `SAGE`).
     """
 
-    name = "bnpo_loss_branch"
     Options = BranchOptions
 
 
@@ -436,24 +430,19 @@ def calibrate_tau(model, tokenizer, *, quantile: float = 0.9, **sample) -> float
 
 
 # ------------------------------------------------------------------------------ registry
-class GRPOK3(Method):
-    """SAGE's GRPO comparator (arXiv 2605.18864, code tally0818/SAGE): GRPO with the authors' k3 anchor.
-
-    beta * (r - log r - 1) per token, r = pi_ref / pi_theta, differentiated as
-    is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), at the testbed's beta
-    (:data:`SAGE_ANCHOR`): the ``sage*`` presets with q = 1.
-    """
-
-    name = "grpo_k3"
-
-
 SAGE_ANCHOR = {"kl_coef": TESTBED_KL_COEF, "kl_estimator": "k3"}
 """The authors' anchor (k3 on the shaped reference; beta 0.05 in their code, the testbed's
 :data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here): every SAGE preset's and ``grpo_k3``'s."""
 
 _GRPO_K3 = {**METHODS["grpo"].preset, **SAGE_ANCHOR}
 
-register_method("grpo_k3", GRPOK3, f"SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta {TESTBED_KL_COEF}",
+register_method("grpo_k3", Method, f"SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta {TESTBED_KL_COEF}",
+                doc="""SAGE's GRPO comparator (arXiv 2605.18864, code tally0818/SAGE): GRPO with the authors' k3 anchor.
+
+                beta * (r - log r - 1) per token, r = pi_ref / pi_theta, differentiated as
+                is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), at the testbed's beta
+                (:data:`SAGE_ANCHOR`): the ``sage*`` presets with q = 1.
+                """,
                 **_GRPO_K3)
 register_method("sage", SAGE, "SAGE branch guide: GRPO anchored to q*pi_ref, q = 1 + 0.3 (H - tau)_+ in [0.6, 1.4]",
                 **_GRPO_K3)

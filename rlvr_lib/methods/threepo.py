@@ -596,9 +596,12 @@ class ThreePOOptions(ConfigBase):
 
 
 class B3PO(Method):
-    """B3PO: one IVON posterior sample per step; rollouts and gradient at it (see the module docstring)."""
+    """B3PO (arXiv 2608.09805): one IVON posterior sample per step; rollouts and gradient at it.
 
-    name = "b3po"
+    theta_hat = m + z / sqrt(ess (h + wd)), z ~ N(0, I), each step; the G rollouts and GRPO's
+    loss (no KL) at theta_hat; IVON updates (m, h) from that gradient (see the module docstring).
+    """
+
     Options: ClassVar[type[ConfigBase]] = ThreePOOptions
     STREAM = 0x3B0
     uses_seq_mis: ClassVar[bool] = False
@@ -789,9 +792,7 @@ def sample_disagreement(batch: StepBatch) -> float:
 
 
 class M3PO(B3PO):
-    """M3PO: M samples, each with its own G/M rollouts and its own group advantage; one update."""
-
-    name = "m3po"
+    """M3PO (arXiv 2608.09805): M samples, each with its own G/M rollouts and its own group advantage; one update."""
 
     def weight_samples(self) -> int:
         return self.options.samples
@@ -804,7 +805,7 @@ class M3PO(B3PO):
 
 
 class C3PO(B3PO):
-    """C3PO: N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy.
+    """C3PO (arXiv 2608.09805): N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy.
 
     Against the authors' interleaved loop (``verl/recipes/run_rl.sh`` with
     ``EXPLORATION_M`` > 1 and their verl fork; issue 29's check):
@@ -824,8 +825,6 @@ class C3PO(B3PO):
     Primary control of every 3PO claim: the same preset with
     ``method_options={"noise_scale": 0.0}`` (IVON's mean update, no noise), beside GRPO.
     """
-
-    name = "c3po"
 
     def weight_samples(self) -> int:
         return self.options.samples

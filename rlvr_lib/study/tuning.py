@@ -64,7 +64,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     trained from scratch, its history cached as ``<root>/lr_tuning/<name>-lr<lr>-...``
     (``root``: default `rlvr_lib.study.runs.results_root`). Returns a
     JSON-ready dict: the default lr, the grid, per lr and seed the final
-    accuracy, per lr the mean, the pick, and the run ids.
+    accuracy, per lr the mean, the pick, the run ids and the processor models they ran on.
 
     Raises:
         ValueError: on an unknown method, an empty grid or seed list, ``tail < 1``, a seed in 0-4
@@ -81,7 +81,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     check(len(seeds) > 0 and not set(seeds) & set(range(5)), "seeds", seeds,
           "a non-empty list of seeds outside the evaluation seeds 0-4")
     check_int("tail", tail, 1)
-    base = method_config(name, **config_fields, policy=policy)
+    base = method_config(name, tuned_lr=False, **config_fields, policy=policy)
     check(base.steps >= tail, "tail", tail, f"at most the runs' steps ({base.steps})")
     cls = METHODS[name].cls
     default = cls.tuning_lr(base)
@@ -89,6 +89,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     sha = policy_fingerprint(policy)
     finals: dict[str, dict[str, float]] = {}
     run_ids: dict[str, dict[str, str]] = {}
+    cpu_models: set[str] = set()
     for lr in grid:
         finals[repr(lr)], run_ids[repr(lr)] = {}, {}
         for seed in seeds:
@@ -99,12 +100,14 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
             last = [row["accuracy"] for row in record.history[-tail:]]
             finals[repr(lr)][str(seed)] = sum(last) / len(last)
             run_ids[repr(lr)][str(seed)] = record.run_id
+            cpu_models.add(record.extra.get("machine", {}).get("cpu_model", "unknown"))
     means = {lr: sum(finals[repr(lr)].values()) / len(seeds) for lr in grid}
     default_in_grid = float(f"{default:.6g}")
     return {"method": name, "default_lr": default, "grid": grid, "factors": list(factors), "seeds": list(seeds),
             "tail": tail, "config_fields": config_fields, "final_accuracy": finals,
             "mean_final_accuracy": {repr(lr): m for lr, m in means.items()},
-            "pick": pick_lr(means, default_in_grid), "run_ids": run_ids}
+            "pick": pick_lr(means, default_in_grid), "run_ids": run_ids,
+            "cpu_models": sorted(cpu_models)}  # a sweep that spans sessions may span processor models
 
 
 def record_tuning(path: str | Path, header: dict, name: str, result: dict) -> dict:

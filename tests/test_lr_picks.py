@@ -1,0 +1,55 @@
+"""The presets use the committed lr-tuning picks (issue 29, item 5): `TUNED_LR` is `results/testbed/lr_tuning.json`."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rlvr_lib.methods import METHODS, method_config
+from rlvr_lib.methods import presets
+from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.policy.load import policy_fingerprint
+from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
+
+REPORT = Path(__file__).resolve().parent.parent / "results" / "testbed" / "lr_tuning.json"
+
+
+def _adamw(name: str) -> bool:
+    """Whether the method's tuned lr is the AdamW lr of its config (3PO's scales IVON's, reported only)."""
+    config = method_config(name, tuned_lr=False)
+    return METHODS[name].cls.tuning_lr(config) == config.lr
+
+
+@pytest.fixture(scope="module")
+def report():
+    return json.loads(REPORT.read_text())
+
+
+def test_the_report_is_of_the_shipped_policy_and_testbed(report):
+    assert report["policy_sha"] == policy_fingerprint(None)
+    assert report["testbed_version"] == TESTBED_VERSION
+    assert report["config_fields"]["steps"] == 200  # the dynamics calibration's chosen step count
+
+
+def test_tuned_lr_is_the_reports_pick_for_every_adamw_method_it_holds(report):
+    picks = {name: result["pick"] for name, result in report["methods"].items() if _adamw(name)}
+    assert TUNED_LR == picks
+    for name in picks:  # each grid was centred on the preset's lr
+        assert report["methods"][name]["default_lr"] == method_config(name, tuned_lr=False).lr, name
+
+
+def test_method_config_applies_the_pick_over_the_preset_and_overrides_win(monkeypatch):
+    monkeypatch.setitem(TUNED_LR, "grpo", 3e-4)
+    assert method_config("grpo").lr == 3e-4
+    assert method_config("grpo", tuned_lr=False).lr == 1e-4  # the preset's, where the tuning grid is centred
+    assert method_config("grpo", lr=5e-5).lr == 5e-5
+    assert "b3po" not in TUNED_LR and presets.method_config("b3po") == method_config("b3po", tuned_lr=False)
+
+
+def test_the_tuning_grid_is_centred_on_the_preset_not_on_an_earlier_pick(monkeypatch, tmp_path):
+    from rlvr_lib.tuning import tune_lr
+
+    monkeypatch.setitem(TUNED_LR, "grpo_no_kl", 3e-4)
+    result = tune_lr("grpo_no_kl", factors=(1.0,), seeds=(1000,), tail=1, steps=2, prompts_per_step=2, root=tmp_path)
+    assert result["default_lr"] == 1e-4 and result["grid"] == [1e-4]
+    assert result["cpu_models"] and all(isinstance(m, str) for m in result["cpu_models"])
