@@ -47,7 +47,7 @@ def test_method_config_applies_the_pick_over_the_preset_and_overrides_win(monkey
 
 
 def test_the_tuning_grid_is_centred_on_the_preset_not_on_an_earlier_pick(monkeypatch, tmp_path):
-    from rlvr_lib.tuning import tune_lr
+    from rlvr_lib.study.tuning import tune_lr
 
     monkeypatch.setitem(TUNED_LR, "grpo_no_kl", 3e-4)
     result = tune_lr("grpo_no_kl", factors=(1.0,), seeds=(1000,), tail=1, steps=2, prompts_per_step=2, root=tmp_path)

@@ -12,11 +12,27 @@ from rlvr_lib.trainer_config import TrainerConfig
 __all__ = ["TUNED_LR", "method_config"]
 
 TUNED_LR: dict[str, float] = {
-    "grpo": 1e-4,
-    "grpo_k3": 1e-4,
-    "grpo_no_kl": 1e-4,
+    "bnpo_beta": 3.33333e-05,
+    "bnpo_loss": 0.0001,
+    "clip_cov": 0.0001,
+    "dapo": 0.0001,
+    "dr_grpo": 0.0001,
+    "entropy_reg": 0.0001,
+    "grpo": 0.0001,
+    "grpo_forward_kl": 3.33333e-05,
+    "grpo_k1": 0.0001,
+    "grpo_k3": 0.0001,
+    "grpo_no_kl": 0.0001,
+    "intuitor": 3.33333e-05,
+    "kl_cov": 0.0001,
+    "nudgerl": 0.0001,
+    "polaris": 0.0001,
+    "polaris_fixed": 3.33333e-05,
+    "pope": 0.0001,
+    "sage": 0.0001,
+    "vigor": 3.33333e-05,
 }
-"""Each AdamW method's learning rate from the equal tuning budget (issue 29, item 5; `rlvr_lib.tuning`):
+"""Each AdamW method's learning rate from the equal tuning budget (issue 29, item 5; `rlvr_lib.study.tuning`):
 the pick of ``results/testbed/lr_tuning.json`` (x1/3, x1, x3 around the preset's lr, 200 steps, tuning seeds
 1000/1001, final training accuracy), which a test ties to this table. `method_config` applies it over the
 preset. 3PO's picks scale IVON's lr and are reported beside its calibrated rule, not used; a method the sweep

@@ -24,13 +24,13 @@ SPEC = EvalSpec(families=("hard_mix",), problems_per_family=8, samples=8, divers
 QUICK = dict(steps=3, prompts_per_step=4, group_size=4, max_new_tokens=40, seed=0)
 CONFIGS = {
     # k3 named: the grpo preset's estimator was k3 when the records were made (now "reverse").
-    "grpo-mb2-ep2": method_config("grpo", kl_estimator="k3", inner_epochs=2, minibatches=2, **QUICK),
-    "grpo_no_kl": method_config("grpo_no_kl", **QUICK),
-    "clip_cov": method_config("clip_cov", inner_epochs=2, minibatches=2, **QUICK),
-    "entropy_reg": method_config("entropy_reg", method_options={"alpha": 0.05}, **QUICK),
-    "pope": method_config("pope", **QUICK),
-    "intuitor": method_config("intuitor", **QUICK),
-    "bnpo_beta": method_config("bnpo_beta", **QUICK),
+    "grpo-mb2-ep2": method_config("grpo", tuned_lr=False, kl_estimator="k3", inner_epochs=2, minibatches=2, **QUICK),
+    "grpo_no_kl": method_config("grpo_no_kl", tuned_lr=False, **QUICK),
+    "clip_cov": method_config("clip_cov", tuned_lr=False, inner_epochs=2, minibatches=2, **QUICK),
+    "entropy_reg": method_config("entropy_reg", tuned_lr=False, method_options={"alpha": 0.05}, **QUICK),
+    "pope": method_config("pope", tuned_lr=False, **QUICK),
+    "intuitor": method_config("intuitor", tuned_lr=False, **QUICK),
+    "bnpo_beta": method_config("bnpo_beta", tuned_lr=False, **QUICK),
 }
 
 def write_machine() -> None:
