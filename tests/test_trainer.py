@@ -105,10 +105,10 @@ def test_unknown_method_lists_registered_ones():
 
 
 def test_config_round_trips_through_json():
-    cfg = method_config("grpo", steps=7, method_options={"p": 0.5})
+    cfg = method_config("pope", steps=7, method_options={"share": 0.25})  # options are checked when built
     again = TrainerConfig.from_json(cfg.to_json())
     assert again == cfg and again.config_hash() == cfg.config_hash()
-    assert json.loads(cfg.to_json())["kl_coef"] == METHODS["grpo"].preset["kl_coef"]
+    assert json.loads(cfg.to_json())["kl_coef"] == METHODS["pope"].preset["kl_coef"]
 
 
 def test_loaded_policy_is_the_trainers_default():
