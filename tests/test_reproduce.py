@@ -8,6 +8,7 @@ so the skip / re-run / interrupt logic is checked without a kernel.
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 
 import nbformat
@@ -212,6 +213,38 @@ def test_workers_run_notebooks_side_by_side_with_kernel_threads(tmp_path, fake_p
     assert sorted(line.split(":")[0] for line in lines) == ["[1/2] a", "[2/2] b"]
     with pytest.raises(ValueError, match=r"^workers=0 is invalid: must be an integer >= 1"):
         rp.reproduce("full", notebooks_dir=src, out_dir=tmp_path / "out", echo=None, workers=0)
+
+
+def test_a_signal_landing_inside_the_workers_signal_handler_does_not_deadlock():
+    """Ctrl-C reaches a worker twice (the terminal's SIGINT, then the parent forwarding it), and the second can
+    land at any bytecode of the first handler. Emulated exactly: a trace function calls the handler again at
+    every opcode of the first call and of everything it calls. A handler that takes a lock (an Event's) hangs
+    on the nested call (seen in CI); the lock-free flag does not. Run in a child with a timeout, as it can hang."""
+    import subprocess
+    import sys
+
+    script = textwrap.dedent("""
+        import multiprocessing, signal, sys
+        from rlvr_lib.study import reproduce as rp
+        rp._init_worker(rp._new_stop_flag(multiprocessing.get_context("fork")))
+        nested = 0
+        def tracer(frame, event, arg):
+            global nested
+            frame.f_trace_opcodes = True
+            if event == "opcode":
+                nested += 1
+                rp._stop_worker(signal.SIGINT, None)  # trace functions are not traced: no recursion
+            return tracer
+        sys.settrace(tracer)
+        rp._stop_worker(signal.SIGINT, None)
+        sys.settrace(None)
+        print(nested, rp._stopping())
+    """)
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=30,
+                          cwd=Path(rp.__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr[-2000:]
+    nested, stopping = done.stdout.split()
+    assert int(nested) > 0 and stopping == "True"
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")

@@ -339,7 +339,7 @@ def reproduce(
 
             # Processes, not threads: Ctrl-C reaches every worker's papermill, which shuts its kernel down.
             context = multiprocessing.get_context("fork")
-            stop = context.Event()
+            stop = _new_stop_flag(context)
             with ProcessPoolExecutor(max_workers=workers, mp_context=context, initializer=_init_worker,
                                      initargs=(stop,)) as pool:
                 futures = {}
@@ -354,7 +354,7 @@ def reproduce(
                     # Interrupted (or failed) here: no worker may start another notebook, and a worker the
                     # signal did not reach (`kill` of this process alone) is interrupted now. Leaving the `with`
                     # then waits for the kernels to be shut down.
-                    stop.set()
+                    stop.value = 1
                     for future in futures:
                         future.cancel()
                     for child in multiprocessing.active_children():
@@ -389,11 +389,18 @@ def _execute_timed(source: Path, target: Path, profile: str, kernel: str, progre
     return round(time.perf_counter() - start, 2), error
 
 
-# Pool workers only (set by `_init_worker`): the pool's shared stop event; whether this worker is executing a
+# Pool workers only (set by `_init_worker`): the pool's shared stop flag; whether this worker is executing a
 # notebook; whether it has already been interrupted.
 _STOP: Any = None
 _RUNNING = False
 _INTERRUPTED = False
+
+
+def _new_stop_flag(context: Any) -> Any:
+    """The pool's shared stop flag: a lock-free byte, not an Event. The workers' signal handler sets it, and
+    a handler that takes a lock deadlocks when a second signal (the parent forwarding Ctrl-C) lands while the
+    first holds it."""
+    return context.RawValue("b", 0)
 
 
 def _init_worker(stop: Any) -> None:
@@ -406,14 +413,14 @@ def _init_worker(stop: Any) -> None:
 
 
 def _stop_worker(signum: int, frame: Any) -> None:
-    """A worker's SIGINT/SIGTERM handler: sets the shared stop event and interrupts the running notebook once.
+    """A worker's SIGINT/SIGTERM handler: sets the shared stop flag and interrupts the running notebook once.
 
     A second signal (the parent forwarding an interrupt this worker already got) and a signal to an idle
     worker raise nothing: papermill's kernel shutdown must not itself be interrupted, and an idle worker that
     died would break the pool and get its busy siblings killed before their kernels are shut down.
     """
     global _INTERRUPTED
-    _STOP.set()
+    _STOP.value = 1  # a plain write to shared memory: no lock, so safe if this handler is re-entered
     if _RUNNING and not _INTERRUPTED:
         _INTERRUPTED = True
         raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
@@ -421,7 +428,7 @@ def _stop_worker(signum: int, frame: Any) -> None:
 
 def _stopping() -> bool:
     """True in a pool worker once the reproduction has been interrupted."""
-    return _STOP is not None and _STOP.is_set()
+    return _STOP is not None and bool(_STOP.value)
 
 
 @contextlib.contextmanager
