@@ -9,6 +9,7 @@ from rlvr_lib.methods import METHODS, method_config
 from rlvr_lib.methods import presets
 from rlvr_lib.methods.presets import TUNED_LR
 from rlvr_lib.policy.load import policy_fingerprint
+from rlvr_lib.study.dynamics import full_profile_steps
 from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
 REPORT = Path(__file__).resolve().parent.parent / "results" / "testbed" / "lr_tuning.json"
@@ -28,7 +29,7 @@ def report():
 def test_the_report_is_of_the_shipped_policy_and_testbed(report):
     assert report["policy_sha"] == policy_fingerprint(None)
     assert report["testbed_version"] == TESTBED_VERSION
-    assert report["config_fields"]["steps"] == 200  # the dynamics calibration's chosen step count
+    assert report["config_fields"]["steps"] == full_profile_steps()  # the runs are as long as the full profile's
 
 
 def test_tuned_lr_is_the_reports_pick_for_every_adamw_method_it_holds(report):

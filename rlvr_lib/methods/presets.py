@@ -33,10 +33,10 @@ TUNED_LR: dict[str, float] = {
     "vigor": 3.33333e-05,
 }
 """Each AdamW method's learning rate from the equal tuning budget (issue 29, item 5; `rlvr_lib.study.tuning`):
-the pick of ``results/testbed/lr_tuning.json`` (x1/3, x1, x3 around the preset's lr, 200 steps, tuning seeds
-1000/1001, final training accuracy), which a test ties to this table. `method_config` applies it over the
-preset. 3PO's picks scale IVON's lr and are reported beside its calibrated rule, not used; a method the sweep
-has not reached keeps its preset's lr."""
+the pick of ``results/testbed/lr_tuning.json`` (x1/3, x1, x3 around the preset's lr, runs as long as the full
+profile's, tuning seeds 1000/1001, final training accuracy), which a test ties to this table. `method_config`
+applies it over the preset. 3PO's picks scale IVON's lr and are reported beside its calibrated rule, not used;
+a method the sweep has not reached keeps its preset's lr."""
 
 
 def method_config(name: str, *, tuned_lr: bool = True, **overrides) -> TrainerConfig:
