@@ -160,6 +160,30 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
     assert [line.split(" | ")[0] for line in first if line.startswith("| ") and not line.startswith("| run")] == ["| base"]
 
 
+def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
+    """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table."""
+    import json
+
+    from rlvr_lib.study.runs import cached_run
+    from rlvr_lib.study.report import _method_section
+
+    for name, seed in (("base", 0), ("grpo-g8", 0), ("grpo-g8", 1)):
+        cfg = {"eval": {"samples": 4}, "name": name}
+        cached_run("grpo_baseline_full", name, cfg, seed, lambda: ([], _fake_final([1, 0, 2])), root=tmp_path)
+    title = lambda: next(line for line in _method_section(tmp_path, "grpo_baseline_full", "GRPO")  # noqa: E731
+                         if line.startswith("**GRPO**"))
+    paths = sorted((tmp_path / "grpo_baseline_full").glob("*.json"))
+    for i, path in enumerate(paths):
+        record = json.loads(path.read_text())
+        record["extra"]["machine"]["cpu_model"] = "Model A"
+        path.write_text(json.dumps(record))
+    assert "; processor Model A)" in title() and "mixed" not in title()
+    record = json.loads(paths[-1].read_text())
+    record["extra"]["machine"]["cpu_model"] = "Model B"
+    paths[-1].write_text(json.dumps(record))
+    assert "**mixed processors** (Model A: 2 runs, Model B: 1 run)" in title()
+
+
 # --------------------------------------------------------------------------- reliability table
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -151,6 +152,19 @@ def _policy_note(records) -> str:
     return f"; measured on **a previous policy or testbed** ({what}), not the shipped `{shipped}` on `{version}`"
 
 
+def _processor_note(records) -> str:
+    """The processor models a table's runs were made on; a table that mixes models is marked (issue 31, item 5).
+
+    Two models round floats differently, so the same seed trains a different trajectory on each: a table
+    whose rows come from both is not reproducible seed by seed on one machine.
+    """
+    counts = Counter(r.extra.get("machine", {}).get("cpu_model", "?") for r in records)
+    if len(counts) <= 1:
+        return "".join(f"; processor {model}" for model in counts)
+    what = ", ".join(f"{model}: {n} run{'s' * (n != 1)}" for model, n in sorted(counts.items()))
+    return f"; **mixed processors** ({what}): not reproducible seed by seed on one machine"
+
+
 def _stored_outputs(notebook: Path) -> str:
     """The text and markdown outputs an executed notebook stores, joined."""
     cells = json.loads(notebook.read_text())["cells"]
@@ -206,7 +220,8 @@ def _method_table(records: list, experiment: str, title: str, shared: list) -> l
     lines = [
         f"**{title}** (`results/{experiment}/`; average of in-distribution families; mean [95% interval]: "
         f"pass@k by a {PASSK_INTERVAL}, the other columns by a {SEED_INTERVAL}; the base policy's seeds "
-        f"are its sampling seeds{_policy_note(records)}):",
+        f"are its sampling seeds{_policy_note(records)}"
+        f"{_processor_note([r for recs in by_name.values() for r in recs])}):",
         "",
         "| run | seeds | " + " | ".join(f"pass@{k}" for k in ks) + " | strategy entropy | malformed | modes/problem |",
         "|---|---|" + "---|" * (len(ks) + 3),
