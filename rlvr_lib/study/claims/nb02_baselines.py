@@ -11,19 +11,21 @@ REGISTRY = Registry(
               ">", "grpo"),
         Claim("nokl-test-lower", "No KL: lower test pass@1 than GRPO", "SAGE", "T1 (no-KL row)",
               "no KL is worse than GRPO on test pass@1 (no number in PAPERS.md)", "<", "grpo"),
-        Claim("nokl-passn-lower", "No KL: lower test pass@{n} than GRPO (standing in for the paper's pass@256)",
+        Claim("nokl-passn-lower", "No KL: lower test pass@{n_wide} than GRPO ({wide})",
               "SAGE", "T1 (no-KL row)", "no KL is worse at pass@1 and pass@256 (paper's text; no number in PAPERS.md)",
-              "<", "grpo", changed="added: notebook 05's row, moved here so each claim is counted once"),
-        Claim("fkl-passn-higher", "Forward KL: higher pass@{n} than reverse-KL GRPO", "SAGE", "T1 (forward-KL row)",
-              "forward KL slightly raises pass@256 over GRPO (no number in PAPERS.md)", ">", "grpo"),
+              "<", "grpo", changed="added: notebook 05's row, moved here so each claim is counted once; issue 31: "
+                                   "pass@256 on the wide evaluation replaced pass@32 standing in for it"),
+        Claim("fkl-passn-higher", "Forward KL: higher pass@{n_wide} than reverse-KL GRPO ({wide})", "SAGE",
+              "T1 (forward-KL row)", "forward KL slightly raises pass@256 over GRPO (no number in PAPERS.md)", ">",
+              "grpo", changed="issue 31: pass@256 on the wide evaluation replaced pass@32 standing in for it"),
         Claim("fkl-no-pass1-gain", "Forward KL: no pass@1 gain over GRPO (difference within +-0.005)", "SAGE",
               "T1 (forward-KL row)", "forward KL gives no pass@1 gain over GRPO (no number in PAPERS.md)",
               "within", "grpo", margin=0.005,
               changed="item 2: '< 0.005' (one-sided: a worse forward KL passed) became within +-0.005"),
     ),
     checks=(
-        Check("grpo-k2-identity", "grpo_k2 (k2 estimator) has GRPO's gradient: its evaluations equal grpo's, "
-                                  "seed by seed (an identity check, not a baseline)", "identity",
-              changed="item 5: grpo_k2 kept only as a labelled identity check"),
+        Check("grpo-k2-identity", "grpo_k2 (k2 estimator) has GRPO's gradient: its evaluation equals grpo's on "
+                                  "the same seed (an identity check, not a baseline)", "identity",
+              changed="item 5: grpo_k2 kept only as a labelled identity check; issue 31: on one seed"),
     ),
 )
