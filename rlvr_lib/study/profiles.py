@@ -24,7 +24,8 @@ from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.study.dynamics import full_profile_steps
 from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES
 
-__all__ = ["ABLATION_SEEDS", "BASE_SEEDS", "MAIN_SEEDS", "WIDE", "WIDE_FAMILIES", "full_profile", "wide_spec"]
+__all__ = ["ABLATION_SEEDS", "BASELINES_WITH_WIDE", "BASE_SEEDS", "MAIN_SEEDS", "WIDE", "WIDE_FAMILIES",
+           "baseline_extra_specs", "full_profile", "wide_spec"]
 
 MAIN_SEEDS = (0, 1, 2, 3, 4)
 ABLATION_SEEDS = (0, 1, 2)
@@ -32,6 +33,15 @@ BASE_SEEDS = (0, 1, 2)
 WIDE = "wide"
 """The label of the wide evaluation in a record's extra evaluations (``record.extra["evals"]``)."""
 WIDE_FAMILIES = (*EVAL_FAMILIES[-2:], *RARE_FAMILIES)
+BASELINES_WITH_WIDE = ("grpo", "grpo_no_kl", "grpo_forward_kl", "bnpo_loss")
+"""Notebook 02's arms that also get the wide evaluation: the pass@256 claims of notebooks 02 and 05 read them."""
+
+
+def baseline_extra_specs(name: str, profile: dict[str, Any]) -> dict[str, EvalSpec] | None:
+    """The extra evaluations of notebook 02's run ``name`` under ``profile``: a notebook that reads one of
+    notebook 02's runs passes these, so its call is notebook 02's and reads the cached run (the extra
+    evaluations are part of a run's cache key)."""
+    return {WIDE: profile["wide_spec"]} if name in BASELINES_WITH_WIDE else None
 
 
 def wide_spec(problems: int = 100, samples: int = 256, seed: int = 0) -> EvalSpec:

@@ -10,6 +10,7 @@ _T1 = {"grpo": 42.99, "entreg": 42.43, "polaris": 41.46, "kl_cov": 42.28, "b3po"
 _QWEN = {"grpo": 45.36, "entreg": 42.98, "polaris": 45.78, "kl_cov": 45.12, "b3po": 46.20, "m3po": 46.39,
          "c3po": 46.88}
 _MATCH = "the margin of every 'matches' row of notebooks 04 and 05"
+_MATCHED = "issue 31: GRPO is 3PO's comparator at 3PO's settings (no KL, its warm-up), not the KL-anchored grpo"
 
 
 def _t1(a: str, b: str) -> str:
@@ -21,12 +22,17 @@ REGISTRY = Registry(
     experiment="threepo",
     claims=(
         Claim("c3po-beats-grpo", "C3PO beats GRPO (pass@1)", "3PO", _t1("c3po", "grpo"),
-              ("pass@1", _T1["grpo"], _T1["c3po"]), ">", "grpo"),
+              ("pass@1", _T1["grpo"], _T1["c3po"]), ">", "grpo", changed=_MATCHED),
         Claim("m3po-beats-grpo", "M3PO beats GRPO (pass@1)", "3PO", _t1("m3po", "grpo"),
-              ("pass@1", _T1["grpo"], _T1["m3po"]), ">", "grpo"),
+              ("pass@1", _T1["grpo"], _T1["m3po"]), ">", "grpo", changed=_MATCHED),
         Claim("b3po-matches-grpo", "B3PO matches GRPO: pass@1 difference within +-0.01", "3PO", _t1("b3po", "grpo"),
               ("pass@1", _T1["grpo"], _T1["b3po"]), "within", "grpo", margin=0.01,
-              changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row"),
+              changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row; " + _MATCHED),
+        *(Claim(f"{v}-beats-no-noise", f"{v.upper()} beats its control, IVON's step without weight noise (B3PO at "
+                                       "noise_scale 0; pass@1)", "3PO", "T1's premise: the weight noise explores",
+                "the gain is the weight noise's (the paper has no noise-free IVON row; no number in PAPERS.md)", ">",
+                "method", changed="added (issue 29 item 1, issue 31): the primary control of every 3PO claim")
+          for v in ("b3po", "m3po", "c3po")),
         Claim("c3po-beats-m3po", "C3PO beats M3PO (pass@1)", "3PO", _t1("c3po", "m3po"),
               ("pass@1", _T1["m3po"], _T1["c3po"]), ">", "method"),
         Claim("c3po-beats-b3po", "C3PO beats B3PO (pass@1)", "3PO", _t1("c3po", "b3po"),
@@ -39,7 +45,7 @@ REGISTRY = Registry(
                                            "in-distribution families (gain on {hardest} minus the others' mean gain)",
               "3PO", "T1 per benchmark: the gain is largest on the hardest benchmarks (not restated in PAPERS.md)",
               "largest gain on the hardest benchmark (numbers not restated in PAPERS.md)", ">", "grpo",
-              changed="added (item 7): a paper claim no row tested; the per-family data were there"),
+              changed="added (item 7): a paper claim no row tested; the per-family data were there; " + _MATCHED),
         Claim("fig1-weight-reorders", "Weight samples at the calibrated ESS change the top strategy token at the "
                                       "branch (share > 0)", "3PO", "Fig 1", "weight noise reorders tokens", ">",
               "threshold"),
@@ -47,12 +53,13 @@ REGISTRY = Registry(
                                                   "(share of groups of G, every step)", "3PO", "Fig 3",
                 f"{v.upper()} rescues zero-advantage groups (training groups; no number in PAPERS.md)", "<", "grpo",
                 changed="added (item 7): Fig 3 counts training groups; the evaluation-group rows are now "
-                        "additional measurements")
+                        "additional measurements; " + _MATCHED)
           for v in ("m3po", "c3po")),
         Claim("fig3-polaris-degenerate-train", "Polaris: more degenerate (malformed) training rollouts than GRPO",
-              "3PO", "Fig 3", "Polaris buys degenerate rollouts (no number in PAPERS.md)", ">", "grpo"),
+              "3PO", "Fig 3", "Polaris buys degenerate rollouts (no number in PAPERS.md)", ">", "grpo",
+              changed=_MATCHED),
         Claim("fig3-entreg-incorrect-train", "Entropy regularisation: more incorrect training rollouts than GRPO",
-              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number in PAPERS.md)", ">", "grpo"),
+              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number in PAPERS.md)", ">", "grpo", changed=_MATCHED),
         Claim("fig5-ess-x0.1", "C3PO at the calibrated ESS beats C3PO at 0.1x the ESS (10x the noise variance; "
                                "pass@1)", "3PO", "Fig 5", "ESS 1e8 collapses (1e9 the default)", ">", "method"),
         Claim("fig5-ess-x10", "C3PO at the calibrated ESS beats C3PO at 10x the ESS (a tenth of the noise variance; "
