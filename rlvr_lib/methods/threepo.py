@@ -801,7 +801,7 @@ class M3PO(B3PO):
         """The configured estimator with group id ``group_index * M + weight_index`` (each slice alone)."""
         estimator = get_advantage_estimator(self.config.advantage)
         groups = batch.group_index * self.weight_samples() + batch.weight_index
-        return estimator(batch.rewards, groups, context_index=batch.context_index, **self.advantage_options())
+        return estimator(batch.rewards, groups, hint_index=batch.hint_index, **self.advantage_options())
 
 
 class C3PO(B3PO):
