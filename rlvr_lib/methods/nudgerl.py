@@ -68,7 +68,7 @@ class NudgeRL(Method):
     The group is laid out hint by hint; ``hint_index`` is the hint's index
     in the problem's pool (so "random" gives indices up to |C(x0)| - 1).
 
-    **Hint dropout.** With ``dropout_unit="rollout"`` (default) each
+    **Hint dropout** (the paper's "context dropout"). With ``dropout_unit="rollout"`` (default) each
     rollout drops its hint on its own draw with probability ``p_drop`` (the
     paper's "each rollout is generated without its hint with probability
     p_drop"; the authors' ``_get_rollout_counts`` draws Binomial(R, p_drop)
