@@ -153,17 +153,17 @@ class Trainer:
         back = torch.tensor(np.argsort(order))  # back to prompt-major
         rollouts = (Rollouts.concat(parts) if K > 1 else parts[0]).select(back)
         flat = [plan[i][j] for i in range(len(problems)) for j in range(G)]
-        contexts = [c for _, c in flat]
+        hints = [c for _, c in flat]
         group_index = torch.arange(len(problems)).repeat_interleave(G)
-        if all(c is None for c in contexts):
+        if all(c is None for c in hints):
             plain_ids, plain_mask = rollouts.prompt_ids, rollouts.prompt_mask
         else:
             plain_ids, plain_mask = self.engine.encode_prompts([problems[g].prompt for g in group_index.tolist()])
         return dict(
             problems=problems,
             group_index=group_index,
-            context_index=torch.tensor([ci for ci, _ in flat], dtype=torch.long),
-            contexts=contexts,
+            hint_index=torch.tensor([ci for ci, _ in flat], dtype=torch.long),
+            hints=hints,
             rollouts=rollouts,
             weight_index=torch.tensor(weight_index, dtype=torch.long)[back],
             plain_prompt_ids=plain_ids,
@@ -177,7 +177,7 @@ class Trainer:
         verifies and rewards its share of the groups, and the shares are gathered
         (`rlvr_lib.distributed.World.gather_batch`; one process holds them all).
         """
-        plan = self.method.contexts(problems, self.config.group_size, self._rng(step, 1, round_))
+        plan = self.method.hints(problems, self.config.group_size, self._rng(step, 1, round_))
         mine = self.world.shard(len(problems))
         batch, seconds = None, 0.0
         if len(mine):

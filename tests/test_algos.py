@@ -14,7 +14,7 @@ from rlvr_lib.algos import (
     LOSS_AGG_MODES,
     aggregate_loss,
     bnpo_beta_advantages,
-    context_advantages,
+    hint_advantages,
     dr_grpo_advantages,
     forward_kl_penalty,
     get_advantage_estimator,
@@ -87,9 +87,9 @@ def test_grpo_accepts_int_and_bool_rewards():
     assert out.dtype == torch.float32
 
 
-# ---------------------------------------------------------------- NudgeRL context advantages
-def test_context_advantages_hand_worked():
-    # group 0 (id 5): contexts [0, 0, 1, 1, none, none], rewards [1, 0, 1, 1, 0, 0]; lam = 1.1
+# ---------------------------------------------------------------- NudgeRL hint advantages
+def test_hint_advantages_hand_worked():
+    # group 0 (id 5): hints [0, 0, 1, 1, none, none], rewards [1, 0, 1, 1, 0, 0]; lam = 1.1
     # group 1 (id 2): a single rollout -> 0
     r = T([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 1.0])
     g = T([5, 5, 5, 5, 5, 5, 2])
@@ -100,24 +100,24 @@ def test_context_advantages_hand_worked():
     # mean(raw) = 0.1/6 = 0.0166667 ; centred = [0.4833333, -0.5166667, 0.5333333, 0.5333333, -0.5166667, -0.5166667]
     # population std = sqrt((0.4833^2 + 3*0.5167^2 + 2*0.5333^2)/6) = sqrt(1.6033333/6) = 0.5169354
     # A = centred / (0.5169354 + 1e-5)
-    close(context_advantages(r, g, z), [0.9349794, -0.9994608, 1.0317015, 1.0317015, -0.9994608, -0.9994608, 0.0])
+    close(hint_advantages(r, g, z), [0.9349794, -0.9994608, 1.0317015, 1.0317015, -0.9994608, -0.9994608, 0.0])
 
 
-def test_context_advantages_without_contexts_is_population_grpo():
+def test_hint_advantages_without_hints_is_population_grpo():
     # no hints: raw = r - mean = [0.5, -0.5, 0.5, -0.5], population std 0.5 -> +-0.5/(0.5+1e-5) = +-0.99998
-    out = context_advantages(T([1.0, 0.0, 1.0, 0.0]), T([0, 0, 0, 0]), T([-1, -1, -1, -1]))
+    out = hint_advantages(T([1.0, 0.0, 1.0, 0.0]), T([0, 0, 0, 0]), T([-1, -1, -1, -1]))
     close(out, [0.99998, -0.99998, 0.99998, -0.99998])
 
 
-def test_context_ids_are_local_to_a_group():
-    # context id 0 in group 0 and in group 1 are different sub-groups:
+def test_hint_ids_are_local_to_a_group():
+    # hint id 0 in group 0 and in group 1 are different sub-groups:
     # group 0: z0 = [1, 1] (mean 1), none [0]: mean_g = 2/3
     #   raw = (1-1) + 1.1*(1-2/3) = 0.3666667 (twice); none: -2/3
     # if ids were shared across groups the 0-reward rollouts of group 1 would pull mean_z0 down.
     r = T([1.0, 1.0, 0.0, 0.0, 0.0, 1.0])
     g = T([0, 0, 0, 1, 1, 1])
     z = T([0, 0, -1, 0, 0, -1])
-    out = context_advantages(r, g, z)
+    out = hint_advantages(r, g, z)
     # group 0 raw = [0.3666667, 0.3666667, -0.6666667], mean 0.0222222,
     # centred [0.3444444, 0.3444444, -0.6888889], pop std sqrt((2*0.1186420+0.4745679)/3) = sqrt(0.2372840) = 0.4871180
     # A = 0.3444444/0.4871280 = 0.7070923 ; -0.6888889/0.4871280 = -1.4141845
@@ -125,7 +125,7 @@ def test_context_ids_are_local_to_a_group():
     close(out, [0.7070923, 0.7070923, -1.4141845, -0.7070923, -0.7070923, 1.4141845])
 
 
-def test_context_monotone_for_binary_rewards_lambda_in_0_2():
+def test_hint_monotone_for_binary_rewards_lambda_in_0_2():
     gen = torch.Generator().manual_seed(0)
     for trial in range(200):
         n = 12
@@ -135,18 +135,18 @@ def test_context_monotone_for_binary_rewards_lambda_in_0_2():
         lam = float(torch.rand((), generator=gen)) * 2.0
         if trial % 50 == 0:
             lam = [0.0, 2.0, 1.0, 1.1][trial // 50]
-        a = context_advantages(r, g, z, lam=lam)
+        a = hint_advantages(r, g, z, lam=lam)
         same = g[:, None] == g[None, :]
         higher = same & (r[:, None] > r[None, :])
         assert (a[:, None] >= a[None, :] - 1e-6)[higher].all(), (trial, lam, r, z, g, a)
 
 
-def test_context_not_monotone_for_continuous_rewards_lambda_0():
+def test_hint_not_monotone_for_continuous_rewards_lambda_0():
     # the paper's claim is about binary rewards: with lam = 0, A = r - mean_z, so a 0.6 among
     # 0.9-mean peers ranks below a 0.5 among 0.125-mean peers.
     r = T([0.6, 1.0, 1.0, 1.0, 0.5, 0.0, 0.0, 0.0])
     z = T([0, 0, 0, 0, 1, 1, 1, 1])
-    a = context_advantages(r, torch.zeros(8, dtype=torch.long), z, lam=0.0)
+    a = hint_advantages(r, torch.zeros(8, dtype=torch.long), z, lam=0.0)
     assert a[0] < a[4]
 
 
@@ -227,8 +227,8 @@ def test_bnpo_rejects_rewards_outside_range():
         (lambda: grpo_advantages(T([[1.0, 0.0]]), T([0])), "1-D"),
         (lambda: grpo_advantages(T([1.0, float("nan")]), T([0, 0])), "finite"),
         (lambda: grpo_advantages(T([1.0, 0.0]), T([0, 0]), eps=-1e-3), "eps"),
-        (lambda: context_advantages(T([1.0, 0.0]), T([0, 0]), T([0, -2])), "context_index"),
-        (lambda: context_advantages(T([1.0, 0.0]), T([0, 0]), T([0])), "context_index"),
+        (lambda: hint_advantages(T([1.0, 0.0]), T([0, 0]), T([0, -2])), "hint_index"),
+        (lambda: hint_advantages(T([1.0, 0.0]), T([0, 0]), T([0])), "hint_index"),
         (lambda: rank_advantages(T([1.0, 0.0]), T([0, 0]), eps=-1.0), "eps"),
         (lambda: bnpo_beta_advantages(T([1.0]), T([0]), min_value=1.0, max_value=0.0), "min_value"),
     ],

@@ -280,7 +280,7 @@ def test_pope_prefixes_a_share_of_the_prompts():
 
     problems = [make_problem(47, b, strategy="split") for b in (86, 87, 88, 89)]  # 37-character traces
     method = build_method(method_config("pope"))
-    plan = method.contexts(problems, 3, np.random.default_rng(0))
+    plan = method.hints(problems, 3, np.random.default_rng(0))
     prefixed = [i for i, group in enumerate(plan) if group[0][0] == 0]
     assert len(prefixed) == 2
     for i, group in enumerate(plan):
@@ -289,11 +289,11 @@ def test_pope_prefixes_a_share_of_the_prompts():
             assert group[0] == (0, "split:") and problems[i].prompt_with(group[0][1]) == f"47*{86 + i}=? hint: split:\n"
         else:
             assert group[0] == (-1, None)
-    assert sum(g[0][0] == 0 for g in method.contexts(problems[:3], 2, np.random.default_rng(0))) == 2  # 1.5 -> 2
-    none = build_method(method_config("pope", method_options={"share": 0.0})).contexts(problems, 2, np.random.default_rng(0))
+    assert sum(g[0][0] == 0 for g in method.hints(problems[:3], 2, np.random.default_rng(0))) == 2  # 1.5 -> 2
+    none = build_method(method_config("pope", method_options={"share": 0.0})).hints(problems, 2, np.random.default_rng(0))
     assert all(g[0] == (-1, None) for g in none)
     labelled = build_method(method_config("pope", method_options={"label": "partial solution:"}))
-    assert labelled.context(problems[0]) == "partial solution: split:"
+    assert labelled.hint(problems[0]) == "partial solution: split:"
 
 
 # ----------------------------------------------------------------------------- INTUITOR

@@ -17,9 +17,9 @@ from rlvr_lib.study.dynamics import (
     dynamics_targets,
     fall_ratio,
     gain_target,
-    lost_rescued,
     lost_target,
     relative_fall,
+    rescued_lost_vs_null,
 )
 from rlvr_lib.tasks import EVAL_FAMILIES
 
@@ -50,13 +50,13 @@ def test_lost_and_rescued_against_the_null_by_hand():
     null = np.array([2, 1, 2, 0, 0, 4])  # problem 1 rescued, problem 3 lost by resampling: null = 1 per direction
     seeds = [np.array([0, 0, 0, 1, 0, 3]),  # lost 0 and 2
              np.array([0, 1, 0, 0, 0, 2])]  # lost 0, 2, 3; rescued 1
-    stats = lost_rescued(base, null, seeds)
+    stats = rescued_lost_vs_null(base, null, seeds)
     assert (stats["lost"], stats["rescued"], stats["null"], stats["excess_lost"]) == (2.5, 0.5, 1.0, 1.5)
     t = lost_target(stats)
     assert t["value"] == 3.0 and t["met"] is True  # (2.5 - 1) / 0.5 = 3, the bound exactly
     assert lost_target(stats, ratio=3.5)["met"] is False
     # Losing no more than resampling does never meets the target, however few are rescued.
-    flat = lost_rescued(base, null, [base.copy()])
+    flat = rescued_lost_vs_null(base, null, [base.copy()])
     assert flat["lost"] == 0 and lost_target(flat)["met"] is False
 
 

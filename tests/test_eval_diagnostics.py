@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlvr_lib.eval.diagnostics import (
-    RescueStats,
+    RescuedLostGroups,
     dead_group_mask,
     length_stats,
     outcome_rates,
@@ -75,7 +75,7 @@ METHOD = {
 
 def test_rescued_lost_zero_advantage_hand_worked():
     s = rescued_lost_groups(BASE, METHOD)
-    assert isinstance(s, RescueStats)
+    assert isinstance(s, RescuedLostGroups)
     assert s.criterion == "zero_advantage"
     assert (s.n_groups, s.dead_base, s.dead_other) == (5, 3, 3)
     assert (s.rescued, s.lost, s.net) == (2, 2, 0)  # p1, p2 rescued; p3, p5 lost

@@ -1,4 +1,4 @@
-"""NudgeRL (`rlvr_lib.methods.nudgerl`): hint contexts and context dropout, inter/intra credit worked by hand,
+"""NudgeRL (`rlvr_lib.methods.nudgerl`): hint plans and hint dropout, inter/intra credit worked by hand,
 the hint-free distillation term against a hand-built loss, minibatch rows, diagnostics, training and resume."""
 
 import copy
@@ -87,28 +87,28 @@ def test_option_errors_name_the_option_the_value_and_what_is_allowed(options, me
         _method(**options)
 
 
-def test_the_group_must_be_hints_times_rollouts_and_the_estimator_context():
+def test_the_group_must_be_hints_times_rollouts_and_the_estimator_the_hint_one():
     assert _method(hints_per_problem=4, rollouts_per_hint=2).rollouts_per_hint(8) == 2
     assert build_method(method_config("nudgerl", group_size=4)).rollouts_per_hint(4) == 2  # R = G / H
     with pytest.raises(ValueError, match=r"rollouts_per_hint=4 is invalid: must be group_size / hints_per_problem "
                                          r"= 12 / 2"):
         build_method(method_config("nudgerl", group_size=12, method_options={"rollouts_per_hint": 4}))
     with pytest.raises(ValueError, match=r"rollouts_per_hint=4 is invalid: must be group_size / hints_per_problem "
-                                         r"= 6 / 2"):  # contexts checks the group size it is asked for
-        _method(rollouts_per_hint=4).contexts(_problems(2), 6, np.random.default_rng(0))
+                                         r"= 6 / 2"):  # hints checks the group size it is asked for
+        _method(rollouts_per_hint=4).hints(_problems(2), 6, np.random.default_rng(0))
     with pytest.raises(ValueError, match=r"nudgerl: TrainerConfig.advantage='grpo' is invalid: must be 'context'"):
         build_method(method_config("nudgerl", advantage="grpo"))
 
 
-# ----------------------------------------------------------------------------- contexts and context dropout
+# ----------------------------------------------------------------------------- hints and hint dropout
 def test_first_hints_with_no_dropout_lay_out_the_group_hint_by_hint():
     problems = _problems(5)
-    plan = _method(p_drop=0.0).contexts(problems, 8, np.random.default_rng(0))
+    plan = _method(p_drop=0.0).hints(problems, 8, np.random.default_rng(0))
     for problem, row in zip(problems, plan):
         pool = get_task("arith").hints(problem)
         assert len(pool) == 5
         assert row == [(0, pool[0])] * 4 + [(1, pool[1])] * 4
-    assert all(row == [(-1, None)] * 8 for row in _method(p_drop=1.0).contexts(problems, 8, np.random.default_rng(0)))
+    assert all(row == [(-1, None)] * 8 for row in _method(p_drop=1.0).hints(problems, 8, np.random.default_rng(0)))
 
 
 def test_random_selection_redraws_distinct_pool_hints_every_step():
@@ -116,7 +116,7 @@ def test_random_selection_redraws_distinct_pool_hints_every_step():
         _problems(6)
     seen = set()
     for step in range(40):
-        plan = method.contexts(problems, 8, np.random.default_rng([0, step, 1]))
+        plan = method.hints(problems, 8, np.random.default_rng([0, step, 1]))
         for problem, row in zip(problems, plan):
             pool = get_task("arith").hints(problem)
             slots = [row[k * 2:(k + 1) * 2] for k in range(4)]
@@ -129,11 +129,11 @@ def test_random_selection_redraws_distinct_pool_hints_every_step():
 
 @pytest.mark.parametrize("unit", ["hint", "rollout"])
 @pytest.mark.parametrize("p_drop", [0.0, 0.25, 0.5, 0.75, 1.0])
-def test_context_dropout_frequency_matches_p_drop_over_many_steps(unit, p_drop):
+def test_hint_dropout_frequency_matches_p_drop_over_many_steps(unit, p_drop):
     method, problems = _method(p_drop=p_drop, dropout_unit=unit), _problems(8)
     dropped = draws = 0
-    for step in range(250):  # the trainer's stateless context stream: default_rng([seed, step, 1])
-        plan = method.contexts(problems, 8, np.random.default_rng([0, step, 1]))
+    for step in range(250):  # the trainer's stateless hint stream: default_rng([seed, step, 1])
+        plan = method.hints(problems, 8, np.random.default_rng([0, step, 1]))
         for row in plan:
             slots = [row[:4], row[4:]]
             for slot in slots:
@@ -152,7 +152,7 @@ def test_dropout_draws_are_coupled_across_p_drop_and_independent_of_the_selectio
     problems = _problems(8)
 
     def dropped(**options):
-        plan = _method(**options).contexts(problems, 8, np.random.default_rng([3, 7, 1]))
+        plan = _method(**options).hints(problems, 8, np.random.default_rng([3, 7, 1]))
         return np.array([[row[0][1] is None, row[4][1] is None] for row in plan])
 
     low, high = dropped(p_drop=0.25), dropped(p_drop=0.5)
@@ -160,7 +160,7 @@ def test_dropout_draws_are_coupled_across_p_drop_and_independent_of_the_selectio
     assert (dropped(p_drop=0.5, hint_selection="random") == high).all()
 
 
-def test_fewer_hints_than_needed_give_no_context_rollouts(registry):
+def test_fewer_hints_than_needed_give_no_hint_rollouts(registry):
     class FewHints(ArithmeticTask):
         name = "toy_few_hints"
 
@@ -173,7 +173,7 @@ def test_fewer_hints_than_needed_give_no_context_rollouts(registry):
     odd = [int(p.operands[0]) % 2 == 1 for p in problems]
     assert any(odd) and not all(odd)
     method.on_step_start(0)
-    plan = method.contexts(problems, 8, np.random.default_rng(0))
+    plan = method.hints(problems, 8, np.random.default_rng(0))
     for is_odd, row in zip(odd, plan):
         assert row == ([(1, "round")] * 4 if is_odd else [(-1, None)] * 4) + [(-1, None)] * 4
     batch = _batch([0] * 8, [1.0] * 8, [c for c, _ in plan[0]], problems[:1])
@@ -183,12 +183,12 @@ def test_fewer_hints_than_needed_give_no_context_rollouts(registry):
 
 
 # ----------------------------------------------------------------------------- inter/intra advantage
-def _batch(group_index, rewards, context_index, problems=None, correct=None):
+def _batch(group_index, rewards, hint_index, problems=None, correct=None):
     correct = correct if correct is not None else [r > 0.5 for r in rewards]
     return StepBatch(
         problems=problems or [f"p{g}" for g in range(max(group_index) + 1)],
-        group_index=torch.tensor(group_index), context_index=torch.tensor(context_index),
-        contexts=[None if c < 0 else f"hint{c}" for c in context_index], rollouts=None,
+        group_index=torch.tensor(group_index), hint_index=torch.tensor(hint_index),
+        hints=[None if c < 0 else f"hint{c}" for c in hint_index], rollouts=None,
         verdicts=[Verdict(float(ok), CORRECT if ok else WRONG) for ok in correct],
         rewards=torch.tensor(rewards, dtype=torch.float32),
     )
@@ -226,11 +226,11 @@ def test_advantages_worked_by_hand_for_two_hints_and_dropped_rollouts():
 
 
 def _monotone_violations(lam, groups):
-    """Pairs (i, j) in one group with r_i > r_j but A_i < A_j, over ``groups`` of (rewards, contexts)."""
+    """Pairs (i, j) in one group with r_i > r_j but A_i < A_j, over ``groups`` of (rewards, hints)."""
     method = _method(lam=lam)
     bad = 0
-    for rewards, contexts in groups:
-        adv = method.advantages(_batch([0] * len(rewards), rewards, contexts)).tolist()
+    for rewards, hints in groups:
+        adv = method.advantages(_batch([0] * len(rewards), rewards, hints)).tolist()
         bad += sum(1 for i, j in itertools.permutations(range(len(rewards)), 2)
                    if rewards[i] > rewards[j] and adv[i] < adv[j] - 1e-6)
     return bad
@@ -277,7 +277,7 @@ def _distill_batch(tokenizer, advantages):
             return 4
 
     batch = StepBatch(problems=["a", "b"], group_index=torch.tensor([0, 0, 1, 1]),
-                      context_index=torch.tensor([0, 1, -1, -1]), contexts=["split", "round", None, None],
+                      hint_index=torch.tensor([0, 1, -1, -1]), hints=["split", "round", None, None],
                       rollouts=Ro(), verdicts=[None] * 4, plain_prompt_ids=plain_ids, plain_prompt_mask=plain_mask,
                       advantages=torch.tensor(advantages))
     return batch, (prompt_ids, prompt_mask), plain, completions, rows
@@ -390,7 +390,7 @@ class RowRecordingNudge(NudgeRL):
             rows=rows.tolist(), got=float(stats["distill_loss"]), rows_value=_distill_value(model, whole, rows),
             all_value=_distill_value(model, whole, torch.arange(len(whole))),
             hinted_value=_distill_value(model, whole, rows, prompts="rolled"),
-            hinted_weight=float(batch.advantages[batch.context_index >= 0].abs().sum())))
+            hinted_weight=float(batch.advantages[batch.hint_index >= 0].abs().sum())))
         return term, stats
 
 

@@ -96,7 +96,7 @@ def test_sample_with_hints_interleaves_each_problems_samples_over_its_hints(engi
     hints = lambda p: pools["short"] if p is problems[0] else pools["round"]  # noqa: E731
     out = sample_with_hints(engine, problems, SamplingParams(n=8, seed=3), hints, 2)
     assert out.rewards.shape == (6, 8) and all(len(row) == 8 for row in out.texts)
-    assert out.contexts[0] == ("split", None) and out.contexts[1] == ("round", "split")
+    assert out.hints[0] == ("split", None) and out.hints[1] == ("round", "split")
     # The policy follows strategy hints, interleaved: even samples used hint 0, odd ones hint 1, so the first
     # half of a problem's samples (what diversity clusters) holds both hints equally.
     assert (out.strategies[1:, 0::2] == "round").mean() > 0.8

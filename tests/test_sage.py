@@ -41,7 +41,7 @@ def _method(name="sage", **options):
 def _batch(ref):
     n = ref.shape[0]
     return StepBatch(problems=[None], group_index=torch.zeros(n, dtype=torch.long),
-                     context_index=torch.full((n,), -1), contexts=[None] * n, rollouts=None,
+                     hint_index=torch.full((n,), -1), hints=[None] * n, rollouts=None,
                      verdicts=[None] * n, ref_logprobs=ref)
 
 

@@ -48,7 +48,7 @@ class RowChecking(Method):
         super().__init__(config)
         self.calls, self.rows_seen, self.whole = [], [], None
 
-    def contexts(self, problems, group_size, rng):
+    def hints(self, problems, group_size, rng):
         return [[(0, "split")] * group_size if i % 2 else [(-1, None)] * group_size for i in range(len(problems))]
 
     def before_update(self, batch, model):
@@ -58,7 +58,7 @@ class RowChecking(Method):
     def _check(self, hook, mb: StepBatch, logp):
         whole, rows = self.whole, mb.extras["row"]
         assert logp.shape == mb.rollouts.completion_ids.shape
-        for name in ("group_index", "context_index", "weight_index", "rewards", "advantages", "ref_logprobs",
+        for name in ("group_index", "hint_index", "weight_index", "rewards", "advantages", "ref_logprobs",
                      "plain_prompt_ids", "plain_prompt_mask"):
             if getattr(whole, name) is None:
                 assert getattr(mb, name) is None, (hook, name)
@@ -67,7 +67,7 @@ class RowChecking(Method):
         for name in ("prompt_ids", "completion_ids", "completion_mask", "logprobs"):
             assert torch.equal(getattr(mb.rollouts, name), getattr(whole.rollouts, name)[rows]), (hook, name)
         assert mb.verdicts == [whole.verdicts[i] for i in rows.tolist()]
-        assert mb.contexts == [whole.contexts[i] for i in rows.tolist()]
+        assert mb.hints == [whole.hints[i] for i in rows.tolist()]
         assert mb.rollouts.texts == [whole.rollouts.texts[i] for i in rows.tolist()]
         self.calls.append(hook)
         if hook == "policy_loss":
@@ -111,25 +111,25 @@ def test_hint_free_prompts_are_the_problems_prompts(policy, registered):
         rolled = batch.rollouts.prompt_ids[row][batch.rollouts.prompt_mask[row].bool()]
         problem = batch.problems[batch.group_index[row]]
         assert tokenizer.decode(plain) == problem.prompt
-        assert tokenizer.decode(rolled) == problem.prompt_with(batch.contexts[row])
-    assert any(c is not None for c in batch.contexts) and any(c is None for c in batch.contexts)
+        assert tokenizer.decode(rolled) == problem.prompt_with(batch.hints[row])
+    assert any(c is not None for c in batch.hints) and any(c is None for c in batch.hints)
 
 
 def test_step_batch_select_and_select_groups_slice_every_row_field():
     n = 6
     batch = StepBatch(problems=["p0", "p1", "p2"], group_index=torch.tensor([0, 0, 1, 1, 2, 2]),
-                      context_index=torch.arange(n), contexts=list("abcdef"), rollouts=None,
+                      hint_index=torch.arange(n), hints=list("abcdef"), rollouts=None,
                       verdicts=list(range(n)), rewards=torch.arange(n).float(), extras={"x": torch.arange(n) * 10})
     mb = batch.select(torch.tensor([5, 0]))
-    assert mb.verdicts == [5, 0] and mb.contexts == ["f", "a"] and mb.extras["x"].tolist() == [50, 0]
+    assert mb.verdicts == [5, 0] and mb.hints == ["f", "a"] and mb.extras["x"].tolist() == [50, 0]
     assert mb.group_index.tolist() == [2, 0] and mb.problems == batch.problems
     assert batch.select(torch.tensor([True, False] * 3)).verdicts == [0, 2, 4]
     groups = batch.select_groups(torch.tensor([2, 0]))
     assert groups.problems == ["p2", "p0"] and groups.group_index.tolist() == [0, 0, 1, 1]
     assert groups.verdicts == [4, 5, 0, 1] and groups.extras["x"].tolist() == [40, 50, 0, 10]
     with pytest.raises(ValueError, match=r"StepBatch.extras\['y'\] has 2 rows; expected 6"):
-        StepBatch(problems=[], group_index=torch.zeros(n, dtype=torch.long), context_index=torch.zeros(n),
-                  contexts=[None] * n, rollouts=None, verdicts=[None] * n, extras={"y": torch.zeros(2)})
+        StepBatch(problems=[], group_index=torch.zeros(n, dtype=torch.long), hint_index=torch.zeros(n),
+                  hints=[None] * n, rollouts=None, verdicts=[None] * n, extras={"y": torch.zeros(2)})
 
 
 # ----------------------------------------------------------------------------- the update scope: IVON

@@ -18,8 +18,8 @@ from rlvr_lib.study.stats import (
                                   hierarchical_bootstrap_ci,
                                   paired_difference_ci,
                                   per_problem_scores,
-                                  rescue_loss,
-                                  rescue_loss_null,
+                                  rescued_lost_counts,
+                                  rescued_lost_null,
                                   strategy_shares,
                                   )
 
@@ -205,35 +205,35 @@ def test_paired_constant_shift_is_exact_and_base_can_be_one_evaluation():
 
 
 # ---------------------------------------------------------- rescued / lost
-def test_rescue_loss_hand_made_pair():
+def test_rescued_lost_counts_hand_made_pair():
     before = [0, 3, 0, 5, 1, 0]
     after = [2, 0, 0, 5, 1, 7]
     # solved before: problems 1, 3, 4 (3); after: 0, 3, 4, 5 (4);
     # rescued (0 -> >0): 0 and 5 (2); lost (>0 -> 0): 1 (1); problem 2 stays unsolved
-    assert rescue_loss(before, after) == {"n_problems": 6, "solved_before": 3, "solved_after": 4, "rescued": 2,
+    assert rescued_lost_counts(before, after) == {"n_problems": 6, "solved_before": 3, "solved_after": 4, "rescued": 2,
                                           "lost": 1, "net": 1}
-    assert rescue_loss(after, before) == {"n_problems": 6, "solved_before": 4, "solved_after": 3, "rescued": 1,
+    assert rescued_lost_counts(after, before) == {"n_problems": 6, "solved_before": 4, "solved_after": 3, "rescued": 1,
                                           "lost": 2, "net": -1}
 
 
-def test_rescue_loss_null_between_two_base_evaluations():
-    null = rescue_loss_null([0, 1, 0, 4, 2], [1, 0, 0, 4, 0])
+def test_rescued_lost_null_between_two_base_evaluations():
+    null = rescued_lost_null([0, 1, 0, 4, 2], [1, 0, 0, 4, 0])
     # a -> b: rescued problem 0, lost problems 1 and 4
     assert (null["rescued"], null["lost"], null["flips_per_direction"]) == (1, 2, 1.5)
     assert "sampling seeds" in null["method"]
 
 
-def test_rescue_loss_errors():
+def test_rescued_lost_counts_errors():
     with pytest.raises(ValueError, match=r"^counts_after=<5 counts> is invalid: must be counts for the same 6 "
                                          r"problems as counts_before, in the same order \(got 5\)$"):
-        rescue_loss([0] * 6, [0] * 5)
+        rescued_lost_counts([0] * 6, [0] * 5)
     with pytest.raises(ValueError, match="non-negative integer counts"):
-        rescue_loss([0, -1], [0, 1])
+        rescued_lost_counts([0, -1], [0, 1])
     with pytest.raises(ValueError, match="non-negative integer counts"):
-        rescue_loss([0, 1.5], [0, 1])
+        rescued_lost_counts([0, 1.5], [0, 1])
     with pytest.raises(ValueError, match=r"uids_after=<2 uids> is invalid: must be the same problem ids as "
                                          r"uids_before, in the same order \(first difference at index 1\)"):
-        rescue_loss([0, 1], [1, 0], uids_before=["a", "b"], uids_after=["a", "c"])
+        rescued_lost_counts([0, 1], [1, 0], uids_before=["a", "b"], uids_after=["a", "c"])
 
 
 def _evaluation(counts_by_family, uid_prefix=""):
@@ -241,20 +241,21 @@ def _evaluation(counts_by_family, uid_prefix=""):
                          for f, c in counts_by_family.items()}}
 
 
-def test_rescue_loss_from_stored_evaluations_by_hand():
+def test_rescued_lost_counts_from_stored_evaluations_by_hand():
     ref = _evaluation({"easy": [0, 2, 4], "hard": [0, 0, 1]})
     null = _evaluation({"easy": [1, 2, 4], "hard": [0, 0, 0]})  # flips: rescued 1, lost 1 -> 1.0 per direction
     run = SimpleNamespace(final=_evaluation({"easy": [3, 2, 0], "hard": [1, 1, 1]}))  # a run record
     (c_ref, u_ref), (c_run, u_run) = eval_counts(ref, ["easy", "hard"]), eval_counts(run.final, ["easy", "hard"])
-    r = rescue_loss(c_ref, c_run, uids_before=u_ref, uids_after=u_run)
+    r = rescued_lost_counts(c_ref, c_run, uids_before=u_ref, uids_after=u_run)
     # run vs ref over 6 problems: ref solves easy:1, easy:2, hard:2 (3); the run solves all but easy:2 (5);
     # rescued easy:0, hard:0, hard:1 (3); lost easy:2 (1)
     assert [r[k] for k in ("n_problems", "solved_before", "solved_after", "rescued", "lost", "net")] == [6, 3, 5, 3, 1, 2]
     c_null, u_null = eval_counts(null, ["easy", "hard"])
-    assert rescue_loss_null(c_ref, c_null, uids_before=u_ref, uids_after=u_null)["flips_per_direction"] == 1.0
+    assert rescued_lost_null(c_ref, c_null, uids_before=u_ref, uids_after=u_null)["flips_per_direction"] == 1.0
     other, u_other = eval_counts(_evaluation({"easy": [0, 0, 0]}, uid_prefix="other-"), ["easy"])
     with pytest.raises(ValueError, match="same problem ids"):
-        rescue_loss(eval_counts(ref, ["easy"])[0], other, uids_before=eval_counts(ref, ["easy"])[1], uids_after=u_other)
+        rescued_lost_counts(eval_counts(ref, ["easy"])[0], other, uids_before=eval_counts(ref, ["easy"])[1],
+                            uids_after=u_other)
     with pytest.raises(ValueError, match=r"must be family names of the evaluation, among \['easy', 'hard'\]"):
         eval_counts(ref, ["medium"])
 

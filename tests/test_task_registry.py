@@ -165,7 +165,7 @@ def test_arith_hints_are_the_default_task_hint_pool():
     pool = TaskHintPool()
     for p in family_problems("hard_mix", 10):
         hints = get_task("arith").hints(p)
-        assert hints == pool.contexts(p) and len(hints) == 5
+        assert hints == pool.hints(p) and len(hints) == 5
 
 
 # --------------------------------------------------------------------------- EvalSpec

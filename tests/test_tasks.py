@@ -216,14 +216,14 @@ def test_task_hint_pool_mixes_useful_and_unhelpful_hints():
     problems = family_problems("hard_mix", 200)
     all_useful = TaskHintPool(n_hints=2, unhelpful_share=0.0)
     for p in problems:
-        assert all_useful.contexts(p) == list(USEFUL_STRATEGIES[p.difficulty][:2])
+        assert all_useful.hints(p) == list(USEFUL_STRATEGIES[p.difficulty][:2])
     none_useful = TaskHintPool(n_hints=3, unhelpful_share=1.0)
     for p in problems:
-        hints = none_useful.contexts(p)
+        hints = none_useful.hints(p)
         assert len(set(hints)) == 3 and not set(hints) & set(USEFUL_STRATEGIES[p.difficulty])
     half = TaskHintPool(n_hints=5, unhelpful_share=0.5, seed=1)
-    pools = [half.contexts(p) for p in problems]
-    assert pools == [half.contexts(p) for p in problems]  # fixed by seed
+    pools = [half.hints(p) for p in problems]
+    assert pools == [half.hints(p) for p in problems]  # fixed by seed
     first = [pool[0] for pool in pools]
     share_unhelpful = sum(h in DISTRACTOR_HINTS or h == "direct" for h in first) / len(first)
     assert 0.35 < share_unhelpful < 0.65

@@ -236,7 +236,7 @@ def _adv_batch():
     return SimpleNamespace(rewards=torch.tensor([1., 0., 1., 1., 0., 0., 0., 1.]),
                            group_index=torch.tensor([0, 0, 0, 0, 1, 1, 1, 1]),
                            weight_index=torch.tensor([0, 0, 1, 1, 0, 1, 0, 1]),
-                           context_index=torch.full((8,), -1))
+                           hint_index=torch.full((8,), -1))
 
 
 def test_m3po_advantage_uses_each_weight_slice_alone():

@@ -61,7 +61,7 @@ def test_preset_and_options():
 def _advantages(scores, groups, **options):
     method = build_method(method_config("vigor", method_options=options))
     batch = SimpleNamespace(rewards=torch.tensor(scores, dtype=torch.float64), group_index=torch.tensor(groups),
-                            context_index=torch.full((len(groups),), -1))
+                            hint_index=torch.full((len(groups),), -1))
     return method.advantages(batch)
 
 
@@ -97,7 +97,7 @@ def test_empty_and_truncated_then_rank_shaping_by_hand(monkeypatch):
         rollouts=SimpleNamespace(prompt_ids=ids, prompt_mask=ids, completion_ids=ids, completion_mask=mask,
                                  finish_reasons=["stop", "stop", "stop", "length"]),
         verdicts=[Verdict(0.0, WRONG)] * 4, group_index=torch.zeros(4, dtype=torch.long),
-        context_index=torch.full((4,), -1))
+        hint_index=torch.full((4,), -1))
     method = build_method(method_config("vigor"))
     batch.rewards = method.rewards(batch, model=None)
     assert batch.rewards.tolist() == pytest.approx([-2.0, -3.001, -3.0, -1.0], abs=1e-6)

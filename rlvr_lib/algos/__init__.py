@@ -1,6 +1,6 @@
 """Pure tensor functions of the GRPO family: no model, no I/O.
 
-* advantages: GRPO, Dr.GRPO, NudgeRL context, VIGOR rank, BNPO Beta; DAPO
+* advantages: GRPO, Dr.GRPO, NudgeRL hint, VIGOR rank, BNPO Beta; DAPO
   overlong shaping and dynamic-sampling filter.
 * policy_loss: PPO-clip (clip-higher), KL-Cov, Clip-Cov, loss aggregation.
 * kl: k1 / k2 / k3 / forward / reverse / none estimators against a reference
@@ -15,7 +15,7 @@ Advantages, KL estimators and guides have a registry (name -> function) and a ``
 from .advantages import (
     ADVANTAGE_ESTIMATORS,
     bnpo_beta_advantages,
-    context_advantages,
+    hint_advantages,
     dr_grpo_advantages,
     dynamic_sampling_keep_mask,
     get_advantage_estimator,
@@ -54,7 +54,7 @@ __all__ = [
     "branch_guide",
     "clip_cov_loss",
     "clip_cov_mask",
-    "context_advantages",
+    "hint_advantages",
     "dr_grpo_advantages",
     "dynamic_sampling_keep_mask",
     "entropy_bonus",

@@ -5,8 +5,9 @@ which prompt a rollout belongs to; ids need not be contiguous or sorted.
 Group statistics are vectorised (``torch.unique`` + ``index_add_``).
 
 Every estimator has the one signature
-``fn(rewards, group_index, context_index=None, **options) -> (N,)``: the hint
-(context) of each rollout is passed to all of them (only ``context`` reads it;
+``fn(rewards, group_index, hint_index=None, **options) -> (N,)``: the hint
+of each rollout is passed to all of them (only NudgeRL's ``"context"``
+estimator, :func:`hint_advantages`, reads it;
 the others ignore it), and estimator-specific settings (``eps``, NudgeRL's
 ``lam``, ...) are keyword options. They return detached float advantages
 (rewards are treated as constants).
@@ -31,7 +32,7 @@ from .policy_loss import _check_tensor
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
     "bnpo_beta_advantages",
-    "context_advantages",
+    "hint_advantages",
     "dr_grpo_advantages",
     "dynamic_sampling_keep_mask",
     "get_advantage_estimator",
@@ -118,7 +119,7 @@ def _prepare(rewards: object, group_index: object, name: str = "rewards") -> tup
 # --------------------------------------------------------------------------
 # estimators
 # --------------------------------------------------------------------------
-def grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+def grpo_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                     eps: float = 1e-6, normalize_std: bool = True) -> Tensor:
     """GRPO group-normalised advantage (DeepSeekMath, arXiv 2402.03300).
 
@@ -146,7 +147,7 @@ def grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor 
     return _normalize(centred, std[inv], eps)
 
 
-def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None) -> Tensor:
+def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None) -> Tensor:
     """Dr.GRPO advantage (arXiv 2503.20783): A_i = r_i - mean_g (no std division).
 
     Args:
@@ -158,22 +159,22 @@ def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
     return grpo_advantages(rewards, group_index, normalize_std=False)
 
 
-def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
-                       lam: float = 1.1, eps: float = 1e-5) -> Tensor:
-    """NudgeRL inter/intra-context advantage (arXiv 2605.15726).
+def hint_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
+                    lam: float = 1.1, eps: float = 1e-5) -> Tensor:
+    """NudgeRL inter/intra-hint advantage (arXiv 2605.15726).
 
-    Within a prompt group g, rollout i was generated with context (hint) z(i),
-    or with no context (``context_index == -1``, the dropped hints):
+    Within a prompt group g, rollout i was generated with hint z(i),
+    or with no hint (``hint_index == -1``, the dropped hints):
 
         hinted:      A_i = (r_i - mean_{g,z(i)}) + lam * (mean_{g,z(i)} - mean_g)
-        no context:  A_i = r_i - mean_g
+        no hint:     A_i = r_i - mean_g
 
     then all rollouts of the group are normalised together:
 
         A_hat_i = (A_i - mean_g(A)) / (std_g(A) + eps)
 
     with the POPULATION std (``unbiased=False``, as in the authors' code; this
-    differs from :func:`grpo_advantages`). Context ids are local to a group: the
+    differs from :func:`grpo_advantages`). Hint ids are local to a group: the
     same id in two groups means two different sub-groups.
 
     Monotonicity: for hinted i, A_i = c_i + (lam - 1) * mean_{z(i)}(c) with
@@ -185,35 +186,35 @@ def context_advantages(rewards: Tensor, group_index: Tensor, context_index: Tens
     Args:
         rewards: (N,) rewards.
         group_index: (N,) integer prompt id.
-        context_index: (N,) integer context id >= 0, or -1 for "no context".
-        lam: inter-context weight (paper: 1.1), >= 0.
+        hint_index: (N,) integer hint id >= 0, or -1 for "no hint".
+        lam: inter-hint weight (paper: 1.1), >= 0.
         eps: >= 0, added to the std.
 
     Returns:
         (N,) advantages; 0 for a group of one or of equal rewards.
     """
     r, inv, n_groups = _prepare(rewards, group_index)
-    if context_index is None:
-        raise ValueError("context_advantages needs context_index= (N,): the hint of each rollout, -1 for none")
-    ctx = _check_index("context_index", context_index, r.shape[0])
-    if (ctx < -1).any():
-        raise ValueError(f"context_index must be >= 0, or -1 for no context; got min {int(ctx.min())}")
+    if hint_index is None:
+        raise ValueError("hint_advantages needs hint_index= (N,): the hint of each rollout, -1 for none")
+    hint = _check_index("hint_index", hint_index, r.shape[0])
+    if (hint < -1).any():
+        raise ValueError(f"hint_index must be >= 0, or -1 for no hint; got min {int(hint.min())}")
     check_range("lam", lam, 0.0)
     check_range("eps", eps, 0.0)
 
     c = _center(r, inv, n_groups)
-    # Sub-groups (group, context); no-context rollouts get their own key but it is unused.
-    _, sub_inv = torch.unique(torch.stack([inv, ctx.to(inv.dtype)], dim=1), dim=0, return_inverse=True)
+    # Sub-groups (group, hint); no-hint rollouts get their own key but it is unused.
+    _, sub_inv = torch.unique(torch.stack([inv, hint.to(inv.dtype)], dim=1), dim=0, return_inverse=True)
     n_sub = int(sub_inv.max()) + 1 if sub_inv.numel() else 0
     sub_mean_c = _group_mean(c, sub_inv, n_sub)[sub_inv]  # = mean_{g,z} - mean_g
     # (r - m_z) + lam (m_z - m_g) = c + (lam - 1) (m_z - m_g); written on c so equal-reward groups give 0.
-    raw = torch.where(ctx >= 0, c + (lam - 1.0) * sub_mean_c, c)
+    raw = torch.where(hint >= 0, c + (lam - 1.0) * sub_mean_c, c)
     centred = _center(raw, inv, n_groups)
     std = _group_std(centred, inv, n_groups, unbiased=False)
     return _normalize(centred, std[inv], eps)
 
 
-def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+def rank_advantages(scores: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                     eps: float = 1e-4) -> Tensor:
     """VIGOR rank-shaped advantage (arXiv 2605.09920; authors' code ZJUSCL/VIGOR).
 
@@ -252,7 +253,7 @@ def rank_advantages(scores: Tensor, group_index: Tensor, context_index: Tensor |
     return grpo_advantages(u, inv, eps=eps)
 
 
-def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, context_index: Tensor | None = None, *,
+def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                          min_value: float = 0.0,
                          max_value: float = 1.0, max_weight: float = 1e6) -> Tensor:
     """BNPO Beta-normalised advantage (arXiv 2506.02864; authors' code changyi7231/BNPO).
@@ -378,12 +379,14 @@ AdvantageFn = Callable[..., Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
-    "context": context_advantages,  # NudgeRL; reads context_index
+    # NudgeRL; reads hint_index. The name stays "context": it is a TrainerConfig.advantage value inside the
+    # run keys of committed records (results/lr_tuning/nudgerl-*, results/nudgerl_full), see hint_advantages.
+    "context": hint_advantages,
     "rank": rank_advantages,  # VIGOR
     "bnpo": bnpo_beta_advantages,
 }
 
 
 def get_advantage_estimator(name: str) -> AdvantageFn:
-    """Return the estimator ``fn(rewards, group_index, context_index=None, **options) -> (N,)`` named ``name``."""
+    """Return the estimator ``fn(rewards, group_index, hint_index=None, **options) -> (N,)`` named ``name``."""
     return ADVANTAGE_ESTIMATORS[check_choice("advantage_estimator", name, sorted(ADVANTAGE_ESTIMATORS))]

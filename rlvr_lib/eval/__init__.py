@@ -16,7 +16,7 @@
 from rlvr_lib.eval.diagnostics import (
     CRITERIA,
     STATUSES,
-    RescueStats,
+    RescuedLostGroups,
     dead_group_mask,
     length_stats,
     outcome_rates,
@@ -57,7 +57,7 @@ __all__ = [
     "CRITERIA",
     "STATUSES",
     "ModeCounts",
-    "RescueStats",
+    "RescuedLostGroups",
     "build_vectorizer",
     "cluster_features",
     "cluster_traces",

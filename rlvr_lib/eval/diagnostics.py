@@ -30,7 +30,7 @@ from rlvr_lib.validation import check_choice, check_range
 __all__ = [
     "CRITERIA",
     "STATUSES",
-    "RescueStats",
+    "RescuedLostGroups",
     "dead_group_mask",
     "length_stats",
     "outcome_rates",
@@ -158,7 +158,7 @@ def dead_group_mask(
 
 
 @dataclass(frozen=True)
-class RescueStats:
+class RescuedLostGroups:
     """Paired comparison of dead groups, method vs baseline (3PO Fig. 3).
 
     Attributes:
@@ -205,7 +205,7 @@ def rescued_lost_groups(
     criterion: str = "zero_advantage",
     atol: float = 0.0,
     success_threshold: float = 0.5,
-) -> RescueStats:
+) -> RescuedLostGroups:
     """Groups rescued and lost by a method, paired with a baseline on the same prompts.
 
     Definition used (3PO Fig. 3, default ``criterion="zero_advantage"``): a
@@ -233,7 +233,7 @@ def rescued_lost_groups(
         success_threshold: success iff ``r > success_threshold`` (``"all_zero"``).
 
     Returns:
-        :class:`RescueStats`.
+        :class:`RescuedLostGroups`.
 
     Raises:
         ValueError: when the two runs do not cover the same prompts, on an
@@ -258,7 +258,7 @@ def rescued_lost_groups(
     rescued = int(np.sum(dead_b & ~dead_o))
     lost = int(np.sum(~dead_b & dead_o))
     n_dead_b = int(dead_b.sum())
-    return RescueStats(
+    return RescuedLostGroups(
         criterion=criterion,
         n_groups=n,
         dead_base=n_dead_b,

@@ -24,7 +24,7 @@ class ScoredSamples:
 
     Attributes:
         problems: The problems, in order.
-        contexts: The hint appended to each problem's prompt (``None``: none), or
+        hints: The hint appended to each problem's prompt (``None``: none), or
             for `sample_with_hints` the tuple of hints its samples were split over.
         texts: Completion texts, ``texts[p][j]``.
         rewards: Verifier rewards.
@@ -35,7 +35,7 @@ class ScoredSamples:
     """
 
     problems: list[Problem]
-    contexts: list[str | None | tuple[str | None, ...]]
+    hints: list[str | None | tuple[str | None, ...]]
     texts: list[list[str]]
     rewards: np.ndarray
     statuses: np.ndarray
@@ -62,7 +62,7 @@ class ScoredSamples:
         idx = np.flatnonzero(np.asarray(mask, dtype=bool))
         return ScoredSamples(
             [self.problems[i] for i in idx],
-            [self.contexts[i] for i in idx],
+            [self.hints[i] for i in idx],
             [self.texts[i] for i in idx],
             self.rewards[idx],
             self.statuses[idx],
@@ -77,7 +77,7 @@ def sample_and_score(
     problems: Sequence[Problem],
     params: SamplingParams,
     *,
-    contexts: Sequence[str | None] | str | None = None,
+    hints: Sequence[str | None] | str | None = None,
     verifier: Verifier = verify,
 ) -> ScoredSamples:
     """Sample ``params.n`` completions per problem and verify each.
@@ -86,7 +86,7 @@ def sample_and_score(
         engine: A rollout engine.
         problems: Problems to solve.
         params: Sampling parameters (``n`` samples per problem).
-        contexts: One hint for all problems, one per problem, or ``None``.
+        hints: One hint for all problems, one per problem, or ``None``.
         verifier: ``(problem, completion) -> Verdict``; never raises on model
             output. The default is the arithmetic testbed's; for another task
             pass its verifier, ``get_task(name).verify`` (as `evaluate_policy` does).
@@ -94,18 +94,18 @@ def sample_and_score(
     problems = list(problems)
     if not problems:
         raise ValueError("problems is empty: give at least one problem")
-    if contexts is None or isinstance(contexts, str):
-        contexts = [contexts] * len(problems)
-    contexts = list(contexts)
-    if len(contexts) != len(problems):
-        raise ValueError(f"contexts has {len(contexts)} entries: must be one per problem ({len(problems)})")
-    rollouts = engine.generate([p.prompt_with(c) for p, c in zip(problems, contexts)], params)
+    if hints is None or isinstance(hints, str):
+        hints = [hints] * len(problems)
+    hints = list(hints)
+    if len(hints) != len(problems):
+        raise ValueError(f"hints has {len(hints)} entries: must be one per problem ({len(problems)})")
+    rollouts = engine.generate([p.prompt_with(c) for p, c in zip(problems, hints)], params)
     n = params.n
     verdicts = [verifier(problems[i // n], text) for i, text in enumerate(rollouts.texts)]
     shape = (len(problems), n)
     return ScoredSamples(
         problems=problems,
-        contexts=contexts,
+        hints=hints,
         texts=[rollouts.texts[i * n : (i + 1) * n] for i in range(len(problems))],
         rewards=np.array([v.reward for v in verdicts], dtype=float).reshape(shape),
         statuses=np.array([v.status for v in verdicts], dtype=object).reshape(shape),
@@ -126,15 +126,15 @@ def sample_with_hints(
 ) -> ScoredSamples:
     """Nudged sampling: a problem's ``params.n`` samples split evenly over its first H hints.
 
-    NudgeRL's sampling without context dropout (arXiv 2605.15726, Fig 1 "nudged"
+    NudgeRL's sampling without hint dropout (arXiv 2605.15726, Fig 1 "nudged"
     sampling): with H = ``hints_per_problem`` and pool ``hints(problem)``
     (empty hints skipped, as `rlvr_lib.methods.nudgerl.NudgeRL` does), sample
     ``j`` of a problem is generated from its prompt with hint ``j % H``: the
     hints are interleaved, so any first ``m`` samples (e.g. the subset that
     `rlvr_lib.eval.diversity` clusters) hold every hint's samples in equal
     shares (to within one). A problem with fewer than H hints samples its
-    missing slots without a hint. ``contexts[p]`` is the tuple of the H hints
-    (``None`` for a missing one): sample ``j`` used ``contexts[p][j % H]``.
+    missing slots without a hint. ``hints[p]`` is the tuple of the H hints
+    (``None`` for a missing one): sample ``j`` used ``hints[p][j % H]``.
 
     Raises:
         ValueError: ``hints_per_problem`` is not a positive int dividing ``params.n``.
@@ -152,7 +152,7 @@ def sample_with_hints(
         chosen.append(tuple(usable) + (None,) * (H - len(usable)))
     # One prompt per (problem, hint): the engine returns each prompt's n/H samples contiguously.
     flat = [p for p, hs in zip(problems, chosen) for _ in hs]
-    out = sample_and_score(engine, flat, replace(params, n=params.n // H), contexts=[h for hs in chosen for h in hs],
+    out = sample_and_score(engine, flat, replace(params, n=params.n // H), hints=[h for hs in chosen for h in hs],
                            verifier=verifier)
     shape = (len(problems), params.n)
     per_hint = params.n // H
@@ -162,7 +162,7 @@ def sample_with_hints(
 
     return ScoredSamples(
         problems=problems,
-        contexts=chosen,
+        hints=chosen,
         texts=[[out.texts[i * H + j % H][j // H] for j in range(params.n)] for i in range(len(problems))],
         rewards=interleaved(out.rewards),
         statuses=interleaved(out.statuses),

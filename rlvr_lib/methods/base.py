@@ -11,7 +11,7 @@ needed.
 hook                      what it decides                              used by
 ========================  ===========================================  ==================================
 ``Options``               the method's validated settings              every method with settings
-``contexts``              the hint appended to each rollout's prompt   NudgeRL (hint pool), POPE
+``hints``                 the hint appended to each rollout's prompt   NudgeRL (hint pool), POPE
 ``weight_samples``        weight samples per step; the G rollouts of   3PO (IVON posterior samples)
 ``perturbed``             a group are split among them, and rollouts
                           and each sample's forward/backward run in
@@ -19,7 +19,7 @@ hook                      what it decides                              used by
 ``rewards``               rewards (verifier or intrinsic)              VIGOR, INTUITOR, DAPO
 ``keep_groups``           which groups to train on (dynamic sampling)  DAPO
 ``refill_rounds``         cap on refilling dropped groups              DAPO
-``advantages``            advantages from rewards and group/context    NudgeRL (inter/intra), Dr.GRPO
+``advantages``            advantages from rewards and group/hint       NudgeRL (inter/intra), Dr.GRPO
 ``before_update``         per-row side data for the loss hooks, put    3PO Seq-MIS (mean-policy
                           in ``batch.extras`` (sliced with the rows)   log-probs), NudgeRL
 ``policy_loss``           the per-token surrogate                      KL-Cov, Clip-Cov, 3PO Seq-MIS
@@ -38,10 +38,11 @@ hook                      what it decides                              used by
 
 How the four methods fit without a trainer edit:
 
-* NudgeRL: ``contexts`` draws hints (with context dropout: ``None``), the
-  ``context`` advantage estimator credits across hints (``advantage_options``
-  passes its lambda), and ``extra_loss`` distils into the hint-free policy by
-  scoring the minibatch's completions on ``batch.plain_prompt_ids``.
+* NudgeRL: ``hints`` draws hints (with hint dropout: ``None``), the
+  ``"context"`` advantage estimator (`rlvr_lib.algos.hint_advantages`)
+  credits across hints (``advantage_options`` passes its lambda), and
+  ``extra_loss`` distils into the hint-free policy by scoring the
+  minibatch's completions on ``batch.plain_prompt_ids``.
 * 3PO: ``make_optimizer`` returns ``ivon.IVON``; ``weight_samples`` > 1 and
   ``perturbed`` enters ``optimizer.sampled_params(train=...)`` under
   ``forked_torch_rng(seed, step, k)``; each row's ``batch.weight_index`` says
@@ -95,9 +96,9 @@ class StepBatch:
     Attributes:
         problems: The step's problems, one per group.
         group_index: ``(N,)`` long, the problem (group) of each rollout.
-        context_index: ``(N,)`` long, index of the rollout's hint in its
+        hint_index: ``(N,)`` long, index of the rollout's hint in its
             problem's hint list, ``-1`` for none.
-        contexts: ``N`` hint strings or ``None``.
+        hints: ``N`` hint strings or ``None``.
         rollouts: The engine's `Rollouts` (prompt-major), prompts as rolled out (hint included).
         verdicts: The verifier's verdict per rollout (always computed, also
             for intrinsic rewards, so accuracy is logged honestly).
@@ -114,8 +115,8 @@ class StepBatch:
 
     problems: list
     group_index: torch.Tensor
-    context_index: torch.Tensor
-    contexts: list
+    hint_index: torch.Tensor
+    hints: list
     rollouts: Any
     verdicts: list
     weight_index: torch.Tensor | None = None
@@ -127,7 +128,7 @@ class StepBatch:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)
 
     ROW_FIELDS: ClassVar[tuple[str, ...]] = (
-        "group_index", "context_index", "contexts", "rollouts", "verdicts", "weight_index",
+        "group_index", "hint_index", "hints", "rollouts", "verdicts", "weight_index",
         "plain_prompt_ids", "plain_prompt_mask", "rewards", "advantages", "ref_logprobs",
     )
 
@@ -184,8 +185,8 @@ class StepBatch:
         return cls(
             problems=[p for b in batches for p in b.problems],
             group_index=torch.cat([b.group_index + int(o) for b, o in zip(batches, offsets)]),
-            context_index=torch.cat([b.context_index for b in batches]),
-            contexts=[c for b in batches for c in b.contexts],
+            hint_index=torch.cat([b.hint_index for b in batches]),
+            hints=[c for b in batches for c in b.hints],
             rollouts=Rollouts.concat([b.rollouts for b in batches]),
             verdicts=[v for b in batches for v in b.verdicts],
             weight_index=torch.cat([b.weight_index for b in batches]),
@@ -263,8 +264,8 @@ class Method:
         return torch_generator(self.config.seed, step, stream, device=device)
 
     # -- sampling ---------------------------------------------------------------------
-    def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
-        """Per problem, ``group_size`` pairs ``(context_index, context)``; default: no hints."""
+    def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
+        """Per problem, ``group_size`` pairs ``(hint_index, hint)``; default: no hints."""
         return [[(-1, None)] * group_size for _ in problems]
 
     def sampling_temperature(self, step: int) -> float:
@@ -319,10 +320,10 @@ class Method:
     def advantages(self, batch: StepBatch) -> torch.Tensor:
         """``(N,)`` advantages from the configured estimator (default GRPO mean/std).
 
-        Every estimator takes ``(rewards, group_index, context_index=..., **options)``.
+        Every estimator takes ``(rewards, group_index, hint_index=..., **options)``.
         """
         estimator = get_advantage_estimator(self.config.advantage)
-        return estimator(batch.rewards, batch.group_index, context_index=batch.context_index,
+        return estimator(batch.rewards, batch.group_index, hint_index=batch.hint_index,
                          **self.advantage_options())
 
     def before_update(self, batch: StepBatch, model: torch.nn.Module) -> None:

@@ -458,14 +458,14 @@ class POPE(Method):
     """POPE, privileged oracle-prefix rollouts, as NudgeRL's comparison ran it (arXiv 2605.15726).
 
     For a share ``share`` (0.5) of the step's prompts, chosen at random
-    (round(share x M) of the M prompts, from the step's stateless context RNG),
+    (round(share x M) of the M prompts, from the step's stateless hint RNG),
     the first ``ratio`` (15%) of the problem's oracle solution, at most
     ``max_prefix_tokens`` (512) tokens (`oracle_prefix`), is put in the prompt
-    as a partial solution; all G rollouts of such a prompt see it (context index
+    as a partial solution; all G rollouts of such a prompt see it (hint index
     0; the others -1). The completion is still a full solution, verified as
     usual, and the loss is taken on the prompt the rollout saw.
 
-    What the tiny policy sees: the context goes through ``Problem.prompt_with``
+    What the tiny policy sees: the hint goes through ``Problem.prompt_with``
     like any hint, e.g. ``48*51=? hint: round:``. The oracle traces have 27-37
     characters, so 15% is 5-6 characters (``split``, ``split:``, ``round``,
     ``round:``): the name of the oracle trace's strategy, which is the strategy
@@ -477,7 +477,7 @@ class POPE(Method):
     the time (12% unhinted), accuracy 0.69 (0.59 unhinted). A label such as
     ``"partial solution:"`` (option ``label``, put before the prefix) is text the
     policy never saw: it then writes 44% malformed completions (accuracy 0.06),
-    so the default is no label. A newline in a context would end the prompt;
+    so the default is no label. A newline in a hint would end the prompt;
     ``prompt_with`` folds whitespace to single spaces.
 
     Options: ``share`` (in [0, 1], default 0.5), ``ratio`` (in (0, 1], default
@@ -487,17 +487,17 @@ class POPE(Method):
 
     Options = POPEOptions
 
-    def context(self, problem) -> str:
-        """The partial-solution context of ``problem`` (label, then the oracle prefix)."""
+    def hint(self, problem) -> str:
+        """The partial-solution hint of ``problem`` (label, then the oracle prefix)."""
         prefix = oracle_prefix(problem.oracle_trace, self.options.ratio, self.options.max_prefix_tokens)
         label = self.options.label.strip()
         return f"{label} {prefix}" if label else prefix
 
-    def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
+    def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
         n_prefixed = int(math.floor(self.options.share * len(problems) + 0.5))
         chosen = set(rng.choice(len(problems), n_prefixed, replace=False).tolist())
         return [
-            [(0, self.context(p))] * group_size if i in chosen else [(-1, None)] * group_size
+            [(0, self.hint(p))] * group_size if i in chosen else [(-1, None)] * group_size
             for i, p in enumerate(problems)
         ]
 

@@ -1,11 +1,11 @@
-"""NudgeRL: strategy nudging with context dropout, inter/intra credit and hint-free self-distillation.
+"""NudgeRL: strategy nudging with hint dropout, inter/intra credit and hint-free self-distillation.
 
 NudgeRL (arXiv 2605.15726; code tally0818/NudgeRL) conditions rollouts on light
 strategy hints so that sampling visits reasoning modes plain sampling misses,
 credits rewards across hints, and distils what the hinted rollouts found back
-into the hint-free policy. It is a plug-in of the one GRPO loop: ``contexts``,
-the ``context`` advantage estimator (through ``advantage_options``) and
-``extra_loss``; no trainer edit.
+into the hint-free policy. It is a plug-in of the one GRPO loop: ``hints``,
+the ``"context"`` advantage estimator (`rlvr_lib.algos.hint_advantages`,
+through ``advantage_options``) and ``extra_loss``; no trainer edit.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class NudgeRLOptions(ConfigBase):
 class NudgeRL(Method):
     """NudgeRL (arXiv 2605.15726, code tally0818/NudgeRL): hint-nudged rollouts, inter/intra credit, distillation.
 
-    **Contexts** (``contexts``). Per problem x0 the task's ordered hint pool
+    **Hints** (``hints``). Per problem x0 the task's ordered hint pool
     C(x0) = ``get_task(config.task).hints(x0)`` (the testbed's `TaskHintPool`:
     5 unverified hints, useful strategies mixed with distractors; any task may
     give hints, an `LMHintPool` plugs in as the task's pool). Empty hints are
@@ -65,16 +65,16 @@ class NudgeRL(Method):
     (``"random"``). Each hint gets R = ``rollouts_per_hint`` rollouts, so
     G = H x R must equal ``config.group_size``; R = ``None`` (default) means
     G / H (4 at the preset's G = 8, H = 2), and G must then be divisible by H.
-    The group is laid out hint by hint; ``context_index`` is the hint's index
+    The group is laid out hint by hint; ``hint_index`` is the hint's index
     in the problem's pool (so "random" gives indices up to |C(x0)| - 1).
 
-    **Context dropout.** With ``dropout_unit="rollout"`` (default) each
+    **Hint dropout** (the paper's "context dropout"). With ``dropout_unit="rollout"`` (default) each
     rollout drops its hint on its own draw with probability ``p_drop`` (the
     paper's "each rollout is generated without its hint with probability
     p_drop"; the authors' ``_get_rollout_counts`` draws Binomial(R, p_drop)
     dropped rollouts per hint, which is the same law). A dropped rollout is
     generated from the hint-free prompt x0, as ``(-1, None)``: together the
-    dropped rollouts form the group's one "no-context" sub-group. With
+    dropped rollouts form the group's one "no-hint" sub-group. With
     ``dropout_unit="hint"`` there is one draw per hint: a dropped hint sends
     all its R rollouts to x0 (our first reading of "drawn per hint" in the
     authors' code; kept as an ablation, since it changes how often a group has
@@ -88,18 +88,18 @@ class NudgeRL(Method):
     (``np.random.default_rng([seed, step, 1])``).
 
     Fewer hints than H: every available hint is used, and the rollouts of the
-    missing slots go to the no-context sub-group (as if dropped; they are
+    missing slots go to the no-hint sub-group (as if dropped; they are
     logged apart, ``nudge_missing_hint_share``); a problem without any hint is
     plain GRPO sampling (all G rollouts from x0). The authors' code raises
     instead; here the group size stays G so every task trains.
 
     **Inter/intra advantage** (``config.advantage="context"``,
-    `rlvr_lib.algos.context_advantages`, options ``lam`` and ``adv_eps``).
+    `rlvr_lib.algos.hint_advantages`, options ``lam`` and ``adv_eps``).
     Within one problem's group, with m = mean of all G rewards and m_z the
     mean reward of the rollouts of hint z:
 
         hinted rollout i (hint z(i)):  A_i = (r_i - m_{z(i)}) + lam * (m_{z(i)} - m)
-        no-context rollout i:          A_i = r_i - m
+        no-hint rollout i:             A_i = r_i - m
         A_hat_i = (A_i - mean_group(A)) / (std_group(A) + adv_eps)
 
     with the population std (as the authors' code), lam = 1.1, adv_eps =
@@ -119,7 +119,7 @@ class NudgeRL(Method):
     with no ratio and no clipping (``extra_loss``). ``distill_rows="all"``
     (default): w_i = 1 for every row, as the paper's "mean over rollouts"
     and the authors' code (which scores every row of its micro-batch under
-    x0); for a no-context row x0 is the prompt it was sampled from, so its
+    x0); for a no-hint row x0 is the prompt it was sampled from, so its
     term is an unclipped REINFORCE term on its own prompt, which adds
     ``lambda_distill`` x its policy gradient on the on-policy pass.
     ``distill_rows="hinted"``: w_i = 1 for hinted rows, 0 otherwise (still
@@ -128,7 +128,7 @@ class NudgeRL(Method):
     minibatch's HINTED completions with a nonzero advantage (a row with
     A_hat_i = 0 adds exactly 0 to L_distill and to its gradient; whole
     zero-advantage groups are common) under ``batch.plain_prompt_ids``; a
-    no-context row's x0 log-probs are the trainer's ``logp`` of that row
+    no-hint row's x0 log-probs are the trainer's ``logp`` of that row
     (same prompt, weights and temperature), reused with their graph. No
     forward at all when ``lambda_distill == 0`` or no row is hinted.
 
@@ -169,7 +169,7 @@ class NudgeRL(Method):
         super().__init__(config)
         if config.advantage != "context":
             raise ValueError(f"{self.name}: TrainerConfig.advantage={config.advantage!r} is invalid: must be "
-                             "'context' (NudgeRL's inter/intra-context advantage; lam=1 gives GRPO's credit)")
+                             "'context' (NudgeRL's inter/intra-hint advantage, `hint_advantages`; lam=1 gives GRPO's credit)")
         try:
             self.rollouts_per_hint(config.group_size)
         except ValueError as err:
@@ -196,7 +196,7 @@ class NudgeRL(Method):
         """The problem's ordered hints from the task, empty ones skipped (indices are kept)."""
         return [str(h) for h in self._task.hints(problem)]
 
-    def contexts(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
+    def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
         """Per problem, G pairs ``(pool index, hint)`` or ``(-1, None)``; see the class docstring."""
         opts = self.options
         H, R = opts.hints_per_problem, self.rollouts_per_hint(group_size)
@@ -212,7 +212,7 @@ class NudgeRL(Method):
                 chosen = usable[:H]
             row: list[tuple[int, str | None]] = []
             for k in range(H):
-                if k >= len(chosen):  # the pool has fewer hints than H: no-context rollouts
+                if k >= len(chosen):  # the pool has fewer hints than H: no-hint rollouts
                     row += [(-1, None)] * R
                     self._slots["missing"] += 1
                     continue
@@ -230,7 +230,7 @@ class NudgeRL(Method):
 
     def before_update(self, batch: StepBatch, model) -> None:
         """Per-step diagnostics of the whole batch (hinted vs hint-free rollouts)."""
-        hinted = batch.context_index >= 0
+        hinted = batch.hint_index >= 0
         correct = torch.tensor([v.status == CORRECT for v in batch.verdicts], dtype=torch.bool)
         stats = {"nudge_share_hinted": float(hinted.float().mean()),
                  "nudge_share_none": float((~hinted).float().mean())}
@@ -262,7 +262,7 @@ class NudgeRL(Method):
         if coef == 0:
             return 0.0, {"distill_term": 0.0}
         device, n = logp.device, len(batch)
-        hinted = (batch.context_index >= 0).to(device)
+        hinted = (batch.hint_index >= 0).to(device)
         weight = batch.advantages.to(device=device)
         # A row with A_hat = 0 adds exactly 0 to the term and to its gradient: no x0 forward for it.
         rows = (hinted & (weight != 0)).nonzero().flatten()
@@ -309,6 +309,6 @@ of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them
 (``method_config("grpo", **NUDGERL_SETTINGS)``)."""
 
 register_method("nudgerl", NudgeRL,
-                "NudgeRL: 2 hints x 4 rollouts, context dropout 0.5, inter/intra credit lam 1.1, "
+                "NudgeRL: 2 hints x 4 rollouts, hint dropout 0.5, inter/intra credit lam 1.1, "
                 "hint-free distillation 0.1, no KL, top_p 0.95",
                 advantage="context", **NUDGERL_SETTINGS)

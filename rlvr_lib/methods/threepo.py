@@ -68,15 +68,11 @@ largest ESS that keeps the policy while changing the top strategy token at the
 branch on 5% to 20% of prompts (3PO's premise, its Fig 1), or, when no ESS does
 both, the smallest ESS that keeps the policy (the most noise it survives).
 
-On the shipped tiny policy (``results/testbed/premises.json``, fingerprint
-``38061ef0fd9eb5ec``, mul-v7, 200 prompts x 8 weight samples) the premise does
-not hold: the branch first moves at ESS 1.7e6 (sigma 0.024, 4.6% of prompts),
-where rollouts are 28% malformed and 0.3% correct (the mean weights: 23%
-correct); the flip band is reached at 1.3e6 (13.7% of prompts), where none is
-correct. Weight noise breaks the arithmetic long before it moves the strategy
-choice. The most noise the policy keeps on the grid is ESS 1e8 (sigma 3.2e-3;
-accuracy 0.225 against 0.230; at 3e7 it falls to 0.198 < 0.9 x 0.230), stored
-as :data:`TESTBED_ESS` = 1e8 (a test reads the premises record).
+The measurement on the shipped tiny policy (the ESS grid, the share of
+prompts whose branch moves, the malformed and accuracy rates of the weight
+samples, and whether the premise holds) is the ``threepo`` entry of
+``results/testbed/premises.json``, shown in notebook 00; its pick is stored as
+:data:`TESTBED_ESS` (a test reads the premises record).
 
 The earlier rule, kept for comparison (:func:`calibrate_ess`,
 :data:`NOISE_RATIO_ESS`): the ESS at which the initial per-weight noise std,
@@ -89,15 +85,15 @@ their default,
 ``std_W`` is the standard deviation of all entries of the weight matrices
 pooled (parameters with two or more dimensions: embeddings, attention and MLP
 projections; norm gains, initialised to 1, and biases, initialised to 0, are
-left out: on the tiny policy the 1,152 norm gains alone would raise the pooled
-std from 0.066 to 0.074). ``std_W(7B)`` is not available to us; we assume 0.02,
-the ``initializer_range`` of the configs of the authors' model families (the
-Qwen2/Qwen2.5 and OLMo configs set 0.02; :data:`REFERENCE_WEIGHT_STD`). On the
-shipped tiny policy (``std_W`` 0.0503) it gives 1.58e8 -> 1.6e8, close to the
-new rule's 1e8: it transfers the authors' relative noise level, and on this
-policy that level is about the most noise the policy keeps. By the authors'
-Fig 5 a 10x smaller ESS already collapses training on a 7B model, which a
-per-weight ratio alone does not predict for a 4-layer, 128-wide policy.
+left out: the norm gains alone would raise the pooled std). ``std_W(7B)`` is
+not available to us; we assume 0.02, the ``initializer_range`` of the configs
+of the authors' model families (the Qwen2/Qwen2.5 and OLMo configs set 0.02;
+:data:`REFERENCE_WEIGHT_STD`). It transfers the authors' relative noise level;
+its value on the shipped policy is :data:`NOISE_RATIO_ESS`, and notebook 04's
+first table shows ``std_W`` and the ESS it gives beside :data:`TESTBED_ESS`.
+By the authors' Fig 5 a 10x smaller ESS already collapses training on a 7B
+model, which a per-weight ratio alone does not predict for a 4-layer,
+128-wide policy.
 
 Learning rate, first rule (``lr=None``; the presets' default until issue 29's
 regime rule below replaced it). IVON's mean update is
@@ -135,23 +131,22 @@ notebook 04 uses it for a sensitivity arm added after its T1 was seen.
 Regime (issue 29). Matching the largest step leaves IVON's regime behind: a
 weight is clipped when |u| > clip_radius, u = (mom / debias + wd m) / (h + wd)
 (:func:`update_ratio`), and with the authors' clip radius on the tiny policy
-most weights are (IVON then runs as constant-step sign descent; on a 7B model
-the clip binds on a minority). Every step now logs ``ivon_clipped_frac`` and
-``ivon_mean_abs_step``. The replacement rule, :func:`calibrate_clip_and_lr`:
+most weights are (IVON then runs as constant-step sign descent; the clipped
+share of each round is in ``results/testbed/threepo_calibration.json``; on a
+7B model the clip binds on a minority). Every step now logs
+``ivon_clipped_frac`` and ``ivon_mean_abs_step``. The replacement rule, :func:`calibrate_clip_and_lr`:
 clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
 measured |u| after the warm-up exceed it, then the IVON lr whose mean
 |delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
 measured by ``python -m rlvr_lib calibrate-threepo`` (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo`,
 ``results/testbed/threepo_calibration.json``; round 1 starts from the authors'
 clip radius and the matched lr, so the picks do not depend on the defaults
-they become). On the shipped policy (B3PO at :data:`TESTBED_ESS`, 8 prompts
-x 8, a 200-step run's schedule, 20 probe steps from step 5 on, 2 rounds):
-at the authors' clip radius 96% of the weights were clipped; the picks are
-clip_radius 0.254 and IVON lr 0.216 (round 2, measured at round 1's 0.25 /
-0.221: 20.3% clipped, mean step 2.60e-5 against AdamW's 2.56e-5), stored as
-:data:`TESTBED_CLIP_RADIUS` and :data:`TESTBED_IVON_LR`, the options'
-defaults (a test reads the record). A real model passes the authors' values
-(``clip_radius`` 1e-3, ``lr`` 1.0: ``configs/c3po_qwen25_math_7b.yaml``).
+they become). The record holds the measurement's settings (method, ESS,
+prompts, probe steps, rounds), each round's clipped shares and mean steps
+beside AdamW's, and the picks, stored as :data:`TESTBED_CLIP_RADIUS` and
+:data:`TESTBED_IVON_LR`, the options' defaults (a test reads the record). A
+real model passes the authors' values (``clip_radius`` 1e-3, ``lr`` 1.0:
+``configs/c3po_qwen25_math_7b.yaml``).
 
 Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
 IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
@@ -189,26 +184,17 @@ the warm-up. Step 0 logs ``hess_init_sft_loss``, ``hess_init_mean_h`` and
 
 Warm-up settings (:data:`LEARNT_HESS_STEPS`, ``hess_init_beta2``). IVON's
 RL ``beta2`` = 0.9999 averages ``f`` over about 10^4 steps: after K steps the
-constant still weighs ``0.9999^K`` in ``h`` (0.99 at K = 100; 0.5 takes 6,900
-steps, 1.7 h at the 0.9 s a 128-example step takes on one core). A learnt
-init stands for an IVON SFT phase that has run to its equilibrium, so the
-warm-up uses a shorter average, ``hess_init_beta2`` = 0.97 (a window of about
+constant still weighs ``0.9999^K`` in ``h`` (0.99 at K = 100; 0.5 takes about
+6,900 steps). A learnt init stands for an IVON SFT phase that has run to its
+equilibrium, so the warm-up uses a shorter average, ``hess_init_beta2`` = 0.97 (a window of about
 33 steps x 128 = 4,200 examples), and K = 100 steps (12,800 examples, a
 3.6% share of the tiny policy's 358,400 pretraining examples): the constant's
-weight left in ``h`` is ``0.97^100`` = 4.8%. Measured on the shipped tiny
-policy (``config.seed`` 0, ESS 1.6e8, K = 100, batch 128, beta2 0.97;
-198 s on the loaded 2-core machine, about 90 s at pretraining's 0.9 s per
-step): mean ``h`` 6.6e-3 (6.6x ``hess_init``), median 5.2e-4, 10% / 90% /
-99% quantiles 4.8e-5 / 9.0e-3 / 9.6e-2, max 86; 62% of the weights end
-below ``hess_init``; 0.009% end slightly negative (down to -8.5e-7: IVON's
-rule keeps ``h + wd`` > 0, the precision, not ``h``). Mean sigma
-(``ivon_mean_sigma`` at step 0) 7.0e-3, 2.1x the constant init's 3.3e-3;
-median 4.6e-3, 90% / 99% quantiles 1.5e-2 / 3.1e-2, max 0.28 (10% of the
-weights above 0.015, 1.2% above 0.03). The SFT loss at the weight samples
-stays 0.0185 (the pretraining's final loss is 0.0158): the large noise sits
-on weights the SFT loss is flat in. (A trace of 4 x 25 steps gave a mean
-``h`` of 4.5e-3, 4.8e-3, 8.3e-3, 7.0e-3: the mean, carried by a heavy tail,
-settles within about 25 steps.)
+weight left in ``h`` is ``0.97^100`` = 4.8%. A few weights may end with a
+slightly negative ``h``: IVON's rule keeps ``h + wd`` > 0 (the precision),
+not ``h``. What the warm-up gives on the shipped policy is measured where it
+is used: step 0 of the ``c3po-learnt-hess`` runs of notebook 04 logs
+``hess_init_sft_loss``, ``hess_init_mean_h`` and ``hess_init_mean_sigma``
+(run records ``results/threepo_full/c3po-learnt-hess-*``).
 A model without known SFT data (a hub name, a checkpoint directory without
 ``pretrain_log.json``) cannot take this option: it raises, naming what is
 needed.
@@ -248,11 +234,13 @@ REFERENCE_WEIGHT_STD = 0.02
 """Assumed std of the authors' 7B weight matrices: the ``initializer_range`` of the Qwen2.5 and OLMo configs."""
 TESTBED_ESS = 1e8
 """Default ESS of the presets on the testbed: `rlvr_lib.study.probes.premises.ess_by_noise_rule` on the shipped policy
-(testbed v7, ``results/testbed/premises.json``; the rule and the measurement are in the module docstring)."""
+(testbed v7; the rule is in the module docstring, the measurement in ``results/testbed/premises.json``)."""
 TESTBED_CLIP_RADIUS = 0.254
-"""Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped)."""
+"""Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped;
+the measurement: ``results/testbed/threepo_calibration.json``)."""
 TESTBED_IVON_LR = 0.216
-"""Default IVON lr on the testbed: `calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``)."""
+"""Default IVON lr on the testbed: `calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``;
+the measurement: ``results/testbed/threepo_calibration.json``)."""
 AUTHORS_CLIP_RADIUS = 1e-3
 """The authors' clip radius (a real model passes it); `calibrate_threepo`'s first round starts from it."""
 NOISE_RATIO_ESS = 1.6e8
@@ -801,7 +789,7 @@ class M3PO(B3PO):
         """The configured estimator with group id ``group_index * M + weight_index`` (each slice alone)."""
         estimator = get_advantage_estimator(self.config.advantage)
         groups = batch.group_index * self.weight_samples() + batch.weight_index
-        return estimator(batch.rewards, groups, context_index=batch.context_index, **self.advantage_options())
+        return estimator(batch.rewards, groups, hint_index=batch.hint_index, **self.advantage_options())
 
 
 class C3PO(B3PO):

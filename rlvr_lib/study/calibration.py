@@ -134,7 +134,7 @@ def measure_family(engine, family: str, config: CalibrationConfig) -> tuple[dict
     hint_params = SamplingParams(
         n=config.hint_samples, temperature=1.0, max_new_tokens=config.max_new_tokens, seed=config.seed + 2
     )
-    hinted = {s: sample_and_score(engine, problems[: config.hint_problems], hint_params, contexts=s) for s in STRATEGIES}
+    hinted = {s: sample_and_score(engine, problems[: config.hint_problems], hint_params, hints=s) for s in STRATEGIES}
     ks = sorted({k for k in (1, 8, n) if k <= n})
     curve = pass_at_k_curve(plain.correct, ks=ks)
     G = config.group_size
@@ -264,7 +264,7 @@ def measure_strategy_profile(engine, operands, *, samples: int, seed: int, max_n
     params = SamplingParams(n=samples, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)
     per_strategy = []
     for strategy in STRATEGIES:
-        scored = sample_and_score(engine, problems, params, contexts=strategy)
+        scored = sample_and_score(engine, problems, params, hints=strategy)
         per_strategy.append(((scored.strategies == strategy) & scored.correct).sum(axis=1))
     counts = np.stack(per_strategy, axis=1)
     return {"strategies": list(STRATEGIES), "samples": samples, "seed": seed, "max_new_tokens": max_new_tokens,

@@ -63,7 +63,7 @@ import numpy as np
 
 from rlvr_lib.config import ConfigBase, hash_jsonable
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
-from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescue_loss
+from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescued_lost_counts
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import RunRecord, cached_run, jsonable, results_root
 from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
@@ -207,15 +207,15 @@ def fall_ratio(before: Sequence[float], after: Sequence[float]) -> float:
     return b / a
 
 
-def lost_rescued(base_counts: np.ndarray, null_counts: np.ndarray, rl_counts: Sequence[np.ndarray]) -> dict:
+def rescued_lost_vs_null(base_counts: np.ndarray, null_counts: np.ndarray, rl_counts: Sequence[np.ndarray]) -> dict:
     """Problems lost and rescued by the RL runs against one base evaluation, and the resampling null.
 
-    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.study.stats.rescue_loss`
+    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.study.stats.rescued_lost_counts`
     (base -> run); ``null`` is the flips per direction between two base evaluations
     (``(rescued + lost) / 2`` of base -> second base). ``excess_lost = lost - null``.
     """
-    per_seed = [rescue_loss(base_counts, c) for c in rl_counts]
-    null = rescue_loss(base_counts, null_counts)
+    per_seed = [rescued_lost_counts(base_counts, c) for c in rl_counts]
+    null = rescued_lost_counts(base_counts, null_counts)
     out = {"lost": float(np.mean([r["lost"] for r in per_seed])),
            "rescued": float(np.mean([r["rescued"] for r in per_seed])),
            "null": (null["lost"] + null["rescued"]) / 2.0,
@@ -287,9 +287,9 @@ def dynamics_targets(
                                          base=float(np.mean(share_base)), rl=float(np.mean(share_rl)))
     counts = lambda ev: np.asarray(ev["families"][RARE_FAMILY]["correct_counts"])  # noqa: E731
     targets["rare_lost_vs_rescued"] = lost_target(
-        lost_rescued(counts(base_wide[0]), counts(base_wide[1]), [counts(e) for e in rl_wide]))
+        rescued_lost_vs_null(counts(base_wide[0]), counts(base_wide[1]), [counts(e) for e in rl_wide]))
     targets["rare_lost_vs_rescued_main"] = lost_target(
-        lost_rescued(counts(base[0]), counts(base[1]), [counts(e) for e in rl]), gates=False)
+        rescued_lost_vs_null(counts(base[0]), counts(base[1]), [counts(e) for e in rl]), gates=False)
     kl_ratio = fall_ratio(kl_anchored, kl_unanchored)  # mean(anchored) / mean(unanchored)
     targets["kl_binds"] = _target(kl_ratio, "<= 0.5 (anchored KL / unanchored KL)", kl_ratio <= 0.5,
                                   anchored=float(np.mean(kl_anchored)), unanchored=float(np.mean(kl_unanchored)))

@@ -18,7 +18,7 @@ This module gives, in numpy:
 * :func:`paired_difference_ci` -- difference of two methods on the *same*
   problems, resampling each method's seeds independently and the problems
   jointly (paired), which removes the shared problem difficulty.
-* :func:`rescue_loss`, :func:`rescue_loss_null` -- per-problem solved /
+* :func:`rescued_lost_counts`, :func:`rescued_lost_null` -- per-problem solved /
   rescued / lost counts against a reference, with the counts that
   resampling alone produces (seed-paired tables:
   :func:`rlvr_lib.study.summaries.rescued_lost`).
@@ -81,8 +81,8 @@ __all__ = [
     "paired_difference_ci",
     "passk_ci",
     "per_problem_scores",
-    "rescue_loss",
-    "rescue_loss_null",
+    "rescued_lost_counts",
+    "rescued_lost_null",
     "seed_ci",
     "seed_counts",
     "strategy_shares",
@@ -565,7 +565,7 @@ def _as_counts(name: str, counts: Any) -> np.ndarray:
     return arr.astype(np.int64)
 
 
-def rescue_loss(
+def rescued_lost_counts(
     counts_before: Any,
     counts_after: Any,
     *,
@@ -585,7 +585,7 @@ def rescue_loss(
 
     "Solved" means at least one of the evaluation's samples is correct, i.e.
     pass@n > 0. Even two evaluations of the *same* policy rescue and lose
-    problems by sampling alone: compare against :func:`rescue_loss_null`.
+    problems by sampling alone: compare against :func:`rescued_lost_null`.
 
     Args:
         counts_before: ``(P,)`` non-negative integer counts (e.g. the base policy).
@@ -619,10 +619,10 @@ def rescue_loss(
             "rescued": rescued, "lost": lost, "net": rescued - lost}
 
 
-def rescue_loss_null(base_a: Any, base_b: Any, **uids: Any) -> dict[str, Any]:
+def rescued_lost_null(base_a: Any, base_b: Any, **uids: Any) -> dict[str, Any]:
     """Rescued / lost counts from resampling alone: two evaluations of one policy with different sampling seeds.
 
-    ``rescue_loss(base_a, base_b)`` where both are ``correct_counts`` of the
+    ``rescued_lost_counts(base_a, base_b)`` where both are ``correct_counts`` of the
     *same* policy (e.g. the base model evaluated with ``EvalSpec.seed`` 0 and
     1) on the same problems. Any rescued or lost problem here is sampling
     noise of an ``n``-sample evaluation (problems with a small success rate
@@ -635,13 +635,13 @@ def rescue_loss_null(base_a: Any, base_b: Any, **uids: Any) -> dict[str, Any]:
 
     Args:
         base_a, base_b: ``(P,)`` counts of the two evaluations.
-        **uids: ``uids_before`` / ``uids_after`` as in :func:`rescue_loss`.
+        **uids: ``uids_before`` / ``uids_after`` as in :func:`rescued_lost_counts`.
 
     Returns:
-        :func:`rescue_loss`'s keys plus ``"flips_per_direction"`` (float) and
+        :func:`rescued_lost_counts`'s keys plus ``"flips_per_direction"`` (float) and
         ``"method"`` (``"two evaluations of the reference, different sampling seeds"``).
     """
-    out: dict[str, Any] = dict(rescue_loss(base_a, base_b, **uids))
+    out: dict[str, Any] = dict(rescued_lost_counts(base_a, base_b, **uids))
     out["flips_per_direction"] = (out["rescued"] + out["lost"]) / 2.0
     out["method"] = "two evaluations of the reference, different sampling seeds"
     return out

@@ -39,7 +39,7 @@ from rlvr_lib.study.stats import (  # noqa: F401 - RANGES, SEED_INTERVAL: kept i
                                   _records,
                                   eval_counts,
                                   passk_ci,
-                                  rescue_loss,
+                                  rescued_lost_counts,
                                   seed_ci,
                                   seed_counts,
                                   )
@@ -268,7 +268,7 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
     """Problems rescued and lost against a reference run, seed by seed, with two yardsticks.
 
     For each run, seed ``i`` is compared with the reference's seed ``i``
-    (:func:`~rlvr_lib.study.stats.rescue_loss` over the problems of
+    (:func:`~rlvr_lib.study.stats.rescued_lost_counts` over the problems of
     ``families``: rescued = unsolved by the reference in its ``n`` samples,
     solved by the run; lost = the reverse) and the counts are averaged over
     the ``min(S_run, S_ref)`` pairs. Two rows show what such counts are
@@ -294,7 +294,7 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
         out = []
         for x, y in zip(a, b):
             (c, u), (d, v) = eval_counts(y, families), eval_counts(x, families)
-            out.append(rescue_loss(c, d, uids_before=u, uids_after=v))
+            out.append(rescued_lost_counts(c, d, uids_before=u, uids_after=v))
         keys = ("solved_before", "solved_after", "rescued", "lost", "net")
         return {"pairs": len(out), **{k: float(np.mean([o[k] for o in out])) for k in keys}}
 

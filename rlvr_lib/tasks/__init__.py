@@ -38,7 +38,7 @@ from rlvr_lib.tasks.arithmetic import (
     verify,
 )
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, TIMEOUT, UNVERIFIED, WRONG, Problem, Verdict
-from rlvr_lib.tasks.contexts import ContextPool, LMHintPool, TaskHintPool
+from rlvr_lib.tasks.hints import HintPool, LMHintPool, TaskHintPool
 from rlvr_lib.tasks.registry import (
     DEFAULT_TASK,
     TASKS,

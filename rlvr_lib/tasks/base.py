@@ -51,17 +51,17 @@ class Problem:
         """The hint-free prompt the policy completes."""
         return self.prompt_with(None)
 
-    def prompt_with(self, context: str | None) -> str:
-        """The prompt with an optional strategy hint (a NudgeRL context) appended.
+    def prompt_with(self, hint: str | None) -> str:
+        """The prompt with an optional strategy hint (NudgeRL's nudge, POPE's prefix) appended.
 
         The hint goes between the question and the newline that separates prompt
         from completion, so a hinted and an unhinted prompt share the question
         prefix token for token.
         """
-        if context is None or context == "":
+        if hint is None or hint == "":
             return f"{self.question}\n"
-        context = " ".join(str(context).split())  # one line: a newline would end the prompt
-        return f"{self.question} hint: {context}\n"
+        hint = " ".join(str(hint).split())  # one line: a newline would end the prompt
+        return f"{self.question} hint: {hint}\n"
 
 
 @dataclass(frozen=True)

@@ -371,7 +371,7 @@ class CodeTask:
         return Verdict(result.score if partial else 0.0, WRONG, None, reason)
 
     def hints(self, problem: Problem) -> list[str]:
-        """No strategy hints: code problems have no strategy labels (NudgeRL contexts do not apply)."""
+        """No strategy hints: code problems have no strategy labels (NudgeRL hints do not apply)."""
         return []
 
     def __repr__(self) -> str:

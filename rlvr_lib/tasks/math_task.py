@@ -205,7 +205,7 @@ class MathTask(PromptedTask):
         timeout_s: Wall-clock seconds for grading one completion (parsing and every comparison);
             a worker that has not answered `HARD_MARGIN_S` later is killed.
         max_completion_chars: Longer completions are ``malformed`` without parsing.
-        hint_pool: Anything with ``contexts(problem) -> list[str]`` (e.g.
+        hint_pool: Anything with ``hints(problem) -> list[str]`` (e.g.
             `rlvr_lib.tasks.LMHintPool` for NudgeRL); ``None``: no hints.
         question_extractor: ``None`` (the question column's value as text) or a function of that value
             returning the question text (e.g. DAPO-Math-17k's chat-message list, `rlvr_lib.tasks.math_datasets`).
@@ -406,8 +406,8 @@ class MathTask(PromptedTask):
         return Verdict(1.0 if status == CORRECT else 0.0, status, None, reason)
 
     def hints(self, problem: Problem) -> list[str]:
-        """The hint pool's contexts for ``problem``; ``[]`` without a pool."""
-        return [] if self.hint_pool is None else list(self.hint_pool.contexts(problem))
+        """The hint pool's hints for ``problem``; ``[]`` without a pool."""
+        return [] if self.hint_pool is None else list(self.hint_pool.hints(problem))
 
     def __repr__(self) -> str:
         return f"MathTask(name={self.name!r}, source={self.source!r}, families={list(self.families)})"

@@ -1,7 +1,7 @@
 """Prompt formatting and completion guards shared by the data-set tasks (`MathTask`, `ReasoningGymTask`).
 
 A task turns a raw question into ``Problem.question`` once, when it draws the
-problem; the rollout then uses ``Problem.prompt_with(context)``, which appends
+problem; the rollout then uses ``Problem.prompt_with(hint)``, which appends
 an optional hint and the newline that ends the prompt. `PromptFormat` makes
 ``Problem.question`` either from a plain template or, when asked and the
 tokenizer has one, through the tokenizer's chat template.

@@ -119,7 +119,7 @@ class ReasoningGymTask(PromptedTask):
         timeout_s: Wall-clock seconds ``score_answer`` may take; a worker that has not answered
             `HARD_MARGIN_S` later is killed.
         max_completion_chars: Longer completions are ``malformed`` without reading them.
-        hint_pool: Anything with ``contexts(problem) -> list[str]``; ``None``: no hints.
+        hint_pool: Anything with ``hints(problem) -> list[str]``; ``None``: no hints.
 
     Raises:
         ValueError: a bad argument; the message names it and what is allowed.
@@ -284,8 +284,8 @@ class ReasoningGymTask(PromptedTask):
         return Verdict(1.0 if reply["status"] == CORRECT else 0.0, reply["status"], None, reply["reason"])
 
     def hints(self, problem: Problem) -> list[str]:
-        """The hint pool's contexts for ``problem``; ``[]`` without a pool."""
-        return [] if self.hint_pool is None else list(self.hint_pool.contexts(problem))
+        """The hint pool's hints for ``problem``; ``[]`` without a pool."""
+        return [] if self.hint_pool is None else list(self.hint_pool.hints(problem))
 
     def __repr__(self) -> str:
         return f"ReasoningGymTask(name={self.name!r}, dataset={self.dataset!r}, families={list(self.families)})"

@@ -29,7 +29,7 @@ from typing import Callable, Protocol, Union, runtime_checkable
 
 from rlvr_lib.tasks import arithmetic
 from rlvr_lib.tasks.base import Problem, Verdict
-from rlvr_lib.tasks.contexts import TaskHintPool
+from rlvr_lib.tasks.hints import TaskHintPool
 
 __all__ = [
     "TASKS",
@@ -86,7 +86,7 @@ class Task(Protocol):
         ...
 
     def hints(self, problem: Problem) -> list[str]:
-        """Ordered strategy hints for ``problem`` (NudgeRL contexts); may be ``[]``."""
+        """Ordered strategy hints for ``problem`` (NudgeRL hints); may be ``[]``."""
         ...
 
 
@@ -204,7 +204,7 @@ class ArithmeticTask:
     `TaskHintPool` with its defaults unless another pool is given.
 
     Args:
-        hint_pool: Anything with ``contexts(problem) -> list[str]``.
+        hint_pool: Anything with ``hints(problem) -> list[str]``.
     """
 
     name = "arith"
@@ -230,7 +230,7 @@ class ArithmeticTask:
         return arithmetic.verify(problem, completion)
 
     def hints(self, problem: Problem) -> list[str]:
-        return self.hint_pool.contexts(problem)
+        return self.hint_pool.hints(problem)
 
     def __repr__(self) -> str:
         return "ArithmeticTask()"

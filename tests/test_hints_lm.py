@@ -19,14 +19,14 @@ def test_lm_hint_pool_samples_cleans_dedupes_and_caches(tiny_model_and_tokenizer
     problems = family_problems("hard_mix", 3)
     pool.prefetch(problems)
     assert CountingEngine.calls == 1  # one batched generation for all problems
-    hints = [pool.contexts(p) for p in problems]
+    hints = [pool.hints(p) for p in problems]
     assert CountingEngine.calls == 1  # served from the cache
     for h in hints:
         assert len(h) <= 5 and len(set(h)) == len(h)
         assert all(x and "\n" not in x and "," not in x and len(x) <= 48 for x in h)
     again = LMHintPool(CountingEngine(model, tokenizer), n_hints=5, max_new_tokens=12, seed=3)
     again.prefetch(problems)
-    assert [again.contexts(p) for p in problems] == hints  # deterministic for a seed and batch
+    assert [again.hints(p) for p in problems] == hints  # deterministic for a seed and batch
 
 
 def test_clean_keeps_the_first_phrase():

@@ -1,4 +1,4 @@
-"""Context pools: strategy hints per problem (NudgeRL, arXiv 2605.15726).
+"""Hint pools: strategy hints per problem (NudgeRL, arXiv 2605.15726).
 
 NudgeRL builds, offline, a pool C(x0) of short keyword hints per problem with a
 lightweight LLM ("a specific concept, theorem or technique"), and never checks
@@ -23,10 +23,10 @@ from rlvr_lib.tasks.base import Problem
 from rlvr_lib.validation import check_range
 
 
-class ContextPool(Protocol):
+class HintPool(Protocol):
     """Anything that gives an ordered list of hint strings for a problem."""
 
-    def contexts(self, problem: Problem) -> list[str]: ...
+    def hints(self, problem: Problem) -> list[str]: ...
 
 
 class TaskHintPool:
@@ -49,7 +49,7 @@ class TaskHintPool:
         check_range("unhelpful_share", unhelpful_share, 0, 1)
         self.n_hints, self.unhelpful_share, self.seed = n_hints, unhelpful_share, seed
 
-    def contexts(self, problem: Problem) -> list[str]:
+    def hints(self, problem: Problem) -> list[str]:
         useful = list(USEFUL_STRATEGIES.get(problem.difficulty, STRATEGIES))
         unhelpful = [s for s in STRATEGIES if s not in useful] + list(DISTRACTOR_HINTS)
         rng = np.random.default_rng([self.seed, int(_stable_unit(problem.uid) * 2**31)])
@@ -132,6 +132,6 @@ class LMHintPool:
             hints = [self.clean(t, self.max_chars) for t in texts]
             self._cache[problem.uid] = list(dict.fromkeys(h for h in hints if h))
 
-    def contexts(self, problem: Problem) -> list[str]:
+    def hints(self, problem: Problem) -> list[str]:
         self.prefetch([problem])
         return list(self._cache[problem.uid])
