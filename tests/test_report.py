@@ -26,17 +26,18 @@ def test_render_reads_shared_rows_and_sums_compute(tmp_path):
         cached_run(experiment, name, cfg, seed, lambda: (list(history), _fake_final(correct)), root=tmp_path)
 
     for seed in (0, 1):
-        add("grpo_baseline_full", "base", seed, [1, 0, 2], history=())
-        add("grpo_baseline_full", "grpo-g8", seed, [2, 1, 4])
-        add("baselines_full", "dapo", seed, [4, 0, 4])
+        add("baselines_full", "base", seed, [1, 0, 2], history=())
+        add("baselines_full", "grpo", seed, [2, 1, 4])
+        add("baselines_full", "pope", seed, [4, 0, 4])
+        add("nudgerl_full", "nudgerl", seed, [4, 4, 4])
     text = render(tmp_path)
-    baselines = text.split("**Baselines**", 1)[1]
-    rows = {line.split(" | ")[0].strip("| "): line for line in baselines.splitlines() if line.startswith("| ")}
-    assert {"base", "grpo", "dapo"} <= set(rows)  # 01's base and grpo-g8 runs are 02's rows too
-    assert rows["grpo"].split(" | ")[1] == "2" and rows["grpo"].split(" | ")[2].startswith("0.583")  # 7/12 correct
+    nudgerl = text.split("**NudgeRL**", 1)[1].split("\n\n**", 1)[0]
+    rows = {line.split(" | ")[0].strip("| "): line for line in nudgerl.splitlines() if line.startswith("| ")}
+    assert {"base", "pope", "nudgerl"} <= set(rows) and "grpo" not in rows  # 02's base and POPE are 03's rows too
+    assert rows["pope"].split(" | ")[1] == "2" and rows["pope"].split(" | ")[2].startswith("0.667")  # 16/24 correct
     compute = text.split("**Compute**", 1)[1]
-    assert "| 01_grpo_pass_at_k_modes_group_size | 4 |" in compute  # base x2 and grpo-g8 x2, counted once
-    assert "| 02_baselines_sage_t1_anchors | 2 |" in compute
+    assert "| 02_baselines_sage_t1_anchors | 6 |" in compute  # base, grpo and pope x2, counted once
+    assert "| 03_nudgerl | 2 |" in compute
 
 
 def _ci(lo, hi):

@@ -327,25 +327,21 @@ def _bench_section(root: Path) -> list[str]:
 
 SECTIONS = (
     ("grpo_baseline_full", "GRPO baseline", "01_grpo_pass_at_k_modes_group_size", ()),
-    # Notebook 02 reads notebook 01's base evaluations and grpo-g8 runs (the same configs).
-    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors",
-     (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"))),
-    # Notebook 03 reads 01's base and GRPO@G runs and 02's POPE runs.
-    ("nudgerl_full", "NudgeRL", "03_nudgerl",
-     (("grpo_baseline_full", "base", "base"), *(("grpo_baseline_full", f"grpo-g{G}", f"grpo-g{G}") for G in (8, 16, 32, 64)),
-      ("baselines_full", "pope", "pope"))),
-    # Notebook 04 reads 01's base and grpo-g8 runs, 02's three baselines 3PO's T1 compares with and 02's GRPO
-    # without KL (the authors' GRPO, a T1 row).
+    # Notebook 02 computes the base policy's evaluations and GRPO for every later notebook (issue 31).
+    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors", ()),
+    # Notebook 03 trains its own GRPO@G (at NudgeRL's settings) and reads 02's base and POPE runs.
+    ("nudgerl_full", "NudgeRL", "03_nudgerl", (("baselines_full", "base", "base"), ("baselines_full", "pope", "pope"))),
+    # Notebook 04 trains its own GRPO (at 3PO's settings) and reads 02's base, KL-anchored GRPO, GRPO without KL
+    # and the three baselines 3PO's T1 compares with.
     ("threepo_full", "3PO", "04_3po",
-     (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
+     (("baselines_full", "base", "base"), ("baselines_full", "grpo", "grpo (KL 0.2, notebook 02)"),
       *(("baselines_full", name, name) for name in ("grpo_no_kl", "entropy_reg", "polaris", "kl_cov")))),
-    # Notebook 05 reads 01's base and grpo-g8 runs and 02's four baselines its SAGE variants are compared with.
+    # Notebook 05 trains its own GRPO (grpo_k3) and reads 02's base and the four baselines its variants face.
     ("sage_full", "SAGE", "05_sage",
-     (("grpo_baseline_full", "base", "base"), ("grpo_baseline_full", "grpo-g8", "grpo"),
+     (("baselines_full", "base", "base"),
       *(("baselines_full", name, name) for name in ("grpo_no_kl", "grpo_forward_kl", "dapo", "bnpo_loss")))),
-    # Notebook 06 reads 01's base and 02's INTUITOR runs.
-    ("vigor_full", "VIGOR", "06_vigor",
-     (("grpo_baseline_full", "base", "base"), ("baselines_full", "intuitor", "intuitor"))),
+    # Notebook 06 reads 02's base and INTUITOR runs.
+    ("vigor_full", "VIGOR", "06_vigor", (("baselines_full", "base", "base"), ("baselines_full", "intuitor", "intuitor"))),
 )
 
 
