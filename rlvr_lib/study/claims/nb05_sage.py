@@ -1,52 +1,65 @@
-"""Notebook 05's pre-registered rows (SAGE: T1, BNPO/DAPO + Branch, T2, OOD, the k3 arm, cost)."""
+"""Notebook 05's pre-registered rows (SAGE: T1, BNPO/DAPO + Branch, T2, OOD, cost)."""
 
 from . import Claim, Measurement, Registry
 
 _SAME_AS_02 = "moved to notebook 02, which states the same SAGE T1 row on the same runs: each claim is counted once"
+# Issue 29 item 2 / issue 31 item 3: SAGE and its GRPO both use the authors' k3 anchor (SAGE_ANCHOR).
+_K3 = ("issue 31: GRPO is grpo_k3 (the authors' k3 anchor, SAGE's settings but the guide) instead of the "
+       "reverse-KL grpo, under which a prefix-only guide is null in expectation (issue 29, item 2)")
+_WIDE = "pass@256 on the wide evaluation's in-distribution families replaced pass@32 standing in for it"
+_MATCHED = ("issue 31: against {base} with SAGE's k3 anchor ({label}), so the guide is the only difference "
+            "(item 3); the paper's no-KL {base} stays a table row")
 
 REGISTRY = Registry(
     notebook="05_sage",
     experiment="sage",
     claims=(
         Claim("sage-beats-grpo-pass1", "GRPO+Branch (SAGE) beats GRPO (pass@1)", "SAGE", "T1",
-              ("pass@1", 0.266, 0.284), ">", "grpo"),
-        Claim("sage-beats-grpo-passn", "GRPO+Branch (SAGE) beats GRPO (pass@{n}, standing in for the paper's "
-                                       "pass@256)", "SAGE", "T1", ("pass@256", 0.714, 0.729), ">", "grpo"),
+              ("pass@1", 0.266, 0.284), ">", "grpo", changed=_K3),
         Claim("sage-beats-grpo-wide", "GRPO+Branch (SAGE) beats GRPO (pass@{n_wide}, {wide})", "SAGE", "T1",
-              ("pass@256", 0.714, 0.729), ">", "grpo"),
+              ("pass@256", 0.714, 0.729), ">", "grpo",
+              changed=f"{_K3}; the wide evaluation's in-distribution families (hard_mix, hardest_mix), rare_mix "
+                      f"reported apart; it is also the former sage-beats-grpo-passn ({_WIDE})"),
         Claim("sage-beats-base-wide", "GRPO+Branch (SAGE) raises pass@{n_wide} over the base policy ({wide})", "SAGE",
               "T1", ("pass@256", 0.708, 0.729), ">", "base",
-              changed="item 3: GRPO against the base policy on the same evaluation as reference"),
+              changed="item 3: GRPO against the base policy on the same evaluation as reference; issue 31: the wide "
+                      "evaluation's in-distribution families (hard_mix, hardest_mix), rare_mix reported apart; "
+                      "the reference is grpo_k3's same test"),
         Claim("branch-beats-random", "The branch guide beats the random guide (pass@1)", "SAGE", "T1",
               "the random guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
         Claim("branch-beats-token", "The branch guide beats the token guide (pass@1)", "SAGE", "T1",
               "the token guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
-        Claim("bnpo-branch-pass1", "BNPO+Branch beats BNPO (pass@1)", "SAGE", "T (BNPO rows)",
-              ("pass@1", 0.243, 0.271), ">", "method"),
-        Claim("bnpo-branch-passn", "BNPO+Branch beats BNPO (pass@{n}, standing in for the paper's pass@256)", "SAGE",
-              "T (BNPO rows)", ("pass@256", 0.699, 0.715), ">", "method"),
-        Claim("dapo-branch-pass1", "DAPO+Branch beats DAPO (pass@1)", "SAGE", "T (DAPO rows)",
-              ("pass@1", 0.264, 0.267), ">", "method"),
-        Claim("dapo-branch-passn", "DAPO+Branch beats DAPO (pass@{n}, standing in for the paper's pass@256)", "SAGE",
-              "T (DAPO rows)", ("pass@256", 0.696, 0.712), ">", "method"),
+        Claim("bnpo-branch-pass1", "BNPO+Branch beats BNPO with the same k3 anchor (pass@1)", "SAGE", "T (BNPO rows)",
+              ("pass@1", 0.243, 0.271), ">", "method",
+              changed=_MATCHED.format(base="BNPO", label="bnpo-loss-k3")),
+        Claim("bnpo-branch-passn", "BNPO+Branch beats BNPO with the same k3 anchor (pass@{n_wide}, {wide})", "SAGE",
+              "T (BNPO rows)", ("pass@256", 0.699, 0.715), ">", "method",
+              changed=f"{_MATCHED.format(base='BNPO', label='bnpo-loss-k3')}; {_WIDE}"),
+        Claim("dapo-branch-pass1", "DAPO+Branch beats DAPO with the same k3 anchor (pass@1)", "SAGE", "T (DAPO rows)",
+              ("pass@1", 0.264, 0.267), ">", "method",
+              changed=_MATCHED.format(base="DAPO", label="dapo-k3")),
+        Claim("dapo-branch-passn", "DAPO+Branch beats DAPO with the same k3 anchor (pass@{n}, standing in for the "
+                                   "paper's pass@256)", "SAGE", "T (DAPO rows)", ("pass@256", 0.696, 0.712), ">",
+              "method",
+              changed=f"{_MATCHED.format(base='DAPO', label='dapo-k3')}; still pass@32 (the main evaluation): "
+                      f"the DAPO arms have no wide evaluation (budget; notebook 02 gives its dapo none)"),
         Claim("sage-sharpens-less", "SAGE sharpens it less: GRPO's share of {top_grpo} minus SAGE's", "SAGE",
-              "T2 (constraint setup: .604 GRPO vs .583 SAGE)", ("share of the top pattern", 0.583, 0.604), ">", "grpo"),
+              "T2 (constraint setup: .604 GRPO vs .583 SAGE)", ("share of the top pattern", 0.583, 0.604), ">", "grpo",
+              changed=_K3),
         Claim("sage-revives-rare", "SAGE revives the rare strategy: its share of {rare} over GRPO's", "SAGE",
               "T2 (proof by contradiction)", ("share of the rare pattern", 0.008, 0.033), ">", "grpo",
-              changed="item 4: the paper's +313% is large, so the threshold is the minimum effect, not 0"),
+              changed=f"item 4: the paper's +313% is large, so the threshold is the minimum effect, not 0; {_K3}"),
         Claim("ood-sage-beats-grpo", "Out of distribution ({ood}): SAGE beats GRPO (pass@1)", "SAGE",
               "OOD (Knights and Knaves)", "SAGE keeps its performance, GRPO degrades (no number in PAPERS.md)", ">",
-              "grpo"),
+              "grpo", changed=_K3),
         Claim("ood-grpo-degrades", "GRPO degrades under the shift: GRPO below the base policy on {ood} (pass@1)",
-              "SAGE", "OOD (Knights and Knaves)", "GRPO degrades under the shift (no number in PAPERS.md)", "<", "base"),
+              "SAGE", "OOD (Knights and Knaves)", "GRPO degrades under the shift (no number in PAPERS.md)", "<", "base",
+              changed=_K3),
         Claim("ood-sage-keeps", "SAGE keeps its performance under the shift: pass@1 within +-0.01 of the base policy "
                                 "on {ood}", "SAGE", "OOD (Knights and Knaves)",
               "SAGE keeps its performance under the shift (no number in PAPERS.md)", "within", "base", margin=0.01,
-              changed="items 2-3: '>= base - 0.01' (one-sided) became within +-0.01; GRPO's same test as reference"),
-        Claim("k3-sage-beats-grpo-pass1", "SAGE beats GRPO with the authors' k3 anchor (pass@1)", "SAGE",
-              "T1 (k3 anchors)", ("pass@1", 0.266, 0.284), ">", "grpo", table="k3"),
-        Claim("k3-sage-beats-grpo-wide", "SAGE beats GRPO with the authors' k3 anchor (pass@{n_wide}, {wide})", "SAGE",
-              "T1 (k3 anchors)", ("pass@256", 0.714, 0.729), ">", "grpo", table="k3"),
+              changed="items 2-3: '>= base - 0.01' (one-sided) became within +-0.01; GRPO's same test as reference; "
+                      "issue 31: the reference is grpo_k3's (the authors' k3 anchor)"),
     ),
     removed=(
         ("No KL: higher training accuracy than GRPO (last 10 steps)", _SAME_AS_02),
@@ -64,7 +77,9 @@ COST = Registry(
     experiment="sage",
     measurements=(
         Measurement("cost-sage", "A SAGE step costs at most 1.1x a GRPO step (ratio of mean logged step times, seed "
-                                 "i of sage vs seed i of grpo-pass256; issue 13's target, no number in the paper)",
-                    "<", than=1.1),
+                                 "i of sage vs seed i of grpo_k3; issue 13's target, no number in the paper)",
+                    "<", than=1.1,
+                    changed="issue 31: against grpo_k3 (SAGE's GRPO, trained in the same notebook run) instead of "
+                            "grpo-pass256, which is no longer trained"),
     ),
 )
