@@ -131,7 +131,7 @@ def train_and_evaluate(
         checkpoint_every: Steps between resumable checkpoints.
         progress: Show a progress bar.
         extra_specs: ``{label: EvalSpec}`` evaluated after training besides
-            ``spec`` (e.g. ``{"rare256": EvalSpec(samples=256, ...)}``), or None.
+            ``spec`` (e.g. ``{"wide": EvalSpec(samples=256, ...)}``, `rlvr_lib.study.profiles`), or None.
 
     Raises:
         ValueError: on ``extra_specs`` that is not a mapping of non-empty

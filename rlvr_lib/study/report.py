@@ -204,8 +204,8 @@ def _method_table(records: list, experiment: str, title: str, shared: list) -> l
 
     Only runs evaluated on the section's families with its number of samples
     (those of its first trained run's evaluation) are rows: an evaluation of
-    other families or at another budget (notebook 05's ``base-pass256``: 256
-    samples on two families) has other pass@k columns and another average.
+    other families or at another budget (notebook 02's ``base-wide``: 256
+    samples on three families) has other pass@k columns and another average.
     """
     main = _eval_scope(next((r for r in records if "train" in r.config), records[0]))
     records = [r for r in records if _eval_scope(r) == main]
