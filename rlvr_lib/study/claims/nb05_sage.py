@@ -29,18 +29,16 @@ REGISTRY = Registry(
               "the random guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
         Claim("branch-beats-token", "The branch guide beats the token guide (pass@1)", "SAGE", "T1",
               "the token guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
-        Claim("bnpo-branch-pass1", "BNPO+Branch beats BNPO with the same k3 anchor (pass@1)", "SAGE", "T (BNPO rows)",
-              ("pass@1", 0.243, 0.271), ">", "method",
-              changed=_MATCHED.format(base="BNPO", label="bnpo-loss-k3")),
-        Claim("bnpo-branch-passn", "BNPO+Branch beats BNPO with the same k3 anchor (pass@{n_wide}, {wide})", "SAGE",
-              "T (BNPO rows)", ("pass@256", 0.699, 0.715), ">", "method",
-              changed=f"{_MATCHED.format(base='BNPO', label='bnpo-loss-k3')}; {_WIDE}"),
-        Claim("dapo-branch-pass1", "DAPO+Branch beats DAPO with the same k3 anchor (pass@1)", "SAGE", "T (DAPO rows)",
-              ("pass@1", 0.264, 0.267), ">", "method",
-              changed=_MATCHED.format(base="DAPO", label="dapo-k3")),
-        Claim("dapo-branch-passn", "DAPO+Branch beats DAPO with the same k3 anchor (pass@{n_wide}, {wide})", "SAGE",
-              "T (DAPO rows)", ("pass@256", 0.696, 0.712), ">", "method",
-              changed=f"{_MATCHED.format(base='DAPO', label='dapo-k3')}; {_WIDE}"),
+        # +Branch against its matched comparator (the same k3 anchor, no guide): pass@1 and pass@256
+        *(row for base, key, label, pass1, pass256 in (("BNPO", "bnpo", "bnpo-loss-k3", (0.243, 0.271), (0.699, 0.715)),
+                                                       ("DAPO", "dapo", "dapo-k3", (0.264, 0.267), (0.696, 0.712)))
+          for row in (
+              Claim(f"{key}-branch-pass1", f"{base}+Branch beats {base} with the same k3 anchor (pass@1)", "SAGE",
+                    f"T ({base} rows)", ("pass@1", *pass1), ">", "method",
+                    changed=_MATCHED.format(base=base, label=label)),
+              Claim(f"{key}-branch-passn", f"{base}+Branch beats {base} with the same k3 anchor (pass@{{n_wide}}, "
+                                           "{wide})", "SAGE", f"T ({base} rows)", ("pass@256", *pass256), ">", "method",
+                    changed=f"{_MATCHED.format(base=base, label=label)}; {_WIDE}"))),
         Claim("sage-sharpens-less", "SAGE sharpens it less: GRPO's share of {top_grpo} minus SAGE's", "SAGE",
               "T2 (constraint setup: .604 GRPO vs .583 SAGE)", ("share of the top pattern", 0.583, 0.604), ">", "grpo",
               changed=_K3),
