@@ -39,6 +39,21 @@ def test_tuned_lr_is_the_reports_pick_for_every_adamw_method_it_holds(report):
         assert report["methods"][name]["default_lr"] == method_config(name, tuned_lr=False).lr, name
 
 
+def test_every_registered_method_is_tuned(report):
+    assert set(report["methods"]) == set(METHODS)
+
+
+def test_the_readme_reading_of_the_two_gradient_identical_picks_holds(report):
+    """README: grpo_k3 and grpo_forward_kl (one gradient as used) picked differently, each within 0.03 of its
+    other choice between x1 and x1/3."""
+    k3, fkl = report["methods"]["grpo_k3"], report["methods"]["grpo_forward_kl"]
+    assert k3["pick"] != fkl["pick"]
+    for m in (k3, fkl):
+        at = {float(lr): acc for lr, acc in m["mean_final_accuracy"].items()}
+        default = m["default_lr"]
+        assert abs(at[default] - at[min(at, key=lambda lr: abs(lr - default / 3))]) < 0.03
+
+
 def test_method_config_applies_the_pick_over_the_preset_and_overrides_win(monkeypatch):
     monkeypatch.setitem(TUNED_LR, "grpo", 3e-4)
     assert method_config("grpo").lr == 3e-4

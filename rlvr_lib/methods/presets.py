@@ -14,13 +14,16 @@ __all__ = ["TUNED_LR", "method_config"]
 TUNED_LR: dict[str, float] = {
     "bnpo_beta": 3.33333e-05,
     "bnpo_loss": 0.0001,
+    "bnpo_loss_branch": 3.33333e-05,
     "clip_cov": 0.0001,
     "dapo": 0.0001,
+    "dapo_branch": 0.0001,
     "dr_grpo": 0.0001,
     "entropy_reg": 0.0001,
     "grpo": 0.0001,
     "grpo_forward_kl": 3.33333e-05,
     "grpo_k1": 0.0001,
+    "grpo_k2": 0.0001,
     "grpo_k3": 0.0001,
     "grpo_no_kl": 0.0001,
     "intuitor": 3.33333e-05,
@@ -30,6 +33,8 @@ TUNED_LR: dict[str, float] = {
     "polaris_fixed": 3.33333e-05,
     "pope": 0.0001,
     "sage": 0.0001,
+    "sage_random": 0.0001,
+    "sage_token": 3.33333e-05,
     "vigor": 3.33333e-05,
 }
 """Each AdamW method's learning rate from the equal tuning budget (issue 29, item 5; `rlvr_lib.study.tuning`):
