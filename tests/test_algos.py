@@ -239,7 +239,7 @@ def test_advantage_validation(call, match):
 
 
 def test_advantage_registry():
-    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "context", "rank", "bnpo"}
+    assert set(ADVANTAGE_ESTIMATORS) == {"grpo", "dr_grpo", "hint", "rank", "bnpo"}
     assert get_advantage_estimator("grpo") is grpo_advantages
     with pytest.raises(ValueError, match=r"advantage_estimator='ppo' is invalid: must be one of \[.*'bnpo'"):
         get_advantage_estimator("ppo")

@@ -55,7 +55,7 @@ def test_nudgerl_is_registered_with_the_papers_preset():
     assert "arXiv 2605.15726" in NudgeRL.__doc__
     cfg = method_config("nudgerl")
     assert (cfg.kl_coef, cfg.eps_low, cfg.eps_high, cfg.temperature, cfg.top_p) == (0.0, 0.2, 0.2, 1.0, 0.95)
-    assert (cfg.advantage, cfg.group_size, cfg.loss_agg) == ("context", 8, "seq_mean_token_mean")
+    assert (cfg.advantage, cfg.group_size, cfg.loss_agg) == ("hint", 8, "seq_mean_token_mean")
     method = build_method(cfg)
     opts = method.options
     assert (opts.hints_per_problem, opts.rollouts_per_hint, opts.hint_selection, opts.p_drop) == (2, None, "first", .5)
@@ -96,7 +96,7 @@ def test_the_group_must_be_hints_times_rollouts_and_the_estimator_the_hint_one()
     with pytest.raises(ValueError, match=r"rollouts_per_hint=4 is invalid: must be group_size / hints_per_problem "
                                          r"= 6 / 2"):  # hints checks the group size it is asked for
         _method(rollouts_per_hint=4).hints(_problems(2), 6, np.random.default_rng(0))
-    with pytest.raises(ValueError, match=r"nudgerl: TrainerConfig.advantage='grpo' is invalid: must be 'context'"):
+    with pytest.raises(ValueError, match=r"nudgerl: TrainerConfig.advantage='grpo' is invalid: must be 'hint'"):
         build_method(method_config("nudgerl", advantage="grpo"))
 
 

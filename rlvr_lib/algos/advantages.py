@@ -6,7 +6,7 @@ Group statistics are vectorised (``torch.unique`` + ``index_add_``).
 
 Every estimator has the one signature
 ``fn(rewards, group_index, hint_index=None, **options) -> (N,)``: the hint
-of each rollout is passed to all of them (only NudgeRL's ``"context"``
+of each rollout is passed to all of them (only NudgeRL's ``"hint"``
 estimator, :func:`hint_advantages`, reads it;
 the others ignore it), and estimator-specific settings (``eps``, NudgeRL's
 ``lam``, ...) are keyword options. They return detached float advantages
@@ -379,9 +379,7 @@ AdvantageFn = Callable[..., Tensor]
 ADVANTAGE_ESTIMATORS: dict[str, AdvantageFn] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
-    # NudgeRL; reads hint_index. The name stays "context": it is a TrainerConfig.advantage value inside the
-    # run keys of committed records (results/lr_tuning/nudgerl-*, results/nudgerl_full), see hint_advantages.
-    "context": hint_advantages,
+    "hint": hint_advantages,  # NudgeRL; reads hint_index
     "rank": rank_advantages,  # VIGOR
     "bnpo": bnpo_beta_advantages,
 }

@@ -39,7 +39,7 @@ hook                      what it decides                              used by
 How the four methods fit without a trainer edit:
 
 * NudgeRL: ``hints`` draws hints (with hint dropout: ``None``), the
-  ``"context"`` advantage estimator (`rlvr_lib.algos.hint_advantages`)
+  ``"hint"`` advantage estimator (`rlvr_lib.algos.hint_advantages`)
   credits across hints (``advantage_options`` passes its lambda), and
   ``extra_loss`` distils into the hint-free policy by scoring the
   minibatch's completions on ``batch.plain_prompt_ids``.

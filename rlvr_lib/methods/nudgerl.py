@@ -4,7 +4,7 @@ NudgeRL (arXiv 2605.15726; code tally0818/NudgeRL) conditions rollouts on light
 strategy hints so that sampling visits reasoning modes plain sampling misses,
 credits rewards across hints, and distils what the hinted rollouts found back
 into the hint-free policy. It is a plug-in of the one GRPO loop: ``hints``,
-the ``"context"`` advantage estimator (`rlvr_lib.algos.hint_advantages`,
+the ``"hint"`` advantage estimator (`rlvr_lib.algos.hint_advantages`,
 through ``advantage_options``) and ``extra_loss``; no trainer edit.
 """
 
@@ -93,7 +93,7 @@ class NudgeRL(Method):
     plain GRPO sampling (all G rollouts from x0). The authors' code raises
     instead; here the group size stays G so every task trains.
 
-    **Inter/intra advantage** (``config.advantage="context"``,
+    **Inter/intra advantage** (``config.advantage="hint"``,
     `rlvr_lib.algos.hint_advantages`, options ``lam`` and ``adv_eps``).
     Within one problem's group, with m = mean of all G rewards and m_z the
     mean reward of the rollouts of hint z:
@@ -149,7 +149,7 @@ class NudgeRL(Method):
     ``nudge_missing_hint_share`` (share of hint slots the pool could not fill).
 
     Preset (:data:`NUDGERL_SETTINGS`, the authors' ``configs/train_config.yaml``):
-    no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, ``advantage="context"``,
+    no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, ``advantage="hint"``,
     G = 8 (2 hints x 4), two optimizer steps per generation batch (``minibatches=2``,
     each a shuffled half of the step's rollouts, as the authors' TRL run: generation
     batch 8, train batch 4), cosine lr after a 5% linear warm-up (`rlvr_lib.schedules`).
@@ -167,9 +167,9 @@ class NudgeRL(Method):
 
     def __init__(self, config):
         super().__init__(config)
-        if config.advantage != "context":
+        if config.advantage != "hint":
             raise ValueError(f"{self.name}: TrainerConfig.advantage={config.advantage!r} is invalid: must be "
-                             "'context' (NudgeRL's inter/intra-hint advantage, `hint_advantages`; lam=1 gives GRPO's credit)")
+                             "'hint' (NudgeRL's inter/intra-hint advantage, `hint_advantages`; lam=1 gives GRPO's credit)")
         try:
             self.rollouts_per_hint(config.group_size)
         except ValueError as err:
@@ -311,4 +311,4 @@ of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them
 register_method("nudgerl", NudgeRL,
                 "NudgeRL: 2 hints x 4 rollouts, hint dropout 0.5, inter/intra credit lam 1.1, "
                 "hint-free distillation 0.1, no KL, top_p 0.95",
-                advantage="context", **NUDGERL_SETTINGS)
+                advantage="hint", **NUDGERL_SETTINGS)
