@@ -117,11 +117,12 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     reported = {"value": 1.6, "bound": "(lost - null) / rescued >= 3.0", "met": False, "gates": False}
     report = {"policy_sha": "abc", "chosen_steps": 200, "config": {"seeds": [0, 1, 2], "base_seeds": [0, 1]},
               "kl_coef": 0.1,
-              "kl_coef_search": [{"kl_coef": 0.05, "chosen_steps": None,
-                                  "targets": {"200": {"pass_at_1_gain": target(0.04, False, [0.03, 0.05])}}},
-                                 {"kl_coef": 0.1, "chosen_steps": 200, "targets": {}}],
-              "targets": {"100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04]), "lost_main": reported},
-                          "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08]), "lost_main": reported}}}
+              "search": [{"kl_coef": 0.05, "chosen_steps": None,
+                          "targets_by_steps": {"200": {"pass_at_1_gain": target(0.04, False, [0.03, 0.05])}}},
+                         {"kl_coef": 0.1, "chosen_steps": 200, "targets_by_steps": {
+                             "100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04]), "lost_main": reported},
+                             "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08]), "lost_main": reported}}}],
+              "targets": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08])}, "reported": {"lost_main": reported}}
     (tmp_path / "testbed").mkdir()
     (tmp_path / "testbed" / "dynamics.json").write_text(json.dumps(report))
     for name, sha in (("base", "old0000000000000"), ("grpo-g8", "old0000000000000")):
@@ -133,7 +134,7 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     assert "| lost_main (reported, not a gate) | (lost - null) / rescued >= 3.0 | 1.6 **no** | 1.6 **no** |" in dynamics
     assert "every beta tried, at 200 steps" in dynamics
     assert "| target | beta 0.05 | beta 0.1 |" in dynamics
-    assert "| pass_at_1_gain | 0.04 **no** | - |" in dynamics
+    assert "| pass_at_1_gain | 0.04 **no** | 0.07 yes |" in dynamics
     assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
     grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
     assert (f"a previous policy or testbed** (`old0000000000000`, an earlier testbed), not the shipped "
@@ -249,13 +250,13 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
 
     readme = " ".join(README.read_text().split())
     d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
-    by_beta = {b["kl_coef"]: b for b in d["kl_coef_search"]}
+    by_beta = {b["kl_coef"]: b for b in d["search"]}
 
     def dot(x, digits=2):  # .086, the README's style for values below 1
         return f"{x:.{digits}f}".replace("0.", ".", 1) if abs(x) < 1 else f"{x:.{digits}f}"
 
     def v(beta, steps, name):
-        return by_beta[beta]["targets"][str(steps)][name]
+        return by_beta[beta]["targets_by_steps"][str(steps)][name]
 
     chosen, steps = d["kl_coef"], d["chosen_steps"]
     assert f"chose {steps} steps at anchor beta {chosen:g}" in readme and by_beta[chosen]["chosen_steps"] == steps

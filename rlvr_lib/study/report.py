@@ -90,29 +90,29 @@ def _dynamics_section(root: Path) -> list[str]:
     path = root / "testbed" / "dynamics.json"
     if not path.exists():
         return ["*No dynamics calibration committed yet (`python -m rlvr_lib calibrate --dynamics`).*"]
+    from rlvr_lib.study.dynamics import targets_by_steps
+
     report = json.loads(path.read_text())
-    steps = list(report["targets"])
+    per_step = targets_by_steps(report)
+    steps = list(per_step)
     cfg = report["config"]
-    beta = f"; anchor beta {report['kl_coef']}" if "kl_coef" in report else ""  # reports before the beta search
     lines = [
         f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`, testbed "
         f"`{report.get('testbed_version')}`: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
-        f"evaluations{beta}; step count of the full profile: "
+        f"evaluations; anchor beta {report['kl_coef']}; step count of the full profile: "
         f"{report['chosen_steps'] or 'none, not every target holds'}):",
         "",
         "| target | bound | " + " | ".join(f"{s} steps" for s in steps) + " |",
         "|---|---|" + "---|" * len(steps),
     ]
-    names = list(report["targets"][steps[0]])
+    names = list(per_step[steps[0]])
     for name in names:
-        cells = []
-        for s in steps:
-            cells.append(_target_cell(report["targets"][s][name]))
-        gates = report["targets"][steps[0]][name].get("gates", True)
+        cells = [_target_cell(per_step[s][name]) for s in steps]
+        gates = per_step[steps[0]][name].get("gates", True)
         label = name if gates else f"{name} (reported, not a gate)"
-        lines.append(f"| {label} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
-    search = report.get("kl_coef_search", [])
+        lines.append(f"| {label} | {per_step[steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
+    search = report["search"]
     if len(search) > 1:  # the anchor's beta was searched: every beta tried, at the largest step count
         last = steps[-1]
         lines += ["", f"The table above is at anchor beta {report['kl_coef']}; every beta tried, at {last} steps "
@@ -122,7 +122,7 @@ def _dynamics_section(root: Path) -> list[str]:
         for name in names:
             cells = []
             for tried in search:
-                t = tried["targets"].get(last, {}).get(name)
+                t = tried["targets_by_steps"].get(last, {}).get(name)
                 cells.append("-" if t is None else _target_cell(t, interval=False))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
