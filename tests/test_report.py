@@ -163,7 +163,8 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
 
 
 def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
-    """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table."""
+    """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table.
+    Issue 35: it names the commits its runs were made at, the first to the last by start time."""
     import json
 
     from rlvr_lib.study.runs import cached_run
@@ -178,12 +179,40 @@ def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
     for i, path in enumerate(paths):
         record = json.loads(path.read_text())
         record["extra"]["machine"]["cpu_model"] = "Model A"
+        record["git_commit"], record["started"] = str(2 - i) * 40, f"2026-01-0{i + 1}T00:00:00+00:00"
         path.write_text(json.dumps(record))
-    assert "; processor Model A)" in title() and "mixed" not in title()
+    assert "; processor Model A; made at 3 commits, `2222222` to `0000000`)" in title() and "mixed" not in title()
+    for path in paths:
+        record = json.loads(path.read_text())
+        record["git_commit"] = "a" * 40
+        path.write_text(json.dumps(record))
+    assert "; processor Model A; made at commit `aaaaaaa`)" in title()
     record = json.loads(paths[-1].read_text())
     record["extra"]["machine"]["cpu_model"] = "Model B"
     paths[-1].write_text(json.dumps(record))
     assert "**mixed processors** (Model A: 2 runs, Model B: 1 run)" in title()
+
+
+def test_the_last_verification_is_rendered_under_the_results(tmp_path):
+    """Issue 35, item 3: README's results show `make verify`'s date, commit, draw and every comparison."""
+    import json
+
+    from rlvr_lib.study.report import render
+
+    assert "*No verification committed yet" in render(tmp_path)
+    runs = [{"notebook": "02_baselines_sage_t1_anchors", "run_id": "grpo-abc-s0", "record_processor": "AMD EPYC",
+             "mode": "exact", "match": True, "detail": "bit-identical"},
+            {"notebook": "03_nudgerl", "run_id": "nudgerl-def-s1", "record_processor": "Intel Xeon",
+             "mode": "tolerance", "match": False, "detail": "outside the seed spread: final pass@1 +0.0500"}]
+    (tmp_path / "verification.json").write_text(json.dumps(
+        {"date": "2026-12-04T03:00:00+00:00", "commit": "f" * 40, "processor": "AMD EPYC", "seed": 7,
+         "per_notebook": 1, "runs": runs, "matches": 1, "mismatches": 1, "unverifiable": 0}))
+    text = render(tmp_path)
+    assert ("`make verify` on 2026-12-04, commit `fffffff`, AMD EPYC; 1 run(s) per notebook drawn with seed 7: "
+            "1 match, 1 mismatch, 0 unverifiable") in text
+    assert "| 02_baselines_sage_t1_anchors | `grpo-abc-s0` | AMD EPYC | exact | match: bit-identical |" in text
+    assert ("| 03_nudgerl | `nudgerl-def-s1` | Intel Xeon | tolerance | **mismatch**: outside the seed spread: "
+            "final pass@1 +0.0500 |") in text
 
 
 # --------------------------------------------------------------------------- reliability table
