@@ -260,16 +260,26 @@ def _code_of(repo: Path, shas: Sequence[str]) -> dict[str, Optional[str]]:
 
 
 def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> dict[str, list[str]]:
-    """``{path: commits in (commit, rev] that changed it, newest first}`` for the files under ``paths``."""
+    """``{path: commits in (commit, rev] that changed it, newest first}`` for the files under ``paths``.
+
+    A merge counts for a path only where its own content differs from every parent's (git's dense combined
+    diff, ``--cc``: a conflict resolved by hand); a clean merge brings nothing its parents' commits did not.
+    """
     out: dict[str, list[str]] = {}
-    sha = None
-    for line in _git(repo, "log", "--no-renames", "--format=@%H", "--name-only", f"{commit}..{rev}", "--",
+    sha, merge = None, False
+    for line in _git(repo, "log", "--cc", "--no-renames", "--format=@%H %P", "--name-only", f"{commit}..{rev}", "--",
                      *paths).splitlines():
         if line.startswith("@"):
-            sha = line[1:]
-        elif line:
+            sha, *parents = line[1:].split()
+            merge = len(parents) > 1
+        elif line and (not merge or _merge_changed(repo, sha, line)):
             out.setdefault(line, []).append(sha)
     return out
+
+
+def _merge_changed(repo: Path, merge: str, path: str) -> bool:
+    """Whether merge commit ``merge`` has content of its own in ``path`` (a hunk of its dense combined diff)."""
+    return any(line.startswith("@@@") for line in _git(repo, "show", "--cc", "--format=", merge, "--", path).splitlines())
 
 
 # ------------------------------------------------------------ declarations
