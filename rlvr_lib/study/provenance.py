@@ -215,19 +215,20 @@ def _cached_sources(repo: Path, rev: str, package: str) -> Mapping[str, str]:
 
 # ---------------------------------------------------------------- changes
 def _code_only(text: Optional[str], path: str) -> Optional[str]:
-    """``path``'s syntax tree without docstrings, as text; ``None`` when absent or not parseable."""
+    """``path``'s syntax tree without its string statements (docstrings), as text; ``None`` if not Python."""
     if text is None:
         return None
     try:
         tree = ast.parse(text, path)
     except SyntaxError:
         return None
-    for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
-                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
-                and isinstance(body[0].value.value, str)):
-            node.body = body[1:] or [ast.Pass()]
+    for node in ast.walk(tree):  # a string statement (a docstring, an attribute's docstring) does nothing
+        for field in ("body", "orelse", "finalbody"):
+            body = getattr(node, field, None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.stmt):
+                kept = [s for s in body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant)
+                                                and isinstance(s.value.value, str))]
+                setattr(node, field, kept or [ast.Pass()])
     return ast.dump(tree)
 
 
@@ -262,18 +263,31 @@ def _code_of(repo: Path, shas: Sequence[str]) -> dict[str, Optional[str]]:
 def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> dict[str, list[str]]:
     """``{path: commits in (commit, rev] that changed it, newest first}`` for the files under ``paths``.
 
+    A commit that changes only the docstrings, comments or layout of a ``.py`` file does not count for it.
     A merge counts for a path only where its own content differs from every parent's (git's dense combined
     diff, ``--cc``: a conflict resolved by hand); a clean merge brings nothing its parents' commits did not.
     """
-    out: dict[str, list[str]] = {}
-    sha, merge = None, False
-    for line in _git(repo, "log", "--cc", "--no-renames", "--format=@%H %P", "--name-only", f"{commit}..{rev}", "--",
-                     *paths).splitlines():
+    changes = []  # (commit, path, old blob or None for a merge, new blob)
+    sha = None
+    for line in _git(repo, "log", "--cc", "--raw", "--no-abbrev", "--no-renames", "--format=@%H", f"{commit}..{rev}",
+                     "--", *paths).splitlines():
         if line.startswith("@"):
-            sha, *parents = line[1:].split()
-            merge = len(parents) > 1
-        elif line and (not merge or _merge_changed(repo, sha, line)):
-            out.setdefault(line, []).append(sha)
+            sha = line[1:]
+        elif line.startswith(":"):
+            meta, path = line.split("\t", 1)
+            blobs = [f for f in meta.split() if re.fullmatch(r"[0-9a-f]{40}", f)]
+            merge = line.startswith("::")
+            changes.append((sha, path, None if merge else blobs[0], blobs[-1]))
+    code = _code_of(repo, [b for _, path, old, new in changes if old and path.endswith(".py")
+                           for b in (old, new) if b != _NO_BLOB])
+    out: dict[str, list[str]] = {}
+    for sha, path, old, new in changes:
+        if old is None:
+            counts = _merge_changed(repo, sha, path)
+        else:
+            counts = not (path.endswith(".py") and code.get(old) is not None and code.get(old) == code.get(new))
+        if counts:
+            out.setdefault(path, []).append(sha)
     return out
 
 
