@@ -204,7 +204,8 @@ def _sources(repo: Path, rev: str, package: str) -> dict[str, str]:
 def code_path_files(entries: Iterable[str], repo: Path = REPO_ROOT, *, rev: str = "HEAD", package: str = PACKAGE,
                     skip: Iterable[str] = NOT_ON_PATH, data: Sequence[str] = DATA_PATHS) -> list[str]:
     """The files that affect a record made by ``entries``: their import closure at ``rev`` plus ``data``."""
-    closure = import_closure(entries, _cached_sources(repo, rev, package), package=package, skip=skip)
+    sha = _git(repo, "rev-parse", "--verify", f"{rev}^{{commit}}").strip()  # the cache is per commit, not per name
+    closure = import_closure(entries, _cached_sources(repo, sha, package), package=package, skip=skip)
     return sorted(set(closure.values()) | set(data))
 
 
