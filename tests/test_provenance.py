@@ -179,6 +179,17 @@ def test_a_merge_counts_only_where_it_resolved_a_conflict(repo):
     assert row["undeclared"] == {"rlvr_lib/core.py": [side], "rlvr_lib/runner.py": [main]}
 
 
+def test_a_merge_that_resolves_a_conflict_with_its_own_code_counts(repo):
+    base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
+    _git(repo, "checkout", "-qb", "side")
+    side = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 2\n"})
+    _git(repo, "checkout", "-q", base)
+    main = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 3\n"})
+    subprocess.run(["git", "merge", "-q", "side"], cwd=repo, capture_output=True)  # conflicts
+    merge = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 4\n"}, "merge, resolved by hand")
+    assert sorted(_check(repo, _first(repo))["undeclared"]["rlvr_lib/core.py"]) == sorted([side, main, merge])
+
+
 def test_git_missing_is_a_clear_error(repo, monkeypatch):
     monkeypatch.setenv("PATH", str(repo / "no-bin"))
     with pytest.raises(RuntimeError, match="needs git on PATH"):
