@@ -114,7 +114,7 @@ def test_a_change_to_the_data_or_an_entry_module_is_stale(repo):
 
 def test_a_change_off_the_path_or_only_in_docstrings_and_comments_is_not_stale(repo):
     _commit(repo, {"README.md": "a study, changed\n", "rlvr_lib/report.py": "TABLE = 'other rows'\n",
-                   "rlvr_lib/core.py": '"""The loop, reworded."""\n\n\ndef step(x):\n    # add one\n    return x + 1\n'})
+                   "rlvr_lib/core.py": '"""The loop, reworded."""\n\ndef step(x):\n    # add one\n    return x + 1\n'})
     assert _check(repo, _first(repo))["status"] == "current"
 
 

@@ -15,7 +15,12 @@ without the presentation modules of :data:`NOT_ON_PATH`, and the shipped policy 
 shows as its importer's change, and a renamed file as an added one: a rename is a change unless declared.
 Imports through `importlib` with computed names are not seen (the one such import on a run's path, the
 claims registries, is presentation: :data:`NOT_ON_PATH`). A Python file whose code is the same at both
-commits once docstrings are dropped (comments are not in the syntax tree) is not a change.
+commits once its string statements (docstrings) are dropped (comments are not in the syntax tree) is not a
+change, and a commit that changes only those needs no declaration; a merge needs one only where it resolved
+a conflict with code of its own. What the cache key already holds (a preset's lr or beta, an option's default,
+which ``pipeline._check_method_options`` compares on load) cannot make a record stale unseen, but it is on the
+path all the same: such a commit is declared with that reason. Each experiment's record is checked against its
+own path (:data:`RUN_ENTRIES`); an experiment with none is an error, so a new table cannot go unchecked.
 
 ``python -m rlvr_lib.study.provenance`` prints, per notebook, its records, the stale ones and the undeclared
 ones, and exits 1 when a record a committed table reads is stale without a declaration; ``make test`` runs
@@ -35,8 +40,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
-__all__ = ["DATA_PATHS", "DECLARATIONS", "NOT_ON_PATH", "RUN_ENTRIES", "changed_paths", "code_path_files",
-           "import_closure", "load_declarations", "record_status", "stale_records", "table_records"]
+__all__ = ["DATA_PATHS", "DECLARATIONS", "GitMissing", "NOT_ON_PATH", "RUN_ENTRIES", "SUPPORTING", "changed_paths",
+           "code_path_files", "commits_touching", "failing", "format_report", "import_closure", "load_declarations",
+           "main", "record_status", "stale_records", "table_records"]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "rlvr_lib"
@@ -72,16 +78,24 @@ _ENTRY_KEYS = {"commit", "paths", "reason"}
 
 
 # ------------------------------------------------------------------- git
+class GitMissing(RuntimeError):
+    """git is not installed: the check reads the repository's history, so it cannot run."""
+
+    def __init__(self) -> None:
+        super().__init__("the stale-record check needs git on PATH (it reads the repository's history)")
+
+
 def _git(repo: Path, *args: str) -> str:
     """Runs ``git -C repo args`` and returns its stdout.
 
     Raises:
-        RuntimeError: git is not installed, or the command fails (its stderr is in the message).
+        GitMissing: git is not installed.
+        RuntimeError: the command fails (its stderr is in the message).
     """
     try:
         out = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=False)
     except FileNotFoundError as err:
-        raise RuntimeError("the stale-record check needs git on PATH (it reads the repository's history)") from err
+        raise GitMissing() from err
     if out.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed in {repo}: {out.stderr.strip()}")
     return out.stdout
@@ -91,9 +105,9 @@ def _has_commit(repo: Path, sha: str) -> bool:
     """Whether ``sha`` names a commit of the repository."""
     try:
         _git(repo, "cat-file", "-e", f"{sha}^{{commit}}")
-    except RuntimeError as err:
-        if "needs git" in str(err):
-            raise
+    except GitMissing:
+        raise
+    except RuntimeError:
         return False
     return True
 
@@ -104,10 +118,13 @@ def _blobs(repo: Path, shas: Iterable[str]) -> dict[str, str]:
     if not shas:
         return {}
     try:
-        out = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"], input="".join(f"{s}\n" for s in shas).encode(),
-                             capture_output=True, check=True).stdout
+        done = subprocess.run(["git", "-C", str(repo), "cat-file", "--batch"],
+                              input="".join(f"{s}\n" for s in shas).encode(), capture_output=True, check=False)
     except FileNotFoundError as err:
-        raise RuntimeError("the stale-record check needs git on PATH (it reads the repository's history)") from err
+        raise GitMissing() from err
+    if done.returncode != 0:
+        raise RuntimeError(f"git cat-file --batch failed in {repo}: {done.stderr.decode(errors='replace').strip()}")
+    out = done.stdout
     texts, at = {}, 0
     for sha in shas:
         header_end = out.index(b"\n", at)
@@ -294,7 +311,8 @@ def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) ->
 
 def _merge_changed(repo: Path, merge: str, path: str) -> bool:
     """Whether merge commit ``merge`` has content of its own in ``path`` (a hunk of its dense combined diff)."""
-    return any(line.startswith("@@@") for line in _git(repo, "show", "--cc", "--format=", merge, "--", path).splitlines())
+    combined = _git(repo, "show", "--cc", "--format=", merge, "--", path)
+    return any(line.startswith("@@@") for line in combined.splitlines())
 
 
 # ------------------------------------------------------------ declarations
@@ -464,7 +482,7 @@ def failing(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m rlvr_lib.study.provenance``: prints the check; exit 1 when a table reads an undeclared stale record."""
+    """``python -m rlvr_lib.study.provenance``: prints the check; 1 when a table reads an undeclared stale record."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--root", default=None, help="results root (default: this checkout's results/)")
     parser.add_argument("--rev", default="HEAD", help="revision to check the records against (default HEAD)")
