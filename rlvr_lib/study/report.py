@@ -465,11 +465,13 @@ def render(root: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+VERIFICATION_FILE = "verification.json"
+"""`make verify`'s summary under the results root (written by `rlvr_lib.study.verify`)."""
+
+
 def _verification_section(root: Path) -> list[str]:
     """`make verify`'s last result (`rlvr_lib.study.verify`): which committed runs were recomputed, and how
     each compared with its record."""
-    from rlvr_lib.study.verify import VERIFICATION_FILE
-
     path = root / VERIFICATION_FILE
     if not path.exists():
         return ["*No verification committed yet (`make verify` recomputes a seeded sample of committed runs at "

@@ -34,12 +34,12 @@ from typing import Any
 import numpy as np
 
 from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.report import SECTIONS, VERIFICATION_FILE, current_testbed, measured_on
 from rlvr_lib.study.runs import RunRecord, cpu_model, git_commit, load_runs, results_root
 from rlvr_lib.validation import invalid
 
 __all__ = ["VERIFICATION_FILE", "compare_records", "draw_sample", "recompute", "seed_tolerances", "verify"]
 
-VERIFICATION_FILE = "verification.json"
 TOLERANCE_Z = 1.96 * math.sqrt(2.0)
 """Tolerance per seed-to-seed sd: the 95% range of the difference of two independent seeds."""
 _TIMING_PREFIX = "time_"  # history columns that measure wall-clock time, not the run
@@ -56,8 +56,6 @@ def _kind(record: RunRecord) -> str | None:
 
 def table_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
     """The committed records each notebook's tables read, of the shipped policy and testbed, by notebook."""
-    from rlvr_lib.study.report import SECTIONS, current_testbed, measured_on
-
     current = current_testbed()
     return {notebook: [r for r in load_runs(experiment, root) if measured_on(r) == current and _kind(r)]
             for experiment, _, notebook, _ in SECTIONS}
