@@ -29,7 +29,7 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install lock test notebooks reproduce bench lab calibrate pretrain vllm-env test-vllm bench-vllm
+.PHONY: install lock test notebooks reproduce verify bench lab calibrate pretrain vllm-env test-vllm bench-vllm
 
 install: $(STAMP)
 
@@ -86,6 +86,13 @@ notebooks: install
 WORKERS ?= 2
 reproduce: install
 	$(PY) -m rlvr_lib.study.reproduce --profile full --workers $(WORKERS)
+
+# Recompute a seeded sample of committed full-profile runs at HEAD and compare with their records
+# (README, "Checking the committed numbers"); SAMPLE runs per notebook, SEED the draw.
+SAMPLE ?= 1
+SEED ?= 0
+verify: install
+	$(PY) -m rlvr_lib.study.reproduce --verify --sample $(SAMPLE) --seed $(SEED)
 
 # Benchmarks against their baselines (generate, TRL GRPOTrainer, naive log-softmax),
 # measured in the same run; writes results/bench/*.json. Run it on a quiet machine,

@@ -13,6 +13,7 @@ from rlvr_lib.study.dynamics import (
     STEP_CANDIDATES,
     DynamicsConfig,
     chosen_steps,
+    targets_by_steps,
     crossover_k,
     dynamics_targets,
     fall_ratio,
@@ -163,6 +164,23 @@ def test_testbed_beta_is_the_dynamics_calibrations():
         assert METHODS[name].preset["kl_coef"] == TESTBED_KL_COEF, name
 
 
+def test_committed_report_states_only_the_chosen_setting_as_its_targets():
+    """``targets`` is the verdict at the chosen beta and step count: every entry gates, and ``all_targets_met``
+    says exactly whether every entry is met; the misses of other betas, other step counts and the reported-only
+    rows live under ``search`` and ``reported``."""
+    from rlvr_lib.study.runs import results_root
+
+    report = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
+    assert report["all_targets_met"] == all(t["met"] for t in report["targets"].values())
+    assert all(t.get("gates", True) for t in report["targets"].values())
+    assert not any(t.get("gates", True) for t in report["reported"].values())
+    if report["all_targets_met"]:
+        at = targets_by_steps(report)[str(report["chosen_steps"])]
+        assert {**report["targets"], **report["reported"]} == at
+        assert report["search"][-1]["kl_coef"] == report["kl_coef"]
+        assert report["search"][-1]["chosen_steps"] == report["chosen_steps"]
+
+
 def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, monkeypatch):
     out = tmp_path / "dynamics.json"
     args = ["calibrate", "--dynamics", "--seeds", "0", "--steps", "1", "2", "--kl-coefs", "0.05", "0.1",
@@ -170,19 +188,22 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, m
             "--dyn-kl-problems", "4", "--results-root", str(tmp_path / "results"), "--out", str(out)]
     code = main(args)
     data = json.loads(out.read_text())
-    assert set(data) >= {"testbed_version", "policy_sha", "config", "step_candidates", "targets", "summary",
-                         "chosen_steps", "all_targets_met", "training_curves", "kl_coef", "kl_coef_search"}
-    assert data["step_candidates"] == [1, 2] and set(data["targets"]) == {"1", "2"}
+    assert set(data) >= {"testbed_version", "policy_sha", "config", "step_candidates", "targets", "reported",
+                         "search", "summary", "chosen_steps", "all_targets_met", "training_curves", "kl_coef"}
     # No beta meets every target, so both are tried in order and the report shows the last one.
-    assert [t["kl_coef"] for t in data["kl_coef_search"]] == [0.05, 0.1] and data["kl_coef"] == 0.1
-    assert data["kl_coef_search"][1]["targets"] == data["targets"]
+    assert [t["kl_coef"] for t in data["search"]] == [0.05, 0.1] and data["kl_coef"] == 0.1
+    assert data["step_candidates"] == [1, 2] and set(targets_by_steps(data)) == {"1", "2"}
     names = {"pass_at_1_gain", "rare_pass_at_8_drop", "crossover_k", "strategy_entropy_fall", "rare_share_fall",
              "rare_lost_vs_rescued", "rare_lost_vs_rescued_main", "kl_binds"}
-    for targets in data["targets"].values():
-        assert set(targets) == names
-        assert all(set(t) >= {"value", "bound", "met"} for t in targets.values())
+    for tried in data["search"]:
+        for targets in tried["targets_by_steps"].values():
+            assert set(targets) == names
+            assert all(set(t) >= {"value", "bound", "met"} for t in targets.values())
+    # Without a chosen step count the verdict is read at the largest candidate, gating and reported apart.
+    assert {**data["targets"], **data["reported"]} == targets_by_steps(data)["2"]
+    assert set(data["reported"]) == {"rare_lost_vs_rescued_main"}
     # Two GRPO steps cannot raise pass@1 by 0.05 with an interval above 0: the bound fails, and so does the command.
-    assert data["targets"]["2"]["pass_at_1_gain"]["met"] is False
+    assert data["targets"]["pass_at_1_gain"]["met"] is False
     assert data["chosen_steps"] is None and data["all_targets_met"] is False and code == 1
     curves = data["training_curves"]["grpo"]
     assert len(curves["strategy_share_split"][0]) == 2  # one value per training step
@@ -195,7 +216,8 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, m
     monkeypatch.setattr("rlvr_lib.study.dynamics.chosen_steps", lambda per_step: min(per_step))
     assert main([*args[:8], "0.05", "0.4", *args[10:]]) == 0
     data = json.loads(out.read_text())
-    assert [t["kl_coef"] for t in data["kl_coef_search"]] == [0.05] and data["chosen_steps"] == 1
+    assert [t["kl_coef"] for t in data["search"]] == [0.05] and data["chosen_steps"] == 1
+    assert data["targets"] == {n: t for n, t in targets_by_steps(data)["1"].items() if n != "rare_lost_vs_rescued_main"}
     betas = {json.loads(p.read_text())["config"]["train"]["kl_coef"]
              for p in (tmp_path / "results" / "testbed_dynamics").glob("grpo-*.json")}
     assert betas == {0.05, 0.1}

@@ -185,3 +185,34 @@ def test_extra_specs_must_map_labels_to_eval_specs(tmp_path):
         train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"": spec})
     with pytest.raises(ValueError, match=r"extra_specs='list' is invalid: must be None or a \{label: EvalSpec\}"):
         train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs=[spec])
+
+
+def test_a_run_is_not_added_beside_records_of_another_processor_model(tmp_path, monkeypatch):
+    """Issue 31, item 5: the tables' runs (train_and_evaluate, evaluate_base) refuse to mix processor models
+    within an experiment of one policy and testbed, unless asked; cached records still load anywhere."""
+    import json
+
+    from rlvr_lib.study.runs import MIXED_PROCESSORS_ENV
+
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=2, samples=8, diversity_problems=2, diversity_samples=4)
+    first = evaluate_base("t", spec, root=tmp_path)
+    path = tmp_path / "t" / f"{first.run_id}.json"
+    data = json.loads(path.read_text())
+    data["extra"]["machine"]["cpu_model"] = "Other CPU"
+    path.write_text(json.dumps(data))
+    monkeypatch.delenv(MIXED_PROCESSORS_ENV, raising=False)
+    assert evaluate_base("t", spec, root=tmp_path).extra["machine"]["cpu_model"] == "Other CPU"  # a cache hit
+    with pytest.raises(ValueError, match=r"another processor model \(1 on Other CPU\).*RLVR_ALLOW_MIXED_PROCESSORS=1"):
+        evaluate_base("t", spec.replace(seed=1), root=tmp_path)
+    cfg = method_config("grpo", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=16, seed=0)
+    with pytest.raises(ValueError, match="another processor model"):
+        train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path)
+    assert not list((tmp_path / "t").glob("grpo-*.json"))
+    # A record of another policy does not count, and the variable allows mixing.
+    data["config"]["policy_sha"] = "0" * 16
+    path.write_text(json.dumps(data))
+    assert evaluate_base("t", spec.replace(seed=1), root=tmp_path).seed == 1
+    data["config"]["policy_sha"] = first.config["policy_sha"]
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv(MIXED_PROCESSORS_ENV, "1")
+    assert evaluate_base("t", spec.replace(seed=2), root=tmp_path).seed == 2

@@ -117,11 +117,12 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     reported = {"value": 1.6, "bound": "(lost - null) / rescued >= 3.0", "met": False, "gates": False}
     report = {"policy_sha": "abc", "chosen_steps": 200, "config": {"seeds": [0, 1, 2], "base_seeds": [0, 1]},
               "kl_coef": 0.1,
-              "kl_coef_search": [{"kl_coef": 0.05, "chosen_steps": None,
-                                  "targets": {"200": {"pass_at_1_gain": target(0.04, False, [0.03, 0.05])}}},
-                                 {"kl_coef": 0.1, "chosen_steps": 200, "targets": {}}],
-              "targets": {"100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04]), "lost_main": reported},
-                          "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08]), "lost_main": reported}}}
+              "search": [{"kl_coef": 0.05, "chosen_steps": None,
+                          "targets_by_steps": {"200": {"pass_at_1_gain": target(0.04, False, [0.03, 0.05])}}},
+                         {"kl_coef": 0.1, "chosen_steps": 200, "targets_by_steps": {
+                             "100": {"pass_at_1_gain": target(0.03, False, [0.02, 0.04]), "lost_main": reported},
+                             "200": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08]), "lost_main": reported}}}],
+              "targets": {"pass_at_1_gain": target(0.07, True, [0.06, 0.08])}, "reported": {"lost_main": reported}}
     (tmp_path / "testbed").mkdir()
     (tmp_path / "testbed" / "dynamics.json").write_text(json.dumps(report))
     for name, sha in (("base", "old0000000000000"), ("grpo-g8", "old0000000000000")):
@@ -133,7 +134,7 @@ def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     assert "| lost_main (reported, not a gate) | (lost - null) / rescued >= 3.0 | 1.6 **no** | 1.6 **no** |" in dynamics
     assert "every beta tried, at 200 steps" in dynamics
     assert "| target | beta 0.05 | beta 0.1 |" in dynamics
-    assert "| pass_at_1_gain | 0.04 **no** | - |" in dynamics
+    assert "| pass_at_1_gain | 0.04 **no** | 0.07 yes |" in dynamics
     assert "| pass_at_1_gain | >= 0.05, interval above 0 | 0.03 [0.02, 0.04] **no** | 0.07 [0.06, 0.08] yes |" in dynamics
     grpo = text.split("**GRPO", 1)[1].split("\n", 1)[0]
     assert (f"a previous policy or testbed** (`old0000000000000`, an earlier testbed), not the shipped "
@@ -162,7 +163,8 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
 
 
 def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
-    """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table."""
+    """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table.
+    Issue 35: it names the commits its runs were made at, the first to the last by start time."""
     import json
 
     from rlvr_lib.study.runs import cached_run
@@ -177,12 +179,40 @@ def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
     for i, path in enumerate(paths):
         record = json.loads(path.read_text())
         record["extra"]["machine"]["cpu_model"] = "Model A"
+        record["git_commit"], record["started"] = str(2 - i) * 40, f"2026-01-0{i + 1}T00:00:00+00:00"
         path.write_text(json.dumps(record))
-    assert "; processor Model A)" in title() and "mixed" not in title()
+    assert "; processor Model A; made at 3 commits, `2222222` to `0000000`)" in title() and "mixed" not in title()
+    for path in paths:
+        record = json.loads(path.read_text())
+        record["git_commit"] = "a" * 40
+        path.write_text(json.dumps(record))
+    assert "; processor Model A; made at commit `aaaaaaa`)" in title()
     record = json.loads(paths[-1].read_text())
     record["extra"]["machine"]["cpu_model"] = "Model B"
     paths[-1].write_text(json.dumps(record))
     assert "**mixed processors** (Model A: 2 runs, Model B: 1 run)" in title()
+
+
+def test_the_last_verification_is_rendered_under_the_results(tmp_path):
+    """Issue 35, item 3: README's results show `make verify`'s date, commit, draw and every comparison."""
+    import json
+
+    from rlvr_lib.study.report import render
+
+    assert "*No verification committed yet" in render(tmp_path)
+    runs = [{"notebook": "02_baselines_sage_t1_anchors", "run_id": "grpo-abc-s0", "record_processor": "AMD EPYC",
+             "mode": "exact", "match": True, "detail": "bit-identical"},
+            {"notebook": "03_nudgerl", "run_id": "nudgerl-def-s1", "record_processor": "Intel Xeon",
+             "mode": "tolerance", "match": False, "detail": "outside the seed spread: final pass@1 +0.0500"}]
+    (tmp_path / "verification.json").write_text(json.dumps(
+        {"date": "2026-12-04T03:00:00+00:00", "commit": "f" * 40, "processor": "AMD EPYC", "seed": 7,
+         "per_notebook": 1, "runs": runs, "matches": 1, "mismatches": 1, "unverifiable": 0}))
+    text = render(tmp_path)
+    assert ("`make verify` on 2026-12-04, commit `fffffff`, AMD EPYC; 1 run(s) per notebook drawn with seed 7: "
+            "1 match, 1 mismatch, 0 unverifiable") in text
+    assert "| 02_baselines_sage_t1_anchors | `grpo-abc-s0` | AMD EPYC | exact | match: bit-identical |" in text
+    assert ("| 03_nudgerl | `nudgerl-def-s1` | Intel Xeon | tolerance | **mismatch**: outside the seed spread: "
+            "final pass@1 +0.0500 |") in text
 
 
 # --------------------------------------------------------------------------- reliability table
@@ -249,13 +279,13 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
 
     readme = " ".join(README.read_text().split())
     d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
-    by_beta = {b["kl_coef"]: b for b in d["kl_coef_search"]}
+    by_beta = {b["kl_coef"]: b for b in d["search"]}
 
     def dot(x, digits=2):  # .086, the README's style for values below 1
         return f"{x:.{digits}f}".replace("0.", ".", 1) if abs(x) < 1 else f"{x:.{digits}f}"
 
     def v(beta, steps, name):
-        return by_beta[beta]["targets"][str(steps)][name]
+        return by_beta[beta]["targets_by_steps"][str(steps)][name]
 
     chosen, steps = d["kl_coef"], d["chosen_steps"]
     assert f"chose {steps} steps at anchor beta {chosen:g}" in readme and by_beta[chosen]["chosen_steps"] == steps

@@ -42,6 +42,9 @@ Showing it:
 * :mod:`rlvr_lib.study.plots` -- the notebooks' figures.
 * :mod:`rlvr_lib.study.report` -- README's results section and reliability
   table, rendered from ``results/``.
+* :mod:`rlvr_lib.study.provenance` -- the stale-record check: which committed
+  records were made by code or data that changed since, and whether each
+  change is declared result-neutral (``results/result_neutral_commits.json``).
 * :mod:`rlvr_lib.study.bench` -- benchmarks against their baselines, measured in
   the same run, written to ``results/bench/`` (``make bench``).
 """

@@ -35,6 +35,13 @@ names one, its 95% interval does too; a row with ``"gates": False`` is
 reported and never gates. The full profile's step count is the smallest
 candidate at which every gating target is met (`chosen_steps`).
 
+The report (`measure_dynamics`, ``results/testbed/dynamics.json``) keeps the
+verdict apart from the search that led to it: ``targets`` holds only the
+gating targets at the chosen beta and step count (so ``all_targets_met`` is
+exactly "every entry of ``targets`` is met"), ``reported`` the non-gating
+ones there, and ``search`` every beta tried with every target at every step
+count (`targets_by_steps`), met or not.
+
 The anchor's beta is part of the testbed, calibrated like SAGE's tau and
 3PO's ESS (`KL_COEF_CANDIDATES`, stated before measuring it): the anchored
 arm is trained at each candidate beta in order, from the papers' 0.05
@@ -296,6 +303,17 @@ def dynamics_targets(
     return targets
 
 
+def verdict_at(targets: Mapping[str, Mapping]) -> dict[str, dict]:
+    """Split one step count's targets into ``{"targets": gating ones, "reported": the others}``."""
+    return {"targets": {n: t for n, t in targets.items() if t.get("gates", True)},
+            "reported": {n: t for n, t in targets.items() if not t.get("gates", True)}}
+
+
+def targets_by_steps(report: Mapping[str, Any]) -> dict[str, dict]:
+    """Every target (gating and reported) at every step count, at the report's anchor beta ``kl_coef``."""
+    return next(t["targets_by_steps"] for t in report["search"] if t["kl_coef"] == report["kl_coef"])
+
+
 def chosen_steps(per_step: Mapping[int, Mapping[str, Mapping]]) -> int | None:
     """The smallest step count at which every gating target is met, or ``None``."""
     return next((s for s in sorted(per_step)
@@ -376,8 +394,9 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
     """Run (or read from the cache) the dynamics calibration and check the targets per step count.
 
     The anchored arm is trained at each of ``config.kl_coefs`` in order until one beta meets every gating
-    target at some step count; ``targets``, ``summary`` and the curves are that beta's (or the last one's),
-    ``kl_coef_search`` lists every beta tried with its targets.
+    target at some step count. ``kl_coef``, ``summary`` and the curves are that beta's (or the last one's);
+    ``targets`` and ``reported`` are its gating and reported targets at ``chosen_steps`` (when no step count
+    qualifies, at the largest candidate); ``search`` lists every beta tried with its targets at every step count.
     """
     from rlvr_lib.study.pipeline import evaluate_base
     from rlvr_lib.policy.load import policy_fingerprint
@@ -393,7 +412,7 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
         per_step, summary = _targets_per_step(config, base, base_wide, anchored, unanchored)
         chosen = chosen_steps(per_step)
         search.append({"kl_coef": beta, "chosen_steps": chosen,
-                       "targets": {str(s): t for s, t in per_step.items()}})
+                       "targets_by_steps": {str(s): t for s, t in per_step.items()}})
         if chosen is not None:
             break
     rare = lambda evs: per_problem_scores(evs, [RARE_FAMILY], samples=config.wide_samples,  # noqa: E731
@@ -411,11 +430,11 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
         "config": config.to_dict(),
         "step_candidates": list(config.step_candidates),
         "kl_coef": beta,
-        "kl_coef_search": search,
-        "targets": {str(s): t for s, t in per_step.items()},
-        "summary": {str(s): v for s, v in summary.items()},
         "chosen_steps": chosen,
         "all_targets_met": chosen is not None,
+        **verdict_at(per_step[chosen if chosen is not None else max(per_step)]),
+        "search": search,
+        "summary": {str(s): v for s, v in summary.items()},
         "training_curves": curves,
         f"{RARE_FAMILY}_pass_at_{config.wide_samples}_per_problem": rare_per_problem,
     }
@@ -445,18 +464,25 @@ def _targets_per_step(config: DynamicsConfig, base, base_wide, anchored, unancho
 
 
 def format_dynamics(report: Mapping[str, Any]) -> str:
-    """One line per (step count, target)."""
+    """The verdict at the chosen beta and step count, then every target tried (one line per step count and target)."""
+    where = (f"{report['chosen_steps']} steps" if report["chosen_steps"] is not None
+             else f"{max(report['step_candidates'])} steps, the largest candidate")
+    met = sum(t["met"] for t in report["targets"].values())
     lines = [f"dynamics of policy {report['policy_sha']} ({report['testbed_version']}): "
-             f"anchor beta {report['kl_coef']}, chosen steps {report['chosen_steps']}"]
-    for tried in report["kl_coef_search"][:-1]:
+             f"anchor beta {report['kl_coef']}, chosen steps {report['chosen_steps']}",
+             f"  at beta {report['kl_coef']} and {where}: {met} of {len(report['targets'])} gating targets met"
+             + "".join(f"; {name} = {t['value']} (reported)" for name, t in report["reported"].items()),
+             "search:"]
+    for tried in report["search"][:-1]:
         lines.append(f"  beta {tried['kl_coef']}: chosen steps {tried['chosen_steps']}; not met: " + ", ".join(
-            sorted({f"{name}@{steps}" for steps, ts in tried["targets"].items() for name, t in ts.items()
+            sorted({f"{name}@{steps}" for steps, ts in tried["targets_by_steps"].items() for name, t in ts.items()
                     if not t["met"] and t.get("gates", True)})))
-    for steps, targets in report["targets"].items():
+    for steps, targets in targets_by_steps(report).items():
         for name, t in targets.items():
             ci = f" [{t['interval'][0]}, {t['interval'][1]}]" if "interval" in t else ""
             verdict = ("met" if t["met"] else "NOT MET") + ("" if t.get("gates", True) else ", reported")
-            lines.append(f"  {steps:>4} [{verdict}] {name} = {t['value']}{ci} (target {t['bound']})")
+            lines.append(f"  beta {report['kl_coef']} {steps:>4} [{verdict}] {name} = {t['value']}{ci} "
+                         f"(target {t['bound']})")
     return "\n".join(lines)
 
 

@@ -60,7 +60,8 @@ def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *,
 
     key = versioned_key({"policy": policy, "policy_sha": policy_fingerprint(policy), "eval": spec.to_dict()},
                         spec.task)
-    return cached_run(experiment, name, key, spec.seed, run, root=root, extra=record_extra(experiment))
+    return cached_run(experiment, name, key, spec.seed, run, root=root, extra=record_extra(experiment),
+                      one_processor=True)
 
 
 def _check_extra_specs(extra_specs: Mapping[str, EvalSpec] | None) -> dict[str, EvalSpec]:
@@ -153,7 +154,8 @@ def train_and_evaluate(
             extra[EVALS] = {label: evaluate_policy(engine, s) for label, s in extra_specs.items()}
         return nan_to_none(history), final, extra
 
-    record = cached_run(experiment, name, key, config.seed, run, root=root, extra=record_extra(experiment))
+    record = cached_run(experiment, name, key, config.seed, run, root=root, extra=record_extra(experiment),
+                        one_processor=True)
     shutil.rmtree(ckpt, ignore_errors=True)
     _check_method_options(record, options)
     return record

@@ -90,29 +90,29 @@ def _dynamics_section(root: Path) -> list[str]:
     path = root / "testbed" / "dynamics.json"
     if not path.exists():
         return ["*No dynamics calibration committed yet (`python -m rlvr_lib calibrate --dynamics`).*"]
+    from rlvr_lib.study.dynamics import targets_by_steps
+
     report = json.loads(path.read_text())
-    steps = list(report["targets"])
+    per_step = targets_by_steps(report)
+    steps = list(per_step)
     cfg = report["config"]
-    beta = f"; anchor beta {report['kl_coef']}" if "kl_coef" in report else ""  # reports before the beta search
     lines = [
         f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`, testbed "
         f"`{report.get('testbed_version')}`: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
-        f"evaluations{beta}; step count of the full profile: "
+        f"evaluations; anchor beta {report['kl_coef']}; step count of the full profile: "
         f"{report['chosen_steps'] or 'none, not every target holds'}):",
         "",
         "| target | bound | " + " | ".join(f"{s} steps" for s in steps) + " |",
         "|---|---|" + "---|" * len(steps),
     ]
-    names = list(report["targets"][steps[0]])
+    names = list(per_step[steps[0]])
     for name in names:
-        cells = []
-        for s in steps:
-            cells.append(_target_cell(report["targets"][s][name]))
-        gates = report["targets"][steps[0]][name].get("gates", True)
+        cells = [_target_cell(per_step[s][name]) for s in steps]
+        gates = per_step[steps[0]][name].get("gates", True)
         label = name if gates else f"{name} (reported, not a gate)"
-        lines.append(f"| {label} | {report['targets'][steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
-    search = report.get("kl_coef_search", [])
+        lines.append(f"| {label} | {per_step[steps[0]][name]['bound']} | " + " | ".join(cells) + " |")
+    search = report["search"]
     if len(search) > 1:  # the anchor's beta was searched: every beta tried, at the largest step count
         last = steps[-1]
         lines += ["", f"The table above is at anchor beta {report['kl_coef']}; every beta tried, at {last} steps "
@@ -122,18 +122,19 @@ def _dynamics_section(root: Path) -> list[str]:
         for name in names:
             cells = []
             for tried in search:
-                t = tried["targets"].get(last, {}).get(name)
+                t = tried["targets_by_steps"].get(last, {}).get(name)
                 cells.append("-" if t is None else _target_cell(t, interval=False))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
 
 
-def _measured_on(record) -> tuple:
+def measured_on(record) -> tuple:
     """The policy and testbed a run was measured on: ``(policy_sha, task_version)`` from its cache key."""
     return record.config.get("policy_sha"), record.config.get("task_version")
 
 
-def _current() -> tuple:
+def current_testbed() -> tuple:
+    """``(policy_sha, task_version)`` of the shipped policy and testbed, as `measured_on` reads a record's."""
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks import task_version
 
@@ -142,8 +143,8 @@ def _current() -> tuple:
 
 def _policy_note(records) -> str:
     """Which policy and testbed a table's runs were measured on, flagged when not the shipped ones."""
-    shipped, version = _current()
-    measured = sorted({_measured_on(r) for r in records if r.config.get("policy_sha")}, key=str)
+    shipped, version = current_testbed()
+    measured = sorted({measured_on(r) for r in records if r.config.get("policy_sha")}, key=str)
     if not measured:
         return ""
     if measured == [(shipped, version)]:
@@ -160,9 +161,19 @@ def _processor_note(records) -> str:
     """
     counts = Counter(r.extra.get("machine", {}).get("cpu_model", "?") for r in records)
     if len(counts) <= 1:
-        return "".join(f"; processor {model}" for model in counts)
+        return "".join(f"; processor {model}" for model in counts) + _commit_note(records)
     what = ", ".join(f"{model}: {n} run{'s' * (n != 1)}" for model, n in sorted(counts.items()))
-    return f"; **mixed processors** ({what}): not reproducible seed by seed on one machine"
+    return f"; **mixed processors** ({what}): not reproducible seed by seed on one machine" + _commit_note(records)
+
+
+def _commit_note(records) -> str:
+    """The commits a table's runs were made at: the first and the last run's, by start time (issue 35)."""
+    dated = sorted((r.started or "", r.git_commit) for r in records if r.git_commit)
+    if not dated:
+        return ""
+    first, last = dated[0][1][:7], dated[-1][1][:7]
+    n = len({c for _, c in dated})
+    return f"; made at commit `{first}`" if n == 1 else f"; made at {n} commits, `{first}` to `{last}`"
 
 
 def _stored_outputs(notebook: Path) -> str:
@@ -188,12 +199,12 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = ())
     records = load_runs(experiment, root)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
-    current = _current()
-    groups = sorted({_measured_on(r) for r in records}, key=lambda g: (g != current, str(g)))
+    current = current_testbed()
+    groups = sorted({measured_on(r) for r in records}, key=lambda g: (g != current, str(g)))
     lines: list[str] = []
     for i, group in enumerate(groups):
-        recs = [r for r in records if _measured_on(r) == group]
-        rows = [(label, [r for r in load_runs(other, root, name=name) if _measured_on(r) == group])
+        recs = [r for r in records if measured_on(r) == group]
+        rows = [(label, [r for r in load_runs(other, root, name=name) if measured_on(r) == group])
                 for other, name, label in shared]
         lines += ([] if i == 0 else [""]) + _method_table(recs, experiment, title, rows)
     return lines
@@ -449,8 +460,32 @@ def render(root: str | Path | None = None) -> str:
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
     lines += [""] + _budget_section(root)
+    lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
+
+
+VERIFICATION_FILE = "verification.json"
+"""`make verify`'s summary under the results root (written by `rlvr_lib.study.verify`)."""
+
+
+def _verification_section(root: Path) -> list[str]:
+    """`make verify`'s last result (`rlvr_lib.study.verify`): which committed runs were recomputed, and how
+    each compared with its record."""
+    path = root / VERIFICATION_FILE
+    if not path.exists():
+        return ["*No verification committed yet (`make verify` recomputes a seeded sample of committed runs at "
+                "HEAD and compares them with their records).*"]
+    v = json.loads(path.read_text())
+    lines = [f"**Verification** (`results/{VERIFICATION_FILE}`: `make verify` on {v['date'][:10]}, commit "
+             f"`{(v['commit'] or 'unknown')[:7]}`, {v['processor']}; {v['per_notebook']} run(s) per notebook drawn "
+             f"with seed {v['seed']}: {v['matches']} match, {v['mismatches']} mismatch, {v['unverifiable']} "
+             "unverifiable):", "", "| notebook | run | made on | comparison | result |", "|---|---|---|---|---|"]
+    for run in v["runs"]:
+        result = {True: "match", False: "**mismatch**", None: "unverifiable"}[run["match"]]
+        lines.append(f"| {run['notebook']} | `{run['run_id']}` | {run['record_processor']} | {run['mode']} "
+                     f"| {result}: {run['detail']} |")
+    return lines
 
 
 def render_reliability(root: str | Path | None = None) -> str:

@@ -450,6 +450,24 @@ def _interrupt(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt(f"signal {signal.Signals(signum).name}")
 
 
+def _verify(parser, args) -> int:
+    """``--verify``: exit 1 when a recomputed run does not match its record."""
+    from rlvr_lib.study.verify import verify
+
+    try:
+        check_out_folder("--scratch", args.scratch)
+    except UsageError as exc:
+        parser.error(str(exc))
+    print(f"verify: {args.sample} run(s) per notebook, drawn with seed {args.seed}", flush=True)
+    try:
+        summary = verify(args.sample, args.seed, scratch=args.scratch)
+    except ValueError as exc:
+        parser.error(str(exc))
+    print(f"{len(summary['runs'])} run(s): {summary['matches']} match, {summary['mismatches']} mismatch, "
+          f"{summary['unverifiable']} unverifiable; wrote results/verification.json")
+    return 1 if summary["mismatches"] else 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = OneLineParser(
@@ -465,7 +483,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
     parser.add_argument("--workers", type=int_at_least(1), default=1,
                         help="notebooks executed at once, each with cores // workers threads (default 1)")
+    parser.add_argument("--verify", action="store_true",
+                        help="instead of running notebooks, recompute a seeded sample of committed runs at HEAD and "
+                             "compare them with their records (rlvr_lib.study.verify)")
+    parser.add_argument("--sample", type=int_at_least(1), default=1, help="--verify: runs drawn per notebook (default 1)")
+    parser.add_argument("--seed", type=int_at_least(0), default=0, help="--verify: the draw's seed (default 0)")
+    parser.add_argument("--scratch", default=None,
+                        help="--verify: folder for the recomputed runs (default <repo>/.verify; resumable)")
     args = parser.parse_args(argv)
+    if args.verify:
+        return _verify(parser, args)
     try:  # checked before reproduce() creates OUT/PROFILE
         check_out_folder("--out", args.out)
         with flag_errors({"only": "--only"}, "--only"):

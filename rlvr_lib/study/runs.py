@@ -39,6 +39,7 @@ import os
 import re
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
@@ -54,6 +55,7 @@ __all__ = [
     "RESULTS_ENV",
     "RunRecord",
     "cached_run",
+    "check_one_processor",
     "cpu_model",
     "git_commit",
     "jsonable",
@@ -281,6 +283,7 @@ def cached_run(
     force: bool = False,
     root: str | Path | None = None,
     extra: Mapping[str, Any] | None = None,
+    one_processor: bool = False,
 ) -> RunRecord:
     """Runs ``fn`` once per (experiment, name, config, seed) and caches the record.
 
@@ -308,6 +311,8 @@ def cached_run(
         force: Recompute and overwrite even if a finished record exists.
         root: Results root; default from :func:`results_root`.
         extra: Extras stored with the record (merged under ``fn``'s extras).
+        one_processor: Before computing, refuse (`check_one_processor`) when the experiment holds records of
+            the same policy and testbed made on another processor model: the tables' runs (issue 31, item 5).
 
     Returns:
         The stored (or loaded) :class:`RunRecord`; values are as read back
@@ -341,7 +346,44 @@ def cached_run(
             log.info("waited for another process computing %s", run_id)
         if waited and not force and (rec := cached()) is not None:  # another process computed it meanwhile
             return rec
+        if one_processor:
+            check_one_processor(path.parent, cfg)
         return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
+
+
+MIXED_PROCESSORS_ENV = "RLVR_ALLOW_MIXED_PROCESSORS"
+
+
+def check_one_processor(folder: Path, config: Mapping[str, Any]) -> None:
+    """Refuses to add a run made on this processor model to ``folder`` when its records of the same policy and
+    testbed (``policy_sha`` and ``task_version`` of ``config``) were made on another model.
+
+    Two models round floats differently, so the same seed trains another trajectory on each and a table mixing
+    them is not reproducible seed by seed (the report marks such a table). Setting the environment variable
+    ``RLVR_ALLOW_MIXED_PROCESSORS=1`` allows it. Only a computation is refused: cached records load anywhere.
+
+    Raises:
+        ValueError: naming the folder, its processor models and this one.
+    """
+    if os.environ.get(MIXED_PROCESSORS_ENV) == "1":
+        return
+    here, theirs = cpu_model(), Counter()
+    same = {k: config.get(k) for k in ("policy_sha", "task_version")}
+    for path in folder.glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if {k: data.get("config", {}).get(k) for k in same} == same:
+            theirs[((data.get("extra") or {}).get("machine") or {}).get("cpu_model")] += 1
+    others = {model: n for model, n in theirs.items() if model != here}
+    if others:
+        made = ", ".join(f"{n} on {model}" for model, n in sorted(others.items(), key=str))
+        raise ValueError(
+            f"{folder}: its runs of this policy and testbed were made on another processor model ({made}); this "
+            f"machine is {here!r}. A table mixing models is not reproducible seed by seed: run it on that model, "
+            f"move those records to results/archive/, or set {MIXED_PROCESSORS_ENV}=1 to mix (the report marks "
+            "the table)")
 
 
 def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra) -> RunRecord:

@@ -1,0 +1,246 @@
+"""Check committed numbers: recompute a seeded sample of committed runs at HEAD and compare (issue 35).
+
+Runs are cached by their config (`rlvr_lib.study.runs.cached_run`), so a change to the loop that keeps a
+config's hash reuses records made by older code, and `make reproduce` on a fresh clone recomputes nothing.
+`verify` draws a few committed full-profile runs per notebook (a seeded draw, printed, so anyone can repeat
+it), retrains and re-evaluates each from its stored config with the code at HEAD into a scratch folder
+(never ``results/``), and compares the recomputed record with the committed one:
+
+* **same processor model** as the record's: bit for bit -- the training history (wall-clock timings left
+  out), the final evaluation and every extra evaluation must be equal;
+* **another processor model**: float rounding differs, so a 200-step run follows another trajectory (the
+  same GRPO run ends at pass@1 .531 on one and .542 on another). Each metric ``m`` of the final (and extra)
+  evaluations' average must then lie within ``1.96 * sqrt(2) * sd_m`` of the record's, where ``sd_m`` is the
+  seed-to-seed standard deviation of ``m`` over the committed seeds of the same arm: the 95% range of the
+  difference between two independent seeds. An arm with one committed seed has no such spread and its
+  runs are reported as unverifiable on another processor.
+
+Only the two kinds of records the notebooks' tables are made of are drawn: trained runs
+(`rlvr_lib.study.pipeline.train_and_evaluate`, a config with ``"train"``) and base-policy evaluations
+(`rlvr_lib.study.pipeline.evaluate_base`, a config with ``"policy"``), of the shipped policy and testbed.
+The summary (date, commit, seed, every comparison) is written to ``results/verification.json``, which the
+report renders under README's results.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import random
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.study.report import SECTIONS, VERIFICATION_FILE, current_testbed, measured_on
+from rlvr_lib.study.runs import RunRecord, cpu_model, git_commit, load_runs, results_root
+from rlvr_lib.validation import invalid
+
+__all__ = ["VERIFICATION_FILE", "compare_records", "draw_sample", "recompute", "seed_tolerances", "verify"]
+
+TOLERANCE_Z = 1.96 * math.sqrt(2.0)
+"""Tolerance per seed-to-seed sd: the 95% range of the difference of two independent seeds."""
+_TIMING_PREFIX = "time_"  # history columns that measure wall-clock time, not the run
+
+
+def _kind(record: RunRecord) -> str | None:
+    """``"train"`` (`train_and_evaluate`), ``"base"`` (`evaluate_base`) or ``None`` (not verifiable here)."""
+    if "train" in record.config and "eval" in record.config:
+        return "train"
+    if "policy" in record.config and "eval" in record.config:
+        return "base"
+    return None
+
+
+def table_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
+    """The committed records each notebook's tables read, of the shipped policy and testbed, by notebook."""
+    current = current_testbed()
+    return {notebook: [r for r in load_runs(experiment, root) if measured_on(r) == current and _kind(r)]
+            for experiment, _, notebook, _ in SECTIONS}
+
+
+def draw_sample(by_notebook: Mapping[str, Sequence[RunRecord]], per_notebook: int, seed: int) -> list[RunRecord]:
+    """``per_notebook`` records of each notebook (all of them when it has fewer), drawn with ``seed``.
+
+    The draw depends only on the seed and the sorted run ids, so it is the same on every machine.
+    """
+    if per_notebook < 1:
+        raise invalid("sample", per_notebook, "a count >= 1 of runs per notebook")
+    rng = random.Random(seed)
+    sample = []
+    for notebook in sorted(by_notebook):
+        records = sorted(by_notebook[notebook], key=lambda r: (r.experiment, r.run_id))
+        sample += rng.sample(records, min(per_notebook, len(records)))
+    return sample
+
+
+def recompute(record: RunRecord, scratch: str | Path) -> RunRecord:
+    """Retrain and re-evaluate ``record`` from its stored config at HEAD into ``scratch`` (resumable there).
+
+    Raises:
+        ValueError: when the record is of a kind `verify` does not recompute, or when its config no longer
+            maps to the same cache key (the stored config does not round-trip through today's configs).
+    """
+    import torch
+
+    from rlvr_lib.eval.policy_eval import EvalSpec
+    from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
+    from rlvr_lib.trainer import TrainerConfig
+
+    threads = (record.extra or {}).get("machine", {}).get("torch_threads")
+    if threads:
+        torch.set_num_threads(int(threads))  # the record's, so the same processor sums in the same order
+    cfg = record.config
+    kind = _kind(record)
+    if kind == "train":
+        extra = {label: EvalSpec.from_dict(s) for label, s in (cfg.get("extra_evals") or {}).items()}
+        fresh = train_and_evaluate(record.experiment, record.name, TrainerConfig.from_dict(cfg["train"]),
+                                   EvalSpec.from_dict(cfg["eval"]), root=scratch, extra_specs=extra or None)
+    elif kind == "base":
+        fresh = evaluate_base(record.experiment, EvalSpec.from_dict(cfg["eval"]), cfg["policy"], root=scratch,
+                              name=record.name)
+    else:
+        raise invalid("record", f"{record.experiment}/{record.run_id}",
+                      "a trained run (config with 'train') or a base evaluation (config with 'policy')")
+    if fresh.run_id != record.run_id:
+        raise invalid(f"recomputed run id of {record.experiment}/{record.run_id}", fresh.run_id,
+                      f"{record.run_id}: the stored config no longer maps to the same cache key at HEAD")
+    return fresh
+
+
+def _evaluations(record: RunRecord) -> dict[str, Any]:
+    return {"final": record.final, **{f"evals.{k}": v for k, v in ((record.extra or {}).get("evals") or {}).items()}}
+
+
+def _average_metrics(evaluation: Mapping[str, Any]) -> dict[str, float]:
+    """The scalar metrics of an evaluation's average: ``pass@k`` for every k and the other numbers."""
+    avg = evaluation["average"]
+    out = {f"pass@{k}": float(v) for k, v in avg["pass_at_k"].items()}
+    out.update({k: float(v) for k, v in avg.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    return out
+
+
+def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
+    """The path of the first value that differs between two JSON trees, or ``None`` when they are equal."""
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        for key in sorted(set(a) | set(b), key=str):
+            if key not in a or key not in b:
+                return f"{path}.{key}"
+            found = _first_difference(a[key], b[key], f"{path}.{key}")
+            if found:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list):
+        if len(a) != len(b):
+            return f"{path} (length {len(a)} != {len(b)})"
+        return next((d for i, (x, y) in enumerate(zip(a, b)) if (d := _first_difference(x, y, f"{path}[{i}]"))), None)
+    return None if a == b else f"{path} ({a!r} != {b!r})"
+
+
+def _history_without_timings(record: RunRecord) -> list[dict]:
+    return [{k: v for k, v in row.items() if not k.startswith(_TIMING_PREFIX)} for row in record.history]
+
+
+def seed_tolerances(record: RunRecord, root: str | Path | None = None) -> dict[str, dict[str, float]] | None:
+    """Per evaluation and metric, ``TOLERANCE_Z x`` the sd over the committed seeds of ``record``'s arm.
+
+    Returns ``None`` when the arm (same experiment, name and config but the seed) has fewer than 2 seeds.
+    """
+    def same_arm(r: RunRecord) -> bool:
+        strip = lambda c: {k: ({kk: vv for kk, vv in v.items() if kk != "seed"} if isinstance(v, dict) else v)  # noqa: E731
+                           for k, v in c.items()}
+        return strip(r.config) == strip(record.config)
+
+    arm = [r for r in load_runs(record.experiment, root, name=record.name) if same_arm(r)]
+    if len({r.seed for r in arm}) < 2:
+        return None
+    tolerances = {}
+    for label in _evaluations(record):
+        per_seed = [_average_metrics(_evaluations(r)[label]) for r in arm]
+        tolerances[label] = {m: TOLERANCE_Z * float(np.std([p[m] for p in per_seed], ddof=1))
+                             for m in per_seed[0] if all(m in p for p in per_seed)}
+    return tolerances
+
+
+def compare_records(committed: RunRecord, fresh: RunRecord, *, same_processor: bool,
+                    tolerances: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, Any]:
+    """Compare a recomputed record with the committed one by the module's rules.
+
+    Returns:
+        ``{"mode": "exact" | "tolerance", "match": bool | None, "detail": str, "metrics": [...]}``; in
+        tolerance mode ``metrics`` lists ``{evaluation, metric, committed, recomputed, difference, tolerance,
+        within}`` and ``match`` is ``None`` when no tolerance exists (one committed seed).
+    """
+    if same_processor:
+        diff = (_first_difference(_history_without_timings(committed), _history_without_timings(fresh), "history")
+                or _first_difference(_evaluations(committed), _evaluations(fresh)))
+        return {"mode": "exact", "match": diff is None, "detail": "bit-identical" if diff is None
+                else f"first difference at {diff}", "metrics": []}
+    if tolerances is None:
+        return {"mode": "tolerance", "match": None, "metrics": [],
+                "detail": "unverifiable on another processor: the arm has one committed seed, so no seed spread"}
+    metrics = []
+    for label, evaluation in _evaluations(committed).items():
+        ours = _average_metrics(_evaluations(fresh)[label])
+        for metric, value in _average_metrics(evaluation).items():
+            if metric not in tolerances.get(label, {}):
+                continue
+            difference, tol = ours[metric] - value, tolerances[label][metric]
+            metrics.append({"evaluation": label, "metric": metric, "committed": value, "recomputed": ours[metric],
+                            "difference": difference, "tolerance": tol, "within": abs(difference) <= tol + 1e-12})
+    outside = [f"{m['evaluation']} {m['metric']} {m['difference']:+.4f} (tolerance {m['tolerance']:.4f})"
+               for m in metrics if not m["within"]]
+    return {"mode": "tolerance", "match": not outside, "metrics": metrics,
+            "detail": f"{len(metrics)} metrics within the seed spread" if not outside
+            else "outside the seed spread: " + "; ".join(outside)}
+
+
+def verify(per_notebook: int = 1, seed: int = 0, *, root: str | Path | None = None,
+           scratch: str | Path | None = None, write: bool = True) -> dict[str, Any]:
+    """Recompute `draw_sample`'s runs at HEAD into ``scratch`` and compare each with its record.
+
+    Args:
+        per_notebook: Runs drawn per notebook.
+        seed: The draw's seed (printed and stored, so the draw can be repeated).
+        root: Results root of the committed records (default ``results/``).
+        scratch: Where the recomputed runs go (default ``<repo>/.verify/``, git-ignored; an interrupted
+            verification resumes there). Never the results root.
+        write: Store the summary as ``<root>/verification.json``.
+
+    Returns:
+        The summary: ``date``, ``commit``, ``processor``, ``seed``, ``per_notebook``, ``runs`` (one dict per
+        drawn run: notebook, experiment, run_id, its processor, the comparison) and ``matches`` /
+        ``mismatches`` / ``unverifiable`` counts.
+    """
+    root = results_root(root)
+    scratch = Path(scratch) if scratch is not None else root.parent / ".verify"
+    if scratch.resolve() == root.resolve() or root.resolve() in scratch.resolve().parents:
+        raise invalid("scratch", str(scratch), f"a folder outside the results root {root} (recomputed runs never go there)")
+    by_notebook = table_records(root)
+    notebook_of = {(r.experiment, r.run_id): nb for nb, records in by_notebook.items() for r in records}
+    sample = draw_sample(by_notebook, per_notebook, seed)
+    here = cpu_model()
+    runs = []
+    for i, record in enumerate(sample, 1):
+        theirs = (record.extra or {}).get("machine", {}).get("cpu_model")
+        print(f"[{i}/{len(sample)}] {record.experiment}/{record.run_id} (made on {theirs})", flush=True)
+        fresh = recompute(record, scratch)
+        same = theirs == here
+        result = compare_records(record, fresh, same_processor=same,
+                                 tolerances=None if same else seed_tolerances(record, root))
+        print(f"    {result['mode']}: {'match' if result['match'] else 'MISMATCH' if result['match'] is False else 'unverifiable'}"
+              f" -- {result['detail']}", flush=True)
+        runs.append({"notebook": notebook_of[(record.experiment, record.run_id)], "experiment": record.experiment,
+                     "run_id": record.run_id, "record_processor": theirs, "record_commit": record.git_commit,
+                     **result})
+    summary = {
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "commit": git_commit(),
+        "processor": here, "seed": seed, "per_notebook": per_notebook, "runs": runs,
+        "matches": sum(r["match"] is True for r in runs), "mismatches": sum(r["match"] is False for r in runs),
+        "unverifiable": sum(r["match"] is None for r in runs),
+    }
+    if write:
+        write_json_atomic(root / VERIFICATION_FILE, summary)
+    return summary
