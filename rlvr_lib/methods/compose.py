@@ -490,17 +490,27 @@ def pair_table(names: tuple[str, ...] = ("nudgerl", "sage", "b3po", "vigor")) ->
 
 def _pair_verdict(a: str, b: str) -> tuple[str, str]:
     names = (a, b)
+    presets = preset_conflicts(names)
     clash = hook_conflicts(names)
     if clash:
         why = "; ".join(" vs ".join(f"{n} overrides {_ticks(hs)}" for n, hs in claimed.items())
-                        + f" (one {family!r} owner at most)" for family, claimed in clash.items())
+                        + f" (one {family} owner at most)" for family, claimed in clash.items())
+        if presets:
+            why += f"; the presets differ on {_listed(presets)} too"
         return "refused", why
     owners = hook_owners(names)
-    owned = ", ".join(f"{owner} owns {family}" for family, owner in owners.items() if owner is not None)
+    owned = "; ".join(f"{n} owns {', '.join(f for f, o in owners.items() if o == n)}"
+                      for n in names if n in owners.values())
     combined = [h for h in COMBINED[1:4] if all(overrides(METHODS[n].cls, h) for n in names)]
     why = owned + (f"; both run {', '.join(f'`{h}`' for h in combined)}, in order" if combined else "")
-    conflicts = preset_conflicts(names)
-    if conflicts:
-        keys = ", ".join(f"`{k}` ({' vs '.join(repr(v) for v in vals.values())})" for k, vals in sorted(conflicts.items()))
-        return f"yes, once the presets' {keys} are chosen", why
+    if presets:
+        return f"yes, once {_listed(presets)} {'is' if len(presets) == 1 else 'are'} chosen", why
     return "yes", why
+
+
+def _listed(conflicts: dict[str, dict[str, Any]]) -> str:
+    """``kl_coef`` (0 vs 0.2), ...: each conflicting key with the components' values, in their order."""
+    def show(v):
+        return f"{v:.3g}" if isinstance(v, float) else repr(v)
+
+    return ", ".join(f"`{k}` ({' vs '.join(show(v) for v in vals.values())})" for k, vals in sorted(conflicts.items()))
