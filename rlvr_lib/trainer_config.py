@@ -94,7 +94,8 @@ class TrainerConfig(ConfigBase):
     engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
-        from rlvr_lib.methods.registry import METHODS, resolve_name  # importing it runs rlvr_lib.methods: all registered
+        # importing the registry runs rlvr_lib.methods: every method is registered
+        from rlvr_lib.methods.registry import METHODS, resolve_name
 
         resolve_name(self.method)  # a composite "a+b" is composed on first use (rlvr_lib.methods.compose)
         self.check_choice("method", self.method, sorted(METHODS))

@@ -178,14 +178,32 @@ def test_a_composite_cannot_be_a_component():
         compose("sage+grpo", "vigor")
 
 
-def test_a_config_composes_an_unregistered_name_or_says_why_not():
+def test_a_config_composes_an_unregistered_name():
     assert "sage+grpo" not in METHODS
     config = TrainerConfig(method="sage+grpo", kl_coef=0.2)
     assert "sage+grpo" in METHODS and config.method == "sage+grpo"
     with pytest.raises(ValueError, match="both override the 'advantages' hooks"):
         TrainerConfig(method="nudgerl+vigor")
+    # read back (a run record, a checkpoint) where the composite is not registered: composed again
+    config = method_config(compose("nudgerl", "sage", kl_coef=0.2), **SMALL)
+    del METHODS["nudgerl+sage"]
+    assert TrainerConfig.from_dict(config.to_dict()) == config
+
+
+def test_a_config_of_a_pair_with_conflicting_presets_loads_but_its_preset_waits_for_a_choice():
+    # a record or checkpoint read in a fresh process: every field is given, only the hooks are needed
+    config = TrainerConfig(method="sage+b3po", kl_coef=0.2)
+    assert METHODS["sage+b3po"].cls.PRESET_UNRESOLVED == ("kl_coef",)
+    assert build_method(config).components["b3po"].name == "b3po"
     with pytest.raises(ValueError, match=r"choose them: compose\('sage', 'b3po', kl_coef=...\)"):
         method_config("sage+b3po")
+    with pytest.raises(ValueError, match=r"choose them"):
+        compose("sage", "b3po")
+    assert compose("sage", "b3po", kl_coef=0.2) == "sage+b3po"  # replaces the entry
+    assert METHODS["sage+b3po"].cls.PRESET_UNRESOLVED == () and method_config("sage+b3po").kl_coef == 0.2
+    with pytest.raises(ValueError, match=r"choose them: compose\('nudgerl', 'b3po', lr_schedule=..., "
+                                         r"lr_warmup_ratio=...\)"):
+        method_config("nudgerl+b3po")  # not registered yet: composed with its preset, which conflicts
 
 
 # ----------------------------------------------------------------------------- GRPO is the identity

@@ -64,10 +64,14 @@ a conflict, refused with each method's value, unless the caller passes it to
 `compose` (``compose("sage", "b3po", kl_coef=0.2)``), which then wins. Keys no
 one claims keep `TrainerConfig`'s defaults, as for any single method.
 
-A config can name a composite that is not registered yet
-(``TrainerConfig(method="nudgerl+sage")``, a config file's ``method:``):
-`ensure_registered` (through `rlvr_lib.methods.registry.resolve_name`) composes it without ``resolve``, so a pair whose presets
-conflict must be composed first, with the key resolved, in that process.
+A config can name a composite that is not registered yet: `ensure_registered`
+(through `rlvr_lib.methods.registry.resolve_name`) composes it without ``resolve``.
+A `TrainerConfig` (built field by field, or read back from a run record or a
+checkpoint in a fresh process) needs only the hooks, so a pair whose presets
+conflict is registered there with the conflicting keys left out of its preset
+(``PRESET_UNRESOLVED`` names them); `method_config`, which builds from the
+preset, refuses such a name until ``compose(..., key=value)`` chooses them
+(that call then replaces the entry).
 """
 
 from __future__ import annotations
@@ -83,7 +87,7 @@ from rlvr_lib.methods.presets import TUNED_LR
 from rlvr_lib.methods.registry import METHODS, NAME_RESOLVERS, register_method, unknown_method
 from rlvr_lib.trainer_config import TrainerConfig
 
-__all__ = ["COMBINED", "EXCLUSIVE", "ComposedOptions", "Composite", "compose", "composite_preset",
+__all__ = ["COMBINED", "EXCLUSIVE", "ComposedOptions", "Composite", "PresetConflict", "compose", "composite_preset",
            "ensure_registered", "hook_conflicts", "hook_owners", "pair_table", "preset_conflicts"]
 
 SEPARATOR = "+"
@@ -244,11 +248,17 @@ def _written(before: dict, after: dict) -> list:
     return [k for k, v in after.items() if k not in before or before[k] is not v]
 
 
+class PresetConflict(ValueError):
+    """Two components' presets set one key differently and the caller did not choose it."""
+
+
 class Composite(Method):
     """Base of the classes `compose` builds: holds the components and runs the combined hooks."""
 
     COMPONENTS: ClassVar[tuple[str, ...]] = ()
     OWNERS: ClassVar[dict[str, str | None]] = {}
+    PRESET_UNRESOLVED: ClassVar[tuple[str, ...]] = ()
+    """Preset keys left out because the components disagree and no one chose them (`ensure_registered`)."""
 
     def __init__(self, config):
         super().__init__(config)
@@ -343,7 +353,8 @@ def _composite_doc(names: tuple[str, ...], owners: dict[str, str | None]) -> str
     combined = [f"``{hook}`` of {', '.join(repr(n) for n in names if overrides(METHODS[n].cls, hook))}"
                 for hook in COMBINED if any(overrides(METHODS[n].cls, hook) for n in names)]
     return (f"Composite of {' + '.join(names)} (`rlvr_lib.methods.compose`): "
-            f"{'; '.join(owned) or 'every exclusive hook GRPO’s'}; in order, {'; '.join(combined) or 'no combined hook'}.")
+            f"{'; '.join(owned) or 'every exclusive hook GRPO’s'}; "
+            f"in order, {'; '.join(combined) or 'no combined hook'}.")
 
 
 # ----------------------------------------------------------------------------- presets
@@ -399,7 +410,7 @@ def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float
         listed = "; ".join(f"{k}: " + ", ".join(f"{n!r} {v!r}" for n, v in vals.items())
                            for k, vals in sorted(unresolved.items()))
         example = ", ".join(f"{k}=..." for k in sorted(unresolved))
-        raise ValueError(f"compose{names!r}: the presets set different values of {sorted(unresolved)} ({listed}); "
+        raise PresetConflict(f"compose{names!r}: the presets set different values of {sorted(unresolved)} ({listed}); "
                          f"choose them: compose({', '.join(repr(n) for n in names)}, {example})")
     if options:
         preset["method_options"] = options
@@ -418,8 +429,9 @@ def _check_names(names: tuple[str, ...]) -> None:
         if n not in METHODS:
             raise unknown_method(n)
         if issubclass(METHODS[n].cls, Composite):
+            flat = METHODS[n].cls.COMPONENTS + tuple(x for x in names if x != n)
             raise ValueError(f"compose{names!r}: {n!r} is a composite; compose its components directly: "
-                             f"compose({', '.join(repr(c) for c in METHODS[n].cls.COMPONENTS + tuple(x for x in names if x != n))})")
+                             f"compose({', '.join(repr(c) for c in flat)})")
 
 
 def compose(*names: str, **resolve) -> str:
@@ -436,9 +448,9 @@ def compose(*names: str, **resolve) -> str:
 
     Raises:
         ValueError: fewer than two names, a name repeated, unknown or composite; two components override
-            one exclusive hook family (the message names the hook and both methods); the presets conflict
-            on a key ``resolve`` does not set; a key of ``resolve`` is not a `TrainerConfig` field; the
-            name is registered with another preset.
+            one exclusive hook family (the message names the hook and both methods); a key of ``resolve``
+            is not a `TrainerConfig` field; the name is registered with another preset.
+        PresetConflict: (a ``ValueError``) the presets conflict on a key ``resolve`` does not set.
     """
     names = tuple(names)
     _check_names(names)
@@ -447,29 +459,64 @@ def compose(*names: str, **resolve) -> str:
         raise ValueError(f"compose{names!r}: resolve key(s) {bad} are not TrainerConfig fields (method excluded)")
     name = SEPARATOR.join(names)
     owners = hook_owners(names)
-    if name in METHODS and not resolve:
+    registered = METHODS.get(name)
+    partial = registered is not None and registered.cls.PRESET_UNRESOLVED
+    if registered is not None and not resolve and not partial:
         return name
     preset, tuned_lr = composite_preset(names, resolve)
-    if name in METHODS:
-        spec = METHODS[name]
-        if (spec.preset, spec.tuned_lr) != (preset, tuned_lr):
-            raise ValueError(f"compose{names!r}: {name!r} is registered with preset {spec.preset} "
-                             f"(tuned lr {spec.tuned_lr}); this call gives {preset} (tuned lr {tuned_lr}). "
+    if registered is not None and not partial:
+        if (registered.preset, registered.tuned_lr) != (preset, tuned_lr):
+            raise ValueError(f"compose{names!r}: {name!r} is registered with preset {registered.preset} "
+                             f"(tuned lr {registered.tuned_lr}); this call gives {preset} (tuned lr {tuned_lr}). "
                              "Pass the other values to method_config instead")
         return name
-    cls = _composite_class(names, owners)
-    register_method(name, cls, f"composite: {' + '.join(names)}", tuned_lr=tuned_lr, **preset)
+    if partial:  # registered from a config without its conflicting keys: this call chooses them
+        del METHODS[name]
+    register_method(name, _composite_class(names, owners), f"composite: {' + '.join(names)}", tuned_lr=tuned_lr,
+                    **preset)
     return name
 
 
-def ensure_registered(name: str) -> None:
-    """Compose ``name`` (``"a+b"``) if it names a composite not registered yet; else do nothing.
+def ensure_registered(name: str, *, preset: bool = False) -> None:
+    """Register the composite ``name`` (``"a+b"``) if it is not registered yet; other names: do nothing.
 
-    One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` and `method_config` call it
-    through `rlvr_lib.methods.registry.resolve_name`.
+    One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` (``preset=False``) and `method_config`
+    (``preset=True``) call it through `rlvr_lib.methods.registry.resolve_name`. With ``preset=False`` a pair
+    whose presets conflict is registered with those keys left out (the module docstring, "Preset");
+    with ``preset=True`` the conflict is raised (`PresetConflict`).
+
+    Raises:
+        ValueError: a component is unknown, or two override one exclusive hook family.
+        PresetConflict: ``preset=True`` and the presets conflict on keys no `compose` call chose.
     """
-    if SEPARATOR in name and name not in METHODS:
-        compose(*name.split(SEPARATOR))
+    if SEPARATOR not in name:
+        return
+    names = tuple(name.split(SEPARATOR))
+    registered = METHODS.get(name)
+    if registered is not None:
+        if preset and registered.cls.PRESET_UNRESOLVED:
+            composite_preset(names, {})  # raises the conflict, naming each method's value
+        return
+    try:
+        compose(*names)
+    except PresetConflict:
+        if preset:
+            raise
+        _register_partial(names)
+
+
+def _register_partial(names: tuple[str, ...]) -> None:
+    """Register the composite of ``names`` with the keys its presets disagree on left out of its preset."""
+    merged, options, tuned, conflicts = _merged_claims(names)
+    for key in conflicts:
+        merged.pop(key, None)
+    if options:
+        merged["method_options"] = options
+    cls = _composite_class(names, hook_owners(names))
+    cls.PRESET_UNRESOLVED = tuple(sorted(conflicts))
+    tuned_lr = None if "lr" in conflicts else next(iter(set(tuned.values())), None)
+    register_method(SEPARATOR.join(names), cls, f"composite: {' + '.join(names)} (preset keys "
+                    f"{list(cls.PRESET_UNRESOLVED)} not chosen)", tuned_lr=tuned_lr, **merged)
 
 
 NAME_RESOLVERS.append(ensure_registered)

@@ -55,7 +55,7 @@ def method_config(name: str, *, tuned_lr: bool = True, **overrides) -> TrainerCo
         ValueError: unknown method (the message lists the registered ones), a preset key that is not a
             `TrainerConfig` field, or a bad value.
     """
-    resolve_name(name)
+    resolve_name(name, preset=True)
     if name not in METHODS:
         raise unknown_method(name)
     preset = METHODS[name].preset
