@@ -290,3 +290,20 @@ def test_readme_pair_table_is_the_computed_one():
     match = re.search(r"<!-- compose-pairs:start -->\n(.*?)\n<!-- compose-pairs:end -->", text, re.S)
     assert match, "README lacks the <!-- compose-pairs:start --> table"
     assert match.group(1) == pair_table(), "README's pair table is stale: paste rlvr_lib.methods.compose.pair_table()"
+
+
+# ----------------------------------------------------------------------------- the TRL backend
+def test_a_composite_trains_through_the_trl_backend(policy, tmp_path):
+    pytest.importorskip("trl")
+    from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+    name = compose("nudgerl", "sage", kl_coef=0.2)
+    config = method_config(name, steps=2, prompts_per_step=2, group_size=4, max_new_tokens=16, train_pool_size=16)
+    model0, tokenizer = policy
+    model = copy.deepcopy(model0)
+    backend = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(tmp_path), trl_args={"logging_strategy": "no"})
+    backend.train()
+    assert backend.state.global_step == 2 * config.inner_epochs * config.minibatches
+    for row in backend.history:
+        assert {"distill_term", "sage_q_mean", "nudge_share_hinted"} <= set(row), sorted(row)
+    assert any(not torch.equal(p, q) for p, q in zip(model.parameters(), model0.parameters()))
