@@ -195,15 +195,26 @@ def test_a_config_of_a_pair_with_conflicting_presets_loads_but_its_preset_waits_
     config = TrainerConfig(method="sage+b3po", kl_coef=0.2)
     assert METHODS["sage+b3po"].cls.PRESET_UNRESOLVED == ("kl_coef",)
     assert build_method(config).components["b3po"].name == "b3po"
-    with pytest.raises(ValueError, match=r"choose them: compose\('sage', 'b3po', kl_coef=...\)"):
+    with pytest.raises(ValueError, match=r"choose them: compose\('sage', 'b3po', kl_coef=...\), or give them to "
+                                         r"method_config"):
         method_config("sage+b3po")
+    assert method_config("sage+b3po", kl_coef=0.1).kl_coef == 0.1  # a config file sets the key: enough
     with pytest.raises(ValueError, match=r"choose them"):
         compose("sage", "b3po")
     assert compose("sage", "b3po", kl_coef=0.2) == "sage+b3po"  # replaces the entry
     assert METHODS["sage+b3po"].cls.PRESET_UNRESOLVED == () and method_config("sage+b3po").kl_coef == 0.2
-    with pytest.raises(ValueError, match=r"choose them: compose\('nudgerl', 'b3po', lr_schedule=..., "
-                                         r"lr_warmup_ratio=...\)"):
-        method_config("nudgerl+b3po")  # not registered yet: composed with its preset, which conflicts
+    with pytest.raises(ValueError, match=r"different values of \['lr_warmup_ratio'\] .*choose them: "
+                                         r"compose\('nudgerl', 'b3po', lr_warmup_ratio=...\)"):
+        method_config("nudgerl+b3po", lr_schedule="cosine")  # not registered yet: one of two keys given
+
+
+def test_a_config_file_names_a_composite_and_sets_the_conflicting_keys():
+    from rlvr_lib.config_files import build_config
+
+    config = build_config(None, ("configs/x.yaml", {"method": "nudgerl+sage", "kl_coef": 0.2, "steps": 2}))
+    assert config.method == "nudgerl+sage" and config.kl_coef == 0.2 and config.advantage == "hint"
+    with pytest.raises(ValueError, match=r"different values of \['kl_coef'\]"):
+        build_config(None, ("configs/x.yaml", {"method": "sage+nudgerl", "steps": 2}))
 
 
 # ----------------------------------------------------------------------------- GRPO is the identity

@@ -70,7 +70,8 @@ A `TrainerConfig` (built field by field, or read back from a run record or a
 checkpoint in a fresh process) needs only the hooks, so a pair whose presets
 conflict is registered there with the conflicting keys left out of its preset
 (``PRESET_UNRESOLVED`` names them); `method_config`, which builds from the
-preset, refuses such a name until ``compose(..., key=value)`` chooses them
+preset, refuses such a name unless its overrides set those keys (a config
+file that names the pair sets them) or ``compose(..., key=value)`` chose them
 (that call then replaces the entry).
 """
 
@@ -411,7 +412,8 @@ def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float
                            for k, vals in sorted(unresolved.items()))
         example = ", ".join(f"{k}=..." for k in sorted(unresolved))
         raise PresetConflict(f"compose{names!r}: the presets set different values of {sorted(unresolved)} ({listed}); "
-                         f"choose them: compose({', '.join(repr(n) for n in names)}, {example})")
+                         f"choose them: compose({', '.join(repr(n) for n in names)}, {example}), "
+                         "or give them to method_config (a config file: set them)")
     if options:
         preset["method_options"] = options
     preset.update(resolve)
@@ -477,32 +479,29 @@ def compose(*names: str, **resolve) -> str:
     return name
 
 
-def ensure_registered(name: str, *, preset: bool = False) -> None:
+def ensure_registered(name: str, *, preset: bool = False, given=frozenset()) -> None:
     """Register the composite ``name`` (``"a+b"``) if it is not registered yet; other names: do nothing.
 
     One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` (``preset=False``) and `method_config`
-    (``preset=True``) call it through `rlvr_lib.methods.registry.resolve_name`. With ``preset=False`` a pair
-    whose presets conflict is registered with those keys left out (the module docstring, "Preset");
-    with ``preset=True`` the conflict is raised (`PresetConflict`).
+    (``preset=True``, ``given`` its overrides) call it through `rlvr_lib.methods.registry.resolve_name`. A pair
+    whose presets conflict is registered with those keys left out (the module docstring, "Preset"); with
+    ``preset=True`` a conflicting key not in ``given`` is raised (`PresetConflict`).
 
     Raises:
         ValueError: a component is unknown, or two override one exclusive hook family.
-        PresetConflict: ``preset=True`` and the presets conflict on keys no `compose` call chose.
+        PresetConflict: ``preset=True`` and the presets conflict on a key no `compose` call chose
+            and ``given`` lacks.
     """
     if SEPARATOR not in name:
         return
     names = tuple(name.split(SEPARATOR))
-    registered = METHODS.get(name)
-    if registered is not None:
-        if preset and registered.cls.PRESET_UNRESOLVED:
-            composite_preset(names, {})  # raises the conflict, naming each method's value
-        return
-    try:
-        compose(*names)
-    except PresetConflict:
-        if preset:
-            raise
-        _register_partial(names)
+    if name not in METHODS:
+        try:
+            compose(*names)
+        except PresetConflict:
+            _register_partial(names)
+    if preset and METHODS[name].cls.PRESET_UNRESOLVED:
+        composite_preset(names, dict.fromkeys(given))  # raises on a key not given, naming each method's value
 
 
 def _register_partial(names: tuple[str, ...]) -> None:

@@ -49,13 +49,15 @@ def method_config(name: str, *, tuned_lr: bool = True, **overrides) -> TrainerCo
 
     ``tuned_lr=False`` leaves the preset's lr: the tuning grid is centred there, not on an earlier pick.
     A composite's name (``"nudgerl+sage"``) is composed first when it is not registered yet
-    (`rlvr_lib.methods.registry.resolve_name`); its tuned lr is its components' (``METHODS[name].tuned_lr``).
+    (`rlvr_lib.methods.registry.resolve_name`), and refused while its components' presets disagree on a key
+    that neither a `compose` call nor ``overrides`` chose; its tuned lr is its components'
+    (``METHODS[name].tuned_lr``).
 
     Raises:
         ValueError: unknown method (the message lists the registered ones), a preset key that is not a
             `TrainerConfig` field, or a bad value.
     """
-    resolve_name(name, preset=True)
+    resolve_name(name, preset=True, given=overrides)
     if name not in METHODS:
         raise unknown_method(name)
     preset = METHODS[name].preset

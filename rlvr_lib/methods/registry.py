@@ -60,20 +60,21 @@ def register_method(name: str, cls: type, description: str = "", *, doc: str | N
 
 
 NAME_RESOLVERS: list = []
-"""Callables ``f(name, preset=...)`` that may register a method the name describes before it is looked up
+"""Callables ``f(name, preset=..., given=...)`` that may register a method the name describes before it is looked up
 (`rlvr_lib.methods.compose` adds one that composes ``"a+b"``). Kept here, not imported from there,
 so the registry and the trainer config stay below the modules that build methods."""
 
 
-def resolve_name(name, *, preset: bool = False) -> None:
+def resolve_name(name, *, preset: bool = False, given=()) -> None:
     """Let each of :data:`NAME_RESOLVERS` register ``name`` if it describes a method not registered yet.
 
-    ``preset=True`` (`rlvr_lib.methods.presets.method_config`): the caller needs the method's preset,
-    not only its hooks, so a resolver must refuse a name whose preset it cannot settle.
+    ``preset=True`` (`rlvr_lib.methods.presets.method_config`): the caller builds from the method's
+    preset, overriding the keys ``given``, so a resolver must refuse a name whose preset it cannot
+    settle without them.
     """
     if isinstance(name, str):
         for resolver in NAME_RESOLVERS:
-            resolver(name, preset=preset)
+            resolver(name, preset=preset, given=frozenset(given))
 
 
 def unknown_method(name) -> ValueError:
