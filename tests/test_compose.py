@@ -121,6 +121,13 @@ def test_combined_hooks_run_in_the_given_order_and_exclusive_ones_at_their_owner
     assert type(method).OWNERS["anchor"] == "test_compose_a" and type(method).OWNERS["sampling"] == "test_compose_b"
     # a composite overrides exactly what its components do (the TRL backend asks type(method))
     assert overrides(type(method), "anchor") and not overrides(type(method), "policy_loss")
+    for name in ("nudgerl+sage", "sage+b3po"):
+        first, second = name.split("+")
+        composite = METHODS[compose(first, second, kl_coef=0.2)].cls
+        for family, hooks in EXCLUSIVE.items():
+            for hook in hooks:
+                expected = overrides(METHODS[first].cls, hook) or overrides(METHODS[second].cls, hook)
+                assert overrides(composite, hook) == expected, (name, hook)
 
 
 def test_extra_loss_is_the_sum_and_a_clashing_stat_is_an_error(ab):

@@ -272,7 +272,7 @@ class Composite(Method):
             if owner is None:
                 continue
             for hook in EXCLUSIVE[family]:
-                if hook in _CLASS_ATTRS or hook in _CLASSMETHODS:
+                if hook in _CLASS_ATTRS or hook in _CLASSMETHODS or not overrides(METHODS[owner].cls, hook):
                     continue
                 for name, component in self.components.items():
                     if name != owner:
@@ -337,6 +337,8 @@ def _composite_class(names: tuple[str, ...], owners: dict[str, str | None]) -> t
         if owner is None:
             continue
         for hook in EXCLUSIVE[family]:
+            if not overrides(METHODS[owner].cls, hook):  # the owner keeps GRPO's default there: so does the composite
+                continue
             if hook in _CLASS_ATTRS:
                 body[hook] = getattr(METHODS[owner].cls, hook)
             elif hook not in _CLASSMETHODS:
