@@ -69,6 +69,30 @@ from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, UNVERIFIED, Verdict, get
 logger = logging.getLogger(__name__)
 
 
+def compute_spent(config: TrainerConfig, history: list[dict]) -> dict[str, int]:
+    """Completions sampled and optimizer steps taken by a run, from its config and history: equal-compute accounting.
+
+    Per step: completions = ``prompts_per_step * group_size``, or ``dynamic_completions`` when the
+    method filters groups (every sampling round's rollouts, dropped groups included); optimizer
+    steps = ``inner_epochs * minibatches``, or ``optimizer_steps`` when the history logs it (a
+    minibatch left empty by dynamic sampling takes no step). Not counted: evaluation, the
+    reference's forward, and a method's extra forwards (NudgeRL's hint-free scoring, VIGOR's
+    gradient norms, 3PO's mean-policy log-probs).
+
+    Raises:
+        ValueError: a step that filtered groups (``dynamic_kept_groups`` logged) without
+            ``dynamic_completions`` (a history from before this count): its completions are not known exactly.
+    """
+    completions = steps = 0
+    for row in history:
+        if "dynamic_kept_groups" in row and "dynamic_completions" not in row:
+            raise ValueError(f"step {row.get('step')}: dynamic sampling without dynamic_completions in the history "
+                             "(logged since issue 32): the step's completions are not known exactly")
+        completions += int(row.get("dynamic_completions", config.prompts_per_step * config.group_size))
+        steps += int(row.get("optimizer_steps", config.inner_epochs * config.minibatches))
+    return {"completions": completions, "optimizer_steps": steps}
+
+
 def _masked_mean(x: torch.Tensor, mask: torch.Tensor) -> float:
     return float((x * mask).sum() / mask.sum().clamp(min=1))
 
@@ -267,7 +291,9 @@ class Trainer:
                 "step %d: dynamic sampling kept %d of %d groups (%d dropped) before reaching %s; %s",
                 step, n_kept, want, n_dropped, why, what,
             )
-        stats = {"dynamic_refill_rounds": rounds, "dynamic_dropped_groups": n_dropped, "dynamic_kept_groups": n_kept}
+        # every round's rollouts, dropped groups included: the step's sampling cost (`compute_spent`)
+        stats = {"dynamic_refill_rounds": rounds, "dynamic_dropped_groups": n_dropped, "dynamic_kept_groups": n_kept,
+                 "dynamic_completions": sum(len(b) for b in sampled)}
         return (StepBatch.concat(kept) if kept else sampled[0]), sampled, stats, t_rollout
 
     def step(self) -> dict:

@@ -27,7 +27,8 @@ class TrainerConfig(ConfigBase):
     """Settings of the RL loop; a method's preset overrides some of them.
 
     Attributes:
-        method: Registered method name (``rlvr_lib.methods.METHODS``).
+        method: Registered method name (``rlvr_lib.methods.METHODS``), or a composite ``"a+b"``
+            (`rlvr_lib.methods.compose`), composed here if not registered yet.
         policy: Hub name or local path of the initial policy; ``None`` = the embedded tiny policy.
         task: Registered task (`rlvr_lib.tasks.TASKS`) the problems and the verifier come from;
             left out of ``to_dict`` (so of config hashes) while it is the default ``"arith"``.
@@ -93,8 +94,10 @@ class TrainerConfig(ConfigBase):
     engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
 
     def validate(self) -> None:
-        from rlvr_lib.methods.registry import METHODS  # importing it runs rlvr_lib.methods: all registered
+        # importing the registry runs rlvr_lib.methods: every method is registered
+        from rlvr_lib.methods.registry import METHODS, resolve_name
 
+        resolve_name(self.method)  # a composite "a+b" is composed on first use (rlvr_lib.methods.compose)
         self.check_choice("method", self.method, sorted(METHODS))
         self.check_choice("task", self.task, task_names())
         self.check_choice("engine", self.engine, ENGINES)

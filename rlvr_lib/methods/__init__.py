@@ -26,6 +26,7 @@ from rlvr_lib.methods import nudgerl  # noqa: E402,F401
 from rlvr_lib.methods import sage  # noqa: E402,F401
 from rlvr_lib.methods import threepo  # noqa: E402,F401
 from rlvr_lib.methods import vigor  # noqa: E402,F401
+from rlvr_lib.methods.compose import compose  # noqa: E402
 
-__all__ = ["METHODS", "TESTBED_KL_COEF", "Method", "MethodSpec", "NoOptions", "StepBatch", "build_method", "method_config",
-           "register_method"]
+__all__ = ["METHODS", "TESTBED_KL_COEF", "Method", "MethodSpec", "NoOptions", "StepBatch", "build_method", "compose",
+           "method_config", "register_method"]

@@ -55,6 +55,10 @@ How the four methods fit without a trainer edit:
   group-normalises the raw scores instead for the no-rank-shaping ablation);
   ``uses_verifier_reward = False``, so a verifier that raises does not stop it.
 
+Methods whose hooks do not clash compose (``compose("nudgerl", "sage", kl_coef=0.2)``): each
+exclusive hook from its one owner, the per-step hooks and ``extra_loss`` of every component in
+order; the rules and the pairs that are refused are in `rlvr_lib.methods.compose`.
+
 Randomness: a method draws only from generators keyed by (seed, step, stream)
 (:meth:`Method.generator`, `rlvr_lib.seeding`), never from the global RNG.
 """

@@ -116,7 +116,7 @@ class DAPO(Method):
       ``max_refill_rounds`` rounds; each round draws a whole ``prompts_per_step``
       batch as DAPO over-samples. At the cap the step trains on what was kept and
       logs a warning. Logged: ``dynamic_refill_rounds``, ``dynamic_dropped_groups``,
-      ``dynamic_kept_groups``. Option ``dynamic_sampling=False`` turns it off.
+      ``dynamic_kept_groups``, ``dynamic_completions`` (every round's rollouts). Option ``dynamic_sampling=False`` turns it off.
 
     Options: ``overlong_cache`` (int tokens in [0, max_new_tokens], default 8),
     ``max_refill_rounds`` (int >= 0, default 3), ``dynamic_sampling`` (bool, default True).

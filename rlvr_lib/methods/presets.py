@@ -6,7 +6,7 @@ Above both the registry (`rlvr_lib.methods.registry`, which holds the presets) a
 
 from __future__ import annotations
 
-from rlvr_lib.methods.registry import METHODS, unknown_method
+from rlvr_lib.methods.registry import METHODS, resolve_name, unknown_method
 from rlvr_lib.trainer_config import TrainerConfig
 
 __all__ = ["TUNED_LR", "method_config"]
@@ -48,11 +48,16 @@ def method_config(name: str, *, tuned_lr: bool = True, **overrides) -> TrainerCo
     """A validated `TrainerConfig` for a registered method: preset, its tuned lr (:data:`TUNED_LR`), ``overrides``.
 
     ``tuned_lr=False`` leaves the preset's lr: the tuning grid is centred there, not on an earlier pick.
+    A composite's name (``"nudgerl+sage"``) is composed first when it is not registered yet
+    (`rlvr_lib.methods.registry.resolve_name`), and refused while its components' presets disagree on a key
+    that neither a `compose` call nor ``overrides`` chose; its tuned lr is its components'
+    (``METHODS[name].tuned_lr``).
 
     Raises:
         ValueError: unknown method (the message lists the registered ones), a preset key that is not a
             `TrainerConfig` field, or a bad value.
     """
+    resolve_name(name, preset=True, given=overrides)
     if name not in METHODS:
         raise unknown_method(name)
     preset = METHODS[name].preset
@@ -60,5 +65,6 @@ def method_config(name: str, *, tuned_lr: bool = True, **overrides) -> TrainerCo
     unknown = sorted(set(preset) - fields)
     if unknown:
         raise ValueError(f"method {name!r}: preset key(s) {unknown} are not TrainerConfig fields: {sorted(fields)}")
-    tuned = {"lr": TUNED_LR[name]} if tuned_lr and name in TUNED_LR else {}
+    lr = TUNED_LR.get(name, METHODS[name].tuned_lr)
+    tuned = {"lr": lr} if tuned_lr and lr is not None else {}
     return TrainerConfig(**{**preset, **tuned, **overrides, "method": name})

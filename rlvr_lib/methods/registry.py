@@ -16,7 +16,8 @@ from dataclasses import dataclass, field, fields
 
 from rlvr_lib.config import to_jsonable
 
-__all__ = ["METHODS", "MethodSpec", "build_method", "register_method", "resolved_method_options", "unknown_method"]
+__all__ = ["METHODS", "MethodSpec", "build_method", "register_method", "resolve_name", "resolved_method_options",
+           "unknown_method"]
 
 
 @dataclass(frozen=True)
@@ -32,16 +33,20 @@ class MethodSpec:
     preset: dict = field(default_factory=dict)
     description: str = ""
     doc: str = ""
+    tuned_lr: float | None = None
+    """The lr `method_config` applies when `rlvr_lib.methods.presets.TUNED_LR` has no entry for the name
+    (a composite's, `rlvr_lib.methods.compose`: its components' tuned lr)."""
 
 
 METHODS: dict[str, MethodSpec] = {}
 
 
-def register_method(name: str, cls: type, description: str = "", *, doc: str | None = None, **preset) -> None:
+def register_method(name: str, cls: type, description: str = "", *, doc: str | None = None,
+                    tuned_lr: float | None = None, **preset) -> None:
     """Register ``name`` -> (hook class, TrainerConfig overrides).
 
     ``doc`` (cleaned with `inspect.cleandoc`) defaults to ``cls.__doc__``: a
-    method that is a preset of a shared hook class passes its own.
+    method that is a preset of a shared hook class passes its own. ``tuned_lr``: see `MethodSpec.tuned_lr`.
 
     The preset's keys are checked against `TrainerConfig`'s fields when a
     config is built from it (`rlvr_lib.methods.presets.method_config`).
@@ -51,7 +56,25 @@ def register_method(name: str, cls: type, description: str = "", *, doc: str | N
     """
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
-    METHODS[name] = MethodSpec(cls, dict(preset), description, inspect.cleandoc(doc or cls.__doc__ or ""))
+    METHODS[name] = MethodSpec(cls, dict(preset), description, inspect.cleandoc(doc or cls.__doc__ or ""), tuned_lr)
+
+
+NAME_RESOLVERS: list = []
+"""Callables ``f(name, preset=..., given=...)`` that may register a method the name describes before it is looked up
+(`rlvr_lib.methods.compose` adds one that composes ``"a+b"``). Kept here, not imported from there,
+so the registry and the trainer config stay below the modules that build methods."""
+
+
+def resolve_name(name, *, preset: bool = False, given=()) -> None:
+    """Let each of :data:`NAME_RESOLVERS` register ``name`` if it describes a method not registered yet.
+
+    ``preset=True`` (`rlvr_lib.methods.presets.method_config`): the caller builds from the method's
+    preset, overriding the keys ``given``, so a resolver must refuse a name whose preset it cannot
+    settle without them.
+    """
+    if isinstance(name, str):
+        for resolver in NAME_RESOLVERS:
+            resolver(name, preset=preset, given=frozenset(given))
 
 
 def unknown_method(name) -> ValueError:

@@ -1,0 +1,564 @@
+"""Composing methods: ``compose("nudgerl", "sage", kl_coef=0.2)`` registers ``"nudgerl+sage"``.
+
+A composite is a plain `Method` subclass, registered like any method, so
+``method_config("nudgerl+sage", ...)``, the trainer, the TRL backend and every
+runner take it unchanged. It holds one hook object per component, each built
+from the composite's config with ``method=<component>`` and
+``method_options=<its part>``, and delegates each hook by the rules below.
+
+**Exclusive hooks** (:data:`EXCLUSIVE`): at most one component may override a
+family (differ from `Method`'s default); the composite calls that component's
+hook, or GRPO's default when none overrides it. Two components overriding the
+same family raise ``ValueError`` naming the hook and both methods, since there
+is no rule that combines, e.g., two advantage estimates or two optimizers:
+
+======================  =========================================================  ==================================
+family                  hooks (and class attributes)                              why one owner
+======================  =========================================================  ==================================
+``hints``               ``hints``                                                  one hint per rollout
+``sampling``            ``sampling_temperature``                                   one temperature per step
+``weight space``        ``weight_samples``, ``perturbed``, ``make_optimizer``      one optimizer, one posterior
+``rewards``             ``rewards``, ``uses_verifier_reward``                      one reward per rollout
+``dynamic sampling``    ``keep_groups``, ``refill_rounds``                         one filter of the groups
+``advantages``          ``advantages``, ``advantage_options``                      one estimator (``config.advantage``)
+``policy_loss``         ``policy_loss``                                            one surrogate per token
+``anchor``              ``anchor``                                                 one reference anchor per token
+``tuning lr``           ``tuning_lr``, ``with_tuning_lr``                          one lr that a tuning grid scales
+======================  =========================================================  ==================================
+
+A component that calls, on ``self``, an exclusive hook it does not override
+sees the owner's: the composite binds the owner's hook onto the other
+components (e.g. NudgeRL's distillation scores at ``self.sampling_temperature``,
+which must be the step's temperature, whoever sets it). A hook a component
+overrides keeps calling its own component's other hooks (delegation to the
+component object).
+
+**Combined hooks** (:data:`COMBINED`), each component's in the order the names
+were given to `compose` (``compose("a", "b")``: a's, then b's):
+
+* ``on_step_start(step)``: every component's (the default keeps each one's ``step``);
+* ``before_update(batch, model)``: each overriding component's; a ``batch.extras``
+  key written by two components is an error;
+* ``extra_loss``: L_extra = sum_c L_extra,c over the overriding components, stats merged;
+  a stat key two components both log is an error (not prefixed: a component
+  reads its own stats back by name in ``on_step_end``, as NudgeRL's
+  ``distill_share`` does);
+* ``on_step_end(step, metrics)``: each overriding component's, on the one
+  ``metrics`` dict; a key written by two components is an error;
+* ``state_dict`` / ``load_state_dict``: ``{component: its state}``.
+
+With a single overriding component every hook returns that component's
+result untouched, so ``compose("sage", "grpo")`` trains bit-identically to ``"sage"``.
+
+**Options.** ``method_options`` of a composite is ``{component: its options}``
+(a missing component gets its defaults); each part is validated by the
+component's own ``Options``, and `resolved_method_options` gives every
+component's options complete (JSON).
+
+**Preset** (:func:`composite_preset`). Each component other than ``"grpo"``
+claims the `TrainerConfig` keys its preset sets, and its lr from
+`rlvr_lib.methods.presets.TUNED_LR`; ``"grpo"`` is the identity and claims
+nothing (its preset is what the others' presets override). Keys claimed by one
+component take its value; a key two components claim with different values is
+a conflict, refused with each method's value, unless the caller passes it to
+`compose` (``compose("sage", "b3po", kl_coef=0.2)``), which then wins. Keys no
+one claims keep `TrainerConfig`'s defaults, as for any single method.
+
+A config can name a composite that is not registered yet: `ensure_registered`
+(through `rlvr_lib.methods.registry.resolve_name`) composes it without ``resolve``.
+A `TrainerConfig` (built field by field, or read back from a run record or a
+checkpoint in a fresh process) needs only the hooks, so a pair whose presets
+conflict is registered there with the conflicting keys left out of its preset
+(``PRESET_UNRESOLVED`` names them); `method_config`, which builds from the
+preset, refuses such a name unless its overrides set those keys (a config
+file that names the pair sets them) or ``compose(..., key=value)`` chose them
+(that call then replaces the entry).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from dataclasses import dataclass, fields
+from typing import Any, ClassVar, Mapping
+
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.methods.base import Method
+from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.methods.registry import METHODS, NAME_RESOLVERS, register_method, unknown_method
+from rlvr_lib.trainer_config import TrainerConfig
+
+__all__ = ["COMBINED", "EXCLUSIVE", "ComposedOptions", "Composite", "PresetConflict", "compose", "composite_preset",
+           "ensure_registered", "hook_conflicts", "hook_owners", "pair_table", "preset_conflicts"]
+
+SEPARATOR = "+"
+IDENTITY = "grpo"
+"""The component that adds nothing: `Method` itself, whose preset is the one every other preset overrides."""
+
+EXCLUSIVE: dict[str, tuple[str, ...]] = {
+    "hints": ("hints",),
+    "sampling": ("sampling_temperature",),
+    "weight space": ("weight_samples", "perturbed", "make_optimizer"),
+    "rewards": ("rewards", "uses_verifier_reward"),
+    "dynamic sampling": ("keep_groups", "refill_rounds"),
+    "advantages": ("advantages", "advantage_options"),
+    "policy_loss": ("policy_loss",),
+    "anchor": ("anchor",),
+    "tuning lr": ("tuning_lr", "with_tuning_lr"),
+}
+"""Families of hooks that at most one component may override (the module docstring says why)."""
+
+COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on_step_end", "state_dict",
+                             "load_state_dict")
+"""Hooks every overriding component runs, in the order of the names (the module docstring gives each rule)."""
+
+_CLASS_ATTRS = ("uses_verifier_reward",)
+_CLASSMETHODS = ("tuning_lr", "with_tuning_lr")
+
+
+def _static(cls: type, hook: str) -> Any:
+    """``hook`` as the class defines it (a classmethod's function, not a fresh bound method)."""
+    value = inspect.getattr_static(cls, hook)
+    return getattr(value, "__func__", value)
+
+
+def overrides(cls: type, hook: str) -> bool:
+    """Whether ``cls`` changes ``hook`` (a hook or a class attribute) from `Method`'s default (GRPO)."""
+    if hook in _CLASS_ATTRS:
+        return getattr(cls, hook) != getattr(Method, hook)
+    return _static(cls, hook) is not _static(Method, hook)
+
+
+def hook_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
+    """Per exclusive family that two or more of ``names`` override: ``{component: the hooks it overrides}``."""
+    out = {}
+    for family, hooks in EXCLUSIVE.items():
+        claimed = {n: [h for h in hooks if overrides(METHODS[n].cls, h)] for n in names}
+        claimed = {n: hs for n, hs in claimed.items() if hs}
+        if len(claimed) > 1:
+            out[family] = claimed
+    return out
+
+
+def hook_owners(names: tuple[str, ...]) -> dict[str, str | None]:
+    """Per exclusive family, the one component that overrides it (``None``: GRPO's default).
+
+    Raises:
+        ValueError: two components override one family; the message names the hook(s) and both methods.
+    """
+    conflicts = hook_conflicts(names)
+    if conflicts:
+        family, claimed = next(iter(conflicts.items()))
+        (a, ha), (b, hb) = list(claimed.items())[:2]
+        raise ValueError(
+            f"compose{names!r}: {a!r} overrides {_ticks(ha)} and {b!r} overrides {_ticks(hb)}: "
+            f"both override the {family!r} hooks ({_ticks(EXCLUSIVE[family])}), which have no combination "
+            "rule (at most one component may own them; see rlvr_lib.methods.compose)")
+    return {family: next((n for n in names if any(overrides(METHODS[n].cls, h) for h in hooks)), None)
+            for family, hooks in EXCLUSIVE.items()}
+
+
+def _ticks(hooks) -> str:
+    return ", ".join(f"`{h}`" for h in hooks)
+
+
+# ----------------------------------------------------------------------------- options
+@dataclass(frozen=True)
+class ComposedOptions(ConfigBase):
+    """Base of a composite's ``Options``: one field per component, holding that component's ``Options``.
+
+    ``from_dict({"nudgerl": {...}, "sage": {...}})`` validates each part with the component's
+    own ``Options`` (errors name the component); a component left out gets its defaults.
+    """
+
+    COMPONENTS: ClassVar[dict[str, type]] = {}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]):
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping {{component: options}}, got {type(data).__name__} {data!r}")
+        unknown = sorted(set(data) - set(cls.COMPONENTS))
+        if unknown:
+            raise ValueError(f"unknown component(s) {unknown}: method_options of a composite is "
+                             f"{{component: options}} with components {list(cls.COMPONENTS)}")
+        parts = {}
+        for name, options_cls in cls.COMPONENTS.items():
+            try:
+                parts[name] = options_cls.from_dict(data.get(name) or {})
+            except ValueError as err:
+                raise ValueError(f"component {name!r}: {err}") from None
+        return cls(**parts)
+
+
+def _options_class(names: tuple[str, ...]) -> type:
+    """A frozen `ComposedOptions` dataclass with one field per component (its ``Options``, defaults filled)."""
+    for n in names:
+        if not n.isidentifier():
+            raise ValueError(f"compose{names!r}: component name {n!r} is not an identifier, so it cannot "
+                             "name a field of the composite's options")
+    spec = [(n, METHODS[n].cls.Options, dataclasses.field(default_factory=METHODS[n].cls.Options)) for n in names]
+    cls = dataclasses.make_dataclass("Options_" + "_".join(names), spec, bases=(ComposedOptions,), frozen=True)
+    cls.COMPONENTS = {n: METHODS[n].cls.Options for n in names}
+    return cls
+
+
+def component_config(config, name: str):
+    """The composite ``config`` as component ``name`` sees it: ``method=name``, its part of ``method_options``."""
+    return config.replace(method=name, method_options=(config.method_options or {}).get(name))
+
+
+# ----------------------------------------------------------------------------- the class
+def _exclusive_delegate(hook: str, owner: str):
+    def delegate(self, *args, **kwargs):
+        return getattr(self.components[owner], hook)(*args, **kwargs)
+
+    delegate.__name__ = hook
+    delegate.__doc__ = f"{owner!r}'s ``{hook}``."
+    return delegate
+
+
+def _class_delegates(owner: str) -> dict[str, classmethod]:
+    """``tuning_lr`` / ``with_tuning_lr`` of the owner, on the owner's view of the composite config."""
+    owner_cls = METHODS[owner].cls
+
+    def tuning_lr(cls, config) -> float:
+        return owner_cls.tuning_lr(component_config(config, owner))
+
+    def with_tuning_lr(cls, config, lr: float):
+        before = component_config(config, owner)
+        after = owner_cls.with_tuning_lr(before, lr)
+        changed = {f.name: getattr(after, f.name) for f in fields(after)
+                   if f.name not in ("method", "method_options") and getattr(after, f.name) != getattr(before, f.name)}
+        options = {**(config.method_options or {}), owner: after.method_options}
+        return config.replace(**changed, method_options=options)
+
+    return {"tuning_lr": classmethod(tuning_lr), "with_tuning_lr": classmethod(with_tuning_lr)}
+
+
+def _check_disjoint(seen: dict[str, str], name: str, keys, what: str) -> None:
+    """Record that component ``name`` wrote ``keys``; a key an earlier component wrote is an error."""
+    for key in keys:
+        if key in seen:
+            raise ValueError(f"composite: {seen[key]!r} and {name!r} both write {what} {key!r}; "
+                             "compose methods whose keys differ")
+        seen[key] = name
+
+
+def _written(before: dict, after: dict) -> list:
+    """Keys of ``after`` that are new or hold another object than in ``before``."""
+    return [k for k, v in after.items() if k not in before or before[k] is not v]
+
+
+class PresetConflict(ValueError):
+    """Two components' presets set one key differently and the caller did not choose it."""
+
+
+class Composite(Method):
+    """Base of the classes `compose` builds: holds the components and runs the combined hooks."""
+
+    COMPONENTS: ClassVar[tuple[str, ...]] = ()
+    OWNERS: ClassVar[dict[str, str | None]] = {}
+    PRESET_UNRESOLVED: ClassVar[tuple[str, ...]] = ()
+    """Preset keys left out because the components disagree and no one chose them (`ensure_registered`)."""
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.components: dict[str, Method] = {n: METHODS[n].cls(component_config(config, n)) for n in self.COMPONENTS}
+        self._bind_owned_hooks()
+
+    def _bind_owned_hooks(self) -> None:
+        """Make each component's ``self.<exclusive hook>`` the owner's, so cross-hook calls see the composite."""
+        for family, owner in self.OWNERS.items():
+            if owner is None:
+                continue
+            for hook in EXCLUSIVE[family]:
+                if hook in _CLASS_ATTRS or hook in _CLASSMETHODS or not overrides(METHODS[owner].cls, hook):
+                    continue
+                for name, component in self.components.items():
+                    if name != owner:
+                        setattr(component, hook, getattr(self.components[owner], hook))
+
+    def _overriding(self, hook: str) -> list[tuple[str, Method]]:
+        return [(n, c) for n, c in self.components.items() if overrides(type(c), hook)]
+
+    def on_step_start(self, step: int) -> None:
+        super().on_step_start(step)
+        for component in self.components.values():
+            component.on_step_start(step)
+
+    def state_dict(self) -> dict:
+        return {n: c.state_dict() for n, c in self.components.items()}
+
+    def load_state_dict(self, state: dict) -> None:
+        missing = sorted(set(self.components) - set(state))
+        if missing:
+            raise ValueError(f"{self.name}: checkpointed method state lacks component(s) {missing} "
+                             f"(has {sorted(state)})")
+        for n, c in self.components.items():
+            c.load_state_dict(state[n])
+
+    # The three below are attached by `compose` only when a component overrides them, so that a
+    # composite overrides exactly what its components do (the TRL backend asks `type(method)`).
+    def _before_update(self, batch, model) -> None:
+        seen: dict[str, str] = {}
+        for name, component in self._overriding("before_update"):
+            before = dict(batch.extras)
+            component.before_update(batch, model)
+            _check_disjoint(seen, name, _written(before, batch.extras), "batch.extras")
+
+    def _extra_loss(self, batch, model, logp, entropy, mask):
+        parts = [(n, c.extra_loss(batch, model, logp, entropy, mask)) for n, c in self._overriding("extra_loss")]
+        if len(parts) == 1:  # one term: returned untouched (bit-identical to the component alone)
+            return parts[0][1]
+        total, stats, seen = 0.0, {}, {}
+        for name, (term, term_stats) in parts:
+            _check_disjoint(seen, name, term_stats, "the extra_loss stat")
+            total = total + term
+            stats.update(term_stats)
+        return total, stats
+
+    def _on_step_end(self, step: int, metrics: dict) -> None:
+        seen: dict[str, str] = {}
+        for name, component in self._overriding("on_step_end"):
+            before = dict(metrics)
+            component.on_step_end(step, metrics)
+            _check_disjoint(seen, name, _written(before, metrics), "the metric")
+
+
+_OPTIONAL_COMBINED = {"before_update": Composite._before_update, "extra_loss": Composite._extra_loss,
+                      "on_step_end": Composite._on_step_end}
+
+
+def _composite_class(names: tuple[str, ...], owners: dict[str, str | None]) -> type:
+    """The `Composite` subclass of ``names``: delegates owned exclusive hooks, runs the combined ones."""
+    body: dict[str, Any] = {"COMPONENTS": names, "OWNERS": owners, "Options": _options_class(names),
+                            "__doc__": _composite_doc(names, owners), "__module__": __name__}
+    for family, owner in owners.items():
+        if owner is None:
+            continue
+        for hook in EXCLUSIVE[family]:
+            if not overrides(METHODS[owner].cls, hook):  # the owner keeps GRPO's default there: so does the composite
+                continue
+            if hook in _CLASS_ATTRS:
+                body[hook] = getattr(METHODS[owner].cls, hook)
+            elif hook not in _CLASSMETHODS:
+                body[hook] = _exclusive_delegate(hook, owner)
+        if family == "tuning lr":
+            body.update(_class_delegates(owner))
+    for hook, impl in _OPTIONAL_COMBINED.items():
+        if any(overrides(METHODS[n].cls, hook) for n in names):
+            body[hook] = impl
+    return type("Composite_" + "_".join(names), (Composite,), body)
+
+
+def _composite_doc(names: tuple[str, ...], owners: dict[str, str | None]) -> str:
+    owned = [f"``{family}`` from {owner!r}" for family, owner in owners.items() if owner is not None]
+    combined = [f"``{hook}`` of {', '.join(repr(n) for n in names if overrides(METHODS[n].cls, hook))}"
+                for hook in COMBINED if any(overrides(METHODS[n].cls, hook) for n in names)]
+    return (f"Composite of {' + '.join(names)} (`rlvr_lib.methods.compose`): "
+            f"{'; '.join(owned) or 'every exclusive hook GRPO’s'}; "
+            f"in order, {'; '.join(combined) or 'no combined hook'}.")
+
+
+# ----------------------------------------------------------------------------- presets
+def _claims(name: str) -> tuple[dict, float | None]:
+    """The `TrainerConfig` keys component ``name`` fixes (its preset) and its tuned lr; ``"grpo"`` fixes none."""
+    if name == IDENTITY:
+        return {}, None
+    return dict(METHODS[name].preset), TUNED_LR.get(name)
+
+
+def _merged_claims(names: tuple[str, ...]):
+    """The components' claims merged: (preset, per-component options, tuned lrs, conflicts ``{key: {name: value}}``)."""
+    preset: dict = {}
+    owner: dict[str, str] = {}
+    conflicts: dict[str, dict[str, Any]] = {}
+    options: dict[str, dict] = {}
+    tuned: dict[str, float] = {}
+    for name in names:
+        claims, lr = _claims(name)
+        if "method_options" in claims:  # a preset's options belong to its component
+            options[name] = claims.pop("method_options")
+        if lr is not None:
+            tuned[name] = lr
+        for key, value in claims.items():
+            if key in preset and preset[key] != value:
+                conflicts.setdefault(key, {owner[key]: preset[key]})[name] = value
+            else:
+                preset.setdefault(key, value)
+                owner.setdefault(key, name)
+    # The tuned lr wins over a preset's lr in `method_config`, so it is claimed like a key of its own.
+    effective = {n: tuned.get(n, _claims(n)[0].get("lr")) for n in names}
+    effective = {n: lr for n, lr in effective.items() if lr is not None}
+    if len(set(effective.values())) > 1:
+        conflicts["lr"] = effective
+    return preset, options, tuned, conflicts
+
+
+def preset_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """The `TrainerConfig` keys two of ``names`` fix to different values: ``{key: {component: value}}``."""
+    return _merged_claims(names)[3]
+
+
+def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float | None]:
+    """The composite's preset and tuned lr (module docstring, "Preset"); ``resolve`` settles conflicts.
+
+    Raises:
+        ValueError: two components fix one key to different values and ``resolve`` does not set it; the
+            message names every such key with each method's value.
+    """
+    preset, options, tuned, conflicts = _merged_claims(names)
+    unresolved = {k: v for k, v in conflicts.items() if k not in resolve}
+    if unresolved:
+        listed = "; ".join(f"{k}: " + ", ".join(f"{n!r} {v!r}" for n, v in vals.items())
+                           for k, vals in sorted(unresolved.items()))
+        example = ", ".join(f"{k}=..." for k in sorted(unresolved))
+        raise PresetConflict(f"compose{names!r}: the presets set different values of {sorted(unresolved)} ({listed}); "
+                         f"choose them: compose({', '.join(repr(n) for n in names)}, {example}), "
+                         "or give them to method_config (a config file: set them)")
+    if options:
+        preset["method_options"] = options
+    preset.update(resolve)
+    tuned_lr = None if "lr" in resolve else next(iter(set(tuned.values())), None)
+    return preset, tuned_lr
+
+
+# ----------------------------------------------------------------------------- compose
+def _check_names(names: tuple[str, ...]) -> None:
+    if len(names) < 2:
+        raise ValueError(f"compose{names!r}: give two or more registered methods (one method is itself)")
+    if len(set(names)) != len(names):
+        raise ValueError(f"compose{names!r}: a method is named twice; each component is one hook object")
+    for n in names:
+        if n not in METHODS:
+            raise unknown_method(n)
+        if issubclass(METHODS[n].cls, Composite):
+            flat = METHODS[n].cls.COMPONENTS + tuple(x for x in names if x != n)
+            raise ValueError(f"compose{names!r}: {n!r} is a composite; compose its components directly: "
+                             f"compose({', '.join(repr(c) for c in flat)})")
+
+
+def compose(*names: str, **resolve) -> str:
+    """Register the composite of the methods ``names`` (in this hook order) and return its name, ``"a+b"``.
+
+    Args:
+        *names: Two or more registered, non-composite method names; their order is the order of the
+            combined hooks.
+        **resolve: `TrainerConfig` fields that settle the presets' conflicts (they win over every preset).
+
+    Returns:
+        ``"+".join(names)``, registered: ``method_config(name, ...)`` builds its config. Composing the same
+        names again returns it (without ``resolve``, or with the same preset).
+
+    Raises:
+        ValueError: fewer than two names, a name repeated, unknown or composite; two components override
+            one exclusive hook family (the message names the hook and both methods); a key of ``resolve``
+            is not a `TrainerConfig` field; the name is registered with another preset.
+        PresetConflict: (a ``ValueError``) the presets conflict on a key ``resolve`` does not set.
+    """
+    names = tuple(names)
+    _check_names(names)
+    bad = sorted(set(resolve) - (set(TrainerConfig.__dataclass_fields__) - {"method"}))
+    if bad:
+        raise ValueError(f"compose{names!r}: resolve key(s) {bad} are not TrainerConfig fields (method excluded)")
+    name = SEPARATOR.join(names)
+    owners = hook_owners(names)
+    registered = METHODS.get(name)
+    partial = registered is not None and registered.cls.PRESET_UNRESOLVED
+    if registered is not None and not resolve and not partial:
+        return name
+    preset, tuned_lr = composite_preset(names, resolve)
+    if registered is not None and not partial:
+        if (registered.preset, registered.tuned_lr) != (preset, tuned_lr):
+            raise ValueError(f"compose{names!r}: {name!r} is registered with preset {registered.preset} "
+                             f"(tuned lr {registered.tuned_lr}); this call gives {preset} (tuned lr {tuned_lr}). "
+                             "Pass the other values to method_config instead")
+        return name
+    if partial:  # registered from a config without its conflicting keys: this call chooses them
+        del METHODS[name]
+    register_method(name, _composite_class(names, owners), f"composite: {' + '.join(names)}", tuned_lr=tuned_lr,
+                    **preset)
+    return name
+
+
+def ensure_registered(name: str, *, preset: bool = False, given=frozenset()) -> None:
+    """Register the composite ``name`` (``"a+b"``) if it is not registered yet; other names: do nothing.
+
+    One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` (``preset=False``) and `method_config`
+    (``preset=True``, ``given`` its overrides) call it through `rlvr_lib.methods.registry.resolve_name`. A pair
+    whose presets conflict is registered with those keys left out (the module docstring, "Preset"); with
+    ``preset=True`` a conflicting key not in ``given`` is raised (`PresetConflict`).
+
+    Raises:
+        ValueError: a component is unknown, or two override one exclusive hook family.
+        PresetConflict: ``preset=True`` and the presets conflict on a key no `compose` call chose
+            and ``given`` lacks.
+    """
+    if SEPARATOR not in name:
+        return
+    names = tuple(name.split(SEPARATOR))
+    if name not in METHODS:
+        try:
+            compose(*names)
+        except PresetConflict:
+            _register_partial(names)
+    if preset and METHODS[name].cls.PRESET_UNRESOLVED:
+        composite_preset(names, dict.fromkeys(given))  # raises on a key not given, naming each method's value
+
+
+def _register_partial(names: tuple[str, ...]) -> None:
+    """Register the composite of ``names`` with the keys its presets disagree on left out of its preset."""
+    merged, options, tuned, conflicts = _merged_claims(names)
+    for key in conflicts:
+        merged.pop(key, None)
+    if options:
+        merged["method_options"] = options
+    cls = _composite_class(names, hook_owners(names))
+    cls.PRESET_UNRESOLVED = tuple(sorted(conflicts))
+    tuned_lr = None if "lr" in conflicts else next(iter(set(tuned.values())), None)
+    register_method(SEPARATOR.join(names), cls, f"composite: {' + '.join(names)} (preset keys "
+                    f"{list(cls.PRESET_UNRESOLVED)} not chosen)", tuned_lr=tuned_lr, **merged)
+
+
+NAME_RESOLVERS.append(ensure_registered)
+
+
+# ----------------------------------------------------------------------------- the pair table
+def pair_table(names: tuple[str, ...] = ("nudgerl", "sage", "b3po", "vigor")) -> str:
+    """The Markdown table of which pairs of ``names`` compose, from the rules `compose` applies (registers nothing).
+
+    README's table is this output (a test holds them equal).
+    """
+    rows = ["| pair | composes? | why |", "|---|---|---|"]
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            rows.append(f"| {a} + {b} | " + " | ".join(_pair_verdict(a, b)) + " |")
+    return "\n".join(rows)
+
+
+def _pair_verdict(a: str, b: str) -> tuple[str, str]:
+    names = (a, b)
+    presets = preset_conflicts(names)
+    clash = hook_conflicts(names)
+    if clash:
+        why = "; ".join(" vs ".join(f"{n} overrides {_ticks(hs)}" for n, hs in claimed.items())
+                        + f" (one {family} owner at most)" for family, claimed in clash.items())
+        if presets:
+            why += f"; the presets differ on {_listed(presets)} too"
+        return "refused", why
+    owners = hook_owners(names)
+    owned = "; ".join(f"{n} owns {', '.join(f for f, o in owners.items() if o == n)}"
+                      for n in names if n in owners.values())
+    combined = [h for h in COMBINED[1:4] if all(overrides(METHODS[n].cls, h) for n in names)]
+    why = owned + (f"; both run {', '.join(f'`{h}`' for h in combined)}, in order" if combined else "")
+    if presets:
+        return f"yes, once {_listed(presets)} {'is' if len(presets) == 1 else 'are'} chosen", why
+    return "yes", why
+
+
+def _listed(conflicts: dict[str, dict[str, Any]]) -> str:
+    """``kl_coef`` (0 vs 0.2), ...: each conflicting key with the components' values, in their order."""
+    def show(v):
+        return f"{v:.3g}" if isinstance(v, float) else repr(v)
+
+    return ", ".join(f"`{k}` ({' vs '.join(show(v) for v in vals.values())})" for k, vals in sorted(conflicts.items()))
