@@ -1,7 +1,6 @@
 """Notebook 07's rules (`rlvr_lib.study.head_to_head`): the equal-compute check on short runs, the arm selection
 on fake records and its fallback, the pairs' settings, and the "when does it help" map on a known example."""
 
-import copy
 from types import SimpleNamespace
 
 import numpy as np
@@ -11,10 +10,8 @@ from rlvr_lib.methods import method_config
 from rlvr_lib.methods.registry import METHODS
 from rlvr_lib.study import head_to_head as h2h
 from rlvr_lib.study.claims import registry
-from rlvr_lib.tasks import CORRECT, WRONG, Verdict
-from rlvr_lib.trainer import Trainer
+from test_compute_spent import _run as _counted_run
 
-SMALL = dict(max_new_tokens=24, train_family="easy_mix", train_pool_size=32, lr=1e-3, seed=0)
 BUDGET = h2h.Budget(steps=2, prompts_per_step=4, group_size=4)
 
 
@@ -23,26 +20,10 @@ def _record(name, config, history, seed=0):
 
 
 def _run(policy, name, monkeypatch=None, correct_if=None, **overrides):
-    """A 2-step run of ``name``; returns (record-like, completions and optimizer steps counted at the source)."""
-    model, tokenizer = policy
-    trainer = Trainer(method_config(name, **{**SMALL, **overrides}), copy.deepcopy(model), tokenizer)
-    if correct_if is not None:  # a scripted verifier: DAPO drops the odd first factors' groups
-        calls = iter(range(10**9))
-        monkeypatch.setattr(trainer.task, "verify", lambda p, text: Verdict(1.0, CORRECT) if correct_if(p, next(calls))
-                            else Verdict(0.0, WRONG))
-    counts = {"completions": 0, "optimizer_steps": 0}
-    generate = trainer.engine.generate
-
-    def counting(prompts, params):
-        out = generate(prompts, params)
-        counts["completions"] += len(out)
-        return out
-
-    trainer.engine.generate = counting
-    trainer.optimizer.register_step_post_hook(lambda *a: counts.__setitem__("optimizer_steps",
-                                                                            counts["optimizer_steps"] + 1))
-    history = trainer.train(progress=False)
-    return _record(name, trainer.config, history), counts
+    """A 2-step run of ``name`` (test_compute_spent's, which counts completions at the engine and steps at the
+    optimizer); returns (record-like, those counts)."""
+    config, history, counts = _counted_run(policy, name, monkeypatch, correct_if, **overrides)
+    return _record(name, config, history), counts
 
 
 def test_two_arms_at_the_budget_spend_it_exactly(policy, monkeypatch):
