@@ -10,6 +10,7 @@ from rlvr_lib.methods import method_config
 from rlvr_lib.methods.registry import METHODS
 from rlvr_lib.study import head_to_head as h2h
 from rlvr_lib.study.claims import registry
+from rlvr_lib.study.runs import PrerequisitesMissing
 from test_compute_spent import _run as _counted_run
 
 BUDGET = h2h.Budget(steps=2, prompts_per_step=4, group_size=4)
@@ -75,11 +76,11 @@ def test_selection_rule_on_fake_records_and_its_fallback():
     assert h2h.select_arms(nb02, nb04, k_wide=16)["wide"] == "grpo_no_kl"
     # no records yet (today): the quick profile falls back, the full one refuses
     assert h2h.select_arms({}, {}, k_wide=16, fallback=True) == {**h2h.FALLBACK, "source": "fallback"}
-    with pytest.raises(ValueError, match=r"^select_arms: fewer than 1 records of \['b3po', 'm3po', 'c3po'\]: "
+    with pytest.raises(PrerequisitesMissing, match=r"^select_arms: fewer than 1 records of \['b3po', 'm3po', 'c3po'\]: "
                                          "finish notebooks 02 and 04"):
         h2h.select_arms(nb02, {}, k_wide=16)
     # a notebook still running (one seed of five done) is not selected from
-    with pytest.raises(ValueError, match=r"^select_arms: fewer than 5 records of \["):
+    with pytest.raises(PrerequisitesMissing, match=r"^select_arms: fewer than 5 records of \["):
         h2h.select_arms(nb02, nb04, k_wide=16, seeds=5)
 
 

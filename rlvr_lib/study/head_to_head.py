@@ -58,7 +58,7 @@ from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrid
 from rlvr_lib.methods.presets import TUNED_LR, method_config
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
 from rlvr_lib.study.report import current_testbed, measured_on
-from rlvr_lib.study.runs import load_runs
+from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
 from rlvr_lib.study.stats import paired_difference_ci
 from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
@@ -198,8 +198,9 @@ def select_arms(nb02: Mapping[str, Sequence], nb04: Mapping[str, Sequence], *, k
         ``{"pass1": baseline, "wide": baseline, "threepo": variant, "source": "records" | "fallback"}``.
 
     Raises:
-        ValueError: a candidate is missing and ``fallback`` is False (the full profile): the message names the
-            missing arms and the notebooks to finish first.
+        PrerequisitesMissing: a candidate is missing and ``fallback`` is False (the full profile): the message
+            names the missing arms and the notebooks to finish first; `make reproduce` reports the notebook as
+            waiting and runs it again next time.
     """
     seeds = check_int("seeds", seeds, 1)
     missing = ([n for n in BASELINE_CANDIDATES if len(nb02.get(n) or ()) < seeds]
@@ -207,7 +208,7 @@ def select_arms(nb02: Mapping[str, Sequence], nb04: Mapping[str, Sequence], *, k
     if missing:
         if fallback:
             return {**FALLBACK, "source": "fallback"}
-        raise ValueError(f"select_arms: fewer than {seeds} records of {missing}: finish notebooks 02 and 04 at this "
+        raise PrerequisitesMissing(f"select_arms: fewer than {seeds} records of {missing}: finish notebooks 02 and 04 at this "
                          "profile first (the selection reads their records; only the quick profile falls back to "
                          "FALLBACK)")
     pass1 = pick_best({n: mean_pass(nb02[n]) for n in BASELINE_CANDIDATES})
