@@ -210,3 +210,10 @@ def test_no_committed_table_record_is_stale_without_a_declaration():
     rows = prov.stale_records(root / "results", repo=root)
     bad = prov.failing(rows)
     assert not bad, "\n".join(prov.format_report(bad))
+
+
+def test_every_table_experiment_has_the_entries_of_its_code_path():
+    """A table added to the report is checked from its first record: its experiment names where its runs are made."""
+    from rlvr_lib.study.report import SECTIONS
+
+    assert {experiment for experiment, *_ in SECTIONS} <= set(prov.RUN_ENTRIES)
