@@ -69,6 +69,15 @@ from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, UNVERIFIED, Verdict, get
 logger = logging.getLogger(__name__)
 
 
+TIMING_PREFIX = "time_"
+"""History columns that measure wall-clock time (``time_rollout``, ``time_step``, ...), not the run."""
+
+
+def untimed(history: list[dict]) -> list[dict]:
+    """``history`` without its wall-clock columns: what two runs of one config on one machine agree on bit for bit."""
+    return [{k: v for k, v in row.items() if not k.startswith(TIMING_PREFIX)} for row in history]
+
+
 def compute_spent(config: TrainerConfig, history: list[dict]) -> dict[str, int]:
     """Completions sampled and optimizer steps taken by a run, from its config and history: equal-compute accounting.
 

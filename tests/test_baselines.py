@@ -15,7 +15,7 @@ from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.baselines import completion_logits, oracle_prefix
 from rlvr_lib.rollout import sequence_logprobs
 from rlvr_lib.tasks import CORRECT, WRONG, Verdict, make_problem
-from rlvr_lib.trainer import Trainer
+from rlvr_lib.trainer import Trainer, untimed
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
@@ -26,10 +26,6 @@ BASELINES = ("grpo_no_kl", "grpo_forward_kl", "grpo_k1", "grpo_k2", "dapo", "dr_
 def _trainer(policy, name, **kw):
     model, tokenizer = policy
     return Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer)
-
-
-def _metrics(history):
-    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
 def test_every_baseline_is_registered_with_a_description():
@@ -176,7 +172,7 @@ def test_dapo_trains_on_the_kept_groups_when_refills_are_capped(policy, monkeypa
     assert len(seen[0].problems) == n_even and all(_spread_per_group(seen[0]))
 
 
-def test_dapo_without_dynamic_sampling_logs_no_refill_metrics(policy):
+def test_dapo_without_dynamic_sampling_logs_no_refilluntimed(policy):
     m = _trainer(policy, "dapo", steps=1, method_options={"dynamic_sampling": False}).step()
     assert not any(k.startswith("dynamic_") for k in m)
 
@@ -188,7 +184,7 @@ def test_dapo_resume_equals_uninterrupted(policy, tmp_path):
     first.step()
     resumed = Trainer(first.config, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
     assert resumed.step_count == 1
-    assert _metrics(resumed.train(progress=False)) == _metrics(uninterrupted)
+    assert untimed(resumed.train(progress=False)) == untimed(uninterrupted)
 
 
 def test_dapo_rewards_and_keep_mask_hand_worked():
@@ -261,7 +257,7 @@ def test_clip_cov_generator_is_seeded_from_seed_and_step(policy):
     assert draws[5][0] == draws[5][1] != draws[6][0]
     a = _trainer(policy, "clip_cov", seed=2).train(progress=False)
     b = _trainer(policy, "clip_cov", seed=2).train(progress=False)
-    assert _metrics(a) == _metrics(b)
+    assert untimed(a) == untimed(b)
 
 
 # ----------------------------------------------------------------------------- POPE

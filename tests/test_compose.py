@@ -17,7 +17,7 @@ import torch
 from rlvr_lib.methods import METHODS, Method, build_method, compose, method_config, register_method
 from rlvr_lib.methods.compose import COMBINED, EXCLUSIVE, component_config, overrides, pair_table
 from rlvr_lib.methods.registry import resolved_method_options
-from rlvr_lib.trainer import Trainer
+from rlvr_lib.trainer import Trainer, untimed
 from rlvr_lib.trainer_config import TrainerConfig
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
@@ -38,10 +38,6 @@ def _trainer(policy, name, checkpoint_dir=None, **kw):
     model, tokenizer = policy
     return Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer,
                    checkpoint_dir=checkpoint_dir)
-
-
-def _untimed(history):
-    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
 # ----------------------------------------------------------------------------- test-only methods
@@ -233,7 +229,7 @@ def test_composing_with_grpo_is_the_identity(policy, name):
     runs = []
     for config_name in (name, composite):
         trainer = _trainer(policy, config_name)
-        runs.append((_untimed(trainer.train(progress=False)), trainer.model.state_dict()))
+        runs.append((untimed(trainer.train(progress=False)), trainer.model.state_dict()))
     (h1, w1), (h2, w2) = runs
     assert h1 == h2  # every logged number, bit for bit
     assert all(torch.equal(w1[k], w2[k]) for k in w1)
@@ -299,7 +295,7 @@ def test_resume_of_a_composite_is_bit_identical(policy, tmp_path):
     assert first.method.state_dict() == {"sage": {}, "b3po": {"ivon_step": 2}}
     resumed = _trainer(policy, name, checkpoint_dir=tmp_path, **kw)
     assert resumed.step_count == 1
-    assert _untimed(resumed.train(progress=False)) == _untimed(full)
+    assert untimed(resumed.train(progress=False)) == untimed(full)
 
 
 # ----------------------------------------------------------------------------- README

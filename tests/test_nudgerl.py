@@ -15,7 +15,7 @@ from rlvr_lib.methods.base import StepBatch
 from rlvr_lib.methods.nudgerl import NudgeRL
 from rlvr_lib.rollout import sequence_logprobs
 from rlvr_lib.tasks import CORRECT, TASKS, WRONG, ArithmeticTask, Verdict, get_task, register_task
-from rlvr_lib.trainer import Trainer
+from rlvr_lib.trainer import Trainer, untimed
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=8, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
@@ -34,10 +34,6 @@ def _trainer(policy, name="nudgerl", checkpoint_dir=None, **kw):
     model, tokenizer = policy
     return Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer,
                    checkpoint_dir=checkpoint_dir)
-
-
-def _untimed(history):
-    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
 def _method(**options):
@@ -477,13 +473,13 @@ def test_runs_are_bit_identical_across_runs_and_resume(policy, tmp_path):
     global_state = torch.get_rng_state()
     a = _trainer(policy, **kw).train(progress=False)
     b = _trainer(policy, **kw).train(progress=False)
-    assert _untimed(a) == _untimed(b)
+    assert untimed(a) == untimed(b)
     assert torch.equal(torch.get_rng_state(), global_state)  # the global RNG was never drawn from
     first = _trainer(policy, checkpoint_dir=tmp_path, **kw)
     first.step()
     resumed = _trainer(policy, checkpoint_dir=tmp_path, **kw)
     assert resumed.step_count == 1
-    assert _untimed(resumed.train(progress=False)) == _untimed(a)
+    assert untimed(resumed.train(progress=False)) == untimed(a)
     assert any("nudge_acc_hinted" in row for row in a)
 
 

@@ -11,6 +11,7 @@ from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine, SamplingParams
 from rlvr_lib.tasks import MALFORMED, family_problems
+from rlvr_lib.trainer import untimed
 
 SPEC = EvalSpec(families=("easy_mix", "hard_mix", "ood_shift"), problems_per_family=12, samples=8,
                 diversity_problems=12, diversity_samples=8)
@@ -146,7 +147,6 @@ def test_extra_evaluations_are_stored_cached_and_keyed_only_when_given(tmp_path,
 
     record = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, extra_specs={"wide": wide})
     assert record.run_id != plain.run_id and record.config["extra_evals"] == {"wide": wide.to_dict()}
-    untimed = lambda history: [{k: v for k, v in h.items() if not k.startswith("time_")} for h in history]  # noqa: E731
     assert untimed(record.history) == untimed(plain.history)  # same training (wall times aside)
     assert record.final == plain.final  # and the same main evaluation
     trainer = Trainer(cfg)

@@ -168,23 +168,26 @@ def test_the_declarations_file_refuses_unknown_keys_and_duplicates(repo):
     assert prov.load_declarations(repo / "absent.json", repo) == {}
 
 
-def test_a_merge_counts_only_where_it_resolved_a_conflict(repo):
+def _diverge(repo, side_files: dict[str, str], main_files: dict[str, str]) -> tuple[str, str]:
+    """A commit on a branch ``side`` and one on the current branch after the fork: their shas."""
     base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
     _git(repo, "checkout", "-qb", "side")
-    side = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 1\n\n\ndef other():\n    return 0\n"})
+    side = _commit(repo, side_files)
     _git(repo, "checkout", "-q", base)
-    main = _commit(repo, {"rlvr_lib/runner.py": "def run():\n    from .core import step\n\n    return step(2)\n"})
+    return side, _commit(repo, main_files)
+
+
+def test_a_merge_counts_only_where_it_resolved_a_conflict(repo):
+    side, main = _diverge(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 1\n\n\ndef other():\n    return 0\n"},
+                          {"rlvr_lib/runner.py": "def run():\n    from .core import step\n\n    return step(2)\n"})
     _git(repo, "merge", "-q", "--no-edit", "side")
     row = _check(repo, _first(repo))
     assert row["undeclared"] == {"rlvr_lib/core.py": [side], "rlvr_lib/runner.py": [main]}
 
 
 def test_a_merge_that_resolves_a_conflict_with_its_own_code_counts(repo):
-    base = _git(repo, "rev-parse", "--abbrev-ref", "HEAD")
-    _git(repo, "checkout", "-qb", "side")
-    side = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 2\n"})
-    _git(repo, "checkout", "-q", base)
-    main = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 3\n"})
+    side, main = _diverge(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 2\n"},
+                          {"rlvr_lib/core.py": "def step(x):\n    return x + 3\n"})
     subprocess.run(["git", "merge", "-q", "side"], cwd=repo, capture_output=True)  # conflicts
     merge = _commit(repo, {"rlvr_lib/core.py": "def step(x):\n    return x + 4\n"}, "merge, resolved by hand")
     assert sorted(_check(repo, _first(repo))["undeclared"]["rlvr_lib/core.py"]) == sorted([side, main, merge])
@@ -207,3 +210,10 @@ def test_no_committed_table_record_is_stale_without_a_declaration():
     rows = prov.stale_records(root / "results", repo=root)
     bad = prov.failing(rows)
     assert not bad, "\n".join(prov.format_report(bad))
+
+
+def test_every_table_experiment_has_the_entries_of_its_code_path():
+    """A table added to the report is checked from its first record: its experiment names where its runs are made."""
+    from rlvr_lib.study.report import SECTIONS
+
+    assert {experiment for experiment, *_ in SECTIONS} <= set(prov.RUN_ENTRIES)

@@ -323,3 +323,30 @@ def test_interrupt_with_workers_stops_every_kernel_and_keeps_nothing_half_done(t
         for pid in kernels:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+def test_a_notebook_waiting_for_another_notebooks_runs_is_not_a_failure(notebooks, fake_papermill, monkeypatch,
+                                                                         capsys):
+    """A notebook that raises PrerequisitesMissing keeps no copy and no manifest entry and does not fail the run."""
+    from papermill.exceptions import PapermillExecutionError
+
+    src, out, _ = notebooks
+    (src / "bad.ipynb").unlink()
+    _write_notebook(src / "later.ipynb", "raise PrerequisitesMissing('needs notebook 02')")
+    execute = papermill.execute_notebook
+
+    def execute_notebook(input_path, output_path, **kwargs):
+        execute(input_path, output_path, **kwargs)  # papermill has written its copy when the cell raises
+        if Path(input_path).stem == "later":
+            raise PapermillExecutionError(1, 1, "raise ...", "PrerequisitesMissing", "needs notebook 02", [])
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    argv = ["--profile", "full", "--notebooks-dir", str(src), "--out", str(out), "--no-progress"]
+    assert rp.main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "later: waiting -- PrerequisitesMissing: needs notebook 02" in printed
+    assert "1 ran, 0 skipped, 0 failed, 1 waiting" in printed
+    assert not (out / "full" / "later.ipynb").exists() and not list((out / "full").glob(".*"))
+    assert set(json.loads((out / "full" / "manifest.json").read_text())["notebooks"]) == {"ok"}
+    res = rp.reproduce("full", notebooks_dir=src, out_dir=out, echo=None)  # tried again, the other skipped
+    assert res["later"]["status"] == "waiting" and res["ok"]["status"] == "skipped"

@@ -15,7 +15,7 @@ from rlvr_lib.algos import KL_ESTIMATORS, guide_schedule, kl_penalty, shaped_kl
 from rlvr_lib.algos.guides import branch_guide, shaped_anchor
 from rlvr_lib.methods import METHODS, TESTBED_KL_COEF, Method, StepBatch, build_method, method_config
 from rlvr_lib.methods.sage import TESTBED_TAU, base_token_entropies, guide_stats
-from rlvr_lib.trainer import Trainer
+from rlvr_lib.trainer import Trainer, untimed
 
 SAGE_METHODS = ("sage", "sage_token", "sage_random", "dapo_branch", "bnpo_loss_branch")
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
@@ -28,10 +28,6 @@ def _trainer(policy, name, checkpoint_dir=None, **kw):
     model, tokenizer = policy
     return Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer,
                    checkpoint_dir=checkpoint_dir)
-
-
-def _untimed(history):
-    return [{k: v for k, v in row.items() if not k.startswith("time_")} for row in history]
 
 
 def _method(name="sage", **options):
@@ -303,7 +299,7 @@ def test_resume_is_bit_identical(policy, name, tmp_path):
     first.step()
     resumed = _trainer(policy, name, checkpoint_dir=tmp_path, **kw)
     assert resumed.step_count == 1
-    assert _untimed(resumed.train(progress=False)) == _untimed(full)
+    assert untimed(resumed.train(progress=False)) == untimed(full)
 
 
 # ----------------------------------------------------------------------------- validation

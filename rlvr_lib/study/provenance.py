@@ -54,6 +54,8 @@ RUN_ENTRIES: dict[str, tuple[str, ...]] = {
     # The tables' runs: `evaluate_base` / `train_and_evaluate`, called by the notebooks directly or through Arms.
     "grpo_baseline_full": TABLE_ENTRIES, "baselines_full": TABLE_ENTRIES, "nudgerl_full": TABLE_ENTRIES,
     "threepo_full": TABLE_ENTRIES, "sage_full": TABLE_ENTRIES, "vigor_full": TABLE_ENTRIES,
+    # Notebook 07's arms: configs set by its equal-compute budget and pair rules, trained through Arms.
+    "head_to_head_full": (*TABLE_ENTRIES, "rlvr_lib.study.head_to_head"),
     # Reported, not gating: the lr sweep behind TUNED_LR and the dynamics calibration behind the step count.
     "lr_tuning": ("rlvr_lib.study.tuning",),
     "testbed_dynamics": ("rlvr_lib.study.dynamics",),

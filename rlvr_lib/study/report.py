@@ -353,6 +353,11 @@ SECTIONS = (
       *(("baselines_full", name, name) for name in ("grpo_no_kl", "grpo_forward_kl", "dapo", "bnpo_loss")))),
     # Notebook 06 reads 02's base and INTUITOR runs.
     ("vigor_full", "VIGOR", "06_vigor", (("baselines_full", "base", "base"), ("baselines_full", "intuitor", "intuitor"))),
+    # Notebook 07 (head to head at equal compute) reads 02's base and GRPO and 05's SAGE; its selected baselines
+    # are read from 02 when 02 gave them the wide evaluation (`rlvr_lib.study.head_to_head.home`).
+    ("head_to_head_full", "Head to head", "07_head_to_head",
+     (("baselines_full", "base", "base"), ("baselines_full", "grpo", "grpo (notebook 02)"),
+      ("sage_full", "sage", "sage (notebook 05)"))),
 )
 
 

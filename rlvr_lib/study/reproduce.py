@@ -26,6 +26,10 @@ temporary file next to the target and the finished notebook is moved into
 place with ``os.replace``: an interrupted run never leaves a half-written
 executed copy. A notebook that fails is still moved into place (papermill puts
 the error at its top) and is recorded as failed, so it runs again next time.
+A notebook that stops on `rlvr_lib.study.runs.PrerequisitesMissing` (runs it
+reads from another notebook are not there yet) is *waiting*: no copy is kept,
+the manifest is left as it was, it runs again next time, and it does not make
+the exit status 1.
 
 The kernel runs in the notebook's folder (as in Jupyter Lab and nbval) and has
 the folder above ``rlvr_lib/`` prepended to ``PYTHONPATH``, so it imports the
@@ -193,6 +197,15 @@ def _finished_ok(executed: Path, profile: str) -> bool:
     return not any(out.get("output_type") == "error" for cell in nb.cells for out in cell.get("outputs", []))
 
 
+def _waiting(exc: BaseException) -> bool:
+    """True when a notebook stopped on `rlvr_lib.study.runs.PrerequisitesMissing`: it waits for another's runs."""
+    from papermill.exceptions import PapermillExecutionError
+
+    from rlvr_lib.study.runs import PrerequisitesMissing
+
+    return isinstance(exc, PapermillExecutionError) and exc.ename == PrerequisitesMissing.__name__
+
+
 def _error_text(exc: BaseException) -> str:
     from papermill.exceptions import PapermillExecutionError
 
@@ -229,8 +242,9 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
         )
         os.replace(tmp, target)
         moved = True
-    except Exception:
-        if tmp.exists() and not _stopping():  # a failed run: keep papermill's annotated copy for the reader
+    except Exception as exc:
+        # a failed run: keep papermill's annotated copy for the reader (a waiting one has nothing to show)
+        if tmp.exists() and not _stopping() and not _waiting(exc):
             os.replace(tmp, target)
             moved = True
         raise
@@ -317,6 +331,11 @@ def reproduce(
         pending.append((prefix, name, source, target, digest))
 
     def record(prefix, name, target, digest, seconds, error) -> None:
+        if error and error.startswith(WAITING_PREFIX):  # not run yet: no copy, the manifest keeps its entry
+            results[name] = {"status": "waiting", "seconds": seconds, "error": error[len(WAITING_PREFIX):],
+                             "output": None}
+            say(f"{prefix} waiting -- {error[len(WAITING_PREFIX):]}")
+            return
         results[name] = {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
                          "output": str(target) if target.exists() else None}
         _update_manifest(manifest_path, profile, name, {
@@ -383,10 +402,14 @@ def _execute_timed(source: Path, target: Path, profile: str, kernel: str, progre
     except Exception as exc:
         if _stopping():
             raise KeyboardInterrupt(f"{source.name}: interrupted") from exc
-        error = _error_text(exc)
+        error = (WAITING_PREFIX if _waiting(exc) else "") + _error_text(exc)
     finally:
         _RUNNING = False
     return round(time.perf_counter() - start, 2), error
+
+
+WAITING_PREFIX = "waiting: "
+"""Marks the error text of a notebook that raised `rlvr_lib.study.runs.PrerequisitesMissing` (status "waiting")."""
 
 
 # Pool workers only (set by `_init_worker`): the pool's shared stop flag; whether this worker is executing a
@@ -516,8 +539,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     except ValueError as exc:
         parser.error(str(exc))
-    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("ran", "skipped", "failed")}
-    print(f"{len(results)} notebook(s): {counts['ran']} ran, {counts['skipped']} skipped, {counts['failed']} failed")
+    counts = {s: sum(r["status"] == s for r in results.values()) for s in ("ran", "skipped", "failed", "waiting")}
+    print(f"{len(results)} notebook(s): {counts['ran']} ran, {counts['skipped']} skipped, {counts['failed']} failed"
+          + (f", {counts['waiting']} waiting for other notebooks' runs" if counts["waiting"] else ""))
     return 1 if counts["failed"] else 0
 
 

@@ -52,6 +52,7 @@ from rlvr_lib.validation import check, check_int
 __all__ = [
     "FINISHED",
     "NAME_RE",
+    "PrerequisitesMissing",
     "RESULTS_ENV",
     "RunRecord",
     "cached_run",
@@ -349,6 +350,12 @@ def cached_run(
         if one_processor:
             check_one_processor(path.parent, cfg)
         return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
+
+
+class PrerequisitesMissing(RuntimeError):
+    """Runs a notebook reads from another notebook's cache are not all there yet (e.g. notebook 07 before 02
+    and 04 have finished). `rlvr_lib.study.reproduce` reports such a notebook as *waiting*, not failed: it keeps
+    no executed copy and runs it again next time."""
 
 
 MIXED_PROCESSORS_ENV = "RLVR_ALLOW_MIXED_PROCESSORS"

@@ -42,7 +42,6 @@ __all__ = ["VERIFICATION_FILE", "compare_records", "draw_sample", "recompute", "
 
 TOLERANCE_Z = 1.96 * math.sqrt(2.0)
 """Tolerance per seed-to-seed sd: the 95% range of the difference of two independent seeds."""
-_TIMING_PREFIX = "time_"  # history columns that measure wall-clock time, not the run
 
 
 def _kind(record: RunRecord) -> str | None:
@@ -139,10 +138,6 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
     return None if a == b else f"{path} ({a!r} != {b!r})"
 
 
-def _history_without_timings(record: RunRecord) -> list[dict]:
-    return [{k: v for k, v in row.items() if not k.startswith(_TIMING_PREFIX)} for row in record.history]
-
-
 def seed_tolerances(record: RunRecord, root: str | Path | None = None) -> dict[str, dict[str, float]] | None:
     """Per evaluation and metric, ``TOLERANCE_Z x`` the sd over the committed seeds of ``record``'s arm.
 
@@ -174,7 +169,9 @@ def compare_records(committed: RunRecord, fresh: RunRecord, *, same_processor: b
         within}`` and ``match`` is ``None`` when no tolerance exists (one committed seed).
     """
     if same_processor:
-        diff = (_first_difference(_history_without_timings(committed), _history_without_timings(fresh), "history")
+        from rlvr_lib.trainer import untimed
+
+        diff = (_first_difference(untimed(committed.history), untimed(fresh.history), "history")
                 or _first_difference(_evaluations(committed), _evaluations(fresh)))
         return {"mode": "exact", "match": diff is None, "detail": "bit-identical" if diff is None
                 else f"first difference at {diff}", "metrics": []}

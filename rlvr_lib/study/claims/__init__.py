@@ -48,6 +48,7 @@ REGISTRIES = {
     "threepo": "nb04_3po",
     "sage": "nb05_sage",
     "vigor": "nb06_vigor",
+    "head_to_head": "nb07_head_to_head",
 }
 """Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records)."""
 
@@ -194,11 +195,13 @@ class Registry:
         return rows
 
     def measurement_rows(self, measured: Mapping[str, Any], **context) -> list[dict]:
-        """Rows of ``measurements_table``, as :meth:`claim_rows`."""
+        """Rows of ``measurements_table``, as :meth:`claim_rows` (``None``: a row the profile does not run)."""
         _complete(f"{self.notebook} measurements", self.measurements, measured)
         rows = []
         for c in self.measurements:
             m = measured[c.id]
+            if m is None:  # not run in this profile (e.g. a pair that does not compose with the selected arm)
+                continue
             m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
             row = dict(id=c.id, measurement=_fill(c.text, context, c.id), expect=c.expect, than=c.than, **m)
             if c.margin is not None:

@@ -1,0 +1,51 @@
+"""Notebook 07's pre-registered rows (issue 32, item 2: the four methods and the best baselines at equal compute).
+
+Claims: each method's headline claim against GRPO, tested here at the equal-compute budget
+(`rlvr_lib.study.head_to_head.Budget`) against notebook 02's GRPO (the KL-anchored one every arm shares), with
+the paper's own effect; notebooks 03-06 test the same claims against GRPO at each method's own settings, so the
+scorecard counts them as further tests of those papers' claims, at another setting. Measurements (no paper
+states them): the other methods against GRPO on ``rare_mix`` at pass@256 (the wide evaluation), each composable
+pair against its better component (`rlvr_lib.study.head_to_head.better_component`, by mean in-distribution
+pass@1), and where each method helps (its gain over GRPO in the lowest quartile of the base policy's
+per-problem pass@1, `rlvr_lib.study.head_to_head.gain_map`). Thresholds are 0 and the minimum-effect rule of
+`rlvr_lib.study.claims.tables.min_effect` applies as in every notebook (no paper effect here is large).
+
+These rows can be revised freely until notebook 07's first full-profile record exists (none does yet); from
+then on a change is listed by `Registry.changed_rows`, as for every notebook.
+"""
+
+from . import Claim, Measurement, Registry
+
+LABELS = {"nudgerl": "NudgeRL", "sage": "SAGE", "threepo": "{threepo}", "vigor": "VIGOR"}
+"""How a row names each method (``{threepo}``: the selected 3PO variant, filled by the notebook)."""
+PAIRS = (("nudgerl", "sage"), ("nudgerl", "threepo"), ("sage", "threepo"), ("sage", "vigor"), ("threepo", "vigor"))
+"""Every pair of the four methods that can compose (NudgeRL + VIGOR never does: one advantage estimate per
+rollout); with M3PO, NudgeRL + M3PO and M3PO + VIGOR do not either, and their rows are left out."""
+_EQ = "at equal compute"
+
+REGISTRY = Registry(
+    notebook="07_head_to_head",
+    experiment="head_to_head",
+    claims=(
+        Claim("nudgerl-beats-grpo", f"NudgeRL beats GRPO {_EQ} (pass@1)", "NudgeRL",
+              "T1 (Qwen3-4B, at its own settings)", ("pass@1", 0.454, 0.489), ">", "grpo"),
+        Claim("threepo-beats-grpo", f"{{threepo}}, the best 3PO variant, beats GRPO {_EQ} (pass@1)", "3PO",
+              "T1: C3PO 44.04 vs GRPO 42.99 (OLMo3-7B)", ("pass@1", 42.99, 44.04), ">", "grpo"),
+        Claim("sage-beats-grpo", f"SAGE beats GRPO {_EQ} (pass@1)", "SAGE", "T1", ("pass@1", 0.266, 0.284), ">",
+              "grpo"),
+        Claim("vigor-beats-grpo", f"VIGOR beats GRPO {_EQ} (pass@1)", "VIGOR", "T main (7B)",
+              ("Math avg", 67.14, 69.77), ">", "grpo"),
+        Claim("nudgerl-rare-wide", f"NudgeRL solves more {{rare}} problems than GRPO {_EQ} (pass@{{n_wide}}; only "
+                                   "the rare strategy works)", "NudgeRL", "Fig 4 (case study)",
+              ("correct samples of 32 on the case problem", 0, 6), ">", "grpo"),
+    ),
+    measurements=(
+        *(Measurement(f"{m}-rare-wide", f"{LABELS[m]} beats GRPO on {{rare}} {_EQ} (pass@{{n_wide}})", ">")
+          for m in ("threepo", "sage", "vigor")),
+        *(Measurement(f"pair-{a}-{b}", f"{LABELS[a]} + {LABELS[b]} beats the better of the two alone {_EQ} "
+                                       "(pass@1)", ">") for a, b in PAIRS),
+        *(Measurement(f"{m}-helps-hardest", f"{LABELS[m]} gains over GRPO on the problems the base policy solves "
+                                            "least (lowest quartile of its per-problem pass@1; pass@1)", ">")
+          for m in ("nudgerl", "threepo", "sage", "vigor")),
+    ),
+)

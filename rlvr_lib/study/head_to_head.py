@@ -1,0 +1,314 @@
+"""Notebook 07's rules, stated once before any of its runs (issue 32, item 2): equal compute, which arms, the
+pairs' settings, and the "when does it help" map.
+
+**Equal compute** (:class:`Budget`). Every arm samples the same number of completions and takes the same
+number of optimizer steps (`rlvr_lib.trainer.compute_spent`): ``steps x prompts_per_step x group_size``
+completions and ``steps`` optimizer steps, i.e. one optimizer step per generation batch (``minibatches = 1``,
+``inner_epochs = 1``, the testbed's default and notebook 02's setting, so its GRPO and baselines are read from
+its cache). How the methods whose own settings differ are brought to it:
+
+* **two optimizer steps per batch** (NudgeRL's preset, ``minibatches = 2``): run at one, like every arm. Its
+  paper's own setting is notebook 03's to test (against GRPO at the same setting); here the question is the
+  method at the budget every arm has.
+* **dynamic sampling** (DAPO: refill rounds replace groups with no signal, sampling more completions by a
+  count known only afterwards): its filter stays, its refills go (``max_refill_rounds = 0``): a step samples
+  ``prompts_per_step x group_size`` completions and trains on the groups it keeps.
+* **extra forwards** are not in the budget and are reported as wall time per step (``time_step``): NudgeRL's
+  hint-free scoring, C3PO's chunks, VIGOR's per-completion gradient norms, 3PO's mean-policy forwards, the KL
+  reference's forward. The budget counts what an RLVR paper's "same rollouts, same updates" counts.
+
+:meth:`Budget.check` holds every finished run to it exactly and names the arm, the seed and what differs.
+
+**Arms.** GRPO (notebook 02's); the best two of notebook 02's baselines, picked by :func:`select_arms` from
+notebook 02's full-profile records on the shipped policy and testbed: the highest mean in-distribution pass@1
+(over its seeds) among notebook 02's baselines other than GRPO and the identity check ``grpo_k2``, then the
+highest mean ``rare_mix`` pass@256 on the wide evaluation among those with it (:data:`BASELINES_WITH_WIDE`),
+the first pick excluded so the two differ; the best 3PO variant, the highest mean in-distribution pass@1 of
+B3PO, M3PO and C3PO in notebook 04's records; ties go to the first name in alphabetical order. Before those
+records exist (today) the quick profile uses :data:`FALLBACK` and says so; the full profile refuses to run.
+Then NudgeRL, SAGE, VIGOR and every pair of the four methods that composes (:func:`composable_pairs`, the
+rules of `rlvr_lib.methods.compose.pair_table`), each with its presets' conflicts settled by
+:func:`pair_settings`:
+
+* ``kl_coef``: the largest of the components' (SAGE's `TESTBED_KL_COEF` when SAGE is in the pair: its guide
+  acts only through the anchor; else VIGOR's 0.01: an anchor a component's paper runs with is kept);
+* ``lr``: the smallest of the components' tuned lrs (each was tuned alone; the smaller is stable for both);
+* ``lr_schedule`` and ``lr_warmup_ratio``: the 3PO variant's when it is in the pair (it owns the optimizer,
+  and its IVON lr was calibrated under its schedule), else the first component's;
+* any other key: refused, naming it (no rule was written for it).
+
+**The map** (:func:`gain_map`): per method, its per-problem pass@k gain over GRPO in each bucket of one
+property of the problem, the base policy's per-problem pass@1 (mean over its sampling seeds), cut at its
+quartiles (:func:`bucket_edges`), each bucket with a paired bootstrap interval over seeds x problems
+(`rlvr_lib.study.stats.paired_difference_ci`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
+from itertools import combinations
+from typing import Any
+
+import numpy as np
+
+from rlvr_lib.methods import METHODS
+from rlvr_lib.methods.baselines import BASELINES
+from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
+from rlvr_lib.methods.presets import TUNED_LR, method_config
+from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
+from rlvr_lib.study.report import current_testbed, measured_on
+from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
+from rlvr_lib.study.stats import paired_difference_ci
+from rlvr_lib.trainer import compute_spent
+from rlvr_lib.trainer_config import TrainerConfig
+from rlvr_lib.validation import check, check_int
+
+__all__ = ["BASELINE_CANDIDATES", "Budget", "FALLBACK", "METHOD_ARMS", "SHARED", "THREEPO_VARIANTS", "bucket_edges",
+           "better_component", "composable_pairs", "gain_map", "home", "mean_pass", "pair_name", "pair_settings",
+           "pick_best", "records_by_name", "select_arms"]
+
+THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
+"""The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
+METHOD_ARMS = ("nudgerl", "sage", "threepo", "vigor")
+"""The four methods, in the order they compose (``"threepo"`` stands for the selected variant)."""
+BASELINE_CANDIDATES = tuple(n for n in BASELINES if n != "grpo_k2")
+"""Notebook 02's baselines the pass@1 pick is made from (``grpo_k2`` is its identity check, not a baseline)."""
+FALLBACK = {"pass1": "dapo", "wide": "grpo_forward_kl", "threepo": "b3po"}
+"""The quick profile's arms while notebooks 02 and 04 have no full-profile records: DAPO (it exercises the
+refill rule), forward-KL GRPO (the SAGE paper's pass@256 row, and notebook 02 gives it the wide evaluation), and
+B3PO (the cheapest variant). A smoke test of the notebook, not a selection."""
+SHARED = {**{n: "baselines" for n in ("grpo", *BASELINES_WITH_WIDE)}, "sage": "sage"}
+"""Arms another notebook trains with the wide evaluation (the experiment prefix of its folder): notebook 02's
+GRPO and wide-evaluated baselines, notebook 05's SAGE. :func:`home` reads them there when the budget leaves
+their config as that notebook's."""
+
+
+def _refill_free(name: str) -> dict:
+    """``method_options`` that turn off a method's refill rounds (its filter stays), or ``{}`` without any."""
+    cls = METHODS[name].cls
+    if not overrides(cls, "refill_rounds"):
+        return {}
+    names = {f.name for f in fields(cls.Options)}
+    check("max_refill_rounds" in names, f"method {name!r}: options", sorted(names),
+          "a 'max_refill_rounds' option: the method refills dropped groups, and equal compute needs 0 refills")
+    return {"max_refill_rounds": 0}
+
+
+@dataclass(frozen=True)
+class Budget:
+    """The compute every arm of notebook 07 gets: ``steps`` generation batches of ``prompts_per_step`` x
+    ``group_size`` completions, one optimizer step each (the module docstring says how methods are brought to it).
+    """
+
+    steps: int
+    prompts_per_step: int
+    group_size: int = 8
+
+    def __post_init__(self):
+        for name in ("steps", "prompts_per_step", "group_size"):
+            check_int(name, getattr(self, name), 1)
+
+    def spent(self) -> dict[str, int]:
+        """What a run at this budget spends: ``compute_spent``'s counts, ``steps * P * G`` and ``steps``."""
+        return {"completions": self.steps * self.prompts_per_step * self.group_size, "optimizer_steps": self.steps}
+
+    def overrides(self, name: str) -> dict[str, Any]:
+        """The `TrainerConfig` fields that put method ``name`` (a composite too) at this budget.
+
+        The shared sizes, one optimizer step per batch, and for a method with dynamic sampling its refill
+        rounds set to 0 (inside its preset's ``method_options``; a composite's per component).
+        """
+        check(name in METHODS or SEPARATOR in name, "name", name, "a registered method or a composite 'a+b'")
+        out: dict[str, Any] = dict(steps=self.steps, prompts_per_step=self.prompts_per_step,
+                                   group_size=self.group_size, minibatches=1, inner_epochs=1)
+        parts = name.split(SEPARATOR)
+        no_refill = {part: _refill_free(part) for part in parts}
+        if any(no_refill.values()):
+            options = dict(METHODS[name].preset.get("method_options") or {}) if name in METHODS else {}
+            if len(parts) == 1:
+                out["method_options"] = {**options, **no_refill[name]}
+            else:
+                out["method_options"] = {p: {**options.get(p, {}), **no_refill[p]} for p in parts if no_refill[p]
+                                         or p in options}
+        return out
+
+    def check(self, label: str, records: Sequence) -> dict[str, int]:
+        """Each record's `compute_spent` against :meth:`spent`, exactly; returns the budget.
+
+        Raises:
+            ValueError: naming the arm ``label``, the seed, and each count that differs (spent vs budget).
+        """
+        want = self.spent()
+        check(len(records) > 0, f"arm {label!r}: records", records, "one or more run records")
+        for r in records:
+            got = compute_spent(TrainerConfig.from_dict(r.config["train"]), r.history)
+            diff = {k: f"{got[k]} spent, budget {want[k]}" for k in want if got[k] != want[k]}
+            if diff:
+                raise ValueError(f"arm {label!r}, seed {r.seed} ({r.run_id}): not at the equal-compute budget: "
+                                 + "; ".join(f"{k} {v}" for k, v in diff.items()))
+        return want
+
+
+def home(name: str, budget: Budget) -> str:
+    """The experiment prefix an arm is read from: its :data:`SHARED` notebook's when the budget's config of it is
+    that notebook's (``method_config(name, steps, prompts_per_step, group_size)``: the same cache key, so the
+    same record), else ``"head_to_head"`` (trained here)."""
+    if name not in SHARED:
+        return "head_to_head"
+    plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
+    same = method_config(name, **budget.overrides(name), seed=0) == method_config(name, **plain)
+    return SHARED[name] if same else "head_to_head"
+
+
+# ----------------------------------------------------------------------------- arm selection
+def records_by_name(experiment: str, names: Sequence[str], root=None) -> dict[str, list]:
+    """``{name: records}`` of ``experiment``'s runs named ``names`` on the shipped policy and testbed
+    (`rlvr_lib.study.report.measured_on`): what :func:`select_arms` reads (older testbeds' records left out)."""
+    here = current_testbed()
+    return {n: [r for r in load_runs(experiment, root, name=n) if measured_on(r) == here] for n in names}
+
+
+def mean_pass(records: Sequence, k: int = 1, family: str | None = None, label: str | None = None) -> float:
+    """Mean over seeds of a run's stored pass@k: the in-distribution average, or ``family``'s; of its extra
+    evaluation ``label`` (e.g. the wide one) when given."""
+    check(len(records) > 0, "records", records, "one or more run records")
+    values = []
+    for r in records:
+        final = r.final if label is None else r.extra["evals"][label]
+        values.append(float((final["average"] if family is None else final["families"][family])["pass_at_k"][str(k)]))
+    return float(np.mean(values))
+
+
+def pick_best(scores: Mapping[str, float], exclude: Sequence[str] = ()) -> str:
+    """The name with the highest score, ``exclude`` left out; a tie goes to the first name alphabetically."""
+    left = {n: s for n, s in scores.items() if n not in exclude}
+    check(left, "scores", dict(scores), f"at least one name besides {list(exclude)}")
+    return min(left, key=lambda n: (-left[n], n))
+
+
+def select_arms(nb02: Mapping[str, Sequence], nb04: Mapping[str, Sequence], *, k_wide: int,
+                rare_family: str = "rare_mix", seeds: int = 1, fallback: bool = False) -> dict[str, Any]:
+    """Notebook 07's selected arms from notebook 02's and 04's records (``{name: records}``), by the module's rules.
+
+    A candidate with fewer than ``seeds`` records counts as missing (its notebook has not finished it), so a
+    selection never depends on which seeds happened to be done.
+
+    Returns:
+        ``{"pass1": baseline, "wide": baseline, "threepo": variant, "source": "records" | "fallback"}``.
+
+    Raises:
+        PrerequisitesMissing: a candidate is missing and ``fallback`` is False (the full profile): the message
+            names the missing arms and the notebooks to finish first; `make reproduce` reports the notebook as
+            waiting and runs it again next time.
+    """
+    seeds = check_int("seeds", seeds, 1)
+    missing = ([n for n in BASELINE_CANDIDATES if len(nb02.get(n) or ()) < seeds]
+               + [n for n in THREEPO_VARIANTS if len(nb04.get(n) or ()) < seeds])
+    if missing:
+        if fallback:
+            return {**FALLBACK, "source": "fallback"}
+        raise PrerequisitesMissing(f"select_arms: fewer than {seeds} records of {missing}: finish notebooks 02 and 04 at this "
+                         "profile first (the selection reads their records; only the quick profile falls back to "
+                         "FALLBACK)")
+    pass1 = pick_best({n: mean_pass(nb02[n]) for n in BASELINE_CANDIDATES})
+    wide = pick_best({n: mean_pass(nb02[n], k_wide, rare_family, WIDE) for n in BASELINES_WITH_WIDE if n != "grpo"},
+                     exclude=[pass1])
+    threepo = pick_best({n: mean_pass(nb04[n]) for n in THREEPO_VARIANTS})
+    return {"pass1": pass1, "wide": wide, "threepo": threepo, "source": "records"}
+
+
+# ----------------------------------------------------------------------------- pairs
+def composable_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
+    """The pairs of ``methods`` (in their order) whose hooks compose: no exclusive hook family overridden by
+    both (`rlvr_lib.methods.compose.hook_conflicts`, the rule `pair_table` shows)."""
+    return [(a, b) for a, b in combinations(methods, 2) if not hook_conflicts((a, b))]
+
+
+def _tuned_lr(name: str) -> float | None:
+    return TUNED_LR.get(name, METHODS[name].preset.get("lr"))
+
+
+def pair_settings(a: str, b: str) -> dict[str, Any]:
+    """The `TrainerConfig` keys on which the presets of ``a`` and ``b`` disagree, settled by the module's rules.
+
+    Raises:
+        ValueError: a conflicting key no rule covers (named, with each method's value).
+    """
+    out: dict[str, Any] = {}
+    conflicts = preset_conflicts((a, b))
+    threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
+    for key, values in conflicts.items():
+        if key == "kl_coef":
+            out[key] = max(values.values())  # with SAGE: its TESTBED_KL_COEF, the largest preset beta
+        elif key == "lr":
+            out[key] = min(lr for lr in (_tuned_lr(a), _tuned_lr(b)) if lr is not None)
+        elif key in ("lr_schedule", "lr_warmup_ratio"):
+            out[key] = values.get(threepo, values.get(a, next(iter(values.values()))))
+        else:
+            raise ValueError(f"pair_settings({a!r}, {b!r}): the presets differ on {key!r} ({values}) and no rule of "
+                             "rlvr_lib.study.head_to_head settles it")
+    return out
+
+
+def pair_name(a: str, b: str) -> str:
+    """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return its name (``"a+b"``)."""
+    return compose(a, b, **pair_settings(a, b))
+
+
+def better_component(pair: str, means: Mapping[str, float]) -> str:
+    """The component of ``pair`` (``"a+b"``) with the higher mean (``means`` per name); a tie: the first
+    alphabetically. The comparator of "the pair beats its better component"."""
+    return pick_best({n: means[n] for n in pair.split(SEPARATOR)})
+
+
+# ----------------------------------------------------------------------------- the map
+def bucket_edges(levels: Any, quantiles: Sequence[float] = (0.25, 0.5, 0.75)) -> np.ndarray:
+    """Inner edges of the buckets of a per-problem property: its ``quantiles`` (``np.quantile``, linear)."""
+    levels = np.asarray(levels, dtype=float)
+    check(levels.ndim == 1 and levels.size > 0 and np.isfinite(levels).all(), "levels", levels,
+          "a non-empty 1-D array of finite per-problem values")
+    check(all(0 < q < 1 for q in quantiles) and list(quantiles) == sorted(quantiles), "quantiles", quantiles,
+          "increasing values in (0, 1)")
+    return np.quantile(levels, quantiles)
+
+
+def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | None = None):
+    """Each run's per-problem gain over ``reference`` in each bucket of ``levels``: the "when does it help" map.
+
+    Bucket ``b`` holds the problems with ``edges[b-1] < level <= edges[b]`` (the first: ``level <= edges[0]``,
+    the last: ``level > edges[-1]``); ``edges`` defaults to :func:`bucket_edges` (quartiles). A bucket no
+    problem falls in (tied quartiles, e.g. many problems the base policy never solves) is left out. Per run and
+    bucket: ``paired_difference_ci(run[:, in b], reference[:, in b], bounds=(0, 1))``, mean gain and interval.
+
+    Args:
+        levels: ``(P,)`` the property per problem (e.g. the base policy's pass@1, mean over its sampling seeds).
+        runs: ``{name: (S, P) scores}`` (per-seed, per-problem pass@k on the same problems).
+        reference: ``(S_ref, P)`` scores of the comparator (GRPO).
+
+    Returns:
+        ``pandas.DataFrame`` with ``run``, ``bucket`` (``"(lo, hi]"``), ``problems``, ``mean``, ``ci_low``,
+        ``ci_high``, one row per run and non-empty bucket.
+    """
+    import pandas as pd
+
+    levels = np.asarray(levels, dtype=float)
+    edges = bucket_edges(levels) if edges is None else np.asarray(edges, dtype=float)
+    reference = np.asarray(reference, dtype=float)
+    check(reference.ndim == 2 and reference.shape[1] == levels.size, "reference", reference.shape,
+          f"(seeds, {levels.size}): one column per problem of levels")
+    which = np.searchsorted(edges, levels, side="left")
+    bounds = [-np.inf, *edges, np.inf]
+    rows = []
+    for name, scores in runs.items():
+        scores = np.asarray(scores, dtype=float)
+        check(scores.ndim == 2 and scores.shape[1] == levels.size, f"runs[{name!r}]", scores.shape,
+              f"(seeds, {levels.size}): one column per problem of levels")
+        for b in range(len(edges) + 1):
+            mask = which == b
+            if not mask.any():
+                continue
+            ci = paired_difference_ci(scores[:, mask], reference[:, mask], bounds=(0, 1))
+            rows.append({"run": name, "bucket": f"({bounds[b]:.3g}, {bounds[b + 1]:.3g}]", "problems": int(mask.sum()),
+                         **{k: ci[k] for k in ("mean", "ci_low", "ci_high")}, "ci": ci})
+    return pd.DataFrame(rows, columns=["run", "bucket", "problems", "mean", "ci_low", "ci_high", "ci"])

@@ -1,0 +1,125 @@
+"""Notebook 07's rules (`rlvr_lib.study.head_to_head`): the equal-compute check on short runs, the arm selection
+on fake records and its fallback, the pairs' settings, and the "when does it help" map on a known example."""
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from rlvr_lib.methods import method_config
+from rlvr_lib.methods.registry import METHODS
+from rlvr_lib.study import head_to_head as h2h
+from rlvr_lib.study.claims import registry
+from rlvr_lib.study.runs import PrerequisitesMissing
+from test_compute_spent import _run as _counted_run
+
+BUDGET = h2h.Budget(steps=2, prompts_per_step=4, group_size=4)
+
+
+def _record(name, config, history, seed=0):
+    return SimpleNamespace(config={"train": config.to_dict()}, history=history, seed=seed, run_id=f"{name}-s{seed}")
+
+
+def _run(policy, name, monkeypatch=None, correct_if=None, **overrides):
+    """A 2-step run of ``name`` (test_compute_spent's, which counts completions at the engine and steps at the
+    optimizer); returns (record-like, those counts)."""
+    config, history, counts = _counted_run(policy, name, monkeypatch, correct_if, **overrides)
+    return _record(name, config, history), counts
+
+
+def test_two_arms_at_the_budget_spend_it_exactly(policy, monkeypatch):
+    # NudgeRL (two optimizer steps per batch in its preset) and DAPO (refills in its preset), both at the budget
+    nudgerl, n_counts = _run(policy, "nudgerl", **BUDGET.overrides("nudgerl"))
+    dapo, d_counts = _run(policy, "dapo", monkeypatch, lambda p, k: p.operands[0] % 2 == 0 and k % 2 == 0,
+                          **BUDGET.overrides("dapo"))
+    assert any(row["dynamic_dropped_groups"] for row in dapo.history)  # the filter ran, nothing refilled
+    want = {"completions": 2 * 4 * 4, "optimizer_steps": 2}
+    assert n_counts == d_counts == want
+    assert BUDGET.check("nudgerl", [nudgerl]) == BUDGET.check("dapo", [dapo]) == want
+
+
+def test_an_arm_off_the_budget_is_named(policy):
+    own, _ = _run(policy, "nudgerl", steps=2, prompts_per_step=4, group_size=4)  # its preset: 2 optimizer steps/batch
+    with pytest.raises(ValueError, match=r"^arm 'nudgerl', seed 0 \(nudgerl-s0\): not at the equal-compute budget: "
+                                         r"optimizer_steps 4 spent, budget 2$"):
+        BUDGET.check("nudgerl", [own])
+    short = _record("grpo", method_config("grpo", **BUDGET.overrides("grpo")), [{"step": 0}])
+    with pytest.raises(ValueError, match=r"completions 16 spent, budget 32; optimizer_steps 1 spent, budget 2$"):
+        BUDGET.check("grpo", [short])
+
+
+def test_budget_overrides_and_where_an_arm_is_read():
+    assert BUDGET.overrides("dapo")["method_options"] == {"max_refill_rounds": 0}
+    assert "method_options" not in BUDGET.overrides("nudgerl") and BUDGET.overrides("nudgerl")["minibatches"] == 1
+    assert {n: h2h.home(n, BUDGET) for n in ("grpo", "grpo_forward_kl", "sage", "dapo", "nudgerl")} == {
+        "grpo": "baselines", "grpo_forward_kl": "baselines", "sage": "sage", "dapo": "head_to_head",
+        "nudgerl": "head_to_head"}
+    with pytest.raises(ValueError, match="^name='nope' is invalid"):
+        BUDGET.overrides("nope")
+
+
+def _fake(pass1, rare=None, k=16):
+    final = {"average": {"pass_at_k": {"1": pass1}}}
+    extra = {} if rare is None else {"evals": {"wide": {"families": {"rare_mix": {"pass_at_k": {str(k): rare}}}}}}
+    return [SimpleNamespace(final=final, extra=extra)]
+
+
+def test_selection_rule_on_fake_records_and_its_fallback():
+    nb02 = {n: _fake(0.30, 0.40 if n in h2h.BASELINES_WITH_WIDE else None) for n in h2h.BASELINE_CANDIDATES}
+    nb02["pope"] = nb02["dapo"] = _fake(0.50)  # a tie: the first name alphabetically
+    nb04 = {"b3po": _fake(0.31), "m3po": _fake(0.33), "c3po": _fake(0.32)}
+    assert h2h.select_arms(nb02, nb04, k_wide=16) == {"pass1": "dapo", "wide": "bnpo_loss", "threepo": "m3po",
+                                                      "source": "records"}
+    # the pass@1 pick also leads at pass@256: the pass@256 pick is the next one, so the two differ
+    nb02["bnpo_loss"], nb02["grpo_no_kl"] = _fake(0.60, 0.90), _fake(0.30, 0.50)
+    assert h2h.select_arms(nb02, nb04, k_wide=16)["pass1"] == "bnpo_loss"
+    assert h2h.select_arms(nb02, nb04, k_wide=16)["wide"] == "grpo_no_kl"
+    # no records yet (today): the quick profile falls back, the full one refuses
+    assert h2h.select_arms({}, {}, k_wide=16, fallback=True) == {**h2h.FALLBACK, "source": "fallback"}
+    with pytest.raises(PrerequisitesMissing, match=r"^select_arms: fewer than 1 records of \['b3po', 'm3po', 'c3po'\]: "
+                                         "finish notebooks 02 and 04"):
+        h2h.select_arms(nb02, {}, k_wide=16)
+    # a notebook still running (one seed of five done) is not selected from
+    with pytest.raises(PrerequisitesMissing, match=r"^select_arms: fewer than 5 records of \["):
+        h2h.select_arms(nb02, nb04, k_wide=16, seeds=5)
+
+
+def test_pairs_and_their_settings():
+    assert h2h.composable_pairs(("nudgerl", "sage", "m3po", "vigor")) == [("nudgerl", "sage"), ("sage", "m3po"),
+                                                                           ("sage", "vigor")]
+    assert h2h.pair_settings("sage", "vigor") == {"kl_coef": 0.2, "lr": 3.33333e-05}
+    assert h2h.pair_settings("nudgerl", "sage") == {"kl_coef": 0.2}
+    assert h2h.pair_settings("b3po", "vigor")["lr_schedule"] == "constant"
+    with pytest.raises(ValueError, match=r"the presets differ on 'advantage'"):
+        h2h.pair_settings("nudgerl", "vigor")
+    before = set(METHODS)
+    try:
+        name = h2h.pair_name("sage", "vigor")
+        config = method_config(name, **BUDGET.overrides(name))
+        assert (name, config.kl_coef, config.lr, config.minibatches) == ("sage+vigor", 0.2, 3.33333e-05, 1)
+    finally:
+        for n in set(METHODS) - before:
+            del METHODS[n]
+    assert h2h.better_component("sage+vigor", {"sage": 0.4, "vigor": 0.4}) == "sage"
+
+
+def test_gain_map_on_a_known_example():
+    # 8 problems: 4 the base never solves, 4 at 0.5; the arm gains 0.5 on the first four, nothing on the others
+    levels = np.array([0, 0, 0, 0, 0.5, 0.5, 0.5, 0.5])
+    reference = np.tile([0.2, 0.2, 0.2, 0.2, 0.6, 0.6, 0.6, 0.6], (2, 1))
+    arm = reference + np.array([0.5, 0.5, 0.5, 0.5, 0, 0, 0, 0])
+    assert h2h.bucket_edges(levels).tolist() == [0.0, 0.25, 0.5]
+    table = h2h.gain_map(levels, {"arm": arm}, reference)
+    assert table["bucket"].tolist() == ["(-inf, 0]", "(0.25, 0.5]"]  # the tied quartiles' empty buckets left out
+    assert table["problems"].tolist() == [4, 4]
+    assert np.allclose(table[["mean", "ci_low", "ci_high"]].to_numpy(), [[0.5] * 3, [0.0] * 3])
+    with pytest.raises(ValueError, match=r"^runs\['arm'\]=\(2, 3\) is invalid"):
+        h2h.gain_map(levels, {"arm": arm[:, :3]}, reference)
+
+
+def test_rows_a_profile_does_not_run_are_left_out():
+    reg = registry("nb07_head_to_head")
+    ci = {"mean": 0.1, "ci_low": 0.05, "ci_high": 0.15, "n": 5, "method": "m"}
+    measured = {m.id: (None if m.id.startswith("pair-nudgerl") else ci) for m in reg.measurements}
+    ids = [row["id"] for row in reg.measurement_rows(measured, threepo="M3PO", rare="rare_mix", n_wide=256)]
+    assert "pair-nudgerl-sage" not in ids and "pair-sage-vigor" in ids and len(ids) == len(reg.measurements) - 2
