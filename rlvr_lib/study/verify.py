@@ -53,8 +53,10 @@ def _kind(record: RunRecord) -> str | None:
     return None
 
 
-def table_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
-    """The committed records each notebook's tables read, of the shipped policy and testbed, by notebook."""
+def verifiable_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
+    """The records `verify` can recompute, by notebook: each notebook's own trained runs and base evaluations of
+    the shipped policy and testbed (not the rows it shares from another notebook: those are drawn there).
+    `rlvr_lib.study.provenance.table_records` lists every record a table reads, shared rows included."""
     current = current_testbed()
     return {notebook: [r for r in load_runs(experiment, root) if measured_on(r) == current and _kind(r)]
             for experiment, _, notebook, _ in SECTIONS}
@@ -215,7 +217,7 @@ def verify(per_notebook: int = 1, seed: int = 0, *, root: str | Path | None = No
     scratch = Path(scratch) if scratch is not None else root.parent / ".verify"
     if scratch.resolve() == root.resolve() or root.resolve() in scratch.resolve().parents:
         raise invalid("scratch", str(scratch), f"a folder outside the results root {root} (recomputed runs never go there)")
-    by_notebook = table_records(root)
+    by_notebook = verifiable_records(root)
     notebook_of = {(r.experiment, r.run_id): nb for nb, records in by_notebook.items() for r in records}
     sample = draw_sample(by_notebook, per_notebook, seed)
     here = cpu_model()
