@@ -27,7 +27,9 @@ One step, read top to bottom in `Trainer.step`:
 Everything random is derived from ``(seed, step)`` (and the refill round); a method
 draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
 replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
-optimizer, the lr schedule's position, the method's state, the step and the history.
+optimizer, the lr schedule's position, the method's state, the step, the history and the
+wall seconds spent so far (``elapsed_s``, so a resumed run's record counts the time of the
+processes it resumed from).
 Checkpoints are written atomically and end with a sha256 of their content; the one
 replaced is kept as ``checkpoint.prev.pt``, which a resume falls back on (with a
 warning naming the damaged file) when ``checkpoint.pt`` is truncated or corrupted.
@@ -127,6 +129,9 @@ class Trainer:
         from rlvr_lib.methods import build_method
         from rlvr_lib.policy import load_policy
 
+        self._started = time.perf_counter()
+        self.earlier_s = 0.0  # seconds earlier processes spent on this run up to its checkpoint (`load_checkpoint`)
+        self.resumed_at_step: int | None = None
         self.config = config
         self.world = init_world()  # one process unless started by a launcher (rlvr_lib.distributed)
         if model is None:
@@ -485,6 +490,7 @@ class Trainer:
             "method": self.method.state_dict(),
             "step": self.step_count,
             "history": self.history,
+            "elapsed_s": self.elapsed_s,
         }
         if path.exists():
             try:
@@ -537,6 +543,23 @@ class Trainer:
             self.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state["method"])
         self.step_count, self.history = state["step"], state["history"]
+        # Checkpoints written before they carried elapsed_s: the restored steps' own time is the best account left.
+        self.earlier_s = state.get("elapsed_s", sum(m.get("time_step") or 0.0 for m in self.history))
+        self.resumed_at_step = self.step_count
+
+    @property
+    def elapsed_s(self) -> float:
+        """Wall seconds this run has taken so far: this process's since the trainer was built, plus
+        ``earlier_s``, what the interrupted processes it resumed from had spent up to their last checkpoint
+        (the work after it was lost and is done again here, so counted once)."""
+        return self.earlier_s + time.perf_counter() - self._started
+
+    def resumed(self) -> dict | None:
+        """``{"at_step", "earlier_s"}`` for a run resumed from a checkpoint, else ``None`` (the run record's
+        ``extra["resumed"]``: `rlvr_lib.study.runs.cached_run` adds ``earlier_s`` to its ``wall_time_s``)."""
+        if self.resumed_at_step is None:
+            return None
+        return {"at_step": self.resumed_at_step, "earlier_s": self.earlier_s}
 
 
 class CheckpointError(ValueError):

@@ -75,6 +75,27 @@ def test_runs_are_cached_and_not_recomputed(tmp_path, monkeypatch):
     assert evaluate_base("t", spec, root=tmp_path).to_dict() == base.to_dict()
 
 
+def test_an_interrupted_run_resumes_and_its_record_counts_both_processes(tmp_path, monkeypatch):
+    import rlvr_lib.study.pipeline as pipeline
+
+    spec = EvalSpec(families=("easy_mix",), problems_per_family=2, samples=8, diversity_problems=2, diversity_samples=4)
+    cfg = method_config("grpo", steps=3, prompts_per_step=2, group_size=4, max_new_tokens=24, seed=1)
+    real_train = pipeline.Trainer.train
+
+    def killed_after_two_steps(trainer, **kw):
+        trainer.step(), trainer.step()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline.Trainer, "train", killed_after_two_steps)
+    with pytest.raises(KeyboardInterrupt):
+        train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(pipeline.Trainer, "train", real_train)
+    record = train_and_evaluate("t", "grpo", cfg, spec, root=tmp_path, checkpoint_every=1)
+    resumed = record.extra["resumed"]
+    assert resumed["at_step"] == 2 and resumed["earlier_s"] >= sum(m["time_step"] for m in record.history[:2])
+    assert record.wall_time_s >= resumed["earlier_s"] + record.history[2]["time_step"]
+
+
 def test_a_cached_run_trained_under_other_option_defaults_is_refused(tmp_path):
     spec = EvalSpec(families=("easy_mix",), problems_per_family=2, samples=8, diversity_problems=2, diversity_samples=4)
     cfg = method_config("nudgerl", steps=1, prompts_per_step=2, group_size=4, max_new_tokens=24, seed=0)

@@ -13,7 +13,7 @@ import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.study.runs import (RESULTS_ENV, RunRecord, cached_run, cpu_model, git_commit, jsonable, load_runs,
+from rlvr_lib.study.runs import (RESULTS_ENV, RESUMED, RunRecord, cached_run, cpu_model, git_commit, jsonable, load_runs,
                                  results_root, run_dir, runs_frame)
 from rlvr_lib.study.stats import aggregate_seeds, format_ci
 
@@ -100,6 +100,15 @@ def test_dict_config_hashes_like_the_dataclass(tmp_path):
     cached_run("exp", "run", Cfg(), 0, fn, root=tmp_path)
     cached_run("exp", "run", {"steps": 3, "lr": 0.1}, 0, fn, root=tmp_path)
     assert fn.calls == 1
+
+
+def test_a_resumed_run_counts_the_earlier_processes_time(tmp_path):
+    resumed = cached_run("exp", "a", Cfg(), 0, lambda: ([], {}, {RESUMED: {"at_step": 3, "earlier_s": 100.0}}),
+                         root=tmp_path)
+    assert 100.0 <= resumed.wall_time_s < 160.0
+    assert resumed.extra[RESUMED] == {"at_step": 3, "earlier_s": 100.0}
+    fresh = cached_run("exp", "b", Cfg(), 0, lambda: ([], {}, {RESUMED: None}), root=tmp_path)
+    assert fresh.wall_time_s < 60.0 and RESUMED not in fresh.extra  # not resumed: nothing kept
 
 
 def test_fn_raising_leaves_no_file(tmp_path):

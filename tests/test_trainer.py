@@ -10,7 +10,7 @@ from rlvr_lib.eval.sampling import sample_and_score
 from rlvr_lib.methods import METHODS, method_config
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine, SamplingParams
-from rlvr_lib.trainer import Trainer, TrainerConfig
+from rlvr_lib.trainer import Trainer, TrainerConfig, read_checkpoint
 
 
 def _metrics(history):
@@ -55,6 +55,33 @@ def test_resume_equals_uninterrupted(tmp_path):
     resumed = Trainer(cfg, checkpoint_dir=tmp_path)
     assert resumed.step_count == 2
     assert _metrics(resumed.train(progress=False)) == _metrics(uninterrupted)
+
+
+def test_a_resumed_run_carries_the_time_its_interrupted_process_spent(tmp_path):
+    cfg = _small(seed=5, checkpoint_every=2)
+    first = Trainer(cfg, checkpoint_dir=tmp_path)
+    assert first.resumed() is None and first.earlier_s == 0.0
+    first.step(), first.step()  # "killed" after the step-2 checkpoint
+    saved = read_checkpoint(tmp_path / "checkpoint.pt")["elapsed_s"]
+    assert saved >= sum(m["time_step"] for m in first.history)  # steps and everything between them
+    resumed = Trainer(cfg, checkpoint_dir=tmp_path)
+    assert resumed.resumed() == {"at_step": 2, "earlier_s": saved}
+    resumed.train(progress=False)
+    assert resumed.elapsed_s >= saved + sum(m["time_step"] for m in resumed.history[2:])
+    # a checkpoint of a resumed run passes the earlier time on to the next resume
+    resumed.save_checkpoint(tmp_path / "checkpoint.pt")
+    assert read_checkpoint(tmp_path / "checkpoint.pt")["elapsed_s"] >= saved
+
+
+def test_a_checkpoint_without_elapsed_time_counts_its_steps_time(tmp_path):
+    cfg = _small(seed=5, checkpoint_every=2)
+    first = Trainer(cfg, checkpoint_dir=tmp_path)
+    first.step(), first.step()
+    state = read_checkpoint(tmp_path / "checkpoint.pt")
+    del state["elapsed_s"]  # as written before checkpoints carried it
+    torch.save(state, tmp_path / "checkpoint.pt")
+    resumed = Trainer(cfg, checkpoint_dir=tmp_path)
+    assert resumed.earlier_s == pytest.approx(sum(m["time_step"] for m in first.history))
 
 
 def test_checkpoint_of_another_config_is_refused(tmp_path):

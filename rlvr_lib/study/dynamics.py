@@ -72,7 +72,7 @@ from rlvr_lib.config import ConfigBase, hash_jsonable
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescued_lost_counts
 from rlvr_lib.files import write_json_atomic
-from rlvr_lib.study.runs import RunRecord, cached_run, jsonable, results_root
+from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, jsonable, results_root
 from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
 from rlvr_lib.validation import invalid
 
@@ -383,7 +383,7 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
             # Steps already taken stay in the checkpoint, so an interruption from here resumes at `steps`.
             trainer.save_checkpoint(ckpt / "checkpoint.pt")
         final = evals[str(max(config.step_candidates))]["eval"]
-        return nan_to_none(trainer.history), final, {"checkpoints": evals}
+        return nan_to_none(trainer.history), final, {"checkpoints": evals, RESUMED: trainer.resumed()}
 
     record = cached_run(EXPERIMENT, method, key, seed, run, root=root)
     shutil.rmtree(ckpt, ignore_errors=True)

@@ -23,7 +23,7 @@ from rlvr_lib.study.claims import record_extra
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
-from rlvr_lib.study.runs import RunRecord, cached_run, results_root, run_dir
+from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, results_root, run_dir
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
@@ -149,7 +149,7 @@ def train_and_evaluate(
         history = trainer.train(progress=progress)
         engine = KVCacheEngine(trainer.model, trainer.tokenizer)
         final = evaluate_policy(engine, spec)
-        extra = {METHOD_OPTIONS: options}
+        extra = {METHOD_OPTIONS: options, RESUMED: trainer.resumed()}
         if extra_specs:
             extra[EVALS] = {label: evaluate_policy(engine, s) for label, s in extra_specs.items()}
         return nan_to_none(history), final, extra

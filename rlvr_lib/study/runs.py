@@ -53,6 +53,7 @@ __all__ = [
     "FINISHED",
     "NAME_RE",
     "PrerequisitesMissing",
+    "RESUMED",
     "RESULTS_ENV",
     "RunRecord",
     "cached_run",
@@ -221,7 +222,8 @@ class RunRecord:
         git_commit: Commit of the checkout, or ``None`` when unknown.
         started: UTC ISO-8601 timestamp.
         finished: UTC ISO-8601 timestamp.
-        wall_time_s: Seconds spent in the run function.
+        wall_time_s: Seconds the run took: spent in the run function, plus, for a run resumed from a
+            checkpoint, what the interrupted processes had spent up to it (``extra["resumed"]``).
         history: Metric history, one dict per logged step.
         final: Final evaluation metrics.
         extra: Anything else worth keeping (diagnostics, per-problem data).
@@ -308,7 +310,10 @@ def cached_run(
         seed: The run's seed. ``fn`` is responsible for using it.
         fn: Zero-argument callable returning ``(history, final)`` or
             ``(history, final, extra)``: a list of metric dicts, a dict of
-            final metrics and optionally a dict of extras.
+            final metrics and optionally a dict of extras. A resumed run says so
+            in its extras, ``{RESUMED: {"at_step": k, "earlier_s": t}}``
+            (`rlvr_lib.trainer.Trainer.resumed`; ``None`` when not resumed): ``t``,
+            the seconds earlier processes spent on it, is added to ``wall_time_s``.
         force: Recompute and overwrite even if a finished record exists.
         root: Results root; default from :func:`results_root`.
         extra: Extras stored with the record (merged under ``fn``'s extras).
@@ -360,6 +365,9 @@ class PrerequisitesMissing(RuntimeError):
 
 MIXED_PROCESSORS_ENV = "RLVR_ALLOW_MIXED_PROCESSORS"
 
+RESUMED = "resumed"
+"""Key of a run function's extras saying it resumed from a checkpoint (`cached_run`)."""
+
 
 def check_one_processor(folder: Path, config: Mapping[str, Any]) -> None:
     """Refuses to add a run made on this processor model to ``folder`` when its records of the same policy and
@@ -400,7 +408,10 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
     if not isinstance(out, tuple) or len(out) not in (2, 3):
         raise TypeError(f"fn must return (history, final) or (history, final, extra), got {type(out).__name__}")
     history, final = out[0], out[1]
-    fn_extra = out[2] if len(out) == 3 else {}
+    fn_extra = dict(out[2] or {}) if len(out) == 3 else {}
+    if fn_extra.get(RESUMED, RESUMED) is None:  # not resumed: nothing to keep
+        del fn_extra[RESUMED]
+    earlier_s = fn_extra[RESUMED]["earlier_s"] if RESUMED in fn_extra else 0.0
     rec = RunRecord(
         experiment=experiment,
         name=name,
@@ -412,10 +423,10 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
         git_commit=git_commit(),
         started=started,
         finished=_now(),
-        wall_time_s=time.perf_counter() - t0,
+        wall_time_s=time.perf_counter() - t0 + earlier_s,
         history=list(history),
         final=dict(final),
-        extra={"machine": machine(), **dict(extra or {}), **dict(fn_extra or {})},
+        extra={"machine": machine(), **dict(extra or {}), **fn_extra},
     )
     data = rec.to_dict()
     write_json_atomic(path, data)
