@@ -1,47 +1,13 @@
 """Equal-compute accounting (`rlvr_lib.trainer.compute_spent`, issue 32): on short runs the completions and
 optimizer steps it reads from a config and its history equal those counted at the engine and the optimizer."""
 
-import copy
-
 import pytest
 
 from rlvr_lib.methods import compose, method_config
 from rlvr_lib.methods.registry import METHODS
-from rlvr_lib.tasks import CORRECT, WRONG, Verdict
-from rlvr_lib.trainer import Trainer, compute_spent
+from rlvr_lib.trainer import compute_spent
 
-SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=24, train_family="easy_mix",
-             train_pool_size=32, lr=1e-3, seed=0)
-
-
-def _counted(trainer):
-    """Count the completions the engine returns and the optimizer's steps."""
-    counts = {"completions": 0, "optimizer_steps": 0}
-    generate = trainer.engine.generate
-
-    def counting_generate(prompts, params):
-        out = generate(prompts, params)
-        counts["completions"] += len(out)
-        return out
-
-    def count_step(optimizer, args, kwargs):
-        counts["optimizer_steps"] += 1
-
-    trainer.engine.generate = counting_generate
-    trainer.optimizer.register_step_post_hook(count_step)  # AdamW and IVON alike (torch's step hooks)
-    return counts
-
-
-def _run(policy, name, monkeypatch=None, correct_if=None, **kw):
-    model, tokenizer = policy
-    trainer = Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer)
-    if correct_if is not None:  # a scripted verifier: which groups DAPO drops is known
-        calls = iter(range(10**9))
-        monkeypatch.setattr(trainer.task, "verify", lambda p, text: Verdict(1.0, CORRECT) if correct_if(p, next(calls))
-                            else Verdict(0.0, WRONG))
-    counts = _counted(trainer)
-    history = trainer.train(progress=False)
-    return trainer.config, history, counts
+from counted_run import SMALL, counted_run as _run
 
 
 @pytest.mark.parametrize("name, kw", [

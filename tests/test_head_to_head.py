@@ -11,7 +11,7 @@ from rlvr_lib.methods.registry import METHODS
 from rlvr_lib.study import head_to_head as h2h
 from rlvr_lib.study.claims import registry
 from rlvr_lib.study.runs import PrerequisitesMissing
-from test_compute_spent import _run as _counted_run
+from counted_run import counted_run as _counted_run
 
 BUDGET = h2h.Budget(steps=2, prompts_per_step=4, group_size=4)
 
@@ -21,7 +21,7 @@ def _record(name, config, history, seed=0):
 
 
 def _run(policy, name, monkeypatch=None, correct_if=None, **overrides):
-    """A 2-step run of ``name`` (test_compute_spent's, which counts completions at the engine and steps at the
+    """A 2-step run of ``name`` (`counted_run`, which counts completions at the engine and steps at the
     optimizer); returns (record-like, those counts)."""
     config, history, counts = _counted_run(policy, name, monkeypatch, correct_if, **overrides)
     return _record(name, config, history), counts

@@ -13,8 +13,8 @@ import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.study.runs import (RESULTS_ENV, RESUMED, RunRecord, cached_run, cpu_model, git_commit, jsonable, load_runs,
-                                 results_root, run_dir, runs_frame)
+from rlvr_lib.study.runs import (RESULTS_ENV, RESUMED, RunRecord, cached_run, cpu_model, current_testbed, git_commit,
+                                 jsonable, load_runs, measured_on, results_root, run_dir, runs_frame)
 from rlvr_lib.study.stats import aggregate_seeds, format_ci
 
 
@@ -191,6 +191,15 @@ def test_load_runs_filters_and_skips_non_records(tmp_path):
     df = runs_frame(recs)
     assert list(df.columns[:4]) == ["name", "seed", "config_hash", "run_id"]
     assert df["pass@1"].tolist() == [0.25, 0.25, 0.5]
+
+
+def test_load_runs_current_keeps_the_shipped_policy_and_testbeds_runs(tmp_path):
+    sha, version = current_testbed()
+    cached_run("exp", "a", {"policy_sha": sha, "task_version": version}, 0, Counter(), root=tmp_path)
+    cached_run("exp", "a", {"policy_sha": "older", "task_version": version}, 0, Counter(), root=tmp_path)
+    cached_run("exp", "a", {"policy_sha": sha, "task_version": "older"}, 0, Counter(), root=tmp_path)
+    assert len(load_runs("exp", tmp_path)) == 3
+    assert [measured_on(r) for r in load_runs("exp", tmp_path, current=True)] == [(sha, version)]
 
 
 def test_env_var_root_used_by_cached_run(tmp_path, monkeypatch):

@@ -57,7 +57,6 @@ from rlvr_lib.methods.baselines import BASELINES
 from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
 from rlvr_lib.methods.presets import TUNED_LR, method_config
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
-from rlvr_lib.study.report import current_testbed, measured_on
 from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
 from rlvr_lib.study.stats import paired_difference_ci
 from rlvr_lib.trainer import compute_spent
@@ -164,9 +163,8 @@ def home(name: str, budget: Budget) -> str:
 # ----------------------------------------------------------------------------- arm selection
 def records_by_name(experiment: str, names: Sequence[str], root=None) -> dict[str, list]:
     """``{name: records}`` of ``experiment``'s runs named ``names`` on the shipped policy and testbed
-    (`rlvr_lib.study.report.measured_on`): what :func:`select_arms` reads (older testbeds' records left out)."""
-    here = current_testbed()
-    return {n: [r for r in load_runs(experiment, root, name=n) if measured_on(r) == here] for n in names}
+    (``load_runs(..., current=True)``): what :func:`select_arms` reads (older testbeds' records left out)."""
+    return {n: load_runs(experiment, root, name=n, current=True) for n in names}
 
 
 def mean_pass(records: Sequence, k: int = 1, family: str | None = None, label: str | None = None) -> float:

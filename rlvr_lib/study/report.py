@@ -19,7 +19,7 @@ import numpy as np
 
 from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.study.claims.tables import CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline
-from rlvr_lib.study.runs import load_runs, results_root
+from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -126,19 +126,6 @@ def _dynamics_section(root: Path) -> list[str]:
                 cells.append("-" if t is None else _target_cell(t, interval=False))
             lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return lines
-
-
-def measured_on(record) -> tuple:
-    """The policy and testbed a run was measured on: ``(policy_sha, task_version)`` from its cache key."""
-    return record.config.get("policy_sha"), record.config.get("task_version")
-
-
-def current_testbed() -> tuple:
-    """``(policy_sha, task_version)`` of the shipped policy and testbed, as `measured_on` reads a record's."""
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.tasks import task_version
-
-    return policy_fingerprint(None), task_version("arith")
 
 
 def _policy_note(records) -> str:

@@ -59,9 +59,11 @@ __all__ = [
     "cached_run",
     "check_one_processor",
     "cpu_model",
+    "current_testbed",
     "git_commit",
     "jsonable",
     "load_runs",
+    "measured_on",
     "machine",
     "results_root",
     "run_dir",
@@ -433,7 +435,21 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
     return RunRecord.from_dict(data)
 
 
-def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None) -> list[RunRecord]:
+def measured_on(record: RunRecord) -> tuple:
+    """The policy and testbed a run was measured on: ``(policy_sha, task_version)`` from its cache key."""
+    return record.config.get("policy_sha"), record.config.get("task_version")
+
+
+def current_testbed() -> tuple:
+    """``(policy_sha, task_version)`` of the shipped policy and testbed, as `measured_on` reads a record's."""
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.tasks import task_version
+
+    return policy_fingerprint(None), task_version("arith")
+
+
+def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None,
+              current: bool = False) -> list[RunRecord]:
     """Loads every run record of an experiment, sorted by (name, seed, run_id).
 
     JSON files in the folder that are not run records (no ``run_id`` key,
@@ -443,6 +459,8 @@ def load_runs(experiment: str, root: str | Path | None = None, *, name: str | No
         experiment: Experiment (folder) name.
         root: Results root; default from :func:`results_root`.
         name: Keep only runs with this name.
+        current: Keep only runs measured on the shipped policy and testbed (`measured_on` ==
+            `current_testbed`), leaving out records of older ones still in the folder.
     """
     d = run_dir(experiment, root)
     if not d.is_dir():
@@ -455,6 +473,9 @@ def load_runs(experiment: str, root: str | Path | None = None, *, name: str | No
         rec = RunRecord.from_dict(data)
         if name is None or rec.name == name:
             records.append(rec)
+    if current:
+        here = current_testbed()
+        records = [r for r in records if measured_on(r) == here]
     return sorted(records, key=lambda r: (r.name, r.seed, r.run_id))
 
 

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_lib.files import write_json_atomic
-from rlvr_lib.study.report import SECTIONS, VERIFICATION_FILE, current_testbed, measured_on
+from rlvr_lib.study.report import SECTIONS, VERIFICATION_FILE
 from rlvr_lib.study.runs import RunRecord, cpu_model, git_commit, load_runs, results_root
 from rlvr_lib.validation import invalid
 
@@ -57,8 +57,7 @@ def verifiable_records(root: str | Path | None = None) -> dict[str, list[RunReco
     """The records `verify` can recompute, by notebook: each notebook's own trained runs and base evaluations of
     the shipped policy and testbed (not the rows it shares from another notebook: those are drawn there).
     `rlvr_lib.study.provenance.table_records` lists every record a table reads, shared rows included."""
-    current = current_testbed()
-    return {notebook: [r for r in load_runs(experiment, root) if measured_on(r) == current and _kind(r)]
+    return {notebook: [r for r in load_runs(experiment, root, current=True) if _kind(r)]
             for experiment, _, notebook, _ in SECTIONS}
 
 
