@@ -29,7 +29,7 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install lock test notebooks reproduce verify bench lab calibrate pretrain vllm-env test-vllm bench-vllm
+.PHONY: install lock test notebooks reproduce verify bench lab calibrate pretrain second-size vllm-env test-vllm bench-vllm
 
 install: $(STAMP)
 
@@ -151,6 +151,18 @@ bench-vllm:
 
 lab: install
 	$(PY) -m jupyter lab
+
+# The second model size (issue 32, item 3; README "The testbed"): pretrain it, calibrate it, and measure the
+# dynamics targets on it at the first size's beta and step count (no search). A missed calibration target is
+# reported, not fatal (the leading '-').
+SMALL_POLICY = rlvr_lib/policy/checkpoints/small-mul
+second-size: install
+	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain --size small
+	-$(PY) -m rlvr_lib calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-small.json
+	$(PY) -m rlvr_lib calibrate --dynamics --model $(SMALL_POLICY) \
+	  --kl-coefs $$($(PY) -c "from rlvr_lib.methods.base import TESTBED_KL_COEF; print(TESTBED_KL_COEF)") \
+	  --steps $$($(PY) -c "from rlvr_lib.study.dynamics import full_profile_steps; print(full_profile_steps())") \
+	  --out results/testbed/dynamics-small.json
 
 calibrate: install
 	$(PY) -m rlvr_lib calibrate

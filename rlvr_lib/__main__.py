@@ -28,14 +28,14 @@ SEED = int_at_least(0)
 
 
 def _pretrain(args: argparse.Namespace) -> int:
-    from rlvr_lib.policy.load import TINY_POLICY_DIR
-    from rlvr_lib.policy.pretrain import PretrainConfig, pretrain
+    from rlvr_lib.policy.load import POLICY_DIRS
+    from rlvr_lib.policy.pretrain import pretrain, size_config
 
     overrides = {name: value for name, value in (("seed", args.seed), ("steps", args.steps)) if value is not None}
     check_out_folder("--out", args.out)
     with flag_errors({"seed": "--seed", "steps": "--steps"}, "--steps"):
-        config = PretrainConfig(**overrides)
-    out = Path(args.out) if args.out else TINY_POLICY_DIR
+        config = size_config(args.size, **overrides)
+    out = Path(args.out) if args.out else POLICY_DIRS[args.size]
     log = pretrain(config, out)
     print(f"saved {log['parameters']:,}-parameter policy to {out} in {log['train_seconds']} s (final loss {log['final_loss']})")
     return 0
@@ -359,10 +359,15 @@ def _check_train_out(out: Path, config) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = OneLineParser(prog="python -m rlvr_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy (SFT on the strategy mixture)")
+    p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy, or pretrain the second size (SFT on the "
+                                        "strategy mixture)")
     p.add_argument("--seed", type=SEED, default=None, help="default: PretrainConfig.seed (the shipped checkpoint's)")
     p.add_argument("--steps", type=COUNT, default=None, help="optimizer steps (default: PretrainConfig.steps)")
-    p.add_argument("--out", default=None, help="output directory (default: the embedded checkpoint)")
+    p.add_argument("--size", choices=("tiny", "small"), default="tiny",
+                   help="model shape (rlvr_lib.policy.pretrain.POLICY_SIZES): tiny, the shipped policy; small, "
+                        "twice its width (about 4x the parameters)")
+    p.add_argument("--out", default=None,
+                   help="output directory (default: the size's checkpoint, rlvr_lib/policy/checkpoints/<size>-mul)")
     p.set_defaults(func=_pretrain, parser=p)
     c = sub.add_parser("calibrate", help="measure a policy against the testbed's calibration targets")
     c.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")

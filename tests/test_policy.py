@@ -61,6 +61,45 @@ def test_pretraining_log_documents_the_rebuild():
     assert "python -m rlvr_lib pretrain" in (TINY_POLICY_DIR / "README.md").read_text()
 
 
+def test_the_small_size_is_the_tiny_policy_at_twice_the_width_and_about_four_times_the_parameters():
+    from transformers import Qwen2ForCausalLM
+
+    from rlvr_lib.policy.load import POLICY_DIRS
+    from rlvr_lib.policy.pretrain import POLICY_SIZES, model_config, size_config
+
+    tiny, small = size_config("tiny"), size_config("small")
+    assert tiny == PretrainConfig()  # the shipped policy's config
+    differ = {k for k, v in small.to_dict().items() if tiny.to_dict()[k] != v}
+    assert differ == {"hidden_size", "intermediate_size"}  # same data, steps, lr, seed: size only
+    count = lambda c: Qwen2ForCausalLM(model_config(c, 64, 0, 1)).num_parameters()  # noqa: E731
+    assert 3.5 <= count(small) / count(tiny) <= 4.5
+    assert size_config("small", seed=3).seed == 3
+    with pytest.raises(ValueError, match=r"size='huge' is invalid: must be one of \['small', 'tiny'\]"):
+        size_config("huge")
+    assert set(POLICY_SIZES) == set(POLICY_DIRS)
+
+
+def test_pretrain_cli_pretrains_each_size_into_its_checkpoint_folder(monkeypatch, capsys):
+    import rlvr_lib.policy.pretrain as pt
+    from rlvr_lib.__main__ import main
+    from rlvr_lib.policy.load import POLICY_DIRS
+
+    calls = []
+    monkeypatch.setattr(pt, "pretrain", lambda config, out: calls.append((config, out)) or
+                        {"parameters": 1, "train_seconds": 0.0, "final_loss": 0.0})
+    for size in pt.POLICY_SIZES:
+        assert main(["pretrain", "--size", size, "--seed", "3"]) == 0
+    assert calls == [(pt.size_config(size, seed=3), POLICY_DIRS[size]) for size in pt.POLICY_SIZES]
+
+
+def test_pretraining_the_small_size_writes_its_shape(tmp_path):
+    from rlvr_lib.__main__ import main
+
+    assert main(["pretrain", "--size", "small", "--steps", "1", "--out", str(tmp_path / "small")]) == 0
+    config = json.loads((tmp_path / "small" / "config.json").read_text())
+    assert (config["hidden_size"], config["intermediate_size"], config["num_hidden_layers"]) == (192, 768, 4)
+
+
 def _tiny_pretrain_config(**kw):
     return PretrainConfig(steps=4, batch_size=8, hidden_size=16, num_layers=1, num_heads=2, intermediate_size=32,
                           warmup_steps=2, save_every=2, **kw)

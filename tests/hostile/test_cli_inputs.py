@@ -48,6 +48,7 @@ CASES = {
     "pretrain steps negative": (["pretrain", "--steps", "-3", "--out", "policy"], "--steps"),
     "pretrain seed negative": (["pretrain", "--seed", "-1", "--out", "policy"], "--seed"),
     "pretrain out is a file": (["pretrain", "--steps", "1", "--out", "afile"], "--out"),
+    "pretrain size unknown": (["pretrain", "--size", "huge", "--steps", "1", "--out", "policy"], "--size"),
     "calibrate batch size zero": (["calibrate", "--batch-size", "0", "--out", "c.json"], "--batch-size"),
     "calibrate out is a folder": (["calibrate", "--out", "empty"], "--out"),
     "calibrate out under a file": (["calibrate", "--out", "afile/c.json"], "--out"),
