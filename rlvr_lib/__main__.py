@@ -265,15 +265,18 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_no_sharding(backend: str) -> None:
-    """Refuse a launch under an accelerate DeepSpeed/FSDP config (`rlvr_lib.distributed.sharded_launch`)
-    before anything is loaded."""
+    """Refuse, before anything is loaded, a launch under an accelerate sharding config the backend does not host
+    (`rlvr_lib.distributed.sharded_launch`): DeepSpeed on either backend, FSDP on the TRL backend (the native
+    loop hosts FSDP)."""
     from rlvr_lib.distributed import sharded_launch
 
-    on = sharded_launch()
+    on = [engine for engine in sharded_launch() if backend == "trl" or engine != "FSDP"]
     if on:
+        other = ("--backend native, which hosts FSDP" if backend == "trl"
+                 else "shard with FSDP (configs/accelerate/fsdp_8gpu.yaml)")
         raise UsageError(f"argument --backend: {backend!r} does not host {'/'.join(on)} (set by the accelerate "
-                         "launch config): the update sums each process's plain gradients; launch DDP-style "
-                         "processes instead (accelerate launch --config_file configs/accelerate/ddp_8gpu.yaml)")
+                         "launch config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or "
+                         f"{other}")
 
 
 TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}

@@ -30,6 +30,25 @@ update equals the one-process update on the same batch, to float rounding):
   (:meth:`World.weighted_means`): the logged ``loss`` is the whole minibatch's.
   The remaining metrics are merged by :meth:`World.merge_metrics`.
 
+Sharded (FSDP2, ``torch.distributed.fsdp.fully_shard``): an ``accelerate launch`` whose config asks for FSDP
+(``ACCELERATE_USE_FSDP=true``, e.g. ``configs/accelerate/fsdp_8gpu.yaml``; the same variable under ``torchrun``)
+gives a `World` with ``sharded=True``. Parameters, gradients and optimizer state are then split among the
+processes (:meth:`World.shard_model`: each decoder layer of ``model._no_split_modules`` and the root), and a
+step runs as follows:
+
+* Rollouts stay split as above, each process its share of the groups, inside :meth:`World.gathered` (the
+  parameters all-gathered once, kept for every forward): processes sample unequal numbers of tokens, and
+  FSDP's per-layer all-gathers need every process in every forward.
+* The update is not split: every process computes the loss of the **whole** minibatch (`split_rows` gives
+  it all rows) and FSDP's reduce-scatter averages the identical gradients, so the update is the one-process
+  update (to float rounding) and every forward and backward runs on every process in the same order, which
+  FSDP's collectives need, whatever a method's loss does with its rows (NudgeRL's extra forward of hinted
+  rows, ``ActorOldLogprobs``' chunked forwards). The update's compute is repeated on each process; what
+  sharding buys is memory (a model whose parameters and AdamW state do not fit one device).
+* Refused on a sharded launch (`check_shardable`): a method whose hooks read or write the parameters
+  themselves (``Method.reads_parameters``: 3PO's IVON weight samples, VIGOR's per-completion gradients) and
+  the vLLM engine (its weight sync reads full parameters).
+
 Kept per process (documented, not hidden): diagnostics a method computes from
 the rows it is given (``rewards``, ``before_update``: e.g. NudgeRL's hint
 shares, VIGOR's rank accuracies) are averaged over processes, and loss terms
@@ -62,11 +81,14 @@ class World:
         rank: Global index of this process.
         size: Number of processes.
         local_rank: Index of this process on its machine (its CUDA device).
+        sharded: Parameters, gradients and optimizer state split among the processes (FSDP2; see the module
+            docstring); only with more than one process.
     """
 
     rank: int = 0
     size: int = 1
     local_rank: int = 0
+    sharded: bool = False
 
     @property
     def distributed(self) -> bool:
@@ -106,9 +128,9 @@ class World:
         Returns:
             ``(part, index)``: ``part`` is ``batch.select`` of those rows (group ids and
             ``problems`` kept), ``index`` maps each row of ``batch`` to its row in ``part``
-            (-1: another process's row; see `local_rows`). One process: ``(batch, None)``.
+            (-1: another process's row; see `local_rows`). One process, or a sharded world: ``(batch, None)``.
         """
-        if not self.distributed:
+        if not self.distributed or self.sharded:  # sharded: every process trains on the whole batch
             return batch, None
         groups = self.shard(len(batch.problems))
         rows = ((batch.group_index >= groups.start) & (batch.group_index < groups.stop)).nonzero().flatten()
@@ -151,7 +173,7 @@ class World:
         gets its own scope). A process without rows in the scope still takes part, with
         zero gradients. One process: no-op.
         """
-        if not self.distributed:
+        if not self.distributed or self.sharded:  # sharded: FSDP's reduce-scatter averages identical gradients
             return contextlib.nullcontext()
         return _summed_gradients([p for p in params])
 
@@ -162,6 +184,69 @@ class World:
         with torch.no_grad():
             for tensor in [*model.parameters(), *model.buffers()]:
                 dist.broadcast(tensor.data, src=0)
+
+    def shard_model(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Split ``model``'s parameters among the processes (FSDP2 ``fully_shard``) in a sharded world; else a no-op.
+
+        Each submodule whose class is named in ``model._no_split_modules`` (a Hugging Face model's decoder layer)
+        becomes one FSDP unit, and the root holds the rest (embeddings, tied with the LM head, and the final norm).
+        Call it after `broadcast_parameters` and before building the optimizer (which then holds the shards).
+
+        Raises:
+            ValueError: a model without ``_no_split_modules`` naming any of its submodules (nothing to shard by).
+        """
+        if not self.sharded:
+            return model
+        from torch.distributed.fsdp import fully_shard
+
+        names = set(getattr(model, "_no_split_modules", None) or ())
+        units = [m for m in model.modules() if type(m).__name__ in names]
+        if not units:
+            raise ValueError(f"cannot shard {type(model).__name__}: its _no_split_modules "
+                             f"({sorted(names) or 'none'}) name none of its submodules")
+        for unit in units:
+            fully_shard(unit)
+        fully_shard(model)
+        return model
+
+    def gathered(self, model: torch.nn.Module | None) -> ContextManager[None]:
+        """Scope in which a sharded ``model`` holds its whole parameters (all-gathered once on entry, resharded on
+        exit), so processes may run different numbers of forwards inside it (rollouts of unequal shares); every
+        process must enter it. No gradient may be taken inside. A no-op unless sharded (or ``model`` is None)."""
+        if not self.sharded or model is None:
+            return contextlib.nullcontext()
+        return _gathered(model)
+
+    def full_state_dict(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
+                        ) -> tuple[dict, dict | None]:
+        """``(model state, optimizer state)`` as whole CPU tensors; a collective in a sharded world (every
+        process calls it; rank 0 gets the states, the others empty dicts). Unsharded: ``model.state_dict()`` and
+        ``optimizer.state_dict()`` as they are."""
+        if not self.sharded:
+            return model.state_dict(), None if optimizer is None else optimizer.state_dict()
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                             get_optimizer_state_dict)
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        model_state = get_model_state_dict(model, options=options)
+        optim_state = None if optimizer is None else get_optimizer_state_dict(model, optimizer, options=options)
+        return model_state, optim_state
+
+    def load_full_state_dict(self, model: torch.nn.Module, model_state: dict,
+                             optimizer: torch.optim.Optimizer | None = None, optim_state: dict | None = None) -> None:
+        """Load states written by `full_state_dict` (every process passes the whole states)."""
+        if not self.sharded:
+            model.load_state_dict(model_state)
+            if optimizer is not None:
+                optimizer.load_state_dict(optim_state)
+            return
+        from torch.distributed.checkpoint.state_dict import (StateDictOptions, set_model_state_dict,
+                                                             set_optimizer_state_dict)
+
+        options = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(model, model_state, options=options)
+        if optimizer is not None:
+            set_optimizer_state_dict(model, optimizer, optim_state, options=options)
 
     def weighted_means(self, records: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
         """Per record, every process's statistics averaged with the processes' weights.
@@ -208,9 +293,9 @@ SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": 
 def sharded_launch() -> list[str]:
     """The sharding engines (``"DeepSpeed"``, ``"FSDP"``) an accelerate launch config asked for, or ``[]``.
 
-    Neither loop hosts them: both sum each process's plain gradients (`World`), so a launch under a
-    DeepSpeed/FSDP config would silently train unsharded copies. The config reaches the processes only
-    through these environment variables, not through any training argument.
+    The native loop hosts FSDP (a sharded `World`); DeepSpeed is refused by `init_world`, and the TRL backend
+    refuses both. The config reaches the processes only through these environment variables, not through any
+    training argument (FSDP's other plugin fields are not read: the loop shards by decoder layer).
     """
     return [name for variable, name in SHARDING_ENV.items() if os.environ.get(variable, "").lower() in ("1", "true")]
 
@@ -229,6 +314,24 @@ def _merge(key: str, values: list) -> Any:
         return max(values)
     finite = [float(v) for v in values if not math.isnan(v)]
     return float(np.mean(finite)) if finite else float("nan")
+
+
+@contextlib.contextmanager
+def _gathered(model) -> Iterator[None]:
+    from torch.distributed.fsdp import FSDPModule
+
+    # Every unit, not only the root: engines that read weights off the modules (KVCacheEngine) call no forward.
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+    for unit in units:
+        unit.unshard()
+    model.set_reshard_after_forward(False)  # every unit (recurse): forwards inside keep the whole weights
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.set_reshard_after_forward(True)
+        for unit in units:
+            unit.reshard()
 
 
 @contextlib.contextmanager
@@ -269,17 +372,19 @@ def init_world(backend: str | None = None) -> World:
 
     Raises:
         RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``, or the launch asks
-            for DeepSpeed/FSDP (`sharded_launch`), which no loop hosts: refused here so that a launch from
+            for DeepSpeed (`sharded_launch`), which no loop hosts: refused here so that a launch from
             Python (`rlvr_lib.study.pipeline.train_run`, a `Trainer`) fails as the command line does.
+            An FSDP launch gives a sharded `World` (on one process: the one-process world).
     """
-    sharded = sharded_launch()
-    if sharded:
-        raise RuntimeError(f"this launch asks for {'/'.join(sharded)} (set by the accelerate launch config), which "
-                           "no training loop here hosts: the update sums each process's plain gradients; launch "
-                           "DDP-style processes instead (accelerate launch --config_file configs/accelerate/ddp_8gpu.yaml)")
+    engines = sharded_launch()
+    if "DeepSpeed" in engines:
+        raise RuntimeError("this launch asks for DeepSpeed (set by the accelerate launch config), which no training "
+                           "loop here hosts; shard with FSDP instead (accelerate launch --config_file "
+                           "configs/accelerate/fsdp_8gpu.yaml), or launch DDP-style processes (ddp_8gpu.yaml)")
+    sharded = "FSDP" in engines
     if dist.is_available() and dist.is_initialized():
-        rank = dist.get_rank()
-        return World(rank, dist.get_world_size(), int(os.environ.get("LOCAL_RANK", rank)))
+        rank, size = dist.get_rank(), dist.get_world_size()
+        return World(rank, size, int(os.environ.get("LOCAL_RANK", rank)), sharded and size > 1)
     size = int(os.environ.get("WORLD_SIZE", "1"))
     if size <= 1:
         return World()
@@ -291,4 +396,4 @@ def init_world(backend: str | None = None) -> World:
     if backend == "nccl":
         torch.cuda.set_device(local_rank)
     dist.init_process_group(backend=backend, rank=rank, world_size=size)
-    return World(rank, size, local_rank)
+    return World(rank, size, local_rank, sharded)

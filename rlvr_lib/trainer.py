@@ -137,11 +137,17 @@ class Trainer:
         if model is None:
             model, tokenizer = load_policy(config.policy, device=self.world.device)
         self.model, self.tokenizer = model, tokenizer
-        self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
         self.method: Method = build_method(config)
+        if self.world.sharded:
+            _check_shardable(self.method, config)
+        self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
         self.reference = None
         if config.kl_coef > 0:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
+        if self.world.sharded:
+            self.world.shard_model(model)
+            if self.reference is not None:
+                self.world.shard_model(self.reference)
         self.optimizer = self.method.make_optimizer(model)
         self.scheduler = lr_scheduler(self.optimizer, config)  # None: the optimizer's lr throughout
         self.engine = engine or build_engine(config.engine, model, tokenizer, batch_size=config.rollout_batch_size)
@@ -218,17 +224,22 @@ class Trainer:
         plan = self.method.hints(problems, self.config.group_size, self._rng(step, 1, round_))
         mine = self.world.shard(len(problems))
         batch, seconds = None, 0.0
-        if len(mine):
-            t0 = time.perf_counter()
-            problems = [problems[i] for i in mine]
-            fields = self._rollout(problems, [plan[i] for i in mine], step, round_)
-            seconds = time.perf_counter() - t0
-            verify = self.task.verify if self.method.uses_verifier_reward else self._verify_or_record
-            verdicts = [verify(problems[g], text)
-                        for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
-            batch = StepBatch(**fields, verdicts=verdicts)
-            batch.rewards = self.method.rewards(batch, self.model).float()
+        with self.world.gathered(self.model):  # sharded: every process enters, whatever its share
+            if len(mine):
+                batch, seconds = self._sample_share([problems[i] for i in mine], [plan[i] for i in mine], step,
+                                                    round_)
         return self.world.gather_batch(batch), seconds
+
+    def _sample_share(self, problems, plan, step: int, round_: int) -> tuple[StepBatch, float]:
+        """`_sample` of this process's groups (``problems`` and their ``plan``): the batch and its rollout seconds."""
+        t0 = time.perf_counter()
+        fields = self._rollout(problems, plan, step, round_)
+        seconds = time.perf_counter() - t0
+        verify = self.task.verify if self.method.uses_verifier_reward else self._verify_or_record
+        verdicts = [verify(problems[g], text) for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
+        batch = StepBatch(**fields, verdicts=verdicts)
+        batch.rewards = self.method.rewards(batch, self.model).float()
+        return batch, seconds
 
     def _verify_or_record(self, problem, completion) -> Verdict:
         """The verifier's verdict, or an ``"unverified"`` one (reward NaN) if the verifier raises.
@@ -405,6 +416,7 @@ class Trainer:
                     for key, value in stats.items():
                         sums.setdefault(key, []).append(value)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
+                grad_norm = getattr(grad_norm, "full_tensor", lambda: grad_norm)()  # sharded: a DTensor
                 self.optimizer.step()
                 sums.setdefault("grad_norm", []).append(float(grad_norm))
                 if self.scheduler is not None:  # logged only under a schedule: unscheduled histories are unchanged
@@ -466,6 +478,8 @@ class Trainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Atomically write weights, optimizer, lr schedule, method state, step and history to ``path``.
 
+        In a sharded world every process must call it (the whole states are gathered to rank 0).
+
         The file ends with a sha256 of its content (`read_checkpoint` verifies it). The
         checkpoint it replaces, if complete, is kept beside it as ``<stem>.prev<suffix>``
         (`previous_checkpoint`), the fallback of `load_checkpoint`; temp files left by a
@@ -476,6 +490,7 @@ class Trainer:
             OSError: the write failed (disk full, file size limit...); the message names the
                 file, and ``path`` and its previous checkpoint are left as they were.
         """
+        model_state, optimizer_state = self.world.full_state_dict(self.model, self.optimizer)  # sharded: collective
         if not self.world.is_main:
             return
         path = Path(path)
@@ -484,14 +499,16 @@ class Trainer:
         _remove_stale_temps(path)
         state = {
             "config": self.config.to_dict(),
-            "model": self.model.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
+            "model": model_state,
+            "optimizer": optimizer_state,
             "scheduler": None if self.scheduler is None else self.scheduler.state_dict(),
             "method": self.method.state_dict(),
             "step": self.step_count,
             "history": self.history,
             "elapsed_s": self.elapsed_s,
         }
+        if self.world.sharded:  # its optimizer state is keyed by parameter name, an unsharded one's by position
+            state["sharded"] = True
         if path.exists():
             try:
                 read_checkpoint(path, load=False)
@@ -537,8 +554,10 @@ class Trainer:
             path = prev
         if state["config"] != self.config.to_dict():
             raise ValueError(f"checkpoint {path} was written by a different config; remove it or change checkpoint_dir")
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("sharded", False) != self.world.sharded:
+            kind = "a sharded (FSDP)" if state.get("sharded", False) else "an unsharded"
+            raise ValueError(f"checkpoint {path} was written by {kind} run; resume it with the same kind of launch")
+        self.world.load_full_state_dict(self.model, state["model"], self.optimizer, state["optimizer"])
         if self.scheduler is not None:  # the config (checked equal above) says whether there is one
             self.scheduler.load_state_dict(state["scheduler"])
         self.method.load_state_dict(state["method"])
@@ -560,6 +579,17 @@ class Trainer:
         if self.resumed_at_step is None:
             return None
         return {"at_step": self.resumed_at_step, "earlier_s": self.earlier_s}
+
+
+def _check_shardable(method: Method, config: TrainerConfig) -> None:
+    """Refuses, in a sharded world, what FSDP cannot host (`rlvr_lib.distributed`, module docstring)."""
+    if method.reads_parameters:
+        raise ValueError(f"method {config.method!r} cannot train on a sharded (FSDP) launch: its hooks read or write "
+                         "the parameters themselves (Method.reads_parameters), which FSDP holds as shards; launch "
+                         "DDP-style processes for it (configs/accelerate/ddp_8gpu.yaml)")
+    if config.engine == "vllm":
+        raise ValueError("engine='vllm' cannot run on a sharded (FSDP) launch: its weight sync reads the whole "
+                         "parameters; use engine 'kv' or 'hf'")
 
 
 class CheckpointError(ValueError):

@@ -130,9 +130,11 @@ def test_trl_backend_flag_errors_are_one_line_usage_errors(capsys):
     assert "invalid choice: 'tf'" in _error(capsys, ["train", "--backend", "tf", "--method", "grpo"])
 
 
-@pytest.mark.parametrize("variable, name", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
-@pytest.mark.parametrize("backend", ["native", "trl"])
-def test_a_sharded_accelerate_launch_is_refused_in_one_line(capsys, monkeypatch, backend, variable, name):
+@pytest.mark.parametrize("backend, variable, name", [("native", "ACCELERATE_USE_DEEPSPEED", "DeepSpeed"),
+                                                     ("trl", "ACCELERATE_USE_DEEPSPEED", "DeepSpeed"),
+                                                     ("trl", "ACCELERATE_USE_FSDP", "FSDP")])
+def test_a_sharding_launch_the_backend_does_not_host_is_refused_in_one_line(capsys, monkeypatch, backend, variable,
+                                                                            name):
     # what `accelerate launch --config_file configs/accelerate/{zero3,fsdp}_8gpu.yaml` sets in each process
     monkeypatch.setenv(variable, "true")
     err = _error(capsys, ["train", "--backend", backend, "--method", "grpo"])

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlvr_lib.methods import METHODS, Method, build_method, compose, method_config, register_method
-from rlvr_lib.methods.compose import COMBINED, EXCLUSIVE, component_config, overrides, pair_table
+from rlvr_lib.methods.compose import COMBINED, DERIVED, EXCLUSIVE, component_config, overrides, pair_table
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.trainer import Trainer, untimed
 from rlvr_lib.trainer_config import TrainerConfig
@@ -99,8 +99,13 @@ def ab():
 # ----------------------------------------------------------------------------- hook order and ownership
 def test_the_tables_cover_every_hook_of_method_once():
     hooks = {n for n in vars(Method) if not n.startswith("_")} - {"Options", "name", "generator"}
-    listed = [h for family in EXCLUSIVE.values() for h in family] + list(COMBINED)
+    listed = [h for family in EXCLUSIVE.values() for h in family] + list(COMBINED) + list(DERIVED)
     assert sorted(listed) == sorted(hooks)
+
+
+def test_a_composite_reads_parameters_when_a_component_does():
+    assert METHODS[compose("b3po", "grpo")].cls.reads_parameters
+    assert not METHODS[compose("sage", "grpo")].cls.reads_parameters
 
 
 def test_combined_hooks_run_in_the_given_order_and_exclusive_ones_at_their_owner(ab, policy):

@@ -38,6 +38,12 @@ BASES = {
     "c3po": dict(lr_warmup_ratio=0.0),
 }
 TIMEOUT_S = 150
+SHARDED_BASES = {
+    # FSDP (a sharded World): every process computes the whole minibatch; rollouts split and gathered
+    "grpo": {},  # the reference is sharded too
+    "bnpo_loss": dict(inner_epochs=2, minibatches=2),
+    "nudgerl": {},  # hinted rollouts, the extra x0 forward of the distillation term
+}
 
 
 class _TextHashReward:
@@ -49,35 +55,68 @@ class _TextHashReward:
 
 def _register(add) -> None:
     """``scored_<base>`` for every base method: its class and preset, with the text-hash reward."""
-    for base in BASES:
+    for base in {**BASES, **SHARDED_BASES}:
         spec = METHODS[base]
         add(f"scored_{base}", type(f"Scored{spec.cls.__name__}", (_TextHashReward, spec.cls), {}), **spec.preset)
 
 
 def _config(base: str):
-    return method_config(f"scored_{base}", **BASES[base], **TINY)
+    return method_config(f"scored_{base}", **{**BASES, **SHARDED_BASES}[base], **TINY)
 
 
-def _train_one_step(base: str) -> dict:
-    """One step of ``_config(base)`` on the tiny random model; its metrics and final weights."""
+def _train_one_step(base: str, checkpoint: str | None = None) -> dict:
+    """One step of ``_config(base)`` on the tiny random model; its metrics and final weights (whole, on rank 0;
+    also written to ``checkpoint`` when given)."""
     from rlvr_lib.trainer import Trainer
 
     tokenizer = build_char_tokenizer()
     model = build_tiny_qwen2(tokenizer)
     trainer = Trainer(_config(base), model, tokenizer, engine=RowSeededEngine(model, tokenizer))
     metrics = trainer.step()
-    return {"metrics": metrics, "weights": {k: v.detach().clone() for k, v in model.state_dict().items()},
-            "world": (trainer.world.rank, trainer.world.size)}
+    weights, _ = trainer.world.full_state_dict(model)  # sharded: gathered to rank 0
+    if checkpoint:
+        trainer.save_checkpoint(checkpoint)
+    return {"metrics": metrics, "weights": {k: v.detach().clone() for k, v in weights.items()},
+            "world": (trainer.world.rank, trainer.world.size), "sharded": trainer.world.sharded}
 
 
-def _worker(rank: int, port: int, out_dir: str) -> None:
+def _sharded_resume(out_dir: str) -> dict:
+    """Two steps of ``scored_grpo`` uninterrupted, and one step, a new `Trainer` resuming from its checkpoint, and
+    one more: both runs' whole weights (rank 0) and histories."""
+    from rlvr_lib.trainer import Trainer
+
+    tokenizer = build_char_tokenizer()
+    config = _config("grpo").replace(steps=2, checkpoint_every=1)
+
+    def trainer(folder):
+        model = build_tiny_qwen2(tokenizer)
+        return Trainer(config, model, tokenizer, checkpoint_dir=os.path.join(out_dir, folder))  # a stateless engine
+
+    whole = trainer("whole")
+    whole.train(progress=False)
+    first = trainer("resumed")
+    first.step()  # "killed" after the step-1 checkpoint
+    resumed = trainer("resumed")
+    resumed.train(progress=False)
+    return {name: {"weights": t.world.full_state_dict(t.model)[0], "history": t.history, "resumed_at": t.resumed_at_step}
+            for name, t in (("whole", whole), ("resumed", resumed))}
+
+
+def _worker(rank: int, port: int, out_dir: str, sharded: bool = False) -> None:
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
                       WORLD_SIZE="2")
+    if sharded:
+        os.environ["ACCELERATE_USE_FSDP"] = "true"  # what an accelerate FSDP launch config sets
     torch.set_num_threads(1)
     _register(lambda name, cls, **preset: register_method(name, cls, "test method", **preset))
-    assert init_world(backend="gloo") == World(rank, 2, rank)  # from the environment; gloo even where CUDA exists
+    # from the environment; gloo even where CUDA exists
+    assert init_world(backend="gloo") == World(rank, 2, rank, sharded)
     try:
-        results = {base: _train_one_step(base) for base in BASES}
+        bases = SHARDED_BASES if sharded else BASES
+        results = {base: _train_one_step(base, os.path.join(out_dir, f"{base}.pt") if sharded else None)
+                   for base in bases}
+        if sharded:
+            results["resume"] = _sharded_resume(out_dir)
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         if dist.is_initialized():
@@ -90,12 +129,11 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="module")
-def two_process_results(tmp_path_factory):
+def _two_processes(out, sharded: bool) -> list[dict]:
     if not (dist.is_available() and dist.is_gloo_available()):
         pytest.skip("torch.distributed with the gloo backend is not available in this torch build")
-    out = tmp_path_factory.mktemp("ddp")
-    context = mp.start_processes(_worker, args=(_free_port(), str(out)), nprocs=2, join=False, start_method="spawn")
+    context = mp.start_processes(_worker, args=(_free_port(), str(out), sharded), nprocs=2, join=False,
+                                 start_method="spawn")
     deadline = time.monotonic() + TIMEOUT_S
     while not context.join(timeout=1):
         if time.monotonic() > deadline:
@@ -103,6 +141,17 @@ def two_process_results(tmp_path_factory):
                 process.kill()
             pytest.fail(f"two-process training did not finish in {TIMEOUT_S} s")
     return [torch.load(out / f"rank{r}.pt", weights_only=False) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def two_process_results(tmp_path_factory):
+    return _two_processes(tmp_path_factory.mktemp("ddp"), sharded=False)
+
+
+@pytest.fixture(scope="module")
+def sharded_results(tmp_path_factory):
+    out = tmp_path_factory.mktemp("fsdp")
+    return out, _two_processes(out, sharded=True)
 
 
 def _same(a: dict, b: dict) -> bool:
@@ -131,6 +180,39 @@ def test_two_processes_give_the_one_process_loss_and_weights(base, two_process_r
     assert changed, "the step changed no weight: the comparison would be vacuous"
 
 
+@pytest.mark.parametrize("base", sorted(SHARDED_BASES))
+def test_two_sharded_processes_give_the_one_process_loss_and_weights(base, sharded_results, registered):
+    from rlvr_lib.trainer import read_checkpoint
+
+    out, results = sharded_results
+    _register(registered)
+    single = _train_one_step(base)
+    ranks = [r[base] for r in results]
+    assert [(r["world"], r["sharded"]) for r in ranks] == [((0, 2), True), ((1, 2), True)]
+    assert single["metrics"]["advantage_abs_mean"] > 0
+    for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy"):
+        assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-5), key
+    assert _same(ranks[0]["metrics"], ranks[1]["metrics"])
+    assert ranks[1]["weights"] == {}  # whole weights are gathered to rank 0 only
+    checkpoint = read_checkpoint(out / f"{base}.pt")  # written by rank 0 from the gathered states
+    assert checkpoint["sharded"] is True
+    for key, weight in single["weights"].items():
+        torch.testing.assert_close(ranks[0]["weights"][key], weight, rtol=1e-5, atol=1e-5, msg=key)
+        torch.testing.assert_close(checkpoint["model"][key], weight, rtol=1e-5, atol=1e-5, msg=key)
+    changed = [k for k, w in single["weights"].items() if w.is_floating_point()
+               and not torch.equal(w, build_tiny_qwen2(build_char_tokenizer()).state_dict()[k])]
+    assert changed, "the step changed no weight: the comparison would be vacuous"
+
+
+def test_a_sharded_run_resumes_as_the_uninterrupted_one(sharded_results):
+    runs = sharded_results[1][0]["resume"]  # rank 0
+    assert runs["resumed"]["resumed_at"] == 1 and runs["whole"]["resumed_at"] is None
+    untimed = lambda h: [{k: v for k, v in m.items() if not k.startswith("time_")} for m in h]  # noqa: E731
+    assert untimed(runs["resumed"]["history"]) == untimed(runs["whole"]["history"])
+    for key, weight in runs["whole"]["weights"].items():
+        assert torch.equal(runs["resumed"]["weights"][key], weight), key
+
+
 # ------------------------------------------------------------------ one-process helpers
 def test_one_process_world_is_the_identity(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
@@ -145,22 +227,43 @@ def test_one_process_world_is_the_identity(monkeypatch):
     assert local_rows(rows, None) is rows
 
 
-@pytest.mark.parametrize("variable, name", [("ACCELERATE_USE_DEEPSPEED", "DeepSpeed"), ("ACCELERATE_USE_FSDP", "FSDP")])
-def test_a_sharded_launch_is_refused_from_python_too(tmp_path, monkeypatch, variable, name):
+def test_a_deepspeed_launch_is_refused_from_python_too(tmp_path, monkeypatch):
     # The command line refuses it first (tests/test_cli_train.py); a Trainer or train_run built from Python
     # joins the world through init_world, which refuses it before any model is loaded or file written.
     from rlvr_lib.study.pipeline import train_run
     from rlvr_lib.trainer import Trainer
 
     monkeypatch.delenv("WORLD_SIZE", raising=False)
-    monkeypatch.setenv(variable, "true")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8)
     for start in (init_world, lambda: Trainer(config), lambda: train_run(config, tmp_path / "run", progress=False)):
-        with pytest.raises(RuntimeError, match=f"asks for {name} .*launch DDP-style processes"):
+        with pytest.raises(RuntimeError, match="asks for DeepSpeed .*shard with FSDP instead"):
             start()
     assert not (tmp_path / "run").exists()
-    monkeypatch.setenv(variable, "false")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
     assert init_world() == World()
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    assert init_world() == World()  # one process: nothing to shard
+
+
+@pytest.mark.parametrize("name, why", [("b3po", "read or write the parameters"), ("vigor", "read or write"),
+                                       ("grpo", "engine='vllm'")])
+def test_a_sharded_world_refuses_what_fsdp_cannot_host(monkeypatch, name, why):
+    import rlvr_lib.trainer as trainer_module
+    from rlvr_lib.trainer import Trainer
+
+    monkeypatch.setattr(trainer_module, "init_world", lambda: World(0, 2, 0, sharded=True))  # no process group
+    tokenizer = build_char_tokenizer()
+    config = method_config(name, steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8,
+                           **({"engine": "vllm"} if name == "grpo" else {}))
+    with pytest.raises(ValueError, match=why):
+        Trainer(config, build_tiny_qwen2(tokenizer), tokenizer)
+
+
+def test_every_registered_method_says_whether_it_reads_parameters():
+    reads = sorted(name for name, spec in METHODS.items() if spec.cls.reads_parameters)
+    assert {"b3po", "m3po", "c3po", "vigor"} <= set(reads)
+    assert not {"grpo", "nudgerl", "sage", "dapo", "intuitor"} & set(reads)
 
 
 def test_shards_cover_every_index_once_in_rank_order():

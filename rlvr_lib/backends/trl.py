@@ -260,8 +260,8 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
                          "runs only in training): use eval_strategy='no' and rlvr_lib.eval for evaluation")
     if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None) or sharded_launch():
         raise ValueError(f"TRL backend: method {name!r}: DeepSpeed/FSDP are not hosted (the backend sums each "
-                         "process's plain parameter gradients, as rlvr_lib.distributed does): use DDP-style "
-                         "processes (accelerate launch --multi_gpu)")
+                         "process's plain parameter gradients): use DDP-style processes (accelerate launch "
+                         "--multi_gpu), or the native backend, which hosts FSDP")
     if getattr(args, "use_transformers_continuous_batching", False):
         raise ValueError(f"TRL backend: method {name!r}: use_transformers_continuous_batching is not hosted "
                          "(its generate_batch takes no per-call seed, temperature or weight sample): use "

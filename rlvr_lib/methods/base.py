@@ -250,6 +250,11 @@ class Method:
     once, and records that completion's verdict as ``"unverified"`` (`rlvr_lib.tasks.UNVERIFIED`, reward NaN),
     which accuracy metrics leave out; the training signal does not depend on it."""
 
+    reads_parameters: ClassVar[bool] = False
+    """Whether a hook reads or writes the parameters themselves rather than only calling the model (3PO's IVON
+    weight samples, VIGOR's per-completion gradients). Such a method cannot train on a sharded (FSDP) launch,
+    where each process holds a shard of every parameter (`rlvr_lib.distributed`); the trainer refuses it there."""
+
     def __init__(self, config):
         self.config = config
         try:

@@ -112,6 +112,9 @@ COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on
                              "load_state_dict")
 """Hooks every overriding component runs, in the order of the names (the module docstring gives each rule)."""
 
+DERIVED: tuple[str, ...] = ("reads_parameters",)
+"""Class attributes a composite takes from all its components: true when any component's is."""
+
 _CLASS_ATTRS = ("uses_verifier_reward",)
 _CLASSMETHODS = ("tuning_lr", "with_tuning_lr")
 
@@ -332,7 +335,8 @@ _OPTIONAL_COMBINED = {"before_update": Composite._before_update, "extra_loss": C
 def _composite_class(names: tuple[str, ...], owners: dict[str, str | None]) -> type:
     """The `Composite` subclass of ``names``: delegates owned exclusive hooks, runs the combined ones."""
     body: dict[str, Any] = {"COMPONENTS": names, "OWNERS": owners, "Options": _options_class(names),
-                            "__doc__": _composite_doc(names, owners), "__module__": __name__}
+                            "__doc__": _composite_doc(names, owners), "__module__": __name__,
+                            **{attr: any(getattr(METHODS[n].cls, attr) for n in names) for attr in DERIVED}}
     for family, owner in owners.items():
         if owner is None:
             continue

@@ -590,6 +590,8 @@ class B3PO(Method):
     loss (no KL) at theta_hat; IVON updates (m, h) from that gradient (see the module docstring).
     """
 
+    reads_parameters = True  # IVON samples and perturbs the weights
+
     Options: ClassVar[type[ConfigBase]] = ThreePOOptions
     STREAM = 0x3B0
     uses_seq_mis: ClassVar[bool] = False

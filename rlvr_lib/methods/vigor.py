@@ -162,6 +162,8 @@ def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: t
 class VIGOR(Method):
     """VIGOR (arXiv 2605.09920): reward = -sqrt(T) x the norm of the completion's NLL gradient; see the module."""
 
+    reads_parameters = True  # per-completion NLL gradients over the parameters
+
     Options = VIGOROptions
     uses_verifier_reward = False  # a verifier that raises leaves an "unverified" verdict, training goes on
 

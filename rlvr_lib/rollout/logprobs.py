@@ -61,8 +61,14 @@ def plain_lm_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Lin
     True of the usual ``*ForCausalLM`` (Llama, Qwen, Mistral, GPT-2, ...): a
     ``nn.Linear`` output embedding and a decoder returned by ``get_decoder()``
     (or the ``transformer`` attribute), with no logit soft-capping or scaling in
-    the config. ``None`` otherwise: the caller then uses the model's logits.
+    the config. ``None`` otherwise: the caller then uses the model's logits. ``None`` too for a model sharded
+    by FSDP (`rlvr_lib.distributed.World.shard_model`): its root holds the output embedding and gathers it only
+    in its own forward, which calling the decoder and the head apart would skip.
     """
+    from torch.distributed.fsdp import FSDPModule
+
+    if isinstance(model, FSDPModule):
+        return None
     get_head = getattr(model, "get_output_embeddings", None)
     head = get_head() if callable(get_head) else None
     if not isinstance(head, torch.nn.Linear):

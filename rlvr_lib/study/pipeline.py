@@ -234,8 +234,9 @@ def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, p
         trainer = Trainer(config, model, tokenizer, checkpoint_dir=out)
         history = trainer.train(progress=progress)
         trainer.save_checkpoint(out / CHECKPOINT_FILE)
+        whole, _ = world.full_state_dict(model)  # sharded: a collective, rank 0 gets the whole weights
         if world.is_main:
-            model.save_pretrained(out / MODEL_DIR)
+            model.save_pretrained(out / MODEL_DIR, state_dict=whole if world.sharded else None)
             tokenizer.save_pretrained(out / MODEL_DIR)
         return nan_to_none(history), {}, {"world_size": world.size, "dtype": str(model.dtype)}
 
