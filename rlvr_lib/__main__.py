@@ -13,6 +13,7 @@ method runs on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`; ``--trl-set KEY=V
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -252,6 +253,7 @@ def _train(args: argparse.Namespace) -> int:
 
     _check_no_sharding(args.backend)
     config = _train_config(args)
+    _check_shardable(config)
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
@@ -277,6 +279,21 @@ def _check_no_sharding(backend: str) -> None:
         raise UsageError(f"argument --backend: {backend!r} does not host {'/'.join(on)} (set by the accelerate "
                          "launch config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or "
                          f"{other}")
+
+
+def _check_shardable(config) -> None:
+    """On a sharded (FSDP) launch, refuse before loading anything what the trainer would refuse after
+    (`rlvr_lib.trainer`: a method that reads the parameters, the vLLM engine), as a usage error naming the flag."""
+    from rlvr_lib.distributed import sharded_launch
+
+    if "FSDP" not in sharded_launch() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    from rlvr_lib.methods import METHODS
+    from rlvr_lib.trainer import check_shardable
+
+    flag = "--engine" if config.engine == "vllm" else "--method"
+    with flag_errors({}, flag):
+        check_shardable(METHODS[config.method].cls, config)
 
 
 TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}

@@ -139,7 +139,7 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.method: Method = build_method(config)
         if self.world.sharded:
-            _check_shardable(self.method, config)
+            check_shardable(self.method, config)
         self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
         self.reference = None
         if config.kl_coef > 0:
@@ -581,8 +581,13 @@ class Trainer:
         return {"at_step": self.resumed_at_step, "earlier_s": self.earlier_s}
 
 
-def _check_shardable(method: Method, config: TrainerConfig) -> None:
-    """Refuses, in a sharded world, what FSDP cannot host (`rlvr_lib.distributed`, module docstring)."""
+def check_shardable(method: Method | type[Method], config: TrainerConfig) -> None:
+    """Refuses, in a sharded world, what FSDP cannot host (`rlvr_lib.distributed`, module docstring).
+
+    Raises:
+        ValueError: ``method`` (an instance or its class) reads the parameters themselves
+            (``reads_parameters``), or ``config.engine`` is ``"vllm"``.
+    """
     if method.reads_parameters:
         raise ValueError(f"method {config.method!r} cannot train on a sharded (FSDP) launch: its hooks read or write "
                          "the parameters themselves (Method.reads_parameters), which FSDP holds as shards; launch "

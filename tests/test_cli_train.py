@@ -141,6 +141,17 @@ def test_a_sharding_launch_the_backend_does_not_host_is_refused_in_one_line(caps
     assert f"argument --backend: {backend!r} does not host {name}" in err and err.count("\n") <= 2
 
 
+@pytest.mark.parametrize("argv, message", [
+    (["--method", "c3po"], "argument --method: method 'c3po' cannot train on a sharded (FSDP) launch"),
+    (["--method", "grpo", "--engine", "vllm"], "argument --engine: engine='vllm' cannot run on a sharded (FSDP)"),
+])
+def test_an_fsdp_launch_refuses_what_it_cannot_host_in_one_line(capsys, monkeypatch, argv, message):
+    monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as a 2-process launch sets it; refused before any process group
+    err = _error(capsys, ["train", *argv])
+    assert message in err and err.count("\n") <= 2
+
+
 def test_trl_set_fsdp_is_refused_by_the_trl_backend(capsys):
     err = _error(capsys, ["train", "--backend", "trl", "--method", "grpo", "--trl-set", "fsdp=true"])
     assert "argument --trl-set: TRL backend: method 'grpo': DeepSpeed/FSDP are not hosted" in err
