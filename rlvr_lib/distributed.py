@@ -43,8 +43,10 @@ step runs as follows:
   it all rows) and FSDP's reduce-scatter averages the identical gradients, so the update is the one-process
   update (to float rounding) and every forward and backward runs on every process in the same order, which
   FSDP's collectives need, whatever a method's loss does with its rows (NudgeRL's extra forward of hinted
-  rows, ``ActorOldLogprobs``' chunked forwards). The update's compute is repeated on each process; what
-  sharding buys is memory (a model whose parameters and AdamW state do not fit one device).
+  rows, ``ActorOldLogprobs``' chunked forwards). The loss and backward run in chunks of
+  ``rollout_batch_size`` rows (`rlvr_lib.trainer.Trainer`), the same chunks on every process, so a process
+  holds one chunk's activations at a time. The update's compute is repeated on each process; what sharding
+  buys is memory (a model whose parameters and AdamW state do not fit one device).
 * Refused on a sharded launch (`check_shardable`): a method whose hooks read or write the parameters
   themselves (``Method.reads_parameters``: 3PO's IVON weight samples, VIGOR's per-completion gradients) and
   the vLLM engine (its weight sync reads full parameters).

@@ -406,7 +406,9 @@ class Trainer:
                     sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
                     stats = {}
                     with self.method.perturbed(self.model, k, train=True), self.world.summed_gradients(params):
-                        if len(part):  # another process may hold all of this sample's rows
+                        if self.world.sharded:
+                            stats = self._chunked_backward(part, rows, lengths, temperature)
+                        elif len(part):  # another process may hold all of this sample's rows
                             loss, stats = self._loss(part, temperature)
                             if len(samples) > 1 or self.world.distributed:
                                 loss = loss * self._share(part, rows, lengths)
@@ -452,6 +454,24 @@ class Trainer:
         stats.update({"loss": float(loss.detach()), "entropy": _masked_mean(entropy.detach(), mask)})
         stats.update({k: float(v) for k, v in extra_stats.items()})
         return loss, stats
+
+    def _chunked_backward(self, part: StepBatch, rows: torch.Tensor, lengths: torch.Tensor,
+                          temperature: float) -> dict[str, float]:
+        """Loss and backward of ``part`` in chunks of ``rollout_batch_size`` rows, each weighted by its share of
+        the minibatch ``rows`` (a sharded world, where every process holds the whole minibatch: the chunks bound
+        its activations). The chunks are the same on every process, so FSDP's collectives match. Returns the
+        chunks' stats averaged with those shares (the whole part's, for losses that sum over rows; a loss term
+        that selects tokens by a statistic of its rows selects within each chunk, as under DDP per process)."""
+        chunks = torch.arange(len(part)).split(self.config.rollout_batch_size)
+        weighted = []
+        for chunk in chunks:
+            piece = part if len(chunks) == 1 else part.select(chunk)
+            loss, stats = self._loss(piece, temperature)
+            share = self._share(piece, rows, lengths)
+            (loss * share).backward()
+            weighted.append((share, stats))
+        total = sum(w for w, _ in weighted) or 1.0
+        return {key: sum(w * stats[key] for w, stats in weighted) / total for key in weighted[0][1]}
 
     def _share(self, part: StepBatch, whole: torch.Tensor, lengths: torch.Tensor) -> float:
         """``part``'s weight in the loss of the rows ``whole`` of the batch whose rows have ``lengths`` tokens.

@@ -43,6 +43,7 @@ SHARDED_BASES = {
     "grpo": {},  # the reference is sharded too
     "bnpo_loss": dict(inner_epochs=2, minibatches=2),
     "nudgerl": {},  # hinted rollouts, the extra x0 forward of the distillation term
+    "sage": dict(rollout_batch_size=3),  # the k3 anchor; each minibatch's loss in chunks of 3 rows
 }
 
 
