@@ -45,9 +45,10 @@ step runs as follows:
   FSDP's collectives need, whatever a method's loss does with its rows (NudgeRL's extra forward of hinted
   rows, ``ActorOldLogprobs``' chunked forwards). The loss and backward run in chunks of
   ``rollout_batch_size`` rows (`rlvr_lib.trainer.Trainer`), the same chunks on every process, so a process
-  holds one chunk's activations at a time. The update's compute is repeated on each process; what sharding
-  buys is memory (a model whose parameters and AdamW state do not fit one device).
-* Refused on a sharded launch (`check_shardable`): a method whose hooks read or write the parameters
+  holds one chunk's activations at a time (a loss term that selects tokens by a statistic of its rows selects
+  within each chunk, as under DDP within each process's share). The update's compute is repeated on each
+  process; what sharding buys is memory (a model whose parameters and AdamW state do not fit one device).
+* Refused on a sharded launch (`rlvr_lib.trainer.check_shardable`): a method whose hooks read or write the parameters
   themselves (``Method.reads_parameters``: 3PO's IVON weight samples, VIGOR's per-completion gradients) and
   the vLLM engine (its weight sync reads full parameters).
 
