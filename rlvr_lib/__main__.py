@@ -267,18 +267,15 @@ def _train(args: argparse.Namespace) -> int:
 
 
 def _check_no_sharding(backend: str) -> None:
-    """Refuse, before anything is loaded, a launch under an accelerate sharding config the backend does not host
-    (`rlvr_lib.distributed.sharded_launch`): DeepSpeed on either backend, FSDP on the TRL backend (the native
-    loop hosts FSDP)."""
+    """Refuse, before anything is loaded, a launch under an accelerate DeepSpeed config
+    (`rlvr_lib.distributed.sharded_launch`), which neither backend hosts (FSDP: both, through
+    `rlvr_lib.distributed`)."""
     from rlvr_lib.distributed import sharded_launch
 
-    on = [engine for engine in sharded_launch() if backend == "trl" or engine != "FSDP"]
-    if on:
-        other = ("--backend native, which hosts FSDP" if backend == "trl"
-                 else "shard with FSDP (configs/accelerate/fsdp_8gpu.yaml)")
-        raise UsageError(f"argument --backend: {backend!r} does not host {'/'.join(on)} (set by the accelerate "
-                         "launch config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or "
-                         f"{other}")
+    if "DeepSpeed" in sharded_launch():
+        raise UsageError(f"argument --backend: {backend!r} does not host DeepSpeed (set by the accelerate launch "
+                         "config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or shard with "
+                         "FSDP (configs/accelerate/fsdp_8gpu.yaml)")
 
 
 def _check_shardable(config) -> None:

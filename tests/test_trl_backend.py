@@ -325,7 +325,7 @@ def test_dynamic_sampling_with_a_collective_vllm_mode_on_several_processes_is_re
     _one_line_error(lambda: check_hostable(build_method(config), config, args, 2), r"'colocate' mode")
 
 
-def test_a_sharded_accelerate_launch_is_refused_by_the_backend_itself(tmp_path, monkeypatch):
+def test_a_deepspeed_launch_and_vllm_on_an_fsdp_launch_are_refused_by_the_backend_itself(tmp_path, monkeypatch):
     # accelerate's config file reaches the processes only as environment variables, not as GRPOConfig fields.
     from rlvr_lib.backends.trl import check_hostable, grpo_args
     from rlvr_lib.methods import build_method
@@ -334,7 +334,13 @@ def test_a_sharded_accelerate_launch_is_refused_by_the_backend_itself(tmp_path, 
     args = grpo_args(config, tmp_path)
     check_hostable(build_method(config), config, args, 1)
     monkeypatch.setenv("ACCELERATE_USE_FSDP", "true")
-    _one_line_error(lambda: check_hostable(build_method(config), config, args, 1), r"DeepSpeed/FSDP are not hosted")
+    check_hostable(build_method(config), config, args, 2)  # hosted: the core's sharding (rlvr_lib.distributed)
+    vllm_args = grpo_args(config, tmp_path, trl_args={"use_vllm": True})
+    _one_line_error(lambda: check_hostable(build_method(config), config, vllm_args, 2),
+                    r"use_vllm is not hosted on an FSDP launch")
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    _one_line_error(lambda: check_hostable(build_method(config), config, args, 1),
+                    r"DeepSpeed, and FSDP given as TRL arguments, are not hosted")
 
 
 def test_settings_trl_cannot_host_fail_at_construction(policy, tmp_path):
@@ -373,7 +379,8 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path):
+@pytest.mark.parametrize("sharded", [False, True], ids=["ddp", "fsdp"])
+def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path, sharded):
     import trl_backend_worker
 
     repo = Path(__file__).resolve().parents[1]
@@ -381,6 +388,8 @@ def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path
     launcher = [str(accelerate)] if accelerate.exists() else [sys.executable, "-m", "accelerate.commands.launch"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(repo), os.environ.get("PYTHONPATH", "")]),
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
+    if sharded:  # what an accelerate FSDP config sets in each process (on CPU accelerate itself launches DDP-style)
+        env["ACCELERATE_USE_FSDP"] = "true"
     command = [*launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
                str(repo / "tests" / "trl_backend_worker.py"), "--out", str(tmp_path),
@@ -392,12 +401,22 @@ def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path
     for method in TWO_PROCESS_METHODS:
         single = trl_backend_worker.train_one_step(method)  # this process: one process
         assert single["world"] == (0, 1)
-        assert [r[method]["world"] for r in ranks] == [(0, 2), (1, 2)]
+        assert [(r[method]["world"], r[method]["sharded"]) for r in ranks] == [((0, 2), sharded), ((1, 2), sharded)]
         (one,), (two,), (other,) = single["history"], ranks[0][method]["history"], ranks[1][method]["history"]
         assert one["advantage_abs_mean"] > 0 and one["grad_norm"] > 0
         for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy"):
             assert two[key] == pytest.approx(one[key], rel=1e-5, abs=1e-5), (method, key)
         assert two == other  # merged metrics: one history on every process
+        if sharded:
+            # The sharded forward takes the model's logits where one process uses the separate LM head
+            # (`plain_lm_head`), so gradients agree to float rounding (grad_norm above, 1e-5); AdamW's first step,
+            # g / (|g| + eps), turns that rounding into visible differences only where |g| is near eps.
+            assert ranks[1][method]["weights"] == {}  # the whole weights are gathered to rank 0
+            lr = trl_backend_worker.CONFIG.get("lr", method_config(method).lr)
+            diffs = torch.cat([(ranks[0][method]["weights"][k] - w).abs().flatten()
+                               for k, w in single["weights"].items() if w.is_floating_point()])
+            assert float((diffs <= 1e-6).float().mean()) >= 0.999 and float(diffs.max()) <= lr, method
+            continue
         for key, weight in single["weights"].items():
             for r in ranks:
                 torch.testing.assert_close(r[method]["weights"][key], weight, rtol=1e-5, atol=1e-5,

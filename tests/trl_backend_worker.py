@@ -59,8 +59,9 @@ def train_one_step(method: str) -> dict:
                                     trl_args={"logging_strategy": "no"})
         backend.train()
     world = backend.core.world
-    return {"history": backend.history, "world": (world.rank, world.size),
-            "weights": {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}}
+    weights, _ = world.full_state_dict(model)  # sharded (an FSDP launch): gathered to rank 0, {} elsewhere
+    return {"history": backend.history, "world": (world.rank, world.size), "sharded": world.sharded,
+            "weights": {k: v.detach().cpu().clone() for k, v in weights.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

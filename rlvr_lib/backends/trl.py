@@ -46,6 +46,14 @@ How a native step maps onto TRL's loop
     permutations), weighted by this process's share of it, and the gradients are summed over processes
     (the native semantics; DDP's averaging is not used: the forward runs on the unwrapped model).
 
+On an accelerate FSDP launch (``ACCELERATE_USE_FSDP``; `rlvr_lib.distributed`)
+    The core `Trainer` shards the policy and its reference (FSDP2) as the native loop does; transformers is told
+    the model already owns its placement and gradient reduction (``is_distributed_loading_by_transformers``), so
+    accelerate neither wraps it in DDP nor shards it again. Rollouts stay split (each process its share, inside
+    ``World.gathered``); each optimizer step computes the whole minibatch's loss on every process, in the core's
+    chunks (``Trainer._chunked_backward``), and FSDP averages the identical gradients. A method that reads the
+    parameters (``Method.reads_parameters``) is refused by the core.
+
 Where TRL's semantics differ from the native loop (documented, not hidden)
     * Sampling: TRL's ``generate`` draws from the global torch RNG, seeded here per call with the native
       loop's sampling seed, so runs are reproducible but the completions differ from the native engines'
@@ -70,7 +78,8 @@ Where TRL's semantics differ from the native loop (documented, not hidden)
 
 Combinations refused at construction (one ``ValueError`` line each; see `check_hostable`): a group of
 fewer than 2 (TRL), prompts or minibatches that do not split evenly among processes, TRL arguments the
-`TrainerConfig` owns, evaluation inside TRL's loop, DeepSpeed/FSDP (the backend sums plain gradients),
+`TrainerConfig` owns, evaluation inside TRL's loop, DeepSpeed (and DeepSpeed/FSDP given as TRL arguments),
+``use_vllm`` on an FSDP launch,
 ``use_transformers_continuous_batching`` (no per-call seed, temperature or weights), and a method with
 dynamic sampling (``keep_groups``) with vLLM ``server`` mode or tensor-parallel ``colocate`` on several
 processes (refill rounds give processes unequal numbers of prompts; those vLLM calls are collectives that
@@ -258,10 +267,13 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
         raise ValueError(f"TRL backend: eval_strategy={getattr(args.eval_strategy, 'value', args.eval_strategy)!r} "
                          "is not hosted (the method's loss "
                          "runs only in training): use eval_strategy='no' and rlvr_lib.eval for evaluation")
-    if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None) or sharded_launch():
-        raise ValueError(f"TRL backend: method {name!r}: DeepSpeed/FSDP are not hosted (the backend sums each "
-                         "process's plain parameter gradients): use DDP-style processes (accelerate launch "
-                         "--multi_gpu), or the native backend, which hosts FSDP")
+    if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None) or "DeepSpeed" in sharded_launch():
+        raise ValueError(f"TRL backend: method {name!r}: DeepSpeed, and FSDP given as TRL arguments, are not "
+                         "hosted: shard with an accelerate FSDP launch (configs/accelerate/fsdp_8gpu.yaml), which "
+                         "the native loop's sharding serves, or use DDP-style processes (accelerate launch --multi_gpu)")
+    if "FSDP" in sharded_launch() and processes > 1 and args.use_vllm:
+        raise ValueError(f"TRL backend: method {name!r}: use_vllm is not hosted on an FSDP launch (the weight sync "
+                         "reads whole parameters): use transformers generate (the default)")
     if getattr(args, "use_transformers_continuous_batching", False):
         raise ValueError(f"TRL backend: method {name!r}: use_transformers_continuous_batching is not hosted "
                          "(its generate_batch takes no per-call seed, temperature or weight sample): use "
@@ -529,6 +541,10 @@ class MethodGRPOTrainer(GRPOTrainer):
         super().__init__(model=core.model, reward_funcs=[_verifier_reward(core.task, pool)], args=args,
                          train_dataset=dataset, processing_class=core.tokenizer,
                          callbacks=[*callbacks], optimizers=(core.optimizer, scheduler))
+        if core.world.sharded:
+            # The core sharded the policy (FSDP2) and owns its gradient reduction: transformers then prepares the
+            # model without wrapping it in DDP or sharding it again (its path for a model sharded at load time).
+            self.is_distributed_loading_by_transformers = True
         self.add_callback(_FinishRLStep(self))
         if getattr(self, "use_vllm", False) and getattr(self.vllm_generation, "mode", None) == "colocate":
             generation = self.vllm_generation
@@ -599,7 +615,9 @@ class MethodGRPOTrainer(GRPOTrainer):
             sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
             stats = {}
             with self.method.perturbed(self.model, k, train=True), core.world.summed_gradients(params):
-                if len(part):
+                if core.world.sharded:  # the whole minibatch, in the same chunks on every process
+                    stats = core._chunked_backward(part, rows, lengths, rl["temperature"])
+                elif len(part):
                     loss, stats = core._loss(part, rl["temperature"])
                     if len(samples) > 1 or core.world.distributed:
                         loss = loss * core._share(part, rows, lengths)
@@ -615,6 +633,7 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     def _clip_grad_norm(self, model):
         norm = super()._clip_grad_norm(model)
+        norm = getattr(norm, "full_tensor", lambda: norm)()  # sharded: a DTensor
         if self._rl is not None:  # logged as the native loop logs them: per optimizer step
             self._rl["sums"].setdefault("grad_norm", []).append(float(norm))
             if self.core.scheduler is not None:
