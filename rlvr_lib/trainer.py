@@ -39,7 +39,9 @@ each rolls out, verifies and rewards its share of every sampling round's groups,
 shares are gathered, so steps 1-3 see the whole batch on every process; in step 4 each
 process trains on its share of the groups, weighted by its share of the minibatch, and
 the gradients are summed, so the update is the one-process update on the same batch.
-Only rank 0 writes checkpoints. On one process none of this runs.
+Only rank 0 writes checkpoints. On one process none of this runs. On a sharded (FSDP) launch the rollouts are
+split the same way, but every process trains on the whole batch, in chunks of ``rollout_batch_size`` rows, and
+FSDP averages the identical gradients (`rlvr_lib.distributed`, "Sharded").
 """
 
 from __future__ import annotations
