@@ -378,12 +378,8 @@ class Trainer:
 
         Minibatches are row sets of the whole ``batch``; this process computes the loss
         on its rows of each (``local``, the rows `World.split_rows` gave it; ``local_index``
-        maps ``batch``'s rows into it, ``None`` on one process).
-        Per minibatch: for each weight sample k among its rows, forward, loss and
-        backward inside ``method.perturbed(model, k, train=True)``; the loss of
-        sample k's rows here is weighted by their share of the minibatch (rows, or
-        tokens for ``token_mean``), so the gradients, summed over weight samples and
-        processes, are the whole minibatch's; then one clip and one ``optimizer.step()``.
+        maps ``batch``'s rows into it, ``None`` on one process). Per minibatch: its gradients
+        (`minibatch_backward`), then one clip and one ``optimizer.step()``.
         """
         cfg = self.config
         self.method.before_update(local, self.model)
@@ -399,24 +395,8 @@ class Trainer:
             for rows in torch.tensor_split(perm, cfg.minibatches):
                 if len(rows) == 0:
                     continue
-                minibatch = local.select(local_rows(rows, local_index))
                 self.optimizer.zero_grad(set_to_none=True)
-                samples = batch.weight_index[rows].unique().tolist()
-                records = []  # (share of sample k's rows, stats) per weight sample
-                for k in samples:
-                    part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
-                    sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
-                    stats = {}
-                    with self.method.perturbed(self.model, k, train=True), self.world.summed_gradients(params):
-                        if self.world.sharded:
-                            stats = self._chunked_backward(part, rows, lengths, temperature)
-                        elif len(part):  # another process may hold all of this sample's rows
-                            loss, stats = self._loss(part, temperature)
-                            if len(samples) > 1 or self.world.distributed:
-                                loss = loss * self._share(part, rows, lengths)
-                            loss.backward()
-                    records.append((self._share(part, sample_rows, lengths), stats))
-                for stats in self.world.weighted_means(records):
+                for stats in self.minibatch_backward(batch, local, local_index, rows, lengths, temperature, params):
                     for key, value in stats.items():
                         sums.setdefault(key, []).append(value)
                 grad_norm = torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm)
@@ -456,6 +436,39 @@ class Trainer:
         stats.update({"loss": float(loss.detach()), "entropy": _masked_mean(entropy.detach(), mask)})
         stats.update({k: float(v) for k, v in extra_stats.items()})
         return loss, stats
+
+    def minibatch_backward(self, batch: StepBatch, local: StepBatch, local_index: torch.Tensor | None,
+                           rows: torch.Tensor, lengths: torch.Tensor, temperature: float,
+                           params: list[torch.nn.Parameter]) -> list[dict[str, float]]:
+        """Gradients of the minibatch ``rows`` (row ids of ``batch``), accumulated into ``params``; its stats.
+
+        For each weight sample k among the rows, forward, loss and backward inside
+        ``method.perturbed(model, k, train=True)``: this process's rows of it (``local``; ``local_index``
+        maps ``batch``'s rows into it, `World.split_rows`), weighted by their share of the minibatch (rows, or
+        tokens for ``token_mean``; ``lengths``: tokens per row of ``batch``), so the gradients, summed over
+        weight samples and processes, are the whole minibatch's. Sharded: every process computes the whole
+        part in chunks (`_chunked_backward`). Shared by `_update` and the TRL backend's ``training_step``.
+
+        Returns:
+            Per weight sample, its stats averaged over the processes (`World.weighted_means`).
+        """
+        minibatch = local.select(local_rows(rows, local_index))
+        samples = batch.weight_index[rows].unique().tolist()
+        records = []  # (share of sample k's rows, stats) per weight sample
+        for k in samples:
+            part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
+            sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
+            stats = {}
+            with self.method.perturbed(self.model, k, train=True), self.world.summed_gradients(params):
+                if self.world.sharded:
+                    stats = self._chunked_backward(part, rows, lengths, temperature)
+                elif len(part):  # another process may hold all of this sample's rows
+                    loss, stats = self._loss(part, temperature)
+                    if len(samples) > 1 or self.world.distributed:
+                        loss = loss * self._share(part, rows, lengths)
+                    loss.backward()
+            records.append((self._share(part, sample_rows, lengths), stats))
+        return self.world.weighted_means(records)
 
     def _chunked_backward(self, part: StepBatch, rows: torch.Tensor, lengths: torch.Tensor,
                           temperature: float) -> dict[str, float]:

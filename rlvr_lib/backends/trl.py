@@ -101,7 +101,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from rlvr_lib.distributed import local_rows, sharded_launch
+from rlvr_lib.distributed import sharded_launch
 from rlvr_lib.methods.base import Method
 from rlvr_lib.rollout import Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.rollout.batched import left_pad
@@ -588,9 +588,9 @@ class MethodGRPOTrainer(GRPOTrainer):
         """One TRL optimizer step's backward: the loss of one minibatch of the RL step.
 
         At the RL step's first optimizer step, rolls out, rewards and computes the advantages
-        (`_begin_rl_step`). Per weight sample of the minibatch, inside ``method.perturbed(model, k,
-        train=True)``: the native loss (`Trainer._loss`) of this process's rows, weighted by their share
-        of the minibatch, backward, gradients summed over processes. TRL then clips and steps.
+        (`_begin_rl_step`). The minibatch's gradients are the native loop's (`Trainer.minibatch_backward`:
+        per weight sample, this process's rows weighted by their share, summed over processes; sharded,
+        the whole minibatch in chunks). TRL then clips and steps.
 
         Returns:
             The minibatch's loss (detached), which TRL logs as ``loss``.
@@ -605,26 +605,11 @@ class MethodGRPOTrainer(GRPOTrainer):
         core.optimizer.zero_grad(set_to_none=True)
         if len(rows) == 0:  # dynamic sampling kept fewer rows than minibatches: no gradient
             return torch.zeros((), device=self.args.device)
-        batch, local, local_index, lengths = rl["batch"], rl["local"], rl["local_index"], rl["lengths"]
-        minibatch = local.select(local_rows(rows, local_index))
         params = [p for p in self.model.parameters() if p.requires_grad]
-        samples = batch.weight_index[rows].unique().tolist()
-        records = []
-        for k in samples:  # as Trainer._update
-            part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
-            sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
-            stats = {}
-            with self.method.perturbed(self.model, k, train=True), core.world.summed_gradients(params):
-                if core.world.sharded:  # the whole minibatch, in the same chunks on every process
-                    stats = core._chunked_backward(part, rows, lengths, rl["temperature"])
-                elif len(part):
-                    loss, stats = core._loss(part, rl["temperature"])
-                    if len(samples) > 1 or core.world.distributed:
-                        loss = loss * core._share(part, rows, lengths)
-                    loss.backward()
-            records.append((core._share(part, sample_rows, lengths), stats))
+        per_sample = core.minibatch_backward(rl["batch"], rl["local"], rl["local_index"], rows, rl["lengths"],
+                                             rl["temperature"], params)
         losses = []
-        for stats in core.world.weighted_means(records):
+        for stats in per_sample:
             for key, value in stats.items():
                 rl["sums"].setdefault(key, []).append(value)
             if "loss" in stats:
