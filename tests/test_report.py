@@ -1,6 +1,10 @@
 """The README's results section is exactly what `rlvr_lib.study.report` renders from results/."""
 
-from rlvr_lib.study.report import END, README, START, render
+import re
+
+import pytest
+
+from rlvr_lib.study.report import END, README, REPRODUCE_WORKERS, START, render
 from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
 
@@ -8,6 +12,11 @@ def test_readme_results_section_matches_committed_results():
     text = README.read_text()
     section = text.split(START, 1)[1].split(END, 1)[0].strip("\n")
     assert section == render(), "run `python -m rlvr_lib.study.report` after changing results/"
+
+
+def test_the_compute_tables_workers_are_make_reproduces():
+    makefile = (README.parent / "Makefile").read_text()
+    assert re.search(r"^WORKERS \?= (\d+)$", makefile, re.M).group(1) == str(REPRODUCE_WORKERS)
 
 
 def _fake_final(correct):
@@ -38,6 +47,9 @@ def test_render_reads_shared_rows_and_sums_compute(tmp_path):
     compute = text.split("**Compute**", 1)[1]
     assert "| 02_baselines_sage_t1_anchors | 6 |" in compute  # base, grpo and pope x2, counted once
     assert "| 03_nudgerl | 2 |" in compute
+    row = next(line for line in compute.splitlines() if line.startswith("| 02_"))
+    run_hours, elapsed = (float(cell) for cell in row.split(" | ")[2:4])
+    assert elapsed == pytest.approx(run_hours / 2, abs=0.006)  # two workers, never idle
 
 
 def _ci(lo, hi):
