@@ -73,7 +73,7 @@ import torch.distributed as dist
 
 from rlvr_lib.methods.base import StepBatch
 
-__all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch"]
+__all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch", "weighted_mean"]
 
 
 @dataclass(frozen=True)
@@ -268,10 +268,7 @@ class World:
         gathered = self.gather(records)
         means = []
         for i in range(len(records)):
-            entries = [ranks[i] for ranks in gathered if ranks[i][0] > 0]
-            keys = dict.fromkeys(key for _, stats in entries for key in stats)
-            means.append({key: sum(w * s[key] for w, s in entries if key in s) / sum(w for w, s in entries if key in s)
-                          for key in keys})
+            means.append(weighted_mean([ranks[i] for ranks in gathered]))
         return means
 
     def merge_metrics(self, metrics: dict) -> dict:
@@ -348,6 +345,15 @@ def _summed_gradients(params: list[torch.nn.Parameter]) -> Iterator[None]:
         handle.wait()
     for p, grad, before in zip(params, grads, earlier):
         p.grad = grad if before is None else before.add_(grad)
+
+
+def weighted_mean(entries: Iterable[tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """Per key, ``sum w s[key] / sum w`` over the ``(w, stats)`` entries with ``w > 0`` that hold the key
+    (the processes of `World.weighted_means`, or the chunks of a sharded update)."""
+    entries = [(w, stats) for w, stats in entries if w > 0]
+    keys = dict.fromkeys(key for _, stats in entries for key in stats)
+    return {key: sum(w * s[key] for w, s in entries if key in s) / sum(w for w, s in entries if key in s)
+            for key in keys}
 
 
 def local_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:

@@ -61,7 +61,7 @@ import torch
 from tqdm.auto import tqdm
 
 from rlvr_lib.algos import aggregate_loss
-from rlvr_lib.distributed import init_world, local_rows
+from rlvr_lib.distributed import init_world, local_rows, weighted_mean
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.files import atomic_file
 from rlvr_lib.methods.base import Method, StepBatch
@@ -485,8 +485,7 @@ class Trainer:
             share = self._share(piece, rows, lengths)
             (loss * share).backward()
             weighted.append((share, stats))
-        total = sum(w for w, _ in weighted) or 1.0
-        return {key: sum(w * stats[key] for w, stats in weighted) / total for key in weighted[0][1]}
+        return weighted_mean(weighted)
 
     def _share(self, part: StepBatch, whole: torch.Tensor, lengths: torch.Tensor) -> float:
         """``part``'s weight in the loss of the rows ``whole`` of the batch whose rows have ``lengths`` tokens.

@@ -411,7 +411,7 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
         raise TypeError(f"fn must return (history, final) or (history, final, extra), got {type(out).__name__}")
     history, final = out[0], out[1]
     fn_extra = dict(out[2] or {}) if len(out) == 3 else {}
-    if fn_extra.get(RESUMED, RESUMED) is None:  # not resumed: nothing to keep
+    if RESUMED in fn_extra and fn_extra[RESUMED] is None:  # not resumed: nothing to keep
         del fn_extra[RESUMED]
     earlier_s = fn_extra[RESUMED]["earlier_s"] if RESUMED in fn_extra else 0.0
     rec = RunRecord(
