@@ -280,17 +280,15 @@ def _check_no_sharding(backend: str) -> None:
 
 def _check_shardable(config) -> None:
     """On a sharded (FSDP) launch, refuse before loading anything what the trainer would refuse after
-    (`rlvr_lib.trainer`: a method that reads the parameters, the vLLM engine), as a usage error naming the flag."""
+    (`rlvr_lib.trainer.check_shardable`: the vLLM engine), as a usage error naming the flag."""
     from rlvr_lib.distributed import sharded_launch
 
     if "FSDP" not in sharded_launch() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    from rlvr_lib.methods import METHODS
     from rlvr_lib.trainer import check_shardable
 
-    flag = "--engine" if config.engine == "vllm" else "--method"
-    with flag_errors({}, flag):
-        check_shardable(METHODS[config.method].cls, config)
+    with flag_errors({}, "--engine"):
+        check_shardable(config)
 
 
 TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}

@@ -48,9 +48,15 @@ step runs as follows:
   holds one chunk's activations at a time (a loss term that selects tokens by a statistic of its rows selects
   within each chunk, as under DDP within each process's share). The update's compute is repeated on each
   process; what sharding buys is memory (a model whose parameters and AdamW state do not fit one device).
-* Refused on a sharded launch (`rlvr_lib.trainer.check_shardable`): a method whose hooks read or write the parameters
-  themselves (``Method.reads_parameters``: 3PO's IVON weight samples, VIGOR's per-completion gradients) and
-  the vLLM engine (its weight sync reads full parameters).
+* A method whose hooks read or write the parameters themselves (``Method.reads_parameters``):
+  3PO's IVON (`rlvr_lib.methods.sharded_ivon`) keeps its state and draws its noise (equal to the unsharded draw)
+  on each process's shards; :meth:`World.sampled_weights` re-gathers the weights around each weight sample
+  (every process takes part in each, whatever its rollout share), and an earlier forward's unsharded copy is
+  dropped first, so the sample reaches every forward. VIGOR's per-completion gradients are taken on the
+  gathered weights through :meth:`World.unsharded` (a plain module sharing them: no FSDP hook, so processes
+  with unequal shares run no collective there).
+* Refused on a sharded launch (`rlvr_lib.trainer.check_shardable`): the vLLM engine (its weight sync reads
+  full parameters).
 
 Kept per process (documented, not hidden): diagnostics a method computes from
 the rows it is given (``rewards``, ``before_update``: e.g. NudgeRL's hint
@@ -62,8 +68,10 @@ covariance fraction, SAGE's random guide) select among the process's tokens.
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import os
+import weakref
 from dataclasses import dataclass
 from typing import Any, ContextManager, Iterable, Iterator
 
@@ -207,10 +215,26 @@ class World:
         if not units:
             raise ValueError(f"cannot shard {type(model).__name__}: its _no_split_modules "
                              f"({sorted(names) or 'none'}) name none of its submodules")
+        # The same modules with meta parameters: `unsharded` lends it the gathered tensors (no copy).
+        _PLAIN_TWINS[model] = copy.deepcopy(model, {id(p): torch.nn.Parameter(p.detach().to("meta"), p.requires_grad)
+                                                    for p in model.parameters()})
         for unit in units:
             fully_shard(unit)
         fully_shard(model)
         return model
+
+    def unsharded(self, model: torch.nn.Module) -> torch.nn.Module:
+        """Inside `gathered`: a plain module (no FSDP hooks) whose parameters are ``model``'s gathered whole
+        tensors, not copies, for code that differentiates with respect to the parameters on this process's
+        rows alone (VIGOR's per-completion gradients: FSDP's backward would reduce-scatter, a collective that
+        processes with unequal rows cannot match). ``model`` itself unless sharded."""
+        if not self.sharded:
+            return model
+        twin = _PLAIN_TWINS[model]
+        for name, tensor in model.named_parameters(remove_duplicate=False):
+            owner, _, leaf = name.rpartition(".")
+            twin.get_submodule(owner)._parameters[leaf] = tensor
+        return twin.train(model.training)
 
     def gathered(self, model: torch.nn.Module | None) -> ContextManager[None]:
         """Scope in which a sharded ``model`` holds its whole parameters (all-gathered once on entry, resharded on
@@ -220,6 +244,21 @@ class World:
             return contextlib.nullcontext()
         return _gathered(model)
 
+    def sampled_weights(self, model: torch.nn.Module, scope: ContextManager, *, gathered: bool = False
+                        ) -> ContextManager[None]:
+        """``scope`` (a method's ``perturbed``: it writes a weight sample into the parameters and restores them
+        on exit) made visible to a sharded ``model``'s forwards; ``scope`` itself unless sharded.
+
+        Sharded, the sample is written into each process's shards, which FSDP all-gathers: every unit is
+        resharded first (a unit an earlier forward left unsharded, e.g. the root after a forward without
+        gradient, would keep the old whole weights) and, inside a `gathered` scope (``gathered=True``),
+        unsharded again after the sample is written and again after it is restored. A collective then: every
+        process enters it, the same number of times.
+        """
+        if not self.sharded:
+            return scope
+        return _sampled_weights(model, scope, gathered)
+
     def full_state_dict(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None
                         ) -> tuple[dict, dict | None]:
         """``(model state, optimizer state)`` as whole CPU tensors; a collective in a sharded world (every
@@ -227,11 +266,14 @@ class World:
         ``optimizer.state_dict()`` as they are."""
         if not self.sharded:
             return model.state_dict(), None if optimizer is None else optimizer.state_dict()
+        own = getattr(optimizer, "gathered_state_dict", None)  # an optimizer whose state is not per parameter (IVON)
         from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
                                                              get_optimizer_state_dict)
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         model_state = get_model_state_dict(model, options=options)
+        if own is not None:
+            return model_state, own()
         optim_state = None if optimizer is None else get_optimizer_state_dict(model, optimizer, options=options)
         return model_state, optim_state
 
@@ -248,7 +290,9 @@ class World:
 
         options = StateDictOptions(full_state_dict=True)
         set_model_state_dict(model, model_state, options=options)
-        if optimizer is not None:
+        if hasattr(optimizer, "load_gathered_state_dict"):
+            optimizer.load_gathered_state_dict(optim_state)
+        elif optimizer is not None:
             set_optimizer_state_dict(model, optimizer, optim_state, options=options)
 
     def weighted_means(self, records: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
@@ -285,6 +329,9 @@ class World:
         keys = dict.fromkeys(key for m in gathered for key in m)
         return {key: _merge(key, [m[key] for m in gathered if key in m]) for key in keys}
 
+
+_PLAIN_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
+"""Per sharded model, its modules with meta parameters (`World.shard_model`, `World.unsharded`)."""
 
 SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
 """What ``accelerate launch --config_file F`` sets when F's ``distributed_type`` is DEEPSPEED or FSDP."""
@@ -332,6 +379,27 @@ def _gathered(model) -> Iterator[None]:
         model.set_reshard_after_forward(True)
         for unit in units:
             unit.reshard()
+
+
+@contextlib.contextmanager
+def _sampled_weights(model, scope: ContextManager, gathered: bool) -> Iterator[None]:
+    from torch.distributed.fsdp import FSDPModule
+
+    units = [m for m in model.modules() if isinstance(m, FSDPModule)]
+
+    def regather(unshard: bool) -> None:
+        for unit in units:
+            unit.reshard()
+        if unshard:
+            for unit in units:
+                unit.unshard()
+
+    regather(False)
+    with scope:
+        regather(gathered)
+        yield
+        regather(False)
+    regather(gathered)
 
 
 @contextlib.contextmanager

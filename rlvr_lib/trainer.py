@@ -141,7 +141,7 @@ class Trainer:
         self.model, self.tokenizer = model, tokenizer
         self.method: Method = build_method(config)
         if self.world.sharded:
-            check_shardable(self.method, config)
+            check_shardable(config)
         self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
         self.reference = None
         if config.kl_coef > 0:
@@ -192,7 +192,7 @@ class Trainer:
                 max_new_tokens=cfg.max_new_tokens,
                 seed=self.world.sampling_seed(int(self._rng(step, 2 + k, round_).integers(2**31))),
             )
-            with self.method.perturbed(self.model, k, train=False):
+            with self._weight_sample(k, train=False):
                 parts.append(self.engine.generate(prompts, params))
             order += [i * G + j for i, j in rows]
             weight_index += [k] * len(rows)
@@ -230,7 +230,19 @@ class Trainer:
             if len(mine):
                 batch, seconds = self._sample_share([problems[i] for i in mine], [plan[i] for i in mine], step,
                                                     round_)
+            elif self.world.sharded and self.method.reads_parameters:
+                for k in range(self.method.weight_samples()):  # the weight samples' re-gathers are collectives
+                    with self._weight_sample(k, train=False):
+                        pass
         return self.world.gather_batch(batch), seconds
+
+    def _weight_sample(self, k: int, *, train: bool):
+        """``method.perturbed(model, k, train)``, made visible to a sharded model (`World.sampled_weights`: for
+        rollouts, inside `World.gathered`; for gradients, to FSDP's forward)."""
+        scope = self.method.perturbed(self.model, k, train=train)
+        if not self.method.reads_parameters:  # perturbed writes no weight: nothing to re-gather
+            return scope
+        return self.world.sampled_weights(self.model, scope, gathered=not train)
 
     def _sample_share(self, problems, plan, step: int, round_: int) -> tuple[StepBatch, float]:
         """`_sample` of this process's groups (``problems`` and their ``plan``): the batch and its rollout seconds."""
@@ -240,7 +252,7 @@ class Trainer:
         verify = self.task.verify if self.method.uses_verifier_reward else self._verify_or_record
         verdicts = [verify(problems[g], text) for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
         batch = StepBatch(**fields, verdicts=verdicts)
-        batch.rewards = self.method.rewards(batch, self.model).float()
+        batch.rewards = self.method.rewards(batch, self.world.unsharded(self.model)).float()  # inside `gathered`
         return batch, seconds
 
     def _verify_or_record(self, problem, completion) -> Verdict:
@@ -459,7 +471,7 @@ class Trainer:
             part = minibatch if len(samples) == 1 else minibatch.select(minibatch.weight_index == k)
             sample_rows = rows if len(samples) == 1 else rows[batch.weight_index[rows] == k]
             stats = {}
-            with self.method.perturbed(self.model, k, train=True), self.world.summed_gradients(params):
+            with self._weight_sample(k, train=True), self.world.summed_gradients(params):
                 if self.world.sharded:
                     stats = self._chunked_backward(part, rows, lengths, temperature)
                 elif len(part):  # another process may hold all of this sample's rows
@@ -615,17 +627,14 @@ class Trainer:
         return {"at_step": self.resumed_at_step, "earlier_s": self.earlier_s}
 
 
-def check_shardable(method: Method | type[Method], config: TrainerConfig) -> None:
+def check_shardable(config: TrainerConfig) -> None:
     """Refuses, in a sharded world, what FSDP cannot host (`rlvr_lib.distributed`, module docstring).
 
     Raises:
-        ValueError: ``method`` (an instance or its class) reads the parameters themselves
-            (``reads_parameters``), or ``config.engine`` is ``"vllm"``.
+        ValueError: ``config.engine`` is ``"vllm"`` (its weight sync reads the whole parameters). Every method
+            is hosted; one that reads the parameters (``Method.reads_parameters``) has its weight samples
+            re-gathered (`Trainer._weight_sample`) and its reward reads `World.unsharded`.
     """
-    if method.reads_parameters:
-        raise ValueError(f"method {config.method!r} cannot train on a sharded (FSDP) launch: its hooks read or write "
-                         "the parameters themselves (Method.reads_parameters), which FSDP holds as shards; launch "
-                         "DDP-style processes for it (configs/accelerate/ddp_8gpu.yaml)")
     if config.engine == "vllm":
         raise ValueError("engine='vllm' cannot run on a sharded (FSDP) launch: its weight sync reads the whole "
                          "parameters; use engine 'kv' or 'hf'")

@@ -44,7 +44,15 @@ SHARDED_BASES = {
     "bnpo_loss": dict(inner_epochs=2, minibatches=2),
     "nudgerl": {},  # hinted rollouts, the extra x0 forward of the distillation term
     "sage": dict(rollout_batch_size=3),  # the k3 anchor; each minibatch's loss in chunks of 3 rows
+    # IVON on the shards: two weight samples re-gathered for the rollouts, the update on each process's blocks,
+    # Seq-MIS's forward at the mean weights (the root left unsharded by it must not keep them for the samples)
+    "c3po": dict(lr_warmup_ratio=0.0),
+    # per-completion gradient norms on each process's share, through the plain view of the gathered weights
+    "vigor": dict(lr_warmup_ratio=0.0),
 }
+OWN_REWARD = ("vigor",)
+"""Bases trained with their own reward (VIGOR's varies on the random model: gradient norms), not the text hash."""
+SHARDED_RESUMES = ("grpo", "c3po")  # AdamW's state, and IVON's (not per parameter: gathered by the optimizer)
 
 
 class _TextHashReward:
@@ -58,7 +66,8 @@ def _register(add) -> None:
     """``scored_<base>`` for every base method: its class and preset, with the text-hash reward."""
     for base in {**BASES, **SHARDED_BASES}:
         spec = METHODS[base]
-        add(f"scored_{base}", type(f"Scored{spec.cls.__name__}", (_TextHashReward, spec.cls), {}), **spec.preset)
+        cls = spec.cls if base in OWN_REWARD else type(f"Scored{spec.cls.__name__}", (_TextHashReward, spec.cls), {})
+        add(f"scored_{base}", cls, **spec.preset)
 
 
 def _config(base: str):
@@ -81,17 +90,17 @@ def _train_one_step(base: str, checkpoint: str | None = None) -> dict:
             "world": (trainer.world.rank, trainer.world.size), "sharded": trainer.world.sharded}
 
 
-def _sharded_resume(out_dir: str) -> dict:
-    """Two steps of ``scored_grpo`` uninterrupted, and one step, a new `Trainer` resuming from its checkpoint, and
-    one more: both runs' whole weights (rank 0) and histories."""
+def _sharded_resume(out_dir: str, base: str) -> dict:
+    """Two steps of ``scored_<base>`` uninterrupted, and one step, a new `Trainer` resuming from its checkpoint,
+    and one more: both runs' whole weights (rank 0) and histories."""
     from rlvr_lib.trainer import Trainer
 
     tokenizer = build_char_tokenizer()
-    config = _config("grpo").replace(steps=2, checkpoint_every=1)
+    config = _config(base).replace(steps=2, checkpoint_every=1)
 
     def trainer(folder):
         model = build_tiny_qwen2(tokenizer)
-        return Trainer(config, model, tokenizer, checkpoint_dir=os.path.join(out_dir, folder))  # a stateless engine
+        return Trainer(config, model, tokenizer, checkpoint_dir=os.path.join(out_dir, base, folder))  # stateless
 
     whole = trainer("whole")
     whole.train(progress=False)
@@ -101,6 +110,32 @@ def _sharded_resume(out_dir: str) -> dict:
     resumed.train(progress=False)
     return {name: {"weights": t.world.full_state_dict(t.model)[0], "history": t.history, "resumed_at": t.resumed_at_step}
             for name, t in (("whole", whole), ("resumed", resumed))}
+
+
+def _weight_sample_logits() -> dict[str, torch.Tensor]:
+    """Logits of a `scored_c3po` trainer's model on a fixed prompt: at the mean weights, at weight sample 0 for a
+    gradient (after a forward without gradient, which leaves a sharded root unsharded) and inside a rollout's
+    gathered scope, and at the mean weights again after both scopes."""
+    from rlvr_lib.trainer import Trainer
+
+    tokenizer = build_char_tokenizer()
+    model = build_tiny_qwen2(tokenizer)
+    trainer = Trainer(_config("c3po"), model, tokenizer, engine=RowSeededEngine(model, tokenizer))
+    ids = torch.tensor([tokenizer.encode("12+34=")])
+    out = {}
+    with torch.no_grad():
+        out["mean"] = model(ids).logits
+    with trainer._weight_sample(0, train=True):  # IVON records the sample's gradient: a backward must run
+        logits = model(ids).logits
+        logits.sum().backward()
+        out["sample_for_gradient"] = logits.detach()
+    with trainer.world.gathered(model):
+        with trainer._weight_sample(0, train=False):
+            out["sample_in_rollout"] = model(ids).logits
+        out["mean_in_rollout"] = model(ids).logits
+    with torch.no_grad():
+        out["mean_after"] = model(ids).logits
+    return out
 
 
 def _worker(rank: int, port: int, out_dir: str, sharded: bool = False) -> None:
@@ -117,7 +152,8 @@ def _worker(rank: int, port: int, out_dir: str, sharded: bool = False) -> None:
         results = {base: _train_one_step(base, os.path.join(out_dir, f"{base}.pt") if sharded else None)
                    for base in bases}
         if sharded:
-            results["resume"] = _sharded_resume(out_dir)
+            results.update({f"resume_{base}": _sharded_resume(out_dir, base) for base in SHARDED_RESUMES})
+            results["weight_sample_logits"] = _weight_sample_logits()
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
         if dist.is_initialized():
@@ -191,7 +227,9 @@ def test_two_sharded_processes_give_the_one_process_loss_and_weights(base, shard
     ranks = [r[base] for r in results]
     assert [(r["world"], r["sharded"]) for r in ranks] == [((0, 2), True), ((1, 2), True)]
     assert single["metrics"]["advantage_abs_mean"] > 0
-    for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy"):
+    ivon = ("ivon_mean_sigma", "ivon_clipped_frac", "ivon_mean_abs_step", "weight_sample_disagreement")
+    for key in ("loss", "reward_mean", "advantage_abs_mean", "response_length", "grad_norm", "entropy",
+                *(ivon if base == "c3po" else ()), *(("vigor_grad_norm",) if base == "vigor" else ())):
         assert ranks[0]["metrics"][key] == pytest.approx(single["metrics"][key], rel=1e-5, abs=1e-5), key
     assert _same(ranks[0]["metrics"], ranks[1]["metrics"])
     assert ranks[1]["weights"] == {}  # whole weights are gathered to rank 0 only
@@ -205,13 +243,24 @@ def test_two_sharded_processes_give_the_one_process_loss_and_weights(base, shard
     assert changed, "the step changed no weight: the comparison would be vacuous"
 
 
-def test_a_sharded_run_resumes_as_the_uninterrupted_one(sharded_results):
-    runs = sharded_results[1][0]["resume"]  # rank 0
+@pytest.mark.parametrize("base", SHARDED_RESUMES)
+def test_a_sharded_run_resumes_as_the_uninterrupted_one(base, sharded_results):
+    runs = sharded_results[1][0][f"resume_{base}"]  # rank 0
     assert runs["resumed"]["resumed_at"] == 1 and runs["whole"]["resumed_at"] is None
     untimed = lambda h: [{k: v for k, v in m.items() if not k.startswith("time_")} for m in h]  # noqa: E731
     assert untimed(runs["resumed"]["history"]) == untimed(runs["whole"]["history"])
     for key, weight in runs["whole"]["weights"].items():
         assert torch.equal(runs["resumed"]["weights"][key], weight), key
+
+
+def test_a_sharded_weight_sample_reaches_every_forward(sharded_results, registered):
+    _register(registered)
+    single = _weight_sample_logits()
+    assert not torch.allclose(single["sample_for_gradient"], single["mean"], atol=1e-4)  # the noise is visible
+    torch.testing.assert_close(single["sample_in_rollout"], single["sample_for_gradient"], rtol=0, atol=0)
+    for r in sharded_results[1]:
+        for key, logits in single.items():
+            torch.testing.assert_close(r["weight_sample_logits"][key], logits, rtol=1e-6, atol=1e-6, msg=key)
 
 
 # ------------------------------------------------------------------ one-process helpers
@@ -247,17 +296,14 @@ def test_a_deepspeed_launch_is_refused_from_python_too(tmp_path, monkeypatch):
     assert init_world() == World()  # one process: nothing to shard
 
 
-@pytest.mark.parametrize("name, why", [("b3po", "read or write the parameters"), ("vigor", "read or write"),
-                                       ("grpo", "engine='vllm'")])
-def test_a_sharded_world_refuses_what_fsdp_cannot_host(monkeypatch, name, why):
+def test_a_sharded_world_refuses_the_vllm_engine(monkeypatch):
     import rlvr_lib.trainer as trainer_module
     from rlvr_lib.trainer import Trainer
 
     monkeypatch.setattr(trainer_module, "init_world", lambda: World(0, 2, 0, sharded=True))  # no process group
     tokenizer = build_char_tokenizer()
-    config = method_config(name, steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8,
-                           **({"engine": "vllm"} if name == "grpo" else {}))
-    with pytest.raises(ValueError, match=why):
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8, engine="vllm")
+    with pytest.raises(ValueError, match="engine='vllm' cannot run on a sharded"):
         Trainer(config, build_tiny_qwen2(tokenizer), tokenizer)
 
 

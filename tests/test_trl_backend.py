@@ -369,6 +369,7 @@ def test_resuming_from_a_trl_checkpoint_is_refused(policy, tmp_path):
 
 # ----------------------------------------------------------------------------- two processes (accelerate launch)
 TWO_PROCESS_METHODS = ("grpo", "nudgerl")
+SHARDED_ONLY_METHODS = ("b3po", "vigor")  # IVON's weight samples on the shards; gradient norms on the gathered weights
 LAUNCH_TIMEOUT_S = 900  # two fresh interpreters import torch, transformers and TRL: slow on a loaded 2-core machine
 
 
@@ -390,15 +391,16 @@ def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path
            "CUDA_VISIBLE_DEVICES": "", "OMP_NUM_THREADS": "1", "TRL_EXPERIMENTAL_SILENCE": "1"}
     if sharded:  # what an accelerate FSDP config sets in each process (on CPU accelerate itself launches DDP-style)
         env["ACCELERATE_USE_FSDP"] = "true"
+    methods = TWO_PROCESS_METHODS + (SHARDED_ONLY_METHODS if sharded else ())
     command = [*launcher, "launch", "--multi_gpu", "--num_processes", "2", "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", str(_free_port()),
                str(repo / "tests" / "trl_backend_worker.py"), "--out", str(tmp_path),
-               "--methods", *TWO_PROCESS_METHODS]
+               "--methods", *methods]
     done = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-4000:]
     ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=False) for r in range(2)]
 
-    for method in TWO_PROCESS_METHODS:
+    for method in methods:
         single = trl_backend_worker.train_one_step(method)  # this process: one process
         assert single["world"] == (0, 1)
         assert [(r[method]["world"], r[method]["sharded"]) for r in ranks] == [((0, 2), sharded), ((1, 2), sharded)]
@@ -412,7 +414,7 @@ def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path
             # (`plain_lm_head`), so gradients agree to float rounding (grad_norm above, 1e-5); AdamW's first step,
             # g / (|g| + eps), turns that rounding into visible differences only where |g| is near eps.
             assert ranks[1][method]["weights"] == {}  # the whole weights are gathered to rank 0
-            lr = trl_backend_worker.CONFIG.get("lr", method_config(method).lr)
+            lr = trl_backend_worker.method_settings(method).get("lr", method_config(method).lr)
             diffs = torch.cat([(ranks[0][method]["weights"][k] - w).abs().flatten()
                                for k, w in single["weights"].items() if w.is_floating_point()])
             assert float((diffs <= 1e-6).float().mean()) >= 0.999 and float(diffs.max()) <= lr, method

@@ -52,7 +52,7 @@ On an accelerate FSDP launch (``ACCELERATE_USE_FSDP``; `rlvr_lib.distributed`)
     accelerate neither wraps it in DDP nor shards it again. Rollouts stay split (each process its share, inside
     ``World.gathered``); each optimizer step computes the whole minibatch's loss on every process, in the core's
     chunks (``Trainer._chunked_backward``), and FSDP averages the identical gradients. A method that reads the
-    parameters (``Method.reads_parameters``) is refused by the core.
+    parameters (``Method.reads_parameters``: 3PO, VIGOR) runs as in the core (`rlvr_lib.distributed`, "Sharded").
 
 Where TRL's semantics differ from the native loop (documented, not hidden)
     * Sampling: TRL's ``generate`` draws from the global torch RNG, seeded here per call with the native

@@ -252,8 +252,9 @@ class Method:
 
     reads_parameters: ClassVar[bool] = False
     """Whether a hook reads or writes the parameters themselves rather than only calling the model (3PO's IVON
-    weight samples, VIGOR's per-completion gradients). Such a method cannot train on a sharded (FSDP) launch,
-    where each process holds a shard of every parameter (`rlvr_lib.distributed`); the trainer refuses it there."""
+    weight samples, VIGOR's per-completion gradients). On a sharded (FSDP) launch, where each process holds a
+    shard of every parameter (`rlvr_lib.distributed`), the trainer then re-gathers the weights around each
+    ``perturbed`` scope and gives ``rewards`` a plain view of the gathered weights (`World.unsharded`)."""
 
     def __init__(self, config):
         self.config = config

@@ -213,6 +213,7 @@ import torch
 
 from rlvr_lib.algos import get_advantage_estimator
 from rlvr_lib.config import ConfigBase
+from rlvr_lib.methods import sharded_ivon
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
@@ -449,6 +450,10 @@ class _SummedIVON(ivon.IVON):
     minibatch; summing makes the recorded gradient the minibatch's. ``noise_scale``
     (one of :data:`NOISE_SCALES`) scales the drawn noise: 1 leaves IVON's, 0 gives
     the mean weights exactly. The update itself is IVON's.
+
+    On FSDP2 shards (DTensor parameters, a sharded launch) IVON runs on each process's blocks of the weights,
+    its noise equal to the unsharded draw and its statistics summed over the processes
+    (`rlvr_lib.methods.sharded_ivon`); :meth:`gathered_state_dict` gives the one-process ``state_dict``.
     """
 
     def __init__(self, params, *, noise_scale: float = 1.0, keep_update_ratio: bool = False, **kw):
@@ -457,9 +462,24 @@ class _SummedIVON(ivon.IVON):
         self.noise_scale = noise_scale
         self.keep_update_ratio = keep_update_ratio
         self.update_stats: list[dict[str, float]] = []  # one entry per step(); the method empties it per RL step
-        self.last_abs_update_ratio: torch.Tensor | None = None  # |u| of the last step, when keep_update_ratio
+        self.last_abs_update_ratio: torch.Tensor | None = None  # |u| of the last step (this process's weights)
+
+    @staticmethod
+    def _params(group) -> list[torch.Tensor]:
+        return [p for p in group["params"] if p is not None]
+
+    def _get_param_configs(self):
+        self.sharded = sharded_ivon.is_sharded(p for g in self.param_groups for p in g["params"] if p is not None)
+        total, device, dtype = super()._get_param_configs()
+        if not self.sharded:
+            return total, device, dtype
+        for group in self.param_groups:  # the buffers hold this process's blocks only
+            group["numel"] = sum(sharded_ivon.local(p).numel() for p in self._params(group))
+        return sum(group["numel"] for group in self.param_groups), device, dtype
 
     def _sample_params(self):
+        if self.sharded:
+            return self._sample_local_params()
         param_avg, noise = super()._sample_params()
         if self.noise_scale != 1.0:
             noise = noise * self.noise_scale
@@ -474,6 +494,80 @@ class _SummedIVON(ivon.IVON):
         return param_avg, noise
 
     @torch.no_grad()
+    def _sample_local_params(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """``ivon.IVON._sample_params`` on this process's blocks: the same noise values at the same weights."""
+        averages, noises = [], []
+        for group in self.param_groups:
+            params = self._params(group)
+            ranges, offset = [], 0
+            for p in params:
+                a, b = sharded_ivon.shard_range(p)
+                ranges.append((offset + a, offset + b))
+                offset += p.numel()
+            z = sharded_ivon.streamed_noise(offset, ranges, device=self._device, dtype=self._dtype)
+            noise = z / (group["ess"] * (group["hess"] + group["weight_decay"])).sqrt()
+            if self.noise_scale != 1.0:
+                noise = noise * self.noise_scale
+            at = 0
+            for p in params:
+                block = sharded_ivon.local(p)
+                average = block.flatten().clone()
+                block.copy_((average + noise[at:at + block.numel()]).view(block.shape))
+                averages.append(average)
+                at += block.numel()
+            noises.append(noise)
+        return torch.cat(averages), torch.cat(noises)
+
+    def _restore_param_average(self, train: bool, param_avg: torch.Tensor, noise: torch.Tensor):
+        if not self.sharded:
+            return super()._restore_param_average(train, param_avg, noise)
+        grads, offset = [], 0
+        with torch.no_grad():
+            for group in self.param_groups:
+                for p in self._params(group):
+                    block = sharded_ivon.local(p)
+                    block.copy_(param_avg[offset:offset + block.numel()].view(block.shape))
+                    offset += block.numel()
+                    if train:
+                        grad = None if p.grad is None or not p.requires_grad else sharded_ivon.local(p.grad)
+                        grads.append(grad.flatten() if grad is not None else torch.zeros_like(block).flatten())
+        if train:  # ivon.IVON._restore_param_average's Welford means, on this process's elements
+            grad_sample = torch.cat(grads)
+            count = self.state["count"] + 1
+            self.state["count"] = count
+            self.state["avg_grad"] = ivon._ivon._welford_mean(self.state["avg_grad"], grad_sample, count)
+            if self.hess_approx == "price":
+                self.state["avg_nxg"] = ivon._ivon._welford_mean(self.state["avg_nxg"], noise * grad_sample, count)
+            else:
+                self.state["avg_gsq"] = ivon._ivon._welford_mean(self.state["avg_gsq"], grad_sample.square(), count)
+
+    def _update(self):
+        if not self.sharded:
+            return super()._update()
+        self.current_step += 1  # ivon.IVON._update on this process's elements, written into the blocks in place
+        offset = 0
+        for group in self.param_groups:
+            pg_slice = slice(offset, offset + group["numel"])
+            param_avg = self._flat(group)
+            group["momentum"] = self._new_momentum(self.state["avg_grad"][pg_slice], group["momentum"],
+                                                   group["beta1"])
+            group["hess"] = self._new_hess(self.hess_approx, group["hess"], self.state["avg_nxg"],
+                                           self.state["avg_gsq"], pg_slice, group["ess"], group["beta2"],
+                                           group["weight_decay"])
+            lr = group["lr"] * (group["hess_init"] + group["weight_decay"]) if self.rescale_lr else group["lr"]
+            debias = 1.0 - pow(group["beta1"], float(self.current_step)) if self.debias else 1.0
+            param_avg = self._new_param_averages(param_avg, group["hess"], group["momentum"], lr,
+                                                 group["weight_decay"], group["clip_radius"], debias,
+                                                 group["hess_init"])
+            at = 0
+            with torch.no_grad():
+                for p in self._params(group):
+                    block = sharded_ivon.local(p)
+                    block.copy_(param_avg[at:at + block.numel()].view(block.shape))
+                    at += block.numel()
+            offset += group["numel"]
+
+    @torch.no_grad()
     def step(self, closure=None):
         count = self.state["count"]
         if count > 1:
@@ -485,9 +579,10 @@ class _SummedIVON(ivon.IVON):
         self._record_update(before)
         return loss
 
-    @staticmethod
-    def _flat(group) -> torch.Tensor:
-        return torch.cat([p.detach().flatten() for p in group["params"] if p is not None])
+    @classmethod
+    def _flat(cls, group) -> torch.Tensor:
+        """The group's weights (this process's blocks, when sharded) as one detached vector."""
+        return torch.cat([sharded_ivon.local(p).detach().flatten() for p in cls._params(group)])
 
     def _record_update(self, before: list[torch.Tensor]) -> None:
         """Appends the step's clipped share and mean |delta theta| to ``update_stats`` (formulas: `update_ratio`)."""
@@ -502,6 +597,8 @@ class _SummedIVON(ivon.IVON):
             n += u.numel()
             if self.keep_update_ratio:
                 kept.append(u.abs().float())
+        if self.sharded:
+            clipped, moved, n = sharded_ivon.global_sums([clipped, moved, n])
         self.update_stats.append({"ivon_clipped_frac": clipped / max(n, 1), "ivon_mean_abs_step": moved / max(n, 1)})
         self.last_abs_update_ratio = torch.cat(kept) if kept else None
 
@@ -512,7 +609,55 @@ class _SummedIVON(ivon.IVON):
             sigma = 1.0 / (group["ess"] * (group["hess"] + group["weight_decay"])).sqrt()
             total += float(sigma.double().sum())
             n += sigma.numel()
+        if self.sharded:
+            total, n = sharded_ivon.global_sums([total, n])
         return self.noise_scale * total / max(n, 1)
+
+    def mean_hess(self) -> float:
+        """Mean over weights of IVON's Hessian estimate ``h``."""
+        total = sum(float(group["hess"].double().sum()) for group in self.param_groups)
+        n = sum(group["hess"].numel() for group in self.param_groups)
+        if self.sharded:
+            total, n = sharded_ivon.global_sums([total, n])
+        return total / max(n, 1)
+
+    # ----------------------------------------------------------------- checkpoints
+    def gathered_state_dict(self) -> dict:
+        """``state_dict()`` in the one-process layout (each group's buffers over its whole parameters); on shards a
+        collective (every process calls it) whose result every process gets, on the CPU."""
+        state = self.state_dict()
+        if not self.sharded:
+            return state
+        groups = [self._params(group) for group in self.param_groups]
+        for saved, params in zip(state["param_groups"], groups):
+            saved["momentum"] = sharded_ivon.gather_flat(saved["momentum"], params).cpu()
+            saved["hess"] = sharded_ivon.gather_flat(saved["hess"], params).cpu()
+            saved["numel"] = sum(p.numel() for p in params)
+        for key in ("avg_grad", "avg_nxg", "avg_gsq"):  # between two steps: set only inside a step
+            flat = state["state"].get(key)
+            if flat is not None:
+                parts = flat.split([group["numel"] for group in self.param_groups])
+                state["state"][key] = torch.cat([sharded_ivon.gather_flat(part, params).cpu()
+                                                 for part, params in zip(parts, groups)])
+        return state
+
+    def load_gathered_state_dict(self, state: dict) -> None:
+        """Load a :meth:`gathered_state_dict` (every process passes the whole state)."""
+        if not self.sharded:
+            return self.load_state_dict(state)
+        state = {"state": dict(state["state"]), "param_groups": [dict(g) for g in state["param_groups"]]}
+        groups = [self._params(group) for group in self.param_groups]
+        for saved, params in zip(state["param_groups"], groups):
+            saved["momentum"] = sharded_ivon.local_flat(saved["momentum"], params)
+            saved["hess"] = sharded_ivon.local_flat(saved["hess"], params)
+            saved["numel"] = sum(sharded_ivon.local(p).numel() for p in params)
+        for key in ("avg_grad", "avg_nxg", "avg_gsq"):
+            flat = state["state"].get(key)
+            if flat is not None:
+                parts = flat.split([sum(p.numel() for p in params) for params in groups])
+                state["state"][key] = torch.cat([sharded_ivon.local_flat(part, params)
+                                                 for part, params in zip(parts, groups)])
+        self.load_state_dict(state)
 
 
 def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Tensor, *, weight_decay: float,
@@ -761,9 +906,8 @@ def learn_hessian_init(optimizer: _SummedIVON, model: torch.nn.Module, *, steps:
         group["momentum"].zero_()
     optimizer.current_step = 0
     optimizer.zero_grad(set_to_none=True)
-    h = torch.cat([group["hess"].flatten() for group in optimizer.param_groups]).double()
     return {"hess_init_steps": steps, "hess_init_sft_loss": sum(losses) / len(losses),
-            "hess_init_mean_h": float(h.mean()), "hess_init_mean_sigma": optimizer.mean_sigma()}
+            "hess_init_mean_h": optimizer.mean_hess(), "hess_init_mean_sigma": optimizer.mean_sigma()}
 
 
 def sample_disagreement(batch: StepBatch) -> float:

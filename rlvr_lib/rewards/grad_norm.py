@@ -267,7 +267,8 @@ def grad_norm_scores(model: torch.nn.Module, prompt_ids: torch.Tensor, prompt_ma
     was_training = model.training
     model.eval()  # no dropout: the norm is a function of the weights and the completion
     try:
-        norms = GRAD_NORM_IMPLS[impl](model, prompt_ids, prompt_mask, completion_ids, completion_mask)
+        with torch.enable_grad():  # a caller may hold no_grad (a sharded trainer's rollout scope)
+            norms = GRAD_NORM_IMPLS[impl](model, prompt_ids, prompt_mask, completion_ids, completion_mask)
     finally:
         model.train(was_training)
     if sqrt_len:
