@@ -615,10 +615,10 @@ class _SummedIVON(ivon.IVON):
 
     def mean_hess(self) -> float:
         """Mean over weights of IVON's Hessian estimate ``h``."""
-        total = sum(float(group["hess"].double().sum()) for group in self.param_groups)
-        n = sum(group["hess"].numel() for group in self.param_groups)
-        if self.sharded:
-            total, n = sharded_ivon.global_sums([total, n])
+        h = torch.cat([group["hess"].flatten() for group in self.param_groups]).double()
+        if not self.sharded:
+            return float(h.mean())
+        total, n = sharded_ivon.global_sums([float(h.sum()), h.numel()])
         return total / max(n, 1)
 
     # ----------------------------------------------------------------- checkpoints
