@@ -155,7 +155,9 @@ lab: install
 # The second model size (issue 32, item 3; README "The testbed"): pretrain it, calibrate it, and measure the
 # dynamics targets on it at the first size's beta and step count (no search). A missed calibration target is
 # reported, not fatal (the leading '-').
-SMALL_POLICY = rlvr_lib/policy/checkpoints/small-mul
+# SMALL_POLICY: a name of rlvr_lib.policy.load.POLICY_NAMES (rlvr_lib/policy/checkpoints/small-mul), not a path,
+# so that the records' cache keys hold no checkout's path.
+SMALL_POLICY = small
 second-size: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain --size small
 	-$(PY) -m rlvr_lib calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-small.json

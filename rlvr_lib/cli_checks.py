@@ -148,13 +148,22 @@ def _hub_problem(name: str) -> str | None:
 
 
 def check_model(flag: str, value: str | None) -> None:
-    """``--model``: ``None`` (the embedded policy), a checkpoint folder holding ``config.json``, or a hub name.
+    """``--model``: ``None`` (the embedded policy), a name of `rlvr_lib.policy.load.POLICY_NAMES` whose checkpoint
+    is built, a checkpoint folder holding ``config.json``, or a hub name.
 
     A hub name not in the local cache is looked up on the hub with a time-out
     (`HUB_TIMEOUT_S`), so an unreachable hub gives this error instead of a hang
     or a transformers traceback.
     """
     if value is None:
+        return
+    from rlvr_lib.policy.load import POLICY_NAMES, resolve_policy_path
+
+    if value in POLICY_NAMES:
+        try:
+            resolve_policy_path(value)
+        except FileNotFoundError as err:
+            raise UsageError(f"argument {flag}: {err}") from None
         return
     must = "a checkpoint folder holding config.json or a hub model name"
     path = Path(value).expanduser()

@@ -149,3 +149,12 @@ def test_trl_set_fsdp_is_refused_by_the_trl_backend(capsys):
     err = _error(capsys, ["train", "--backend", "trl", "--method", "grpo", "--trl-set", "fsdp=true"])
     assert "argument --trl-set: TRL backend: method 'grpo': DeepSpeed, and FSDP given as TRL arguments, are not " \
            "hosted" in err
+
+
+def test_a_named_policy_not_built_is_a_one_line_usage_error(capsys, monkeypatch, tmp_path):
+    from rlvr_lib.policy import load
+
+    monkeypatch.setitem(load.POLICY_NAMES, "small", tmp_path / "small-mul")
+    err = _error(capsys, ["train", "--method", "grpo", "--model", "small"])
+    assert "argument --model: policy='small' is not built at" in err and "make second-size" in err
+    assert err.count("\n") <= 2

@@ -121,5 +121,49 @@ def test_rows_a_profile_does_not_run_are_left_out():
     reg = registry("nb07_head_to_head")
     ci = {"mean": 0.1, "ci_low": 0.05, "ci_high": 0.15, "n": 5, "method": "m"}
     measured = {m.id: (None if m.id.startswith("pair-nudgerl") else ci) for m in reg.measurements}
-    ids = [row["id"] for row in reg.measurement_rows(measured, threepo="M3PO", rare="rare_mix", n_wide=256)]
+    ids = [row["id"] for row in reg.measurement_rows(measured, threepo="M3PO", rare="rare_mix", n_wide=256,
+                                                     small="small")]
     assert "pair-nudgerl-sage" not in ids and "pair-sage-vigor" in ids and len(ids) == len(reg.measurements) - 2
+
+
+# ------------------------------------------------------------------ the second model size
+def _seeded(pass1_by_seed):
+    return [SimpleNamespace(seed=s, final={"average": {"pass_at_k": {"1": v}}}) for s, v in pass1_by_seed.items()]
+
+
+def test_seed_gains_pair_runs_by_seed():
+    method, grpo = _seeded({0: 0.50, 1: 0.40, 2: 0.45}), _seeded({2: 0.40, 0: 0.45, 3: 0.9})
+    assert h2h.seed_gains(method, grpo) == pytest.approx({0: 0.05, 2: 0.05})  # seeds 1 and 3 have no partner
+    with pytest.raises(ValueError, match="at least one seed both arms have"):
+        h2h.seed_gains(method, _seeded({7: 0.4}))
+
+
+def test_gain_growth_is_welchs_interval():
+    from scipy import stats
+
+    tiny, small = [0.01, 0.02, 0.00, 0.03, 0.01], [0.05, 0.02, 0.06]
+    out = h2h.gain_growth(tiny, small)
+    # Welch by hand: standard error and Welch-Satterthwaite degrees of freedom
+    va, vb = np.var(small, ddof=1) / 3, np.var(tiny, ddof=1) / 5
+    df = (va + vb) ** 2 / (va ** 2 / 2 + vb ** 2 / 4)
+    half = stats.t.ppf(0.975, df) * np.sqrt(va + vb)
+    diff = np.mean(small) - np.mean(tiny)
+    assert out["mean"] == pytest.approx(diff) and (out["n_small"], out["n_tiny"], out["n"]) == (3, 5, 3)
+    assert (out["ci_low"], out["ci_high"]) == pytest.approx((diff - half, diff + half))
+    single = h2h.gain_growth([0.01], [0.05])  # the quick profile: one seed a side, no interval
+    assert single["n"] == 1 and single["ci_low"] == single["ci_high"] == pytest.approx(0.04)
+    with pytest.raises(ValueError, match="finite per-seed gains"):
+        h2h.gain_growth([0.01, float("nan")], small)
+
+
+def test_the_second_size_is_named_not_a_path_and_refused_until_built(tmp_path, monkeypatch):
+    from rlvr_lib.policy import load
+
+    assert h2h.scale_policy("quick") is None  # the tiny policy stands in
+    monkeypatch.setitem(load.POLICY_NAMES, "small", tmp_path / "small-mul")
+    with pytest.raises(PrerequisitesMissing, match=r"second size: policy='small' is not built at .*make second-size"):
+        h2h.scale_policy("full")
+    (tmp_path / "small-mul").mkdir()
+    (tmp_path / "small-mul" / "config.json").write_text("{}")
+    assert h2h.scale_policy("full") == "small" and load.resolve_policy_path("small") == str(tmp_path / "small-mul")
+    assert method_config("grpo", policy=h2h.scale_policy("full")).policy == "small"  # no checkout path in its key

@@ -1,6 +1,7 @@
 """The tiny policy: tokenizer, Auto-class loading of the shipped checkpoint, pretraining."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -71,8 +72,11 @@ def test_the_small_size_is_the_tiny_policy_at_twice_the_width_and_about_four_tim
     assert tiny == PretrainConfig()  # the shipped policy's config
     differ = {k for k, v in small.to_dict().items() if tiny.to_dict()[k] != v}
     assert differ == {"hidden_size", "intermediate_size"}  # same data, steps, lr, seed: size only
-    count = lambda c: Qwen2ForCausalLM(model_config(c, 64, 0, 1)).num_parameters()  # noqa: E731
+    vocab = len(build_char_tokenizer())  # the shipped policy's
+    count = lambda c: Qwen2ForCausalLM(model_config(c, vocab, 0, 1)).num_parameters()  # noqa: E731
     assert 3.5 <= count(small) / count(tiny) <= 4.5
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    assert f"{count(small) / count(tiny):.2f}x its parameters ({count(small) / 1e6:.2f}M)" in readme
     assert size_config("small", seed=3).seed == 3
     with pytest.raises(ValueError, match=r"size='huge' is invalid: must be one of \['small', 'tiny'\]"):
         size_config("huge")

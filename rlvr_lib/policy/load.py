@@ -18,16 +18,30 @@ SMALL_POLICY_DIR = TINY_POLICY_DIR.with_name("small-mul")
 tiny policy's data; pass it as ``policy`` (a local checkpoint directory) where it is shipped."""
 POLICY_DIRS = {"tiny": TINY_POLICY_DIR, "small": SMALL_POLICY_DIR}
 """Where ``python -m rlvr_lib pretrain --size S`` writes by default."""
+POLICY_NAMES = {"small": SMALL_POLICY_DIR}
+"""Policies of this package a config names by name (``policy="small"``), so that a run's cache key holds no
+checkout's path; ``None`` is the embedded tiny policy. A name here takes precedence over a hub model's."""
 
 
 def resolve_policy_path(name_or_path: str | Path | None) -> str:
-    """``None`` means the embedded tiny policy; anything else is passed to transformers."""
+    """``None`` means the embedded tiny policy, a name of :data:`POLICY_NAMES` this package's checkpoint of it;
+    anything else is passed to transformers.
+
+    Raises:
+        FileNotFoundError: the embedded policy, or a named one, is not built (naming the command that builds it).
+    """
     if name_or_path is None:
         if not (TINY_POLICY_DIR / "config.json").exists():
             raise FileNotFoundError(
                 f"the embedded tiny policy is missing at {TINY_POLICY_DIR}; rebuild it with `python -m rlvr_lib pretrain`"
             )
         return str(TINY_POLICY_DIR)
+    if isinstance(name_or_path, str) and name_or_path in POLICY_NAMES:
+        path = POLICY_NAMES[name_or_path]
+        if not (path / "config.json").exists():
+            raise FileNotFoundError(f"policy={name_or_path!r} is not built at {path}: build it with `make second-size` "
+                                    f"(or `python -m rlvr_lib pretrain --size {name_or_path}`)")
+        return str(path)
     return str(name_or_path)
 
 

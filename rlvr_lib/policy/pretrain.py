@@ -128,10 +128,10 @@ POLICY_SIZES: dict[str, dict] = {
     "tiny": {},
     "small": {"hidden_size": 192, "intermediate_size": 768},
 }
-"""Model shapes pretrained here: ``"tiny"`` is the shipped policy (`PretrainConfig`'s defaults, 0.60M parameters);
-``"small"`` doubles its width (hidden 96 -> 192, MLP 384 -> 768; 4 layers and 4 heads kept), 2.38M parameters,
-3.97x (issue 32, item 3: "about 4x"). Width rather than depth: the same FLOPs, fewer sequential ops per token on
-a CPU. Everything else (data, steps, batch, lr schedule, seed) is the tiny policy's, so the two differ in size only;
+"""Model shapes pretrained here: ``"tiny"`` is the shipped policy (`PretrainConfig`'s defaults, 0.62M parameters
+with its 259-token vocabulary); ``"small"`` doubles its width (hidden 96 -> 192, MLP 384 -> 768; 4 layers and 4
+heads kept), 2.41M parameters, 3.91x (issue 32, item 3: "about 4x"). Width rather than depth: the same FLOPs,
+fewer sequential ops per token on a CPU. Everything else (data, steps, batch, lr schedule, seed) is the tiny policy's, so the two differ in size only;
 a size whose policy misses the testbed's calibration targets is reported so, not retuned toward them."""
 
 

@@ -62,11 +62,12 @@ class Arms:
                 for seed in seeds]
 
     def base(self, seeds: Sequence[int], experiment: str | None = None, *, name: str = "base",
-             spec: EvalSpec | None = None, **spec_fields: Any) -> list:
-        """The base policy's evaluation per sampling seed (``spec``, default the arms', with ``spec_fields``)."""
+             spec: EvalSpec | None = None, policy: str | None = None, **spec_fields: Any) -> list:
+        """The base policy's evaluation per sampling seed (``spec``, default the arms', with ``spec_fields``);
+        ``policy`` as `TrainerConfig.policy` (``None``: the embedded tiny policy)."""
         spec = spec or self.spec
-        return [evaluate_base(experiment or self.experiment, spec.replace(seed=s, **spec_fields), root=self.root,
-                              name=name)
+        return [evaluate_base(experiment or self.experiment, spec.replace(seed=s, **spec_fields), policy,
+                              root=self.root, name=name)
                 for s in seeds]
 
 

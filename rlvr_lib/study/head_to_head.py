@@ -37,6 +37,14 @@ rules of `rlvr_lib.methods.compose.pair_table`), each with its presets' conflict
   and its IVON lr was calibrated under its schedule), else the first component's;
 * any other key: refused, naming it (no rule was written for it).
 
+**A second model size** (issue 32, item 3; :func:`scale_policy`, :func:`seed_gains`, :func:`gain_growth`). GRPO
+and the four methods (the selected 3PO variant) are trained again, at the same budget and seeds ``0..2``, on the
+second policy (:data:`SCALE_POLICY`, `rlvr_lib.policy.load.POLICY_NAMES`, built by ``make second-size``), and the
+base policy evaluated. Per method and size, its per-seed gain over GRPO (in-distribution pass@1 at seed ``s``
+minus GRPO's at seed ``s``); the question, per method, is whether the mean gain is larger on the second size:
+``mean(small gains) - mean(tiny gains)`` with a Welch t interval (the two sizes' seeds are independent runs).
+The tiny size's gains are notebook 07's own arms (5 seeds).
+
 **The map** (:func:`gain_map`): per method, its per-problem pass@k gain over GRPO in each bucket of one
 property of the problem, the base policy's per-problem pass@1 (mean over its sampling seeds), cut at its
 quartiles (:func:`bucket_edges`), each bucket with a paired bootstrap interval over seeds x problems
@@ -63,9 +71,10 @@ from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["BASELINE_CANDIDATES", "Budget", "FALLBACK", "METHOD_ARMS", "SHARED", "THREEPO_VARIANTS", "bucket_edges",
-           "better_component", "composable_pairs", "gain_map", "home", "mean_pass", "pair_name", "pair_settings",
-           "pick_best", "records_by_name", "select_arms"]
+__all__ = ["BASELINE_CANDIDATES", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY", "SHARED",
+           "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth", "gain_map",
+           "home", "mean_pass", "pair_name", "pair_settings", "pick_best", "records_by_name", "scale_policy",
+           "seed_gains", "select_arms"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -310,3 +319,63 @@ def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | 
             rows.append({"run": name, "bucket": f"({bounds[b]:.3g}, {bounds[b + 1]:.3g}]", "problems": int(mask.sum()),
                          **{k: ci[k] for k in ("mean", "ci_low", "ci_high")}, "ci": ci})
     return pd.DataFrame(rows, columns=["run", "bucket", "problems", "mean", "ci_low", "ci_high", "ci"])
+
+
+# ----------------------------------------------------------------------------- the second model size
+SCALE_POLICY = "small"
+"""The second size's policy, by name (`rlvr_lib.policy.load.POLICY_NAMES`: no checkout path in a cache key)."""
+
+
+def scale_policy(profile: str) -> str | None:
+    """The policy notebook 07's second-size arms train: :data:`SCALE_POLICY` at the full profile; at the quick
+    profile ``None``, the tiny policy standing in (CI has no second size: a smoke run of the code, not a size).
+
+    Raises:
+        PrerequisitesMissing: at the full profile before ``make second-size`` has built the policy.
+    """
+    from rlvr_lib.policy.load import resolve_policy_path
+
+    check(profile in ("quick", "full"), "profile", profile, "'quick' or 'full'")
+    if profile == "quick":
+        return None
+    try:
+        resolve_policy_path(SCALE_POLICY)
+    except FileNotFoundError as err:
+        raise PrerequisitesMissing(f"notebook 07's second size: {err}") from None
+    return SCALE_POLICY
+
+
+def seed_gains(method: Sequence, grpo: Sequence) -> dict[int, float]:
+    """``{seed: method's in-distribution pass@1 minus GRPO's}`` over the seeds both arms have (records matched by
+    seed: each pair shares its prompts' draw and its initial sampling)."""
+    mine = {r.seed: mean_pass([r]) for r in method}
+    theirs = {r.seed: mean_pass([r]) for r in grpo}
+    common = sorted(set(mine) & set(theirs))
+    check(common, "seeds", {"method": sorted(mine), "grpo": sorted(theirs)}, "at least one seed both arms have")
+    return {s: mine[s] - theirs[s] for s in common}
+
+
+def gain_growth(tiny: Sequence[float], small: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
+    """``mean(small) - mean(tiny)`` of per-seed gains, with Welch's t interval (unequal variances).
+
+    ``scipy.stats.ttest_ind(small, tiny, equal_var=False).confidence_interval(confidence)``: the
+    Welch-Satterthwaite degrees of freedom. With fewer than two values on either side there is no interval
+    (``n`` 1: `rlvr_lib.study.stats.has_interval` is false, a claims row reads it as unresolved).
+
+    Returns:
+        An interval dict: ``mean``, ``ci_low``, ``ci_high``, ``n`` (the smaller side), ``n_tiny``, ``n_small``,
+        ``method``.
+    """
+    from scipy import stats
+
+    tiny, small = np.asarray(tiny, dtype=float), np.asarray(small, dtype=float)
+    for name, values in (("tiny", tiny), ("small", small)):
+        check(values.ndim == 1 and values.size > 0 and np.isfinite(values).all(), name, values.tolist(),
+              "a non-empty 1-D sequence of finite per-seed gains")
+    mean = float(small.mean() - tiny.mean())
+    out = {"mean": mean, "n": int(min(tiny.size, small.size)), "n_tiny": int(tiny.size), "n_small": int(small.size)}
+    if min(tiny.size, small.size) < 2:
+        return {**out, "ci_low": mean, "ci_high": mean, "n": 1, "method": "single seed on a side: no interval"}
+    ci = stats.ttest_ind(small, tiny, equal_var=False).confidence_interval(confidence)
+    return {**out, "ci_low": float(ci.low), "ci_high": float(ci.high),
+            "method": f"Welch t over seeds ({small.size} vs {tiny.size})"}

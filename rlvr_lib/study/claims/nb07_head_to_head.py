@@ -7,7 +7,10 @@ scorecard counts them as further tests of those papers' claims, at another setti
 states them): the other methods against GRPO on ``rare_mix`` at pass@256 (the wide evaluation), each composable
 pair against its better component (`rlvr_lib.study.head_to_head.better_component`, by mean in-distribution
 pass@1), and where each method helps (its gain over GRPO in the lowest quartile of the base policy's
-per-problem pass@1, `rlvr_lib.study.head_to_head.gain_map`). Thresholds are 0 and the minimum-effect rule of
+per-problem pass@1, `rlvr_lib.study.head_to_head.gain_map`), and whether each method's gain over GRPO grows
+with model size (issue 32, item 3: its per-seed pass@1 gain over GRPO on the second policy minus on the tiny one,
+Welch, `rlvr_lib.study.head_to_head.gain_growth`; an interval wholly below 0 reads as "shrinks": contradicted).
+Thresholds are 0 and the minimum-effect rule of
 `rlvr_lib.study.claims.tables.min_effect` applies as in every notebook (no paper effect here is large).
 
 These rows can be revised freely until notebook 07's first full-profile record exists (none does yet); from
@@ -46,6 +49,9 @@ REGISTRY = Registry(
                                        "(pass@1)", ">") for a, b in PAIRS),
         *(Measurement(f"{m}-helps-hardest", f"{LABELS[m]} gains over GRPO on the problems the base policy solves "
                                             "least (lowest quartile of its per-problem pass@1; pass@1)", ">")
+          for m in ("nudgerl", "threepo", "sage", "vigor")),
+        *(Measurement(f"{m}-gain-grows-with-size", f"{LABELS[m]}'s gain over GRPO {_EQ} (pass@1, per seed) is "
+                                                   "larger on the {small} policy than on the tiny one (Welch)", ">")
           for m in ("nudgerl", "threepo", "sage", "vigor")),
     ),
 )
