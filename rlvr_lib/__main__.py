@@ -252,6 +252,7 @@ def _train(args: argparse.Namespace) -> int:
     from rlvr_lib.study.pipeline import train_run
 
     _check_no_sharding(args.backend)
+    _check_mixed_precision(args.backend)
     config = _train_config(args)
     _check_shardable(config)
     trl_args = _trl_args(args, config)
@@ -276,6 +277,17 @@ def _check_no_sharding(backend: str) -> None:
         raise UsageError(f"argument --backend: {backend!r} does not host DeepSpeed (set by the accelerate launch "
                          "config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or shard with "
                          "FSDP (configs/accelerate/fsdp_8gpu.yaml)")
+
+
+def _check_mixed_precision(backend: str) -> None:
+    """The native loop applies no autocast: a launch config asking for accelerate's ``mixed_precision`` (which
+    ``accelerate launch`` passes as ``ACCELERATE_MIXED_PRECISION``) would be silently ignored, so it is refused.
+    (`--backend trl`: transformers' Trainer applies it.)"""
+    asked = os.environ.get("ACCELERATE_MIXED_PRECISION", "no").lower()
+    if backend == "native" and asked not in ("no", ""):
+        raise UsageError(f"argument --backend: 'native' does not apply accelerate's mixed_precision={asked!r} (set by "
+                         "the accelerate launch config): set mixed_precision: 'no' there and choose the parameters' "
+                         "dtype with --dtype (e.g. --dtype bfloat16), or use --backend trl")
 
 
 def _check_shardable(config) -> None:

@@ -158,3 +158,12 @@ def test_a_named_policy_not_built_is_a_one_line_usage_error(capsys, monkeypatch,
     err = _error(capsys, ["train", "--method", "grpo", "--model", "small"])
     assert "argument --model: policy='small' is not built at" in err and "make second-size" in err
     assert err.count("\n") <= 2
+
+
+def test_accelerate_mixed_precision_is_refused_by_the_native_loop_in_one_line(capsys, monkeypatch):
+    # what `accelerate launch` sets from a config file whose mixed_precision is bf16: the native loop has no
+    # autocast, so it would be ignored; --dtype chooses the parameters' dtype instead
+    monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+    err = _error(capsys, ["train", "--method", "grpo"])
+    assert "argument --backend: 'native' does not apply accelerate's mixed_precision='bf16'" in err
+    assert "--dtype bfloat16" in err and err.count("\n") <= 2
