@@ -9,7 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlvr_lib.study.claims.tables import (CLAIMS_COLUMNS, EFFECT_FRACTION, MEASUREMENT_COLUMNS, claims_summary,
+from rlvr_lib.study.claims.tables import (CLAIMS_COLUMNS, EFFECT_FRACTION, MEASUREMENT_COLUMNS, TESTBED_LIMITS,
+                                          claims_reading, claims_summary,
                                           claims_table, find_claims_counts, find_claims_headline, instrument_checks,
                                           measurements_summary, measurements_table, min_effect, render_markdown,
                                           verdict, verdict_counts)
@@ -169,6 +170,35 @@ def test_claims_summary_counts_each_verdict_and_the_chance_count():
         "SAGE": {"reproduced": 2, "contradicted": 2, "unresolved": 2, "not specific": 0},
         "VIGOR": {"reproduced": 0, "contradicted": 0, "unresolved": 0, "not specific": 2}}
     assert "- **contradicted**: claim c (SAGE) -- ours 0.175 [0.050, 0.300], threshold < 0.000" in text
+
+
+def test_claims_reading_says_each_verdict_the_disagreements_and_the_limits():
+    rows = [_row("a", _ci(0.05, 0.2)), _row("b", _ci(-0.05, 0.2)),
+            _row("c", _ci(0.05, 0.3), expect="<", paper_effect=("pass@1", 0.40, 0.38)),
+            _row("d", _ci(0.05, 0.2), source="VIGOR", against="base", reference=_ci(0.01, 0.02))]
+    text = claims_reading(claims_table(rows), "Only three strategies.")
+    reading, limits = text.split("\n\n")
+    assert reading.startswith("**Reading.** Of the 4 claims tested here: 1 reproduced, 1 contradicted, "
+                              "1 unresolved, 1 not specific.")
+    # the disagreement names our interval beside the paper's effect
+    assert ("Where the testbed disagrees with the paper (contradicted): claim c (SAGE): ours 0.175 [0.050, 0.300], "
+            "the paper's pass@1 0.4 -> 0.38 (-5%)") in reading
+    assert "Reproduced: claim a (SAGE)." in reading and "says nothing of the method: claim d." in reading
+    assert "Unresolved (the interval straddles the threshold" in reading and reading.endswith("claim b.")
+    assert limits == f"**What the testbed cannot say.** {TESTBED_LIMITS} Only three strategies."
+    only = claims_reading(claims_table([_row("a", _ci(0.05, 0.2))]), "x")
+    assert "contradicted)" not in only and "Unresolved" not in only  # a verdict no row has is not mentioned
+    with pytest.raises(ValueError, match="limits='  ' is invalid: must be the notebook's own words"):
+        claims_reading(claims_table(rows), "  ")
+
+
+def test_every_notebook_says_what_its_testbed_cannot_say():
+    from rlvr_lib.study.claims import registry
+
+    for module in ("nb01_grpo", "nb02_baselines", "nb03_nudgerl", "nb04_3po", "nb05_sage", "nb06_vigor",
+                   "nb07_head_to_head"):
+        limits = registry(module).limits
+        assert len(limits) > 100 and limits.endswith("."), module
 
 
 def test_measurements_and_instrument_checks_are_tables_of_their_own():

@@ -30,8 +30,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from rlvr_lib.study.claims.tables import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_table, instrument_checks,
-                                          measurements_table)
+from rlvr_lib.study.claims.tables import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_reading, claims_table,
+                                          instrument_checks, measurements_table)
 from rlvr_lib.study.runs import load_runs
 from ...validation import check, check_choice
 
@@ -151,7 +151,9 @@ class Registry:
     """A notebook's pre-registered rows: claims, additional measurements and instrument checks.
 
     ``removed``: ``(row as it was, why)`` for each row the notebook stated before its first full-profile runs
-    and no longer has (listed by :meth:`changed_rows` for records without fingerprints).
+    and no longer has (listed by :meth:`changed_rows` for records without fingerprints). ``limits``: what the
+    testbed cannot say about the notebook's paper (scale, model, data), in words, for
+    `rlvr_lib.study.claims.tables.claims_reading`; not part of any row's fingerprint.
     """
 
     notebook: str
@@ -161,6 +163,7 @@ class Registry:
     checks: tuple = ()
     removed: tuple = ()
     module: str = ""
+    limits: str = ""
 
     def __post_init__(self):
         ids = [r.id for r in (*self.claims, *self.measurements, *self.checks)]
@@ -217,6 +220,10 @@ class Registry:
 
     def claims_table(self, measured, fmt: str = ".3f", table: str = "main", **context):
         return claims_table(self.claim_rows(measured, table, **context), fmt)
+
+    def reading(self, table) -> str:
+        """`rlvr_lib.study.claims.tables.claims_reading` of one of this notebook's claims tables."""
+        return claims_reading(table, self.limits)
 
     def measurements_table(self, measured, fmt: str = ".3f", **context):
         return measurements_table(self.measurement_rows(measured, **context), fmt)

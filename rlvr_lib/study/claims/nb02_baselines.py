@@ -4,6 +4,11 @@ from . import Check, Claim, Registry
 
 REGISTRY = Registry(
     notebook="02_baselines_sage_t1_anchors",
+    limits=(
+        "Every baseline runs at the testbed's shared settings (its lr tuned here, the anchor at beta 0.2), "
+        "not at its own paper's, so a ranking of the anchors and baselines says which objective helps this "
+        "policy on these problems, not which helps a 7B model on MATH; the forward-KL and no-KL rows test "
+        "SAGE's T1 description, which gives no numbers for them."),
     experiment="baselines",
     claims=(
         Claim("nokl-train-higher", "No KL: higher training accuracy than GRPO (last 10 steps)", "SAGE",

@@ -14,6 +14,11 @@ _MATCHED = ("issue 31: GRPO@G at NudgeRL's settings (no KL, top_p 0.95, two opti
 
 REGISTRY = Registry(
     notebook="03_nudgerl",
+    limits=(
+        "Its hints name one of the three strategies; the paper's are natural-language nudges on a 4B model's "
+        "open-ended solutions, so how far a hint moves the policy, and what distillation keeps of it, can "
+        "differ in size and in sign there; the mode counts of Fig 1 are of three known strategies, not of "
+        "clustered solutions."),
     experiment="nudgerl",
     claims=(
         Claim("beats-base", "NudgeRL@8 raises pass@1 over the base policy", "NudgeRL", "T1",

@@ -19,6 +19,11 @@ def _t1(a: str, b: str) -> str:
 
 REGISTRY = Registry(
     notebook="04_3po",
+    limits=(
+        "IVON's effective sample size, clip radius and lr are calibrated to this policy (the authors' 1e9, "
+        "1e-3 and 1.0 are for 7B weights), and a weight sample of a 0.62M-parameter model moves its outputs "
+        "differently from one of OLMo3-7B's, so neither the size of a gain nor whether weight-space noise "
+        "finds strategies that token sampling misses carries over without the paper's scale."),
     experiment="threepo",
     claims=(
         Claim("c3po-beats-grpo", "C3PO beats GRPO (pass@1)", "3PO", _t1("c3po", "grpo"),

@@ -12,6 +12,11 @@ _MATCHED = ("issue 31: against {base} with SAGE's k3 anchor ({label}), so the gu
 
 REGISTRY = Registry(
     notebook="05_sage",
+    limits=(
+        "Here the branch points are few and known (the token that picks a strategy); in a 7B model's long "
+        "solutions high-entropy tokens are many and mixed with wording choices, so reshaping the anchor "
+        "toward them may matter more or less there; the out-of-distribution families are shifted arithmetic, "
+        "not another domain."),
     experiment="sage",
     claims=(
         Claim("sage-beats-grpo-pass1", "GRPO+Branch (SAGE) beats GRPO (pass@1)", "SAGE", "T1",

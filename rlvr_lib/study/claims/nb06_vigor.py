@@ -9,6 +9,11 @@ FLAT = 0.25  # "flat": the log-log slope of sqrt(T)||g|| within +-0.25 (half the
 
 REGISTRY = Registry(
     notebook="06_vigor",
+    limits=(
+        "The reward is the gradient norm of a 0.62M-parameter model on short arithmetic completions; whether "
+        "that norm ranks correct completions first on the paper's 3B-7B models and MATH is what its rank rows "
+        "measure there, and here only for this model; the length effects are on completions of tens of "
+        "tokens, not thousands."),
     experiment="vigor",
     claims=(
         Claim("beats-gt", "VIGOR beats GRPO with the verifier's reward (pass@1)", "VIGOR", "T main (7B)",

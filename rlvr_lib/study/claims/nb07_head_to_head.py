@@ -28,6 +28,10 @@ _EQ = "at equal compute"
 
 REGISTRY = Registry(
     notebook="07_head_to_head",
+    limits=(
+        "Equal compute is the testbed's budget (200 steps x 8 prompts x 8 completions, one optimizer step "
+        "each); the methods' gains at the papers' budgets and sizes, and whether the pairs compose there, are "
+        "not measured; the second size has 4x the parameters (2.41M), not the papers' 4B-7B."),
     experiment="head_to_head",
     claims=(
         Claim("nudgerl-beats-grpo", f"NudgeRL beats GRPO {_EQ} (pass@1)", "NudgeRL",

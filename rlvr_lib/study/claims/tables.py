@@ -37,7 +37,9 @@ __all__ = [
     "REPRODUCED",
     "UNRESOLVED",
     "VERDICTS",
+    "TESTBED_LIMITS",
     "claims_headline",
+    "claims_reading",
     "claims_summary",
     "claims_table",
     "find_claims_counts",
@@ -508,6 +510,41 @@ def claims_summary(table) -> str:
         lines.append(f"- **{row['verdict']}**: {row['claim']} ({row['source']}) -- ours {row['ours']}, "
                      f"threshold {row['threshold']} ({row['interval']}); paper: {row['paper_effect']}{ref}")
     return "\n".join(lines)
+
+
+TESTBED_LIMITS = ("The testbed is a 0.62M-parameter policy pretrained here on procedural multiplication, whose "
+                  "three named strategies (direct, split, round) stand in for reasoning modes, trained for 200 RL "
+                  "steps of 8 prompts each on 2 CPU cores.")
+"""What every notebook's reading says of the testbed before its own limits (README, "The testbed")."""
+
+
+def claims_reading(table, limits: str) -> str:
+    """A short reading of a claims table in words, for the top of a notebook's results (issue 31, item 6).
+
+    Built from the table alone, so it cannot drift from the numbers: per verdict the claims it holds, the
+    contradicted ones with our value beside the paper's effect (where the testbed disagrees with the paper),
+    then what the testbed cannot say: :data:`TESTBED_LIMITS` and the notebook's ``limits``
+    (`rlvr_lib.study.claims.Registry.limits`).
+    """
+    check(isinstance(limits, str) and limits.strip(), "limits", limits,
+          "the notebook's own words on what the testbed cannot say (Registry.limits)")
+    groups = {v: [row for _, row in table.iterrows() if row["verdict"] == v] for v in VERDICTS}
+    counts = ", ".join(f"{len(groups[v])} {v}" for v in VERDICTS)
+    lines = [f"**Reading.** Of the {len(table)} claims tested here: {counts}."]
+    if groups[CONTRADICTED]:
+        lines.append("Where the testbed disagrees with the paper (contradicted): "
+                     + "; ".join(f"{row['claim']} ({row['source']}): ours {row['ours']}, the paper's "
+                                 f"{row['paper_effect']}" for row in groups[CONTRADICTED]) + ".")
+    if groups[REPRODUCED]:
+        lines.append("Reproduced: " + "; ".join(f"{row['claim']} ({row['source']})" for row in groups[REPRODUCED])
+                     + ".")
+    if groups[NOT_SPECIFIC]:
+        lines.append("Reproduced, but GRPO passes the same test, so it says nothing of the method: "
+                     + "; ".join(row["claim"] for row in groups[NOT_SPECIFIC]) + ".")
+    if groups[UNRESOLVED]:
+        lines.append("Unresolved (the interval straddles the threshold: neither shown nor refuted at this "
+                     "precision): " + "; ".join(row["claim"] for row in groups[UNRESOLVED]) + ".")
+    return "\n\n".join([" ".join(lines), f"**What the testbed cannot say.** {TESTBED_LIMITS} {limits.strip()}"])
 
 
 def measurements_summary(table) -> str:
