@@ -232,6 +232,8 @@ class World:
             return model
         twin = _PLAIN_TWINS[model]
         for name, tensor in model.named_parameters(remove_duplicate=False):
+            if hasattr(tensor, "placements"):  # a shard: the model is not gathered
+                raise RuntimeError(f"World.unsharded: {name} is a shard; call it inside World.gathered(model)")
             owner, _, leaf = name.rpartition(".")
             twin.get_submodule(owner)._parameters[leaf] = tensor
         return twin.train(model.training)

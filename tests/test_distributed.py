@@ -135,6 +135,11 @@ def _weight_sample_logits() -> dict[str, torch.Tensor]:
         out["mean_in_rollout"] = model(ids).logits
     with torch.no_grad():
         out["mean_after"] = model(ids).logits
+    if trainer.world.sharded:  # outside `gathered` the parameters are shards: no plain view of them
+        try:
+            trainer.world.unsharded(model)
+        except RuntimeError as err:
+            out["unsharded_outside"] = str(err)
     return out
 
 
@@ -261,6 +266,7 @@ def test_a_sharded_weight_sample_reaches_every_forward(sharded_results, register
     for r in sharded_results[1]:
         for key, logits in single.items():
             torch.testing.assert_close(r["weight_sample_logits"][key], logits, rtol=1e-6, atol=1e-6, msg=key)
+        assert "is a shard; call it inside World.gathered(model)" in r["weight_sample_logits"]["unsharded_outside"]
 
 
 # ------------------------------------------------------------------ one-process helpers
