@@ -174,6 +174,28 @@ def test_a_recompute_in_progress_gets_its_own_table_first(tmp_path):
     assert [line.split(" | ")[0] for line in first if line.startswith("| ") and not line.startswith("| run")] == ["| base"]
 
 
+def test_the_second_model_size_gets_its_own_table_named_as_such(tmp_path, monkeypatch):
+    """Notebook 07's second-size runs share its folder, told apart by policy: one table for them, named."""
+    from rlvr_lib.policy import load
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.study.report import _method_section
+    from rlvr_lib.study.runs import cached_run
+
+    small = tmp_path / "small-mul"
+    small.mkdir()
+    (small / "config.json").write_text('{"hidden_size": 192}')
+    monkeypatch.setitem(load.POLICY_NAMES, "small", small)
+    shipped, second = policy_fingerprint(None), policy_fingerprint("small")
+    for name, sha, correct in (("grpo", shipped, [1, 0, 2]), ("grpo", second, [2, 2, 2])):
+        cfg = {"eval": {"samples": 4}, "name": name, "policy_sha": sha, "task_version": TESTBED_VERSION}
+        cached_run("head_to_head_full", name, cfg, 0, lambda c=correct: ([], _fake_final(c)), root=tmp_path)
+    lines = [line for line in _method_section(tmp_path, "head_to_head_full", "Head to head")
+             if line.startswith("**Head to head**")]
+    assert len(lines) == 2 and "the shipped ones" in lines[0]
+    assert (f"policy `{second}`, the second model size (`small`), on the shipped testbed `{TESTBED_VERSION}`"
+            in lines[1])
+
+
 def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
     """Issue 31, item 5: the table's title names its processor; rows made on two models mark the table.
     Issue 35: it names the commits its runs were made at, the first to the last by start time."""

@@ -40,7 +40,8 @@ rules of `rlvr_lib.methods.compose.pair_table`), each with its presets' conflict
 **A second model size** (issue 32, item 3; :func:`scale_policy`, :func:`seed_gains`, :func:`gain_growth`). GRPO
 and the four methods (the selected 3PO variant) are trained again, at the same budget and seeds ``0..2``, on the
 second policy (:data:`SCALE_POLICY`, `rlvr_lib.policy.load.POLICY_NAMES`, built by ``make second-size``), and the
-base policy evaluated. Per method and size, its per-seed gain over GRPO (in-distribution pass@1 at seed ``s``
+base policy evaluated, in notebook 07's own folder (the policy is in every run's cache key; the report shows
+one table per policy). Per method and size, its per-seed gain over GRPO (in-distribution pass@1 at seed ``s``
 minus GRPO's at seed ``s``); the question, per method, is whether the mean gain is larger on the second size:
 ``mean(small gains) - mean(tiny gains)`` with a Welch t interval (the two sizes' seeds are independent runs).
 The tiny size's gains are notebook 07's own arms (5 seeds).

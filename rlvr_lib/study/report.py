@@ -128,14 +128,32 @@ def _dynamics_section(root: Path) -> list[str]:
     return lines
 
 
+def _named_policies() -> dict[str, str]:
+    """``{policy_sha: name}`` of the built policies of `rlvr_lib.policy.load.POLICY_NAMES` (the second size)."""
+    from rlvr_lib.policy.load import POLICY_NAMES, policy_fingerprint
+
+    out = {}
+    for name in POLICY_NAMES:
+        try:
+            out[policy_fingerprint(name)] = name
+        except FileNotFoundError:  # not built here
+            continue
+    return out
+
+
 def _policy_note(records) -> str:
-    """Which policy and testbed a table's runs were measured on, flagged when not the shipped ones."""
+    """Which policy and testbed a table's runs were measured on, flagged when not the shipped ones (a named
+    policy of this package on the shipped testbed, the second model size, is named)."""
     shipped, version = current_testbed()
     measured = sorted({measured_on(r) for r in records if r.config.get("policy_sha")}, key=str)
     if not measured:
         return ""
     if measured == [(shipped, version)]:
         return f"; policy `{shipped}` on testbed `{version}`, the shipped ones"
+    named = _named_policies()
+    if len(measured) == 1 and measured[0][0] in named and measured[0][1] == version:
+        sha = measured[0][0]
+        return f"; policy `{sha}`, the second model size (`{named[sha]}`), on the shipped testbed `{version}`"
     what = "; ".join(f"`{sha}`" + (f" on testbed `{v}`" if v else ", an earlier testbed") for sha, v in measured)
     return f"; measured on **a previous policy or testbed** ({what}), not the shipped `{shipped}` on `{version}`"
 
