@@ -130,3 +130,23 @@ def test_the_command_line_flags_verify_arguments(capsys):
     with pytest.raises(SystemExit):
         main(["--verify", "--sample", "0"])
     assert "--sample" in capsys.readouterr().err
+
+
+def test_the_second_model_sizes_runs_are_verifiable_where_it_is_built(tmp_path, monkeypatch):
+    from conftest import build_char_tokenizer, build_tiny_qwen2
+
+    from rlvr_lib.policy import load
+    from rlvr_lib.study.verify import verifiable_records
+
+    root, small = tmp_path / "results", tmp_path / "small-mul"
+    tokenizer = build_char_tokenizer()
+    build_tiny_qwen2(tokenizer).save_pretrained(small)
+    tokenizer.save_pretrained(small)
+    monkeypatch.setitem(load.POLICY_NAMES, "small", small)
+    shipped = evaluate_base(EXPERIMENT, SPEC, root=root)
+    second = evaluate_base(EXPERIMENT, SPEC, "small", root=root, name="base-small")
+    assert second.config["policy_sha"] != shipped.config["policy_sha"]
+    ids = lambda: {r.run_id for r in verifiable_records(root)["02_baselines_sage_t1_anchors"]}  # noqa: E731
+    assert ids() == {shipped.run_id, second.run_id}
+    monkeypatch.setitem(load.POLICY_NAMES, "small", tmp_path / "not-built")  # elsewhere: not recomputable
+    assert ids() == {shipped.run_id}

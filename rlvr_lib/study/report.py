@@ -19,7 +19,7 @@ import numpy as np
 
 from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.study.claims.tables import CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline
-from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, results_root
+from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
@@ -128,19 +128,6 @@ def _dynamics_section(root: Path) -> list[str]:
     return lines
 
 
-def _named_policies() -> dict[str, str]:
-    """``{policy_sha: name}`` of the built policies of `rlvr_lib.policy.load.POLICY_NAMES` (the second size)."""
-    from rlvr_lib.policy.load import POLICY_NAMES, policy_fingerprint
-
-    out = {}
-    for name in POLICY_NAMES:
-        try:
-            out[policy_fingerprint(name)] = name
-        except FileNotFoundError:  # not built here
-            continue
-    return out
-
-
 def _policy_note(records) -> str:
     """Which policy and testbed a table's runs were measured on, flagged when not the shipped ones (a named
     policy of this package on the shipped testbed, the second model size, is named)."""
@@ -150,7 +137,7 @@ def _policy_note(records) -> str:
         return ""
     if measured == [(shipped, version)]:
         return f"; policy `{shipped}` on testbed `{version}`, the shipped ones"
-    named = _named_policies()
+    named = named_policy_shas()
     if len(measured) == 1 and measured[0][0] in named and measured[0][1] == version:
         sha = measured[0][0]
         return f"; policy `{sha}`, the second model size (`{named[sha]}`), on the shipped testbed `{version}`"

@@ -448,6 +448,20 @@ def current_testbed() -> tuple:
     return policy_fingerprint(None), task_version("arith")
 
 
+def named_policy_shas() -> dict[str, str]:
+    """``{policy_sha: name}`` of this package's named policies that are built here (`rlvr_lib.policy.load.POLICY_NAMES`:
+    the second model size), as `measured_on` reads a record's ``policy_sha``."""
+    from rlvr_lib.policy.load import POLICY_NAMES, policy_fingerprint
+
+    out = {}
+    for name in POLICY_NAMES:
+        try:
+            out[policy_fingerprint(name)] = name
+        except FileNotFoundError:  # not built in this checkout
+            continue
+    return out
+
+
 def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None,
               current: bool = False) -> list[RunRecord]:
     """Loads every run record of an experiment, sorted by (name, seed, run_id).

@@ -35,7 +35,8 @@ import numpy as np
 
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.report import SECTIONS, VERIFICATION_FILE
-from rlvr_lib.study.runs import RunRecord, cpu_model, git_commit, load_runs, results_root
+from rlvr_lib.study.runs import (RunRecord, cpu_model, current_testbed, git_commit, load_runs, measured_on,
+                                 named_policy_shas, results_root)
 from rlvr_lib.validation import invalid
 
 __all__ = ["VERIFICATION_FILE", "compare_records", "draw_sample", "recompute", "seed_tolerances", "verify"]
@@ -54,10 +55,14 @@ def _kind(record: RunRecord) -> str | None:
 
 
 def verifiable_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
-    """The records `verify` can recompute, by notebook: each notebook's own trained runs and base evaluations of
-    the shipped policy and testbed (not the rows it shares from another notebook: those are drawn there).
+    """The records `verify` can recompute, by notebook: each notebook's own trained runs and base evaluations on
+    the shipped testbed, of the shipped policy or of a named policy built here (the second model size); not the
+    rows it shares from another notebook (those are drawn there).
     `rlvr_lib.study.provenance.table_records` lists every record a table reads, shared rows included."""
-    return {notebook: [r for r in load_runs(experiment, root, current=True) if _kind(r)]
+    shipped, version = current_testbed()
+    policies = {shipped, *named_policy_shas()}  # the second model size's runs too, where it is built
+    return {notebook: [r for r in load_runs(experiment, root) if _kind(r) and measured_on(r)[1] == version
+                       and measured_on(r)[0] in policies]
             for experiment, _, notebook, _ in SECTIONS}
 
 
