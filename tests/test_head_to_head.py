@@ -117,6 +117,29 @@ def test_gain_map_on_a_known_example():
         h2h.gain_map(levels, {"arm": arm[:, :3]}, reference)
 
 
+def test_map_summary_reads_each_bucket_and_the_guide_says_where_to_use_which():
+    # problems the base never solves: the arm gains 0.5 on each; at 0.5: it loses 0.4 on each; at 1: no change
+    levels = np.array([0, 0, 0, 0.5, 0.5, 0.5, 1, 1])
+    reference = np.tile([0.2, 0.2, 0.2, 0.6, 0.6, 0.6, 0.9, 0.9], (2, 1))
+    arm = reference + np.array([0.5, 0.5, 0.5, -0.4, -0.4, -0.4, 0, 0])
+    gains = h2h.gain_map(levels, {"A": arm, "GRPO again": reference}, reference, edges=[0.0, 0.5])
+    text = h2h.map_summary(gains)
+    data = h2h.find_map("other output\n" + text)
+    assert [b["reading"] for b in data["runs"]["A"]] == [h2h.HELPS, h2h.HURTS, h2h.NO_DIFFERENCE]
+    assert [b["problems"] for b in data["runs"]["A"]] == [3, 3, 2]
+    assert "- A: (-inf, 0] (3 problems) +0.500 [0.500, 0.500] helps" in text
+    assert h2h.guide(data) == [
+        "- **A**: use it over GRPO where the base policy's per-problem pass@1 is in (-inf, 0] (+0.500 [0.500, "
+        "0.500]); prefer GRPO where it is in (0, 0.5] (-0.400 [-0.400, -0.400]) (1 other bucket: no difference "
+        "shown).",
+        "- **GRPO again**: no bucket of the base policy's per-problem pass@1 where its pass@1 differs from GRPO's "
+        "at this precision: nothing here says to prefer it, or GRPO, for any band of problems.",
+    ]
+    assert h2h.find_map("no map here") is None
+    with pytest.raises(ValueError, match=r"^data='list' is invalid: must be a map"):
+        h2h.guide([])
+
+
 def test_rows_a_profile_does_not_run_are_left_out():
     reg = registry("nb07_head_to_head")
     ci = {"mean": 0.1, "ci_low": 0.05, "ci_high": 0.15, "n": 5, "method": "m"}

@@ -118,6 +118,30 @@ def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_pa
     assert ("Not in the scorecard (their executed copies show no three-verdict claims table; re-execute them from "
             "the cache): `02_baselines_sage_t1_anchors`.") in text
 
+def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
+    import nbformat
+    import numpy as np
+
+    from rlvr_lib.study import head_to_head as h2h
+
+    executed = tmp_path / "notebooks" / "full"
+    executed.mkdir(parents=True)
+    assert "Which method for which situation" not in render(tmp_path)  # no executed notebook 07, no guide
+    levels, reference = np.array([0.0, 0.0, 0.5, 0.5]), np.tile([0.2, 0.2, 0.6, 0.6], (2, 1))
+    gains = h2h.gain_map(levels, {"NudgeRL": reference + [0.3, 0.3, 0, 0]}, reference, edges=[0.0])
+    cell = nbformat.v4.new_code_cell("display(Markdown(h2h.map_summary(gains)))")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": h2h.map_summary(gains)})]
+    nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "07_head_to_head.ipynb"))
+    text = render(tmp_path)
+    section = text.split("**Which method for which situation**", 1)[1]
+    assert "| method | (-inf, 0] | (0, inf] |" in section
+    assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] |" in section
+    assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is in (-inf, 0]" in section
+    assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
+    assert "not the papers' 4B-7B" in section  # notebook 07's own limits
+    assert text.count("Which method for which situation") == 1  # only notebook 07's section carries it
+
+
 def test_dynamics_and_policy_of_each_section_are_rendered(tmp_path):
     import json
 

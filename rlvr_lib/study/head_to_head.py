@@ -49,11 +49,15 @@ The tiny size's gains are notebook 07's own arms (5 seeds).
 **The map** (:func:`gain_map`): per method, its per-problem pass@k gain over GRPO in each bucket of one
 property of the problem, the base policy's per-problem pass@1 (mean over its sampling seeds), cut at its
 quartiles (:func:`bucket_edges`), each bucket with a paired bootstrap interval over seeds x problems
-(`rlvr_lib.study.stats.paired_difference_ci`).
+(`rlvr_lib.study.stats.paired_difference_ci`). A bucket reads *helps* or *hurts* only when its whole interval
+is above or below 0 (:func:`map_summary`, which also writes the map into the executed notebook); README's "which
+method for which situation" is read off it (:func:`guide`, rendered by `rlvr_lib.study.report`).
 """
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, fields
 from itertools import combinations
@@ -74,8 +78,8 @@ from rlvr_lib.validation import check, check_int
 
 __all__ = ["BASELINE_CANDIDATES", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY", "SHARED",
            "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth", "gain_map",
-           "home", "mean_pass", "pair_name", "pair_settings", "pick_best", "records_by_name", "scale_policy",
-           "seed_gains", "select_arms"]
+           "find_map", "guide", "home", "map_summary", "mean_pass", "pair_name", "pair_settings", "pick_best",
+           "records_by_name", "scale_policy", "seed_gains", "select_arms"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -320,6 +324,72 @@ def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | 
             rows.append({"run": name, "bucket": f"({bounds[b]:.3g}, {bounds[b + 1]:.3g}]", "problems": int(mask.sum()),
                          **{k: ci[k] for k in ("mean", "ci_low", "ci_high")}, "ci": ci})
     return pd.DataFrame(rows, columns=["run", "bucket", "problems", "mean", "ci_low", "ci_high", "ci"])
+
+
+HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no difference shown"
+"""A bucket's reading: its gain's whole 95% interval above 0, wholly below 0, or touching 0."""
+_MAP_COMMENT = re.compile(r"<!-- when-map (\{.*?\}) -->")
+
+
+def _bucket_reading(low: float, high: float) -> str:
+    return HELPS if low > 0 else HURTS if high < 0 else NO_DIFFERENCE
+
+
+def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metric: str = "pass@1") -> str:
+    """The map of :func:`gain_map` in markdown, for the notebook and (through a hidden comment) README's guide.
+
+    One bullet per run: each bucket's gain over GRPO and its reading (:data:`HELPS` when the whole 95% interval
+    is above 0, :data:`HURTS` when wholly below, else :data:`NO_DIFFERENCE`); then ``<!-- when-map {...} -->``,
+    the same numbers as JSON (``property``, ``metric``, ``runs: {run: [{bucket, problems, mean, ci_low, ci_high,
+    reading}]}``), which :func:`find_map` reads back from the executed notebook for `rlvr_lib.study.report`.
+    """
+    runs: dict[str, list[dict]] = {}
+    for _, row in gains.iterrows():
+        runs.setdefault(row["run"], []).append({
+            "bucket": row["bucket"], "problems": int(row["problems"]), "mean": float(row["mean"]),
+            "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
+            "reading": _bucket_reading(float(row["ci_low"]), float(row["ci_high"]))})
+    data = {"property": prop, "metric": metric, "runs": runs}
+    lines = [f"**When does it help** ({metric} gain over GRPO per bucket of {prop}; a bucket *{HELPS}* or "
+             f"*{HURTS}* only when its whole 95% interval is above or below 0):", ""]
+    for run, buckets in runs.items():
+        lines.append(f"- {run}: " + "; ".join(
+            f"{b['bucket']} ({b['problems']} problems) {b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}] "
+            f"{b['reading']}" for b in buckets))
+    return "\n".join([*lines, "", f"<!-- when-map {json.dumps(data, sort_keys=True)} -->"])
+
+
+def find_map(text: str) -> dict | None:
+    """The map :func:`map_summary` wrote into ``text`` (e.g. an executed notebook's outputs); the last one if
+    several, None if none."""
+    found = _MAP_COMMENT.findall(text)
+    return json.loads(found[-1]) if found else None
+
+
+def guide(data: Mapping[str, Any]) -> list[str]:
+    """"Which method for which situation", one markdown bullet per run, read off a map (:func:`map_summary`'s
+    data): the buckets where the run's gain over GRPO is shown (:data:`HELPS`), those where its loss is shown
+    (:data:`HURTS`), and how many show neither. A sentence per run, no judgement beyond the intervals."""
+    check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
+          "a map as map_summary writes it: property, metric and runs")
+    lines = []
+    for run, buckets in data["runs"].items():
+        shown = {r: [b for b in buckets if b["reading"] == r] for r in (HELPS, HURTS, NO_DIFFERENCE)}
+        say = lambda bs: "; ".join(f"{b['bucket']} ({b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}])"
+                                   for b in bs)
+        parts = []
+        if shown[HELPS]:
+            parts.append(f"use it over GRPO where {data['property']} is in {say(shown[HELPS])}")
+        if shown[HURTS]:
+            parts.append(f"prefer GRPO where it is in {say(shown[HURTS])}")
+        if not parts:
+            parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at this "
+                         "precision: nothing here says to prefer it, or GRPO, for any band of problems")
+        rest = len(shown[NO_DIFFERENCE])
+        tail = (f" ({rest} other bucket{'s' if rest != 1 else ''}: no difference shown)"
+                if rest and (shown[HELPS] or shown[HURTS]) else "")
+        lines.append(f"- **{run}**: " + "; ".join(parts) + tail + ".")
+    return lines
 
 
 # ----------------------------------------------------------------------------- the second model size

@@ -465,10 +465,38 @@ def render(root: str | Path | None = None) -> str:
             headline = find_claims_headline(_stored_outputs(executed))
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
+            lines += _guide_section(executed, experiment)
     lines += [""] + _budget_section(root)
     lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
+
+
+def _guide_section(executed: Path, experiment: str) -> list[str]:
+    """README's "which method for which situation" (issue 32, item 4), read off the map an executed notebook
+    carries (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell; nothing
+    for a notebook without a map."""
+    from rlvr_lib.study import head_to_head as h2h
+    from rlvr_lib.study.claims import registry_for
+    from rlvr_lib.study.claims.tables import TESTBED_LIMITS
+
+    data = h2h.find_map(_stored_outputs(executed))
+    if data is None:
+        return []
+    buckets = list(dict.fromkeys(b["bucket"] for rows in data["runs"].values() for b in rows))
+    cell = {(run, b["bucket"]): f"{b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}]"
+            + ("" if b["reading"] == h2h.NO_DIFFERENCE else f" {b['reading']}")
+            for run, rows in data["runs"].items() for b in rows}
+    lines = ["", f"**Which method for which situation** (read off notebook 07's map: each method's {data['metric']} "
+                 f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
+                 "interval over seeds x problems; a bucket says *helps* or *hurts* only when its whole 95% "
+                 "interval is above or below 0):", "",
+             "| method | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
+    lines += [f"| {run} | " + " | ".join(cell.get((run, b), "-") for b in buckets) + " |" for run in data["runs"]]
+    lines += [""] + h2h.guide(data)
+    own = registry_for(experiment)
+    lines += ["", f"What the testbed cannot tell: {TESTBED_LIMITS} {own.limits.strip() if own else ''}".rstrip()]
+    return lines
 
 
 VERIFICATION_FILE = "verification.json"
