@@ -350,3 +350,68 @@ def test_a_notebook_waiting_for_another_notebooks_runs_is_not_a_failure(notebook
     assert set(json.loads((out / "full" / "manifest.json").read_text())["notebooks"]) == {"ok"}
     res = rp.reproduce("full", notebooks_dir=src, out_dir=out, echo=None)  # tried again, the other skipped
     assert res["later"]["status"] == "waiting" and res["ok"]["status"] == "skipped"
+
+
+def _executed_with_claims(path: Path, tables: int = 1) -> Path:
+    """An executed-looking notebook: a title, then per claims table a cell showing its summary, its reading and
+    a measurements line (not a claim)."""
+    from rlvr_lib.study.claims.tables import claims_reading, claims_summary, claims_table
+
+    ci = {"mean": 0.1, "ci_low": 0.05, "ci_high": 0.15, "n": 5, "method": "m"}
+    cells = [nbformat.v4.new_markdown_cell("# 99 — a title")]
+    for t in range(tables):
+        table = claims_table([dict(id=f"c{t}", claim=f"claim {t}", source="SAGE", paper="T1", paper_effect="-",
+                                   ours=ci, expect=">", against="grpo")])
+        cell = nbformat.v4.new_code_cell("display(...)")
+        cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table)}),
+                        nbformat.v4.new_output("display_data", data={"text/markdown": claims_reading(table, "Tiny.")}),
+                        nbformat.v4.new_output("stream", name="stdout", text="Additional measurements: 1 of 1\n")]
+        cells.append(cell)
+    nbformat.write(nbformat.v4.new_notebook(cells=cells), str(path))
+    return path
+
+
+def test_an_executed_notebook_opens_with_its_claims_headline_and_reading(tmp_path):
+    from rlvr_lib.study.claims.tables import OPENING_TAG, find_claims_counts, notebook_outputs
+
+    path = _executed_with_claims(tmp_path / "nb.ipynb", tables=2)
+    counts = find_claims_counts(notebook_outputs(path))
+    assert rp.open_with_claims(path) is True
+    nb = nbformat.read(str(path), as_version=4)
+    assert [c.cell_type for c in nb.cells] == ["markdown", "markdown", "code", "code"]  # after the title
+    opening = nb.cells[1]
+    assert opening.metadata["tags"] == [OPENING_TAG]
+    parts = opening.source.split("\n\n")
+    assert parts[0] == "## At a glance"
+    assert [p.split(" ", 1)[0] for p in parts[2:]] == ["**1", "**Reading.**", "**What", "**1", "**Reading.**",
+                                                      "**What"]  # each table's headline, reading and limits
+    assert parts[2].startswith("**1 reproduced, 0 contradicted, 0 unresolved, 0 not specific of 1 claims**")
+    assert "Additional measurements" not in opening.source
+    assert find_claims_counts(notebook_outputs(path)) == counts  # the copy is not an output: nothing counted twice
+    before = path.read_text()
+    assert rp.open_with_claims(path) is False and path.read_text() == before  # idempotent
+
+
+def test_a_notebook_without_claims_is_left_as_it_is(tmp_path):
+    path = tmp_path / "plain.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t")]), str(path))
+    before = path.read_text()
+    assert rp.open_with_claims(path) is False and path.read_text() == before
+
+
+def test_reproduce_puts_the_opening_on_executed_and_skipped_copies(notebooks, fake_papermill, tmp_path):
+    src, out, _ = notebooks
+    rp.reproduce("quick", only=["ok"], notebooks_dir=src, out_dir=out, echo=None)
+    # an executed copy made before the opening existed, with a claims table: the next (skipping) pass adds it
+    copy = out / "quick" / "ok.ipynb"
+    nb = nbformat.read(str(copy), as_version=4)
+    claims = nbformat.read(str(_executed_with_claims(tmp_path / "c.ipynb")), as_version=4)
+    nb.cells = [*claims.cells, *nb.cells]
+    nbformat.write(nb, str(copy))
+    assert rp.reproduce("quick", only=["ok"], notebooks_dir=src, out_dir=out, echo=None)["ok"]["status"] == "skipped"
+    assert nbformat.read(str(copy), as_version=4).cells[1].source.startswith("## At a glance")
+    # a notebook executed now (papermill's copy keeps the outputs): its copy opens with them too
+    _executed_with_claims(src / "claims.ipynb")
+    assert rp.reproduce("quick", only=["claims"], notebooks_dir=src, out_dir=out, echo=None)["claims"]["status"] == "ran"
+    assert nbformat.read(str(out / "quick" / "claims.ipynb"), as_version=4).cells[1].source.startswith("## At a glance")
+    assert not nbformat.read(str(src / "claims.ipynb"), as_version=4).cells[1].source.startswith("## At")  # source kept

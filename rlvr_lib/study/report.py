@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from rlvr_lib.study.summaries import summary_row
-from rlvr_lib.study.claims.tables import CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline
+from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
+                                          notebook_outputs)
 from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 
@@ -166,13 +167,6 @@ def _commit_note(records) -> str:
     first, last = dated[0][1][:7], dated[-1][1][:7]
     n = len({c for _, c in dated})
     return f"; made at commit `{first}`" if n == 1 else f"; made at {n} commits, `{first}` to `{last}`"
-
-
-def _stored_outputs(notebook: Path) -> str:
-    """The text and markdown outputs an executed notebook stores, joined."""
-    cells = json.loads(notebook.read_text())["cells"]
-    outputs = [o for c in cells for o in c.get("outputs", [])]
-    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
 
 
 def _eval_scope(record) -> dict:
@@ -407,7 +401,7 @@ def scorecard(root: str | Path | None = None) -> dict[str, dict[str, int]]:
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if not executed.exists():
             continue
-        for paper, counts in find_claims_counts(_stored_outputs(executed)).items():
+        for paper, counts in find_claims_counts(notebook_outputs(executed)).items():
             mine = totals.setdefault(paper, {v: 0 for v in VERDICTS})
             for v in VERDICTS:
                 mine[v] += counts[v]
@@ -444,7 +438,7 @@ def _scorecard_section(root: Path) -> list[str]:
     # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
     missing = [notebook for _, _, notebook, _ in SECTIONS
                if (root / "notebooks" / "full" / f"{notebook}.ipynb").exists()
-               and not find_claims_counts(_stored_outputs(root / "notebooks" / "full" / f"{notebook}.ipynb"))]
+               and not find_claims_counts(notebook_outputs(root / "notebooks" / "full" / f"{notebook}.ipynb"))]
     if missing:
         lines += ["", "Not in the scorecard (their executed copies show no three-verdict claims table; re-execute "
                       "them from the cache): " + ", ".join(f"`{m}`" for m in missing) + "."]
@@ -462,7 +456,7 @@ def render(root: str | Path | None = None) -> str:
         lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if executed.exists():
-            headline = find_claims_headline(_stored_outputs(executed))
+            headline = find_claims_headline(notebook_outputs(executed))
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
             lines += _guide_section(executed, experiment)
@@ -480,7 +474,7 @@ def _guide_section(executed: Path, experiment: str) -> list[str]:
     from rlvr_lib.study.claims import registry_for
     from rlvr_lib.study.claims.tables import TESTBED_LIMITS
 
-    data = h2h.find_map(_stored_outputs(executed))
+    data = h2h.find_map(notebook_outputs(executed))
     if data is None:
         return []
     buckets = list(dict.fromkeys(b["bucket"] for rows in data["runs"].values() for b in rows))

@@ -26,7 +26,9 @@ temporary file next to the target and the finished notebook is moved into
 place with ``os.replace``: an interrupted run never leaves a half-written
 executed copy. A notebook that fails is still moved into place (papermill puts
 the error at its top) and is recorded as failed, so it runs again next time.
-A notebook that stops on `rlvr_lib.study.runs.PrerequisitesMissing` (runs it
+An executed copy opens with its claims (:func:`open_with_claims`): each claims table's headline and reading,
+copied from its outputs into a markdown cell after the title, also added to a skipped copy made before this
+existed. A notebook that stops on `rlvr_lib.study.runs.PrerequisitesMissing` (runs it
 reads from another notebook are not there yet) is *waiting*: no copy is kept,
 the manifest is left as it was, it runs again next time, and it does not make
 the exit status 1.
@@ -69,7 +71,7 @@ from rlvr_lib import __version__
 from rlvr_lib.cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
 from rlvr_lib.validation import check_choice, check_int
 
-__all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "reproduce"]
+__all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "open_with_claims", "reproduce"]
 
 PROFILES = ("quick", "full")
 MANIFEST = "manifest.json"
@@ -240,6 +242,7 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
             cwd=str(source.parent),
             progress_bar=progress,
         )
+        open_with_claims(tmp)
         os.replace(tmp, target)
         moved = True
     except Exception as exc:
@@ -251,6 +254,35 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
     finally:
         if not moved:
             tmp.unlink(missing_ok=True)
+
+
+def open_with_claims(executed: str | Path) -> bool:
+    """Puts the claims headline and reading of an executed notebook at its top (issue 31, item 6).
+
+    The cell (markdown, tagged :data:`~rlvr_lib.study.claims.tables.OPENING_TAG`, after the title cell) holds
+    :func:`~rlvr_lib.study.claims.tables.opening_summary` of the notebook's own outputs; an earlier such cell is
+    replaced, so the call is idempotent. A notebook without a claims table is left as it is.
+
+    Returns:
+        Whether the file was rewritten.
+    """
+    import nbformat
+
+    from rlvr_lib.study.claims.tables import OPENING_TAG, notebook_outputs, opening_summary
+
+    executed = Path(executed)
+    nb = nbformat.read(str(executed), as_version=4)
+    mine = [c for c in nb.cells if OPENING_TAG not in c.get("metadata", {}).get("tags", [])]
+    text = opening_summary(notebook_outputs(executed))
+    if text is not None:
+        cell = nbformat.v4.new_markdown_cell(text, metadata={"tags": [OPENING_TAG]})
+        mine.insert(1 if mine and mine[0].cell_type == "markdown" else 0, cell)
+    old = [(c.cell_type, c.source) for c in nb.cells]
+    if old == [(c.cell_type, c.source) for c in mine]:
+        return False
+    nb.cells = mine
+    nbformat.write(nb, str(executed))
+    return True
 
 
 # ------------------------------------------------------------------------ API
@@ -325,6 +357,7 @@ def reproduce(
             and _finished_ok(target, profile)
         )
         if up_to_date and not force:
+            open_with_claims(target)  # an executed copy made before the opening cell existed gains it
             results[name] = {"status": "skipped", "seconds": 0.0, "error": None, "output": str(target)}
             say(f"{prefix} skipped (unchanged since {entry.get('finished_at', '?')})")
             continue

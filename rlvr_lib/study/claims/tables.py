@@ -15,6 +15,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any, Optional
 
 from rlvr_lib.study.runs import NAME_RE
@@ -33,6 +34,7 @@ __all__ = [
     "LARGE_EFFECT",
     "MEASUREMENT_COLUMNS",
     "NOT_SPECIFIC",
+    "OPENING_TAG",
     "PAPER_NAMES",
     "REPRODUCED",
     "UNRESOLVED",
@@ -42,6 +44,8 @@ __all__ = [
     "claims_reading",
     "claims_summary",
     "claims_table",
+    "notebook_outputs",
+    "opening_summary",
     "find_claims_counts",
     "find_claims_headline",
     "instrument_checks",
@@ -478,6 +482,32 @@ def find_claims_counts(text: str) -> dict[str, dict[str, int]]:
             for v in VERDICTS:
                 mine[v] += int(counts.get(v, 0))
     return totals
+
+
+def notebook_outputs(path) -> str:
+    """The text and markdown outputs an executed notebook (``path``) stores, joined in cell order."""
+    cells = json.loads(Path(path).read_text())["cells"]
+    outputs = [o for c in cells for o in c.get("outputs", [])]
+    return "\n".join("".join(o.get("text", "")) + "".join(o.get("data", {}).get("text/markdown", "")) for o in outputs)
+
+
+OPENING_TAG = "claims-opening"
+"""The tag of the cell :func:`opening_summary`'s text goes in, at the top of an executed notebook."""
+
+
+def opening_summary(outputs: str) -> str | None:
+    """What an executed notebook opens with (issue 31, item 6): each claims table's headline (the first line of
+    :func:`claims_summary`) and its reading (:func:`claims_reading`, with what the testbed cannot say), copied in
+    order from the notebook's own outputs (``outputs``: :func:`notebook_outputs`); None for a notebook with no
+    claims table."""
+    parts = []
+    for block in outputs.split("\n"):
+        if _CLAIMS_HEADLINE.match(block) or block.startswith(("**Reading.**", "**What the testbed cannot say.**")):
+            parts.append(block)
+    if not any(_CLAIMS_HEADLINE.match(p) for p in parts):
+        return None
+    return "\n\n".join(["## At a glance", "*Copied by `make reproduce` from this notebook's results below, where "
+                          "each claim is shown with its interval, threshold and the paper's effect.*", *parts])
 
 
 _VERDICT_WORDS = {
