@@ -110,7 +110,7 @@ def test_gain_map_on_a_known_example():
     arm = reference + np.array([0.5, 0.5, 0.5, 0.5, 0, 0, 0, 0])
     assert h2h.bucket_edges(levels).tolist() == [0.0, 0.25, 0.5]
     table = h2h.gain_map(levels, {"arm": arm}, reference)
-    assert table["bucket"].tolist() == ["(-inf, 0]", "(0.25, 0.5]"]  # the tied quartiles' empty buckets left out
+    assert table["bucket"].tolist() == ["<= 0", "(0.25, 0.5]"]  # the tied quartiles' empty buckets left out
     assert table["problems"].tolist() == [4, 4]
     assert np.allclose(table[["mean", "ci_low", "ci_high"]].to_numpy(), [[0.5] * 3, [0.0] * 3])
     with pytest.raises(ValueError, match=r"^runs\['arm'\]=\(2, 3\) is invalid"):
@@ -127,10 +127,10 @@ def test_map_summary_reads_each_bucket_and_the_guide_says_where_to_use_which():
     data = h2h.find_map("other output\n" + text)
     assert [b["reading"] for b in data["runs"]["A"]] == [h2h.HELPS, h2h.HURTS, h2h.NO_DIFFERENCE]
     assert [b["problems"] for b in data["runs"]["A"]] == [3, 3, 2]
-    assert "- A: (-inf, 0] (3 problems) +0.500 [0.500, 0.500] helps" in text
+    assert "- A: <= 0 (3 problems) +0.500 [0.500, 0.500] helps" in text
     assert h2h.guide(data) == [
-        "- **A**: use it over GRPO where the base policy's per-problem pass@1 is in (-inf, 0] (+0.500 [0.500, "
-        "0.500]); prefer GRPO where it is in (0, 0.5] (-0.400 [-0.400, -0.400]) (1 other bucket: no difference "
+        "- **A**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.500 [0.500, 0.500]); "
+        "prefer GRPO where it is in (0, 0.5] (-0.400 [-0.400, -0.400]) (1 other bucket: no difference "
         "shown).",
         "- **GRPO again**: no bucket of the base policy's per-problem pass@1 where its pass@1 differs from GRPO's "
         "at this precision: nothing here says to prefer it, or GRPO, for any band of problems.",

@@ -134,9 +134,9 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "07_head_to_head.ipynb"))
     text = render(tmp_path)
     section = text.split("**Which method for which situation**", 1)[1]
-    assert "| method | (-inf, 0] | (0, inf] |" in section
+    assert "| method | <= 0 | > 0 |" in section
     assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] |" in section
-    assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is in (-inf, 0]" in section
+    assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300" in section
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits
     assert text.count("Which method for which situation") == 1  # only notebook 07's section carries it

@@ -285,13 +285,19 @@ def bucket_edges(levels: Any, quantiles: Sequence[float] = (0.25, 0.5, 0.75)) ->
     return np.quantile(levels, quantiles)
 
 
+def _bucket_label(low: float, high: float) -> str:
+    """``"<= 0"``, ``"(0, 0.344]"`` or ``"> 0.703"``: the first and last buckets are open on one side."""
+    return f"<= {high:.3g}" if low == -np.inf else f"> {low:.3g}" if high == np.inf else f"({low:.3g}, {high:.3g}]"
+
+
 def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | None = None):
     """Each run's per-problem gain over ``reference`` in each bucket of ``levels``: the "when does it help" map.
 
     Bucket ``b`` holds the problems with ``edges[b-1] < level <= edges[b]`` (the first: ``level <= edges[0]``,
-    the last: ``level > edges[-1]``); ``edges`` defaults to :func:`bucket_edges` (quartiles). A bucket no
-    problem falls in (tied quartiles, e.g. many problems the base policy never solves) is left out. Per run and
-    bucket: ``paired_difference_ci(run[:, in b], reference[:, in b], bounds=(0, 1))``, mean gain and interval.
+    the last: ``level > edges[-1]``; labelled ``"(lo, hi]"``, ``"<= hi"`` and ``"> lo"``); ``edges`` defaults
+    to :func:`bucket_edges` (quartiles). A bucket no problem falls in (tied quartiles, e.g. many problems the base
+    policy never solves) is left out. Per run and bucket: ``paired_difference_ci(run[:, in b], reference[:, in b],
+    bounds=(0, 1))``, mean gain and interval.
 
     Args:
         levels: ``(P,)`` the property per problem (e.g. the base policy's pass@1, mean over its sampling seeds).
@@ -299,7 +305,7 @@ def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | 
         reference: ``(S_ref, P)`` scores of the comparator (GRPO).
 
     Returns:
-        ``pandas.DataFrame`` with ``run``, ``bucket`` (``"(lo, hi]"``), ``problems``, ``mean``, ``ci_low``,
+        ``pandas.DataFrame`` with ``run``, ``bucket`` (its label), ``problems``, ``mean``, ``ci_low``,
         ``ci_high``, one row per run and non-empty bucket.
     """
     import pandas as pd
@@ -321,7 +327,7 @@ def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | 
             if not mask.any():
                 continue
             ci = paired_difference_ci(scores[:, mask], reference[:, mask], bounds=(0, 1))
-            rows.append({"run": name, "bucket": f"({bounds[b]:.3g}, {bounds[b + 1]:.3g}]", "problems": int(mask.sum()),
+            rows.append({"run": name, "bucket": _bucket_label(bounds[b], bounds[b + 1]), "problems": int(mask.sum()),
                          **{k: ci[k] for k in ("mean", "ci_low", "ci_high")}, "ci": ci})
     return pd.DataFrame(rows, columns=["run", "bucket", "problems", "mean", "ci_low", "ci_high", "ci"])
 
@@ -375,13 +381,13 @@ def guide(data: Mapping[str, Any]) -> list[str]:
     lines = []
     for run, buckets in data["runs"].items():
         shown = {r: [b for b in buckets if b["reading"] == r] for r in (HELPS, HURTS, NO_DIFFERENCE)}
-        say = lambda bs: "; ".join(f"{b['bucket']} ({b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}])"
-                                   for b in bs)
+        say = lambda bs: "; ".join(f"{'in ' if b['bucket'].startswith('(') else ''}{b['bucket']} "
+                                   f"({b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}])" for b in bs)
         parts = []
         if shown[HELPS]:
-            parts.append(f"use it over GRPO where {data['property']} is in {say(shown[HELPS])}")
+            parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
         if shown[HURTS]:
-            parts.append(f"prefer GRPO where it is in {say(shown[HURTS])}")
+            parts.append(f"prefer GRPO where it is {say(shown[HURTS])}")
         if not parts:
             parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at this "
                          "precision: nothing here says to prefer it, or GRPO, for any band of problems")
