@@ -135,6 +135,9 @@ def test_map_summary_reads_each_bucket_and_the_guide_says_where_to_use_which():
         "- **GRPO again**: no bucket of the base policy's per-problem pass@1 where its pass@1 differs from GRPO's "
         "at this precision: nothing here says to prefer it, or GRPO, for any band of problems.",
     ]
+    only_hurts = {**data, "runs": {"B": [b for b in data["runs"]["A"] if b["reading"] == h2h.HURTS]}}
+    assert h2h.guide(only_hurts) == ["- **B**: prefer GRPO where the base policy's per-problem pass@1 is in (0, 0.5] "
+                                     "(-0.400 [-0.400, -0.400])."]
     assert h2h.find_map("no map here") is None
     with pytest.raises(ValueError, match=r"^data='list' is invalid: must be a map"):
         h2h.guide([])

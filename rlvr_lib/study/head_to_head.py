@@ -387,7 +387,8 @@ def guide(data: Mapping[str, Any]) -> list[str]:
         if shown[HELPS]:
             parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
         if shown[HURTS]:
-            parts.append(f"prefer GRPO where it is {say(shown[HURTS])}")
+            where = "it" if shown[HELPS] else data["property"]  # "it": the property the first part named
+            parts.append(f"prefer GRPO where {where} is {say(shown[HURTS])}")
         if not parts:
             parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at this "
                          "precision: nothing here says to prefer it, or GRPO, for any band of problems")
