@@ -13,7 +13,7 @@ STORED = sorted([*ROOT.glob("notebooks/*.ipynb"), *ROOT.glob("results/notebooks/
 
 
 def test_there_are_stored_notebooks():
-    assert len(list(ROOT.glob("notebooks/*.ipynb"))) >= 8
+    assert list(ROOT.glob("notebooks/*.ipynb"))  # an empty parametrisation below would pass silently
 
 
 @pytest.mark.parametrize("path", STORED, ids=[str(p.relative_to(ROOT)) for p in STORED])

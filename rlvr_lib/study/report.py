@@ -456,25 +456,26 @@ def render(root: str | Path | None = None) -> str:
         lines += [""] + _method_section(root, experiment, title, shared)
         executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
         if executed.exists():
-            headline = find_claims_headline(notebook_outputs(executed))
+            outputs = notebook_outputs(executed)  # read once: the headline and the guide both come from it
+            headline = find_claims_headline(outputs)
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
-            lines += _guide_section(executed, experiment)
+            lines += _guide_section(outputs, experiment)
     lines += [""] + _budget_section(root)
     lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
 
 
-def _guide_section(executed: Path, experiment: str) -> list[str]:
-    """README's "which method for which situation" (issue 32, item 4), read off the map an executed notebook
-    carries (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell; nothing
-    for a notebook without a map."""
+def _guide_section(outputs: str, experiment: str) -> list[str]:
+    """README's "which method for which situation" (issue 32, item 4), read off the map an executed notebook's
+    ``outputs`` carry (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell;
+    nothing for a notebook without a map."""
     from rlvr_lib.study import head_to_head as h2h
     from rlvr_lib.study.claims import registry_for
     from rlvr_lib.study.claims.tables import TESTBED_LIMITS
 
-    data = h2h.find_map(notebook_outputs(executed))
+    data = h2h.find_map(outputs)
     if data is None:
         return []
     buckets = list(dict.fromkeys(b["bucket"] for rows in data["runs"].values() for b in rows))
