@@ -8,6 +8,7 @@ from rlvr_lib.__main__ import main
 from rlvr_lib.study.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine
+from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.tasks import EVAL_FAMILIES, STRATEGIES
 
 SMALL = CalibrationConfig(problems_per_family=8, samples=8, wide_samples=16, hint_problems=8, hint_samples=4, hot_samples=4,
@@ -30,6 +31,7 @@ def test_report_has_the_stable_keys(report):
         assert abs(sum(m["strategy_freq"].values()) - 1) < 1e-9
     assert report["all_targets_met"] == all(t["met"] for t in report["targets"].values())
     assert report["config"] == SMALL.to_dict()
+    assert report["machine"]["cpu_model"] == cpu_model()  # one processor model for notebooks 00-06 (issue 31)
 
 
 def test_targets_agree_with_their_bounds(report):

@@ -23,6 +23,7 @@ from rlvr_lib.study.dynamics import (
     rescued_lost_vs_null,
 )
 from rlvr_lib.tasks import EVAL_FAMILIES
+from rlvr_lib.study.runs import cpu_model
 
 
 def test_crossover_k_is_the_first_k_where_the_base_catches_up():
@@ -192,6 +193,7 @@ def test_reduced_dynamics_run_writes_the_schema_and_can_fail(tmp_path, capsys, m
                          "search", "summary", "chosen_steps", "all_targets_met", "training_curves", "kl_coef"}
     # No beta meets every target, so both are tried in order and the report shows the last one.
     assert [t["kl_coef"] for t in data["search"]] == [0.05, 0.1] and data["kl_coef"] == 0.1
+    assert data["processors"] == [cpu_model()]  # read from the runs' records
     assert data["step_candidates"] == [1, 2] and set(targets_by_steps(data)) == {"1", "2"}
     names = {"pass_at_1_gain", "rare_pass_at_8_drop", "crossover_k", "strategy_entropy_fall", "rare_share_fall",
              "rare_lost_vs_rescued", "rare_lost_vs_rescued_main", "kl_binds"}

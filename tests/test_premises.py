@@ -30,6 +30,7 @@ from rlvr_lib.study.probes.premises import (
                                             )
 from rlvr_lib.eval.weight_noise import branch_logits, strategy_tokens, weight_sample
 from rlvr_lib.rollout import KVCacheEngine, SamplingParams
+from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.tasks import STRATEGIES, get_task
 
 
@@ -420,7 +421,8 @@ def test_measure_premises_schema_and_ranges(tiny_model_and_tokenizer):
                            ess_grid=(1e9, 1e4, 1e2), weight_samples=2, reference_ess=3e3, vigor_problems=2,
                            n_resamples=50, seed=1)
     json.dumps(out, allow_nan=False)  # strict JSON
-    assert set(out) == {"settings", "nudgerl", "threepo", "sage", "vigor", "seconds"}
+    assert set(out) == {"settings", "nudgerl", "threepo", "sage", "vigor", "seconds", "machine"}
+    assert out["machine"]["cpu_model"] == cpu_model()  # where it ran: one processor model for notebook 00-06
     assert all(n_ in out["seconds"] for n_ in ("sampling", "nudgerl", "threepo", "sage", "vigor"))
     settings = out["settings"]
     assert settings["ess_grid"] == [1e9, 1e4, 3e3, 1e2]  # the reference ESS joins the grid, largest first

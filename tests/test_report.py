@@ -52,6 +52,23 @@ def test_render_reads_shared_rows_and_sums_compute(tmp_path):
     assert elapsed == pytest.approx(run_hours / 2, abs=0.006)  # two workers, never idle
 
 
+def test_the_compute_section_names_the_processors_of_notebook_00s_calibrations(tmp_path):
+    import json
+
+    from rlvr_lib.study.runs import cached_run, cpu_model
+
+    for seed in (0, 1):
+        cached_run("testbed_dynamics", "grpo", {"name": "grpo"}, seed, lambda: ([], {}), root=tmp_path)
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "calibration.json").write_text(json.dumps({"machine": {"cpu_model": "Some CPU"}}))
+    (tmp_path / "testbed" / "premises.json").write_text(json.dumps({"seconds": {}}))  # written before machines
+    from rlvr_lib.study.report import _budget_section
+
+    line = next(l for l in _budget_section(tmp_path) if l.startswith("Notebook 00"))
+    assert "dynamics calibration's 2 runs" in line
+    assert f"made on dynamics: {cpu_model()}; static: Some CPU; premises: not recorded." in line
+
+
 def _ci(lo, hi):
     return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": 5, "method": "m"}
 

@@ -37,7 +37,7 @@ from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.files import write_json_atomic
-from rlvr_lib.study.runs import jsonable
+from rlvr_lib.study.runs import jsonable, machine
 from rlvr_lib.rollout import SamplingParams
 from rlvr_lib.tasks import (
     EVAL_FAMILIES,
@@ -221,7 +221,7 @@ def pooled_targets(families: dict[str, dict], raw: dict[str, dict]) -> dict[str,
 
 
 def calibrate(engine, config: CalibrationConfig = CalibrationConfig(), *, policy: str = "embedded tiny policy") -> dict:
-    """Measure every family and check the targets; returns the report dict."""
+    """Measure every family and check the targets; returns the report dict (with ``machine``: where it ran)."""
     t0 = time.perf_counter()
     families, raw = {}, {}
     for family in config.families:
@@ -232,6 +232,7 @@ def calibrate(engine, config: CalibrationConfig = CalibrationConfig(), *, policy
         "families": families,
         "targets": pooled_targets(families, raw),
         "seconds": round(time.perf_counter() - t0, 1),
+        "machine": machine(),  # float rounding, hence the sampled completions, depend on the processor
     }
     report["all_targets_met"] = all(t["met"] for t in report["targets"].values())
     return report

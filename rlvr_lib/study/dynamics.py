@@ -396,19 +396,23 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
     The anchored arm is trained at each of ``config.kl_coefs`` in order until one beta meets every gating
     target at some step count. ``kl_coef``, ``summary`` and the curves are that beta's (or the last one's);
     ``targets`` and ``reported`` are its gating and reported targets at ``chosen_steps`` (when no step count
-    qualifies, at the largest candidate); ``search`` lists every beta tried with its targets at every step count.
+    qualifies, at the largest candidate); ``search`` lists every beta tried with its targets at every step count;
+    ``processors`` the processor models its runs were made on.
     """
     from rlvr_lib.study.pipeline import evaluate_base
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
-    base = [evaluate_base(EXPERIMENT, config.spec(s), config.policy, root=root).final for s in config.base_seeds]
-    base_wide = [evaluate_base(EXPERIMENT, config.wide_spec(s), config.policy, root=root, name="base-wide").final
+    base_runs = [evaluate_base(EXPERIMENT, config.spec(s), config.policy, root=root) for s in config.base_seeds]
+    wide_runs = [evaluate_base(EXPERIMENT, config.wide_spec(s), config.policy, root=root, name="base-wide")
                  for s in config.base_seeds]
+    base, base_wide = [r.final for r in base_runs], [r.final for r in wide_runs]
     unanchored = [train_with_checkpoint_evals(config, UNANCHORED, s, root=root, wide=False) for s in config.seeds]
+    runs = [*base_runs, *wide_runs, *unanchored]
     search = []
     for beta in config.kl_coefs:
         anchored = [train_with_checkpoint_evals(config, ANCHORED, s, root=root, kl_coef=beta) for s in config.seeds]
+        runs += anchored
         per_step, summary = _targets_per_step(config, base, base_wide, anchored, unanchored)
         chosen = chosen_steps(per_step)
         search.append({"kl_coef": beta, "chosen_steps": chosen,
@@ -434,6 +438,8 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
         "all_targets_met": chosen is not None,
         **verdict_at(per_step[chosen if chosen is not None else max(per_step)]),
         "search": search,
+        # One model in a calibration of record (issue 31): the same seed trains another trajectory on another one.
+        "processors": sorted({(r.extra or {}).get("machine", {}).get("cpu_model", "?") for r in runs}),
         "summary": {str(s): v for s, v in summary.items()},
         "training_curves": curves,
         f"{RARE_FAMILY}_pass_at_{config.wide_samples}_per_problem": rare_per_problem,
@@ -469,7 +475,8 @@ def format_dynamics(report: Mapping[str, Any]) -> str:
              else f"{max(report['step_candidates'])} steps, the largest candidate")
     met = sum(t["met"] for t in report["targets"].values())
     lines = [f"dynamics of policy {report['policy_sha']} ({report['testbed_version']}): "
-             f"anchor beta {report['kl_coef']}, chosen steps {report['chosen_steps']}",
+             f"anchor beta {report['kl_coef']}, chosen steps {report['chosen_steps']}"
+             + (f"; runs made on {', '.join(report['processors'])}" if report.get("processors") else ""),
              f"  at beta {report['kl_coef']} and {where}: {met} of {len(report['targets'])} gating targets met"
              + "".join(f"; {name} = {t['value']} (reported)" for name, t in report["reported"].items()),
              "search:"]

@@ -908,9 +908,10 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
 
     Returns:
         ``{"settings": {...}, "nudgerl": {...}, "threepo": {...}, "sage":
-        {...}, "vigor": {...}, "seconds": {part: wall seconds}}``; every value
-        is JSON-serialisable; ``seconds`` is the only part that varies between
-        identical calls.
+        {...}, "vigor": {...}, "seconds": {part: wall seconds}, "machine":
+        {"cpu_model": ..., ...}}``; every value is JSON-serialisable;
+        ``seconds`` is the only part that varies between identical calls on
+        one machine.
 
     Raises:
         ValueError: on a bad argument (named, with the value and what is allowed).
@@ -1022,5 +1023,7 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
                 "reference_ess": reference_ess, "percentiles": list(qs), "vigor_problems": n_vigor,
                 "vigor_impl": vigor_impl, "sqrt_len": sqrt_len, "confidence": confidence,
                 "n_resamples": n_resamples}
+    from rlvr_lib.study.runs import machine
+
     return {"settings": settings, "nudgerl": nudgerl, "threepo": threepo, "sage": sage, "vigor": vigor,
-            "seconds": seconds}
+            "seconds": seconds, "machine": machine()}
