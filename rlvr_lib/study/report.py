@@ -369,12 +369,13 @@ def notebook_compute(root: str | Path | None = None) -> list[dict]:
 
 
 def calibration_compute(root: str | Path | None = None) -> dict:
-    """Notebook 00's calibration of record: its dynamics runs and the processors of every part of it.
+    """Notebook 00's calibrations of record: the dynamics runs cached so far and where each report was made.
 
     Returns:
-        ``runs`` and ``hours`` (summed ``wall_time_s``) of the dynamics calibration's records, and ``processors``:
-        per part (``dynamics``, ``static``, ``premises``), the processor models it was made on (``["not
-        recorded"]`` for a report written before reports recorded their machine).
+        ``runs`` and ``hours`` (summed ``wall_time_s``) of the records in the dynamics calibration's folder, and
+        ``processors``: per report of ``results/testbed/`` (``dynamics``, ``static``, ``premises``), the processor
+        models it states (``["not recorded"]`` for a report written before reports recorded their machine; ``[]``
+        without the report). Read from the reports, not the folder: the folder may hold a recompute in progress.
     """
     from rlvr_lib.study.dynamics import EXPERIMENT
 
@@ -385,11 +386,14 @@ def calibration_compute(root: str | Path | None = None) -> dict:
         path = root / "testbed" / f"{name}.json"
         if not path.is_file():
             return []
-        return [json.loads(path.read_text()).get("machine", {}).get("cpu_model", "not recorded")]
+        report = json.loads(path.read_text())
+        if "processors" in report:  # the dynamics report: its runs' models
+            return report["processors"]
+        return [report.get("machine", {}).get("cpu_model", "not recorded")]
 
     return {"runs": len(records), "hours": sum(r.wall_time_s for r in records) / 3600,
-            "processors": {"dynamics": sorted({r.extra.get("machine", {}).get("cpu_model", "?") for r in records}),
-                           "static": made_on("calibration"), "premises": made_on("premises")}}
+            "processors": {"dynamics": made_on("dynamics"), "static": made_on("calibration"),
+                           "premises": made_on("premises")}}
 
 
 REPRODUCE_WORKERS = 2
@@ -414,8 +418,8 @@ def _budget_section(root: Path) -> list[str]:
     cal = calibration_compute(root)
     made = "; ".join(f"{part}: {', '.join(models) or '-'}" for part, models in cal["processors"].items())
     lines += ["", f"Notebook 00 reads its calibrations of record from `results/testbed/` (`make calibrate`, outside "
-                  f"the 12 hours): the dynamics calibration's {cal['runs']} runs took {cal['hours']:.2f} run hours; "
-                  f"made on {made}."]
+                  f"the 12 hours), made on {made}; `results/testbed_dynamics/` holds {cal['runs']} dynamics runs "
+                  f"({cal['hours']:.2f} run hours)."]
     return lines
 
 
