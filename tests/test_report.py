@@ -71,6 +71,41 @@ def test_the_compute_section_names_the_processors_of_notebook_00s_calibrations(t
     assert "made on dynamics: Other CPU; static: Some CPU; premises: not recorded;" in line
 
 
+def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whether_they_fit(tmp_path, monkeypatch):
+    """The 12 hours are notebooks 01-06's; notebook 07 has its own budget; the second size's runs get their own
+    row and count toward neither (their budget includes work outside `make reproduce`)."""
+    import json
+
+    from rlvr_lib.policy import load
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.study.report import BUDGETS, SECTIONS, _budget_section
+    from rlvr_lib.study.runs import cached_run
+
+    assert sorted(nb for _, notebooks, _ in BUDGETS for nb in notebooks) == sorted(nb for _, _, nb, _ in SECTIONS)
+    small = tmp_path / "small-mul"
+    small.mkdir()
+    (small / "config.json").write_text('{"hidden_size": 192}')
+    monkeypatch.setitem(load.POLICY_NAMES, "small", small)
+    shipped, second = policy_fingerprint(None), policy_fingerprint("small")
+    for experiment, name, sha, hours in (("grpo_baseline_full", "grpo", shipped, 10.0),
+                                         ("baselines_full", "grpo", shipped, 16.0),
+                                         ("head_to_head_full", "grpo", shipped, 3.0),
+                                         ("head_to_head_full", "grpo", second, 7.0)):
+        cfg = {"eval": {"samples": 4}, "name": name, "policy_sha": sha, "task_version": TESTBED_VERSION}
+        cached_run(experiment, name, cfg, 0, lambda: ([], _fake_final([1, 0, 2])), root=tmp_path)
+        for path in (tmp_path / experiment).glob(f"{name}-*.json"):
+            record = json.loads(path.read_text())
+            if record["config"]["policy_sha"] == sha:
+                path.write_text(json.dumps({**record, "wall_time_s": hours * 3600}))
+    lines = _budget_section(tmp_path)
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:4] for line in lines if line.startswith("| 0")}
+    assert rows["07_head_to_head"] == ["1", "3.00", "1.50"]
+    assert rows["07_head_to_head, policy `small`"] == ["1", "7.00", "3.50"]
+    budget = [line for line in lines if line.startswith("- ")]
+    assert budget[0].startswith("- notebooks 01-06") and "take 13.00, **over it by 1.00**" in budget[0]
+    assert budget[1].startswith("- notebook 07") and "take 1.50, within it (1.00 to spare)" in budget[1]
+
+
 def _ci(lo, hi):
     return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": 5, "method": "m"}
 
