@@ -391,7 +391,10 @@ def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
 
     readme = " ".join(README.read_text().split())
     d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
-    by_beta = {b["kl_coef"]: b for b in d["search"]}
+    # The beta search was made once, on the Intel Xeon (archived); the calibration of record measures its beta.
+    search = json.loads((results_root() / "archive" / "intel-xeon" / "testbed" / "dynamics.json").read_text())
+    by_beta = {b["kl_coef"]: b for b in search["search"]}
+    by_beta[d["kl_coef"]] = d["search"][-1]
 
     def dot(x, digits=2):  # .086, the README's style for values below 1
         return f"{x:.{digits}f}".replace("0.", ".", 1) if abs(x) < 1 else f"{x:.{digits}f}"

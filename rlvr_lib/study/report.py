@@ -94,12 +94,13 @@ def _dynamics_section(root: Path) -> list[str]:
     from rlvr_lib.study.dynamics import targets_by_steps
 
     report = json.loads(path.read_text())
+    made = f", made on {', '.join(report['processors'])}" if report.get("processors") else ""
     per_step = targets_by_steps(report)
     steps = list(per_step)
     cfg = report["config"]
     lines = [
         f"**Dynamics calibration** (`results/testbed/dynamics.json`, policy `{report['policy_sha']}`, testbed "
-        f"`{report.get('testbed_version')}`: GRPO and "
+        f"`{report.get('testbed_version')}`{made}: GRPO and "
         f"GRPO without its anchor, {len(cfg['seeds'])} seeds each, against {len(cfg['base_seeds'])} base "
         f"evaluations; anchor beta {report['kl_coef']}; step count of the full profile: "
         f"{report['chosen_steps'] or 'none, not every target holds'}):",
