@@ -319,12 +319,14 @@ def test_the_last_verification_is_rendered_under_the_results(tmp_path):
     (tmp_path / "verification.json").write_text(json.dumps(
         {"date": "2026-12-04T03:00:00+00:00", "commit": "f" * 40, "processor": "AMD EPYC", "seed": 7,
          "per_notebook": 1, "runs": runs, "matches": 1, "mismatches": 1, "unverifiable": 0}))
+    (tmp_path / "baselines_full").mkdir()
+    (tmp_path / "baselines_full" / "grpo-abc-s0.json").write_text("{}")  # still in its table; 03's run is not
     text = render(tmp_path)
     assert ("`make verify` on 2026-12-04, commit `fffffff`, AMD EPYC; 1 run(s) per notebook drawn with seed 7: "
             "1 match, 1 mismatch, 0 unverifiable") in text
     assert "| 02_baselines_sage_t1_anchors | `grpo-abc-s0` | AMD EPYC | exact | match: bit-identical |" in text
-    assert ("| 03_nudgerl | `nudgerl-def-s1` | Intel Xeon | tolerance | **mismatch**: outside the seed spread: "
-            "final pass@1 +0.0500 |") in text
+    assert ("| 03_nudgerl | `nudgerl-def-s1` (record no longer in the tables: archived or recomputed since) | "
+            "Intel Xeon | tolerance | **mismatch**: outside the seed spread: final pass@1 +0.0500 |") in text
 
 
 # --------------------------------------------------------------------------- reliability table
