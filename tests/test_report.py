@@ -312,20 +312,24 @@ def test_the_last_verification_is_rendered_under_the_results(tmp_path):
     from rlvr_lib.study.report import render
 
     assert "*No verification committed yet" in render(tmp_path)
-    runs = [{"notebook": "02_baselines_sage_t1_anchors", "run_id": "grpo-abc-s0", "record_processor": "AMD EPYC",
-             "mode": "exact", "match": True, "detail": "bit-identical"},
-            {"notebook": "03_nudgerl", "run_id": "nudgerl-def-s1", "record_processor": "Intel Xeon",
-             "mode": "tolerance", "match": False, "detail": "outside the seed spread: final pass@1 +0.0500"}]
+    runs = [{"notebook": "02_baselines_sage_t1_anchors", "experiment": "baselines_full", "run_id": "grpo-abc-s0",
+             "record_processor": "AMD EPYC", "record_commit": "a" * 40, "mode": "exact", "match": True,
+             "detail": "bit-identical"},
+            {"notebook": "03_nudgerl", "experiment": "nudgerl_full", "run_id": "nudgerl-def-s1",
+             "record_processor": "Intel Xeon", "record_commit": "b" * 40, "mode": "tolerance", "match": False,
+             "detail": "outside the seed spread: final pass@1 +0.0500"}]
     (tmp_path / "verification.json").write_text(json.dumps(
         {"date": "2026-12-04T03:00:00+00:00", "commit": "f" * 40, "processor": "AMD EPYC", "seed": 7,
          "per_notebook": 1, "runs": runs, "matches": 1, "mismatches": 1, "unverifiable": 0}))
-    (tmp_path / "baselines_full").mkdir()
-    (tmp_path / "baselines_full" / "grpo-abc-s0.json").write_text("{}")  # still in its table; 03's run is not
+    for experiment, run_id, commit in (("baselines_full", "grpo-abc-s0", "a" * 40),  # the verified record
+                                       ("nudgerl_full", "nudgerl-def-s1", "c" * 40)):  # recomputed since
+        (tmp_path / experiment).mkdir()
+        (tmp_path / experiment / f"{run_id}.json").write_text(json.dumps({"git_commit": commit}))
     text = render(tmp_path)
     assert ("`make verify` on 2026-12-04, commit `fffffff`, AMD EPYC; 1 run(s) per notebook drawn with seed 7: "
             "1 match, 1 mismatch, 0 unverifiable") in text
     assert "| 02_baselines_sage_t1_anchors | `grpo-abc-s0` | AMD EPYC | exact | match: bit-identical |" in text
-    assert ("| 03_nudgerl | `nudgerl-def-s1` (record no longer in the tables: archived or recomputed since) | "
+    assert ("| 03_nudgerl | `nudgerl-def-s1` (record replaced since: archived or recomputed) | "
             "Intel Xeon | tolerance | **mismatch**: outside the seed spread: final pass@1 +0.0500 |") in text
 
 

@@ -576,12 +576,13 @@ def _verification_section(root: Path) -> list[str]:
              f"`{(v['commit'] or 'unknown')[:7]}`, {v['processor']}; {v['per_notebook']} run(s) per notebook drawn "
              f"with seed {v['seed']}: {v['matches']} match, {v['mismatches']} mismatch, {v['unverifiable']} "
              "unverifiable):", "", "| notebook | run | made on | comparison | result |", "|---|---|---|---|---|"]
-    folders = {notebook: experiment for experiment, _, notebook, _ in SECTIONS}
     for run in v["runs"]:
         result = {True: "match", False: "**mismatch**", None: "unverifiable"}[run["match"]]
-        # A record recomputed or archived since the check is no longer in any table: say so, not hide the row.
-        gone = not (root / folders.get(run["notebook"], "?") / f"{run['run_id']}.json").is_file()
-        where = " (record no longer in the tables: archived or recomputed since)" if gone else ""
+        # A record archived or recomputed since the check (same run id, another commit) is no longer the one the
+        # tables read: say so rather than hide the row.
+        path = root / run["experiment"] / f"{run['run_id']}.json"
+        current = json.loads(path.read_text()).get("git_commit") if path.is_file() else None
+        where = "" if current == run["record_commit"] else " (record replaced since: archived or recomputed)"
         lines.append(f"| {run['notebook']} | `{run['run_id']}`{where} | {run['record_processor']} | {run['mode']} "
                      f"| {result}: {run['detail']} |")
     return lines
