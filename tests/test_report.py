@@ -450,3 +450,20 @@ def test_premises_section_says_which_premise_holds(tmp_path):
             if line.startswith("| ") and not line.startswith("| paper")}
     assert rows == {"NudgeRL": "yes |", "3PO": "yes |", "SAGE": "**no** |", "VIGOR": "**no** |"}
     assert "first at ESS 1e+06: 0.100 of prompts" in _premises_section(tmp_path)[4 + 1]
+
+
+def test_the_second_size_prose_quotes_its_committed_static_calibration():
+    """README's second-size paragraph quotes calibration-small.json's misses by hand: it must follow the file."""
+    import json
+
+    from rlvr_lib.study.runs import results_root
+
+    readme = " ".join(README.read_text().split())
+    t = json.loads((results_root() / "testbed" / "calibration-small.json").read_text())["targets"]
+    missed = [name for name, target in t.items() if not target["met"]]
+    words = ["no", "one", "two", "three", "four", "five"]
+    assert f"meets {len(t) - len(missed)} of the {len(t)} targets and misses {words[len(missed)]}" in readme
+    assert (f"mean pass@1 {t['mean_pass_at_1']['value']:.2f}".replace("0.", ".") in readme
+            and f"pass@256 / pass@1 {t['pass_at_256_over_pass_at_1']['value']:.2f}" in readme
+            and f"pass@1 {t['pass_at_1[rare_mix]']['value']:.2f}".replace("0.", ".") + " (bound .10" in readme
+            and f"accuracy over `split`'s {t['acc_ratio[rare_mix: round/split]']['value']:.1f}x" in readme)
