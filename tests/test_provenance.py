@@ -118,6 +118,14 @@ def test_a_change_off_the_path_or_only_in_docstrings_and_comments_is_not_stale(r
     assert _check(repo, _first(repo))["status"] == "current"
 
 
+def test_a_model_card_beside_the_data_is_documentation_not_a_change(repo):
+    _commit(repo, {"rlvr_lib/data/README.md": "what the problems are\n"})
+    _commit(repo, {"rlvr_lib/data/README.md": "what the problems are, reworded\n"})
+    assert _check(repo, _first(repo))["status"] == "current"
+    change = _commit(repo, {"rlvr_lib/data/problems.txt": "1+2\n", "rlvr_lib/data/README.md": "again\n"})
+    assert _check(repo, _first(repo))["undeclared"] == {"rlvr_lib/data/problems.txt": [change]}
+
+
 def test_a_rename_on_the_path_is_a_change(repo):
     _git(repo, "mv", "rlvr_lib/core.py", "rlvr_lib/loop.py")
     _commit(repo, {"rlvr_lib/runner.py": "def run():\n    from .loop import step\n\n    return step(1)\n"}, "rename")

@@ -255,9 +255,14 @@ def _code_only(text: Optional[str], path: str) -> Optional[str]:
 _NO_BLOB = "0" * 40
 
 
+def _documentation(path: str) -> bool:
+    """A Markdown file (a checkpoint's model card) says what the data is and computes nothing, as a docstring."""
+    return path.endswith(".md")
+
+
 def changed_paths(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> list[str]:
     """The files among ``paths`` (files or folders) whose content, or code for ``.py``, differs between
-    ``commit`` and ``rev``; renames count as a deletion and an addition."""
+    ``commit`` and ``rev``; renames count as a deletion and an addition, Markdown files (model cards) never."""
     raw = _git(repo, "diff", "--raw", "--no-renames", "--abbrev=40", commit, rev, "--", *paths).splitlines()
     diffs = []  # (path, old blob, new blob); a missing side is all zeros
     for line in raw:
@@ -265,8 +270,8 @@ def changed_paths(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> li
         old, new = meta.split()[2:4]
         diffs.append((path, old, new))
     code = _code_of(repo, [b for path, old, new in diffs if path.endswith(".py") for b in (old, new) if b != _NO_BLOB])
-    return sorted(path for path, old, new in diffs
-                  if not (path.endswith(".py") and code.get(old) is not None and code.get(old) == code.get(new)))
+    return sorted(path for path, old, new in diffs if not _documentation(path)
+                  and not (path.endswith(".py") and code.get(old) is not None and code.get(old) == code.get(new)))
 
 
 _CODE: dict[str, Optional[str]] = {}  # blob sha -> its code without docstrings (blobs never change)
@@ -283,7 +288,8 @@ def _code_of(repo: Path, shas: Sequence[str]) -> dict[str, Optional[str]]:
 def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> dict[str, list[str]]:
     """``{path: commits in (commit, rev] that changed it, newest first}`` for the files under ``paths``.
 
-    A commit that changes only the docstrings, comments or layout of a ``.py`` file does not count for it.
+    A commit that changes only the docstrings, comments or layout of a ``.py`` file does not count for it, nor
+    one to a Markdown file (a model card beside the weights).
     A merge counts for a path only where its own content differs from every parent's (git's dense combined
     diff, ``--cc``: a conflict resolved by hand); a clean merge brings nothing its parents' commits did not.
     """
@@ -302,7 +308,9 @@ def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) ->
                            for b in (old, new) if b != _NO_BLOB])
     out: dict[str, list[str]] = {}
     for sha, path, old, new in changes:
-        if old is None:
+        if _documentation(path):
+            counts = False
+        elif old is None:
             counts = _merge_changed(repo, sha, path)
         else:
             counts = not (path.endswith(".py") and code.get(old) is not None and code.get(old) == code.get(new))
