@@ -467,3 +467,28 @@ def test_the_second_size_prose_quotes_its_committed_static_calibration():
             and f"pass@256 / pass@1 {t['pass_at_256_over_pass_at_1']['value']:.2f}" in readme
             and f"pass@1 {t['pass_at_1[rare_mix]']['value']:.2f}".replace("0.", ".") + " (bound .10" in readme
             and f"accuracy over `split`'s {t['acc_ratio[rare_mix: round/split]']['value']:.1f}x" in readme)
+
+
+def test_the_prose_quotes_the_committed_seconds_of_pretraining_and_calibration():
+    """README's dated paragraphs quote some measured times by hand (pretraining, static calibrations): each must be
+    the committed log's or report's, so a re-run that changes one makes the prose wrong loudly."""
+    import json
+    from pathlib import Path
+
+    from rlvr_lib.policy.load import resolve_policy_path
+    from rlvr_lib.study.runs import results_root
+
+    readme = " ".join(README.read_text().split())
+    testbed = results_root() / "testbed"
+
+    def seconds(path, key):
+        return f"{int(json.loads(path.read_text())[key] + 0.5):,}"  # half up: 1078.5 s reads 1,079
+
+    tiny, small = (Path(resolve_policy_path(n)) for n in (None, "small"))
+    assert f"(the tiny policy took {seconds(tiny / 'pretrain_log.json', 'train_seconds')} s on one thread)" in readme
+    assert f"in {seconds(small / 'pretrain_log.json', 'train_seconds')} s on one thread" in readme
+    assert f"(`results/testbed/calibration-small.json`, {seconds(testbed / 'calibration-small.json', 'seconds')} s)" \
+        in readme
+    intel = results_root() / "archive" / "intel-xeon" / "testbed" / "calibration.json"
+    assert (f"The static calibration took {seconds(testbed / 'calibration.json', 'seconds')} s (the Intel record "
+            f"says {seconds(intel, 'seconds')})") in readme
