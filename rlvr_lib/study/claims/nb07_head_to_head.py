@@ -13,8 +13,8 @@ Welch, `rlvr_lib.study.head_to_head.gain_growth`; an interval wholly below 0 rea
 Thresholds are 0 and the minimum-effect rule of
 `rlvr_lib.study.claims.tables.min_effect` applies as in every notebook (no paper effect here is large).
 
-These rows can be revised freely until notebook 07's first full-profile record exists (none does yet); from
-then on a change is listed by `Registry.changed_rows`, as for every notebook.
+These rows were fixed before notebook 07's first full-profile record (session 26); a change since is listed by
+`Registry.changed_rows`, as for every notebook.
 """
 
 from . import Claim, Measurement, Registry
