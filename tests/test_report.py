@@ -71,6 +71,29 @@ def test_the_compute_section_names_the_processors_of_notebook_00s_calibrations(t
     assert "made on dynamics: Other CPU; static: Some CPU; premises: not recorded;" in line
 
 
+def test_the_dynamics_folder_line_splits_its_runs_by_policy(tmp_path, monkeypatch):
+    """The second size's dynamics runs share notebook 00's folder: the line says how many and how long per policy."""
+    import json
+
+    from rlvr_lib.policy import load
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.study.report import _budget_section
+    from rlvr_lib.study.runs import cached_run
+
+    small = tmp_path / "small-mul"
+    small.mkdir()
+    (small / "config.json").write_text('{"hidden_size": 192}')
+    monkeypatch.setitem(load.POLICY_NAMES, "small", small)
+    for seed, sha, hours in ((0, policy_fingerprint(None), 1.0), (1, policy_fingerprint(None), 0.5),
+                             (0, policy_fingerprint("small"), 2.25)):
+        record = cached_run("testbed_dynamics", "grpo", {"policy_sha": sha}, seed, lambda: ([], {}), root=tmp_path)
+        path = tmp_path / "testbed_dynamics" / f"{record.run_id}.json"
+        path.write_text(json.dumps({**json.loads(path.read_text()), "wall_time_s": hours * 3600}))
+    line = next(l for l in _budget_section(tmp_path) if l.startswith("Notebook 00"))
+    assert ("holds 3 dynamics runs (3.75 run hours): 2 of the shipped policy (1.50 run hours), 1 of `small` (2.25)."
+            in line)
+
+
 def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whether_they_fit(tmp_path, monkeypatch):
     """The 12 hours are notebooks 01-06's; notebook 07 has its own budget; the second size's runs get their own
     row and count toward neither (their budget includes work outside `make reproduce`)."""

@@ -359,32 +359,40 @@ def notebook_compute(root: str | Path | None = None) -> list[dict]:
         named policy's name such as the second model size's, else its ``policy_sha``), the shipped one first.
     """
     root = results_root(root)
-    shipped, named = current_testbed()[0], named_policy_shas()
     rows = []
     for experiment, _, notebook, _ in SECTIONS:
         records = load_runs(experiment, root)
         seconds = sorted(r.wall_time_s for r in records)
-        by_policy: dict[str, dict] = {}
-        for r in sorted(records, key=lambda r: r.config.get("policy_sha") != shipped):
-            sha = r.config.get("policy_sha")
-            part = by_policy.setdefault("shipped" if sha in (shipped, None) else named.get(sha, str(sha)),
-                                        {"runs": 0, "hours": 0.0})
-            part["runs"] += 1
-            part["hours"] += r.wall_time_s / 3600
         rows.append({
             "notebook": notebook, "experiment": experiment, "runs": len(records), "hours": sum(seconds) / 3600,
             "median_run_s": float(np.median(seconds)) if seconds else None,
             "processors": sorted({r.extra.get("machine", {}).get("cpu_model", "?") for r in records}),
-            "by_policy": by_policy,
+            "by_policy": compute_by_policy(records),
         })
     return rows
+
+
+def compute_by_policy(records) -> dict[str, dict]:
+    """``{policy: {"runs", "hours"}}`` of ``records`` (summed ``wall_time_s``) per policy they were measured on:
+    ``"shipped"`` (also a record without a ``policy_sha``), a named policy's name (the second model size's), else
+    its ``policy_sha``; the shipped one first."""
+    shipped, named = current_testbed()[0], named_policy_shas()
+    by_policy: dict[str, dict] = {}
+    for r in sorted(records, key=lambda r: r.config.get("policy_sha") not in (shipped, None)):
+        sha = r.config.get("policy_sha")
+        part = by_policy.setdefault("shipped" if sha in (shipped, None) else named.get(sha, str(sha)),
+                                    {"runs": 0, "hours": 0.0})
+        part["runs"] += 1
+        part["hours"] += r.wall_time_s / 3600
+    return by_policy
 
 
 def calibration_compute(root: str | Path | None = None) -> dict:
     """Notebook 00's calibrations of record: the dynamics runs cached so far and where each report was made.
 
     Returns:
-        ``runs`` and ``hours`` (summed ``wall_time_s``) of the records in the dynamics calibration's folder, and
+        ``runs`` and ``hours`` (summed ``wall_time_s``) of the records in the dynamics calibration's folder,
+        ``by_policy`` the same per policy (`compute_by_policy`: the second size's runs share the folder), and
         ``processors``: per report of ``results/testbed/`` (``dynamics``, ``static``, ``premises``), the processor
         models it states (``["not recorded"]`` for a report written before reports recorded their machine; ``[]``
         without the report). Read from the reports, not the folder: the folder may hold a recompute in progress.
@@ -404,7 +412,7 @@ def calibration_compute(root: str | Path | None = None) -> dict:
         return [report.get("machine", {}).get("cpu_model", "not recorded")]
 
     return {"runs": len(records), "hours": sum(r.wall_time_s for r in records) / 3600,
-            "processors": {"dynamics": made_on("dynamics"), "static": made_on("calibration"),
+            "by_policy": compute_by_policy(records), "processors": {"dynamics": made_on("dynamics"), "static": made_on("calibration"),
                            "premises": made_on("premises")}}
 
 
@@ -419,6 +427,15 @@ BUDGETS = (
 """``(label, notebooks, elapsed hours)``: the stated budgets of `make reproduce` (README, "Budget"), each over its
 notebooks' runs on the shipped policy. The second model size's runs have the whole second-size budget instead
 (pretraining and calibrations included, outside `make reproduce`), so they are shown, not summed here."""
+
+
+def _policy_parts(by_policy: dict[str, dict]) -> str:
+    """``": 10 of the shipped policy (1.37 run hours), 4 of `small` (0.34)"``; nothing when one policy only."""
+    if len(by_policy) <= 1:
+        return ""
+    return ": " + ", ".join(f"{part['runs']} of " + ("the shipped policy" if policy == "shipped" else f"`{policy}`")
+                            + f" ({part['hours']:.2f}{' run hours' if i == 0 else ''})"
+                            for i, (policy, part) in enumerate(by_policy.items()))
 
 
 def _budget_section(root: Path) -> list[str]:
@@ -450,7 +467,7 @@ def _budget_section(root: Path) -> list[str]:
     made = "; ".join(f"{part}: {', '.join(models) or '-'}" for part, models in cal["processors"].items())
     lines += ["", f"Notebook 00 reads its calibrations of record from `results/testbed/` (`make calibrate`, outside "
                   f"the 12 hours), made on {made}; `results/testbed_dynamics/` holds {cal['runs']} dynamics runs "
-                  f"({cal['hours']:.2f} run hours)."]
+                  f"({cal['hours']:.2f} run hours){_policy_parts(cal['by_policy'])}."]
     return lines
 
 
