@@ -475,8 +475,9 @@ def test_premises_section_says_which_premise_holds(tmp_path):
     assert "first at ESS 1e+06: 0.100 of prompts" in _premises_section(tmp_path)[4 + 1]
 
 
-def test_the_second_size_prose_quotes_its_committed_static_calibration():
-    """README's second-size paragraph quotes calibration-small.json's misses by hand: it must follow the file."""
+def test_the_second_size_prose_quotes_its_committed_calibrations():
+    """README's second-size paragraph quotes calibration-small.json's misses and dynamics-small.json's figures by
+    hand: it must follow the files."""
     import json
 
     from rlvr_lib.study.runs import results_root
@@ -490,6 +491,19 @@ def test_the_second_size_prose_quotes_its_committed_static_calibration():
             and f"pass@256 / pass@1 {t['pass_at_256_over_pass_at_1']['value']:.2f}" in readme
             and f"pass@1 {t['pass_at_1[rare_mix]']['value']:.2f}".replace("0.", ".") + " (bound .10" in readme
             and f"accuracy over `split`'s {t['acc_ratio[rare_mix: round/split]']['value']:.1f}x" in readme)
+    d = json.loads((results_root() / "testbed" / "dynamics-small.json").read_text())["targets"]
+    missed = [name for name, target in d.items() if not target["met"]]
+    short = lambda x: f"{x:.3f}".replace("0.", ".")
+    gain, drop = d["pass_at_1_gain"], d["rare_pass_at_256_drop"]
+    assert f"meets {len(d) - len(missed)} of the {len(d)} gating targets" in readme
+    assert (f"pass@1 +{short(gain['value'])} [{short(gain['interval'][0])}, {short(gain['interval'][1])}]" in readme
+            and f"pass@256 -{short(drop['value'])} [{short(drop['interval'][0])}, {short(drop['interval'][1])}]"
+            in readme and f"crossover k = {d['crossover_k']['value']:.0f}," in readme
+            and f"strategy entropy -{d['strategy_entropy_fall']['value']:.0%}" in readme
+            and f"rescued on `rare_mix` {d['rare_lost_vs_rescued']['value']:.1f}" in readme)
+    assert sorted(missed) == ["kl_binds", "rare_share_fall"]  # the two the prose names as missed
+    assert (f"share falls {d['rare_share_fall']['value']:.1f}x" in readme
+            and f"unanchored KL {d['kl_binds']['value']:.2f}".replace("0.", ".") in readme)
 
 
 def test_the_prose_quotes_the_committed_seconds_of_pretraining_and_calibration():
