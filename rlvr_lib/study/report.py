@@ -412,7 +412,8 @@ def calibration_compute(root: str | Path | None = None) -> dict:
         return [report.get("machine", {}).get("cpu_model", "not recorded")]
 
     return {"runs": len(records), "hours": sum(r.wall_time_s for r in records) / 3600,
-            "by_policy": compute_by_policy(records), "processors": {"dynamics": made_on("dynamics"), "static": made_on("calibration"),
+            "by_policy": compute_by_policy(records),
+            "processors": {"dynamics": made_on("dynamics"), "static": made_on("calibration"),
                            "premises": made_on("premises")}}
 
 
