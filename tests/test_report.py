@@ -491,7 +491,8 @@ def test_the_second_size_prose_quotes_its_committed_calibrations():
             and f"pass@256 / pass@1 {t['pass_at_256_over_pass_at_1']['value']:.2f}" in readme
             and f"pass@1 {t['pass_at_1[rare_mix]']['value']:.2f}".replace("0.", ".") + " (bound .10" in readme
             and f"accuracy over `split`'s {t['acc_ratio[rare_mix: round/split]']['value']:.1f}x" in readme)
-    d = json.loads((results_root() / "testbed" / "dynamics-small.json").read_text())["targets"]
+    dynamics = json.loads((results_root() / "testbed" / "dynamics-small.json").read_text())
+    d, d_sha = dynamics["targets"], dynamics["policy_sha"]
     missed = [name for name, target in d.items() if not target["met"]]
     short = lambda x: f"{x:.3f}".replace("0.", ".")
     gain, drop = d["pass_at_1_gain"], d["rare_pass_at_256_drop"]
@@ -504,6 +505,18 @@ def test_the_second_size_prose_quotes_its_committed_calibrations():
     assert sorted(missed) == ["kl_binds", "rare_share_fall"]  # the two the prose names as missed
     assert (f"share falls {d['rare_share_fall']['value']:.1f}x" in readme
             and f"unanchored KL {d['kl_binds']['value']:.2f}".replace("0.", ".") in readme)
+    # The tiny policy's figures beside them are the shipped dynamics report's.
+    tiny = json.loads((results_root() / "testbed" / "dynamics.json").read_text())["targets"]
+    assert (f"(tiny -{tiny['rare_pass_at_256_drop']['value']:.2f}".replace("0.", ".") in readme
+            and f"(tiny -{tiny['strategy_entropy_fall']['value']:.0%})" in readme
+            and f"(tiny {tiny['rare_lost_vs_rescued']['value']:.1f})" in readme
+            and f"tiny {tiny['rare_share_fall']['value']:.1f}x)" in readme
+            and f"tiny {tiny['kl_binds']['value']:.2f})".replace("0.", ".") in readme)
+    # The budget's measured total of the second size's dynamics runs is the committed records' sum.
+    from rlvr_lib.study.runs import load_runs
+
+    small = [r for r in load_runs("testbed_dynamics") if r.config.get("policy_sha") == d_sha]
+    assert f"its {len(small)} runs took {int(sum(r.wall_time_s for r in small) + 0.5):,} s in the end" in readme
 
 
 def test_the_prose_quotes_the_committed_seconds_of_pretraining_and_calibration():
