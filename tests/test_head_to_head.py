@@ -143,6 +143,29 @@ def test_map_summary_reads_each_bucket_and_the_guide_says_where_to_use_which():
         h2h.guide([])
 
 
+def test_measures_beside_the_map_are_read_like_its_buckets_and_reach_the_guide():
+    levels, reference = np.array([0.0, 0.0, 0.5, 0.5]), np.tile([0.2, 0.2, 0.6, 0.6], (2, 1))
+    gains = h2h.gain_map(levels, {"A": reference + [0.3, 0.3, 0, 0]}, reference, edges=[0.0])
+    beside = {"rare pass@256 minus GRPO's": {"A": {"mean": 0.2, "ci_low": 0.1, "ci_high": 0.3},
+                                             "baseline": {"mean": -0.1, "ci_low": -0.2, "ci_high": -0.05}},
+              "growth with size": {"A": {"mean": 0.01, "ci_low": -0.02, "ci_high": 0.04, "n": 3}}}
+    text = h2h.map_summary(gains, beside=beside)
+    assert "- baseline: -0.100 [-0.200, -0.050] below 0" in text
+    data = h2h.find_map(text)
+    assert h2h.map_rows(data) == ["A", "baseline"]  # a run measured only beside the map is a row too
+    assert [v["reading"] for v in (data["beside"]["rare pass@256 minus GRPO's"]["A"],
+                                    data["beside"]["growth with size"]["A"])] == [h2h.HELPS, h2h.NO_DIFFERENCE]
+    assert h2h.guide(data) == [
+        "- **A**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300 [0.300, 0.300]) "
+        "(1 other bucket: no difference shown). Beside the map: rare pass@256 minus GRPO's +0.200 [0.100, 0.300] "
+        "(above 0); growth with size +0.010 [-0.020, 0.040] (no difference shown).",
+        "- **baseline**: rare pass@256 minus GRPO's -0.100 [-0.200, -0.050] (below 0).",
+    ]
+    assert h2h.find_map(h2h.map_summary(gains))["beside"] == {}
+    with pytest.raises(ValueError, match=r"^beside\['growth'\]=.* is invalid: must be \{run: an interval"):
+        h2h.map_summary(gains, beside={"growth": {"A": {"mean": 0.1}}})
+
+
 def test_rows_a_profile_does_not_run_are_left_out():
     reg = registry("nb07_head_to_head")
     ci = {"mean": 0.1, "ci_low": 0.05, "ci_high": 0.15, "n": 5, "method": "m"}

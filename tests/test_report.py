@@ -206,13 +206,19 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     assert "Which method for which situation" not in render(tmp_path)  # no executed notebook 07, no guide
     levels, reference = np.array([0.0, 0.0, 0.5, 0.5]), np.tile([0.2, 0.2, 0.6, 0.6], (2, 1))
     gains = h2h.gain_map(levels, {"NudgeRL": reference + [0.3, 0.3, 0, 0]}, reference, edges=[0.0])
-    cell = nbformat.v4.new_code_cell("display(Markdown(h2h.map_summary(gains)))")
-    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": h2h.map_summary(gains)})]
+    rare = {"NudgeRL": {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1},
+            "forward KL": {"mean": 0.25, "ci_low": 0.15, "ci_high": 0.35}}
+    summary = h2h.map_summary(gains, beside={"rare pass@256 minus GRPO's": rare})
+    cell = nbformat.v4.new_code_cell("display(Markdown(h2h.map_summary(gains, beside=...)))")
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": summary})]
     nbformat.write(nbformat.v4.new_notebook(cells=[cell]), str(executed / "07_head_to_head.ipynb"))
     text = render(tmp_path)
     section = text.split("**Which method for which situation**", 1)[1]
-    assert "| method | <= 0 | > 0 |" in section
-    assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] |" in section
+    assert "beside the map, read the same way: rare pass@256 minus GRPO's):" in section
+    assert "| arm | <= 0 | > 0 | rare pass@256 minus GRPO's |" in section
+    assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] | +0.000 [-0.100, 0.100] |" in section
+    assert "| forward KL | - | - | +0.250 [0.150, 0.350] above 0 |" in section
+    assert "- **forward KL**: rare pass@256 minus GRPO's +0.250 [0.150, 0.350] (above 0)." in section
     assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300" in section
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits

@@ -76,10 +76,10 @@ from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["BASELINE_CANDIDATES", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY", "SHARED",
-           "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth", "gain_map",
-           "find_map", "guide", "home", "map_summary", "mean_pass", "pair_name", "pair_settings", "pick_best",
-           "records_by_name", "scale_policy", "seed_gains", "select_arms"]
+__all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY",
+           "SHARED", "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth",
+           "gain_map", "find_map", "guide", "home", "map_rows", "map_summary", "mean_pass", "pair_name",
+           "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains", "select_arms"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -334,6 +334,8 @@ def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | 
 
 HELPS, HURTS, NO_DIFFERENCE = "helps", "hurts", "no difference shown"
 """A bucket's reading: its gain's whole 95% interval above 0, wholly below 0, or touching 0."""
+BESIDE_READING = {HELPS: "above 0", HURTS: "below 0", NO_DIFFERENCE: "no difference shown"}
+"""A measure beside the map is not always a gain (a growth with size, say): its reading in neutral words."""
 _MAP_COMMENT = re.compile(r"<!-- when-map (\{.*?\}) -->")
 
 
@@ -341,13 +343,21 @@ def _bucket_reading(low: float, high: float) -> str:
     return HELPS if low > 0 else HURTS if high < 0 else NO_DIFFERENCE
 
 
-def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metric: str = "pass@1") -> str:
+def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metric: str = "pass@1",
+                beside: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> str:
     """The map of :func:`gain_map` in markdown, for the notebook and (through a hidden comment) README's guide.
 
     One bullet per run: each bucket's gain over GRPO and its reading (:data:`HELPS` when the whole 95% interval
     is above 0, :data:`HURTS` when wholly below, else :data:`NO_DIFFERENCE`); then ``<!-- when-map {...} -->``,
-    the same numbers as JSON (``property``, ``metric``, ``runs: {run: [{bucket, problems, mean, ci_low, ci_high,
-    reading}]}``), which :func:`find_map` reads back from the executed notebook for `rlvr_lib.study.report`.
+    the same numbers as JSON, in their order (``property``, ``metric``, ``runs: {run: [{bucket, problems, mean,
+    ci_low, ci_high, reading}]}``, ``beside``), which :func:`find_map` reads back from the executed notebook for
+    `rlvr_lib.study.report`.
+
+    Args:
+        beside: measures read beside the map, ``{label: {run: interval}}`` (an interval: ``mean``, ``ci_low``,
+            ``ci_high``), each a signed difference whose 0 means "no difference from GRPO" (notebook 07: the
+            ``rare_mix`` pass@256 gap of every arm, the growth of each method's gain with size); each value is
+            read as the buckets are. A run may have such a measure and no bucket (a baseline or a pair).
     """
     runs: dict[str, list[dict]] = {}
     for _, row in gains.iterrows():
@@ -355,14 +365,28 @@ def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metri
             "bucket": row["bucket"], "problems": int(row["problems"]), "mean": float(row["mean"]),
             "ci_low": float(row["ci_low"]), "ci_high": float(row["ci_high"]),
             "reading": _bucket_reading(float(row["ci_low"]), float(row["ci_high"]))})
-    data = {"property": prop, "metric": metric, "runs": runs}
+    besides = {}
+    for label, values in (beside or {}).items():
+        check(isinstance(values, Mapping) and all(isinstance(v, Mapping) and {"mean", "ci_low", "ci_high"} <= set(v)
+                                                  for v in values.values()),
+              f"beside[{label!r}]", values, "{run: an interval with mean, ci_low and ci_high}")
+        besides[label] = {run: {k: float(v[k]) for k in ("mean", "ci_low", "ci_high")}
+                          | {"reading": _bucket_reading(float(v["ci_low"]), float(v["ci_high"]))}
+                          for run, v in values.items()}
+    data = {"property": prop, "metric": metric, "runs": runs, "beside": besides}
     lines = [f"**When does it help** ({metric} gain over GRPO per bucket of {prop}; a bucket *{HELPS}* or "
              f"*{HURTS}* only when its whole 95% interval is above or below 0):", ""]
     for run, buckets in runs.items():
         lines.append(f"- {run}: " + "; ".join(
-            f"{b['bucket']} ({b['problems']} problems) {b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}] "
-            f"{b['reading']}" for b in buckets))
-    return "\n".join([*lines, "", f"<!-- when-map {json.dumps(data, sort_keys=True)} -->"])
+            f"{b['bucket']} ({b['problems']} problems) {_interval(b)} {b['reading']}" for b in buckets))
+    for label, values in besides.items():
+        lines += ["", f"Beside the map, {label}:", ""]
+        lines += [f"- {run}: {_interval(v)} {BESIDE_READING[v['reading']]}" for run, v in values.items()]
+    return "\n".join([*lines, "", f"<!-- when-map {json.dumps(data)} -->"])
+
+
+def _interval(v: Mapping[str, float]) -> str:
+    return f"{v['mean']:+.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
 
 
 def find_map(text: str) -> dict | None:
@@ -372,30 +396,44 @@ def find_map(text: str) -> dict | None:
     return json.loads(found[-1]) if found else None
 
 
+def map_rows(data: Mapping[str, Any]) -> list[str]:
+    """Every run a map names, in order: those with buckets, then those only measured beside the map."""
+    measured = (run for values in data.get("beside", {}).values() for run in values)
+    return list(dict.fromkeys([*data["runs"], *measured]))
+
+
 def guide(data: Mapping[str, Any]) -> list[str]:
     """"Which method for which situation", one markdown bullet per run, read off a map (:func:`map_summary`'s
     data): the buckets where the run's gain over GRPO is shown (:data:`HELPS`), those where its loss is shown
-    (:data:`HURTS`), and how many show neither. A sentence per run, no judgement beyond the intervals."""
+    (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
+    per run, no judgement beyond the intervals."""
     check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
           "a map as map_summary writes it: property, metric and runs")
     lines = []
-    for run, buckets in data["runs"].items():
-        shown = {r: [b for b in buckets if b["reading"] == r] for r in (HELPS, HURTS, NO_DIFFERENCE)}
-        say = lambda bs: "; ".join(f"{'in ' if b['bucket'].startswith('(') else ''}{b['bucket']} "
-                                   f"({b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}])" for b in bs)
+    for run in map_rows(data):
+        buckets = data["runs"].get(run)
         parts = []
-        if shown[HELPS]:
-            parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
-        if shown[HURTS]:
-            where = "it" if shown[HELPS] else data["property"]  # "it": the property the first part named
-            parts.append(f"prefer GRPO where {where} is {say(shown[HURTS])}")
-        if not parts:
-            parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at this "
-                         "precision: nothing here says to prefer it, or GRPO, for any band of problems")
-        rest = len(shown[NO_DIFFERENCE])
-        tail = (f" ({rest} other bucket{'s' if rest != 1 else ''}: no difference shown)"
-                if rest and (shown[HELPS] or shown[HURTS]) else "")
-        lines.append(f"- **{run}**: " + "; ".join(parts) + tail + ".")
+        if buckets is not None:
+            shown = {r: [b for b in buckets if b["reading"] == r] for r in (HELPS, HURTS, NO_DIFFERENCE)}
+            say = lambda bs: "; ".join(f"{'in ' if b['bucket'].startswith('(') else ''}{b['bucket']} "
+                                       f"({_interval(b)})" for b in bs)
+            if shown[HELPS]:
+                parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
+            if shown[HURTS]:
+                where = "it" if shown[HELPS] else data["property"]  # "it": the property the first part named
+                parts.append(f"prefer GRPO where {where} is {say(shown[HURTS])}")
+            if not parts:
+                parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at "
+                             "this precision: nothing here says to prefer it, or GRPO, for any band of problems")
+            rest = len(shown[NO_DIFFERENCE])
+            if rest and (shown[HELPS] or shown[HURTS]):
+                parts[-1] += f" ({rest} other bucket{'s' if rest != 1 else ''}: no difference shown)"
+        measured = [f"{label} {_interval(values[run])} ({BESIDE_READING[values[run]['reading']]})"
+                    for label, values in data.get("beside", {}).items() if run in values]
+        sentence = "; ".join(parts) + ("." if parts else "")
+        if measured:
+            sentence += (" Beside the map: " if parts else "") + "; ".join(measured) + "."
+        lines.append(f"- **{run}**: {sentence}")
     return lines
 
 

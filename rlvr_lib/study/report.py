@@ -563,15 +563,21 @@ def _guide_section(outputs: str, experiment: str) -> list[str]:
     if data is None:
         return []
     buckets = list(dict.fromkeys(b["bucket"] for rows in data["runs"].values() for b in rows))
-    cell = {(run, b["bucket"]): f"{b['mean']:+.3f} [{b['ci_low']:.3f}, {b['ci_high']:.3f}]"
-            + ("" if b["reading"] == h2h.NO_DIFFERENCE else f" {b['reading']}")
+    beside = data.get("beside", {})
+    shown = lambda v, words: (f"{v['mean']:+.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"  # noqa: E731
+                              + ("" if v["reading"] == h2h.NO_DIFFERENCE else f" {words[v['reading']]}"))
+    cell = {(run, b["bucket"]): shown(b, {h2h.HELPS: h2h.HELPS, h2h.HURTS: h2h.HURTS})
             for run, rows in data["runs"].items() for b in rows}
+    cell |= {(run, label): shown(v, h2h.BESIDE_READING)
+             for label, values in beside.items() for run, v in values.items()}
+    columns = [*buckets, *beside]
     lines = ["", f"**Which method for which situation** (read off notebook 07's map: each method's {data['metric']} "
                  f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
                  "interval over seeds x problems; a bucket says *helps* or *hurts* only when its whole 95% "
-                 "interval is above or below 0):", "",
-             "| method | " + " | ".join(buckets) + " |", "|---|" + "---|" * len(buckets)]
-    lines += [f"| {run} | " + " | ".join(cell.get((run, b), "-") for b in buckets) + " |" for run in data["runs"]]
+                 "interval is above or below 0"
+                 + (f"; beside the map, read the same way: {'; '.join(beside)}" if beside else "") + "):", "",
+             "| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {run} | " + " | ".join(cell.get((run, c), "-") for c in columns) + " |" for run in h2h.map_rows(data)]
     lines += [""] + h2h.guide(data)
     own = registry_for(experiment)
     lines += ["", f"What the testbed cannot tell: {TESTBED_LIMITS} {own.limits.strip() if own else ''}".rstrip()]
