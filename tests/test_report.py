@@ -96,7 +96,8 @@ def test_the_dynamics_folder_line_splits_its_runs_by_policy(tmp_path, monkeypatc
 
 def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whether_they_fit(tmp_path, monkeypatch):
     """The 12 hours are notebooks 01-06's; notebook 07 has its own budget; the second size's runs get their own
-    row and count toward neither (their budget includes work outside `make reproduce`)."""
+    row and count toward neither: their own budget line adds the second size's pretraining, static calibration
+    and dynamics runs (work outside `make reproduce`)."""
     import json
 
     from rlvr_lib.policy import load
@@ -127,6 +128,19 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
     budget = [line for line in lines if line.startswith("- ")]
     assert budget[0].startswith("- notebooks 01-06") and "take 13.00, **over it by 1.00**" in budget[0]
     assert budget[1].startswith("- notebook 07") and "take 1.50, within it (1.00 to spare)" in budget[1]
+    assert len(budget) == 2  # the second size's own line needs its pretraining log and static calibration
+    (small / "pretrain_log.json").write_text('{"train_seconds": 1800.0}')
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "calibration-small.json").write_text('{"seconds": 900}')
+    record = cached_run("testbed_dynamics", "grpo", {"policy_sha": second}, 0, lambda: ([], {}), root=tmp_path)
+    path = tmp_path / "testbed_dynamics" / f"{record.run_id}.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "wall_time_s": 3600.0}))
+    budget = [line for line in _budget_section(tmp_path) if line.startswith("- ")]
+    # one thread in turn (0.5 + 0.25), then (1 + 7) run hours over two workers
+    assert budget[2] == ("- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): "
+                         "a budget of 6 elapsed hours; its pretraining 0.50 and static calibration 0.25 hours on one "
+                         "thread, then its dynamics runs 1.00 and notebook 07's runs 7.00 run hours on 2 workers take "
+                         "4.75, within it (1.25 to spare).")
 
 
 def _ci(lo, hi):

@@ -427,7 +427,37 @@ BUDGETS = (
 )
 """``(label, notebooks, elapsed hours)``: the stated budgets of `make reproduce` (README, "Budget"), each over its
 notebooks' runs on the shipped policy. The second model size's runs have the whole second-size budget instead
-(pretraining and calibrations included, outside `make reproduce`), so they are shown, not summed here."""
+(pretraining and calibrations included, outside `make reproduce`): `SECOND_SIZE_BUDGET`, `second_size_compute`."""
+
+
+SECOND_SIZE_BUDGET = 6.0
+"""The second model size's own budget, in elapsed hours (README "Budget", issue 32 item 3), beside `BUDGETS`."""
+
+
+def second_size_compute(root: str | Path | None = None) -> dict | None:
+    """What the second model size (`rlvr_lib.study.head_to_head.SCALE_POLICY`) has cost, in hours: its pretraining
+    (``pretrain_log.json`` beside its checkpoint) and static calibration (``results/testbed/calibration-<name>.json``,
+    ``make second-size``'s), each on one thread, one after the other; then its dynamics runs and notebook 07's runs
+    on it, summed wall times, which share `REPRODUCE_WORKERS` workers. ``elapsed`` is the budget's unit. None until
+    the policy and its calibration exist."""
+    from rlvr_lib.policy.load import resolve_policy_path
+    from rlvr_lib.study.head_to_head import SCALE_POLICY
+
+    root = results_root(root)
+    static = root / "testbed" / f"calibration-{SCALE_POLICY}.json"
+    try:
+        pretrain_log = Path(resolve_policy_path(SCALE_POLICY)) / "pretrain_log.json"
+    except FileNotFoundError:
+        return None
+    if not (static.is_file() and pretrain_log.is_file()):
+        return None
+    out = {"pretraining": json.loads(pretrain_log.read_text())["train_seconds"] / 3600,
+           "static calibration": json.loads(static.read_text())["seconds"] / 3600,
+           "dynamics": calibration_compute(root)["by_policy"].get(SCALE_POLICY, {"hours": 0.0})["hours"],
+           "notebook 07": sum(row["by_policy"].get(SCALE_POLICY, {"hours": 0.0})["hours"]
+                              for row in notebook_compute(root) if row["notebook"] == "07_head_to_head")}
+    return {**out, "elapsed": out["pretraining"] + out["static calibration"]
+            + (out["dynamics"] + out["notebook 07"]) / REPRODUCE_WORKERS}
 
 
 def _policy_parts(by_policy: dict[str, dict]) -> str:
@@ -462,6 +492,16 @@ def _budget_section(root: Path) -> list[str]:
                    else f"**over it by {elapsed - budget:.2f}**")
         lines.append(f"- {label}: a budget of {budget:g} elapsed hours; the committed runs take {elapsed:.2f}, "
                      f"{verdict}.")
+    second = second_size_compute(root)
+    if second is not None:
+        elapsed = second["elapsed"]
+        verdict = (f"within it ({SECOND_SIZE_BUDGET - elapsed:.2f} to spare)" if elapsed <= SECOND_SIZE_BUDGET
+                   else f"**over it by {elapsed - SECOND_SIZE_BUDGET:.2f}**")
+        lines.append(f"- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): a "
+                     f"budget of {SECOND_SIZE_BUDGET:g} elapsed hours; its pretraining {second['pretraining']:.2f} "
+                     f"and static calibration {second['static calibration']:.2f} hours on one thread, then its "
+                     f"dynamics runs {second['dynamics']:.2f} and notebook 07's runs {second['notebook 07']:.2f} run "
+                     f"hours on {REPRODUCE_WORKERS} workers take {elapsed:.2f}, {verdict}.")
     # Notebook 00 reads its calibrations of record (`make calibrate`'s work, outside the 12 hours): shown for their
     # processor, since issue 31 asks for one model across notebooks 00-06.
     cal = calibration_compute(root)
