@@ -79,7 +79,8 @@ from rlvr_lib.validation import check, check_int
 __all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY",
            "SHARED", "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth",
            "gain_map", "find_map", "guide", "home", "map_rows", "map_summary", "mean_pass", "pair_name",
-           "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains", "select_arms"]
+           "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains", "select_arms",
+           "signed_interval"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -378,14 +379,15 @@ def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metri
              f"*{HURTS}* only when its whole 95% interval is above or below 0):", ""]
     for run, buckets in runs.items():
         lines.append(f"- {run}: " + "; ".join(
-            f"{b['bucket']} ({b['problems']} problems) {_interval(b)} {b['reading']}" for b in buckets))
+            f"{b['bucket']} ({b['problems']} problems) {signed_interval(b)} {b['reading']}" for b in buckets))
     for label, values in besides.items():
         lines += ["", f"Beside the map, {label}:", ""]
-        lines += [f"- {run}: {_interval(v)} {BESIDE_READING[v['reading']]}" for run, v in values.items()]
+        lines += [f"- {run}: {signed_interval(v)} {BESIDE_READING[v['reading']]}" for run, v in values.items()]
     return "\n".join([*lines, "", f"<!-- when-map {json.dumps(data)} -->"])
 
 
-def _interval(v: Mapping[str, float]) -> str:
+def signed_interval(v: Mapping[str, float]) -> str:
+    """``"+0.144 [0.038, 0.250]"``: an interval dict's mean, signed, and its bounds (the map's and guide's cells)."""
     return f"{v['mean']:+.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"
 
 
@@ -416,7 +418,7 @@ def guide(data: Mapping[str, Any]) -> list[str]:
         if buckets is not None:
             shown = {r: [b for b in buckets if b["reading"] == r] for r in (HELPS, HURTS, NO_DIFFERENCE)}
             say = lambda bs: "; ".join(f"{'in ' if b['bucket'].startswith('(') else ''}{b['bucket']} "
-                                       f"({_interval(b)})" for b in bs)
+                                       f"({signed_interval(b)})" for b in bs)
             if shown[HELPS]:
                 parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
             if shown[HURTS]:
@@ -428,7 +430,7 @@ def guide(data: Mapping[str, Any]) -> list[str]:
             rest = len(shown[NO_DIFFERENCE])
             if rest and (shown[HELPS] or shown[HURTS]):
                 parts[-1] += f" ({rest} other bucket{'s' if rest != 1 else ''}: no difference shown)"
-        measured = [f"{label} {_interval(values[run])} ({BESIDE_READING[values[run]['reading']]})"
+        measured = [f"{label} {signed_interval(values[run])} ({BESIDE_READING[values[run]['reading']]})"
                     for label, values in data.get("beside", {}).items() if run in values]
         sentence = "; ".join(parts) + ("." if parts else "")
         if measured:

@@ -460,6 +460,11 @@ def second_size_compute(root: str | Path | None = None) -> dict | None:
             + (out["dynamics"] + out["notebook 07"]) / REPRODUCE_WORKERS}
 
 
+def _verdict(elapsed: float, budget: float) -> str:
+    return (f"within it ({budget - elapsed:.2f} to spare)" if elapsed <= budget
+            else f"**over it by {elapsed - budget:.2f}**")
+
+
 def _policy_parts(by_policy: dict[str, dict]) -> str:
     """``": 10 of the shipped policy (1.37 run hours), 4 of `small` (0.34)"``; nothing when one policy only."""
     if len(by_policy) <= 1:
@@ -488,20 +493,17 @@ def _budget_section(root: Path) -> list[str]:
     lines.append("")
     for label, notebooks, budget in BUDGETS:
         elapsed = sum(shipped[nb]["hours"] for nb in notebooks) / REPRODUCE_WORKERS
-        verdict = (f"within it ({budget - elapsed:.2f} to spare)" if elapsed <= budget
-                   else f"**over it by {elapsed - budget:.2f}**")
         lines.append(f"- {label}: a budget of {budget:g} elapsed hours; the committed runs take {elapsed:.2f}, "
-                     f"{verdict}.")
+                     f"{_verdict(elapsed, budget)}.")
     second = second_size_compute(root)
     if second is not None:
         elapsed = second["elapsed"]
-        verdict = (f"within it ({SECOND_SIZE_BUDGET - elapsed:.2f} to spare)" if elapsed <= SECOND_SIZE_BUDGET
-                   else f"**over it by {elapsed - SECOND_SIZE_BUDGET:.2f}**")
         lines.append(f"- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): a "
                      f"budget of {SECOND_SIZE_BUDGET:g} elapsed hours; its pretraining {second['pretraining']:.2f} "
                      f"and static calibration {second['static calibration']:.2f} hours on one thread, then its "
                      f"dynamics runs {second['dynamics']:.2f} and notebook 07's runs {second['notebook 07']:.2f} run "
-                     f"hours on {REPRODUCE_WORKERS} workers take {elapsed:.2f}, {verdict}.")
+                     f"hours on {REPRODUCE_WORKERS} workers take {elapsed:.2f}, "
+                     f"{_verdict(elapsed, SECOND_SIZE_BUDGET)}.")
     # Notebook 00 reads its calibrations of record (`make calibrate`'s work, outside the 12 hours): shown for their
     # processor, since issue 31 asks for one model across notebooks 00-06.
     cal = calibration_compute(root)
@@ -604,7 +606,7 @@ def _guide_section(outputs: str, experiment: str) -> list[str]:
         return []
     buckets = list(dict.fromkeys(b["bucket"] for rows in data["runs"].values() for b in rows))
     beside = data.get("beside", {})
-    shown = lambda v, words: (f"{v['mean']:+.3f} [{v['ci_low']:.3f}, {v['ci_high']:.3f}]"  # noqa: E731
+    shown = lambda v, words: (h2h.signed_interval(v)  # noqa: E731
                               + ("" if v["reading"] == h2h.NO_DIFFERENCE else f" {words[v['reading']]}"))
     cell = {(run, b["bucket"]): shown(b, {h2h.HELPS: h2h.HELPS, h2h.HURTS: h2h.HURTS})
             for run, rows in data["runs"].items() for b in rows}
