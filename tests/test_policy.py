@@ -83,6 +83,23 @@ def test_the_small_size_is_the_tiny_policy_at_twice_the_width_and_about_four_tim
     assert set(POLICY_SIZES) == set(POLICY_DIRS)
 
 
+def test_the_small_model_card_quotes_the_pretraining_logs():
+    """The second size's model card types its shape, time and final loss (and the tiny one's): each must be the
+    committed logs', so a rebuild that changes one makes the card wrong loudly."""
+    from rlvr_lib.policy.load import resolve_policy_path
+
+    tiny, small = (json.loads((Path(resolve_policy_path(n)) / "pretrain_log.json").read_text())
+                   for n in (None, "small"))
+    card = " ".join((Path(resolve_policy_path("small")) / "README.md").read_text().split())
+    config = small["config"]
+    assert (f"a {small['parameters'] / 1e6:.2f}M-parameter `Qwen2ForCausalLM` (hidden {config['hidden_size']}, "
+            f"MLP {config['intermediate_size']}; {config['num_layers']} layers, {config['num_heads']} heads") in card
+    assert f"{small['parameters'] / tiny['parameters']:.1f}x the tiny one's {tiny['parameters'] / 1e6:.2f}M" in card
+    assert f"{config['steps']:,} steps of {config['batch_size']} examples" in card
+    assert (f"{int(small['train_seconds'] + 0.5):,} s on one thread of an AMD EPYC, final loss "
+            f"{small['final_loss']:.3f} against the tiny one's {tiny['final_loss']:.3f}") in card
+
+
 def test_pretrain_cli_pretrains_each_size_into_its_checkpoint_folder(monkeypatch, capsys):
     import rlvr_lib.policy.pretrain as pt
     from rlvr_lib.__main__ import main
