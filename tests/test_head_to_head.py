@@ -161,6 +161,18 @@ def test_measures_beside_the_map_are_read_like_its_buckets_and_reach_the_guide()
         "(above 0); growth with size +0.010 [-0.020, 0.040] (no difference shown).",
         "- **baseline**: rare pass@256 minus GRPO's -0.100 [-0.200, -0.050] (below 0).",
     ]
+    assert h2h.guide_summary(data) == (
+        "In short: A gains over GRPO's pass@1 in some bucket. rare pass@256 minus GRPO's: above 0 for A (+0.200); "
+        "below 0 for baseline (-0.100). growth with size: no difference shown for 1.")
+    worse = {"mean": -0.3, "ci_low": -0.4, "ci_high": -0.2}
+    hurt = {"bucket": "> 0", "problems": 2, **worse, "reading": h2h.HURTS}
+    two = {**data, "runs": {"B": [hurt], "C": data["runs"]["A"][1:]},
+           "beside": {"gap": {"B": {**worse, "reading": h2h.HURTS}, "C": {**worse, "mean": -0.35,
+                                                                          "reading": h2h.HURTS},
+                              "D": {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1, "reading": h2h.NO_DIFFERENCE}}}}
+    assert h2h.guide_summary(two) == ("In short: none of the 2 runs on the map gains over GRPO's pass@1 in any bucket; "
+                                      "B loses in at least one. gap: below 0 for C (-0.350), B (-0.300); no "
+                                      "difference shown for the other 1.")
     assert h2h.find_map(h2h.map_summary(gains))["beside"] == {}
     with pytest.raises(ValueError, match=r"^beside\['growth'\]=.* is invalid: must be \{run: an interval"):
         h2h.map_summary(gains, beside={"growth": {"A": {"mean": 0.1}}})

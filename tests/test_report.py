@@ -233,6 +233,8 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] | +0.000 [-0.100, 0.100] |" in section
     assert "| forward KL | - | - | +0.250 [0.150, 0.350] above 0 |" in section
     assert "- **forward KL**: rare pass@256 minus GRPO's +0.250 [0.150, 0.350] (above 0)." in section
+    assert ("In short: NudgeRL gains over GRPO's pass@1 in some bucket. rare pass@256 minus GRPO's: above 0 for "
+            "forward KL (+0.250); no difference shown for the other 1.") in section
     assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300" in section
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits

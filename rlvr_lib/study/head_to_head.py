@@ -78,9 +78,9 @@ from rlvr_lib.validation import check, check_int
 
 __all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY",
            "SHARED", "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth",
-           "gain_map", "find_map", "guide", "home", "map_rows", "map_summary", "mean_pass", "pair_name",
-           "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains", "select_arms",
-           "signed_interval"]
+           "gain_map", "find_map", "guide", "guide_summary", "home", "map_rows", "map_summary", "mean_pass",
+           "pair_name", "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains",
+           "select_arms", "signed_interval"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -437,6 +437,36 @@ def guide(data: Mapping[str, Any]) -> list[str]:
             sentence += (" Beside the map: " if parts else "") + "; ".join(measured) + "."
         lines.append(f"- **{run}**: {sentence}")
     return lines
+
+
+def guide_summary(data: Mapping[str, Any]) -> str:
+    """The map in one paragraph, for a reader who reads no further: which runs gain over GRPO in some bucket and
+    which lose in some; then, per measure beside the map, the runs above 0 (largest first), below 0 (most
+    negative first) and how many show no difference. Built from the readings only, as :func:`guide`."""
+    check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
+          "a map as map_summary writes it: property, metric and runs")
+
+    def names(found: list[str]) -> str:
+        return f"{', '.join(found[:-1])} and {found[-1]}" if len(found) > 1 else "".join(found)
+
+    runs = data["runs"]
+    gain, loss = ([run for run, buckets in runs.items() if any(b["reading"] == r for b in buckets)]
+                  for r in (HELPS, HURTS))
+    parts = [(f"{names(gain)} gain{'s' * (len(gain) == 1)} over GRPO's {data['metric']} in some bucket" if gain
+              else f"none of the {len(runs)} runs on the map gains over GRPO's {data['metric']} in any bucket")
+             + (f"; {names(loss)} lose{'s' * (len(loss) == 1)} in at least one" if loss else "")]
+    for label, values in data.get("beside", {}).items():
+        said = []
+        for reading in (HELPS, HURTS):
+            ranked = sorted(((v["mean"], run) for run, v in values.items() if v["reading"] == reading),
+                            reverse=reading == HELPS)
+            if ranked:
+                said.append(f"{BESIDE_READING[reading]} for " + ", ".join(f"{run} ({m:+.3f})" for m, run in ranked))
+        rest = sum(v["reading"] == NO_DIFFERENCE for v in values.values())
+        if rest:
+            said.append(f"no difference shown for {'the other ' if said else ''}{rest}")
+        parts.append(f"{label}: {'; '.join(said)}")
+    return "In short: " + ". ".join(parts) + "."
 
 
 # ----------------------------------------------------------------------------- the second model size

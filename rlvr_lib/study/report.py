@@ -620,7 +620,7 @@ def _guide_section(outputs: str, experiment: str) -> list[str]:
                  + (f"; beside the map, read the same way: {'; '.join(beside)}" if beside else "") + "):", "",
              "| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     lines += [f"| {run} | " + " | ".join(cell.get((run, c), "-") for c in columns) + " |" for run in h2h.map_rows(data)]
-    lines += [""] + h2h.guide(data)
+    lines += ["", h2h.guide_summary(data), ""] + h2h.guide(data)
     own = registry_for(experiment)
     lines += ["", f"What the testbed cannot tell: {TESTBED_LIMITS} {own.limits.strip() if own else ''}".rstrip()]
     return lines
