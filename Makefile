@@ -160,11 +160,11 @@ lab: install
 SMALL_POLICY = small
 second-size: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain --size small
-	-$(PY) -m rlvr_lib calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-small.json
+	-$(PY) -m rlvr_lib calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-$(SMALL_POLICY).json
 	$(PY) -m rlvr_lib calibrate --dynamics --model $(SMALL_POLICY) \
 	  --kl-coefs $$($(PY) -c "from rlvr_lib.methods.base import TESTBED_KL_COEF; print(TESTBED_KL_COEF)") \
 	  --steps $$($(PY) -c "from rlvr_lib.study.dynamics import full_profile_steps; print(full_profile_steps())") \
-	  --out results/testbed/dynamics-small.json
+	  --out results/testbed/dynamics-$(SMALL_POLICY).json
 
 calibrate: install
 	$(PY) -m rlvr_lib calibrate

@@ -14,6 +14,19 @@ def test_readme_results_section_matches_committed_results():
     assert section == render(), "run `python -m rlvr_lib.study.report` after changing results/"
 
 
+def test_the_readmes_opening_says_every_budget_holds_only_while_the_committed_runs_fit_it():
+    """README's opening says notebooks 01-06 fit the 12 hours and 07 its own two budgets: every budget line the
+    report renders from the committed records must say so too."""
+    from rlvr_lib.study.report import _budget_section
+    from rlvr_lib.study.runs import results_root
+
+    opening = " ".join(README.read_text().split(START, 1)[0].split())
+    assert ("01-06 took less than the 12 elapsed hours of `make reproduce` asked for, and 07 (the head to head) "
+            "less than its own two budgets") in opening
+    budgets = [line for line in _budget_section(results_root()) if line.startswith("- ")]
+    assert len(budgets) == 3 and all(", within it (" in line for line in budgets), budgets
+
+
 def test_the_compute_tables_workers_are_make_reproduces():
     makefile = (README.parent / "Makefile").read_text()
     assert re.search(r"^WORKERS \?= (\d+)$", makefile, re.M).group(1) == str(REPRODUCE_WORKERS)

@@ -404,13 +404,17 @@ def map_rows(data: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys([*data["runs"], *measured]))
 
 
+def _check_map(data: Any) -> None:
+    check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
+          "a map as map_summary writes it: property, metric and runs")
+
+
 def guide(data: Mapping[str, Any]) -> list[str]:
     """"Which method for which situation", one markdown bullet per run, read off a map (:func:`map_summary`'s
     data): the buckets where the run's gain over GRPO is shown (:data:`HELPS`), those where its loss is shown
     (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
     per run, no judgement beyond the intervals."""
-    check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
-          "a map as map_summary writes it: property, metric and runs")
+    _check_map(data)
     lines = []
     for run in map_rows(data):
         buckets = data["runs"].get(run)
@@ -443,8 +447,7 @@ def guide_summary(data: Mapping[str, Any]) -> str:
     """The map in one paragraph, for a reader who reads no further: which runs gain over GRPO in some bucket and
     which lose in some; then, per measure beside the map, the runs above 0 (largest first), below 0 (most
     negative first) and how many show no difference. Built from the readings only, as :func:`guide`."""
-    check(isinstance(data, Mapping) and {"property", "metric", "runs"} <= set(data), "data", type(data).__name__,
-          "a map as map_summary writes it: property, metric and runs")
+    _check_map(data)
 
     def names(found: list[str]) -> str:
         return f"{', '.join(found[:-1])} and {found[-1]}" if len(found) > 1 else "".join(found)

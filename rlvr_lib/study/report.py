@@ -434,16 +434,20 @@ SECOND_SIZE_BUDGET = 6.0
 """The second model size's own budget, in elapsed hours (README "Budget", issue 32 item 3), beside `BUDGETS`."""
 
 
-def second_size_compute(root: str | Path | None = None) -> dict | None:
+def second_size_compute(root: Path, notebooks: list[dict], dynamics_by_policy: dict[str, dict]) -> dict | None:
     """What the second model size (`rlvr_lib.study.head_to_head.SCALE_POLICY`) has cost, in hours: its pretraining
     (``pretrain_log.json`` beside its checkpoint) and static calibration (``results/testbed/calibration-<name>.json``,
     ``make second-size``'s), each on one thread, one after the other; then its dynamics runs and notebook 07's runs
     on it, summed wall times, which share `REPRODUCE_WORKERS` workers. ``elapsed`` is the budget's unit. None until
-    the policy and its calibration exist."""
+    the policy and its calibration exist.
+
+    Args:
+        notebooks: :func:`notebook_compute`'s rows; dynamics_by_policy: :func:`calibration_compute`'s
+            ``by_policy`` (the budget section has both already: the records are read once).
+    """
     from rlvr_lib.policy.load import resolve_policy_path
     from rlvr_lib.study.head_to_head import SCALE_POLICY
 
-    root = results_root(root)
     static = root / "testbed" / f"calibration-{SCALE_POLICY}.json"
     try:
         pretrain_log = Path(resolve_policy_path(SCALE_POLICY)) / "pretrain_log.json"
@@ -451,11 +455,12 @@ def second_size_compute(root: str | Path | None = None) -> dict | None:
         return None
     if not (static.is_file() and pretrain_log.is_file()):
         return None
+    none = {"hours": 0.0}
     out = {"pretraining": json.loads(pretrain_log.read_text())["train_seconds"] / 3600,
            "static calibration": json.loads(static.read_text())["seconds"] / 3600,
-           "dynamics": calibration_compute(root)["by_policy"].get(SCALE_POLICY, {"hours": 0.0})["hours"],
-           "notebook 07": sum(row["by_policy"].get(SCALE_POLICY, {"hours": 0.0})["hours"]
-                              for row in notebook_compute(root) if row["notebook"] == "07_head_to_head")}
+           "dynamics": dynamics_by_policy.get(SCALE_POLICY, none)["hours"],
+           "notebook 07": sum(row["by_policy"].get(SCALE_POLICY, none)["hours"]
+                              for row in notebooks if row["notebook"] == "07_head_to_head")}
     return {**out, "elapsed": out["pretraining"] + out["static calibration"]
             + (out["dynamics"] + out["notebook 07"]) / REPRODUCE_WORKERS}
 
@@ -495,7 +500,8 @@ def _budget_section(root: Path) -> list[str]:
         elapsed = sum(shipped[nb]["hours"] for nb in notebooks) / REPRODUCE_WORKERS
         lines.append(f"- {label}: a budget of {budget:g} elapsed hours; the committed runs take {elapsed:.2f}, "
                      f"{_verdict(elapsed, budget)}.")
-    second = second_size_compute(root)
+    cal = calibration_compute(root)
+    second = second_size_compute(root, rows, cal["by_policy"])
     if second is not None:
         elapsed = second["elapsed"]
         lines.append(f"- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): a "
@@ -506,7 +512,6 @@ def _budget_section(root: Path) -> list[str]:
                      f"{_verdict(elapsed, SECOND_SIZE_BUDGET)}.")
     # Notebook 00 reads its calibrations of record (`make calibrate`'s work, outside the 12 hours): shown for their
     # processor, since issue 31 asks for one model across notebooks 00-06.
-    cal = calibration_compute(root)
     made = "; ".join(f"{part}: {', '.join(models) or '-'}" for part, models in cal["processors"].items())
     lines += ["", f"Notebook 00 reads its calibrations of record from `results/testbed/` (`make calibrate`, outside "
                   f"the 12 hours), made on {made}; `results/testbed_dynamics/` holds {cal['runs']} dynamics runs "
