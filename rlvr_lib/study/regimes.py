@@ -1,0 +1,306 @@
+"""The testbed's two regimes measured: the retention premise check, the discovery design and its gate.
+
+* Retention (``"arith"``): :func:`rare_reward_share` of hinted ``round`` samples on the RL pool, on a fresh
+  sampling seed. At most ``RETENTION_BOUND`` (0.5%) means the rare strategy earns (almost) no reward in training,
+  so the discovery premise is absent there (:func:`retention_premise`).
+* Discovery (``"arith_discovery"``, `rlvr_lib.tasks.discovery`): :func:`measure_discovery` profiles the candidates
+  on fresh seeds, :func:`unhinted_share` gives the base policy's rare-strategy share and the share of groups of
+  ``G`` with no rare sample, :func:`choose_design` applies the pre-registered designs in order.
+* The gate (:func:`discovery_gate`), pre-registered: an oracle-exploration arm (GRPO with 2 of 8 rollouts of each
+  target forced onto ``round``, credited to the hint-free prompt; `rlvr_lib.methods.oracle`) must beat GRPO on the
+  held-out targets' pass@1 by at least ``GATE_MIN_GAIN`` with its seeds x problems interval above 0; GRPO's own
+  gain over the base there is at most ``GATE_GRPO_SHARE`` of the oracle's; hinted ``round`` earns reward on fresh
+  samples of the training targets (pooled success at least ``GATE_MIN_FRESH_REWARD``). Only then do methods run.
+
+``python -m rlvr_lib.study.regimes`` measures both regimes on the shipped policy, writes the discovery profile
+(`rlvr_lib.tasks.discovery.DISCOVERY_FILE`) and ``results/testbed/regimes.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rlvr_lib.tasks import discovery
+from rlvr_lib.validation import check, check_range, invalid
+
+__all__ = ["GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN", "PREMISES", "REGIMES_FILE",
+           "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED", "choose_design", "discovery_gate",
+           "no_rare_group_share", "premise_status", "rare_reward_share", "retention_premise", "unhinted_share"]
+
+RETENTION_BOUND = 0.005
+RETENTION_SAMPLES = 64
+RETENTION_SEED = 2029
+FRESH_REWARD_SEED = 2028
+GATE_MIN_GAIN = 0.05
+GATE_GRPO_SHARE = 0.5
+GATE_MIN_FRESH_REWARD = 0.05
+GROUP_SIZE = 8
+REGIMES_FILE = Path(__file__).resolve().parents[2] / "results" / "testbed" / "regimes.json"
+PREMISES = {
+    "discovery": "a strategy that earns reward on the RL pool is sampled too seldom for GRPO to learn it",
+    "retention": "GRPO drives out of the policy a strategy that held-out problems need",
+    "none": "nothing beyond RL training itself (e.g. a gain over the base policy, a measurement at the base)",
+}
+"""The premises a claims row can need (`rlvr_lib.study.claims.Claim.premise`)."""
+
+
+def rare_reward_share(correct: Any) -> dict[str, Any]:
+    """Reward the rare strategy earns on hinted samples: ``correct`` is ``(P, n)`` bool (a hinted sample counts
+    when it follows the hint and is correct).
+
+    Returns:
+        ``{"share", "correct", "samples", "problems", "problems_with_success"}``.
+    """
+    arr = np.asarray(correct)
+    check(arr.ndim == 2 and arr.size > 0 and arr.dtype == bool, "correct", f"array {arr.shape} {arr.dtype}",
+          "a non-empty (problems, samples) bool array")
+    return {"share": float(arr.mean()), "correct": int(arr.sum()), "samples": int(arr.size),
+            "problems": int(arr.shape[0]), "problems_with_success": int(arr.any(axis=1).sum())}
+
+
+def retention_premise(measured: Mapping[str, Any], bound: float = RETENTION_BOUND) -> dict[str, Any]:
+    """The discovery premise on the retention pool: absent when the rare strategy's hinted reward share on fresh
+    samples (:func:`rare_reward_share`) is at most ``bound``."""
+    share = check_range("share", measured.get("share"), 0, 1)
+    bound = check_range("bound", bound, 0, 1)
+    return {**measured, "bound": bound, "discovery_premise": "absent" if share <= bound else "present"}
+
+
+def no_rare_group_share(counts: Any, samples: int, group_size: int = GROUP_SIZE) -> float:
+    """Expected share of groups of ``group_size`` holding no rare sample, drawn without replacement from each
+    problem's ``samples`` (``counts``: rare samples per problem; exact, hypergeometric), averaged over problems."""
+    c = np.asarray(counts, dtype=int)
+    check(c.ndim == 1 and c.size > 0 and (c >= 0).all() and (c <= samples).all(), "counts", c.tolist()[:8],
+          f"a non-empty 1-D array of counts in 0..samples={samples}")
+    check(isinstance(group_size, int) and 1 <= group_size <= samples, "group_size", group_size,
+          f"an int in 1..samples={samples}")
+    return float(np.mean([math.comb(samples - k, group_size) / math.comb(samples, group_size) for k in c]))
+
+
+def unhinted_share(labels: Any, rare: str = discovery.RARE, group_size: int = GROUP_SIZE) -> dict[str, Any]:
+    """The base policy's unhinted rare-strategy share on some problems: ``labels`` is ``(P, n)`` strategy labels
+    (``None`` for none). Returns the pooled share, the per-problem counts and :func:`no_rare_group_share`."""
+    arr = np.asarray(labels, dtype=object)
+    check(arr.ndim == 2 and arr.size > 0, "labels", f"shape {arr.shape}", "a non-empty (problems, samples) array")
+    counts = (arr == rare).sum(axis=1).astype(int)
+    return {"share": float(counts.sum() / arr.size), "counts": counts.tolist(), "samples": int(arr.shape[1]),
+            "no_rare_group_share": no_rare_group_share(counts, arr.shape[1], group_size)}
+
+
+def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: float = discovery.UNHINTED_BOUND,
+                  ) -> dict[str, Any]:
+    """Apply the pre-registered designs d1, d2 (`rlvr_lib.tasks.discovery.DESIGNS`) to measured first factors.
+
+    ``per_first_factor``: per first factor, ``{"share": unhinted rare share on its training targets,
+    "rare": rare samples, "samples": samples, "train_targets": n, "heldout_targets": n}``. d1 takes every first
+    factor and holds when the pooled share is at most ``bound``; otherwise d2 takes those whose own share is at
+    most ``bound`` and holds with at least 2 of them, 8 training and 30 held-out targets. Otherwise d3 (a policy
+    pretrained for the regime) is the next design and nothing holds on the shipped policy.
+
+    Returns:
+        ``{"design": "d1" | "d2" | None, "first_factors": [...], "share": pooled share, "tried": [...]}``.
+    """
+    check(per_first_factor, "per_first_factor", per_first_factor, "a non-empty mapping of measured first factors")
+    tried = []
+
+    def pooled(factors):
+        rare = sum(per_first_factor[a]["rare"] for a in factors)
+        n = sum(per_first_factor[a]["samples"] for a in factors)
+        return rare / n if n else float("nan")
+
+    every = sorted(per_first_factor)
+    share = pooled(every)
+    tried.append({"design": "d1", "first_factors": every, "share": share, "holds": share <= bound})
+    if share <= bound:
+        return {"design": "d1", "first_factors": every, "share": share, "tried": tried}
+    rare_ones = [a for a in every if per_first_factor[a]["samples"] and
+                 per_first_factor[a]["rare"] / per_first_factor[a]["samples"] <= bound]
+    n_train = sum(per_first_factor[a]["train_targets"] for a in rare_ones)
+    n_held = sum(per_first_factor[a]["heldout_targets"] for a in rare_ones)
+    holds = len(rare_ones) >= 2 and n_train >= 8 and n_held >= 30
+    share2 = pooled(rare_ones) if rare_ones else float("nan")
+    tried.append({"design": "d2", "first_factors": rare_ones, "share": share2, "train_targets": n_train,
+                  "heldout_targets": n_held, "holds": holds})
+    if holds:
+        return {"design": "d2", "first_factors": rare_ones, "share": share2, "tried": tried}
+    return {"design": None, "first_factors": [], "share": float("nan"), "tried": tried}
+
+
+def _interval(name: str, agg: Any) -> tuple[float, float, float]:
+    if not isinstance(agg, Mapping) or any(k not in agg for k in ("mean", "ci_low", "ci_high")):
+        raise invalid(name, agg, "an interval dict with 'mean', 'ci_low' and 'ci_high'")
+    return float(agg["mean"]), float(agg["ci_low"]), float(agg["ci_high"])
+
+
+def discovery_gate(oracle_minus_grpo: Mapping[str, Any], oracle_gain: float, grpo_gain: float,
+                   fresh_reward_share: float) -> dict[str, Any]:
+    """The pre-registered gate of the discovery regime (module docstring).
+
+    Args:
+        oracle_minus_grpo: Interval of the oracle arm's minus GRPO's pass@1 on the held-out targets (seeds x
+            problems, `rlvr_lib.study.stats.paired_difference_ci`).
+        oracle_gain, grpo_gain: Each arm's mean pass@1 minus the base policy's there.
+        fresh_reward_share: Hinted rare-strategy success on fresh samples of the training targets.
+
+    Returns:
+        ``{"conditions": {name: {"value", "rule", "holds"}}, "passes": bool}``.
+    """
+    mean, lo, _ = _interval("oracle_minus_grpo", oracle_minus_grpo)
+    oracle_gain = check_range("oracle_gain", oracle_gain, -1, 1)
+    grpo_gain = check_range("grpo_gain", grpo_gain, -1, 1)
+    fresh = check_range("fresh_reward_share", fresh_reward_share, 0, 1)
+    conditions = {
+        "oracle_beats_grpo": {"value": mean, "ci_low": lo,
+                              "rule": f"oracle - GRPO >= {GATE_MIN_GAIN} with the interval above 0",
+                              "holds": mean >= GATE_MIN_GAIN and lo > 0},
+        "grpo_misses_most": {"value": grpo_gain, "oracle_gain": oracle_gain,
+                             "rule": f"GRPO's gain over the base <= {GATE_GRPO_SHARE} x the oracle's",
+                             "holds": oracle_gain > 0 and grpo_gain <= GATE_GRPO_SHARE * oracle_gain},
+        "rare_earns_reward": {"value": fresh, "rule": f"hinted round success on fresh samples of the training "
+                                                     f"targets >= {GATE_MIN_FRESH_REWARD}",
+                              "holds": fresh >= GATE_MIN_FRESH_REWARD},
+    }
+    return {"conditions": conditions, "passes": all(c["holds"] for c in conditions.values())}
+
+
+def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Whether ``premise`` (:data:`PREMISES`) is measured present on ``regime`` (`rlvr_lib.tasks.discovery.REGIMES`).
+
+    Reads ``regimes`` (default: :data:`REGIMES_FILE`). The discovery premise on the retention regime is the fresh
+    rare-reward check (:func:`retention_premise`); on the discovery regime, the gate. The retention premise on
+    the retention regime is notebook 00's dynamics (GRPO lowers rare_mix pass@256), present there; ``none``
+    always holds.
+
+    Returns:
+        ``{"present": True | False | None (not measured yet), "measurement": str}``.
+    """
+    check(regime in discovery.REGIMES, "regime", regime, f"one of {list(discovery.REGIMES)}")
+    check(premise in PREMISES, "premise", premise, f"one of {list(PREMISES)}")
+    if premise == "none":
+        return {"present": True, "measurement": "no premise beyond RL training"}
+    if regimes is None:
+        import json
+
+        regimes = json.loads(REGIMES_FILE.read_text()) if REGIMES_FILE.exists() else {}
+    if regime == "retention":
+        if premise == "retention":
+            return {"present": True, "measurement": "GRPO lowers rare_mix pass@256 (notebook 00's dynamics)"}
+        got = regimes.get("retention")
+        if not got:
+            return {"present": None, "measurement": "not measured"}
+        return {"present": got["discovery_premise"] == "present",
+                "measurement": f"hinted round earns reward on {got['share']:.2%} of fresh samples of the RL pool "
+                               f"({got['correct']} of {got['samples']}; bound {got['bound']:.1%})"}
+    gate = (regimes.get("discovery") or {}).get("gate")
+    if premise == "retention":
+        return {"present": None, "measurement": "not measured on the discovery regime"}
+    if not gate:
+        return {"present": None, "measurement": "the discovery gate has no outcome yet"}
+    return {"present": bool(gate["passes"]), "measurement": "the discovery gate " +
+            ("passed" if gate["passes"] else "failed")}
+
+
+# --------------------------------------------------------------------------- measuring on a policy
+
+
+def _keys(ops) -> list[str]:
+    return [f"{a}*{b}" for a, b in ops]
+
+
+def measure_regimes(engine, *, policy_sha: str, max_new_tokens: int = 48) -> tuple[dict, dict | None]:
+    """Both regimes on the policy behind ``engine``: (``regimes.json``'s content, the discovery profile or None
+    when no design on this policy holds its bound)."""
+    from rlvr_lib.eval.sampling import SamplingParams, sample_and_score
+    from rlvr_lib.study.calibration import measure_strategy_profile
+    from rlvr_lib.tasks import arithmetic
+
+    t0 = time.perf_counter()
+    rare = discovery.RARE
+
+    def hinted_correct(ops, n, seed):
+        problems = [arithmetic.make_problem(a, b) for a, b in ops]
+        scored = sample_and_score(engine, problems, SamplingParams(n=n, temperature=1.0, max_new_tokens=max_new_tokens,
+                                                                   seed=seed), hints=rare)
+        return (scored.strategies == rare) & scored.correct
+
+    retention_ops = [ab for d in arithmetic.DIFFICULTIES for ab in arithmetic.problem_pool("train", d)]
+    retention = retention_premise(rare_reward_share(hinted_correct(retention_ops, RETENTION_SAMPLES, RETENTION_SEED)))
+    retention.update(seed=RETENTION_SEED, samples_per_problem=RETENTION_SAMPLES)
+
+    split_of = {ab: split for split in ("train", "eval") for ab in discovery.candidates(split)}
+    profile = measure_strategy_profile(engine, sorted(split_of), samples=discovery.PROFILE_SAMPLES,
+                                       seed=discovery.PROFILE_SEED, max_new_tokens=max_new_tokens)
+    targets = [tuple(int(x) for x in k.split("*")) for k in discovery.select_targets(profile["counts"])]
+    problems = [arithmetic.make_problem(a, b) for a, b in targets]
+    scored = sample_and_score(engine, problems, SamplingParams(n=discovery.UNHINTED_SAMPLES, temperature=1.0,
+                                                               max_new_tokens=max_new_tokens,
+                                                               seed=discovery.UNHINTED_SEED))
+    labels = np.asarray(scored.strategies, dtype=object)
+    per_factor: dict[int, dict] = {}
+    for i, (a, b) in enumerate(targets):
+        row = per_factor.setdefault(a, {"rare": 0, "samples": 0, "train_targets": 0, "heldout_targets": 0})
+        row["rare"] += int((labels[i] == rare).sum())
+        row["samples"] += labels.shape[1]
+        row["train_targets" if split_of[(a, b)] == "train" else "heldout_targets"] += 1
+    for row in per_factor.values():
+        row["share"] = row["rare"] / row["samples"]
+    chosen = choose_design(per_factor)
+    summary = {"design": chosen["design"], "first_factors": chosen["first_factors"], "tried": chosen["tried"],
+               "per_first_factor": {str(a): row for a, row in sorted(per_factor.items())},
+               "candidates": {"train": sum(s == "train" for s in split_of.values()),
+                              "eval": sum(s == "eval" for s in split_of.values())},
+               "targets": {"train": sum(split_of[t] == "train" for t in targets),
+                           "eval": sum(split_of[t] == "eval" for t in targets)},
+               "gate": None}
+    disc = None
+    if chosen["design"] is not None:
+        keep = set(chosen["first_factors"])
+        train_t = [t for t in targets if split_of[t] == "train" and t[0] in keep]
+        held_t = [t for t in targets if split_of[t] == "eval" and t[0] in keep]
+        kept, others = discovery.discovery_pool(train_t, retention_ops)
+        idx = [targets.index(t) for t in kept]
+        unh = unhinted_share(labels[idx])
+        fresh = rare_reward_share(hinted_correct(kept, discovery.PROFILE_SAMPLES, FRESH_REWARD_SEED))
+        summary.update(train_targets_unhinted=unh, fresh_reward=fresh, pool_size=len(kept) + len(others),
+                       visits_per_problem_200x8=1600 / (len(kept) + len(others)))
+        disc = {"policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
+                "design": chosen["design"], "first_factors": chosen["first_factors"],
+                "pool": {"targets": _keys(kept), "non_targets": _keys(others)}, "heldout_targets": _keys(held_t),
+                "profile": {"seed": profile["seed"], "samples": profile["samples"], "counts": profile["counts"]}}
+    report = {"policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
+              "seconds": round(time.perf_counter() - t0, 1), "retention": retention, "discovery": summary}
+    return report, disc
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlvr_lib.study.regimes", description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=str(REGIMES_FILE), help="the regimes report (default: %(default)s)")
+    parser.add_argument("--batch-size", type=int, default=256)
+    args = parser.parse_args(argv)
+    from rlvr_lib.files import write_json_atomic
+    from rlvr_lib.policy import load_policy
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
+
+    model, tokenizer = load_policy(None)
+    engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
+    report, disc = measure_regimes(engine, policy_sha=policy_fingerprint(None))
+    if disc is not None:
+        write_json_atomic(discovery.DISCOVERY_FILE, disc)
+    write_json_atomic(Path(args.out), report)
+    d = report["discovery"]
+    print(f"retention: hinted round earns {report['retention']['share']:.3%} of fresh samples "
+          f"(discovery premise {report['retention']['discovery_premise']}); discovery design: {d['design']} "
+          f"({report['seconds']} s)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
