@@ -47,6 +47,7 @@ FSDP averages the identical gradients (`rlvr_lib.distributed`, "Sharded").
 from __future__ import annotations
 
 import copy
+import dataclasses
 import hashlib
 import logging
 import math
@@ -342,6 +343,8 @@ class Trainer:
         self.method.on_step_start(step)
         temperature = self.method.sampling_temperature(step)
         batch, sampled, sampling_stats, t_rollout = self._collect(step, rng)  # roll out -> verify -> reward -> keep
+        if self.method.credits_hint_free:
+            batch = self._on_hint_free_prompts(batch, temperature)
         batch.advantages = self.method.advantages(batch).float()
         t_reward = time.perf_counter()
 
@@ -380,6 +383,26 @@ class Trainer:
         if cfg.checkpoint_every and self.checkpoint_dir and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint(self.checkpoint_dir / "checkpoint.pt")
         return metrics
+
+    def _on_hint_free_prompts(self, batch: StepBatch, temperature: float) -> StepBatch:
+        """``batch`` with every row on its hint-free prompt, behaviour log-probs re-scored there
+        (`Method.credits_hint_free`); rows without a hint are unchanged."""
+        hinted = (batch.hint_index >= 0).nonzero().flatten()
+        if not len(hinted):
+            return batch
+        if self.method.weight_samples() > 1 or self.world.sharded:
+            raise ValueError(f"method {self.method.name!r} credits hinted rollouts to the hint-free prompt, which "
+                             "needs one weight sample and an unsharded model (the behaviour log-probs are re-scored "
+                             "with the model as it is)")
+        ro = batch.rollouts
+        with torch.no_grad():
+            lp, _ = sequence_logprobs(self.model, batch.plain_prompt_ids[hinted], batch.plain_prompt_mask[hinted],
+                                      ro.completion_ids[hinted], ro.completion_mask[hinted], temperature=temperature)
+        logprobs = ro.logprobs.clone()
+        logprobs[hinted] = lp.to(logprobs.dtype) * ro.completion_mask[hinted].to(logprobs.dtype)
+        batch.rollouts = dataclasses.replace(ro, prompt_ids=batch.plain_prompt_ids, prompt_mask=batch.plain_prompt_mask,
+                                             logprobs=logprobs)
+        return batch
 
     def _update(self, batch: StepBatch, local: StepBatch, local_index: torch.Tensor | None, temperature: float,
                 rng: np.random.Generator) -> dict:

@@ -23,6 +23,7 @@ register_method("grpo", Method, "GRPO: group-normalised advantages, PPO-clip, re
 # Each module of methods registers its own on import.
 from rlvr_lib.methods import baselines  # noqa: E402,F401
 from rlvr_lib.methods import nudgerl  # noqa: E402,F401
+from rlvr_lib.methods import oracle  # noqa: E402,F401
 from rlvr_lib.methods import sage  # noqa: E402,F401
 from rlvr_lib.methods import threepo  # noqa: E402,F401
 from rlvr_lib.methods import vigor  # noqa: E402,F401

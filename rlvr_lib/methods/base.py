@@ -256,6 +256,12 @@ class Method:
     shard of every parameter (`rlvr_lib.distributed`), the trainer then re-gathers the weights around each
     ``perturbed`` scope and gives ``rewards`` a plain view of the gathered weights (`World.unsharded`)."""
 
+    credits_hint_free: ClassVar[bool] = False
+    """Whether hinted rollouts are trained as completions of the hint-free prompt. True: after sampling, the
+    trainer puts each row on ``batch.plain_prompt_ids`` and re-scores its behaviour log-probs there (no weight
+    has moved yet), so reference log-probs, PPO ratios and the loss all read the hint-free prompt (the oracle
+    arm, `rlvr_lib.methods.oracle`: a forced branch credited to x0)."""
+
     def __init__(self, config):
         self.config = config
         try:

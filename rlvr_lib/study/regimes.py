@@ -105,7 +105,8 @@ def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: floa
     pretrained for the regime) is the next design and nothing holds on the shipped policy.
 
     Returns:
-        ``{"design": "d1" | "d2" | None, "first_factors": [...], "share": pooled share, "tried": [...]}``.
+        ``{"design": "d1" | "d2" | None, "first_factors": [...], "share": pooled share (None: no first factor),
+        "tried": [...]}``.
     """
     check(per_first_factor, "per_first_factor", per_first_factor, "a non-empty mapping of measured first factors")
     tried = []
@@ -113,10 +114,10 @@ def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: floa
     def pooled(factors):
         rare = sum(per_first_factor[a]["rare"] for a in factors)
         n = sum(per_first_factor[a]["samples"] for a in factors)
-        return rare / n if n else float("nan")
+        return rare / n if n else None
 
     every = sorted(per_first_factor)
-    share = pooled(every)
+    share = pooled(every) or 0.0
     tried.append({"design": "d1", "first_factors": every, "share": share, "holds": share <= bound})
     if share <= bound:
         return {"design": "d1", "first_factors": every, "share": share, "tried": tried}
@@ -125,12 +126,12 @@ def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: floa
     n_train = sum(per_first_factor[a]["train_targets"] for a in rare_ones)
     n_held = sum(per_first_factor[a]["heldout_targets"] for a in rare_ones)
     holds = len(rare_ones) >= 2 and n_train >= 8 and n_held >= 30
-    share2 = pooled(rare_ones) if rare_ones else float("nan")
+    share2 = pooled(rare_ones)
     tried.append({"design": "d2", "first_factors": rare_ones, "share": share2, "train_targets": n_train,
                   "heldout_targets": n_held, "holds": holds})
     if holds:
         return {"design": "d2", "first_factors": rare_ones, "share": share2, "tried": tried}
-    return {"design": None, "first_factors": [], "share": float("nan"), "tried": tried}
+    return {"design": None, "first_factors": [], "share": None, "tried": tried}
 
 
 def _interval(name: str, agg: Any) -> tuple[float, float, float]:

@@ -66,7 +66,7 @@ def candidates(split: str) -> list[tuple[int, int]]:
     """Every in-distribution ``(a, b)`` of ``split`` with the feature (first factor 19-79 ending in 9), ``b != 9``."""
     return [(a, b) for d in arithmetic.DIFFICULTIES
             for a, b in arithmetic.problem_pool(split, d, first_units=(9,), profiled=False)
-            if arithmetic.round_only(a, b)]
+            if arithmetic.round_only(a, b) and a < 89]  # 89: round's 90*b is held out too
 
 
 def select_targets(counts: dict[str, list[int]], strategies=arithmetic.STRATEGIES,

@@ -1,0 +1,67 @@
+"""Oracle exploration: GRPO in which some rollouts of each target problem are forced onto a known strategy.
+
+The gate of the testbed's discovery regime (`rlvr_lib.study.regimes.discovery_gate`): what a method could gain if
+its exploration always reached the rare strategy on the problems that need it. For every problem whose ``family``
+is ``target_family``, the last ``forced`` of its G rollouts are sampled with the strategy's hint (``hint``: the
+pretraining hint, which the policy follows), and all rollouts are *credited to the hint-free prompt*
+(``credits_hint_free``): the trainer scores the forced completions under the plain prompt x0, behaviour
+log-probs included, so they enter GRPO's group, its PPO ratio and its KL anchor as if the policy had sampled
+them from x0 (the forced branch is the one off-policy choice, as when a first token is forced)::
+
+    A_i = (r_i - mean_G r) / (std_G r + eps)      over the G rollouts of x0, forced ones included
+    L   = GRPO's loss on log pi(y_i | x0)
+
+Not a paper's method: an upper-reference arm, privileged (it reads which problems are targets). Preset: GRPO's
+(testbed anchor), at GRPO's tuned lr (the arm differs from GRPO only in the forced rollouts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from rlvr_lib.config import ConfigBase
+from rlvr_lib.methods.base import TESTBED_KL_COEF, Method
+from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.methods.registry import register_method
+
+__all__ = ["OracleExploration", "OracleOptions"]
+
+
+@dataclass(frozen=True)
+class OracleOptions(ConfigBase):
+    """`OracleExploration`'s settings: ``forced`` rollouts per target group (int >= 0), the strategy ``hint``
+    (a non-empty str) and the ``target_family`` label of the problems it is forced on."""
+
+    forced: int = 2
+    hint: str = "round"
+    target_family: str = "targets_train"
+
+    def validate(self) -> None:
+        self.check_nonnegative_int("forced", self.forced)
+        self.check(isinstance(self.hint, str) and self.hint.strip(), "hint", self.hint, "a non-empty str")
+        self.check(isinstance(self.target_family, str) and self.target_family, "target_family", self.target_family,
+                   "a non-empty family name")
+
+
+class OracleExploration(Method):
+    """See the module docstring. Options: ``forced`` (default 2), ``hint`` ("round"), ``target_family``."""
+
+    Options = OracleOptions
+    credits_hint_free = True
+
+    def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
+        forced = self.options.forced
+        OracleOptions.check(forced <= group_size, "forced", forced, f"at most group_size={group_size}")
+        plan = []
+        for p in problems:
+            n = forced if p.family == self.options.target_family else 0
+            plan.append([(-1, None)] * (group_size - n) + [(0, self.options.hint)] * n)
+        return plan
+
+
+register_method("oracle_explore", OracleExploration,
+                "Oracle exploration: GRPO with 2 of 8 rollouts of each target problem forced onto the rare strategy, "
+                "credited to the hint-free prompt (the discovery regime's gate)",
+                tuned_lr=TUNED_LR["grpo"], kl_coef=TESTBED_KL_COEF, kl_estimator="reverse")

@@ -1,0 +1,217 @@
+"""The testbed's two regimes (`rlvr_lib.study.regimes`, `rlvr_lib.tasks.discovery`): the fresh-sample premise check,
+the unhinted rare share, the designs, the gate on hand-built cases; the discovery task's pool and key; the oracle
+arm's plan and its crediting to the hint-free prompt."""
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from rlvr_lib.methods import build_method, method_config
+from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.study import regimes
+from rlvr_lib.study.pipeline import versioned_key
+from rlvr_lib.tasks import TASKS, get_task
+from rlvr_lib.tasks import discovery
+from rlvr_lib.tasks.arithmetic import TESTBED_VERSION, make_problem
+
+
+# ----------------------------------------------------------------------------- the retention premise check
+def test_rare_reward_share_counts_samples_and_problems():
+    correct = np.array([[False] * 4, [True, False, False, False], [True, True, False, False]])
+    got = regimes.rare_reward_share(correct)
+    assert got == {"share": 3 / 12, "correct": 3, "samples": 12, "problems": 3, "problems_with_success": 2}
+
+
+@pytest.mark.parametrize("bad", [np.zeros((0, 4), bool), np.zeros(4, bool), np.zeros((2, 2))])
+def test_rare_reward_share_refuses_what_is_not_a_bool_matrix(bad):
+    with pytest.raises(ValueError, match="correct"):
+        regimes.rare_reward_share(bad)
+
+
+@pytest.mark.parametrize("correct, expected", [(0, "absent"), (5, "absent"), (6, "present")])
+def test_the_discovery_premise_is_absent_at_most_at_half_a_percent(correct, expected):
+    measured = {"share": correct / 1000, "correct": correct, "samples": 1000}
+    assert regimes.retention_premise(measured)["discovery_premise"] == expected
+
+
+# ----------------------------------------------------------------------------- unhinted share and groups
+def test_no_rare_group_share_is_hypergeometric():
+    # 64 samples, 1 rare: a group of 8 misses it with probability 56/64; with none, always; with 60, never.
+    assert regimes.no_rare_group_share([1], 64) == pytest.approx(56 / 64)
+    assert regimes.no_rare_group_share([0, 60], 64) == pytest.approx(0.5)
+    assert regimes.no_rare_group_share([2], 8, 8) == 0.0
+    assert regimes.no_rare_group_share([3], 64) == pytest.approx(math.comb(61, 8) / math.comb(64, 8))
+
+
+def test_unhinted_share_pools_the_labels_of_the_rare_strategy():
+    labels = np.array([["split", "round", None, "split"], ["direct"] * 4], dtype=object)
+    got = regimes.unhinted_share(labels, group_size=2)
+    assert got["share"] == 1 / 8 and got["counts"] == [1, 0]
+    assert got["no_rare_group_share"] == pytest.approx((math.comb(3, 2) / math.comb(4, 2) + 1) / 2)
+
+
+# ----------------------------------------------------------------------------- the designs
+def _factor(rare, samples=640, train=4, held=20):
+    return {"rare": rare, "samples": samples, "train_targets": train, "heldout_targets": held}
+
+
+def test_design_d1_holds_when_the_pooled_share_is_within_the_bound():
+    got = regimes.choose_design({19: _factor(6), 29: _factor(12)})
+    assert got["design"] == "d1" and got["first_factors"] == [19, 29] and got["share"] == 18 / 1280
+
+
+def test_design_d2_keeps_the_first_factors_within_the_bound():
+    got = regimes.choose_design({19: _factor(6), 29: _factor(10), 39: _factor(100), 49: _factor(12)})
+    assert got["design"] == "d2" and got["first_factors"] == [19, 29, 49]
+    assert [t["design"] for t in got["tried"]] == ["d1", "d2"] and not got["tried"][0]["holds"]
+
+
+@pytest.mark.parametrize("factors", [
+    {19: _factor(6), 39: _factor(100)},  # one first factor within the bound
+    {19: _factor(6, train=3), 29: _factor(6, train=4), 39: _factor(100)},  # 7 training targets
+    {19: _factor(6, held=14), 29: _factor(6, held=15), 39: _factor(100)},  # 29 held-out targets
+    {19: _factor(100), 29: _factor(100)},  # none
+])
+def test_no_design_holds_on_this_policy_when_d2_lacks_factors_or_targets(factors):
+    got = regimes.choose_design(factors)
+    assert got["design"] is None and got["first_factors"] == [] and got["share"] is None
+    assert len(got["tried"]) == 2 and not any(t["holds"] for t in got["tried"])
+
+
+# ----------------------------------------------------------------------------- the gate
+def _ci(mean, lo, hi):
+    return {"mean": mean, "ci_low": lo, "ci_high": hi, "n": 3, "method": "paired"}
+
+
+def test_the_gate_passes_when_every_condition_holds():
+    gate = regimes.discovery_gate(_ci(0.10, 0.04, 0.16), oracle_gain=0.15, grpo_gain=0.05, fresh_reward_share=0.3)
+    assert gate["passes"] and all(c["holds"] for c in gate["conditions"].values())
+
+
+@pytest.mark.parametrize("args, failing", [
+    ((_ci(0.04, 0.01, 0.07), 0.15, 0.05, 0.3), "oracle_beats_grpo"),   # below +0.05
+    ((_ci(0.08, -0.01, 0.17), 0.15, 0.05, 0.3), "oracle_beats_grpo"),  # interval touches 0
+    ((_ci(0.08, 0.02, 0.14), 0.15, 0.08, 0.3), "grpo_misses_most"),    # GRPO gains more than half
+    ((_ci(0.08, 0.02, 0.14), -0.01, -0.09, 0.3), "grpo_misses_most"),  # the oracle itself does not gain
+    ((_ci(0.08, 0.02, 0.14), 0.15, 0.05, 0.04), "rare_earns_reward"),  # round earns too little on fresh samples
+])
+def test_the_gate_fails_on_each_condition_alone(args, failing):
+    gate = regimes.discovery_gate(*args)
+    assert not gate["passes"]
+    assert [name for name, c in gate["conditions"].items() if not c["holds"]] == [failing]
+
+
+def test_the_gate_refuses_a_difference_without_an_interval():
+    with pytest.raises(ValueError, match="oracle_minus_grpo"):
+        regimes.discovery_gate({"mean": 0.1}, 0.1, 0.0, 0.5)
+
+
+def test_premise_status_reads_the_measured_regimes():
+    absent = {"retention": {"discovery_premise": "absent", "share": 0.0017, "correct": 41, "samples": 23808,
+                            "bound": 0.005}}
+    got = regimes.premise_status("retention", "discovery", absent)
+    assert got["present"] is False and "41 of 23808" in got["measurement"]
+    assert regimes.premise_status("retention", "discovery", {})["present"] is None
+    assert regimes.premise_status("discovery", "discovery", {"discovery": {"gate": {"passes": True}}})["present"]
+    assert regimes.premise_status("discovery", "discovery", {"discovery": {"gate": None}})["present"] is None
+    assert regimes.premise_status("retention", "none", {})["present"] is True
+    with pytest.raises(ValueError, match="regime"):
+        regimes.premise_status("exploration", "none", {})
+
+
+# ----------------------------------------------------------------------------- the discovery task
+def test_candidates_carry_the_feature_and_targets_only_the_rare_strategy():
+    for split in ("train", "eval"):
+        ops = discovery.candidates(split)
+        assert ops and all(a % 10 == 9 and 19 <= a <= 79 and b != 9 for a, b in ops)
+    counts = {"19*23": [0, 0, 2], "29*4": [0, 1, 5], "39*41": [0, 0, 1], "49*12": [0, 0, 0]}
+    assert discovery.select_targets(counts) == ["19*23"]
+
+
+def test_the_pool_is_one_target_in_six_from_fixed_draws():
+    targets = [(19, b) for b in range(10, 40)]
+    others = [(a, b) for a in (21, 22) for b in range(2, 99) if b != 9]
+    kept, non = discovery.discovery_pool(targets, others)
+    assert len(kept) == discovery.MAX_TARGETS and len(non) == 5 * len(kept)
+    assert (kept, non) == discovery.discovery_pool(targets, others)
+    with pytest.raises(ValueError, match="non-targets"):
+        discovery.discovery_pool(targets[:4], others[:10])
+    with pytest.raises(ValueError, match="targets is empty"):
+        discovery.discovery_pool([], others)
+
+
+PROFILE = {"design": "d2", "first_factors": [19, 29],
+           "pool": {"targets": ["19*23", "29*41"], "non_targets": ["21*34", "33*47", "45*12", "52*66"]},
+           "heldout_targets": ["19*57", "29*62", "19*71"]}
+
+
+@pytest.fixture
+def task():
+    saved = dict(TASKS)
+    TASKS["arith_discovery"] = discovery.DiscoveryTask(profile=PROFILE)
+    yield get_task("arith_discovery")
+    TASKS.clear(), TASKS.update(saved)
+
+
+def test_the_discovery_task_marks_its_targets_and_names_its_design_in_the_key(task):
+    train = task.family_problems("train", 6)
+    assert sorted(p.operands for p in train if p.family == discovery.TARGET_FAMILY) == [(19, 23), (29, 41)]
+    assert all(p.strategy == "round" for p in train if p.family == discovery.TARGET_FAMILY)
+    held = task.family_problems(discovery.HELDOUT_FAMILY, 3)
+    assert sorted(p.operands for p in held) == [(19, 57), (19, 71), (29, 62)]
+    assert task.family_capacity("train") == 6 and task.family_capacity("easy_mix") == get_task("arith").family_capacity("easy_mix")
+    assert task.regime == "discovery" and get_task("arith").regime == "retention"
+    assert versioned_key({}, "arith_discovery")["task_version"] == f"{TESTBED_VERSION}-discovery-d2"
+    assert versioned_key({}, "arith")["task_version"] == TESTBED_VERSION
+    with pytest.raises(ValueError, match="1..3"):
+        task.family_problems(discovery.HELDOUT_FAMILY, 4)
+
+
+# ----------------------------------------------------------------------------- the oracle arm
+def test_the_oracle_forces_two_of_eight_rollouts_of_targets_only():
+    method = build_method(method_config("oracle_explore"))
+    problems = [make_problem(19, 23, discovery.TARGET_FAMILY, "round"), make_problem(21, 34, "train")]
+    plan = method.hints(problems, 8, np.random.default_rng(0))
+    assert plan[0] == [(-1, None)] * 6 + [(0, "round")] * 2 and plan[1] == [(-1, None)] * 8
+    cfg = method_config("oracle_explore")
+    grpo = method_config("grpo")
+    assert cfg.lr == TUNED_LR["grpo"] and (cfg.kl_coef, cfg.kl_estimator) == (grpo.kl_coef, grpo.kl_estimator)
+    with pytest.raises(ValueError, match="forced"):
+        build_method(method_config("oracle_explore", method_options={"forced": 9})).hints(problems, 8, None)
+
+
+def test_forced_rollouts_are_trained_on_the_hint_free_prompt(policy, task):
+    from rlvr_lib.rollout import sequence_logprobs
+    from rlvr_lib.trainer import Trainer
+
+    model, tokenizer = policy
+    cfg = method_config("oracle_explore", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
+                        max_new_tokens=40, train_pool_size=6)
+    trainer = Trainer(cfg, copy.deepcopy(model), tokenizer)
+    seen = {}
+    update = trainer._update
+
+    def spy(batch, local, local_index, temperature, rng):
+        seen["batch"], seen["local"] = batch, local
+        return update(batch, local, local_index, temperature, rng)
+
+    before = copy.deepcopy(trainer.model)
+    trainer._update = spy
+    trainer.step()
+    batch = seen["batch"]
+    hinted = batch.hint_index >= 0
+    assert int(hinted.sum()) == 4  # 2 targets x 2 forced rollouts
+    assert all(batch.problems[g].family == discovery.TARGET_FAMILY for g in batch.group_index[hinted].tolist())
+    ro = batch.rollouts
+    assert torch.equal(ro.prompt_ids, batch.plain_prompt_ids)  # every row is on its hint-free prompt
+    assert all(t.startswith("round") for t, h in zip(ro.texts, hinted.tolist()) if h)
+    with torch.no_grad():
+        lp, _ = sequence_logprobs(before, ro.prompt_ids[hinted], ro.prompt_mask[hinted], ro.completion_ids[hinted],
+                                  ro.completion_mask[hinted])
+    torch.testing.assert_close(ro.logprobs[hinted], lp * ro.completion_mask[hinted])
+    ref = seen["local"].ref_logprobs  # one process: its rows are the batch's
+    assert ref is not None and ref.shape == ro.logprobs.shape
+    torch.testing.assert_close(ref[hinted], ro.logprobs[hinted], atol=1e-5, rtol=1e-5)
