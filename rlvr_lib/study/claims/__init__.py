@@ -15,6 +15,44 @@ stored and lists each row added, changed or removed since. Records older than
 this scheme (the six notebooks' first full-profile runs predate it) carry no
 fingerprints; for them the rows say themselves what changed after the runs
 (``changed``: which item of issue 28 required it), and those are listed.
+
+Regimes and premises (issue 55, item 5)
+---------------------------------------
+Every claim and measurement row names the *regime* it is measured on (`rlvr_lib.tasks.discovery.REGIMES`) and
+the *premise* it needs (`rlvr_lib.study.regimes.PREMISES`); instrument checks have no verdict and carry neither.
+A row whose premise is measured absent on its regime (`rlvr_lib.study.regimes.premise_status`) gets the verdict
+``premise absent`` instead of its interval's; its interval and the verdict it would have had stay in the table
+(`rlvr_lib.study.claims.tables.claims_table`). A premise not measured yet leaves the interval's verdict standing,
+with "premise not measured" beside it.
+
+The rule that assigns premises, written before any table was re-read under it (every row changes only by it):
+
+* **discovery** -- the row's claimed effect comes through the method's exploration mechanism (hints, weight
+  noise, more rollouts) reaching reward that the comparator's sampling misses: NudgeRL against GRPO or POPE and
+  the ablations of its hint mechanism (hint choice, p_drop, the distillation and advantage weights, eps_high;
+  Figs 3, 4, 5), its per-family and rescued-vs-lost measurements against GRPO; 3PO against GRPO, against the
+  exploration baselines (entropy regularisation, Polaris, KL-Cov) and against its own noise-free control, and
+  between its noise variants (ESS, N, M3PO's groups, Seq-MIS, the Hessian init; Fig 3's zero-advantage groups and
+  their evaluation readings); GRPO with more rollouts against fewer ("more rollouts help"); notebook 07's
+  NudgeRL and 3PO rows against GRPO and every pair with one of them.
+* **retention** -- the row is about keeping a strategy (or the breadth pass@256 measures) that GRPO's reward
+  drives out: GRPO's narrowing rows of notebook 01 (pass@256 below the base, diversity, the top strategy's
+  share, the rare one's, the rare family's pass@256); SAGE's pass@256, rare-share, sharpening and
+  out-of-distribution rows against GRPO; forward KL's and no KL's pass@256 rows; SAGE's and VIGOR's rare_mix rows
+  of notebook 07.
+* **none** -- the row needs nothing beyond RL training itself: rows against the base policy (whatever the
+  method: the reference column already says whether GRPO passes the same test) and measurements at the base
+  (NudgeRL's and 3PO's Fig 1, VIGOR's rank rows); plain pass@1 gains of SAGE and VIGOR (and of their variants or
+  baselines: no KL, forward KL, INTUITOR, the guides, the ablations); training dynamics that are not about
+  exploration (length, gradient norms, reward-accuracy correlation, Polaris' malformed and entropy
+  regularisation's incorrect rollouts); costs; GRPO's saturation row ("up to a point": more rollouts stop
+  helping, which no exploration premise drives).
+
+Every row registered before issue 55 is measured on the ``retention`` regime (the testbed's RL pool,
+``"arith"``). The tags were added after every notebook's first full-profile record: a row's fingerprint covers
+what it states (not its ``changed`` note, regime or premise), and :meth:`Registry.changed_rows` lists rows
+whose tags differ from those the first record stored (or that record stored none) as ``tagged``, with the
+registry's ``tagged`` note, apart from rows whose statement changed.
 """
 
 from __future__ import annotations
