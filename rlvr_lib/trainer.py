@@ -254,6 +254,8 @@ class Trainer:
         verdicts = [verify(problems[g], text) for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
         batch = StepBatch(**fields, verdicts=verdicts)
         batch.rewards = self.method.rewards(batch, self.world.unsharded(self.model)).float()  # inside `gathered`
+        if self.method.credits_hint_free:  # before the reference and the update read the prompts
+            batch = self._on_hint_free_prompts(batch, self.method.sampling_temperature(step))
         return batch, seconds
 
     def _verify_or_record(self, problem, completion) -> Verdict:
@@ -343,8 +345,6 @@ class Trainer:
         self.method.on_step_start(step)
         temperature = self.method.sampling_temperature(step)
         batch, sampled, sampling_stats, t_rollout = self._collect(step, rng)  # roll out -> verify -> reward -> keep
-        if self.method.credits_hint_free:
-            batch = self._on_hint_free_prompts(batch, temperature)
         batch.advantages = self.method.advantages(batch).float()
         t_reward = time.perf_counter()
 
