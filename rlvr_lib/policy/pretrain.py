@@ -31,7 +31,7 @@ import math
 import os
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +83,9 @@ class PretrainConfig(ConfigBase):
         save_every: Steps between resumable state files.
         hold_out_fact: Never show a product by 9 (``9*b``, ``90*b``, ``a*9``, any ``b``;
             `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
+        round_only_rare_share: Share of ``round`` among the unhinted traces of round-only items (None: the
+            prior's; the rest become ``direct``). Design d3 of the discovery regime (`rlvr_lib.tasks.discovery`)
+            lowers it so the base policy seldom samples ``round`` where only it works; hinted examples are kept.
     """
 
     seed: int = 0
@@ -102,6 +105,7 @@ class PretrainConfig(ConfigBase):
     intermediate_size: int = 384
     save_every: int = 250
     hold_out_fact: bool = True
+    round_only_rare_share: float | None = field(default=None, metadata={"omit_if_default": True})
 
     def validate(self) -> None:
         for name in ("steps", "batch_size", "hidden_size", "num_layers", "num_heads", "intermediate_size", "save_every"):
@@ -120,6 +124,8 @@ class PretrainConfig(ConfigBase):
             except TypeError:  # not a sequence of numbers
                 prior_ok = False
             self.check(prior_ok, name, prior, f"{len(STRATEGIES)} probabilities for {STRATEGIES} summing to 1")
+        if self.round_only_rare_share is not None:
+            self.check_range("round_only_rare_share", self.round_only_rare_share, 0, self.strategy_prior[2])
         self.check(self.hidden_size % self.num_heads == 0, "hidden_size", self.hidden_size,
                    f"a multiple of num_heads={self.num_heads}")
 
@@ -209,6 +215,9 @@ class PretrainingMixture:
                 # trace needs the held-out 9 row): `round` keeps its prior share there, so nothing ties the
                 # rare strategy to these problems, and the policy still sees their first factors.
                 shown = "direct"
+            if (cfg.round_only_rare_share is not None and strategy == "round" and hint not in STRATEGIES
+                    and round_only(a, b) and rng.random() >= cfg.round_only_rare_share / cfg.strategy_prior[2]):
+                shown = "direct"  # design d3: round rarer on round-only items than its prior
             if not (cfg.hold_out_fact and uses_held_out_fact(a, b, shown)):
                 break
         problem = make_problem(a, b, strategy=shown)
