@@ -215,3 +215,19 @@ def test_forced_rollouts_are_trained_on_the_hint_free_prompt(policy, task):
     ref = seen["local"].ref_logprobs  # one process: its rows are the batch's
     assert ref is not None and ref.shape == ro.logprobs.shape
     torch.testing.assert_close(ref[hinted], ro.logprobs[hinted], atol=1e-5, rtol=1e-5)
+
+
+# ----------------------------------------------------------------------------- headroom
+def test_headroom_fraction_is_the_methods_share_of_the_oracles_gain_over_grpo():
+    rng = np.random.default_rng(0)
+    grpo = rng.uniform(0.0, 0.2, (5, 40))
+    oracle = grpo + 0.4
+    half = grpo + 0.2
+    got = regimes.headroom_fraction(half, grpo, oracle, n_resamples=500)
+    assert got["mean"] == pytest.approx(0.5) and got["ci_low"] < 0.5 < got["ci_high"] and got["dropped"] == 0
+    assert regimes.headroom_fraction(grpo, grpo, oracle, n_resamples=200)["mean"] == pytest.approx(0.0)
+    assert regimes.headroom_fraction(oracle, grpo, oracle, n_resamples=200)["mean"] == pytest.approx(1.0)
+    none = regimes.headroom_fraction(half, grpo, grpo, n_resamples=50)  # no headroom: no ratio
+    assert math.isnan(none["mean"]) and 0 < none["dropped"] < 50  # resampled seeds put it on either side of 0
+    with pytest.raises(ValueError, match="problems"):
+        regimes.headroom_fraction(half[:, :10], grpo, oracle)

@@ -18,7 +18,10 @@ SMALL_POLICY_DIR = TINY_POLICY_DIR.with_name("small-mul")
 tiny policy's data; pass it as ``policy`` (a local checkpoint directory) where it is shipped."""
 POLICY_DIRS = {"tiny": TINY_POLICY_DIR, "small": SMALL_POLICY_DIR}
 """Where ``python -m rlvr_lib pretrain --size S`` writes by default."""
-POLICY_NAMES = {"small": SMALL_POLICY_DIR}
+DISCOVERY_POLICY_DIR = TINY_POLICY_DIR.with_name("tiny-mul-discovery")
+"""Design d3 of the discovery regime (`rlvr_lib.tasks.discovery`): the tiny policy pretrained with ``round`` rarer on
+round-only items."""
+POLICY_NAMES = {"small": SMALL_POLICY_DIR, "discovery": DISCOVERY_POLICY_DIR}
 """Policies of this package a config names by name (``policy="small"``), so that a run's cache key holds no
 checkout's path; ``None`` is the embedded tiny policy. A name here takes precedence over a hub model's."""
 

@@ -215,9 +215,13 @@ def _keys(ops) -> list[str]:
     return [f"{a}*{b}" for a, b in ops]
 
 
-def measure_regimes(engine, *, policy_sha: str, max_new_tokens: int = 48) -> tuple[dict, dict | None]:
-    """Both regimes on the policy behind ``engine``: (``regimes.json``'s content, the discovery profile or None
-    when no design on this policy holds its bound)."""
+def measure_regimes(engine, *, policy_sha: str, policy: str | None = None, designs: Sequence[str] = ("d1", "d2"),
+                    max_new_tokens: int = 48) -> tuple[dict, dict | None]:
+    """Both regimes on the policy behind ``engine`` (``policy``: its name, None for the shipped one): (``regimes.json``'s
+    content, the discovery profile or None when none of ``designs`` holds its bound).
+
+    ``designs``: ``("d1", "d2")`` on the shipped policy; ``("d3",)`` on design d3's policy, where the feature is every
+    round-only first factor (d1's rule) and the bound is checked the same way."""
     from rlvr_lib.eval.sampling import SamplingParams, sample_and_score
     from rlvr_lib.study.calibration import measure_strategy_profile
     from rlvr_lib.tasks import arithmetic
@@ -232,8 +236,11 @@ def measure_regimes(engine, *, policy_sha: str, max_new_tokens: int = 48) -> tup
         return (scored.strategies == rare) & scored.correct
 
     retention_ops = [ab for d in arithmetic.DIFFICULTIES for ab in arithmetic.problem_pool("train", d)]
-    retention = retention_premise(rare_reward_share(hinted_correct(retention_ops, RETENTION_SAMPLES, RETENTION_SEED)))
-    retention.update(seed=RETENTION_SEED, samples_per_problem=RETENTION_SAMPLES)
+    retention = None  # the retention regime is the shipped policy's
+    if policy is None:
+        retention = retention_premise(rare_reward_share(hinted_correct(retention_ops, RETENTION_SAMPLES,
+                                                                       RETENTION_SEED)))
+        retention.update(seed=RETENTION_SEED, samples_per_problem=RETENTION_SAMPLES)
 
     split_of = {ab: split for split in ("train", "eval") for ab in discovery.candidates(split)}
     profile = measure_strategy_profile(engine, sorted(split_of), samples=discovery.PROFILE_SAMPLES,
@@ -253,6 +260,10 @@ def measure_regimes(engine, *, policy_sha: str, max_new_tokens: int = 48) -> tup
     for row in per_factor.values():
         row["share"] = row["rare"] / row["samples"]
     chosen = choose_design(per_factor)
+    if tuple(designs) == ("d3",):  # d3: d1's rule on the policy pretrained for it
+        d1 = chosen["tried"][0]
+        chosen = {"design": "d3" if d1["holds"] else None, "first_factors": d1["first_factors"] if d1["holds"] else [],
+                  "share": d1["share"], "tried": [{**d1, "design": "d3"}]}
     summary = {"design": chosen["design"], "first_factors": chosen["first_factors"], "tried": chosen["tried"],
                "per_first_factor": {str(a): row for a, row in sorted(per_factor.items())},
                "candidates": {"train": sum(s == "train" for s in split_of.values()),
@@ -271,11 +282,11 @@ def measure_regimes(engine, *, policy_sha: str, max_new_tokens: int = 48) -> tup
         fresh = rare_reward_share(hinted_correct(kept, discovery.PROFILE_SAMPLES, FRESH_REWARD_SEED))
         summary.update(train_targets_unhinted=unh, fresh_reward=fresh, pool_size=len(kept) + len(others),
                        visits_per_problem_200x8=1600 / (len(kept) + len(others)))
-        disc = {"policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
+        disc = {"policy": policy, "policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
                 "design": chosen["design"], "first_factors": chosen["first_factors"],
                 "pool": {"targets": _keys(kept), "non_targets": _keys(others)}, "heldout_targets": _keys(held_t),
                 "profile": {"seed": profile["seed"], "samples": profile["samples"], "counts": profile["counts"]}}
-    report = {"policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
+    report = {"policy": policy, "policy_sha": policy_sha, "testbed_version": arithmetic.TESTBED_VERSION,
               "seconds": round(time.perf_counter() - t0, 1), "retention": retention, "discovery": summary}
     return report, disc
 
@@ -284,23 +295,179 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m rlvr_lib.study.regimes", description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(REGIMES_FILE), help="the regimes report (default: %(default)s)")
     parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--design", choices=("shipped", "d3"), default="shipped",
+                        help="shipped: designs d1, d2 on the shipped policy; d3: the policy pretrained for it")
+    parser.add_argument("--gate", action="store_true",
+                        help="train (or read from the run cache) the gate's arms on the measured design and write "
+                             "the gate's outcome into --out")
+    parser.add_argument("--arms", nargs="+", choices=GATE_ARMS, default=None,
+                        help="with --gate: train only these arms (another process may train the others), write nothing")
+    parser.add_argument("--seeds", nargs="+", type=int, default=None, help="with --gate: default the main seeds")
     args = parser.parse_args(argv)
+    if args.gate:
+        return _gate(args)
     from rlvr_lib.files import write_json_atomic
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine
 
-    model, tokenizer = load_policy(None)
+    policy = discovery.D3_POLICY if args.design == "d3" else None
+    model, tokenizer = load_policy(policy)
     engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
-    report, disc = measure_regimes(engine, policy_sha=policy_fingerprint(None))
+    report, disc = measure_regimes(engine, policy_sha=policy_fingerprint(policy), policy=policy,
+                                   designs=("d3",) if args.design == "d3" else ("d1", "d2"))
+    out = Path(args.out)
+    if out.exists():  # earlier designs' measurements are kept beside this one
+        import json
+
+        earlier = json.loads(out.read_text())
+        report["discovery"]["earlier"] = [*earlier["discovery"].pop("earlier", []), earlier["discovery"]]
+        if policy is not None:  # the retention regime is the shipped policy's
+            report["retention"] = earlier["retention"]
     if disc is not None:
         write_json_atomic(discovery.DISCOVERY_FILE, disc)
-    write_json_atomic(Path(args.out), report)
+    write_json_atomic(out, report)
     d = report["discovery"]
-    print(f"retention: hinted round earns {report['retention']['share']:.3%} of fresh samples "
+    print(f"retention: hinted round earns {report['retention']['share']:.3%} of fresh samples "  # noqa
           f"(discovery premise {report['retention']['discovery_premise']}); discovery design: {d['design']} "
           f"({report['seconds']} s)")
     return 0
+
+
+def _gate(args) -> int:
+    import json
+
+    from rlvr_lib.files import write_json_atomic
+    from rlvr_lib.study.dynamics import full_profile_steps
+    from rlvr_lib.study.profiles import MAIN_SEEDS
+
+    arms = discovery_arms(full_profile_steps())
+    seeds = args.seeds or list(MAIN_SEEDS)
+    if args.arms:
+        gate_runs(arms, seeds, args.arms)
+        return 0
+    out = Path(args.out)
+    report = json.loads(out.read_text())
+    outcome = gate_outcome(gate_runs(arms, seeds), report["discovery"]["fresh_reward"]["share"])
+    report["discovery"]["gate"] = {**outcome, "seeds": seeds, "steps": arms.steps,
+                                   "design": discovery.load_discovery()["design"]}
+    write_json_atomic(out, report)
+    print(json.dumps({k: v for k, v in outcome.items() if k != "arms"}, indent=1))
+    return 0
+
+
+
+
+# --------------------------------------------------------------------------- the gate's and the methods' runs
+
+EXPERIMENT = "discovery"
+HELDOUT_SPEC_PROBLEMS = 200
+SAMPLES = 32
+TRAIN_TARGETS = "train_targets"
+"""The label of the training targets' evaluation in a record's extra evaluations."""
+GATE_ARMS = ("grpo", "oracle_explore")
+BASE_SEEDS = (0, 1)
+"""Two sampling seeds of the base policy: the resampling null."""
+
+
+def discovery_specs(task_name: str = "arith_discovery", problems: int = HELDOUT_SPEC_PROBLEMS,
+                    samples: int = SAMPLES):
+    """(the main evaluation: held-out targets, ``{TRAIN_TARGETS: the training targets}``), every problem up to
+    ``problems``, ``samples`` each at temperature 1 (clustering skipped: the strategy labels are the measure)."""
+    from rlvr_lib.eval.policy_eval import EvalSpec
+    from rlvr_lib.tasks import get_task
+
+    task = get_task(task_name)
+    held = min(problems, task.family_capacity(discovery.HELDOUT_FAMILY))
+    main = EvalSpec(task=task_name, families=(discovery.HELDOUT_FAMILY,), problems_per_family=held, samples=samples,
+                    diversity_problems=1, diversity_samples=1)
+    train = main.replace(families=(discovery.TARGET_FAMILY,),
+                         problems_per_family=min(problems, task.family_capacity(discovery.TARGET_FAMILY)))
+    return main, {TRAIN_TARGETS: train}
+
+
+def discovery_arms(steps: int, prompts_per_step: int = 8, root=None, experiment: str = f"{EXPERIMENT}_full",
+                   **spec_args):
+    """`rlvr_lib.study.arms.Arms` of the discovery regime: its evaluation, with every arm on ``task`` and
+    ``policy`` of the measured design (pass them to ``train``: :func:`arm_overrides`)."""
+    from rlvr_lib.study.arms import Arms
+
+    spec, _ = discovery_specs(**spec_args)
+    return Arms(experiment, root, spec, steps=steps, prompts_per_step=prompts_per_step)
+
+
+def arm_overrides() -> dict[str, Any]:
+    """What every discovery arm sets beside its method's preset: the task and the design's policy."""
+    return {"task": "arith_discovery", "policy": discovery.load_discovery().get("policy")}
+
+
+def headroom_fraction(method: Any, grpo: Any, oracle: Any, *, n_resamples: int = 10_000, seed: int = 0,
+                      confidence: float = 0.95) -> dict[str, Any]:
+    """The share of the oracle's headroom a method captures: ``(mean M - mean G) / (mean O - mean G)``.
+
+    ``method``, ``grpo``, ``oracle``: ``(S, P)`` per-seed, per-problem scores on the same problems. Each resample
+    draws each arm's seeds with replacement, independently, and one draw of problems shared by the three (as
+    `rlvr_lib.study.stats.paired_difference_ci`); the interval is the percentile interval of the ratio over the
+    resamples whose denominator is positive (``"dropped"`` counts the others).
+    """
+    arrs = [np.asarray(x, dtype=float) for x in (method, grpo, oracle)]
+    for name, a in zip(("method", "grpo", "oracle"), arrs):
+        check(a.ndim == 2 and a.size > 0 and np.isfinite(a).all(), name, f"shape {a.shape}",
+              "a finite (seeds, problems) array")
+    check(len({a.shape[1] for a in arrs}) == 1, "problems", [a.shape[1] for a in arrs], "the same in all three")
+    m, g, o = arrs
+    denominator = o.mean() - g.mean()
+    point = (m.mean() - g.mean()) / denominator if denominator > 0 else float("nan")
+    rng = np.random.default_rng(seed)
+    P = m.shape[1]
+    ratios = []
+    for _ in range(n_resamples):
+        cols = rng.integers(P, size=P)
+        means = [a[rng.integers(a.shape[0], size=a.shape[0])][:, cols].mean() for a in arrs]
+        den = means[2] - means[1]
+        if den > 0:
+            ratios.append((means[0] - means[1]) / den)
+    alpha = (1 - confidence) / 2
+    lo, hi = (np.quantile(ratios, [alpha, 1 - alpha]).tolist() if ratios else (float("nan"), float("nan")))
+    return {"mean": float(point), "ci_low": float(lo), "ci_high": float(hi), "n": int(m.shape[0]),
+            "method": "headroom ratio, bootstrap over seeds x problems", "dropped": n_resamples - len(ratios)}
+
+
+def gate_runs(arms, seeds: Sequence[int], names: Sequence[str] = GATE_ARMS) -> dict[str, list]:
+    """The gate's arms (``names``) on ``seeds`` and the base policy on :data:`BASE_SEEDS`, through the run cache;
+    ``"base"`` and ``"base-train-targets"`` hold the base policy's two evaluations."""
+    overrides = arm_overrides()
+    _, extra = discovery_specs()
+    runs = {name: arms.train(name, seeds, extra_specs=extra, **overrides) for name in names}
+    runs["base"] = arms.base(BASE_SEEDS, policy=overrides["policy"])
+    runs["base-train-targets"] = arms.base(BASE_SEEDS, name="base-train-targets", spec=extra[TRAIN_TARGETS],
+                                           policy=overrides["policy"])
+    return runs
+
+
+def gate_outcome(runs: Mapping[str, list], fresh_reward_share: float) -> dict[str, Any]:
+    """:func:`discovery_gate` read from :func:`gate_runs`' records (held-out targets' pass@1), with each arm's
+    pass@1 and ``round`` share on both target families beside it."""
+    from rlvr_lib.study.arms import Paired
+    from rlvr_lib.study.summaries import extra_evaluation
+
+    held = Paired((discovery.HELDOUT_FAMILY,), runs["grpo"][0].config["eval"]["samples"])
+    oracle, grpo, base = (held.scores(runs[k]) for k in ("oracle_explore", "grpo", "base"))
+    gate = discovery_gate(held.versus(runs["oracle_explore"], runs["grpo"]), float(oracle.mean() - base.mean()),
+                          float(grpo.mean() - base.mean()), fresh_reward_share)
+
+    def share(records, family):
+        return float(np.mean([r.final["families"][family]["strategy_freq"][discovery.RARE] for r in records]))
+
+    arms = {}
+    for name in ("base", "grpo", "oracle_explore"):
+        train = (runs["base-train-targets"] if name == "base" else extra_evaluation(runs[name], TRAIN_TARGETS))
+        arms[name] = {"heldout_pass1": float(held.scores(runs[name]).mean()),
+                      "heldout_round_share": share(runs[name], discovery.HELDOUT_FAMILY),
+                      "train_pass1": float(np.mean([r.final["families"][discovery.TARGET_FAMILY]["pass_at_k"]["1"]
+                                                    for r in train])),
+                      "train_round_share": share(train, discovery.TARGET_FAMILY), "seeds": len(runs[name])}
+    return {**gate, "arms": arms}
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ NON_TARGETS_PER_TARGET = 5
 POOL_SEED = 0
 D3_ROUND_SHARE = 0.01
 """Design d3's ``round`` share among the unhinted pretraining traces of round-only items (the prior's is 0.06)."""
-D3_POLICY = Path(__file__).resolve().parents[1] / "policy" / "checkpoints" / "tiny-mul-discovery"
+D3_POLICY = "discovery"
+"""Design d3's policy by name (`rlvr_lib.policy.load.POLICY_NAMES`)."""
 DESIGNS = {
     "d1": "every round-only first factor (19, 29, ..., 79)",
     "d2": "the round-only first factors whose own unhinted round share is at most UNHINTED_BOUND "
