@@ -18,11 +18,13 @@ def _ci(lo, hi):
     return {"mean": (lo + hi) / 2, "ci_low": lo, "ci_high": hi, "n": 5, "method": "m"}
 
 
+_RET = {"regime": "retention", "premise": "retention"}
+_NONE = {"regime": "retention", "premise": "none"}
 REG = Registry(
     notebook="99_test", experiment="testexp",
-    claims=(Claim("gain", "X beats GRPO at pass@{n}", "SAGE", "T1", ("pass@1", 0.266, 0.284), ">", "grpo"),
-            Claim("keeps", "X keeps OOD", "SAGE", "OOD", "no number", "within", "base", margin=0.01)),
-    measurements=(Measurement("rescued", "rescued > lost", ">"),),
+    claims=(Claim("gain", "X beats GRPO at pass@{n}", "SAGE", "T1", ("pass@1", 0.266, 0.284), ">", "grpo", **_RET),
+            Claim("keeps", "X keeps OOD", "SAGE", "OOD", "no number", "within", "base", margin=0.01, **_NONE)),
+    measurements=(Measurement("rescued", "rescued > lost", ">", **_RET),),
     checks=(Check("ari", "ARI >= 0.8", "measurement"),),
 )
 
@@ -50,14 +52,15 @@ def test_rows_come_only_from_the_registry():
 
 
 def test_a_row_changed_after_the_first_full_record_is_flagged(tmp_path):
-    first = {"module": "x", "commit": None, "fingerprints": REG.fingerprints()}
+    first = {"module": "x", "commit": None, "fingerprints": REG.fingerprints(), "tags": REG.tags()}
     _run(tmp_path, "testexp_full", 0, first)
     assert REG.changed_rows(tmp_path).empty  # nothing changed since the first record
     # the margin of "keeps" widened and a row added after the first record; a later record does not excuse them
     keeps = dataclasses.replace(REG.claims[1], margin=0.02)
     later = dataclasses.replace(REG, claims=(REG.claims[0], keeps,
-                                             Claim("new", "new row", "SAGE", "T1", "-", ">", "grpo")))
-    _run(tmp_path, "testexp_full", 1, {"module": "x", "commit": None, "fingerprints": later.fingerprints()})
+                                             Claim("new", "new row", "SAGE", "T1", "-", ">", "grpo", **_NONE)))
+    _run(tmp_path, "testexp_full", 1, {"module": "x", "commit": None, "fingerprints": later.fingerprints(),
+                                       "tags": later.tags()})
     changed = later.changed_rows(tmp_path)
     assert changed[["id", "what"]].values.tolist() == [["keeps", "changed"], ["new", "added"]]
     assert changed.attrs["first_record"].startswith(load_runs("testexp_full", tmp_path)[0].run_id.split("-s")[0])
@@ -72,7 +75,71 @@ def test_records_before_fingerprints_list_the_rows_that_say_they_changed(tmp_pat
                               removed=(("old half", "item 2"),))
     changed = reg.changed_rows(tmp_path)
     assert changed[["id", "what", "why"]].values.tolist() == [["keeps", "changed", "item 2: now within"],
-                                                             ["-", "removed", "item 2"]]
+                                                             ["-", "removed", "item 2"],
+                                                             ["keeps", "tagged", "-"], ["rescued", "tagged", "-"]]
+
+
+def test_tags_added_after_the_first_record_are_listed_as_tagged_not_as_changed_statements(tmp_path):
+    from rlvr_lib.study.claims import TAGGED, changed_summary
+
+    # The first record stored fingerprints but no tags (before issue 55): every row's statement is as it was, and
+    # each tagged row is listed as "tagged", with the registry's note, grouped by regime and premise.
+    _run(tmp_path, "testexp_full", 0, {"module": "x", "commit": None, "fingerprints": REG.fingerprints()})
+    reg = dataclasses.replace(REG, tagged=TAGGED)
+    changed = reg.changed_rows(tmp_path)
+    assert changed[["id", "what", "why"]].values.tolist() == [["gain", "tagged", TAGGED], ["keeps", "tagged", TAGGED],
+                                                             ["rescued", "tagged", TAGGED]]
+    assert changed.loc[0, "row"] == "X beats GRPO at pass@{n} [retention/retention]"
+    text = changed_summary(changed)
+    assert text.startswith("**Pre-registration:** no row's statement changed after the first full-profile record")
+    assert f"- tagged: regime retention, premise retention (2 rows: gain, rescued) -- {TAGGED}" in text
+    assert f"- tagged: regime retention, premise none (1 rows: keeps) -- {TAGGED}" in text
+    # a row's fingerprint is what it states: its tags and its note are not part of it
+    retagged = dataclasses.replace(REG.claims[0], premise="discovery", changed="re-tagged")
+    assert retagged.fingerprint() == REG.claims[0].fingerprint() and retagged.tags() != REG.claims[0].tags()
+
+
+def test_a_row_retagged_after_a_record_that_stored_tags_is_listed(tmp_path):
+    _run(tmp_path, "testexp_full", 0, {"module": "x", "commit": None, "fingerprints": REG.fingerprints(),
+                                       "tags": REG.tags()})
+    moved = dataclasses.replace(REG, claims=(dataclasses.replace(REG.claims[0], premise="discovery"), REG.claims[1]),
+                                tagged="the rule changed")
+    assert moved.changed_rows(tmp_path)[["id", "what", "why"]].values.tolist() == [["gain", "tagged",
+                                                                                   "the rule changed"]]
+    reworded = dataclasses.replace(REG, claims=(dataclasses.replace(REG.claims[0], text="reworded"), REG.claims[1]))
+    assert reworded.changed_rows(tmp_path)[["id", "what"]].values.tolist() == [["gain", "changed"]]
+
+
+def test_a_claims_row_without_a_regime_or_premise_is_refused():
+    with pytest.raises(ValueError, match=r"^Claim 'x': regime=None is invalid: must be one of \['retention', "
+                                         r"'discovery'\]$"):
+        Claim("x", "x", "SAGE", "T1", "-", ">", "grpo")
+    with pytest.raises(ValueError, match=r"^Claim 'x': premise=None is invalid: must be one of \['discovery', "
+                                         r"'retention', 'none'\]$"):
+        Claim("x", "x", "SAGE", "T1", "-", ">", "grpo", regime="retention")
+    with pytest.raises(ValueError, match=r"^Measurement 'm': regime='arith' is invalid: must be one of"):
+        Measurement("m", "m", ">", regime="arith", premise="none")
+    with pytest.raises(ValueError, match=r"^Claim 'x': premise='exploration' is invalid: must be one of"):
+        Claim("x", "x", "SAGE", "T1", "-", ">", "grpo", regime="discovery", premise="exploration")
+    # the rows a registry hands to the tables carry them
+    rows = REG.claim_rows({"gain": _ci(0.01, 0.02), "keeps": {"ours": _ci(-0.005, 0.005), "reference": "-"}}, n=8)
+    assert [(r["regime"], r["premise"]) for r in rows] == [("retention", "retention"), ("retention", "none")]
+
+
+def test_every_registered_row_names_the_retention_regime_and_a_premise():
+    # issue 55: every row registered so far is measured on the testbed's RL pool; NudgeRL's and 3PO's rows against
+    # GRPO need the discovery premise, their rows against the base policy none
+    for module in REGISTRIES.values():
+        reg = registry(module)
+        assert {r.regime for r in (*reg.claims, *reg.measurements)} == {"retention"}, module
+        assert reg.tagged, module
+    nb03, nb04, nb07 = (registry(m).tags() for m in ("nb03_nudgerl", "nb04_3po", "nb07_head_to_head"))
+    assert nb03["beats-grpo-g8"] == nb03["ablation-hint-random"] == nb03["fig4-rare-solved"] == "retention/discovery"
+    assert nb03["beats-base"] == nb03["fig1-naive-one-mode"] == "retention/none"
+    assert nb04["c3po-beats-grpo"] == nb04["fig5-ess-x10"] == "retention/discovery"
+    assert nb04["fig1-weight-reorders"] == nb04["fig3-polaris-degenerate-train"] == "retention/none"
+    assert nb07["nudgerl-beats-grpo"] == nb07["pair-nudgerl-sage"] == nb07["threepo-rare-wide"] == "retention/discovery"
+    assert nb07["sage-rare-wide"] == "retention/retention" and nb07["pair-sage-vigor"] == "retention/none"
 
 
 def test_run_records_store_the_commit_and_fingerprints_of_their_notebooks_claims(tmp_path, monkeypatch):
@@ -101,10 +168,10 @@ def test_every_registry_loads_and_its_ids_are_unique():
         ids = list(reg.fingerprints())
         assert len(ids) == len(set(ids)) == len(reg.claims) + len(reg.measurements) + len(reg.checks)
     with pytest.raises(ValueError, match=r"^Claim 'x': expect='>=' is invalid: must be one of"):
-        Claim("x", "x", "SAGE", "T1", "-", ">=", "grpo")
+        Claim("x", "x", "SAGE", "T1", "-", ">=", "grpo", **_NONE)
     with pytest.raises(ValueError, match=r"^Registry 'r': ids=\['a'\] is invalid: must be unique"):
-        Registry("r", "e", claims=(Claim("a", "x", "SAGE", "T1", "-", ">", "grpo"),),
-                 measurements=(Measurement("a", "y", ">"),))
+        Registry("r", "e", claims=(Claim("a", "x", "SAGE", "T1", "-", ">", "grpo", **_NONE),),
+                 measurements=(Measurement("a", "y", ">", **_NONE),))
 
 
 def test_registered_paper_effects_agree_with_their_side():

@@ -23,7 +23,8 @@ def _ci(lo, hi, n=5, method="m"):
 
 def _row(rid="c", ours=None, **kw):
     row = dict(id=rid, claim=f"claim {rid}", source="SAGE", paper="T1", paper_effect="no number",
-               ours=_ci(0.01, 0.03) if ours is None else ours, expect=">", against="grpo")
+               ours=_ci(0.01, 0.03) if ours is None else ours, expect=">", against="grpo", regime="retention",
+               premise="none")
     row.update(kw)
     return row
 
@@ -76,7 +77,8 @@ def test_a_row_grpo_also_reproduces_is_not_specific():
     assert df.loc[0, "reference"] == "GRPO 0.003 [-0.002, 0.008]: reproduced"
     assert df.loc[2, "reference"] == "GRPO -0.005 [-0.020, 0.010]: unresolved"
     assert df.loc[3, "reference"] == "the row is GRPO's own"
-    assert verdict_counts(df) == {"reproduced": 2, "contradicted": 1, "unresolved": 0, "not specific": 2}
+    assert verdict_counts(df) == {"reproduced": 2, "contradicted": 1, "unresolved": 0, "not specific": 2,
+                                  "premise absent": 0}
     with pytest.raises(ValueError, match=r"^claims_table row 0: reference=None is invalid: must be the same test on "
                                          r"GRPO .* \(against='base'\)$"):
         claims_table([_row("x", against="base")])
@@ -163,12 +165,14 @@ def test_claims_summary_counts_each_verdict_and_the_chance_count():
             _row("d", _ci(0.05, 0.2), source="VIGOR", against="base", reference=_ci(0.01, 0.02))]
     text = claims_summary(claims_table(rows))
     lines = text.splitlines()
-    assert lines[0].startswith("**1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims** "
+    assert lines[0].startswith("**1 reproduced, 1 contradicted, 1 unresolved, 1 not specific, 0 premise absent of 4 "
+                               "claims** "
                                "(chance alone, every effect at its threshold, would give 0.1 `reproduced`")
-    assert find_claims_headline(text) == "1 reproduced, 1 contradicted, 1 unresolved, 1 not specific of 4 claims"
+    assert find_claims_headline(text) == ("1 reproduced, 1 contradicted, 1 unresolved, 1 not specific, 0 premise "
+                                          "absent of 4 claims")
     assert find_claims_counts(text + "\n" + text) == {
-        "SAGE": {"reproduced": 2, "contradicted": 2, "unresolved": 2, "not specific": 0},
-        "VIGOR": {"reproduced": 0, "contradicted": 0, "unresolved": 0, "not specific": 2}}
+        "SAGE": {"reproduced": 2, "contradicted": 2, "unresolved": 2, "not specific": 0, "premise absent": 0},
+        "VIGOR": {"reproduced": 0, "contradicted": 0, "unresolved": 0, "not specific": 2, "premise absent": 0}}
     assert "- **contradicted**: claim c (SAGE) -- ours 0.175 [0.050, 0.300], threshold < 0.000" in text
 
 
@@ -179,7 +183,8 @@ def test_claims_reading_says_each_verdict_the_disagreements_and_the_limits():
     text = claims_reading(claims_table(rows), "Only three strategies.")
     reading, limits = text.split("\n\n")
     assert reading.startswith("**Reading.** Of the 4 claims tested here: 1 reproduced, 1 contradicted, "
-                              "1 unresolved, 1 not specific.")
+                              "1 unresolved, 1 not specific, 0 premise absent. Regimes: 4 on the retention regime (4 "
+                              "needing no premise).")
     # the disagreement names our interval beside the paper's effect
     assert ("Where the testbed disagrees with the paper (contradicted): claim c (SAGE): ours 0.175 [0.050, 0.300], "
             "the paper's pass@1 0.4 -> 0.38 (-5%)") in reading
@@ -202,10 +207,114 @@ def test_every_notebook_says_what_its_testbed_cannot_say():
 
 
 def test_measurements_and_instrument_checks_are_tables_of_their_own():
-    m = measurements_table([{"id": "rescued", "measurement": "rescued > lost", "ours": _ci(0.01, 0.02), "expect": ">"}])
+    m = measurements_table([{"id": "rescued", "measurement": "rescued > lost", "ours": _ci(0.01, 0.02), "expect": ">",
+                             "regime": "retention", "premise": "none"}])
     assert list(m.columns) == list(MEASUREMENT_COLUMNS) and m.loc[0, "verdict"] == "reproduced"
     assert find_claims_headline(measurements_summary(m)) is None  # never counted among claims
     c = instrument_checks([{"id": "ari", "check": "ARI >= 0.8", "kind": "measurement", "value": 0.91, "passes": True}])
     assert c.loc[0, "value"] == "0.910" and bool(c.loc[0, "passes"])
     with pytest.raises(ValueError, match=r"^instrument_checks row 0: kind='claim' is invalid: must be one of"):
         instrument_checks([{"id": "x", "check": "x", "kind": "claim", "value": 1, "passes": True}])
+
+
+# ------------------------------------------------------------------ regimes and premises (issue 55, item 5)
+
+def _regimes(state):
+    """A hand-built ``results/testbed/regimes.json``: the discovery premise on the retention pool ``state``."""
+    share, correct = (0.0017, 41) if state == "absent" else (0.02, 476)
+    return {"retention": {"share": share, "correct": correct, "samples": 23808, "bound": 0.005,
+                          "discovery_premise": state}}
+
+
+def test_premise_status_reads_a_hand_built_regimes_file():
+    from rlvr_lib.study.regimes import premise_status
+
+    absent = premise_status("retention", "discovery", _regimes("absent"))
+    assert absent == {"present": False, "measurement": "hinted round earns reward on 0.17% of fresh samples of the "
+                                                       "RL pool (41 of 23808; bound 0.5%)"}
+    assert premise_status("retention", "discovery", _regimes("present"))["present"] is True
+    assert premise_status("retention", "discovery", {}) == {"present": None, "measurement": "not measured"}
+    assert premise_status("retention", "retention", {})["present"] is True  # notebook 00's dynamics
+    assert premise_status("discovery", "none", {})["present"] is True
+    assert premise_status("discovery", "discovery", {})["present"] is None  # no gate outcome yet
+
+
+def test_a_row_whose_premise_is_absent_gets_premise_absent_with_the_measurement_beside_it():
+    rows = [_row("needs-discovery", _ci(-0.03, -0.01), premise="discovery"),
+            _row("needs-nothing", _ci(0.01, 0.03)),
+            _row("keeps", _ci(0.01, 0.03), premise="retention")]
+    df = claims_table(rows, regimes=_regimes("absent"))
+    assert list(df.columns) == list(CLAIMS_COLUMNS)
+    assert df["verdict"].tolist() == ["premise absent", "reproduced", "reproduced"]
+    # nothing is hidden: the interval, its own verdict and the premise's measurement stay in the row
+    assert df.loc[0, "ours"] == "-0.020 [-0.030, -0.010]" and df.loc[0, "verdict_if_premise"] == "contradicted"
+    assert df.loc[0, "premise"] == ("discovery -- absent: hinted round earns reward on 0.17% of fresh samples of the "
+                                    "RL pool (41 of 23808; bound 0.5%)")
+    assert df.loc[1, "premise"] == "none" and df["regime"].tolist() == ["retention"] * 3
+    assert df.loc[2, "premise"].startswith("retention -- present: GRPO lowers rare_mix pass@256")
+    assert verdict_counts(df) == {"reproduced": 2, "contradicted": 0, "unresolved": 0, "not specific": 0,
+                                  "premise absent": 1}
+    # the headline and the scorecard count it apart; the chance count is over the rows whose premise is not absent
+    text = claims_summary(df)
+    assert text.startswith("**2 reproduced, 0 contradicted, 0 unresolved, 0 not specific, 1 premise absent of 3 "
+                           "claims** (chance alone, every effect at its threshold, would give 0.1 `reproduced` at the "
+                           "one-sided 2.5% level over the 2 rows whose premise is not absent).")
+    assert find_claims_headline(text) == ("2 reproduced, 0 contradicted, 0 unresolved, 0 not specific, 1 premise "
+                                          "absent of 3 claims")
+    assert find_claims_counts(text)["SAGE"]["premise absent"] == 1
+    assert ("- **premise absent** (its interval alone would read `contradicted`): claim needs-discovery (SAGE) -- "
+            "ours -0.020 [-0.030, -0.010]") in text
+    assert "Regimes: 3 on the retention regime (1 needing the discovery premise, 1 needing no premise, 1 needing " \
+           "the retention premise)." in text
+    reading = claims_reading(df, "x")
+    assert ("Premise absent (the row needs a premise measured absent on its regime, discovery -- absent: hinted round "
+            "earns reward on 0.17%") in reading
+    assert "claim needs-discovery (SAGE; its interval -0.020 [-0.030, -0.010] alone would read contradicted)" in reading
+    assert "contradicted)" not in reading.split("Premise absent")[0]  # not read as the testbed disagreeing
+    m = measurements_table([{"id": "m", "measurement": "m", "ours": _ci(0.01, 0.02), "expect": ">",
+                             "regime": "retention", "premise": "discovery"}], regimes=_regimes("absent"))
+    assert list(m.columns) == list(MEASUREMENT_COLUMNS)
+    assert (m.loc[0, "verdict"], m.loc[0, "verdict_if_premise"]) == ("premise absent", "reproduced")
+    assert measurements_summary(m).startswith("Additional measurements (no paper states these; not counted among "
+                                              "claims): 0 reproduced, 0 contradicted, 0 unresolved, 1 premise absent")
+
+
+def test_a_row_whose_premise_is_present_or_not_measured_keeps_its_interval_verdict():
+    rows = [_row("a", _ci(-0.03, -0.01), premise="discovery"), _row("b", _ci(-0.01, 0.03), premise="discovery")]
+    present = claims_table(rows, regimes=_regimes("present"))
+    assert present["verdict"].tolist() == present["verdict_if_premise"].tolist() == ["contradicted", "unresolved"]
+    assert present.loc[0, "premise"].startswith("discovery -- present: hinted round earns reward on 2.00%")
+    # not measured yet: the interval's verdict stands, and the row says the premise is not measured
+    unmeasured = claims_table(rows, regimes={})
+    assert unmeasured["verdict"].tolist() == ["contradicted", "unresolved"]
+    assert unmeasured["premise"].tolist() == ["discovery -- premise not measured"] * 2
+    on_discovery = claims_table([_row("c", regime="discovery", premise="discovery")], regimes={})
+    assert on_discovery.loc[0, "premise"] == ("discovery -- premise not measured (the discovery gate has no outcome "
+                                              "yet)") and on_discovery.loc[0, "verdict"] == "reproduced"
+    failed = {"discovery": {"gate": {"passes": False}}}
+    assert claims_table([_row("c", regime="discovery", premise="discovery")],
+                        regimes=failed).loc[0, "verdict"] == "premise absent"
+
+
+def test_a_claims_row_without_a_regime_is_refused():
+    no_regime = {k: v for k, v in _row().items() if k != "regime"}
+    with pytest.raises(ValueError, match=r"^claims_table row 0 \('c'\): regime=None is invalid: must be one of "
+                                         r"\['retention', 'discovery'\]$"):
+        claims_table([no_regime])
+    with pytest.raises(ValueError, match=r"^claims_table row 0 \('c'\): premise='exploration' is invalid: must be "
+                                         r"one of \['discovery', 'retention', 'none'\]$"):
+        claims_table([_row(premise="exploration")])
+    with pytest.raises(ValueError, match=r"^measurements_table row 0 \('m'\): regime=None is invalid"):
+        measurements_table([{"id": "m", "measurement": "m", "ours": _ci(0.01, 0.02), "expect": ">"}])
+
+
+def test_headlines_written_before_the_fifth_verdict_are_still_read():
+    old = ("**0 reproduced, 1 contradicted, 24 unresolved, 0 not specific of 25 claims** (chance ...).\n"
+           '<!-- claims-scorecard {"NudgeRL": {"contradicted": 1, "not specific": 0, "reproduced": 0, '
+           '"unresolved": 24}} -->')
+    assert find_claims_headline(old) == "0 reproduced, 1 contradicted, 24 unresolved, 0 not specific of 25 claims"
+    assert find_claims_counts(old) == {"NudgeRL": {"reproduced": 0, "contradicted": 1, "unresolved": 24,
+                                                   "not specific": 0, "premise absent": 0}}
+    new = "**1 reproduced, 0 contradicted, 0 unresolved, 0 not specific, 2 premise absent of 3 claims** (chance)."
+    assert find_claims_headline(old + "\n" + new) == ("1 reproduced, 1 contradicted, 24 unresolved, 0 not specific, "
+                                                      "2 premise absent of 28 claims, over 2 claims tables")

@@ -1,5 +1,6 @@
 """The README's results section is exactly what `rlvr_lib.study.report` renders from results/."""
 
+import json
 import re
 
 import pytest
@@ -164,7 +165,8 @@ def _table(rows):
     from rlvr_lib.study.claims.tables import claims_table
 
     return claims_table([dict(id=f"c{i}", claim=f"claim {i}", source=source, paper="T1", paper_effect="-",
-                              ours=_ci(lo, hi), expect=">", against="base", reference=ref)
+                              ours=_ci(lo, hi), expect=">", against="base", reference=ref, regime="retention",
+                              premise="none")
                          for i, (source, lo, hi, ref) in enumerate(rows)])
 
 
@@ -200,9 +202,9 @@ def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_pa
     assert lines == [
         "Claims table and figures: `results/notebooks/full/02_baselines_sage_t1_anchors.ipynb`.",
         "Claims table and figures: `results/notebooks/full/03_nudgerl.ipynb` (0 reproduced, 1 contradicted, "
-        "1 unresolved, 1 not specific of 3 claims).",
+        "1 unresolved, 1 not specific, 0 premise absent of 3 claims).",
         "Claims table and figures: `results/notebooks/full/05_sage.ipynb` (3 reproduced, 1 contradicted, "
-        "0 unresolved, 1 not specific of 5 claims, over 2 claims tables).",
+        "0 unresolved, 1 not specific, 0 premise absent of 5 claims, over 2 claims tables).",
     ]
 
     # the scorecard's counts equal the tables': per paper, summed over tables and notebooks
@@ -217,8 +219,8 @@ def test_claims_line_and_scorecard_count_what_the_executed_notebooks_show(tmp_pa
     assert list(card) == ["NudgeRL", "3PO", "SAGE"]  # papers in PAPER_NAMES order
     rows = {line.split(" | ")[0].strip("| "): line for line in text.split("**Scorecard**", 1)[1].splitlines()
             if line.startswith("| ")}
-    assert rows["SAGE"] == "| SAGE | 4 | 2 | 1 | 0 | 1 | 0.1 (95%: at most 1) |"
-    assert rows["all"].startswith("| all | 8 | 3 | 2 | 1 | 2 | 0.2 ")
+    assert rows["SAGE"] == "| SAGE | 4 | 2 | 1 | 0 | 1 | 0 | 0.1 (95%: at most 1) |"
+    assert rows["all"].startswith("| all | 8 | 3 | 2 | 1 | 2 | 0 | 0.2 ")
     assert ("Not in the scorecard (their executed copies show no three-verdict claims table; re-execute them from "
             "the cache): `02_baselines_sage_t1_anchors`.") in text
 
@@ -245,10 +247,22 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     assert "| arm | <= 0 | > 0 | rare pass@256 minus GRPO's |" in section
     assert "| NudgeRL | +0.300 [0.300, 0.300] helps | +0.000 [0.000, 0.000] | +0.000 [-0.100, 0.100] |" in section
     assert "| forward KL | - | - | +0.250 [0.150, 0.350] above 0 |" in section
-    assert "- **forward KL**: rare pass@256 minus GRPO's +0.250 [0.150, 0.350] (above 0)." in section
-    assert ("In short: NudgeRL gains over GRPO's pass@1 in some bucket. rare pass@256 minus GRPO's: above 0 for "
-            "forward KL (+0.250); no difference shown for the other 1.") in section
-    assert "- **NudgeRL**: use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300" in section
+    # every statement names its regime (issue 55, item 5): notebook 07's rows are all on the retention regime
+    assert section.startswith(" (every statement on the retention regime, where the rare strategy earns (almost) no "
+                              "reward in training")
+    assert "- **forward KL** (retention regime): rare pass@256 minus GRPO's +0.250 [0.150, 0.350] (above 0)." in section
+    assert ("In short, on the retention regime: NudgeRL gains over GRPO's pass@1 in some bucket. rare pass@256 minus "
+            "GRPO's: above 0 for forward KL (+0.250); no difference shown for the other 1.") in section
+    # a method that needs the discovery premise says whether it is measured there
+    assert ("- **NudgeRL** (retention regime; the discovery premise its exploration needs is not measured there yet): "
+            "use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300") in section
+    bullets = [line for line in section.splitlines() if line.startswith("- **")]
+    assert len(bullets) == 2 and all("regime" in line.split(":")[0] for line in bullets)
+    (tmp_path / "testbed").mkdir(exist_ok=True)
+    (tmp_path / "testbed" / "regimes.json").write_text(json.dumps(
+        {"retention": {"share": 0.0017, "correct": 41, "samples": 23808, "bound": 0.005, "discovery_premise": "absent"}}))
+    assert ("- **NudgeRL** (retention regime; the discovery premise its exploration needs is absent there: hinted round "
+            "earns reward on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)): use it") in render(tmp_path)
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits
     assert text.count("Which method for which situation") == 1  # only notebook 07's section carries it

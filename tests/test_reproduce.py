@@ -361,7 +361,7 @@ def _executed_with_claims(path: Path, tables: int = 1) -> Path:
     cells = [nbformat.v4.new_markdown_cell("# 99 — a title")]
     for t in range(tables):
         table = claims_table([dict(id=f"c{t}", claim=f"claim {t}", source="SAGE", paper="T1", paper_effect="-",
-                                   ours=ci, expect=">", against="grpo")])
+                                   ours=ci, expect=">", against="grpo", regime="retention", premise="none")])
         cell = nbformat.v4.new_code_cell("display(...)")
         cell.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": claims_summary(table)}),
                         nbformat.v4.new_output("display_data", data={"text/markdown": claims_reading(table, "Tiny.")}),
@@ -385,7 +385,8 @@ def test_an_executed_notebook_opens_with_its_claims_headline_and_reading(tmp_pat
     assert parts[0] == "## At a glance"
     assert [p.split(" ", 1)[0] for p in parts[2:]] == ["**1", "**Reading.**", "**What", "**1", "**Reading.**",
                                                       "**What"]  # each table's headline, reading and limits
-    assert parts[2].startswith("**1 reproduced, 0 contradicted, 0 unresolved, 0 not specific of 1 claims**")
+    assert parts[2].startswith("**1 reproduced, 0 contradicted, 0 unresolved, 0 not specific, 0 premise absent of 1 "
+                               "claims**")
     assert "Additional measurements" not in opening.source
     assert find_claims_counts(notebook_outputs(path)) == counts  # the copy is not an output: nothing counted twice
     before = path.read_text()

@@ -11,17 +11,21 @@ tables can never drift from the results they quote.
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from rlvr_lib.study.summaries import summary_row
-from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, VERDICTS, find_claims_counts, find_claims_headline,
-                                          notebook_outputs)
+from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, PREMISE_ABSENT, VERDICTS, find_claims_counts,
+                                          find_claims_headline, notebook_outputs)
 from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
+from rlvr_lib.validation import check, check_choice
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
@@ -557,15 +561,20 @@ def _scorecard_section(root: Path) -> list[str]:
     lines = ["**Scorecard** (every paper claim the executed full-profile notebooks test, `results/notebooks/full/`; "
              "`reproduced`: the whole 95% interval on the paper's side of the threshold; `contradicted`: wholly on "
              "the other side; `unresolved`: it straddles; `not specific`: reproduced, but GRPO passes the same "
-             "test; *chance*: `reproduced` verdicts expected if every effect sat exactly on its threshold, at the "
+             "test; `premise absent`: the premise the claim needs is measured absent on the regime it is measured "
+             "on, so it is not tested there (each row names its regime and premise, and keeps its interval and the "
+             "verdict that interval alone would give); *chance*: `reproduced` verdicts expected if every effect of "
+             "the rows whose premise is not absent sat exactly on its threshold, at the "
              f"one-sided {CHANCE_LEVEL:.1%} level):", "",
              "| paper | claims | " + " | ".join(VERDICTS) + " | chance |", "|---|---|" + "---|" * (len(VERDICTS) + 1)]
     for paper, counts in card.items():
         n = sum(counts.values())
-        lines.append(f"| {paper} | {n} | " + " | ".join(str(counts[v]) for v in VERDICTS) + f" | {_chance(n)} |")
+        lines.append(f"| {paper} | {n} | " + " | ".join(str(counts[v]) for v in VERDICTS)
+                     + f" | {_chance(n - counts[PREMISE_ABSENT])} |")
     total = {v: sum(c[v] for c in card.values()) for v in VERDICTS}
     n = sum(total.values())
-    lines.append(f"| all | {n} | " + " | ".join(str(total[v]) for v in VERDICTS) + f" | {_chance(n)} |")
+    lines.append(f"| all | {n} | " + " | ".join(str(total[v]) for v in VERDICTS)
+                 + f" | {_chance(n - total[PREMISE_ABSENT])} |")
     # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
     missing = [notebook for _, _, notebook, _ in SECTIONS
                if (root / "notebooks" / "full" / f"{notebook}.ipynb").exists()
@@ -591,14 +600,62 @@ def render(root: str | Path | None = None) -> str:
             headline = find_claims_headline(outputs)
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
-            lines += _guide_section(outputs, experiment)
+            lines += _guide_section(outputs, experiment, root)
     lines += [""] + _budget_section(root)
     lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
 
 
-def _guide_section(outputs: str, experiment: str) -> list[str]:
+_REGIME_WORDS = {
+    "retention": "where the rare strategy earns (almost) no reward in training, so an arm can keep a strategy GRPO "
+                 "drives out but has nothing to discover",
+    "discovery": "where the rare strategy earns reward on training problems that a prompt feature marks",
+}
+"""How README's guide describes each regime (`rlvr_lib.tasks.discovery.REGIMES`)."""
+
+
+def _map_regime(data: Mapping[str, Any], experiment: str) -> str:
+    """The regime a map is measured on: the map's own ``regime`` when it names one, else the one regime every
+    claims and measurement row of the notebook that owns ``experiment`` names (issue 55, item 5)."""
+    from rlvr_lib.study.claims import registry_for
+
+    if data.get("regime"):
+        return check_choice("map regime", data["regime"], tuple(_REGIME_WORDS))
+    reg = registry_for(experiment)
+    regimes = sorted({r.regime for r in (*reg.claims, *reg.measurements)}) if reg is not None else []
+    check(len(regimes) == 1, f"{experiment}: regimes of its rows", regimes,
+          "exactly one, the regime its map is measured on (or the map names its own)")
+    return regimes[0]
+
+
+def _regimes_measured(root: Path) -> dict:
+    """``<root>/testbed/regimes.json`` (`rlvr_lib.study.regimes`), or {} when not measured yet."""
+    path = root / "testbed" / "regimes.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _needs_discovery(run: str) -> bool:
+    """Whether a map's run (``"NudgeRL"``, ``"B3PO"``, a pair ``"nudgerl+b3po"``) involves a method whose effect
+    needs the discovery premise (NudgeRL, a 3PO variant: `rlvr_lib.study.claims.nb07_head_to_head.EXPLORERS`)."""
+    return any(part.lower() == "nudgerl" or re.fullmatch(r"[bmc]3po", part.lower()) for part in run.split("+"))
+
+
+def _run_regime(run: str, regime: str, regimes: Mapping[str, Any]) -> str:
+    """What a guide bullet says of its regime: the regime, and for a run whose method needs the discovery premise
+    whether that premise is measured there (`rlvr_lib.study.regimes.premise_status`)."""
+    from rlvr_lib.study.regimes import premise_status
+
+    if not _needs_discovery(run):
+        return f"{regime} regime"
+    status = premise_status(regime, "discovery", regimes)
+    if status["present"] is None:
+        return f"{regime} regime; the discovery premise its exploration needs is not measured there yet"
+    return (f"{regime} regime; the discovery premise its exploration needs is "
+            f"{'present' if status['present'] else 'absent'} there: {status['measurement']}")
+
+
+def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     """README's "which method for which situation" (issue 32, item 4), read off the map an executed notebook's
     ``outputs`` carry (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell;
     nothing for a notebook without a map."""
@@ -618,14 +675,23 @@ def _guide_section(outputs: str, experiment: str) -> list[str]:
     cell |= {(run, label): shown(v, h2h.BESIDE_READING)
              for label, values in beside.items() for run, v in values.items()}
     columns = [*buckets, *beside]
-    lines = ["", f"**Which method for which situation** (read off notebook 07's map: each method's {data['metric']} "
+    regime = _map_regime(data, experiment)
+    lines = ["", f"**Which method for which situation** (every statement on the {regime} regime, "
+                 f"{_REGIME_WORDS[regime]}; read off notebook 07's map: each method's {data['metric']} "
                  f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
                  "interval over seeds x problems; a bucket says *helps* or *hurts* only when its whole 95% "
                  "interval is above or below 0"
                  + (f"; beside the map, read the same way: {'; '.join(beside)}" if beside else "") + "):", "",
              "| arm | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
     lines += [f"| {run} | " + " | ".join(cell.get((run, c), "-") for c in columns) + " |" for run in h2h.map_rows(data)]
-    lines += ["", h2h.guide_summary(data), ""] + h2h.guide(data)
+    summary = h2h.guide_summary(data)
+    check(summary.startswith("In short: "), "guide_summary", summary[:40], "a paragraph opening 'In short: '")
+    lines += ["", f"In short, on the {regime} regime: " + summary[len("In short: "):], ""]
+    regimes = _regimes_measured(root)
+    for run, line in zip(h2h.map_rows(data), h2h.guide(data)):
+        head = f"- **{run}**: "
+        check(line.startswith(head), "guide line", line[:40], f"a bullet opening {head!r}")
+        lines.append(f"- **{run}** ({_run_regime(run, regime, regimes)}): " + line[len(head):])
     own = registry_for(experiment)
     lines += ["", f"What the testbed cannot tell: {TESTBED_LIMITS} {own.limits.strip() if own else ''}".rstrip()]
     return lines

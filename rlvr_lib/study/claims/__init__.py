@@ -73,8 +73,8 @@ from rlvr_lib.study.claims.tables import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_N
 from rlvr_lib.study.runs import load_runs
 from ...validation import check, check_choice
 
-__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "changed_summary", "provenance", "record_extra",
-           "registry", "registry_for"]
+__all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "TAGGED", "changed_summary", "provenance",
+           "record_extra", "registry", "registry_for"]
 
 _PKG = Path(__file__).resolve().parent
 
@@ -91,9 +91,26 @@ REGISTRIES = {
 """Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records)."""
 
 
+TAGGED = "issue 55: regime and premise tags; verdict rule premise-absent"
+"""Why every row registered before issue 55 shows as ``tagged`` after its notebook's first full-profile record."""
+
+_NOT_STATED = ("changed", "regime", "premise")
+"""Fields a row's fingerprint leaves out: the note on its history and its tags (:meth:`Claim.tags`), which
+:meth:`Registry.changed_rows` compares on their own."""
+
+
 def _fingerprint(obj: Any) -> str:
-    fields = {k: v for k, v in dataclasses.asdict(obj).items() if k != "changed"}  # the note is not the row
+    fields = {k: v for k, v in dataclasses.asdict(obj).items() if k not in _NOT_STATED}  # what the row states
     return hashlib.sha256(json.dumps(fields, sort_keys=True, default=list).encode()).hexdigest()[:16]
+
+
+def _check_tags(kind: str, rid: str, regime: Any, premise: Any) -> None:
+    """A row's ``regime`` and ``premise`` (issue 55, item 5): both required, each one of its allowed values."""
+    from rlvr_lib.study.regimes import PREMISES
+    from rlvr_lib.tasks.discovery import REGIMES
+
+    check_choice(f"{kind} {rid!r}: regime", regime, REGIMES)
+    check_choice(f"{kind} {rid!r}: premise", premise, tuple(PREMISES))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -112,6 +129,9 @@ class Claim:
             (None: unchanged; a note starting "added" for a row new since). Shown by
             :meth:`Registry.changed_rows` for records without fingerprints.
         table: Which of the notebook's claims tables the row belongs to (``"main"`` unless it has several).
+        regime: The regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); required.
+        premise: The premise the row needs (`rlvr_lib.study.regimes.PREMISES`, by the rule of this package's
+            docstring); required. Neither is part of :meth:`fingerprint` (:meth:`tags`).
     """
 
     id: str
@@ -125,19 +145,27 @@ class Claim:
     margin: Optional[float] = None
     changed: Optional[str] = None
     table: str = "main"
+    regime: Optional[str] = None
+    premise: Optional[str] = None
 
     def __post_init__(self):
         check_choice(f"Claim {self.id!r}: source", self.source, PAPER_NAMES)
         check_choice(f"Claim {self.id!r}: expect", self.expect, EXPECTS)
         check_choice(f"Claim {self.id!r}: against", self.against, AGAINST)
+        _check_tags("Claim", self.id, self.regime, self.premise)
 
     def fingerprint(self) -> str:
         return _fingerprint(self)
 
+    def tags(self) -> str:
+        """``"<regime>/<premise>"``: what :meth:`Registry.changed_rows` compares apart from the fingerprint."""
+        return f"{self.regime}/{self.premise}"
+
 
 @dataclasses.dataclass(frozen=True)
 class Measurement:
-    """A test no paper states (the repository's own reading): a row of ``measurements_table``."""
+    """A test no paper states (the repository's own reading): a row of ``measurements_table``; its ``regime`` and
+    ``premise`` are required, as a :class:`Claim`'s."""
 
     id: str
     text: str
@@ -145,12 +173,18 @@ class Measurement:
     than: float = 0.0
     margin: Optional[float] = None
     changed: Optional[str] = None
+    regime: Optional[str] = None
+    premise: Optional[str] = None
 
     def __post_init__(self):
         check_choice(f"Measurement {self.id!r}: expect", self.expect, EXPECTS)
+        _check_tags("Measurement", self.id, self.regime, self.premise)
 
     def fingerprint(self) -> str:
         return _fingerprint(self)
+
+    def tags(self) -> str:
+        return f"{self.regime}/{self.premise}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -191,7 +225,8 @@ class Registry:
     ``removed``: ``(row as it was, why)`` for each row the notebook stated before its first full-profile runs
     and no longer has (listed by :meth:`changed_rows` for records without fingerprints). ``limits``: what the
     testbed cannot say about the notebook's paper (scale, model, data), in words, for
-    `rlvr_lib.study.claims.tables.claims_reading`; not part of any row's fingerprint.
+    `rlvr_lib.study.claims.tables.claims_reading`; not part of any row's fingerprint. ``tagged``: why rows' regime
+    and premise differ from those the first full-profile record stored (:data:`TAGGED` for the tags issue 55 added).
     """
 
     notebook: str
@@ -202,6 +237,7 @@ class Registry:
     removed: tuple = ()
     module: str = ""
     limits: str = ""
+    tagged: str = ""
 
     def __post_init__(self):
         ids = [r.id for r in (*self.claims, *self.measurements, *self.checks)]
@@ -229,7 +265,8 @@ class Registry:
                 continue
             m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
             row = dict(id=c.id, claim=_fill(c.text, context, c.id), source=c.source, paper=c.paper,
-                       paper_effect=c.paper_effect, expect=c.expect, than=c.than, against=c.against, **m)
+                       paper_effect=c.paper_effect, expect=c.expect, than=c.than, against=c.against,
+                       regime=c.regime, premise=c.premise, **m)
             if c.margin is not None:
                 row["margin"] = c.margin
             rows.append(row)
@@ -244,7 +281,8 @@ class Registry:
             if m is None:  # not run in this profile (e.g. a pair that does not compose with the selected arm)
                 continue
             m = m if isinstance(m, Mapping) and "ours" in m else {"ours": m}
-            row = dict(id=c.id, measurement=_fill(c.text, context, c.id), expect=c.expect, than=c.than, **m)
+            row = dict(id=c.id, measurement=_fill(c.text, context, c.id), expect=c.expect, than=c.than,
+                       regime=c.regime, premise=c.premise, **m)
             if c.margin is not None:
                 row["margin"] = c.margin
             rows.append(row)
@@ -256,22 +294,28 @@ class Registry:
         return [dict(id=c.id, check=_fill(c.text, context, c.id), kind=c.kind, value=measured[c.id][0],
                      passes=bool(measured[c.id][1])) for c in self.checks]
 
-    def claims_table(self, measured, fmt: str = ".3f", table: str = "main", **context):
-        return claims_table(self.claim_rows(measured, table, **context), fmt)
+    def claims_table(self, measured, fmt: str = ".3f", table: str = "main", regimes=None, **context):
+        """`rlvr_lib.study.claims.tables.claims_table` of :meth:`claim_rows` (``regimes``: the regimes'
+        measurements its premises are read from; default ``results/testbed/regimes.json``)."""
+        return claims_table(self.claim_rows(measured, table, **context), fmt, regimes=regimes)
 
     def reading(self, table) -> str:
         """`rlvr_lib.study.claims.tables.claims_reading` of one of this notebook's claims tables."""
         return claims_reading(table, self.limits)
 
-    def measurements_table(self, measured, fmt: str = ".3f", **context):
-        return measurements_table(self.measurement_rows(measured, **context), fmt)
+    def measurements_table(self, measured, fmt: str = ".3f", regimes=None, **context):
+        return measurements_table(self.measurement_rows(measured, **context), fmt, regimes=regimes)
 
     def instrument_checks(self, measured, **context):
         return instrument_checks(self.check_rows(measured, **context))
 
     def fingerprints(self) -> dict[str, str]:
-        """Per row id, a hash of everything the row states except its ``changed`` note."""
+        """Per row id, a hash of everything the row states except its ``changed`` note and its tags."""
         return {r.id: r.fingerprint() for r in (*self.claims, *self.measurements, *self.checks)}
+
+    def tags(self) -> dict[str, str]:
+        """Per claim and measurement id, its ``"<regime>/<premise>"`` (checks carry none)."""
+        return {r.id: r.tags() for r in (*self.claims, *self.measurements)}
 
     def changed_rows(self, root: str | Path | None = None, profile: str = "full"):
         """Rows added, changed or removed after the notebook's first ``profile`` record (issue 28, item 6).
@@ -281,8 +325,11 @@ class Registry:
         rows that say they changed (``changed``) are listed. No record yet: nothing changed after it.
 
         Returns:
-            ``pandas.DataFrame`` with ``id``, ``row`` (the text), ``what`` (``added``/``changed``/``removed``)
-            and ``why``; its ``attrs["first_record"]`` names the first record and when it started.
+            ``pandas.DataFrame`` with ``id``, ``row`` (the text), ``what`` (``added``/``changed``/``removed``, or
+            ``tagged``: a row whose statement is as it was but whose ``"<regime>/<premise>"``, in ``row`` after the
+            text, differs from the tags the first record stored, or that record stored none) and ``why`` (for
+            ``tagged``: the registry's ``tagged`` note); its ``attrs["first_record"]`` names the first record and
+            when it started.
         """
         import pandas as pd
 
@@ -292,6 +339,7 @@ class Registry:
         everything = {r.id: r for r in (*self.claims, *self.measurements, *self.checks)}
         if first is not None:
             stored = (first.extra.get("claims") or {}).get("fingerprints")
+            stored_tags = (first.extra.get("claims") or {}).get("tags") or {}
             if stored is not None:
                 now = self.fingerprints()
                 for rid, fp in now.items():
@@ -304,6 +352,10 @@ class Registry:
                 rows = [{"id": r.id, "row": r.text, "what": "added" if r.changed.startswith("added") else "changed",
                          "why": r.changed} for r in everything.values() if r.changed]
                 rows += [{"id": "-", "row": text, "what": "removed", "why": why} for text, why in self.removed]
+            listed = {r["id"] for r in rows if r["what"] == "added"}  # a row added since has no earlier tags
+            rows += [{"id": rid, "row": f"{everything[rid].text} [{tags}]", "what": "tagged",
+                      "why": self.tagged or "-"}
+                     for rid, tags in self.tags().items() if rid not in listed and stored_tags.get(rid) != tags]
         df = pd.DataFrame(rows, columns=["id", "row", "what", "why"])
         df.attrs["first_record"] = None if first is None else f"{first.run_id} (started {first.started})"
         return df
@@ -312,15 +364,31 @@ class Registry:
 def changed_summary(changed) -> str:
     """Markdown for :meth:`Registry.changed_rows`: one line naming the first full-profile record, one bullet per
     row added, changed or removed after it (the thresholds the notebook states before its runs stay as they were
-    except where these bullets say)."""
+    except where these bullets say), then the rows only ``tagged`` since, one bullet per regime and premise with
+    the rows' ids (a re-tagging, not a rewording: their statements are as they were)."""
     first = changed.attrs.get("first_record")
     if first is None:
         return "**Pre-registration:** no full-profile record yet; every row below is as registered before the runs."
     if changed.empty:
         return f"**Pre-registration:** no row changed after the first full-profile record, `{first}`."
-    lines = [f"**Pre-registration: {len(changed)} rows changed after the first full-profile record** (`{first}`; "
-             "every other row, with its threshold, is as the notebook stated it before its runs):", ""]
-    lines += [f"- {row['what']}: {row['row']} ({row['id']}) -- {row['why']}" for _, row in changed.iterrows()]
+    stated = changed[changed["what"] != "tagged"]
+    tagged = changed[changed["what"] == "tagged"]
+    if stated.empty:
+        lines = [f"**Pre-registration:** no row's statement changed after the first full-profile record (`{first}`); "
+                 f"{len(tagged)} rows were tagged since with their regime and premise:", ""]
+    else:
+        lines = [f"**Pre-registration: {len(stated)} rows changed after the first full-profile record** (`{first}`; "
+                 "every other row, with its threshold, is as the notebook stated it before its runs)"
+                 + (f"; {len(tagged)} rows were tagged since with their regime and premise" if len(tagged) else "")
+                 + ":", ""]
+    lines += [f"- {row['what']}: {row['row']} ({row['id']}) -- {row['why']}" for _, row in stated.iterrows()]
+    groups: dict[tuple[str, str], list[str]] = {}
+    for _, row in tagged.iterrows():
+        tags = row["row"].rsplit(" [", 1)[-1].rstrip("]")
+        groups.setdefault((tags, row["why"]), []).append(row["id"])
+    for (tags, why), ids in groups.items():
+        regime, premise = tags.split("/")
+        lines.append(f"- tagged: regime {regime}, premise {premise} ({len(ids)} rows: {', '.join(ids)}) -- {why}")
     return "\n".join(lines)
 
 
@@ -369,11 +437,12 @@ def _module_commit(module: str) -> Optional[str]:
 
 def provenance(experiment: str) -> Optional[dict]:
     """What a run record of ``experiment`` stores about its notebook's claims: ``{"module", "commit",
-    "fingerprints"}``; None when no notebook's registry owns the experiment."""
+    "fingerprints", "tags"}``; None when no notebook's registry owns the experiment."""
     reg = registry_for(experiment)
     if reg is None:
         return None
-    return {"module": reg.module, "commit": _module_commit(reg.module), "fingerprints": reg.fingerprints()}
+    return {"module": reg.module, "commit": _module_commit(reg.module), "fingerprints": reg.fingerprints(),
+            "tags": reg.tags()}
 
 
 def record_extra(experiment: str) -> dict:

@@ -1,6 +1,10 @@
 """Notebook 02's pre-registered rows (SAGE T1's anchor rows: no KL, forward KL)."""
 
-from . import Check, Claim, Registry
+from . import TAGGED, Check, Claim, Registry
+
+# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# rlvr_lib.study.claims' docstring.
+_DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
 
 REGISTRY = Registry(
     notebook="02_baselines_sage_t1_anchors",
@@ -10,23 +14,25 @@ REGISTRY = Registry(
         "policy on these problems, not which helps a 7B model on MATH; the forward-KL and no-KL rows test "
         "SAGE's T1 description, which gives no numbers for them."),
     experiment="baselines",
+    tagged=TAGGED,
     claims=(
         Claim("nokl-train-higher", "No KL: higher training accuracy than GRPO (last 10 steps)", "SAGE",
               "T1 (no-KL row)", "no KL reaches a higher training reward than GRPO (no number in PAPERS.md)",
-              ">", "grpo"),
+              ">", "grpo", **_NONE),
         Claim("nokl-test-lower", "No KL: lower test pass@1 than GRPO", "SAGE", "T1 (no-KL row)",
-              "no KL is worse than GRPO on test pass@1 (no number in PAPERS.md)", "<", "grpo"),
+              "no KL is worse than GRPO on test pass@1 (no number in PAPERS.md)", "<", "grpo", **_NONE),
         Claim("nokl-passn-lower", "No KL: lower test pass@{n_wide} than GRPO ({wide})",
               "SAGE", "T1 (no-KL row)", "no KL is worse at pass@1 and pass@256 (paper's text; no number in PAPERS.md)",
               "<", "grpo", changed="added: notebook 05's row, moved here so each claim is counted once; issue 31: "
-                                   "pass@256 on the wide evaluation replaced pass@32 standing in for it"),
+                                   "pass@256 on the wide evaluation replaced pass@32 standing in for it", **_RETENTION),
         Claim("fkl-passn-higher", "Forward KL: higher pass@{n_wide} than reverse-KL GRPO ({wide})", "SAGE",
               "T1 (forward-KL row)", "forward KL slightly raises pass@256 over GRPO (no number in PAPERS.md)", ">",
-              "grpo", changed="issue 31: pass@256 on the wide evaluation replaced pass@32 standing in for it"),
+              "grpo", changed="issue 31: pass@256 on the wide evaluation replaced pass@32 standing in for it",
+              **_RETENTION),
         Claim("fkl-no-pass1-gain", "Forward KL: no pass@1 gain over GRPO (difference within +-0.005)", "SAGE",
               "T1 (forward-KL row)", "forward KL gives no pass@1 gain over GRPO (no number in PAPERS.md)",
               "within", "grpo", margin=0.005,
-              changed="item 2: '< 0.005' (one-sided: a worse forward KL passed) became within +-0.005"),
+              changed="item 2: '< 0.005' (one-sided: a worse forward KL passed) became within +-0.005", **_NONE),
     ),
     checks=(
         Check("grpo-k2-identity", "grpo_k2 (k2 estimator) has GRPO's gradient: its evaluation equals grpo's on "

@@ -1,7 +1,11 @@
 """Notebook 03's pre-registered rows (NudgeRL: T1, Figs 1, 3, 4, 5, ablations)."""
 
 from rlvr_lib.tasks import EVAL_FAMILIES
-from . import Claim, Measurement, Registry
+from . import TAGGED, Claim, Measurement, Registry
+
+# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# rlvr_lib.study.claims' docstring.
+_DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
 
 _GRPO_T1 = {8: 0.454, 16: 0.470, 32: 0.487, 64: 0.451}  # PAPERS.md, NudgeRL T1 (Qwen3-4B)
 _NUDGERL, _POPE = 0.489, 0.467
@@ -20,50 +24,53 @@ REGISTRY = Registry(
         "differ in size and in sign there; the mode counts of Fig 1 are of three known strategies, not of "
         "clustered solutions."),
     experiment="nudgerl",
+    tagged=TAGGED,
     claims=(
         Claim("beats-base", "NudgeRL@8 raises pass@1 over the base policy", "NudgeRL", "T1",
               ("pass@1", 0.402, _NUDGERL), ">", "base",
-              changed="items 3-4: GRPO@8's same test as reference; the paper's +22% sets a minimum effect"),
+              changed="items 3-4: GRPO@8's same test as reference; the paper's +22% sets a minimum effect", **_NONE),
         *(Claim(f"beats-grpo-g{G}", f"NudgeRL@8 beats GRPO@{G} (pass@1)", "NudgeRL", "T1",
-                ("pass@1", _GRPO_T1[G], _NUDGERL), ">", "grpo", changed=_MATCHED) for G in (8, 16, 32, 64)),
+                ("pass@1", _GRPO_T1[G], _NUDGERL), ">", "grpo", changed=_MATCHED, **_DISCOVERY)
+          for G in (8, 16, 32, 64)),
         Claim("beats-pope", "NudgeRL@8 beats POPE@8 (pass@1)", "NudgeRL", "T1", ("pass@1", _POPE, _NUDGERL), ">",
-              "baseline", changed="item 3: GRPO@8 against POPE@8 as reference (POPE may sit below GRPO)"),
+              "baseline", changed="item 3: GRPO@8 against POPE@8 as reference (POPE may sit below GRPO)", **_DISCOVERY),
         *(Claim(f"beats-pope-{family}", f"NudgeRL@8 beats POPE@8 on {family} (pass@1)", "NudgeRL",
                 "T1 per benchmark: NudgeRL above POPE on every benchmark (not restated in PAPERS.md)",
                 "NudgeRL above POPE on each benchmark (numbers not restated in PAPERS.md)", ">", "baseline",
-                changed="added (item 7): a paper claim no row tested; the per-family data were there")
+                changed="added (item 7): a paper claim no row tested; the per-family data were there", **_DISCOVERY)
           for family in EVAL_FAMILIES),
         Claim("fig4-rare-solved", "NudgeRL@8 solves more {rare_family} problems than GRPO@8 (pass@{n_wide}; only the "
                                   "rare strategy works)", "NudgeRL", "Fig 4 (case study)",
               ("correct samples of 32 on the case problem", 0, 6), ">", "grpo",
-              changed="issue 31: pass@256 on the wide evaluation (was pass@32); " + _MATCHED),
+              changed="issue 31: pass@256 on the wide evaluation (was pass@32); " + _MATCHED, **_DISCOVERY),
         Claim("fig1-naive-one-mode", "Naive sampling from the base policy: over 75% of problems show one reasoning "
                                      "mode", "NudgeRL", "Fig 1", "> 75% of problems with one mode", ">",
-              "threshold", than=0.75),
+              "threshold", than=0.75, **_NONE),
         Claim("fig1-nudged-more-modes", "Nudged sampling ({hints} hints) shows more modes per problem than naive "
-                                        "sampling", "NudgeRL", "Fig 1", "2-5 modes vs 1", ">", "method"),
+                                        "sampling", "NudgeRL", "Fig 1", "2-5 modes vs 1", ">", "method", **_NONE),
         Claim("fig3-grpo32-declines", "GRPO@32 training accuracy falls from its peak more than NudgeRL's", "NudgeRL",
               "Fig 3", "GRPO@32 rises then declines; NudgeRL stable (no number in PAPERS.md)", ">", "grpo",
-              changed=_MATCHED),
+              changed=_MATCHED, **_DISCOVERY),
         *(Claim(f"fig5-eps-high-{e:.2f}", f"NudgeRL@8 beats GRPO@8 with eps_high = {e:.2f} (no KL, top_p 0.95, 2 "
                                           "optimizer steps per batch; pass@1)", "NudgeRL", "Fig 5",
-                "no eps_high reaches NudgeRL (no number in PAPERS.md)", ">", "grpo") for e in EPS_HIGH),
+                "no eps_high reaches NudgeRL (no number in PAPERS.md)", ">", "grpo", **_DISCOVERY) for e in EPS_HIGH),
         *(Claim(f"ablation-p-drop-{v}", f"p_drop 0.5 beats p_drop {v}", "NudgeRL", "ablations", "0.5 best", ">",
-                "method") for v in P_DROP),
+                "method", **_DISCOVERY) for v in P_DROP),
         Claim("ablation-hint-random", "Random hint selection beats the first two hints", "NudgeRL", "ablations",
-              "random best", ">", "method"),
+              "random best", ">", "method", **_DISCOVERY),
         *(Claim(f"ablation-lambda-distill-{v}", f"lambda_distill 0.1 beats {v}", "NudgeRL", "ablations", "0.1 best",
-                ">", "method") for v in LAMBDA_DISTILL),
-        *(Claim(f"ablation-lam-{v}", f"lambda 1.1 beats {v}", "NudgeRL", "ablations", "1.1 best", ">", "method")
+                ">", "method", **_DISCOVERY) for v in LAMBDA_DISTILL),
+        *(Claim(f"ablation-lam-{v}", f"lambda 1.1 beats {v}", "NudgeRL", "ablations", "1.1 best", ">", "method",
+                **_DISCOVERY)
           for v in LAM),
     ),
     measurements=(
         Measurement("beats-grpo-rare", "NudgeRL@8 beats GRPO@8 on {rare_family} (pass@1)", ">",
-                    changed="item 7: PAPERS.md restates T1's average only; moved from the claims"),
+                    changed="item 7: PAPERS.md restates T1's average only; moved from the claims", **_DISCOVERY),
         Measurement("beats-grpo-ood", "NudgeRL@8 beats GRPO@8 on {ood_family} (pass@1)", ">",
-                    changed="item 7: no paper states an OOD result for NudgeRL; moved from the claims"),
+                    changed="item 7: no paper states an OOD result for NudgeRL; moved from the claims", **_DISCOVERY),
         Measurement("rescued-vs-lost", "NudgeRL@8 rescues more in-distribution problems than it loses against GRPO@8 "
                                        "(pass@{n}: rescued minus lost, per problem)", ">",
-                    changed="item 7: the repository's own reading (issue 11); moved from the claims"),
+                    changed="item 7: the repository's own reading (issue 11); moved from the claims", **_DISCOVERY),
     ),
 )

@@ -3,7 +3,11 @@
 The paper's effects are T1's OLMo3-7B column (PAPERS.md); the Qwen2.5-Math-7B column is in ``paper``.
 """
 
-from . import Check, Claim, Measurement, Registry
+from . import TAGGED, Check, Claim, Measurement, Registry
+
+# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# rlvr_lib.study.claims' docstring.
+_DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
 
 _T1 = {"grpo": 42.99, "entreg": 42.43, "polaris": 41.46, "kl_cov": 42.28, "b3po": 42.73, "m3po": 43.22,
        "c3po": 44.04}  # PAPERS.md, 3PO T1, OLMo3-7B
@@ -25,80 +29,90 @@ REGISTRY = Registry(
         "differently from one of OLMo3-7B's, so neither the size of a gain nor whether weight-space noise "
         "finds strategies that token sampling misses carries over without the paper's scale."),
     experiment="threepo",
+    tagged=TAGGED,
     claims=(
         Claim("c3po-beats-grpo", "C3PO beats GRPO (pass@1)", "3PO", _t1("c3po", "grpo"),
-              ("pass@1", _T1["grpo"], _T1["c3po"]), ">", "grpo", changed=_MATCHED),
+              ("pass@1", _T1["grpo"], _T1["c3po"]), ">", "grpo", changed=_MATCHED, **_DISCOVERY),
         Claim("m3po-beats-grpo", "M3PO beats GRPO (pass@1)", "3PO", _t1("m3po", "grpo"),
-              ("pass@1", _T1["grpo"], _T1["m3po"]), ">", "grpo", changed=_MATCHED),
+              ("pass@1", _T1["grpo"], _T1["m3po"]), ">", "grpo", changed=_MATCHED, **_DISCOVERY),
         Claim("b3po-matches-grpo", "B3PO matches GRPO: pass@1 difference within +-0.01", "3PO", _t1("b3po", "grpo"),
               ("pass@1", _T1["grpo"], _T1["b3po"]), "within", "grpo", margin=0.01,
-              changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row; " + _MATCHED),
+              changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row; " + _MATCHED,
+              **_DISCOVERY),
         *(Claim(f"{v}-beats-no-noise", f"{v.upper()} beats its control, IVON's step without weight noise (B3PO at "
                                        "noise_scale 0; pass@1)", "3PO", "T1's premise: the weight noise explores",
                 "the gain is the weight noise's (the paper has no noise-free IVON row; no number in PAPERS.md)", ">",
-                "method", changed="added (issue 29 item 1, issue 31): the primary control of every 3PO claim")
+                "method", changed="added (issue 29 item 1, issue 31): the primary control of every 3PO claim",
+                **_DISCOVERY)
           for v in ("b3po", "m3po", "c3po")),
         Claim("c3po-beats-m3po", "C3PO beats M3PO (pass@1)", "3PO", _t1("c3po", "m3po"),
-              ("pass@1", _T1["m3po"], _T1["c3po"]), ">", "method"),
+              ("pass@1", _T1["m3po"], _T1["c3po"]), ">", "method", **_DISCOVERY),
         Claim("c3po-beats-b3po", "C3PO beats B3PO (pass@1)", "3PO", _t1("c3po", "b3po"),
-              ("pass@1", _T1["b3po"], _T1["c3po"]), ">", "method"),
+              ("pass@1", _T1["b3po"], _T1["c3po"]), ">", "method", **_DISCOVERY),
         *(Claim(f"c3po-beats-{key}", f"C3PO beats {label} (pass@1)", "3PO", _t1("c3po", key),
                 ("pass@1", _T1[key], _T1["c3po"]), ">", "baseline",
-                changed="item 3: GRPO against the same baseline as reference")
+                changed="item 3: GRPO against the same baseline as reference", **_DISCOVERY)
           for key, label in (("entreg", "entropy regularisation"), ("polaris", "Polaris"), ("kl_cov", "KL-Cov"))),
         Claim("c3po-gain-largest-hardest", "C3PO's pass@1 gain over GRPO is larger on {hardest} than on the other "
                                            "in-distribution families (gain on {hardest} minus the others' mean gain)",
               "3PO", "T1 per benchmark: the gain is largest on the hardest benchmarks (not restated in PAPERS.md)",
               "largest gain on the hardest benchmark (numbers not restated in PAPERS.md)", ">", "grpo",
-              changed="added (item 7): a paper claim no row tested; the per-family data were there; " + _MATCHED),
+              changed="added (item 7): a paper claim no row tested; the per-family data were there; " + _MATCHED,
+              **_DISCOVERY),
         Claim("fig1-weight-reorders", "Weight samples at the calibrated ESS change the top strategy token at the "
                                       "branch (share > 0)", "3PO", "Fig 1", "weight noise reorders tokens", ">",
-              "threshold"),
+              "threshold", **_NONE),
         *(Claim(f"fig3-{v}-fewer-zero-adv-train", f"{v.upper()}: fewer zero-advantage training groups than GRPO "
                                                   "(share of groups of G, every step)", "3PO", "Fig 3",
                 f"{v.upper()} rescues zero-advantage groups (training groups; no number in PAPERS.md)", "<", "grpo",
                 changed="added (item 7): Fig 3 counts training groups; the evaluation-group rows are now "
-                        "additional measurements; " + _MATCHED)
+                        "additional measurements; " + _MATCHED, **_DISCOVERY)
           for v in ("m3po", "c3po")),
         Claim("fig3-polaris-degenerate-train", "Polaris: more degenerate (malformed) training rollouts than GRPO",
               "3PO", "Fig 3", "Polaris buys degenerate rollouts (no number in PAPERS.md)", ">", "grpo",
-              changed=_MATCHED),
+              changed=_MATCHED, **_NONE),
         Claim("fig3-entreg-incorrect-train", "Entropy regularisation: more incorrect training rollouts than GRPO",
-              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number in PAPERS.md)", ">", "grpo", changed=_MATCHED),
+              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number in PAPERS.md)", ">", "grpo", changed=_MATCHED,
+              **_NONE),
         Claim("fig5-ess-x0.1", "C3PO at the calibrated ESS beats C3PO at 0.1x the ESS (10x the noise variance; "
-                               "pass@1)", "3PO", "Fig 5", "ESS 1e8 collapses (1e9 the default)", ">", "method"),
+                               "pass@1)", "3PO", "Fig 5", "ESS 1e8 collapses (1e9 the default)", ">", "method",
+              **_DISCOVERY),
         Claim("fig5-ess-x10", "C3PO at the calibrated ESS beats C3PO at 10x the ESS (a tenth of the noise variance; "
                               "pass@1)", "3PO", "Fig 5", "ESS 1e10 (too little noise) stalls (1e9 the default)", ">",
-              "method"),
+              "method", **_DISCOVERY),
         Claim("fig5-n2-beats-n1", "C3PO with N = 2 weight samples (preset) beats N = 1 (pass@1)", "3PO", "Fig 5",
-              "N >= 2 helps", ">", "method"),
+              "N >= 2 helps", ">", "method", **_DISCOVERY),
         # One-sided on purpose: the paper says N = 4 is strong (at least as good), not that it equals N = 2.
         Claim("fig5-n4-not-worse", "C3PO with N = 4 is at least as good as N = 2: not more than 0.01 below (pass@1)",
-              "3PO", "Fig 5", "N = 4 strong", ">", "method", than=-0.01),
+              "3PO", "Fig 5", "N = 4 strong", ">", "method", than=-0.01, **_DISCOVERY),
         Claim("fig5-m3po-full-group", "M3PO with a full group per weight sample beats M3PO at equal compute (pass@1)",
-              "3PO", "Fig 5", "without the equal-compute constraint M3PO improves significantly", ">", "method"),
+              "3PO", "Fig 5", "without the equal-compute constraint M3PO improves significantly", ">", "method",
+              **_DISCOVERY),
         Claim("appendix-seq-mis", "C3PO with Seq-MIS beats C3PO without it (pass@1)", "3PO", "appendix",
-              "without Seq-MIS the training reward stays flat", ">", "method"),
+              "without Seq-MIS the training reward stays flat", ">", "method", **_DISCOVERY),
         Claim("appendix-n-eq-g", "C3PO with N = 2 beats N = G = 8 (one rollout per weight sample; pass@1)", "3PO",
-              "appendix", "N = G is unstable", ">", "method"),
+              "appendix", "N = G is unstable", ">", "method", **_DISCOVERY),
         Claim("fig5-constant-hess", "C3PO with a constant Hessian init (preset) matches a learnt one: pass@1 "
                                     "difference within +-0.01", "3PO", "Fig 5",
               "a constant Hessian init is as good as a learnt one (no number in PAPERS.md)", "within", "method",
-              margin=0.01, changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row"),
+              margin=0.01, changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row",
+              **_DISCOVERY),
     ),
     measurements=(
         *(Measurement(f"{v}-rescues-alive-eval", f"{v.upper()} rescues more zero-advantage evaluation groups (n "
                                                  "samples) than it loses against GRPO", ">",
-                      changed="item 7: Fig 3 counts training groups; this evaluation-group reading moved here")
+                      changed="item 7: Fig 3 counts training groups; this evaluation-group reading moved here",
+                      **_DISCOVERY)
           for v in ("m3po", "c3po")),
         *(Measurement(f"{v}-rescues-solved-eval", f"{v.upper()} rescues more of GRPO's zero-correct evaluation "
                                                   "groups (at least one correct of n) than it loses", ">",
-                      changed="item 7: an evaluation-group reading of Fig 3; moved from the claims")
+                      changed="item 7: an evaluation-group reading of Fig 3; moved from the claims", **_DISCOVERY)
           for v in ("m3po", "c3po")),
         Measurement("polaris-malformed-eval", "Polaris: more malformed evaluation samples than GRPO", ">",
-                    changed="item 7: Fig 3 is about training rollouts; the evaluation reading moved here"),
+                    changed="item 7: Fig 3 is about training rollouts; the evaluation reading moved here", **_NONE),
         Measurement("entreg-wrong-eval", "Entropy regularisation: more incorrect (wrong) evaluation samples than GRPO",
-                    ">", changed="item 7: Fig 3 is about training rollouts; the evaluation reading moved here"),
+                    ">", changed="item 7: Fig 3 is about training rollouts; the evaluation reading moved here",
+                    **_NONE),
     ),
     checks=(
         Check("fig1-temperature", "Temperatures 0.6 / 1.0 / 1.4 never change the top strategy token (softmax keeps "
@@ -110,8 +124,9 @@ REGISTRY = Registry(
 COST = Registry(
     notebook="04_3po (cost)",
     experiment="threepo",
+    tagged=TAGGED,
     measurements=(
         Measurement("cost-c3po", "A C3PO step costs at most 1.6x a GRPO step (ratio of mean logged step times, seed "
-                                 "by seed; issue's target, the paper: about 1.5x)", "<", than=1.6),
+                                 "by seed; issue's target, the paper: about 1.5x)", "<", than=1.6, **_NONE),
     ),
 )

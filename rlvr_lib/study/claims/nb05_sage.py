@@ -1,6 +1,10 @@
 """Notebook 05's pre-registered rows (SAGE: T1, BNPO/DAPO + Branch, T2, OOD, cost)."""
 
-from . import Claim, Measurement, Registry
+from . import TAGGED, Claim, Measurement, Registry
+
+# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# rlvr_lib.study.claims' docstring.
+_DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
 
 _SAME_AS_02 = "moved to notebook 02, which states the same SAGE T1 row on the same runs: each claim is counted once"
 # Issue 29 item 2 / issue 31 item 3: SAGE and its GRPO both use the authors' k3 anchor (SAGE_ANCHOR).
@@ -18,49 +22,51 @@ REGISTRY = Registry(
         "toward them may matter more or less there; the out-of-distribution families are shifted arithmetic, "
         "not another domain."),
     experiment="sage",
+    tagged=TAGGED,
     claims=(
         Claim("sage-beats-grpo-pass1", "GRPO+Branch (SAGE) beats GRPO (pass@1)", "SAGE", "T1",
-              ("pass@1", 0.266, 0.284), ">", "grpo", changed=_K3),
+              ("pass@1", 0.266, 0.284), ">", "grpo", changed=_K3, **_NONE),
         Claim("sage-beats-grpo-wide", "GRPO+Branch (SAGE) beats GRPO (pass@{n_wide}, {wide})", "SAGE", "T1",
               ("pass@256", 0.714, 0.729), ">", "grpo",
               changed=f"{_K3}; the wide evaluation's in-distribution families (hard_mix, hardest_mix), rare_mix "
-                      f"reported apart; it is also the former sage-beats-grpo-passn ({_WIDE})"),
+                      f"reported apart; it is also the former sage-beats-grpo-passn ({_WIDE})", **_RETENTION),
         Claim("sage-beats-base-wide", "GRPO+Branch (SAGE) raises pass@{n_wide} over the base policy ({wide})", "SAGE",
               "T1", ("pass@256", 0.708, 0.729), ">", "base",
               changed="item 3: GRPO against the base policy on the same evaluation as reference; issue 31: the wide "
                       "evaluation's in-distribution families (hard_mix, hardest_mix), rare_mix reported apart; "
-                      "the reference is grpo_k3's same test"),
+                      "the reference is grpo_k3's same test", **_NONE),
         Claim("branch-beats-random", "The branch guide beats the random guide (pass@1)", "SAGE", "T1",
-              "the random guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
+              "the random guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method", **_NONE),
         Claim("branch-beats-token", "The branch guide beats the token guide (pass@1)", "SAGE", "T1",
-              "the token guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method"),
+              "the token guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method", **_NONE),
         # +Branch against its matched comparator (the same k3 anchor, no guide): pass@1 and pass@256
         *(row for base, key, label, pass1, pass256 in (("BNPO", "bnpo", "bnpo-loss-k3", (0.243, 0.271), (0.699, 0.715)),
                                                        ("DAPO", "dapo", "dapo-k3", (0.264, 0.267), (0.696, 0.712)))
           for row in (
               Claim(f"{key}-branch-pass1", f"{base}+Branch beats {base} with the same k3 anchor (pass@1)", "SAGE",
                     f"T ({base} rows)", ("pass@1", *pass1), ">", "method",
-                    changed=_MATCHED.format(base=base, label=label)),
+                    changed=_MATCHED.format(base=base, label=label), **_NONE),
               Claim(f"{key}-branch-passn", f"{base}+Branch beats {base} with the same k3 anchor (pass@{{n_wide}}, "
                                            "{wide})", "SAGE", f"T ({base} rows)", ("pass@256", *pass256), ">", "method",
-                    changed=f"{_MATCHED.format(base=base, label=label)}; {_WIDE}"))),
+                    changed=f"{_MATCHED.format(base=base, label=label)}; {_WIDE}", **_RETENTION))),
         Claim("sage-sharpens-less", "SAGE sharpens it less: GRPO's share of {top_grpo} minus SAGE's", "SAGE",
               "T2 (constraint setup: .604 GRPO vs .583 SAGE)", ("share of the top pattern", 0.583, 0.604), ">", "grpo",
-              changed=_K3),
+              changed=_K3, **_RETENTION),
         Claim("sage-revives-rare", "SAGE revives the rare strategy: its share of {rare} over GRPO's", "SAGE",
               "T2 (proof by contradiction)", ("share of the rare pattern", 0.008, 0.033), ">", "grpo",
-              changed=f"item 4: the paper's +313% is large, so the threshold is the minimum effect, not 0; {_K3}"),
+              changed=f"item 4: the paper's +313% is large, so the threshold is the minimum effect, not 0; {_K3}",
+              **_RETENTION),
         Claim("ood-sage-beats-grpo", "Out of distribution ({ood}): SAGE beats GRPO (pass@1)", "SAGE",
               "OOD (Knights and Knaves)", "SAGE keeps its performance, GRPO degrades (no number in PAPERS.md)", ">",
-              "grpo", changed=_K3),
+              "grpo", changed=_K3, **_RETENTION),
         Claim("ood-grpo-degrades", "GRPO degrades under the shift: GRPO below the base policy on {ood} (pass@1)",
               "SAGE", "OOD (Knights and Knaves)", "GRPO degrades under the shift (no number in PAPERS.md)", "<", "base",
-              changed=_K3),
+              changed=_K3, **_NONE),
         Claim("ood-sage-keeps", "SAGE keeps its performance under the shift: pass@1 within +-0.01 of the base policy "
                                 "on {ood}", "SAGE", "OOD (Knights and Knaves)",
               "SAGE keeps its performance under the shift (no number in PAPERS.md)", "within", "base", margin=0.01,
               changed="items 2-3: '>= base - 0.01' (one-sided) became within +-0.01; GRPO's same test as reference; "
-                      "issue 31: the reference is grpo_k3's (the authors' k3 anchor)"),
+                      "issue 31: the reference is grpo_k3's (the authors' k3 anchor)", **_NONE),
     ),
     removed=(
         ("No KL: higher training accuracy than GRPO (last 10 steps)", _SAME_AS_02),
@@ -76,11 +82,12 @@ REGISTRY = Registry(
 COST = Registry(
     notebook="05_sage (cost)",
     experiment="sage",
+    tagged=TAGGED,
     measurements=(
         Measurement("cost-sage", "A SAGE step costs at most 1.1x a GRPO step (ratio of mean logged step times, seed "
                                  "i of sage vs seed i of grpo_k3; issue 13's target, no number in the paper)",
                     "<", than=1.1,
                     changed="issue 31: against grpo_k3 (SAGE's GRPO, trained in the same notebook run) instead of "
-                            "grpo-pass256, which is no longer trained"),
+                            "grpo-pass256, which is no longer trained", **_NONE),
     ),
 )

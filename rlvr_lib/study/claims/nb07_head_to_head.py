@@ -17,7 +17,19 @@ These rows were fixed before notebook 07's first full-profile record (session 26
 `Registry.changed_rows`, as for every notebook.
 """
 
-from . import Claim, Measurement, Registry
+from . import TAGGED, Claim, Measurement, Registry
+
+# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# rlvr_lib.study.claims' docstring: NudgeRL's and 3PO's rows against GRPO, and every pair with one of them, need
+# the discovery premise; SAGE's and VIGOR's rare_mix rows the retention premise; their plain pass@1 rows none.
+_DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+EXPLORERS = ("nudgerl", "threepo")
+"""The methods whose claimed effect comes through exploration reaching reward GRPO's sampling misses."""
+
+
+def _needs(*methods: str, otherwise: dict) -> dict:
+    """The discovery premise when one of ``methods`` explores (:data:`EXPLORERS`), else ``otherwise``."""
+    return _DISCOVERY if any(m in EXPLORERS for m in methods) else otherwise
 
 LABELS = {"nudgerl": "NudgeRL", "sage": "SAGE", "threepo": "{threepo}", "vigor": "VIGOR"}
 """How a row names each method (``{threepo}``: the selected 3PO variant, filled by the notebook)."""
@@ -33,29 +45,34 @@ REGISTRY = Registry(
         "each); the methods' gains at the papers' budgets and sizes, and whether the pairs compose there, are "
         "not measured; the second size has 4x the parameters (2.41M), not the papers' 4B-7B."),
     experiment="head_to_head",
+    tagged=TAGGED,
     claims=(
         Claim("nudgerl-beats-grpo", f"NudgeRL beats GRPO {_EQ} (pass@1)", "NudgeRL",
-              "T1 (Qwen3-4B, at its own settings)", ("pass@1", 0.454, 0.489), ">", "grpo"),
+              "T1 (Qwen3-4B, at its own settings)", ("pass@1", 0.454, 0.489), ">", "grpo", **_DISCOVERY),
         Claim("threepo-beats-grpo", f"{{threepo}}, the best 3PO variant, beats GRPO {_EQ} (pass@1)", "3PO",
-              "T1: C3PO 44.04 vs GRPO 42.99 (OLMo3-7B)", ("pass@1", 42.99, 44.04), ">", "grpo"),
+              "T1: C3PO 44.04 vs GRPO 42.99 (OLMo3-7B)", ("pass@1", 42.99, 44.04), ">", "grpo", **_DISCOVERY),
         Claim("sage-beats-grpo", f"SAGE beats GRPO {_EQ} (pass@1)", "SAGE", "T1", ("pass@1", 0.266, 0.284), ">",
-              "grpo"),
+              "grpo", **_NONE),
         Claim("vigor-beats-grpo", f"VIGOR beats GRPO {_EQ} (pass@1)", "VIGOR", "T main (7B)",
-              ("Math avg", 67.14, 69.77), ">", "grpo"),
+              ("Math avg", 67.14, 69.77), ">", "grpo", **_NONE),
         Claim("nudgerl-rare-wide", f"NudgeRL solves more {{rare}} problems than GRPO {_EQ} (pass@{{n_wide}}; only "
                                    "the rare strategy works)", "NudgeRL", "Fig 4 (case study)",
-              ("correct samples of 32 on the case problem", 0, 6), ">", "grpo"),
+              ("correct samples of 32 on the case problem", 0, 6), ">", "grpo", **_DISCOVERY),
     ),
     measurements=(
-        *(Measurement(f"{m}-rare-wide", f"{LABELS[m]} beats GRPO on {{rare}} {_EQ} (pass@{{n_wide}})", ">")
+        *(Measurement(f"{m}-rare-wide", f"{LABELS[m]} beats GRPO on {{rare}} {_EQ} (pass@{{n_wide}})", ">",
+                      **_needs(m, otherwise=_RETENTION))
           for m in ("threepo", "sage", "vigor")),
         *(Measurement(f"pair-{a}-{b}", f"{LABELS[a]} + {LABELS[b]} beats the better of the two alone {_EQ} "
-                                       "(pass@1)", ">") for a, b in PAIRS),
+                                       "(pass@1)", ">",
+                      **_needs(a, b, otherwise=_NONE)) for a, b in PAIRS),
         *(Measurement(f"{m}-helps-hardest", f"{LABELS[m]} gains over GRPO on the problems the base policy solves "
-                                            "least (lowest quartile of its per-problem pass@1; pass@1)", ">")
+                                            "least (lowest quartile of its per-problem pass@1; pass@1)", ">",
+                      **_needs(m, otherwise=_NONE))
           for m in ("nudgerl", "threepo", "sage", "vigor")),
         *(Measurement(f"{m}-gain-grows-with-size", f"{LABELS[m]}'s gain over GRPO {_EQ} (pass@1, per seed) is "
-                                                   "larger on the {small} policy than on the tiny one (Welch)", ">")
+                                                   "larger on the {small} policy than on the tiny one (Welch)", ">",
+                      **_needs(m, otherwise=_NONE))
           for m in ("nudgerl", "threepo", "sage", "vigor")),
     ),
 )

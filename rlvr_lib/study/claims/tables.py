@@ -6,6 +6,12 @@ against its threshold, :func:`min_effect` is the minimum-effect rule; :func:`mea
 :func:`instrument_checks` hold the rows that are not paper claims; :func:`claims_summary` writes the markdown a
 notebook opens its results with and :func:`find_claims_headline` / :func:`find_claims_counts` read it back for
 README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module (issue 30).
+
+Every row names its regime and the premise it needs (issue 55, item 5; the rule is in :mod:`rlvr_lib.study.claims`):
+a row whose premise is measured absent on its regime (`rlvr_lib.study.regimes.premise_status`) gets
+:data:`PREMISE_ABSENT` instead of its interval's verdict, which stays beside it (``verdict_if_premise``) with the
+premise's measurement (``premise``); headlines and the scorecard count it apart. Headlines written before it (four
+verdicts, in executed notebooks not re-run since) are still read.
 """
 
 from __future__ import annotations
@@ -36,6 +42,8 @@ __all__ = [
     "NOT_SPECIFIC",
     "OPENING_TAG",
     "PAPER_NAMES",
+    "PREMISE_ABSENT",
+    "TESTED",
     "REPRODUCED",
     "UNRESOLVED",
     "VERDICTS",
@@ -59,9 +67,13 @@ __all__ = [
 
 # Issue 28: a row's verdict is one of three, read from its 95% interval against the threshold on the
 # paper's side; a row whose reference (the same test on GRPO) is also reproduced is `not specific`.
+# Issue 55: a row whose premise is measured absent on its regime is `premise absent`, whatever its interval says.
 REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC = "reproduced", "contradicted", "unresolved", "not specific"
-VERDICTS = (REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC)
+PREMISE_ABSENT = "premise absent"
+VERDICTS = (REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC, PREMISE_ABSENT)
 """Every verdict a claims-table row can have, in the order headlines count them."""
+TESTED = VERDICTS[:4]
+"""The verdicts of rows whose premise is not measured absent: the ones the chance count is over."""
 
 EXPECTS = (">", "<", "within")
 """The claimed side: above / below ``than``, or inside ``[than - margin, than + margin]`` (an equivalence)."""
@@ -87,10 +99,11 @@ CHANCE_LEVEL = 0.025
 on with probability 2.5%, so ``CHANCE_LEVEL * rows`` reproduced verdicts are expected from chance alone."""
 
 CLAIMS_COLUMNS = ("id", "claim", "source", "paper", "paper_effect", "ours", "our_effect", "threshold", "interval",
-                  "verdict", "reference")
+                  "verdict", "verdict_if_premise", "regime", "premise", "reference")
 """The fixed columns of :func:`claims_table`, in order; extra row keys follow."""
 
-MEASUREMENT_COLUMNS = ("id", "measurement", "ours", "threshold", "interval", "verdict")
+MEASUREMENT_COLUMNS = ("id", "measurement", "ours", "threshold", "interval", "verdict", "verdict_if_premise",
+                       "regime", "premise")
 """The fixed columns of :func:`measurements_table`."""
 
 CHECK_COLUMNS = ("id", "check", "kind", "value", "passes")
@@ -101,8 +114,29 @@ CHECK_KINDS = ("construction", "measurement", "identity")
 (e.g. how well the clustering recovers labels), or it checks two runs are the same computation."""
 
 _CLAIM_KEYS = frozenset({"id", "claim", "source", "paper", "paper_effect", "ours", "expect", "than", "margin",
-                         "against", "reference", "level", "bounds"})
-_MEASUREMENT_KEYS = frozenset({"id", "measurement", "ours", "expect", "than", "margin", "bounds"})
+                         "against", "reference", "level", "bounds", "regime", "premise"})
+_MEASUREMENT_KEYS = frozenset({"id", "measurement", "ours", "expect", "than", "margin", "bounds", "regime", "premise"})
+
+
+def _premise(where: str, row: Mapping[str, Any],
+             regimes: Optional[Mapping[str, Any]]) -> tuple[str, Optional[bool], str]:
+    """(regime, present, shown) of a row: its ``regime`` and ``premise`` checked, the premise's status on the
+    regime (`rlvr_lib.study.regimes.premise_status`: True, False or None when not measured yet) and the text of
+    the ``premise`` column: the premise, its status and its measurement."""
+    from rlvr_lib.study.regimes import PREMISES, premise_status
+    from rlvr_lib.tasks.discovery import REGIMES
+
+    regime = check_choice(f"{where}: regime", row.get("regime"), REGIMES)
+    premise = check_choice(f"{where}: premise", row.get("premise"), tuple(PREMISES))
+    status = premise_status(regime, premise, regimes)
+    present, measured = status["present"], status["measurement"]
+    if premise == "none":
+        return regime, present, "none"
+    if present is None:
+        said = "premise not measured" + ("" if measured == "not measured" else f" ({measured})")
+    else:
+        said = f"{'present' if present else 'absent'}: {measured}"
+    return regime, present, f"{premise} -- {said}"
 
 
 @functools.lru_cache(maxsize=1)
@@ -306,6 +340,7 @@ def claims_table(
     fmt: str = ".3f",
     *,
     aggregate: Optional[Callable[..., Mapping[str, Any]]] = None,
+    regimes: Optional[Mapping[str, Any]] = None,
 ):
     """Builds a notebook's claims table: each paper claim's verdict at our scale (issue 28).
 
@@ -330,12 +365,18 @@ def claims_table(
             shown with its verdict), or a str saying why there is none (e.g. the row is GRPO's own). A row
             reproduced whose reference is also reproduced is ``not specific``: any RL run passes it.
         ``bounds`` (optional): see ``ours``.
-    Any other keys (e.g. ``note``, ``changed``) become extra columns.
+        ``regime``: the regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); ``premise``: the
+            premise it needs (`rlvr_lib.study.regimes.PREMISES`); both required (issue 55, item 5).
+    Any other keys (e.g. ``note``, ``changed``) become extra columns. ``regimes``: the regimes' measurements
+    `rlvr_lib.study.regimes.premise_status` reads (default: ``results/testbed/regimes.json``).
 
     Returns:
         A ``ClaimsTable`` (a ``pandas.DataFrame`` that shows cells whole) with :data:`CLAIMS_COLUMNS`, then the
         extra columns. ``threshold`` shows the tested side (``"> 0.010"``, ``"within 0 +- 0.010"``, with
-        ``(min effect)`` when :func:`min_effect` set it); ``verdict`` is one of :data:`VERDICTS`.
+        ``(min effect)`` when :func:`min_effect` set it); ``verdict`` is one of :data:`VERDICTS`:
+        :data:`PREMISE_ABSENT` when the row's premise is measured absent on its regime, else the interval's
+        verdict, which ``verdict_if_premise`` always shows; ``premise`` the premise with its measurement
+        ("premise not measured" while it is not: the interval's verdict stands).
 
     Raises:
         ValueError: naming the row, the field, its value and what is allowed: a missing field, a bad
@@ -353,6 +394,7 @@ def claims_table(
               "instrument goes to instrument_checks")
         missing = [k for k in ("claim", "source", "paper", "paper_effect", "ours", "expect", "against") if k not in row]
         check(not missing, f"{where}: fields", sorted(row), f"a mapping with {missing} as well")
+        regime, present, premise = _premise(f"{where} ({row.get('id')!r})", row, regimes)
         check_choice(f"{where}: source", row["source"], PAPER_NAMES)
         against = check_choice(f"{where}: against", row["against"], AGAINST)
         expect, than, margin = _test(where, row)
@@ -381,8 +423,9 @@ def claims_table(
         out.append({"id": row["id"], "claim": row["claim"], "source": row["source"], "paper": row["paper"],
                     "paper_effect": shown_effect, "ours": format_ci(agg, fmt), "our_effect": our_effect,
                     "threshold": _side_text(expect, threshold, margin, fmt) + (f" ({how})" if how else ""),
-                    "interval": agg.get("method", "unspecified"), "verdict": result, "reference": reference_text,
-                    **extra})
+                    "interval": agg.get("method", "unspecified"),
+                    "verdict": PREMISE_ABSENT if present is False else result, "verdict_if_premise": result,
+                    "regime": regime, "premise": premise, "reference": reference_text, **extra})
     cls = _claims_table_class()
     return cls(out, columns=None if out else list(CLAIMS_COLUMNS))
 
@@ -392,11 +435,13 @@ def measurements_table(
     fmt: str = ".3f",
     *,
     aggregate: Optional[Callable[..., Mapping[str, Any]]] = None,
+    regimes: Optional[Mapping[str, Any]] = None,
 ):
     """Additional measurements: tests no paper states (issue 28, item 7), with verdicts but never counted.
 
     Rows as in :func:`claims_table` with ``measurement`` (the repository's own reading, in words) instead of
-    ``claim``, and no ``source``, ``paper``, ``paper_effect``, ``against``, ``reference`` or ``level``.
+    ``claim``, and no ``source``, ``paper``, ``paper_effect``, ``against``, ``reference`` or ``level``; ``regime``
+    and ``premise`` are required and read as there (:data:`PREMISE_ABSENT`).
 
     Returns:
         A ``ClaimsTable`` with :data:`MEASUREMENT_COLUMNS` then the extra keys.
@@ -407,12 +452,15 @@ def measurements_table(
         where = f"measurements_table row {i}"
         missing = [k for k in ("measurement", "ours", "expect") if k not in row]
         check(not missing, f"{where}: fields", sorted(row), f"a mapping with {missing} as well")
+        regime, present, premise = _premise(f"{where} ({row.get('id')!r})", row, regimes)
         expect, than, margin = _test(where, row)
         agg = _interval(where, row["ours"], row.get("bounds"), aggregate)
+        result = verdict(agg, expect, than, margin)
         extra = {k: v for k, v in row.items() if k not in _MEASUREMENT_KEYS}
         out.append({"id": row["id"], "measurement": row["measurement"], "ours": format_ci(agg, fmt),
                     "threshold": _side_text(expect, than, margin, fmt), "interval": agg.get("method", "unspecified"),
-                    "verdict": verdict(agg, expect, than, margin), **extra})
+                    "verdict": PREMISE_ABSENT if present is False else result, "verdict_if_premise": result,
+                    "regime": regime, "premise": premise, **extra})
     return _claims_table_class()(out, columns=None if out else list(MEASUREMENT_COLUMNS))
 
 
@@ -451,13 +499,18 @@ def verdict_counts(table) -> dict[str, int]:
 
 def claims_headline(counts: Mapping[str, int]) -> str:
     """The count :func:`claims_summary` opens with, e.g.
-    ``"3 reproduced, 1 contradicted, 5 unresolved, 2 not specific of 11 claims"``."""
-    n = sum(int(counts.get(v, 0)) for v in VERDICTS)
-    return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in VERDICTS) + f" of {n} claims"
+    ``"3 reproduced, 1 contradicted, 5 unresolved, 2 not specific, 4 premise absent of 15 claims"``.
+
+    Counts without a :data:`PREMISE_ABSENT` key (read back from a headline written before issue 55, which had no
+    such verdict) give the four-verdict headline they came from."""
+    shown = VERDICTS if PREMISE_ABSENT in counts else TESTED
+    n = sum(int(counts.get(v, 0)) for v in shown)
+    return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in shown) + f" of {n} claims"
 
 
-_CLAIMS_HEADLINE = re.compile(r"\*\*(\d+) reproduced, (\d+) contradicted, (\d+) unresolved, (\d+) not specific "
-                              r"of (\d+) claims\*\*")
+_CLAIMS_HEADLINE = re.compile(r"\*\*(\d+) reproduced, (\d+) contradicted, (\d+) unresolved, (\d+) not specific"
+                              r"(?:, (\d+) premise absent)? of (\d+) claims\*\*")
+"""A headline of :func:`claims_summary`: five verdicts, or the four of one written before issue 55."""
 _SCORECARD = re.compile(r"<!-- claims-scorecard (\{.*?\}) -->")
 
 
@@ -467,14 +520,17 @@ def find_claims_headline(text: str) -> str | None:
     found = _CLAIMS_HEADLINE.findall(text)
     if not found:
         return None
-    counts = {v: sum(int(f[j]) for f in found) for j, v in enumerate(VERDICTS)}
+    counts = {v: sum(int(f[j] or 0) for f in found) for j, v in enumerate(VERDICTS)}
+    if not any(f[4] for f in found):  # every headline from before issue 55: no premise was checked
+        del counts[PREMISE_ABSENT]
     headline = claims_headline(counts)
     return headline if len(found) == 1 else f"{headline}, over {len(found)} claims tables"
 
 
 def find_claims_counts(text: str) -> dict[str, dict[str, int]]:
     """Per paper, the verdict counts of every :func:`claims_summary` in ``text``, summed (the scorecard's data,
-    read from the machine-readable comment each summary carries)."""
+    read from the machine-readable comment each summary carries; one written before issue 55 counts no
+    :data:`PREMISE_ABSENT`)."""
     totals: dict[str, dict[str, int]] = {}
     for blob in _SCORECARD.findall(text):
         for paper, counts in json.loads(blob).items():
@@ -515,30 +571,55 @@ _VERDICT_WORDS = {
     CONTRADICTED: "the whole interval lies on the other side",
     UNRESOLVED: "the interval straddles or touches the threshold (or the band's edge)",
     NOT_SPECIFIC: "reproduced, but GRPO passes the same test (the `reference` column)",
+    PREMISE_ABSENT: "the premise the row needs is measured absent on its regime (the `premise` column): not tested "
+                    "there; its interval and the verdict it would have had are kept (`verdict_if_premise`)",
 }
+
+
+def _regimes_line(table) -> str:
+    """Which regime the rows are measured on and which premise they need, counted (issue 55, item 5)."""
+    parts = []
+    for regime in dict.fromkeys(table["regime"]):
+        mine = table[table["regime"] == regime]
+        needs = {p.split(" -- ")[0]: 0 for p in mine["premise"]}
+        for p in mine["premise"]:
+            needs[p.split(" -- ")[0]] += 1
+        parts.append(f"{len(mine)} on the {regime} regime ("
+                     + ", ".join(f"{n} needing {'no premise' if p == 'none' else f'the {p} premise'}"
+                                 for p, n in needs.items()) + ")")
+    return "; ".join(parts)
 
 
 def claims_summary(table) -> str:
     """A markdown summary of a claims table, for the top of a notebook's results.
 
-    One line counting the four verdicts (the headline README quotes), a hidden comment with the counts per
+    One line counting the five verdicts (the headline README quotes), a hidden comment with the counts per
     paper (read by :func:`find_claims_counts` for README's scorecard), the chance count (how many
-    ``reproduced`` the rows would give at the one-sided 2.5% level if every effect sat on its threshold),
-    then one bullet per claim: its verdict, our number and threshold, the paper's effect, GRPO's reference.
+    ``reproduced`` the rows whose premise is not absent would give at the one-sided 2.5% level if every effect
+    sat on its threshold), the rows' regimes and premises, then one bullet per claim: its verdict, our number and
+    threshold, the paper's effect, GRPO's reference, its regime and premise (for ``premise absent``, with the
+    verdict its interval would have had).
     """
     counts = verdict_counts(table)
     per_paper: dict[str, dict[str, int]] = {}
     for _, row in table.iterrows():
         per_paper.setdefault(row["source"], {v: 0 for v in VERDICTS})[row["verdict"]] += 1
     n = len(table)
+    tested = n - counts[PREMISE_ABSENT]
     lines = [f"**{claims_headline(counts)}** (chance alone, every effect at its threshold, would give "
-             f"{CHANCE_LEVEL * n:.1f} `reproduced` at the one-sided {CHANCE_LEVEL:.1%} level).",
+             f"{CHANCE_LEVEL * tested:.1f} `reproduced` at the one-sided {CHANCE_LEVEL:.1%} level"
+             + (f" over the {tested} rows whose premise is not absent" if counts[PREMISE_ABSENT] else "") + ").",
              f"<!-- claims-scorecard {json.dumps(per_paper, sort_keys=True)} -->", ""]
+    if n:
+        lines += [f"Regimes: {_regimes_line(table)}.", ""]
     lines += [f"- `{v}`: {words}" for v, words in _VERDICT_WORDS.items()] + [""]
     for _, row in table.iterrows():
         ref = f"; reference: {row['reference']}" if row["reference"] != "-" else ""
-        lines.append(f"- **{row['verdict']}**: {row['claim']} ({row['source']}) -- ours {row['ours']}, "
-                     f"threshold {row['threshold']} ({row['interval']}); paper: {row['paper_effect']}{ref}")
+        absent = (f" (its interval alone would read `{row['verdict_if_premise']}`)"
+                  if row["verdict"] == PREMISE_ABSENT else "")
+        lines.append(f"- **{row['verdict']}**{absent}: {row['claim']} ({row['source']}) -- ours {row['ours']}, "
+                     f"threshold {row['threshold']} ({row['interval']}); paper: {row['paper_effect']}{ref}; "
+                     f"regime {row['regime']}, premise {row['premise']}")
     return "\n".join(lines)
 
 
@@ -551,16 +632,25 @@ TESTBED_LIMITS = ("The testbed is a 0.62M-parameter policy pretrained here on pr
 def claims_reading(table, limits: str) -> str:
     """A short reading of a claims table in words, for the top of a notebook's results (issue 31, item 6).
 
-    Built from the table alone, so it cannot drift from the numbers: per verdict the claims it holds, the
-    contradicted ones with our value beside the paper's effect (where the testbed disagrees with the paper),
-    then what the testbed cannot say: :data:`TESTBED_LIMITS` and the notebook's ``limits``
-    (`rlvr_lib.study.claims.Registry.limits`).
+    Built from the table alone, so it cannot drift from the numbers: the regimes the rows are measured on, per
+    verdict the claims it holds, the contradicted ones with our value beside the paper's effect (where the testbed
+    disagrees with the paper), the rows whose premise is absent with the premise's measurement and what their
+    intervals alone would read, then what the testbed cannot say: :data:`TESTBED_LIMITS` and the notebook's
+    ``limits`` (`rlvr_lib.study.claims.Registry.limits`).
     """
     check(isinstance(limits, str) and limits.strip(), "limits", limits,
           "the notebook's own words on what the testbed cannot say (Registry.limits)")
     groups = {v: [row for _, row in table.iterrows() if row["verdict"] == v] for v in VERDICTS}
     counts = ", ".join(f"{len(groups[v])} {v}" for v in VERDICTS)
     lines = [f"**Reading.** Of the {len(table)} claims tested here: {counts}."]
+    if len(table):
+        lines.append(f"Regimes: {_regimes_line(table)}.")
+    if groups[PREMISE_ABSENT]:
+        measured = list(dict.fromkeys(row["premise"] for row in groups[PREMISE_ABSENT]))
+        lines.append("Premise absent (the row needs a premise measured absent on its regime, "
+                     + "; ".join(measured) + ", so the testbed does not test it there): "
+                     + "; ".join(f"{row['claim']} ({row['source']}; its interval {row['ours']} alone would read "
+                                 f"{row['verdict_if_premise']})" for row in groups[PREMISE_ABSENT]) + ".")
     if groups[CONTRADICTED]:
         lines.append("Where the testbed disagrees with the paper (contradicted): "
                      + "; ".join(f"{row['claim']} ({row['source']}): ours {row['ours']}, the paper's "
@@ -580,9 +670,12 @@ def claims_reading(table, limits: str) -> str:
 def measurements_summary(table) -> str:
     """A markdown summary of :func:`measurements_table` (not counted among paper claims)."""
     counts = verdict_counts(table)
-    head = ", ".join(f"{counts[v]} {v}" for v in VERDICTS[:3])
+    head = ", ".join(f"{counts[v]} {v}" for v in (*VERDICTS[:3], PREMISE_ABSENT))
     lines = [f"Additional measurements (no paper states these; not counted among claims): {head} of {len(table)}.", ""]
-    lines += [f"- {row['verdict']}: {row['measurement']} -- ours {row['ours']}, threshold {row['threshold']}"
+    lines += [f"- {row['verdict']}"
+              + (f" (its interval alone: {row['verdict_if_premise']})" if row["verdict"] == PREMISE_ABSENT else "")
+              + f": {row['measurement']} -- ours {row['ours']}, threshold {row['threshold']}; regime "
+                f"{row['regime']}, premise {row['premise']}"
               for _, row in table.iterrows()]
     return "\n".join(lines)
 
