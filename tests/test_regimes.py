@@ -164,7 +164,11 @@ def test_the_discovery_task_marks_its_targets_and_names_its_design_in_the_key(ta
     assert sorted(p.operands for p in held) == [(19, 57), (19, 71), (29, 62)]
     assert task.family_capacity("train") == 6 and task.family_capacity("easy_mix") == get_task("arith").family_capacity("easy_mix")
     assert task.regime == "discovery" and get_task("arith").regime == "retention"
-    assert versioned_key({}, "arith_discovery")["task_version"] == f"{TESTBED_VERSION}-discovery-d2"
+    version = versioned_key({}, "arith_discovery")["task_version"]
+    assert version.startswith(f"{TESTBED_VERSION}-discovery-d2-")
+    moved = dict(PROFILE, heldout_targets=["19*57", "29*62"])  # another pool, the same design: another key
+    assert discovery.DiscoveryTask(profile=moved).version.startswith(f"{TESTBED_VERSION}-discovery-d2-")
+    assert discovery.DiscoveryTask(profile=moved).version != version
     assert versioned_key({}, "arith")["task_version"] == TESTBED_VERSION
     with pytest.raises(ValueError, match="1..3"):
         task.family_problems(discovery.HELDOUT_FAMILY, 4)

@@ -56,6 +56,8 @@ RUN_ENTRIES: dict[str, tuple[str, ...]] = {
     "threepo_full": TABLE_ENTRIES, "sage_full": TABLE_ENTRIES, "vigor_full": TABLE_ENTRIES,
     # Notebook 07's arms: configs set by its equal-compute budget and pair rules, trained through Arms.
     "head_to_head_full": (*TABLE_ENTRIES, "rlvr_lib.study.head_to_head"),
+    # Notebook 08's runs (the discovery regime): its gate's and methods' configs are set by the regimes module.
+    "discovery_full": (*TABLE_ENTRIES, "rlvr_lib.study.regimes"),
     # Reported, not gating: the lr sweep behind TUNED_LR and the dynamics calibration behind the step count.
     "lr_tuning": ("rlvr_lib.study.tuning",),
     "testbed_dynamics": ("rlvr_lib.study.dynamics",),

@@ -470,5 +470,53 @@ def gate_outcome(runs: Mapping[str, list], fresh_reward_share: float) -> dict[st
     return {**gate, "arms": arms}
 
 
+# --------------------------------------------------------------------------- what notebooks 00 and 08 show
+
+
+def retention_line(report: Mapping[str, Any]) -> str:
+    """Markdown: the retention regime's premise check of ``report`` (``regimes.json``)."""
+    r = report["retention"]
+    return (f"**Retention regime** (the shipped policy's RL pool): hinted `round` earns reward on {r['share']:.2%} of "
+            f"fresh samples ({r['correct']} of {r['samples']}, on {r['problems_with_success']} of {r['problems']} "
+            f"problems; bound {r['bound']:.1%}): the discovery premise is **{r['discovery_premise']}** there.")
+
+
+def designs_table(report: Mapping[str, Any]):
+    """Each design tried, in order, with its first factors and measured unhinted ``round`` share (a DataFrame)."""
+    import pandas as pd
+
+    disc = report["discovery"]
+    tried = [*[t for e in disc.get("earlier", []) for t in e["tried"]], *disc["tried"]]
+    return pd.DataFrame([{"design": t["design"], "what": discovery.DESIGNS[t["design"]],
+                          "first factors": t["first_factors"], "unhinted round share": t["share"],
+                          f"within {discovery.UNHINTED_BOUND:.0%}": t["holds"]} for t in tried])
+
+
+def design_summary(report: Mapping[str, Any], profile: Mapping[str, Any]):
+    """The design in use: its pool, the unhinted share and the fresh reward on its training targets (a Series)."""
+    import pandas as pd
+
+    disc = report["discovery"]
+    unh = disc["train_targets_unhinted"]
+    return pd.Series({
+        "design in use": disc["design"], "policy": profile["policy"] or "shipped",
+        "training targets (in the pool)": len(profile["pool"]["targets"]),
+        "non-targets (retention pool)": len(profile["pool"]["non_targets"]),
+        "held-out targets": len(profile["heldout_targets"]),
+        "target share of the pool": round(len(profile["pool"]["targets"]) / disc["pool_size"], 3),
+        "visits per problem (200 steps x 8 prompts)": round(disc["visits_per_problem_200x8"], 1),
+        "unhinted round share, training targets": round(unh["share"], 4),
+        "groups of 8 with no round sample": round(unh["no_rare_group_share"], 3),
+        "hinted round success, fresh samples of the training targets": round(disc["fresh_reward"]["share"], 3)})
+
+
+def gate_table(gate: Mapping[str, Any]):
+    """The gate's conditions (value, rule, holds) as a DataFrame."""
+    import pandas as pd
+
+    return pd.DataFrame({name: {"value": round(c["value"], 4), "rule": c["rule"], "holds": c["holds"]}
+                         for name, c in gate["conditions"].items()}).T
+
+
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -15,13 +15,14 @@ learnt. ``"arith_discovery"`` is that regime on the same policy and verifier:
    many problems of the retention pool (a fixed draw), so targets are 1/6 of the pool and a 200-step, 8-prompt run
    visits each problem about 10 times or more. Targets carry ``family == TARGET_FAMILY`` (the oracle arm reads it).
 
-The measured profile is a file beside the checkpoint (``DISCOVERY_FILE``, written by
-``python -m rlvr_lib.study.regimes``); the task version names the design, so runs of two designs never share a key.
+The measured profile is a file beside this module (``DISCOVERY_FILE``, written by ``python -m rlvr_lib.study.regimes``);
+the task version names the design and a hash of the pools, so runs of two designs or pools never share a key.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 from pathlib import Path
 
@@ -39,7 +40,7 @@ REGIMES = ("retention", "discovery")
 RARE = "round"
 TARGET_FAMILY = "targets_train"
 HELDOUT_FAMILY = "targets_heldout"
-DISCOVERY_FILE = Path(__file__).resolve().parents[1] / "policy" / "checkpoints" / "tiny-mul" / "discovery.json"
+DISCOVERY_FILE = Path(__file__).resolve().with_name("discovery_pool.json")
 PROFILE_SAMPLES = 32
 PROFILE_SEED = 2026
 """Fresh hinted profile of the candidates: a seed no calibration, evaluation or the shipped profile uses."""
@@ -140,7 +141,9 @@ class DiscoveryTask(ArithmeticTask):
 
     @property
     def version(self) -> str:
-        return f"{arithmetic.TESTBED_VERSION}-discovery-{self.profile['design']}"
+        """The testbed's version, the design and a hash of the pools: a re-measured pool never reads old runs."""
+        pools = json.dumps([self.profile["pool"], self.profile["heldout_targets"]], sort_keys=True)
+        return f"{arithmetic.TESTBED_VERSION}-discovery-{self.profile['design']}-{hashlib.sha256(pools.encode()).hexdigest()[:8]}"
 
     def _family_operands(self, family: str) -> list[tuple[int, int]]:
         profile = self.profile

@@ -87,6 +87,7 @@ REGISTRIES = {
     "sage": "nb05_sage",
     "vigor": "nb06_vigor",
     "head_to_head": "nb07_head_to_head",
+    "discovery": "nb08_discovery",
 }
 """Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records)."""
 
