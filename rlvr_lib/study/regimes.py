@@ -369,7 +369,7 @@ GATE_ARMS = ("grpo", "oracle_explore")
 BASE_SEEDS = (0, 1)
 """Two sampling seeds of the base policy: the resampling null."""
 BUDGET_HOURS = 2.0
-"""Notebook 08's budget in run hours on two workers, stated before its first run: 8 arms x 5 seeds at the full
+"""Notebook 08's budget in elapsed hours on two workers, stated before its first run: 8 arms x 5 seeds at the full
 profile's 200 steps (a tiny-policy run took 270-380 s with notebooks 01-07's larger evaluations; this one evaluates
 only the targets) and 4 base evaluations, about 40 x 150-300 s."""
 
