@@ -127,9 +127,10 @@ def test_a_claims_row_without_a_regime_or_premise_is_refused():
 
 
 def test_every_registered_row_names_the_retention_regime_and_a_premise():
-    # issue 55: every row registered so far is measured on the testbed's RL pool; NudgeRL's and 3PO's rows against
-    # GRPO need the discovery premise, their rows against the base policy none
-    for module in REGISTRIES.values():
+    # issue 55: every row of notebooks 01-07 (registered before it) is measured on the testbed's RL pool; NudgeRL's
+    # and 3PO's rows against GRPO need the discovery premise, their rows against the base policy none
+    for module in ("nb01_grpo", "nb02_baselines", "nb03_nudgerl", "nb04_3po", "nb05_sage", "nb06_vigor",
+                   "nb07_head_to_head"):
         reg = registry(module)
         assert {r.regime for r in (*reg.claims, *reg.measurements)} == {"retention"}, module
         assert reg.tagged, module

@@ -254,15 +254,18 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     assert ("In short, on the retention regime: NudgeRL gains over GRPO's pass@1 in some bucket. rare pass@256 minus "
             "GRPO's: above 0 for forward KL (+0.250); no difference shown for the other 1.") in section
     # a method that needs the discovery premise says whether it is measured there
-    assert ("- **NudgeRL** (retention regime; the discovery premise its exploration needs is not measured there yet): "
-            "use it over GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300") in section
+    assert ("- **NudgeRL** (retention regime; the discovery premise its exploration needs: not measured): use it over "
+            "GRPO where the base policy's per-problem pass@1 is <= 0 (+0.300") in section
+    assert "the discovery premise, which the exploration of NudgeRL needs, is not measured there;" in section
     bullets = [line for line in section.splitlines() if line.startswith("- **")]
     assert len(bullets) == 2 and all("regime" in line.split(":")[0] for line in bullets)
     (tmp_path / "testbed").mkdir(exist_ok=True)
     (tmp_path / "testbed" / "regimes.json").write_text(json.dumps(
         {"retention": {"share": 0.0017, "correct": 41, "samples": 23808, "bound": 0.005, "discovery_premise": "absent"}}))
-    assert ("- **NudgeRL** (retention regime; the discovery premise its exploration needs is absent there: hinted round "
-            "earns reward on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)): use it") in render(tmp_path)
+    text = render(tmp_path)
+    assert ("the discovery premise, which the exploration of NudgeRL needs, is absent there (hinted round earns reward "
+            "on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)); read off") in text
+    assert "- **NudgeRL** (retention regime; the discovery premise its exploration needs: absent): use it" in text
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits
     assert text.count("Which method for which situation") == 1  # only notebook 07's section carries it

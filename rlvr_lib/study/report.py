@@ -641,18 +641,22 @@ def _needs_discovery(run: str) -> bool:
     return any(part.lower() == "nudgerl" or re.fullmatch(r"[bmc]3po", part.lower()) for part in run.split("+"))
 
 
-def _run_regime(run: str, regime: str, regimes: Mapping[str, Any]) -> str:
-    """What a guide bullet says of its regime: the regime, and for a run whose method needs the discovery premise
-    whether that premise is measured there (`rlvr_lib.study.regimes.premise_status`)."""
+def _discovery_status(regime: str, regimes: Mapping[str, Any]) -> tuple[str, str]:
+    """(``present``/``absent``/``not measured``, the measurement) of the discovery premise on ``regime``
+    (`rlvr_lib.study.regimes.premise_status`)."""
     from rlvr_lib.study.regimes import premise_status
 
+    status = premise_status(regime, "discovery", regimes)
+    said = {None: "not measured", True: "present", False: "absent"}[status["present"]]
+    return said, status["measurement"]
+
+
+def _run_regime(run: str, regime: str, regimes: Mapping[str, Any]) -> str:
+    """What a guide bullet says of its regime: the regime, and for a run whose method needs the discovery premise
+    whether that premise is measured there (the measurement itself is in the guide's opening line)."""
     if not _needs_discovery(run):
         return f"{regime} regime"
-    status = premise_status(regime, "discovery", regimes)
-    if status["present"] is None:
-        return f"{regime} regime; the discovery premise its exploration needs is not measured there yet"
-    return (f"{regime} regime; the discovery premise its exploration needs is "
-            f"{'present' if status['present'] else 'absent'} there: {status['measurement']}")
+    return f"{regime} regime; the discovery premise its exploration needs: {_discovery_status(regime, regimes)[0]}"
 
 
 def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
@@ -676,8 +680,15 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
              for label, values in beside.items() for run, v in values.items()}
     columns = [*buckets, *beside]
     regime = _map_regime(data, experiment)
+    regimes = _regimes_measured(root)
+    explorers = [run for run in h2h.map_rows(data) if _needs_discovery(run)]
+    premise = ""
+    if explorers:
+        said, measured = _discovery_status(regime, regimes)
+        premise = (f"; the discovery premise, which the exploration of {', '.join(explorers)} needs, is {said} there"
+                   + (f" ({measured})" if said != "not measured" else ""))
     lines = ["", f"**Which method for which situation** (every statement on the {regime} regime, "
-                 f"{_REGIME_WORDS[regime]}; read off notebook 07's map: each method's {data['metric']} "
+                 f"{_REGIME_WORDS[regime]}{premise}; read off notebook 07's map: each method's {data['metric']} "
                  f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
                  "interval over seeds x problems; a bucket says *helps* or *hurts* only when its whole 95% "
                  "interval is above or below 0"
@@ -687,7 +698,6 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     summary = h2h.guide_summary(data)
     check(summary.startswith("In short: "), "guide_summary", summary[:40], "a paragraph opening 'In short: '")
     lines += ["", f"In short, on the {regime} regime: " + summary[len("In short: "):], ""]
-    regimes = _regimes_measured(root)
     for run, line in zip(h2h.map_rows(data), h2h.guide(data)):
         head = f"- **{run}**: "
         check(line.startswith(head), "guide line", line[:40], f"a bullet opening {head!r}")
