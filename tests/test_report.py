@@ -119,7 +119,7 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
     from rlvr_lib.study.report import BUDGETS, SECTIONS, _budget_section
     from rlvr_lib.study.runs import cached_run
 
-    assert sorted(nb for _, notebooks, _ in BUDGETS for nb in notebooks) == sorted(nb for _, _, nb, _ in SECTIONS)
+    assert sorted(nb for _, notebooks, _, _ in BUDGETS for nb in notebooks) == sorted(nb for _, _, nb, _ in SECTIONS)
     small = tmp_path / "small-mul"
     small.mkdir()
     (small / "config.json").write_text('{"hidden_size": 192}')
@@ -142,7 +142,8 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
     budget = [line for line in lines if line.startswith("- ")]
     assert budget[0].startswith("- notebooks 01-06") and "take 13.00, **over it by 1.00**" in budget[0]
     assert budget[1].startswith("- notebook 07") and "take 1.50, within it (1.00 to spare)" in budget[1]
-    assert len(budget) == 2  # the second size's own line needs its pretraining log and static calibration
+    assert budget[2].startswith("- notebook 08") and "take 0.00" in budget[2]  # no run of the discovery policy here
+    assert len(budget) == 3  # the second size's own line needs its pretraining log and static calibration
     (small / "pretrain_log.json").write_text('{"train_seconds": 1800.0}')
     (tmp_path / "testbed").mkdir()
     (tmp_path / "testbed" / "calibration-small.json").write_text('{"seconds": 900}')
@@ -151,7 +152,7 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
     path.write_text(json.dumps({**json.loads(path.read_text()), "wall_time_s": 3600.0}))
     budget = [line for line in _budget_section(tmp_path) if line.startswith("- ")]
     # one thread in turn (0.5 + 0.25), then (1 + 7) run hours over two workers
-    assert budget[2] == ("- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): "
+    assert budget[3] == ("- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): "
                          "a budget of 6 elapsed hours; its pretraining 0.50 and static calibration 0.25 hours on one "
                          "thread, then its dynamics runs 1.00 and notebook 07's runs 7.00 run hours on 2 workers take "
                          "4.75, within it (1.25 to spare).")
@@ -261,7 +262,8 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
     assert len(bullets) == 2 and all("regime" in line.split(":")[0] for line in bullets)
     (tmp_path / "testbed").mkdir(exist_ok=True)
     (tmp_path / "testbed" / "regimes.json").write_text(json.dumps(
-        {"retention": {"share": 0.0017, "correct": 41, "samples": 23808, "bound": 0.005, "discovery_premise": "absent"}}))
+        {"retention": {"share": 0.0017, "correct": 41, "samples": 23808, "problems": 372, "problems_with_success": 30,
+                       "bound": 0.005, "discovery_premise": "absent"}}))
     text = render(tmp_path)
     assert ("the discovery premise, which the exploration of NudgeRL needs, is absent there (hinted round earns reward "
             "on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)); read off") in text

@@ -300,8 +300,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gate", action="store_true",
                         help="train (or read from the run cache) the gate's arms on the measured design and write "
                              "the gate's outcome into --out")
-    parser.add_argument("--arms", nargs="+", choices=GATE_ARMS, default=None,
-                        help="with --gate: train only these arms (another process may train the others), write nothing")
+    parser.add_argument("--arms", nargs="+", choices=(*GATE_ARMS, *METHOD_ARMS), default=None,
+                        help="with --gate: train only these arms, as notebook 08 calls them (another process may "
+                             "train the others), write nothing; the methods only once the gate has passed")
     parser.add_argument("--seeds", nargs="+", type=int, default=None, help="with --gate: default the main seeds")
     args = parser.parse_args(argv)
     if args.gate:
@@ -344,6 +345,11 @@ def _gate(args) -> int:
     arms = discovery_arms(full_profile_steps())
     seeds = args.seeds or list(MAIN_SEEDS)
     if args.arms:
+        if set(args.arms) & set(METHOD_ARMS):
+            gate = json.loads(Path(args.out).read_text())["discovery"].get("gate")
+            check(gate is not None and gate["passes"], "--arms", args.arms,
+                  "the gate's arms only: the methods run once the gate has passed (python -m rlvr_lib.study.regimes "
+                  "--gate writes its outcome)")
         gate_runs(arms, seeds, args.arms)
         return 0
     out = Path(args.out)
@@ -366,6 +372,8 @@ SAMPLES = 32
 TRAIN_TARGETS = "train_targets"
 """The label of the training targets' evaluation in a record's extra evaluations."""
 GATE_ARMS = ("grpo", "oracle_explore")
+METHOD_ARMS = ("nudgerl", "b3po", "m3po", "c3po", "sage", "vigor")
+"""Notebook 08's methods, each at its preset; they run only once the gate passes."""
 BASE_SEEDS = (0, 1)
 """Two sampling seeds of the base policy: the resampling null."""
 BUDGET_HOURS = 2.0

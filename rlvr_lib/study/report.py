@@ -50,6 +50,57 @@ def _calibration_section(root: Path) -> list[str]:
     return lines
 
 
+def _regimes_section(root: Path) -> list[str]:
+    """The testbed's two regimes (``results/testbed/regimes.json``, `rlvr_lib.study.regimes`): the retention pool's
+    premise check, the discovery designs tried, the one in use and its gate."""
+    report = _regimes_measured(root)
+    if not report:
+        return ["*The regimes are not measured yet (`python -m rlvr_lib.study.regimes`).*"]
+    from rlvr_lib.tasks import discovery
+
+    r, d = report.get("retention"), report.get("discovery")
+    lines = ["**Two regimes** (`results/testbed/regimes.json`, `python -m rlvr_lib.study.regimes`, fresh sampling "
+             "seeds; notebooks 00 and 08):", ""]
+    if r:
+        lines.append(f"- *Retention* (the RL pool of notebooks 01-07): hinted `round` earns reward on {r['share']:.2%} "
+                     f"of fresh samples ({r['correct']} of {r['samples']:,}, on {r['problems_with_success']} of "
+                     f"{r['problems']} problems; bound {r['bound']:.1%}): the discovery premise is "
+                     f"**{r['discovery_premise']}**; the claims that need it read `premise absent`.")
+    if not d:
+        return lines + ["- The discovery regime is not measured yet."]
+    tried = [*[t for e in d.get("earlier", []) for t in e["tried"]], *d["tried"]]
+    lines += ["- *Discovery* (`arith_discovery`): target problems have a first factor ending in 9 and only hinted "
+             f"`round` solved them; the base policy's unhinted `round` share on them must be at most "
+             f"{discovery.UNHINTED_BOUND:.0%} (stated before measuring). Designs tried in order: "
+             + "; ".join(f"{t['design']} {t['share']:.2%}" if t["share"] is not None else f"{t['design']} no first "
+                         "factor within the bound" for t in tried) + "."]
+    if d["design"] is not None:
+        unh, fresh = d["train_targets_unhinted"], d["fresh_reward"]
+        profile = discovery.load_discovery()
+        lines.append(f"- In use: design **{d['design']}** (policy `{profile['policy'] or 'shipped'}`): "
+                     f"{len(profile['pool']['targets'])} training targets in a pool of {d['pool_size']} "
+                     f"({d['visits_per_problem_200x8']:.1f} visits per problem in 200 steps x 8 prompts), "
+                     f"{len(profile['heldout_targets'])} held-out targets; unhinted `round` on the training targets "
+                     f"{unh['share']:.2%} ({unh['no_rare_group_share']:.0%} of groups of 8 hold none); hinted `round` "
+                     f"succeeds on {fresh['share']:.0%} of fresh samples of them.")
+    gate = d.get("gate")
+    if gate is None:
+        lines.append("- The gate (oracle exploration against GRPO) has no outcome yet.")
+    else:
+        c, arms = gate["conditions"], gate["arms"]
+        lines.append(
+            f"- **The gate {'passes' if gate['passes'] else 'fails'}** ({len(gate['seeds'])} seeds, {gate['steps']} "
+            f"steps): held-out targets' pass@1 base {arms['base']['heldout_pass1']:.3f}, GRPO "
+            f"{arms['grpo']['heldout_pass1']:.3f}, oracle {arms['oracle_explore']['heldout_pass1']:.3f}; oracle minus "
+            f"GRPO {c['oracle_beats_grpo']['value']:+.3f} (interval low {c['oracle_beats_grpo']['ci_low']:+.3f}); "
+            f"GRPO's gain {c['grpo_misses_most']['value']:+.3f} against the oracle's "
+            f"{c['grpo_misses_most']['oracle_gain']:+.3f}; `round` share on the held-out targets: GRPO "
+            f"{arms['grpo']['heldout_round_share']:.1%}, oracle {arms['oracle_explore']['heldout_round_share']:.1%}. "
+            + ("The discovery premise is present there: notebook 08 runs the methods."
+               if gate["passes"] else "The discovery premise is absent there: no method runs on it."))
+    return lines
+
+
 def _premises_section(root: Path) -> list[str]:
     """The four methods' premises on the shipped policy (notebook 00, ``results/testbed/premises.json``)."""
     path = root / "testbed" / "premises.json"
@@ -147,8 +198,22 @@ def _policy_note(records) -> str:
     if len(measured) == 1 and measured[0][0] in named and measured[0][1] == version:
         sha = measured[0][0]
         return f"; policy `{sha}`, the second model size (`{named[sha]}`), on the shipped testbed `{version}`"
+    if len(measured) == 1 and measured[0][0] in named and measured[0][1] == _discovery_version():
+        sha = measured[0][0]
+        return (f"; policy `{sha}` (`{named[sha]}`) on the discovery regime's testbed `{measured[0][1]}`, the "
+                "committed ones")
     what = "; ".join(f"`{sha}`" + (f" on testbed `{v}`" if v else ", an earlier testbed") for sha, v in measured)
     return f"; measured on **a previous policy or testbed** ({what}), not the shipped `{shipped}` on `{version}`"
+
+
+def _discovery_version() -> str | None:
+    """The discovery regime's task version (`rlvr_lib.tasks.discovery`), or None before its pool is measured."""
+    from rlvr_lib.tasks import task_version
+
+    try:
+        return task_version("arith_discovery")
+    except FileNotFoundError:
+        return None
 
 
 def _processor_note(records) -> str:
@@ -349,6 +414,8 @@ SECTIONS = (
     ("head_to_head_full", "Head to head", "07_head_to_head",
      (("baselines_full", "base", "base"), ("baselines_full", "grpo", "grpo (notebook 02)"),
       ("sage_full", "sage", "sage (notebook 05)"))),
+    # Notebook 08 (the discovery regime, issue 55): its own task, policy, base, GRPO, oracle and methods.
+    ("discovery_full", "Discovery regime", "08_discovery", ()),
 )
 
 
@@ -426,11 +493,12 @@ REPRODUCE_WORKERS = 2
 
 BUDGETS = (
     ("notebooks 01-06 (the recompute, issue 31)", ("01_grpo_pass_at_k_modes_group_size", "02_baselines_sage_t1_anchors",
-                                                   "03_nudgerl", "04_3po", "05_sage", "06_vigor"), 12.0),
-    ("notebook 07 on the shipped policy (the head to head, issue 32)", ("07_head_to_head",), 2.5),
+                                                   "03_nudgerl", "04_3po", "05_sage", "06_vigor"), 12.0, "shipped"),
+    ("notebook 07 on the shipped policy (the head to head, issue 32)", ("07_head_to_head",), 2.5, "shipped"),
+    ("notebook 08 (the discovery regime on its own policy, issue 55)", ("08_discovery",), 2.0, "discovery"),
 )
-"""``(label, notebooks, elapsed hours)``: the stated budgets of `make reproduce` (README, "Budget"), each over its
-notebooks' runs on the shipped policy. The second model size's runs have the whole second-size budget instead
+"""``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (README, "Budget"), each over
+its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_policy`'s keys). The second model size's runs have the whole second-size budget instead
 (pretraining and calibrations included, outside `make reproduce`): `SECOND_SIZE_BUDGET`, `second_size_compute`."""
 
 
@@ -498,10 +566,10 @@ def _budget_section(root: Path) -> list[str]:
             label = row["notebook"] if policy == "shipped" else f"{row['notebook']}, policy `{policy}`"
             lines.append(f"| {label} | {part['runs']} | {part['hours']:.2f} | "
                          f"{part['hours'] / REPRODUCE_WORKERS:.2f} | {', '.join(row['processors']) or '-'} |")
-    shipped = {row["notebook"]: row["by_policy"].get("shipped", {"runs": 0, "hours": 0.0}) for row in rows}
+    by_notebook = {row["notebook"]: row["by_policy"] for row in rows}
     lines.append("")
-    for label, notebooks, budget in BUDGETS:
-        elapsed = sum(shipped[nb]["hours"] for nb in notebooks) / REPRODUCE_WORKERS
+    for label, notebooks, budget, policy in BUDGETS:
+        elapsed = sum(by_notebook[nb].get(policy, {"hours": 0.0})["hours"] for nb in notebooks) / REPRODUCE_WORKERS
         lines.append(f"- {label}: a budget of {budget:g} elapsed hours; the committed runs take {elapsed:.2f}, "
                      f"{_verdict(elapsed, budget)}.")
     cal = calibration_compute(root)
@@ -591,6 +659,7 @@ def render(root: str | Path | None = None) -> str:
     lines = _calibration_section(root)
     lines += [""] + _dynamics_section(root)
     lines += [""] + _premises_section(root)
+    lines += [""] + _regimes_section(root)
     lines += [""] + _scorecard_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)
