@@ -235,3 +235,22 @@ def test_headroom_fraction_is_the_methods_share_of_the_oracles_gain_over_grpo():
     assert math.isnan(none["mean"]) and 0 < none["dropped"] < 50  # resampled seeds put it on either side of 0
     with pytest.raises(ValueError, match="problems"):
         regimes.headroom_fraction(half[:, :10], grpo, oracle)
+
+
+def test_every_committed_record_names_its_regime_through_its_task():
+    """The regime is in every run key and record: the task (and its version) of notebooks 01-07's records is the
+    retention pool's, notebook 08's the discovery regime's, whose version names the design."""
+    import json
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent / "results"
+    seen = {}
+    for folder in ("grpo_baseline_full", "baselines_full", "nudgerl_full", "threepo_full", "sage_full", "vigor_full",
+                   "head_to_head_full", "discovery_full"):
+        for path in sorted((root / folder).glob("*.json"))[:40]:
+            record = json.loads(path.read_text())
+            seen.setdefault(folder, set()).add((regimes.regime_of(record), record["config"].get("task_version")))
+    assert all(v == {("retention", TESTBED_VERSION)} for k, v in seen.items() if k != "discovery_full")
+    (regime, version), = seen["discovery_full"]
+    assert regime == "discovery" and version == get_task("arith_discovery").version
+    assert version.startswith(f"{TESTBED_VERSION}-discovery-{discovery.load_discovery()['design']}-")

@@ -30,9 +30,12 @@ import numpy as np
 from rlvr_lib.tasks import discovery
 from rlvr_lib.validation import check, check_range, invalid
 
-__all__ = ["GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN", "PREMISES", "REGIMES_FILE",
-           "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED", "choose_design", "discovery_gate",
-           "no_rare_group_share", "premise_status", "rare_reward_share", "retention_premise", "unhinted_share"]
+__all__ = ["BUDGET_HOURS", "EXPERIMENT", "GATE_ARMS", "GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN",
+           "METHOD_ARMS", "PREMISES", "REGIMES_FILE", "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED",
+           "arm_overrides", "choose_design", "design_summary", "designs_table", "discovery_arms", "discovery_gate",
+           "discovery_specs", "gate_outcome", "gate_runs", "gate_table", "headroom_fraction", "measure_regimes",
+           "no_rare_group_share", "premise_status", "rare_reward_share", "regime_of", "retention_line",
+           "retention_premise", "unhinted_share"]
 
 RETENTION_BOUND = 0.005
 RETENTION_SAMPLES = 64
@@ -49,6 +52,18 @@ PREMISES = {
     "none": "nothing beyond RL training itself (e.g. a gain over the base policy, a measurement at the base)",
 }
 """The premises a claims row can need (`rlvr_lib.study.claims.Claim.premise`)."""
+
+
+def regime_of(record: Any) -> str | None:
+    """The regime a run record was measured on: its task's (``"arith"``: retention, ``"arith_discovery"``:
+    discovery; a task without one, e.g. a real benchmark: None). The task is in every run key (``train.task`` or
+    ``eval.task``, absent while it is the default ``"arith"``) beside its version, which names the discovery design."""
+    from rlvr_lib.tasks import get_task
+    from rlvr_lib.tasks.registry import DEFAULT_TASK
+
+    config = record.config if hasattr(record, "config") else record["config"]
+    task = (config.get("train") or {}).get("task") or (config.get("eval") or {}).get("task") or DEFAULT_TASK
+    return getattr(get_task(task), "regime", None)
 
 
 def rare_reward_share(correct: Any) -> dict[str, Any]:
