@@ -101,6 +101,44 @@ def _regimes_section(root: Path) -> list[str]:
     return lines
 
 
+_METHOD_NAMES = {"nudgerl": "NudgeRL", "b3po": "B3PO", "m3po": "M3PO", "c3po": "C3PO", "sage": "SAGE",
+                 "vigor": "VIGOR"}
+
+
+def _discovery_guide(root: Path) -> list[str]:
+    """What notebook 08's runs say of each method on the discovery regime: its share of the oracle's headroom
+    (`rlvr_lib.study.regimes.headroom_fraction`, held-out targets' pass@1) and its ``round`` share there, read
+    from the committed records (nothing until GRPO, the oracle and a method have runs)."""
+    from rlvr_lib.study.arms import Paired
+    from rlvr_lib.study.regimes import METHOD_ARMS, headroom_fraction
+    from rlvr_lib.tasks import discovery
+
+    runs: dict[str, list] = {}
+    for r in load_runs("discovery_full", root):
+        runs.setdefault(r.name, []).append(r)
+    arms = [a for a in METHOD_ARMS if a in runs]
+    if not ({"grpo", "oracle_explore"} <= set(runs) and arms):
+        return []
+    held = Paired((discovery.HELDOUT_FAMILY,), runs["grpo"][0].config["eval"]["samples"])
+    grpo, oracle = held.scores(runs["grpo"]), held.scores(runs["oracle_explore"])
+
+    def share(records):
+        return float(np.mean([r.final["families"][discovery.HELDOUT_FAMILY]["strategy_freq"][discovery.RARE]
+                              for r in records]))
+
+    lines = ["", f"**On the discovery regime** (notebook 08; held-out targets' pass@1: GRPO {grpo.mean():.3f}, oracle "
+                 f"{oracle.mean():.3f}; `round` share GRPO {share(runs['grpo']):.1%}, oracle "
+                 f"{share(runs['oracle_explore']):.1%}; each method's share of the oracle's headroom, "
+                 "(method - GRPO) / (oracle - GRPO), bootstrap over seeds x problems):", ""]
+    for arm in arms:
+        h = headroom_fraction(held.scores(runs[arm]), grpo, oracle)
+        reading = ("above 0" if h["ci_low"] > 0 else "below 0" if h["ci_high"] < 0 else "not distinguishable from 0")
+        lines.append(f"- **{_METHOD_NAMES[arm]}** (discovery regime, {len(runs[arm])} seeds): {h['mean']:+.2f} "
+                     f"[{h['ci_low']:+.2f}, {h['ci_high']:+.2f}] of the headroom ({reading}); `round` share "
+                     f"{share(runs[arm]):.1%}.")
+    return lines
+
+
 def _premises_section(root: Path) -> list[str]:
     """The four methods' premises on the shipped policy (notebook 00, ``results/testbed/premises.json``)."""
     path = root / "testbed" / "premises.json"
@@ -670,6 +708,8 @@ def render(root: str | Path | None = None) -> str:
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
             lines += _guide_section(outputs, experiment, root)
+        if experiment == "discovery_full":
+            lines += _discovery_guide(root)
     lines += [""] + _budget_section(root)
     lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
