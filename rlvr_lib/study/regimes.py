@@ -27,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_lib.study.regime_premises import PREMISES, REGIMES_FILE, premise_status
 from rlvr_lib.tasks import discovery
 from rlvr_lib.validation import check, check_range, invalid
 
@@ -45,13 +46,6 @@ GATE_MIN_GAIN = 0.05
 GATE_GRPO_SHARE = 0.5
 GATE_MIN_FRESH_REWARD = 0.05
 GROUP_SIZE = 8
-REGIMES_FILE = Path(__file__).resolve().parents[2] / "results" / "testbed" / "regimes.json"
-PREMISES = {
-    "discovery": "a strategy that earns reward on the RL pool is sampled too seldom for GRPO to learn it",
-    "retention": "GRPO drives out of the policy a strategy that held-out problems need",
-    "none": "nothing beyond RL training itself (e.g. a gain over the base policy, a measurement at the base)",
-}
-"""The premises a claims row can need (`rlvr_lib.study.claims.Claim.premise`)."""
 
 
 def regime_of(record: Any) -> str | None:
@@ -184,43 +178,6 @@ def discovery_gate(oracle_minus_grpo: Mapping[str, Any], oracle_gain: float, grp
                               "holds": fresh >= GATE_MIN_FRESH_REWARD},
     }
     return {"conditions": conditions, "passes": all(c["holds"] for c in conditions.values())}
-
-
-def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """Whether ``premise`` (:data:`PREMISES`) is measured present on ``regime`` (`rlvr_lib.tasks.discovery.REGIMES`).
-
-    Reads ``regimes`` (default: :data:`REGIMES_FILE`). The discovery premise on the retention regime is the fresh
-    rare-reward check (:func:`retention_premise`); on the discovery regime, the gate. The retention premise on
-    the retention regime is notebook 00's dynamics (GRPO lowers rare_mix pass@256), present there; ``none``
-    always holds.
-
-    Returns:
-        ``{"present": True | False | None (not measured yet), "measurement": str}``.
-    """
-    check(regime in discovery.REGIMES, "regime", regime, f"one of {list(discovery.REGIMES)}")
-    check(premise in PREMISES, "premise", premise, f"one of {list(PREMISES)}")
-    if premise == "none":
-        return {"present": True, "measurement": "no premise beyond RL training"}
-    if regimes is None:
-        import json
-
-        regimes = json.loads(REGIMES_FILE.read_text()) if REGIMES_FILE.exists() else {}
-    if regime == "retention":
-        if premise == "retention":
-            return {"present": True, "measurement": "GRPO lowers rare_mix pass@256 (notebook 00's dynamics)"}
-        got = regimes.get("retention")
-        if not got:
-            return {"present": None, "measurement": "not measured"}
-        return {"present": got["discovery_premise"] == "present",
-                "measurement": f"hinted round earns reward on {got['share']:.2%} of fresh samples of the RL pool "
-                               f"({got['correct']} of {got['samples']}; bound {got['bound']:.1%})"}
-    gate = (regimes.get("discovery") or {}).get("gate")
-    if premise == "retention":
-        return {"present": None, "measurement": "not measured on the discovery regime"}
-    if not gate:
-        return {"present": None, "measurement": "the discovery gate has no outcome yet"}
-    return {"present": bool(gate["passes"]), "measurement": "the discovery gate " +
-            ("passed" if gate["passes"] else "failed")}
 
 
 # --------------------------------------------------------------------------- measuring on a policy

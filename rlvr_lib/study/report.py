@@ -752,8 +752,8 @@ def _needs_discovery(run: str) -> bool:
 
 def _discovery_status(regime: str, regimes: Mapping[str, Any]) -> tuple[str, str]:
     """(``present``/``absent``/``not measured``, the measurement) of the discovery premise on ``regime``
-    (`rlvr_lib.study.regimes.premise_status`)."""
-    from rlvr_lib.study.regimes import premise_status
+    (`rlvr_lib.study.regime_premises.premise_status`)."""
+    from rlvr_lib.study.regime_premises import premise_status
 
     status = premise_status(regime, "discovery", regimes)
     said = {None: "not measured", True: "present", False: "absent"}[status["present"]]

@@ -19,8 +19,8 @@ fingerprints; for them the rows say themselves what changed after the runs
 Regimes and premises (issue 55, item 5)
 ---------------------------------------
 Every claim and measurement row names the *regime* it is measured on (`rlvr_lib.tasks.discovery.REGIMES`) and
-the *premise* it needs (`rlvr_lib.study.regimes.PREMISES`); instrument checks have no verdict and carry neither.
-A row whose premise is measured absent on its regime (`rlvr_lib.study.regimes.premise_status`) gets the verdict
+the *premise* it needs (`rlvr_lib.study.regime_premises.PREMISES`); instrument checks have no verdict and carry neither.
+A row whose premise is measured absent on its regime (`rlvr_lib.study.regime_premises.premise_status`) gets the verdict
 ``premise absent`` instead of its interval's; its interval and the verdict it would have had stay in the table
 (`rlvr_lib.study.claims.tables.claims_table`). A premise not measured yet leaves the interval's verdict standing,
 with "premise not measured" beside it.
@@ -107,7 +107,7 @@ def _fingerprint(obj: Any) -> str:
 
 def _check_tags(kind: str, rid: str, regime: Any, premise: Any) -> None:
     """A row's ``regime`` and ``premise`` (issue 55, item 5): both required, each one of its allowed values."""
-    from rlvr_lib.study.regimes import PREMISES
+    from rlvr_lib.study.regime_premises import PREMISES
     from rlvr_lib.tasks.discovery import REGIMES
 
     check_choice(f"{kind} {rid!r}: regime", regime, REGIMES)
@@ -131,7 +131,7 @@ class Claim:
             :meth:`Registry.changed_rows` for records without fingerprints.
         table: Which of the notebook's claims tables the row belongs to (``"main"`` unless it has several).
         regime: The regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); required.
-        premise: The premise the row needs (`rlvr_lib.study.regimes.PREMISES`, by the rule of this package's
+        premise: The premise the row needs (`rlvr_lib.study.regime_premises.PREMISES`, by the rule of this package's
             docstring); required. Neither is part of :meth:`fingerprint` (:meth:`tags`).
     """
 

@@ -8,7 +8,7 @@ notebook opens its results with and :func:`find_claims_headline` / :func:`find_c
 README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module (issue 30).
 
 Every row names its regime and the premise it needs (issue 55, item 5; the rule is in :mod:`rlvr_lib.study.claims`):
-a row whose premise is measured absent on its regime (`rlvr_lib.study.regimes.premise_status`) gets
+a row whose premise is measured absent on its regime (`rlvr_lib.study.regime_premises.premise_status`) gets
 :data:`PREMISE_ABSENT` instead of its interval's verdict, which stays beside it (``verdict_if_premise``) with the
 premise's measurement (``premise``); headlines and the scorecard count it apart. Headlines written before it (four
 verdicts, in executed notebooks not re-run since) are still read.
@@ -121,9 +121,9 @@ _MEASUREMENT_KEYS = frozenset({"id", "measurement", "ours", "expect", "than", "m
 def _premise(where: str, row: Mapping[str, Any],
              regimes: Optional[Mapping[str, Any]]) -> tuple[str, Optional[bool], str]:
     """(regime, present, shown) of a row: its ``regime`` and ``premise`` checked, the premise's status on the
-    regime (`rlvr_lib.study.regimes.premise_status`: True, False or None when not measured yet) and the text of
+    regime (`rlvr_lib.study.regime_premises.premise_status`: True, False or None when not measured yet) and the text of
     the ``premise`` column: the premise, its status and its measurement."""
-    from rlvr_lib.study.regimes import PREMISES, premise_status
+    from rlvr_lib.study.regime_premises import PREMISES, premise_status
     from rlvr_lib.tasks.discovery import REGIMES
 
     regime = check_choice(f"{where}: regime", row.get("regime"), REGIMES)
@@ -366,9 +366,9 @@ def claims_table(
             reproduced whose reference is also reproduced is ``not specific``: any RL run passes it.
         ``bounds`` (optional): see ``ours``.
         ``regime``: the regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); ``premise``: the
-            premise it needs (`rlvr_lib.study.regimes.PREMISES`); both required (issue 55, item 5).
+            premise it needs (`rlvr_lib.study.regime_premises.PREMISES`); both required (issue 55, item 5).
     Any other keys (e.g. ``note``, ``changed``) become extra columns. ``regimes``: the regimes' measurements
-    `rlvr_lib.study.regimes.premise_status` reads (default: ``results/testbed/regimes.json``).
+    `rlvr_lib.study.regime_premises.premise_status` reads (default: ``results/testbed/regimes.json``).
 
     Returns:
         A ``ClaimsTable`` (a ``pandas.DataFrame`` that shows cells whole) with :data:`CLAIMS_COLUMNS`, then the

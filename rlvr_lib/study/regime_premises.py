@@ -1,0 +1,61 @@
+"""The premises a claims row can need and whether each is measured present on a regime (issue 55).
+
+Kept apart from `rlvr_lib.study.regimes` (which trains the discovery gate's arms through the run cache) so that
+the claims package, which the run cache's pipeline imports, can read them without an import cycle.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlvr_lib.tasks import discovery
+from rlvr_lib.validation import check
+
+__all__ = ["PREMISES", "REGIMES_FILE", "premise_status"]
+
+REGIMES_FILE = Path(__file__).resolve().parents[2] / "results" / "testbed" / "regimes.json"
+PREMISES = {
+    "discovery": "a strategy that earns reward on the RL pool is sampled too seldom for GRPO to learn it",
+    "retention": "GRPO drives out of the policy a strategy that held-out problems need",
+    "none": "nothing beyond RL training itself (e.g. a gain over the base policy, a measurement at the base)",
+}
+"""The premises a claims row can need (`rlvr_lib.study.claims.Claim.premise`)."""
+
+
+def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Whether ``premise`` (:data:`PREMISES`) is measured present on ``regime`` (`rlvr_lib.tasks.discovery.REGIMES`).
+
+    Reads ``regimes`` (default: :data:`REGIMES_FILE`). The discovery premise on the retention regime is the fresh
+    rare-reward check (:func:`retention_premise`); on the discovery regime, the gate. The retention premise on
+    the retention regime is notebook 00's dynamics (GRPO lowers rare_mix pass@256), present there; ``none``
+    always holds.
+
+    Returns:
+        ``{"present": True | False | None (not measured yet), "measurement": str}``.
+    """
+    check(regime in discovery.REGIMES, "regime", regime, f"one of {list(discovery.REGIMES)}")
+    check(premise in PREMISES, "premise", premise, f"one of {list(PREMISES)}")
+    if premise == "none":
+        return {"present": True, "measurement": "no premise beyond RL training"}
+    if regimes is None:
+        import json
+
+        regimes = json.loads(REGIMES_FILE.read_text()) if REGIMES_FILE.exists() else {}
+    if regime == "retention":
+        if premise == "retention":
+            return {"present": True, "measurement": "GRPO lowers rare_mix pass@256 (notebook 00's dynamics)"}
+        got = regimes.get("retention")
+        if not got:
+            return {"present": None, "measurement": "not measured"}
+        return {"present": got["discovery_premise"] == "present",
+                "measurement": f"hinted round earns reward on {got['share']:.2%} of fresh samples of the RL pool "
+                               f"({got['correct']} of {got['samples']}; bound {got['bound']:.1%})"}
+    gate = (regimes.get("discovery") or {}).get("gate")
+    if premise == "retention":
+        return {"present": None, "measurement": "not measured on the discovery regime"}
+    if not gate:
+        return {"present": None, "measurement": "the discovery gate has no outcome yet"}
+    return {"present": bool(gate["passes"]), "measurement": "the discovery gate " +
+            ("passed" if gate["passes"] else "failed")}
