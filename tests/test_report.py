@@ -267,7 +267,8 @@ def test_the_guide_is_rendered_from_notebook_07s_map(tmp_path):
                        "bound": 0.005, "discovery_premise": "absent"}}))
     text = render(tmp_path)
     assert ("the discovery premise, which the exploration of NudgeRL needs, is absent there (hinted round earns reward "
-            "on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)); read off") in text
+            "on 0.17% of fresh samples of the RL pool (41 of 23808; bound 0.5%)); the discovery regime's statements "
+            "follow under notebook 08; read off") in text
     assert "- **NudgeRL** (retention regime; the discovery premise its exploration needs: absent): use it" in text
     assert "What the testbed cannot tell: The testbed is a 0.62M-parameter policy" in section
     assert "not the papers' 4B-7B" in section  # notebook 07's own limits

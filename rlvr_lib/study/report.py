@@ -126,7 +126,9 @@ def _discovery_guide(root: Path) -> list[str]:
         return float(np.mean([r.final["families"][discovery.HELDOUT_FAMILY]["strategy_freq"][discovery.RARE]
                               for r in records]))
 
-    lines = ["", f"**On the discovery regime** (notebook 08; held-out targets' pass@1: GRPO {grpo.mean():.3f}, oracle "
+    lines = ["", f"**Which method for which situation, on the discovery regime** (notebook 08, where the rare strategy "
+                 "earns reward on training problems a prompt feature marks; held-out targets' pass@1: GRPO "
+                 f"{grpo.mean():.3f}, oracle "
                  f"{oracle.mean():.3f}; `round` share GRPO {share(runs['grpo']):.1%}, oracle "
                  f"{share(runs['oracle_explore']):.1%}; each method's share of the oracle's headroom, "
                  "(method - GRPO) / (oracle - GRPO), bootstrap over seeds x problems):", ""]
@@ -795,7 +797,8 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     if explorers:
         said, measured = _discovery_status(regime, regimes)
         premise = (f"; the discovery premise, which the exploration of {', '.join(explorers)} needs, is {said} there"
-                   + (f" ({measured})" if said != "not measured" else ""))
+                   + (f" ({measured})" if said != "not measured" else "")
+                   + ("; the discovery regime's statements follow under notebook 08" if regime == "retention" else ""))
     lines = ["", f"**Which method for which situation** (every statement on the {regime} regime, "
                  f"{_REGIME_WORDS[regime]}{premise}; read off notebook 07's map: each method's {data['metric']} "
                  f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
