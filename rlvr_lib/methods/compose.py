@@ -15,7 +15,7 @@ is no rule that combines, e.g., two advantage estimates or two optimizers:
 ======================  =========================================================  ==================================
 family                  hooks (and class attributes)                              why one owner
 ======================  =========================================================  ==================================
-``hints``               ``hints``                                                  one hint per rollout
+``hints``               ``hints``, ``credits_hint_free``                           one hint per rollout, one credit
 ``sampling``            ``sampling_temperature``                                   one temperature per step
 ``weight space``        ``weight_samples``, ``perturbed``, ``make_optimizer``      one optimizer, one posterior
 ``rewards``             ``rewards``, ``uses_verifier_reward``                      one reward per rollout
@@ -96,7 +96,7 @@ IDENTITY = "grpo"
 """The component that adds nothing: `Method` itself, whose preset is the one every other preset overrides."""
 
 EXCLUSIVE: dict[str, tuple[str, ...]] = {
-    "hints": ("hints",),
+    "hints": ("hints", "credits_hint_free"),
     "sampling": ("sampling_temperature",),
     "weight space": ("weight_samples", "perturbed", "make_optimizer"),
     "rewards": ("rewards", "uses_verifier_reward"),
@@ -115,7 +115,7 @@ COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on
 DERIVED: tuple[str, ...] = ("reads_parameters",)
 """Class attributes a composite takes from all its components: true when any component's is."""
 
-_CLASS_ATTRS = ("uses_verifier_reward",)
+_CLASS_ATTRS = ("uses_verifier_reward", "credits_hint_free")
 _CLASSMETHODS = ("tuning_lr", "with_tuning_lr")
 
 

@@ -11,8 +11,9 @@ them from x0 (the forced branch is the one off-policy choice, as when a first to
     A_i = (r_i - mean_G r) / (std_G r + eps)      over the G rollouts of x0, forced ones included
     L   = GRPO's loss on log pi(y_i | x0)
 
-Not a paper's method: an upper-reference arm, privileged (it reads which problems are targets). Preset: GRPO's
-(testbed anchor), at GRPO's tuned lr (the arm differs from GRPO only in the forced rollouts).
+Not a paper's method: an upper-reference arm, privileged (it reads which problems are targets), for the discovery
+premise of NudgeRL (arXiv 2605.15726) and 3PO (arXiv 2608.09805), on GRPO (DeepSeekMath, arXiv 2402.03300).
+Preset: GRPO's (testbed anchor), at GRPO's tuned lr (the arm differs from GRPO only in the forced rollouts).
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ class OracleOptions(ConfigBase):
 
 
 class OracleExploration(Method):
-    """See the module docstring. Options: ``forced`` (default 2), ``hint`` ("round"), ``target_family``."""
+    """Oracle exploration (the module docstring; for the discovery premise of NudgeRL, arXiv 2605.15726, and 3PO,
+    arXiv 2608.09805). Options: ``forced`` (default 2), ``hint`` ("round"), ``target_family``."""
 
     Options = OracleOptions
     credits_hint_free = True
