@@ -259,5 +259,5 @@ def test_every_committed_record_names_its_regime_through_its_task():
 def test_a_composite_credits_the_hint_free_prompt_when_its_hints_owner_does():
     from rlvr_lib.methods import METHODS, compose
 
-    assert METHODS[compose("oracle_explore", "sage")].cls.credits_hint_free
+    assert METHODS[compose("oracle_explore", "sage", kl_estimator="k3")].cls.credits_hint_free
     assert not METHODS[compose("nudgerl", "sage")].cls.credits_hint_free
