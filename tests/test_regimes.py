@@ -260,4 +260,4 @@ def test_a_composite_credits_the_hint_free_prompt_when_its_hints_owner_does():
     from rlvr_lib.methods import METHODS, compose
 
     assert METHODS[compose("oracle_explore", "sage", kl_estimator="k3")].cls.credits_hint_free
-    assert not METHODS[compose("nudgerl", "sage")].cls.credits_hint_free
+    assert not METHODS[compose("nudgerl", "sage", kl_coef=0.2)].cls.credits_hint_free
