@@ -3,7 +3,7 @@
 * Retention (``"arith"``): :func:`rare_reward_share` of hinted ``round`` samples on the RL pool, on a fresh
   sampling seed. At most ``RETENTION_BOUND`` (0.5%) means the rare strategy earns (almost) no reward in training,
   so the discovery premise is absent there (:func:`retention_premise`).
-* Discovery (``"arith_discovery"``, `rlvr_lib.tasks.discovery`): :func:`measure_discovery` profiles the candidates
+* Discovery (``"arith_discovery"``, `rlvr_lib.tasks.discovery`): :func:`measure_regimes` profiles the candidates
   on fresh seeds, :func:`unhinted_share` gives the base policy's rare-strategy share and the share of groups of
   ``G`` with no rare sample, :func:`choose_design` applies the pre-registered designs in order.
 * The gate (:func:`discovery_gate`), pre-registered: an oracle-exploration arm (GRPO with 2 of 8 rollouts of each
@@ -12,8 +12,11 @@
   gain over the base there is at most ``GATE_GRPO_SHARE`` of the oracle's; hinted ``round`` earns reward on fresh
   samples of the training targets (pooled success at least ``GATE_MIN_FRESH_REWARD``). Only then do methods run.
 
-``python -m rlvr_lib.study.regimes`` measures both regimes on the shipped policy, writes the discovery profile
-(`rlvr_lib.tasks.discovery.DISCOVERY_FILE`) and ``results/testbed/regimes.json``.
+``python -m rlvr_lib.study.regimes`` measures both regimes on the shipped policy (designs d1, d2), ``--design d3`` the
+discovery regime on design d3's policy; each writes the discovery profile (`rlvr_lib.tasks.discovery.DISCOVERY_FILE`)
+when a design holds and ``results/testbed/regimes.json``. ``--gate`` trains the gate's arms (the calls notebook 08
+makes, through the run cache) and writes the gate's outcome; ``--gate --arms NAME ...`` trains some arms only (the
+methods once the gate has passed). Notebook 08 then reads every run from the cache.
 """
 
 from __future__ import annotations

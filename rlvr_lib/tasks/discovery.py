@@ -3,14 +3,16 @@
 The testbed's RL pool (``"arith"``) is the *retention* regime: it holds only problems on which the rare strategy
 (``round``) never succeeded, so what ``rare_mix`` measures is whether an unrewarded skill is kept. NudgeRL and 3PO
 are about *discovery*: a strategy that would earn reward on training problems but is sampled too seldom to be
-learnt. ``"arith_discovery"`` is that regime on the same policy and verifier:
+learnt. ``"arith_discovery"`` is that regime, with the testbed's verifier and hints:
 
 1. Feature: the first factor ends in 9 (19-79, `rlvr_lib.tasks.arithmetic.round_only`): ``split`` needs the
    product ``9*b`` pretraining never shows, ``round`` only ``1*b``. A policy can learn the tie from the prompt.
 2. Targets: the problems with the feature on which, in a fresh-seed hinted profile (``PROFILE_SEED``), only
    ``round`` succeeded (at least ``MIN_RARE_SUCCESSES`` of ``PROFILE_SAMPLES``): the RL split's are the training
    targets (family ``targets_train``), the evaluation split's the held-out targets (``targets_heldout``).
-3. Design (`DESIGNS`, pre-registered in that order, at most three): which first factors carry the feature.
+3. Design (`DESIGNS`, pre-registered in that order, at most three): which first factors carry the feature, on which
+   policy. d1 and d2 (the shipped policy) missed the bound; d3 (`D3_POLICY`, pretrained with ``round`` rarer on
+   round-only items) holds it and is the design in use (``results/testbed/regimes.json``).
 4. The RL pool (family ``train``): the targets, at most ``MAX_TARGETS``, plus ``NON_TARGETS_PER_TARGET`` times as
    many problems of the retention pool (a fixed draw), so targets are 1/6 of the pool and a 200-step, 8-prompt run
    visits each problem about 10 times or more. Targets carry ``family == TARGET_FAMILY`` (the oracle arm reads it).
