@@ -8,6 +8,8 @@ measured on the shipped policy.
 * :func:`ivon_update_probe` -- IVON's per-weight update ratios over a run's first steps.
 * :func:`calibrate_threepo` -- the regime calibration behind ``python -m rlvr_lib calibrate-threepo``.
 * :func:`check_ivon_lr` -- refuses 3PO run records that did not step with the IVON lr their config gives.
+* :func:`ivon_regime_flag` -- flags a run outside the calibrated IVON regime: after the warm-up, IVON clipped more
+  than ``MAX_CLIPPED_SHARE`` of the weights on more than ``MAX_OVER_SHARE`` of its steps (issue 56, item 2).
 """
 
 from __future__ import annotations
@@ -16,13 +18,18 @@ import copy
 import dataclasses
 import math
 
+import numpy as np
 import torch
 
 from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, MAX_CLIPPED_SHARE, ThreePOOptions,
                                       calibrate_clip_and_lr)
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["calibrate_threepo", "check_ivon_lr", "ivon_update_probe"]
+__all__ = ["MAX_OVER_SHARE", "calibrate_threepo", "check_ivon_lr", "ivon_regime_flag", "ivon_update_probe"]
+
+MAX_OVER_SHARE = 0.05
+"""The regime flag's tolerance: a run may exceed ``MAX_CLIPPED_SHARE`` on at most this share of its post-warm-up
+steps."""
 
 
 def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=None) -> dict:
@@ -138,3 +145,30 @@ def check_ivon_lr(records) -> None:
                              f"ivon_lr = {expected:.6g} at every step (the lr rule of rlvr_lib.methods.threepo); "
                              f"it logged {seen}. A run cached before the matched IVON lr: delete its record "
                              f"and re-run it")
+
+
+def ivon_regime_flag(record, *, max_clipped: float = MAX_CLIPPED_SHARE, max_over: float = MAX_OVER_SHARE) -> dict | None:
+    """Whether a run stayed in the calibrated IVON regime, from its record's per-step ``ivon_clipped_frac``.
+
+    The warm-up is the first ``ceil(lr_warmup_ratio x steps)`` RL steps of ``config["train"]`` (0 without a
+    warm-up); over the steps after it, a step is *over* when its clipped share exceeds ``max_clipped`` (the regime
+    rule's 20%), and the run is ``flagged`` when over steps are more than ``max_over`` (5%) of them.
+
+    Returns:
+        ``{"steps", "over", "over_share", "median", "max", "flagged"}``, or None for a run that logged no
+        ``ivon_clipped_frac`` (not an IVON run).
+
+    Raises:
+        ValueError: a record whose IVON log stops before its warm-up ends (nothing to judge).
+    """
+    history = [h.get("ivon_clipped_frac") for h in (record.history or [])]
+    if not history or all(v is None for v in history):
+        return None
+    train = record.config["train"]
+    warm = math.ceil(float(train.get("lr_warmup_ratio") or 0.0) * int(train["steps"]) - 1e-9)
+    after = [float(v) for v in history[warm:] if v is not None]
+    check(after, "record", getattr(record, "run_id", "?"),
+          f"an IVON run with logged clipped shares after its {warm}-step warm-up")
+    over = sum(v > max_clipped for v in after)
+    return {"steps": len(after), "over": over, "over_share": over / len(after), "median": float(np.median(after)),
+            "max": max(after), "flagged": over / len(after) > max_over}
