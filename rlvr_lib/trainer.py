@@ -390,10 +390,11 @@ class Trainer:
         hinted = (batch.hint_index >= 0).nonzero().flatten()
         if not len(hinted):
             return batch
-        if self.method.weight_samples() > 1 or self.world.sharded:
+        if self.method.reads_parameters or self.method.weight_samples() > 1 or self.world.sharded:
             raise ValueError(f"method {self.method.name!r} credits hinted rollouts to the hint-free prompt, which "
-                             "needs one weight sample and an unsharded model (the behaviour log-probs are re-scored "
-                             "with the model as it is)")
+                             "needs rollouts at the model's own weights (no weight samples, no hook that reads the "
+                             "parameters) and an unsharded model: the behaviour log-probs are re-scored with the "
+                             "model as it is")
         ro = batch.rollouts
         with torch.no_grad():
             lp, _ = sequence_logprobs(self.model, batch.plain_prompt_ids[hinted], batch.plain_prompt_mask[hinted],

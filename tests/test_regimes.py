@@ -261,3 +261,19 @@ def test_a_composite_credits_the_hint_free_prompt_when_its_hints_owner_does():
 
     assert METHODS[compose("oracle_explore", "sage", kl_estimator="k3")].cls.credits_hint_free
     assert not METHODS[compose("nudgerl", "sage", kl_coef=0.2)].cls.credits_hint_free
+
+
+def test_crediting_the_hint_free_prompt_is_refused_where_rollouts_are_not_at_the_models_weights(policy, task,
+                                                                                                 registered):
+    from rlvr_lib.methods.oracle import OracleExploration
+    from rlvr_lib.trainer import Trainer
+
+    class NoisyOracle(OracleExploration):
+        reads_parameters = True  # as a weight-space method (3PO) or a parameter-reading reward would
+
+    registered("noisy_oracle", NoisyOracle, kl_coef=0.2, kl_estimator="reverse")
+    model, tokenizer = policy
+    cfg = method_config("noisy_oracle", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
+                        max_new_tokens=40, train_pool_size=6)
+    with pytest.raises(ValueError, match="hint-free prompt.*own weights"):
+        Trainer(cfg, copy.deepcopy(model), tokenizer).step()
