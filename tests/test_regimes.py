@@ -277,3 +277,57 @@ def test_crediting_the_hint_free_prompt_is_refused_where_rollouts_are_not_at_the
                         max_new_tokens=40, train_pool_size=6)
     with pytest.raises(ValueError, match="hint-free prompt.*own weights"):
         Trainer(cfg, copy.deepcopy(model), tokenizer).step()
+
+
+def test_design_d3_takes_every_first_factor_on_its_own_policy():
+    low = regimes.choose_design({19: _factor(6), 29: _factor(10)}, designs=("d3",))
+    assert low["design"] == "d3" and low["first_factors"] == [19, 29] and [t["design"] for t in low["tried"]] == ["d3"]
+    high = regimes.choose_design({19: _factor(60), 29: _factor(10)}, designs=("d3",))
+    assert high["design"] is None and high["tried"][0]["share"] == 70 / 1280 and not high["tried"][0]["holds"]
+    with pytest.raises(ValueError, match="designs"):
+        regimes.choose_design({19: _factor(6)}, designs=("d4",))
+
+
+def test_load_regimes_puts_the_gate_file_beside_the_regimes(tmp_path):
+    import json
+
+    assert regimes.load_regimes(tmp_path) == {}
+    (tmp_path / "regimes.json").write_text(json.dumps({"retention": {"share": 0.0}, "discovery": {"design": "d3"}}))
+    assert regimes.load_regimes(tmp_path)["discovery"] == {"design": "d3", "gate": None}
+    (tmp_path / "discovery_gate.json").write_text(json.dumps({"passes": True}))
+    loaded = regimes.load_regimes(tmp_path)
+    assert loaded["discovery"]["gate"] == {"passes": True}
+    assert regimes.premise_status("discovery", "discovery", loaded)["present"] is True
+
+
+def test_the_committed_gate_is_the_designs_and_passed_on_the_main_seeds():
+    """The promise notebook 08's method rows rest on: the committed gate file of the design in use passed."""
+    from rlvr_lib.study.dynamics import full_profile_steps
+    from rlvr_lib.study.profiles import MAIN_SEEDS
+
+    gate = regimes.load_regimes()["discovery"]["gate"]
+    assert gate["passes"] and all(c["holds"] for c in gate["conditions"].values())
+    assert gate["design"] == discovery.load_discovery()["design"]
+    assert gate["seeds"] == list(MAIN_SEEDS) and gate["steps"] == full_profile_steps()
+
+
+def test_the_discovery_policys_card_and_readme_quote_the_committed_measurements():
+    import json
+    from pathlib import Path
+
+    from rlvr_lib.policy.load import DISCOVERY_POLICY_DIR
+
+    root = Path(__file__).resolve().parent.parent
+    card = " ".join((DISCOVERY_POLICY_DIR / "README.md").read_text().split())
+    log = json.loads((DISCOVERY_POLICY_DIR / "pretrain_log.json").read_text())
+    tried = {t["design"]: t for t in regimes.designs_tried(regimes.load_regimes())}
+    assert f"{tried['d1']['share']:.2%}" in card and f"{tried['d3']['share']:.2%}" in card
+    assert f"{log['train_seconds']} s on one thread; final loss {log['final_loss']:.3f}" in card
+    assert log["config"]["round_only_rare_share"] == discovery.D3_ROUND_SHARE and f"{discovery.D3_ROUND_SHARE:.0%}" in card
+    readme = " ".join((root / "README.md").read_text().split())
+    assert f"at most {discovery.UNHINTED_BOUND:.0%} of the targets' unhinted samples" in readme
+    assert f"at least +{regimes.GATE_MIN_GAIN:.2f} with its interval above 0" in readme
+    assert regimes.GATE_GRPO_SHARE == 0.5 and "GRPO must gain at most half of the oracle's gain" in readme
+    from rlvr_lib.methods.oracle import OracleOptions
+
+    assert OracleOptions().forced == 2 and "2 of 8 rollouts of each target forced onto `round`" in readme

@@ -13,9 +13,12 @@ from typing import Any
 from rlvr_lib.tasks import discovery
 from rlvr_lib.validation import check
 
-__all__ = ["PREMISES", "REGIMES_FILE", "premise_status"]
+__all__ = ["GATE_FILE", "PREMISES", "REGIMES_FILE", "load_regimes", "premise_status"]
 
 REGIMES_FILE = Path(__file__).resolve().parents[2] / "results" / "testbed" / "regimes.json"
+"""Both regimes' premise measurements: the retention check and the discovery designs (`rlvr_lib.study.regimes`)."""
+GATE_FILE = REGIMES_FILE.with_name("discovery_gate.json")
+"""The discovery regime's oracle-exploration gate: its conditions, outcome and arms (``regimes --gate``)."""
 PREMISES = {
     "discovery": "a strategy that earns reward on the RL pool is sampled too seldom for GRPO to learn it",
     "retention": "GRPO drives out of the policy a strategy that held-out problems need",
@@ -24,10 +27,26 @@ PREMISES = {
 """The premises a claims row can need (`rlvr_lib.study.claims.Claim.premise`)."""
 
 
+def load_regimes(testbed: str | Path | None = None) -> dict[str, Any]:
+    """``regimes.json`` of the ``testbed`` folder (default: :data:`REGIMES_FILE`'s) with the gate of
+    ``discovery_gate.json`` beside it as ``["discovery"]["gate"]`` (None without one); {} when not measured."""
+    import json
+
+    folder = Path(testbed) if testbed is not None else REGIMES_FILE.parent
+    path = folder / REGIMES_FILE.name
+    if not path.is_file():
+        return {}
+    regimes = json.loads(path.read_text())
+    gate = folder / GATE_FILE.name
+    if "discovery" in regimes:
+        regimes["discovery"]["gate"] = json.loads(gate.read_text()) if gate.is_file() else None
+    return regimes
+
+
 def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Whether ``premise`` (:data:`PREMISES`) is measured present on ``regime`` (`rlvr_lib.tasks.discovery.REGIMES`).
 
-    Reads ``regimes`` (default: :data:`REGIMES_FILE`). The discovery premise on the retention regime is the fresh
+    Reads ``regimes`` (default: :func:`load_regimes`). The discovery premise on the retention regime is the fresh
     rare-reward check (:func:`retention_premise`); on the discovery regime, the gate. The retention premise on
     the retention regime is notebook 00's dynamics (GRPO lowers rare_mix pass@256), present there; ``none``
     always holds.
@@ -40,9 +59,7 @@ def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None 
     if premise == "none":
         return {"present": True, "measurement": "no premise beyond RL training"}
     if regimes is None:
-        import json
-
-        regimes = json.loads(REGIMES_FILE.read_text()) if REGIMES_FILE.exists() else {}
+        regimes = load_regimes()
     if regime == "retention":
         if premise == "retention":
             return {"present": True, "measurement": "GRPO lowers rare_mix pass@256 (notebook 00's dynamics)"}

@@ -15,7 +15,8 @@
 ``python -m rlvr_lib.study.regimes`` measures both regimes on the shipped policy (designs d1, d2), ``--design d3`` the
 discovery regime on design d3's policy; each writes the discovery profile (`rlvr_lib.tasks.discovery.DISCOVERY_FILE`)
 when a design holds and ``results/testbed/regimes.json``. ``--gate`` trains the gate's arms (the calls notebook 08
-makes, through the run cache) and writes the gate's outcome; ``--gate --arms NAME ...`` trains some arms only (the
+makes, through the run cache) and writes the gate's outcome to ``results/testbed/discovery_gate.json``
+(:data:`GATE_FILE`); ``--gate --arms NAME ...`` trains some arms only (the
 methods once the gate has passed). Notebook 08 then reads every run from the cache.
 """
 
@@ -30,16 +31,16 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_lib.study.regime_premises import PREMISES, REGIMES_FILE, premise_status
+from rlvr_lib.study.regime_premises import GATE_FILE, PREMISES, REGIMES_FILE, load_regimes, premise_status
 from rlvr_lib.tasks import discovery
 from rlvr_lib.validation import check, check_range, invalid
 
 __all__ = ["BUDGET_HOURS", "EXPERIMENT", "GATE_ARMS", "GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN",
-           "METHOD_ARMS", "PREMISES", "REGIMES_FILE", "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED",
-           "arm_overrides", "choose_design", "design_summary", "designs_table", "discovery_arms", "discovery_gate",
+           "GATE_FILE", "METHOD_ARMS", "PREMISES", "REGIMES_FILE", "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED",
+           "arm_overrides", "choose_design", "design_summary", "designs_table", "designs_tried", "discovery_arms", "discovery_gate",
            "discovery_specs", "gate_outcome", "gate_runs", "gate_table", "headroom_fraction", "measure_regimes",
            "no_rare_group_share", "premise_status", "rare_reward_share", "regime_of", "retention_line",
-           "retention_premise", "unhinted_share"]
+           "retention_premise", "round_share", "unhinted_share"]
 
 RETENTION_BOUND = 0.005
 RETENTION_SAMPLES = 64
@@ -107,21 +108,22 @@ def unhinted_share(labels: Any, rare: str = discovery.RARE, group_size: int = GR
 
 
 def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: float = discovery.UNHINTED_BOUND,
-                  ) -> dict[str, Any]:
-    """Apply the pre-registered designs d1, d2 (`rlvr_lib.tasks.discovery.DESIGNS`) to measured first factors.
+                  designs: Sequence[str] = ("d1", "d2")) -> dict[str, Any]:
+    """Apply the pre-registered ``designs`` (`rlvr_lib.tasks.discovery.DESIGNS`), in order, to measured first factors.
 
-    ``per_first_factor``: per first factor, ``{"share": unhinted rare share on its training targets,
-    "rare": rare samples, "samples": samples, "train_targets": n, "heldout_targets": n}``. d1 takes every first
-    factor and holds when the pooled share is at most ``bound``; otherwise d2 takes those whose own share is at
-    most ``bound`` and holds with at least 2 of them, 8 training and 30 held-out targets. Otherwise d3 (a policy
-    pretrained for the regime) is the next design and nothing holds on the shipped policy.
+    ``per_first_factor``: per first factor, ``{"share": unhinted rare share on its targets, "rare": rare samples,
+    "samples": samples, "train_targets": n, "heldout_targets": n}``. d1 (the shipped policy) and d3 (the policy
+    pretrained for the regime) take every first factor and hold when the pooled share is at most ``bound``; d2 takes
+    those whose own share is at most ``bound`` and holds with at least 2 of them, 8 training and 30 held-out targets.
+    ``("d1", "d2")`` on the shipped policy, ``("d3",)`` on d3's.
 
     Returns:
-        ``{"design": "d1" | "d2" | None, "first_factors": [...], "share": pooled share (None: no first factor),
-        "tried": [...]}``.
+        ``{"design": the first that holds or None, "first_factors": [...], "share": its pooled share (None when none
+        holds), "tried": [...]}``.
     """
     check(per_first_factor, "per_first_factor", per_first_factor, "a non-empty mapping of measured first factors")
-    tried = []
+    check(designs and all(d in discovery.DESIGNS for d in designs), "designs", designs,
+          f"a non-empty sequence of {sorted(discovery.DESIGNS)}")
 
     def pooled(factors):
         rare = sum(per_first_factor[a]["rare"] for a in factors)
@@ -129,20 +131,21 @@ def choose_design(per_first_factor: Mapping[int, Mapping[str, Any]], bound: floa
         return rare / n if n else None
 
     every = sorted(per_first_factor)
-    share = pooled(every) or 0.0
-    tried.append({"design": "d1", "first_factors": every, "share": share, "holds": share <= bound})
-    if share <= bound:
-        return {"design": "d1", "first_factors": every, "share": share, "tried": tried}
-    rare_ones = [a for a in every if per_first_factor[a]["samples"] and
-                 per_first_factor[a]["rare"] / per_first_factor[a]["samples"] <= bound]
-    n_train = sum(per_first_factor[a]["train_targets"] for a in rare_ones)
-    n_held = sum(per_first_factor[a]["heldout_targets"] for a in rare_ones)
-    holds = len(rare_ones) >= 2 and n_train >= 8 and n_held >= 30
-    share2 = pooled(rare_ones)
-    tried.append({"design": "d2", "first_factors": rare_ones, "share": share2, "train_targets": n_train,
-                  "heldout_targets": n_held, "holds": holds})
-    if holds:
-        return {"design": "d2", "first_factors": rare_ones, "share": share2, "tried": tried}
+    tried = []
+    for design in designs:
+        if design == "d2":
+            factors = [a for a in every if per_first_factor[a]["samples"] and
+                       per_first_factor[a]["rare"] / per_first_factor[a]["samples"] <= bound]
+            n_train = sum(per_first_factor[a]["train_targets"] for a in factors)
+            n_held = sum(per_first_factor[a]["heldout_targets"] for a in factors)
+            row = {"design": design, "first_factors": factors, "share": pooled(factors), "train_targets": n_train,
+                   "heldout_targets": n_held, "holds": len(factors) >= 2 and n_train >= 8 and n_held >= 30}
+        else:
+            share = pooled(every) or 0.0
+            row = {"design": design, "first_factors": every, "share": share, "holds": share <= bound}
+        tried.append(row)
+        if row["holds"]:
+            return {"design": design, "first_factors": row["first_factors"], "share": row["share"], "tried": tried}
     return {"design": None, "first_factors": [], "share": None, "tried": tried}
 
 
@@ -195,8 +198,7 @@ def measure_regimes(engine, *, policy_sha: str, policy: str | None = None, desig
     """Both regimes on the policy behind ``engine`` (``policy``: its name, None for the shipped one): (``regimes.json``'s
     content, the discovery profile or None when none of ``designs`` holds its bound).
 
-    ``designs``: ``("d1", "d2")`` on the shipped policy; ``("d3",)`` on design d3's policy, where the feature is every
-    round-only first factor (d1's rule) and the bound is checked the same way."""
+    ``designs``: as :func:`choose_design`."""
     from rlvr_lib.eval.sampling import SamplingParams, sample_and_score
     from rlvr_lib.study.calibration import measure_strategy_profile
     from rlvr_lib.tasks import arithmetic
@@ -234,18 +236,13 @@ def measure_regimes(engine, *, policy_sha: str, policy: str | None = None, desig
         row["train_targets" if split_of[(a, b)] == "train" else "heldout_targets"] += 1
     for row in per_factor.values():
         row["share"] = row["rare"] / row["samples"]
-    chosen = choose_design(per_factor)
-    if tuple(designs) == ("d3",):  # d3: d1's rule on the policy pretrained for it
-        d1 = chosen["tried"][0]
-        chosen = {"design": "d3" if d1["holds"] else None, "first_factors": d1["first_factors"] if d1["holds"] else [],
-                  "share": d1["share"], "tried": [{**d1, "design": "d3"}]}
+    chosen = choose_design(per_factor, designs=designs)
     summary = {"design": chosen["design"], "first_factors": chosen["first_factors"], "tried": chosen["tried"],
                "per_first_factor": {str(a): row for a, row in sorted(per_factor.items())},
                "candidates": {"train": sum(s == "train" for s in split_of.values()),
                               "eval": sum(s == "eval" for s in split_of.values())},
                "targets": {"train": sum(split_of[t] == "train" for t in targets),
-                           "eval": sum(split_of[t] == "eval" for t in targets)},
-               "gate": None}
+                           "eval": sum(split_of[t] == "eval" for t in targets)}}
     disc = None
     if chosen["design"] is not None:
         keep = set(chosen["first_factors"])
@@ -319,24 +316,25 @@ def _gate(args) -> int:
 
     arms = discovery_arms(full_profile_steps())
     seeds = args.seeds or list(MAIN_SEEDS)
+    out = Path(args.out)
+    regimes = load_regimes(out.parent)
     if args.arms:
         if set(args.arms) & set(METHOD_ARMS):
-            gate = json.loads(Path(args.out).read_text())["discovery"].get("gate")
+            gate = regimes["discovery"]["gate"]
             check(gate is not None and gate["passes"], "--arms", args.arms,
                   "the gate's arms only: the methods run once the gate has passed (python -m rlvr_lib.study.regimes "
                   "--gate writes its outcome)")
         gate_runs(arms, seeds, args.arms)
         return 0
-    out = Path(args.out)
+    outcome = gate_outcome(gate_runs(arms, seeds), regimes["discovery"]["fresh_reward"]["share"])
+    write_json_atomic(out.with_name(GATE_FILE.name), {**outcome, "seeds": seeds, "steps": arms.steps,
+                                                      "design": discovery.load_discovery()["design"]})
     report = json.loads(out.read_text())
-    outcome = gate_outcome(gate_runs(arms, seeds), report["discovery"]["fresh_reward"]["share"])
-    report["discovery"]["gate"] = {**outcome, "seeds": seeds, "steps": arms.steps,
-                                   "design": discovery.load_discovery()["design"]}
-    write_json_atomic(out, report)
+    if "gate" in report["discovery"]:  # written there before the gate had a file of its own
+        del report["discovery"]["gate"]
+        write_json_atomic(out, report)
     print(json.dumps({k: v for k, v in outcome.items() if k != "arms"}, indent=1))
     return 0
-
-
 
 
 # --------------------------------------------------------------------------- the gate's and the methods' runs
@@ -432,6 +430,11 @@ def gate_runs(arms, seeds: Sequence[int], names: Sequence[str] = GATE_ARMS) -> d
     return runs
 
 
+def round_share(records, family: str = discovery.HELDOUT_FAMILY) -> float:
+    """The rare strategy's share of the samples of ``family``, averaged over ``records`` (one evaluation per seed)."""
+    return float(np.mean([r.final["families"][family]["strategy_freq"][discovery.RARE] for r in records]))
+
+
 def gate_outcome(runs: Mapping[str, list], fresh_reward_share: float) -> dict[str, Any]:
     """:func:`discovery_gate` read from :func:`gate_runs`' records (held-out targets' pass@1), with each arm's
     pass@1 and ``round`` share on both target families beside it."""
@@ -443,9 +446,7 @@ def gate_outcome(runs: Mapping[str, list], fresh_reward_share: float) -> dict[st
     gate = discovery_gate(held.versus(runs["oracle_explore"], runs["grpo"]), float(oracle.mean() - base.mean()),
                           float(grpo.mean() - base.mean()), fresh_reward_share)
 
-    def share(records, family):
-        return float(np.mean([r.final["families"][family]["strategy_freq"][discovery.RARE] for r in records]))
-
+    share = round_share
     arms = {}
     for name in ("base", "grpo", "oracle_explore"):
         train = (runs["base-train-targets"] if name == "base" else extra_evaluation(runs[name], TRAIN_TARGETS))
@@ -472,11 +473,15 @@ def designs_table(report: Mapping[str, Any]):
     """Each design tried, in order, with its first factors and measured unhinted ``round`` share (a DataFrame)."""
     import pandas as pd
 
-    disc = report["discovery"]
-    tried = [*[t for e in disc.get("earlier", []) for t in e["tried"]], *disc["tried"]]
     return pd.DataFrame([{"design": t["design"], "what": discovery.DESIGNS[t["design"]],
                           "first factors": t["first_factors"], "unhinted round share": t["share"],
-                          f"within {discovery.UNHINTED_BOUND:.0%}": t["holds"]} for t in tried])
+                          f"within {discovery.UNHINTED_BOUND:.0%}": t["holds"]} for t in designs_tried(report)])
+
+
+def designs_tried(report: Mapping[str, Any]) -> list[dict]:
+    """Every design tried, in order: those of earlier measurements (other policies) first."""
+    disc = report["discovery"]
+    return [*[t for e in disc.get("earlier", []) for t in e["tried"]], *disc["tried"]]
 
 
 def design_summary(report: Mapping[str, Any], profile: Mapping[str, Any]):

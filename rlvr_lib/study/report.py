@@ -23,6 +23,7 @@ import numpy as np
 from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, PREMISE_ABSENT, VERDICTS, find_claims_counts,
                                           find_claims_headline, notebook_outputs)
+from rlvr_lib.study.regimes import BUDGET_HOURS as _NB08_BUDGET
 from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 from rlvr_lib.validation import check, check_choice
@@ -59,8 +60,8 @@ def _regimes_section(root: Path) -> list[str]:
     from rlvr_lib.tasks import discovery
 
     r, d = report.get("retention"), report.get("discovery")
-    lines = ["**Two regimes** (`results/testbed/regimes.json`, `python -m rlvr_lib.study.regimes`, fresh sampling "
-             "seeds; notebooks 00 and 08):", ""]
+    lines = ["**Two regimes** (`results/testbed/regimes.json` and, for the gate, `discovery_gate.json`; "
+             "`python -m rlvr_lib.study.regimes`, fresh sampling seeds; notebooks 00 and 08):", ""]
     if r:
         lines.append(f"- *Retention* (the RL pool of notebooks 01-07): hinted `round` earns reward on {r['share']:.2%} "
                      f"of fresh samples ({r['correct']} of {r['samples']:,}, on {r['problems_with_success']} of "
@@ -68,7 +69,9 @@ def _regimes_section(root: Path) -> list[str]:
                      f"**{r['discovery_premise']}**; the claims that need it read `premise absent`.")
     if not d:
         return lines + ["- The discovery regime is not measured yet."]
-    tried = [*[t for e in d.get("earlier", []) for t in e["tried"]], *d["tried"]]
+    from rlvr_lib.study.regimes import designs_tried
+
+    tried = designs_tried(report)
     lines += ["- *Discovery* (`arith_discovery`): target problems have a first factor ending in 9 and only hinted "
              f"`round` solved them; the base policy's unhinted `round` share on them must be at most "
              f"{discovery.UNHINTED_BOUND:.0%} (stated before measuring). Designs tried in order: "
@@ -110,7 +113,7 @@ def _discovery_guide(root: Path) -> list[str]:
     (`rlvr_lib.study.regimes.headroom_fraction`, held-out targets' pass@1) and its ``round`` share there, read
     from the committed records (nothing until GRPO, the oracle and a method have runs)."""
     from rlvr_lib.study.arms import Paired
-    from rlvr_lib.study.regimes import METHOD_ARMS, headroom_fraction
+    from rlvr_lib.study.regimes import METHOD_ARMS, headroom_fraction, round_share as share
     from rlvr_lib.tasks import discovery
 
     runs: dict[str, list] = {}
@@ -122,9 +125,6 @@ def _discovery_guide(root: Path) -> list[str]:
     held = Paired((discovery.HELDOUT_FAMILY,), runs["grpo"][0].config["eval"]["samples"])
     grpo, oracle = held.scores(runs["grpo"]), held.scores(runs["oracle_explore"])
 
-    def share(records):
-        return float(np.mean([r.final["families"][discovery.HELDOUT_FAMILY]["strategy_freq"][discovery.RARE]
-                              for r in records]))
 
     lines = ["", f"**Which method for which situation, on the discovery regime** (notebook 08, where the rare strategy "
                  "earns reward on training problems a prompt feature marks; held-out targets' pass@1: GRPO "
@@ -535,7 +535,7 @@ BUDGETS = (
     ("notebooks 01-06 (the recompute, issue 31)", ("01_grpo_pass_at_k_modes_group_size", "02_baselines_sage_t1_anchors",
                                                    "03_nudgerl", "04_3po", "05_sage", "06_vigor"), 12.0, "shipped"),
     ("notebook 07 on the shipped policy (the head to head, issue 32)", ("07_head_to_head",), 2.5, "shipped"),
-    ("notebook 08 (the discovery regime on its own policy, issue 55)", ("08_discovery",), 2.0, "discovery"),
+    ("notebook 08 (the discovery regime on its own policy, issue 55)", ("08_discovery",), _NB08_BUDGET, "discovery"),
 )
 """``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (README, "Budget"), each over
 its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_policy`'s keys). The second model size's runs have the whole second-size budget instead
@@ -741,9 +741,11 @@ def _map_regime(data: Mapping[str, Any], experiment: str) -> str:
 
 
 def _regimes_measured(root: Path) -> dict:
-    """``<root>/testbed/regimes.json`` (`rlvr_lib.study.regimes`), or {} when not measured yet."""
-    path = root / "testbed" / "regimes.json"
-    return json.loads(path.read_text()) if path.is_file() else {}
+    """``<root>/testbed/regimes.json`` with the gate of ``discovery_gate.json`` beside it
+    (`rlvr_lib.study.regime_premises.load_regimes`), or {} when not measured yet."""
+    from rlvr_lib.study.regime_premises import load_regimes
+
+    return load_regimes(root / "testbed")
 
 
 def _needs_discovery(run: str) -> bool:

@@ -297,7 +297,7 @@ class Registry:
 
     def claims_table(self, measured, fmt: str = ".3f", table: str = "main", regimes=None, **context):
         """`rlvr_lib.study.claims.tables.claims_table` of :meth:`claim_rows` (``regimes``: the regimes'
-        measurements its premises are read from; default ``results/testbed/regimes.json``)."""
+        measurements its premises are read from; default `rlvr_lib.study.regime_premises.load_regimes`)."""
         return claims_table(self.claim_rows(measured, table, **context), fmt, regimes=regimes)
 
     def reading(self, table) -> str:

@@ -368,7 +368,7 @@ def claims_table(
         ``regime``: the regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); ``premise``: the
             premise it needs (`rlvr_lib.study.regime_premises.PREMISES`); both required (issue 55, item 5).
     Any other keys (e.g. ``note``, ``changed``) become extra columns. ``regimes``: the regimes' measurements
-    `rlvr_lib.study.regime_premises.premise_status` reads (default: ``results/testbed/regimes.json``).
+    `rlvr_lib.study.regime_premises.premise_status` reads (default: `rlvr_lib.study.regime_premises.load_regimes`).
 
     Returns:
         A ``ClaimsTable`` (a ``pandas.DataFrame`` that shows cells whole) with :data:`CLAIMS_COLUMNS`, then the
@@ -386,6 +386,10 @@ def claims_table(
             halves of a two-sided claim.
     """
     _check_rows("claims_table", rows, aggregate=aggregate)
+    if regimes is None:  # read once for the table, not once per row
+        from rlvr_lib.study.regime_premises import load_regimes
+
+        regimes = load_regimes()
     out = []
     for i, row in enumerate(rows):
         where = f"claims_table row {i}"
@@ -447,6 +451,10 @@ def measurements_table(
         A ``ClaimsTable`` with :data:`MEASUREMENT_COLUMNS` then the extra keys.
     """
     _check_rows("measurements_table", rows, aggregate=aggregate)
+    if regimes is None:  # read once for the table, not once per row
+        from rlvr_lib.study.regime_premises import load_regimes
+
+        regimes = load_regimes()
     out = []
     for i, row in enumerate(rows):
         where = f"measurements_table row {i}"
