@@ -11,6 +11,12 @@ from . import TAGGED, Check, Claim, Measurement, Registry
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
 # rlvr_lib.study.claims' docstring.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+# Issue 56 (item 6): the evaluation protocol the pass@1 rows are measured under (rlvr_lib.study.protocols). The
+# rows come from two papers, so each is measured under its source's: grpo-raises-pass1 under SAGE's (not stated
+# there: its training sampling, temperature 1.0, i.e. the main evaluation), more-rollouts-help and up-to-a-point
+# under NudgeRL's (mean@128 at temperature 0.7, scaled by the written rule). The pass@256 rows (SAGE's pass@k,
+# the wide evaluation) and the strategy rows stay on the temperature-1.0 evaluations.
+PROTOCOL = "by source"
 
 REGISTRY = Registry(
     notebook="01_grpo_pass_at_k_modes_group_size",

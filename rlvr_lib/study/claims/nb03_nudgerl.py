@@ -6,6 +6,9 @@ from . import TAGGED, Claim, Measurement, Registry
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
 # rlvr_lib.study.claims' docstring.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+# Issue 56 (item 6): the pass@1 rows are measured under NudgeRL's protocol (rlvr_lib.study.protocols: mean@128
+# at temperature 0.7, scaled by the written rule); Fig 1's modes and Fig 4's pass@256 stay on temperature 1.0.
+PROTOCOL = "nudgerl"
 
 _GRPO_T1 = {8: 0.454, 16: 0.470, 32: 0.487, 64: 0.451}  # PAPERS.md, NudgeRL T1 (Qwen3-4B)
 _NUDGERL, _POPE = 0.489, 0.467

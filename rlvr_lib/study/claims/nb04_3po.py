@@ -8,6 +8,9 @@ from . import TAGGED, Check, Claim, Measurement, Registry
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
 # rlvr_lib.study.claims' docstring.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+# Issue 56 (item 6): the pass@1 rows are measured under 3PO's protocol (rlvr_lib.study.protocols: mean@8 at
+# temperature 0.6).
+PROTOCOL = "3po"
 
 _T1 = {"grpo": 42.99, "entreg": 42.43, "polaris": 41.46, "kl_cov": 42.28, "b3po": 42.73, "m3po": 43.22,
        "c3po": 44.04}  # PAPERS.md, 3PO T1, OLMo3-7B

@@ -8,6 +8,9 @@ from . import TAGGED, Claim, Measurement, Registry
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
 # rlvr_lib.study.claims' docstring.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+# Issue 56 (item 6): the pass@1 rows (the paper's Math and code averages) are measured under VIGOR's protocol
+# (rlvr_lib.study.protocols: greedy pass@1).
+PROTOCOL = "vigor"
 
 FLAT = 0.25  # "flat": the log-log slope of sqrt(T)||g|| within +-0.25 (half the -1/2 of 1/sqrt(T))
 

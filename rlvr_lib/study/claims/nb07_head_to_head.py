@@ -23,6 +23,10 @@ from . import TAGGED, Claim, Measurement, Registry
 # rlvr_lib.study.claims' docstring: NudgeRL's and 3PO's rows against GRPO, and every pair with one of them, need
 # the discovery premise; SAGE's and VIGOR's rare_mix rows the retention premise; their plain pass@1 rows none.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
+# Issue 56 (item 6): each claim is a paper's headline claim against GRPO, so each is measured under its
+# source paper's protocol (rlvr_lib.study.protocols), the quantity notebooks 03-06 test; the measurements
+# (no paper states them) stay on the temperature-1.0 evaluations.
+PROTOCOL = "by source"
 EXPLORERS = ("nudgerl", "threepo")
 """The methods whose claimed effect comes through exploration reaching reward GRPO's sampling misses."""
 

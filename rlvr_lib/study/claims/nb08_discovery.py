@@ -11,6 +11,9 @@ from .nb04_3po import _T1, _t1
 
 _DISCOVERY = {"regime": "discovery", "premise": "discovery"}
 _NONE = {"regime": "discovery", "premise": "none"}
+# Issue 56 (item 6): the rows come from several papers (NudgeRL's and 3PO's T1 and others), so each claim is
+# measured under its source paper's protocol (rlvr_lib.study.protocols), as in notebooks 03-06.
+PROTOCOL = "by source"
 EXPLORERS = ("nudgerl", "b3po", "m3po", "c3po")
 """The arms whose papers need the discovery premise; SAGE's and VIGOR's rows need none (the claims package rule)."""
 ARMS = (*EXPLORERS, "sage", "vigor")
