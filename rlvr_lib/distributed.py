@@ -81,7 +81,7 @@ import torch.distributed as dist
 
 from rlvr_lib.methods.base import StepBatch
 
-__all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch", "weighted_mean"]
+__all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch", "visible_weights", "weighted_mean"]
 
 
 @dataclass(frozen=True)
@@ -381,6 +381,19 @@ def _gathered(model) -> Iterator[None]:
         model.set_reshard_after_forward(True)
         for unit in units:
             unit.reshard()
+
+
+def visible_weights(model: torch.nn.Module, scope: ContextManager) -> ContextManager:
+    """``scope`` (a method's scope that writes a weight sample into ``model`` and restores it) made visible to the
+    model's forwards outside the trainer's scopes: on an FSDP2-sharded model every unit is resharded around it, so
+    a forward all-gathers the written shards (`World.sampled_weights` with ``gathered=False``); on any other model
+    ``scope`` itself. For a method that reads a weight sample of its own in a hook (C3PO's training draw, in
+    ``before_update``)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    if not any(isinstance(m, FSDPModule) for m in model.modules()):
+        return scope
+    return _sampled_weights(model, scope, False)
 
 
 @contextlib.contextmanager

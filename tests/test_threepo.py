@@ -2,6 +2,7 @@
 
 import contextlib
 import copy
+import dataclasses
 import math
 from types import SimpleNamespace
 
@@ -78,7 +79,7 @@ class IVONMeanGRPOMatchedLR(IVONMeanGRPO):
 @pytest.mark.parametrize("name,options,reference", [
     ("b3po", {}, IVONMeanGRPO),
     ("m3po", {"samples": 1}, IVONMeanGRPO),
-    ("c3po", {"samples": 1, "seq_mis": False}, IVONMeanGRPO),
+    ("c3po", {"samples": 1, "seq_mis": False, "scheme": "per_chunk"}, IVONMeanGRPO),
     ("b3po", {"lr": 1.0, "clip_radius": 1e-3}, IVONMeanGRPOAuthorsLR),  # the authors' IVON lr and clip
     ("b3po", {"lr": None, "clip_radius": 1e-3}, IVONMeanGRPOMatchedLR),  # the first lr rule
 ])
@@ -95,6 +96,19 @@ def test_with_zero_noise_each_variant_is_grpo_with_ivons_mean_update(policy, reg
     noisy = _trainer(policy, name, options)
     noisy.train(progress=False)
     assert any(not torch.equal(p, q) for p, q in zip(ref.model.parameters(), noisy.model.parameters()))
+
+
+def test_with_zero_noise_c3po_as_the_authors_run_it_is_grpo_with_ivons_mean_update_up_to_rounding(policy, registered):
+    """The authors' scheme re-scores the rows at the training draw for the PPO ratio's old log-probs (the engine's
+    log-probs are not reused), so the equality above holds to float rounding, not bit for bit."""
+    registered("ivon_mean_grpo", IVONMeanGRPO, kl_coef=0.0)
+    ref = _trainer(policy, "ivon_mean_grpo")
+    got = _trainer(policy, "c3po", {"samples": 1, "seq_mis": False, "noise_scale": 0.0})
+    h_ref, h_got = _untimed(ref.train(progress=False)), _untimed(got.train(progress=False))
+    for a, b in zip(h_ref, h_got):
+        assert {k: b[k] for k in a} == pytest.approx(a, rel=1e-4, abs=1e-6)
+    for (n, p), q in zip(ref.model.named_parameters(), got.model.parameters()):
+        assert torch.allclose(p, q, rtol=1e-4, atol=1e-7), n
 
 
 def test_summed_ivon_records_the_sum_of_the_weighted_sample_gradients():
@@ -152,7 +166,7 @@ def test_ivon_lr_is_the_calibrated_default_or_the_matched_rule_or_an_explicit_lr
 
 def test_check_ivon_lr_refuses_runs_without_the_lr_their_config_gives():
     def record(options, logged, lr=1e-4):
-        return SimpleNamespace(run_id="c3po-x-s0", config={"train": {"lr": lr, "method_options": options}},
+        return SimpleNamespace(run_id="c3po-x-s0", config={"train": {"method": "c3po", "lr": lr, "method_options": options}},
                                history=[{"ivon_lr": v} if v is not None else {} for v in logged])
 
     matched = 1e-4 / 1.001e-6
@@ -256,7 +270,8 @@ def test_c3po_advantage_uses_the_pooled_group():
 # ----------------------------------------------------------------------------- Seq-MIS
 @pytest.mark.parametrize("seq_mis", [True, False])
 def test_seq_mis_masks_exactly_the_rows_over_the_threshold(seq_mis):
-    method = C3PO(TrainerConfig(method="c3po", method_options={"seq_mis": seq_mis}, **SMALL))
+    """The per-chunk scheme (before issue 56): the weight pi_mean / pi_k, masked above the threshold."""
+    method = C3PO(TrainerConfig(method="c3po", method_options={"seq_mis": seq_mis, "scheme": "per_chunk"}, **SMALL))
     torch.manual_seed(1)
     n, T = 5, 3
     mask = torch.tensor([[1, 1, 1], [1, 1, 0], [1, 0, 0], [1, 1, 1], [1, 1, 0]], dtype=torch.float32)
@@ -278,6 +293,77 @@ def test_seq_mis_masks_exactly_the_rows_over_the_threshold(seq_mis):
         assert torch.equal(per_token, plain) and "seq_mis_masked_frac" not in stats
 
 
+@dataclasses.dataclass
+class _Rows:
+    logprobs: torch.Tensor
+
+
+@dataclasses.dataclass
+class _Batch:
+    rollouts: _Rows
+    advantages: torch.Tensor
+    extras: dict
+
+
+@pytest.mark.parametrize("seq_mis", [True, False])
+def test_c3po_as_the_authors_run_it_hand_worked(seq_mis):
+    """Issue 56 item 1, a hand-worked example of the authors' scheme. Three rows, the training draw's sequence
+    log-prob minus the rolling-out draw's: log 0.5, log 3, log 1.5, so rho = 0.5, 3, 1.5 and w = min(rho, 2) =
+    0.5, 2, 1.5 (truncated, not masked: row 1 keeps weight 2). The PPO ratio's old log-probs are the training
+    draw's: at logp = those, the ratio is 1, nothing is clipped, and d loss_it / d logp_it = -A_i w_i."""
+    method = C3PO(TrainerConfig(method="c3po", method_options={"seq_mis": seq_mis}, **SMALL))
+    mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0]], dtype=torch.float32)
+    train = torch.tensor([[-0.2, -0.3, 0.0], [-0.1, -0.4, -0.5], [-0.7, 0.0, 0.0]])
+    behaviour = train.clone()
+    behaviour[:, 0] -= torch.tensor([0.5, 3.0, 1.5]).log()  # seq(train) - seq(behaviour) = log rho
+    behaviour[0, 2] = behaviour[2, 1:] = -50.0  # padding must not count
+    advantages = torch.tensor([1.0, -1.0, 0.5])
+    logp = train.clone().requires_grad_(True)
+    per_token, stats = method.policy_loss(_Batch(_Rows(behaviour), advantages, {"train_logprobs": train}), logp,
+                                          torch.zeros(3, 3), mask)
+    (per_token * mask).sum().backward()
+    w = torch.tensor([0.5, 2.0, 1.5]) if seq_mis else torch.ones(3)
+    assert torch.allclose(logp.grad, -(advantages * w)[:, None] * mask, atol=1e-6)
+    assert torch.allclose(per_token, -(advantages * w)[:, None] * mask, atol=1e-6)
+    if seq_mis:
+        assert float(stats["seq_is_truncated_frac"]) == pytest.approx(1 / 3)
+        assert float(stats["seq_is_weight_mean"]) == pytest.approx(4 / 3)
+    else:
+        assert "seq_is_truncated_frac" not in stats
+
+
+@pytest.mark.parametrize("scheme", ["authors", "per_chunk"])
+def test_c3po_takes_every_gradient_at_one_training_draw_as_the_authors_do(policy, scheme):
+    """authors: every gradient scope (whatever the rolling-out sample k) and before_update's forward see one fresh
+    draw, neither the mean nor any rollout draw; per_chunk: sample k's gradient at rollout draw k."""
+    trainer = _trainer(policy, "c3po", {"scheme": scheme})
+    method, model = trainer.method, trainer.model
+    method.on_step_start(0)
+
+    def weights(index, train):
+        with method.perturbed(model, index, train=train):
+            seen = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+            for p in model.parameters():  # a gradient scope records one (IVON reads it on exit)
+                p.grad = torch.zeros_like(p)
+        return seen
+
+    mean = torch.cat([p.detach().flatten().clone() for p in model.parameters()])
+    rollout = [weights(0, False), weights(1, False)]
+    grads = [weights(0, True), weights(1, True)]
+    assert not torch.equal(rollout[0], rollout[1]) and not torch.equal(rollout[0], mean)
+    if scheme == "authors":
+        assert torch.equal(grads[0], grads[1]) and torch.equal(grads[0], weights(C3PO.TRAINING_DRAW, False))
+        assert not any(torch.equal(grads[0], w) for w in (mean, *rollout))
+    else:
+        assert torch.equal(grads[0], rollout[0]) and torch.equal(grads[1], rollout[1])
+    assert torch.equal(torch.cat([p.detach().flatten() for p in model.parameters()]), mean)  # restored
+
+
+def test_c3po_scheme_is_checked():
+    with pytest.raises(ValueError, match=r"scheme.*'one'.*authors.*per_chunk"):
+        C3PO(TrainerConfig(method="c3po", method_options={"scheme": "one"}, **SMALL))
+
+
 # ----------------------------------------------------------------------------- runs
 @pytest.mark.parametrize("name", ["b3po", "m3po", "c3po"])
 def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, name):
@@ -289,8 +375,8 @@ def test_every_parameter_changes_without_nan_and_diagnostics_are_logged(policy, 
         assert row["ivon_mean_sigma"] > 0 and 0 <= row["weight_sample_disagreement"] <= 1
         assert row["ivon_lr"] == TESTBED_IVON_LR  # the calibrated default
         assert row["accuracy"] + row["malformed_rate"] + row["incorrect_rate"] == pytest.approx(1.0)
-        if name == "c3po":
-            assert 0 <= row["seq_mis_masked_frac"] <= 1
+        if name == "c3po":  # the authors' scheme: the truncated weight's diagnostics
+            assert 0 <= row["seq_is_truncated_frac"] <= 1 and 0 < row["seq_is_weight_mean"] <= 2
     assert not [n for n, p in trainer.model.named_parameters() if torch.equal(p, before[n])]
     assert all(p.isfinite().all() for p in trainer.model.parameters())
     assert history[0]["ivon_mean_sigma"] == pytest.approx(initial_sigma(TESTBED_ESS, 1e-3, 1e-6), rel=1e-6)

@@ -12,21 +12,10 @@ the gradient and ``noise * grad`` -- the "price" Hessian estimate -- and steps).
   IVON step follows.
 * ``c3po``: ``samples`` = N weight samples, slices of G/N rollouts per sample, the
   advantage over the pooled group of G (the configured estimator, GRPO by
-  default), plus Seq-MIS (``seq_mis``, switchable).
-
-Seq-MIS (our reading of the authors' "sequence-level importance sampling with
-masking, ratio threshold 2"): for row i with completion tokens t,
-
-    log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))
-    w_i       = rho_i * 1[rho_i <= C]          (C = ``seq_mis_threshold``, 2)
-    loss_it   = w_i * ppo_clip_loss_it
-
-where ``pi_m`` is the mean policy (IVON mean weights, outside any sample scope,
-no gradient, computed once per step in ``before_update``) and ``pi_k`` the
-sampling policy (the rollout log-probs of the weight sample that produced the
-row). ``w_i`` is a constant (detached). Rows with ``rho_i > C`` are masked (weight
-0, "rejected"); the others are reweighted by ``rho_i`` (no truncation below the
-threshold). Logged: ``seq_mis_masked_frac`` and ``seq_mis_ratio_mean``.
+  default), the gradient at one fresh training draw and a sequence importance
+  weight truncated at 2 (``seq_mis``, switchable): the authors' scheme, stated
+  with the per-chunk form this library ran before issue 56 (``scheme``) in
+  :class:`C3PO`'s docstring.
 
 Gradient accounting: the trainer weights sample k's loss by its row share and
 IVON averages the per-sample gradients it records (Welford mean over samples);
@@ -38,7 +27,8 @@ IVON's own ``clip_radius`` bounds the update instead (the authors' setting).
 
 Noise: each sample k draws ``z`` from the global RNG forked and keyed by
 ``(seed, step, STREAM, k)``; rollouts of sample k and its gradient scope share
-the key, so before the step's first IVON update they see the same weights.
+the key, so before the step's first IVON update they see the same weights
+(C3PO as the authors run it: every gradient scope shares one training draw's key instead).
 ``noise_scale`` multiplies ``z`` and is 1 (IVON's noise) or 0 (no noise: IVON's
 mean update, used by tests); nothing else is allowed: IVON's "price" Hessian
 estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
@@ -203,6 +193,7 @@ needed.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -222,12 +213,13 @@ from rlvr_lib.seeding import forked_torch_rng
 from rlvr_lib.tasks import CORRECT, MALFORMED
 from rlvr_lib.validation import check, check_int, check_range
 
-__all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "calibrate_clip_and_lr", "calibrate_ess",
+__all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "C3PO_SCHEMES", "C3POOptions", "calibrate_clip_and_lr", "calibrate_ess",
            "calibrated_ess", "HESS_INIT_STREAM", "initial_sigma",
            "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
            "MAX_CLIPPED_SHARE", "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES",
            "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_CLIP_RADIUS", "TESTBED_ESS",
-           "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "update_ratio", "weight_matrix_std"]
+           "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "truncated_is_weights", "update_ratio",
+           "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
@@ -764,7 +756,7 @@ class B3PO(Method):
     @classmethod
     def tuning_lr(cls, config) -> float:
         """An lr grid scales IVON's lr (``method_options["lr"]``, or the rule's value when unset)."""
-        return ThreePOOptions.from_dict(config.method_options or {}).ivon_lr(config.lr)
+        return cls.Options.from_dict(config.method_options or {}).ivon_lr(config.lr)
 
     @classmethod
     def with_tuning_lr(cls, config, lr: float):
@@ -938,45 +930,121 @@ class M3PO(B3PO):
         return estimator(batch.rewards, groups, hint_index=batch.hint_index, **self.advantage_options())
 
 
+C3PO_SCHEMES = ("authors", "per_chunk")
+"""C3PO's importance-sampling schemes (:class:`C3POOptions` ``scheme``; :class:`C3PO` states both)."""
+
+
+@dataclass(frozen=True)
+class C3POOptions(ThreePOOptions):
+    """:class:`ThreePOOptions` plus C3PO's ``scheme``: ``"authors"`` (the default: one training draw, the weight
+    truncated at ``seq_mis_threshold``) or ``"per_chunk"`` (each chunk's gradient at its own draw, the weight
+    pi_mean / pi_k masked above the threshold: this library's form before issue 56). :class:`C3PO` gives both."""
+
+    scheme: str = "authors"
+
+    def validate(self) -> None:
+        super().validate()
+        self.check_choice("scheme", self.scheme, C3PO_SCHEMES)
+
+
 class C3PO(B3PO):
-    """C3PO (arXiv 2608.09805): N samples, advantage over the pooled G, Seq-MIS between mean and sampling policy.
+    """C3PO (arXiv 2608.09805): N samples split each group, advantage over the pooled G, sequence importance weights.
 
-    Against the authors' interleaved loop (``verl/recipes/run_rl.sh`` with
-    ``EXPLORATION_M`` > 1 and their verl fork; issue 29's check):
+    Rollouts: slice k (G/N rollouts of every group) at weight sample k (``perturbed(model, k)``, keyed by
+    ``(seed, step, STREAM, k)``); advantages over the pooled group of G (the configured estimator).
 
-    * Chunks: as there, sample k's G/N rollouts of every group and the gradient
-      of those rows are taken at the same noise draw (``perturbed(model, k)``
-      keys both by ``(seed, step, STREAM, k)``; with the presets' one optimizer
-      step per RL step the weights are the same for both).
-    * Importance correction: the script sets verl's ``rollout_is=sequence``, a
-      sequence-level weight TRUNCATED at 2.0 (``min(rho, 2)``); here the
-      weight is MASKED above the threshold (``rho > 2`` -> 0, Seq-MIS, the
-      paper's "masking" wording), which differs for the rows with rho > 2
-      (logged as ``seq_mis_masked_frac``).
-    * Ratio: here rho = pi_mean / pi_k of the whole sequence (mean weights vs
-      the sample that rolled the row out), computed once per step before the update.
+    ``scheme="authors"`` (the preset; issue 56 item 1, as the authors' code runs it: ``verl/recipes/run_rl.sh`` with
+    ``EXPLORATION_M`` > 1, their ``ray_trainer.py`` and verl's sequence-level rollout correction):
 
-    Primary control of every 3PO claim: the same preset with
-    ``method_options={"noise_scale": 0.0}`` (IVON's mean update, no noise), beside GRPO.
+    * one fresh draw ``theta_t = m + sigma z_t`` for the whole training pass (every row, every chunk, every optimizer
+      step of the RL step), keyed by ``(seed, step, TRAIN_STREAM)`` independently of the rollout draws;
+    * the PPO ratio's old log-probs are the training draw's, computed once before the update (``before_update``, no
+      gradient): ``r_it = pi_theta(y_it) / pi_t(y_it)`` (verl recomputes ``old_log_prob`` with the actor);
+    * each row's loss is weighted by its sequence's truncated importance ratio between the training draw and the
+      draw k that rolled it out::
+
+          log rho_i = sum_t mask_it * (log pi_t(y_it) - log pi_k(y_it))
+          w_i       = min(rho_i, C)                           (C = ``seq_mis_threshold``, 2; detached)
+          loss_it   = w_i * ppo_clip_loss_it(r_it)
+
+      logged as ``seq_is_truncated_frac`` (rows with rho > C) and ``seq_is_weight_mean``. ``seq_mis=False`` drops
+      ``w`` (the ``c3po-no-seq-mis`` ablation) and keeps the training draw.
+
+    IVON records the one draw's gradient once per scope the trainer opens (one per weight sample among a
+    minibatch's rows, each the same draw), and ``_SummedIVON`` sums them: the minibatch's gradient at ``theta_t`` and
+    its "price" Hessian estimate ``noise_t * g``, as one pass at one draw.
+
+    ``scheme="per_chunk"`` (this library's form until issue 56, kept to measure the difference): chunk k's gradient
+    at its own rollout draw k, old log-probs the rollout's, and the weight between the MEAN policy and draw k, masked
+    (not truncated) above C::
+
+        log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))
+        w_i       = rho_i * 1[rho_i <= C]
+
+    logged as ``seq_mis_masked_frac`` and ``seq_mis_ratio_mean`` (4.5-4.9% of rows masked in notebook 04's runs).
+
+    Primary control of every 3PO claim: the same preset with ``method_options={"noise_scale": 0.0}`` (IVON's mean
+    update, no noise), beside GRPO.
     """
+
+    Options: ClassVar[type[ConfigBase]] = C3POOptions
+    TRAIN_STREAM = 0x3B2
+    TRAINING_DRAW = -1
+    """The ``index`` of :meth:`perturbed` that names the training draw (``scheme="authors"``)."""
 
     def weight_samples(self) -> int:
         return self.options.samples
 
+    @contextlib.contextmanager
+    def perturbed(self, model, index, train=False):
+        if self.options.scheme == "per_chunk" or (index != self.TRAINING_DRAW and not train):
+            with super().perturbed(model, index, train=train):
+                yield
+            return
+        # the authors' scheme: every gradient scope, and the before_update forward, at the one training draw
+        with forked_torch_rng(self.config.seed, self.step, self.TRAIN_STREAM):
+            with self.optimizer.sampled_params(train=train):
+                if train:
+                    self.optimizer.zero_grad(set_to_none=True)
+                yield
+
     def before_update(self, batch: StepBatch, model) -> None:
         super().before_update(batch, model)
-        if not self.options.seq_mis:
+        authors = self.options.scheme == "authors"
+        if not (authors or self.options.seq_mis):
             return
+        from rlvr_lib.distributed import visible_weights
+
         ro = batch.rollouts
         was_training = model.training
         model.eval()
-        with torch.no_grad():  # mean weights: outside any sample scope
-            logp_mean, _ = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
-                                             ro.completion_mask, temperature=self.sampling_temperature(self.step))
+        # authors: the training draw (made visible to a sharded model's forward); per_chunk: the mean weights
+        scope = visible_weights(model, self.perturbed(model, self.TRAINING_DRAW)) if authors else contextlib.nullcontext()
+        with torch.no_grad(), scope:
+            logp, _ = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
+                                        temperature=self.sampling_temperature(self.step))
         model.train(was_training)
-        batch.extras["mean_seq_logprob"] = seq_logprob(logp_mean, ro.completion_mask)
+        if authors:
+            batch.extras["train_logprobs"] = torch.where(ro.completion_mask.bool(), logp, torch.zeros_like(logp))
+        else:
+            batch.extras["mean_seq_logprob"] = seq_logprob(logp, ro.completion_mask)
 
     def policy_loss(self, batch, logp, entropy, mask):
+        if self.options.scheme == "per_chunk":
+            return self._per_chunk_loss(batch, logp, entropy, mask)
+        train_logp = batch.extras["train_logprobs"].to(logp)
+        at_draw = dataclasses.replace(batch, rollouts=dataclasses.replace(batch.rollouts, logprobs=train_logp))
+        per_token, stats = super().policy_loss(at_draw, logp, entropy, mask)
+        if not self.options.seq_mis:
+            return per_token, stats
+        weight, truncated = truncated_is_weights(seq_logprob(train_logp, mask), seq_logprob(batch.rollouts.logprobs, mask),
+                                                 self.options.seq_mis_threshold)
+        stats = dict(stats)
+        stats["seq_is_truncated_frac"] = truncated.float().mean()
+        stats["seq_is_weight_mean"] = weight.mean()
+        return per_token * weight.to(per_token)[:, None], stats
+
+    def _per_chunk_loss(self, batch, logp, entropy, mask):
         per_token, stats = super().policy_loss(batch, logp, entropy, mask)
         if not self.options.seq_mis:
             return per_token, stats
@@ -993,6 +1061,14 @@ def seq_logprob(token_logprobs: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     """``(N,)`` sum of the completion tokens' log-probs (masked positions ignored, even if non-finite)."""
     m = mask.bool()
     return torch.where(m, token_logprobs.to(torch.float64), torch.zeros((), dtype=torch.float64)).sum(-1)
+
+
+def truncated_is_weights(train_logprob: torch.Tensor, sample_logprob: torch.Tensor,
+                         threshold: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(w, truncated)``: ``rho = exp(train - sample)`` per sequence, ``w = min(rho, threshold)``, ``truncated = rho >
+    threshold`` (verl's sequence-level truncated importance weight, C3PO's ``scheme="authors"``)."""
+    rho = torch.exp(train_logprob.to(torch.float64) - sample_logprob.to(torch.float64).to(train_logprob.device))
+    return rho.clamp(max=threshold).float(), rho > threshold
 
 
 def seq_mis_weights(mean_logprob: torch.Tensor, sample_logprob: torch.Tensor,
@@ -1012,5 +1088,6 @@ register_method("b3po", B3PO, "B3PO: rollouts and gradient at one IVON posterior
                 **THREEPO_SETTINGS)
 register_method("m3po", M3PO, "M3PO: M IVON samples, each with its own G/M rollouts and group advantage (no KL)",
                 **THREEPO_SETTINGS)
-register_method("c3po", C3PO, "C3PO: N IVON samples split each group, pooled advantage, Seq-MIS (ratio 2, no KL)",
+register_method("c3po", C3PO, "C3PO: N IVON samples split each group, pooled advantage, one training draw, "
+                "sequence IS weight truncated at 2 (no KL)",
                 **THREEPO_SETTINGS)

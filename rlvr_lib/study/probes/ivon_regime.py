@@ -25,11 +25,27 @@ from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, MAX_CLIPPED_SHARE, Th
                                       calibrate_clip_and_lr)
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["MAX_OVER_SHARE", "calibrate_threepo", "check_ivon_lr", "ivon_regime_flag", "ivon_update_probe"]
+__all__ = ["IVON_METHODS", "MAX_OVER_SHARE", "calibrate_threepo", "check_ivon_lr", "ivon_component", "ivon_options",
+           "ivon_regime_flag", "ivon_update_probe"]
+
+IVON_METHODS = ("b3po", "m3po", "c3po")
+"""The registered methods that train with IVON (`rlvr_lib.methods.threepo`)."""
 
 MAX_OVER_SHARE = 0.05
 """The regime flag's tolerance: a run may exceed ``MAX_CLIPPED_SHARE`` on at most this share of its post-warm-up
 steps."""
+
+
+def ivon_component(method: str) -> str | None:
+    """The IVON method ``method`` trains with: itself (``b3po``, ``m3po``, ``c3po``), a composite's IVON component
+    (``"b3po+vigor"`` -> ``"b3po"``), else None. A composite name is composed first (`resolve_name`)."""
+    from rlvr_lib.methods.registry import METHODS, resolve_name
+
+    if method in IVON_METHODS:
+        return method
+    resolve_name(method)
+    components = getattr(METHODS[method].cls, "COMPONENTS", ()) if method in METHODS else ()
+    return next((c for c in components if c in IVON_METHODS), None)
 
 
 def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=None) -> dict:
@@ -48,7 +64,8 @@ def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=No
     """
     from rlvr_lib.trainer import Trainer
 
-    check(config.method in ("b3po", "m3po", "c3po"), "config.method", config.method, "one of b3po, m3po, c3po")
+    check(ivon_component(config.method) is not None, "config.method", config.method,
+          "a 3PO method (b3po, m3po, c3po) or a composite with one")
     check_int("steps", steps, 1)
     check_int("skip", skip, 0, steps - 1)
     trainer = Trainer(config, model, tokenizer)
@@ -65,7 +82,7 @@ def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=No
 
 def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
                       skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
-                      **config_fields) -> dict:
+                      adamw_fields: dict | None = None, **config_fields) -> dict:
     """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
 
     1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
@@ -73,10 +90,16 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
        its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
     2. Round r: :func:`ivon_update_probe` of ``method_config(method,
        steps=run_steps, **config_fields)`` with ``clip_radius`` and ``lr`` the
-       previous round's picks (round 1: the method's defaults), then
+       previous round's picks (round 1: the authors' clip radius and the matched lr), then
        :func:`calibrate_clip_and_lr`. Round r + 1 measures at round r's picks
        (the rule is exact only on the measured trajectory); each round records
        the clipped share and mean step it measured at its own setting.
+
+    A composite with an IVON component (``method="b3po+vigor"``, :func:`ivon_component`; issue 56, item 2) is
+    calibrated by the same rule on its own trajectory: the options go to that component
+    (``method_options={"b3po": {...}}``) and ``adamw_method`` is the composite's AdamW counterpart (its other
+    component, ``"vigor"``) with ``adamw_fields`` (the composite's trainer settings, e.g.
+    `rlvr_lib.study.head_to_head.pair_settings`) applied to that run only.
 
     The picks are the last round's. Returns a JSON-ready report (settings,
     AdamW's mean step, every round, the picks).
@@ -86,15 +109,17 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     from rlvr_lib.policy import load_policy
 
     check_int("rounds", rounds, 1)
+    component = ivon_component(method)
+    check(component is not None, "method", method, "a 3PO method (b3po, m3po, c3po) or a composite with one")
     base = dict(config_fields, steps=run_steps, policy=policy)
     model, tokenizer = load_policy(policy)
-    adamw = weight_step_profile(method_config(adamw_method, **base), steps, model=copy.deepcopy(model),
-                                tokenizer=tokenizer)
+    adamw = weight_step_profile(method_config(adamw_method, **base, **(adamw_fields or {})), steps,
+                                model=copy.deepcopy(model), tokenizer=tokenizer)
     adamw_mean = adamw.mean(skip)["mean_abs"]
     options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
     history = []
     for r in range(rounds):
-        config = method_config(method, **base, method_options=options or None)
+        config = method_config(method, **base, method_options=options if component == method else {component: options})
         o = ThreePOOptions.from_dict(options)
         probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
         pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
@@ -108,11 +133,24 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     return {"rule": "clip_radius: the (1 - max_clipped) quantile of IVON's |u| after warm-up, rounded up; "
                     "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
                     "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
-            "method": method, "adamw_method": adamw_method, "run_steps": run_steps, "probe_steps": steps,
+            "method": method, "adamw_method": adamw_method, **({"adamw_fields": adamw_fields} if adamw_fields else {}),
+            "run_steps": run_steps, "probe_steps": steps,
             "ess": o.ess, "hess_init": o.hess_init,
             "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
             "adamw_mean_abs_step": adamw_mean, "adamw_mean_abs_step_per_step": adamw.mean_abs.tolist(),
             "rounds": history, "clip_radius": options["clip_radius"], "lr": options["lr"]}
+
+
+def ivon_options(train: dict) -> ThreePOOptions:
+    """The IVON options of a run's ``config["train"]`` (a `TrainerConfig` as a dict): its 3PO method's ``Options``,
+    or a composite's IVON component's part of ``method_options``, defaults filled in."""
+    from rlvr_lib.methods.registry import METHODS
+
+    component = ivon_component(train["method"])
+    check(component is not None, "method", train["method"], "a 3PO method (b3po, m3po, c3po) or a composite with one")
+    options = train.get("method_options") or {}
+    return METHODS[component].cls.Options.from_dict(options if component == train["method"]
+                                                    else options.get(component) or {})
 
 
 def check_ivon_lr(records) -> None:
@@ -136,7 +174,7 @@ def check_ivon_lr(records) -> None:
         raise ValueError("records=[] is invalid: must be a non-empty list of 3PO run records")
     for i, r in enumerate(records):
         train = r.config["train"]
-        o = ThreePOOptions.from_dict(train.get("method_options") or {})
+        o = ivon_options(train)
         expected = o.ivon_lr(train["lr"])
         logged = [h.get("ivon_lr") for h in (r.history or [])]
         if not logged or any(v is None or not math.isclose(v, expected, rel_tol=1e-9) for v in logged):
