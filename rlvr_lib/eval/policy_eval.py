@@ -64,6 +64,19 @@ class EvalSpec(ConfigBase):
         task: Registered task name (`rlvr_lib.tasks.task_names`). Left out of
             `to_dict` (and so of the hash) while it is the default ``"arith"``,
             so specs and run ids from before the field existed are unchanged.
+        greedy: Argmax decoding through the rollout engine (``SamplingParams(greedy=True)``):
+            VIGOR's "greedy pass@1" (arXiv 2605.09920). Greedy decoding is deterministic, so it
+            gives ONE sample per problem: ``samples`` and ``group_size`` must then be 1 and
+            ``temperature`` / ``top_p`` their defaults 1.0 (one spelling: they are not used).
+            pass@1 is then the share of problems whose greedy completion is correct. Left out of
+            `to_dict` while False, so specs and run ids from before the field existed are
+            unchanged.
+
+    mean@k (3PO's mean@8; NudgeRL's "pass@1 = mean correctness" over 128 samples) is the
+    mean correctness over the k = ``samples`` samples of a problem, averaged over problems:
+    exactly the unbiased pass@1 estimate from k samples, ``pass_at_k["1"]`` of each summary
+    (`rlvr_lib.eval.passk`: pass@1 = c / n). `rlvr_lib.study.summaries.mean_at_k` reads it
+    from records under that name.
     """
 
     families: tuple[str, ...] = EVAL_FAMILIES + RARE_FAMILIES + OOD_FAMILIES
@@ -78,6 +91,7 @@ class EvalSpec(ConfigBase):
     diversity_samples: int = 16
     task: str = field(default=DEFAULT_TASK, metadata={"omit_if_default": True})
     hints_per_problem: int = field(default=0, metadata={"omit_if_default": True})
+    greedy: bool = field(default=False, metadata={"omit_if_default": True})
 
     def validate(self) -> None:
         self.check_choice("task", self.task, task_names())
@@ -96,6 +110,14 @@ class EvalSpec(ConfigBase):
         self.check_nonnegative_int("hints_per_problem", self.hints_per_problem)
         self.check(self.hints_per_problem == 0 or self.samples % self.hints_per_problem == 0, "hints_per_problem",
                    self.hints_per_problem, f"0 or a divisor of samples={self.samples}")
+        self.check(isinstance(self.greedy, bool), "greedy", self.greedy, "a bool")
+        if self.greedy:
+            one = "1 when greedy=True (greedy decoding is deterministic: one sample per problem)"
+            self.check(self.samples == 1, "samples", self.samples, one)
+            self.check(self.group_size == 1, "group_size", self.group_size, one)
+            unused = "1.0 when greedy=True (argmax decoding does not use it; one spelling)"
+            self.check(self.temperature == 1.0, "temperature", self.temperature, unused)
+            self.check(self.top_p == 1.0, "top_p", self.top_p, unused)
 
 
 def diversity(samples: ScoredSamples, n_problems: int, n_samples: int, seed: int = 0) -> dict:
@@ -154,7 +176,8 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
     Problems are ``task.family_problems(family, spec.problems_per_family,
     seed=0)`` and every completion is scored by ``task.verify``, where ``task =
     get_task(spec.task)``; with ``spec.hints_per_problem`` > 0 the samples are
-    nudged by the task's hints (`sample_with_hints`).
+    nudged by the task's hints (`sample_with_hints`); with ``spec.greedy`` each
+    problem gets its one argmax completion (the engine's greedy decoding).
 
     Returns:
         ``{"families": {name: summary}, "average": {"pass_at_k": ..., ...}}``
@@ -165,7 +188,7 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
     """
     task = get_task(spec.task)
     params = SamplingParams(n=spec.samples, temperature=spec.temperature, top_p=spec.top_p,
-                            max_new_tokens=spec.max_new_tokens, seed=spec.seed)
+                            max_new_tokens=spec.max_new_tokens, seed=spec.seed, greedy=spec.greedy)
     families = {}
     for family in spec.families:
         problems = task.family_problems(family, spec.problems_per_family, seed=0)

@@ -13,6 +13,9 @@ runs into numbers with the interval method named, so notebooks only call them:
 * :func:`summary_row`, :func:`family_table` -- table cells, ``"mean [lo, hi]"``;
 * :func:`extra_evaluation` -- a run's extra evaluation (``train_and_evaluate(...,
   extra_specs=...)``) as records every helper here takes.
+* :func:`mean_at_k`, :func:`per_problem_mean_at_k` -- mean@k (3PO's mean@8, NudgeRL's "pass@1 = mean
+  correctness" over its samples, VIGOR's greedy pass@1 at k = 1): the mean correctness over a problem's k
+  samples, averaged over problems; the metric an evaluation protocol reads (`rlvr_lib.study.protocols`).
 
 Interval methods (named in :data:`~rlvr_lib.study.stats.PASSK_INTERVAL` and
 :data:`~rlvr_lib.study.stats.SEED_INTERVAL`): pass@k and shares bootstrap seeds x
@@ -436,6 +439,49 @@ def extra_evaluation(records: Sequence[Any], label: str) -> list[ExtraEvaluation
                                    config={"eval": specs[label]}, history=list(r.history or []),
                                    final=evals[label]))
     return out
+
+
+def mean_at_k(correct: Any) -> float:
+    """mean@k of a ``(P, k)`` correctness matrix: ``(1/P) sum_p (1/k) sum_j correct[p, j]``.
+
+    The mean accuracy over each problem's ``k`` samples, averaged over the ``P`` problems: 3PO's mean@8
+    (arXiv 2608.09805, "eval mean@8 at temperature 0.6"), NudgeRL's pass@1 "= mean correctness" over 128
+    samples (arXiv 2605.15726) and, with ``k = 1`` greedy samples, VIGOR's greedy pass@1 (arXiv 2605.09920).
+    It equals the unbiased pass@1 estimate from ``k`` samples (Chen et al. 2021: pass@1 = c / n), so an
+    evaluation's ``pass_at_k["1"]`` is its mean@k with ``k = spec.samples``.
+
+    Args:
+        correct: ``(P, k)`` array of 0/1 (or bool) per problem and sample, ``P, k >= 1``.
+
+    Raises:
+        ValueError: on an array that is not 2-D with at least one row and column, or a value other than 0/1.
+    """
+    x = np.asarray(correct)
+    if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
+        raise invalid("correct", f"an array of shape {x.shape}", "a (problems, k) 0/1 matrix with P, k >= 1")
+    values = x.astype(float)
+    if not np.isin(values, (0.0, 1.0)).all():
+        raise invalid("correct", sorted(set(np.unique(values).tolist()) - {0.0, 1.0})[:5],
+                      "0/1 (or bool) entries only: one verdict per sample")
+    return float(values.mean(axis=1).mean())
+
+
+def per_problem_mean_at_k(records: Sequence[Any], families: Sequence[str]) -> np.ndarray:
+    """``(S, P)`` per-seed, per-problem mean@k of records: ``correct_counts / k``, ``k`` the records' samples.
+
+    ``k = record.config["eval"]["samples"]`` (every record must have the same); the mean of a row is that seed's
+    :func:`mean_at_k` over ``families`` (their problems concatenated, as `per_problem_scores`: pair two runs with
+    `paired_difference_ci`). Use it on `extra_evaluation` records to read a protocol's evaluation.
+
+    Raises:
+        ValueError: on no records, records with different sample counts, or a missing family.
+    """
+    records = _records("records", records)
+    ks = sorted({int(r.config["eval"]["samples"]) for r in records})
+    if len(ks) != 1:
+        raise invalid("records", f"sample counts {ks}", "records of one evaluation spec (one sample count k)")
+    counts, _ = seed_counts(records, families)
+    return np.stack([np.asarray(c, dtype=float) / ks[0] for c in counts])
 
 
 def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np.ndarray:
