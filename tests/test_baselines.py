@@ -35,6 +35,24 @@ def test_every_baseline_is_registered_with_a_description():
         assert spec.description and "arXiv" in spec.doc, name
 
 
+def test_pope_and_intuitor_run_at_their_comparisons_settings():
+    """Issue 56, item 4: POPE at NudgeRL's configuration, INTUITOR at VIGOR's; each differs from the method it is
+    compared with only by the method (its hooks and advantage estimator), the lr included."""
+    from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
+    from rlvr_lib.methods.vigor import VIGOR_SETTINGS
+    from rlvr_lib.study.comparisons import config_differences
+
+    assert METHODS["pope"].preset == NUDGERL_SETTINGS
+    assert METHODS["intuitor"].preset == VIGOR_SETTINGS
+    pope = method_config("pope")
+    assert (pope.top_p, pope.minibatches, pope.lr_schedule, pope.lr_warmup_ratio) == (0.95, 2, "cosine", 0.05)
+    intuitor = method_config("intuitor")
+    assert (intuitor.kl_coef, intuitor.kl_estimator, intuitor.lr_schedule, intuitor.lr_warmup_ratio) == (
+        0.01, "k3", "cosine", 0.1)
+    assert set(config_differences(method_config("nudgerl"), pope)) == {"method", "advantage"}
+    assert set(config_differences(method_config("vigor"), intuitor)) == {"method", "advantage"}
+
+
 def test_every_method_states_its_paper_and_a_hook_object_knows_its_registered_name():
     from rlvr_lib.methods import build_method, method_config
 

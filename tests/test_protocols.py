@@ -233,3 +233,6 @@ def test_protocol_records_and_paired_reading():
     vigor = P.ProtocolEvaluation.of("vigor", FULL_SPEC, "full")
     assert vigor.base_seeds([0, 1, 2]) == [0] and vigor.spec.greedy and vigor.spec.group_size == 1
     assert "greedy pass@1" in vigor.describe() and P.SCALING_RULE in vigor.describe()
+    assert P.SCALING_RULE not in vigor.describe(rule=False)
+    nudge = P.ProtocolEvaluation.of("nudgerl", FULL_SPEC, "full").describe(rule=False)
+    assert "mean@32 at temperature 0.7" in nudge and "the paper draws 128" in nudge

@@ -14,7 +14,8 @@ import torch
 from rlvr_lib.algos import KL_ESTIMATORS, guide_schedule, kl_penalty, shaped_kl
 from rlvr_lib.algos.guides import branch_guide, shaped_anchor
 from rlvr_lib.methods import METHODS, TESTBED_KL_COEF, Method, StepBatch, build_method, method_config
-from rlvr_lib.methods.sage import TESTBED_TAU, base_token_entropies, guide_stats
+from rlvr_lib.methods.sage import (FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO, TESTBED_TAU, base_token_entropies,
+                                  guide_stats)
 from rlvr_lib.trainer import Trainer, untimed
 
 SAGE_METHODS = ("sage", "sage_token", "sage_random", "dapo_branch", "bnpo_loss_branch")
@@ -62,13 +63,43 @@ def test_sage_methods_are_registered_with_the_authors_k3_anchor():
     assert METHODS["grpo_k3"].cls is Method  # plain GRPO hooks: a preset of GRPO's class
     for name in ("sage", "sage_token", "sage_random"):
         assert METHODS[name].preset == grpo_k3, name  # SAGE vs its GRPO: only q differs
+    assert METHODS["bnpo_loss"].preset["kl_coef"] == 0
+    assert METHODS["bnpo_loss_branch"].preset == {**METHODS["bnpo_loss"].preset, "kl_coef": TESTBED_KL_COEF,
+                                                  "kl_estimator": "k3"}
     for name, base in (("dapo_branch", "dapo"), ("bnpo_loss_branch", "bnpo_loss")):
-        assert METHODS[base].preset["kl_coef"] == 0
-        assert METHODS[name].preset == {**METHODS[base].preset, "kl_coef": TESTBED_KL_COEF, "kl_estimator": "k3"}, name
         assert issubclass(METHODS[name].cls, METHODS[base].cls)
     for name in SAGE_METHODS:
         spec = METHODS[name]
         assert spec.description and "arXiv 2605.18864" in spec.doc
+
+
+def test_dapo_branch_is_sages_dapo_trls_dapo_loss_and_the_full_recipe_one_override_away():
+    # Issue 56, item 3: SAGE's "DAPO" is TRL's loss_type="dapo" (token-level mean, clip 0.2/0.2, no dynamic
+    # sampling, no overlong shaping, KL off), the anchor added; the full DAPO recipe is an extra row.
+    cfg = method_config("dapo_branch")
+    assert (cfg.loss_agg, cfg.eps_low, cfg.eps_high) == ("token_mean", 0.2, 0.2)
+    assert (cfg.kl_coef, cfg.kl_estimator) == (TESTBED_KL_COEF, "k3")
+    method = build_method(cfg)
+    assert method.refill_rounds() == 0
+    assert (method.options.dynamic_sampling, method.options.overlong_cache) == (False, 0)
+    full = build_method(method_config("dapo_branch", **FULL_DAPO_BRANCH))
+    assert full.config.eps_high == 0.28 and full.refill_rounds() == 3 and full.options.overlong_cache == 8
+    # the full form is the dapo preset with SAGE's anchor (dapo_branch's preset before issue 56)
+    assert method_config("dapo_branch", **FULL_DAPO_BRANCH) == method_config("dapo", **SAGE_ANCHOR).replace(
+        method="dapo_branch")
+    # its matched comparator: the dapo hooks at the same settings, without the guide
+    comparator = method_config("dapo", **{**SAGE_DAPO, **SAGE_ANCHOR})
+    assert comparator.replace(method="dapo_branch") == cfg
+
+
+def test_sages_dapo_and_bnpo_branch_rows_train_bit_identically_on_one_process(policy):
+    """TRL's "dapo" and "bnpo" losses differ only in normalising over every process's tokens or each one's own:
+    on one process dapo_branch trains exactly as bnpo_loss_branch (the module docstring)."""
+    kw = dict(minibatches=2)
+    dapo, bnpo = (untimed(_trainer(policy, name, **kw).train(progress=False))
+                  for name in ("dapo_branch", "bnpo_loss_branch"))
+    drop = ("dynamic_refill_rounds", "dynamic_dropped_groups", "dynamic_kept_groups", "dynamic_completions")
+    assert [{k: v for k, v in row.items() if k not in drop} for row in dapo] == bnpo
 
 
 # ----------------------------------------------------------------------------- guides, by hand
@@ -285,8 +316,8 @@ def test_every_sage_method_trains_every_parameter_without_nan(policy, name):
                 "sage_entropy_raised"} <= set(row)
     unchanged = [n for n, p in trainer.model.named_parameters() if p.requires_grad and torch.equal(p, before[n])]
     assert not unchanged, (name, unchanged)
-    if name == "dapo_branch":
-        assert "dynamic_refill_rounds" in history[-1]
+    if name == "dapo_branch":  # SAGE's DAPO: no dynamic sampling
+        assert history[-1].get("dynamic_refill_rounds", 0) == 0
     if name == "sage_random":
         assert any(row["sage_q_shaped_frac"] > 0 for row in history)
 

@@ -29,8 +29,18 @@ intuitor           reward = self-certainty, no verifier                        V
 
 SAGE's own GRPO, ``grpo_k3`` (the authors' k3 anchor), is registered with SAGE
 (`rlvr_lib.methods.sage`). SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
-KL off (token-normalised over the local, resp. global, batch); on one process
-both are ``bnpo_loss``. The full DAPO recipe is ``dapo``.
+KL off (TRL's ``loss_type`` "bnpo" and "dapo": token-normalised over the local, resp. global, batch); on one
+process both are ``bnpo_loss``, and SAGE's DAPO is the ``dapo`` hooks at `rlvr_lib.methods.sage.SAGE_DAPO`.
+The full DAPO recipe is ``dapo``.
+
+Each comparator at its paper's settings (issue 56, item 4). ``pope``'s preset is NudgeRL's configuration
+(:data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS`: top_p 0.95, two optimizer steps per batch, cosine lr
+after a 5% warm-up, no KL), as NudgeRL's authors run it beside NudgeRL; ``intuitor``'s is VIGOR's
+(:data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS`: TRL's k3 KL at beta 0.01, G = 8, cosine lr after a 10%
+warm-up), as VIGOR's comparison runs it (the INTUITOR authors' own beta is 0.005, constant lr). 3PO's
+baselines (``entropy_reg``, ``polaris``, ``kl_cov``) keep the testbed's settings as presets (notebook 02's
+rows); 3PO's comparisons give them 3PO's warm-up (:data:`rlvr_lib.methods.threepo.THREEPO_SETTINGS`)
+through their declarations (`rlvr_lib.study.claims.nb04_3po.COMPARISONS`).
 
 The 3PO and NudgeRL baselines run without a KL anchor, as those papers' GRPO
 does; compare them with ``grpo_no_kl``, not with ``grpo`` (anchored at ``TESTBED_KL_COEF``).
@@ -55,7 +65,9 @@ from rlvr_lib.algos import (
 )
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
+from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
 from rlvr_lib.methods.registry import register_method
+from rlvr_lib.methods.vigor import VIGOR_SETTINGS
 from rlvr_lib.rewards import completion_logits, self_certainty_rewards
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.tasks import CORRECT
@@ -482,7 +494,10 @@ class POPE(Method):
 
     Options: ``share`` (in [0, 1], default 0.5), ``ratio`` (in (0, 1], default
     0.15), ``max_prefix_tokens`` (int >= 1, default 512), ``label`` (str, default "").
-    No KL (preset), as NudgeRL's GRPO.
+    Preset: NudgeRL's configuration, :data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS` (no KL, eps 0.2/0.2,
+    top_p 0.95, G = 8, two optimizer steps per generation batch, cosine lr after a 5% warm-up), as the
+    NudgeRL authors run POPE@8 beside NudgeRL@8 (issue 56, item 4; until then one optimizer step per batch,
+    top_p 1.0, constant lr).
     """
 
     Options = POPEOptions
@@ -526,9 +541,11 @@ class Intuitor(Method):
     Advantages are GRPO's group normalisation of r. The verifier still runs, so
     ``accuracy`` is logged honestly, but it never enters the reward
     (``reward_mean`` is the mean self-certainty, in nats); a verifier that raises
-    does not stop training (``uses_verifier_reward = False``). Preset: k3 KL with
-    beta 0.005, as the authors' ``verl-intuitor/math_intuitor.sh``
-    (``kl_loss_coef=0.005``, ``low_var_kl``). VIGOR's (arXiv 2605.09920) baseline.
+    does not stop training (``uses_verifier_reward = False``). VIGOR's (arXiv 2605.09920) baseline, at VIGOR's
+    configuration (issue 56, item 4): preset :data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS` (TRL's k3 KL at
+    beta 0.01, G = 8, cosine lr after a 10% linear warm-up), so that INTUITOR and VIGOR differ only by the
+    reward (and VIGOR's rank shaping of it). The INTUITOR authors' own run (``verl-intuitor/math_intuitor.sh``:
+    ``kl_loss_coef=0.005``, ``low_var_kl``, constant lr) was the preset until then.
 
     Options: ``forward_batch_size`` (int >= 1, default 64; memory only, the result does not depend on it).
     """
@@ -620,7 +637,7 @@ _register("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens 
           kl_coef=0.0)
 _register("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
           kl_coef=0.0)
-_register("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, no KL",
-          kl_coef=0.0)
-_register("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, k3 KL 0.005",
-          kl_coef=0.005, kl_estimator="k3")
+_register("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, at NudgeRL's "
+          "settings (no KL, top_p 0.95, 2 optimizer steps per batch, cosine lr)", **NUDGERL_SETTINGS)
+_register("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, at VIGOR's settings "
+          "(k3 KL 0.01, G = 8, cosine lr)", **VIGOR_SETTINGS)

@@ -92,10 +92,23 @@ number comparable with GRPO's ``kl``.
 
 Registered presets: ``sage``, ``sage_token``, ``sage_random`` (GRPO + a
 guide), and SAGE's "+Branch" forms of its loss-aggregation baselines,
-``dapo_branch`` and ``bnpo_loss_branch``: the ``dapo`` / ``bnpo_loss`` presets
-and hooks with the branch-guided anchor :data:`SAGE_ANCHOR` (those presets
-have the KL off). The GRPO comparator is ``grpo_k3``: the ``grpo`` preset with
+``dapo_branch`` and ``bnpo_loss_branch``, with the branch-guided anchor
+:data:`SAGE_ANCHOR`. The GRPO comparator is ``grpo_k3``: the ``grpo`` preset with
 :data:`SAGE_ANCHOR`.
+
+SAGE's "DAPO" (issue 56, item 3). In the authors' code the DAPO and BNPO rows are TRL's
+``loss_type="dapo"`` and ``"bnpo"``: loss-aggregation variants of GRPO, nothing else of the DAPO recipe.
+TRL's ``"dapo"`` is the token-level mean sum_it m_it L_it / sum_it m_it over the global batch (every
+process's tokens of the optimizer step), with GRPO's clip 0.2/0.2 (no clip-higher), no dynamic sampling, no
+overlong shaping, KL off: :data:`SAGE_DAPO`. Here ``token_mean`` normalises by the tokens of the whole
+minibatch across processes (`rlvr_lib.trainer.Trainer._share`), which is TRL's ``"dapo"``; TRL's ``"bnpo"``
+normalises by each process's own tokens, so on one process (the testbed's runs) the two are the same
+objective, and ``dapo_branch`` trains as ``bnpo_loss_branch`` does, bit for bit, seed by seed; they differ on
+several processes. ``dapo_branch`` keeps the `DAPO` hooks with those turned off (options
+``dynamic_sampling=False``, ``overlong_cache=0``), so the full recipe stays one override away:
+:data:`FULL_DAPO_BRANCH` (clip-higher 0.28, dynamic sampling, overlong shaping) is an extra row, not SAGE's.
+Its comparator is the ``dapo`` hooks at the same settings (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`; the
+declarations in `rlvr_lib.study.claims.nb05_sage`).
 """
 
 from __future__ import annotations
@@ -118,9 +131,11 @@ __all__ = [
     "BranchOptions",
     "DAPOBranch",
     "DAPOBranchOptions",
+    "FULL_DAPO_BRANCH",
     "RandomGuideOptions",
     "SAGE",
     "SAGE_ANCHOR",
+    "SAGE_DAPO",
     "SAGERandom",
     "SAGEToken",
     "ShapedAnchor",
@@ -355,11 +370,13 @@ class SAGERandom(ShapedAnchor, Method):
 
 
 class DAPOBranch(ShapedAnchor, DAPO):
-    """SAGE's "DAPO + Branch" (arXiv 2605.18864): `DAPO` with the branch-guided anchor.
+    """SAGE's "DAPO + Branch" (arXiv 2605.18864): `DAPO`'s hooks with the branch-guided anchor.
 
-    DAPO's hooks and preset (clip-higher, token-mean loss, overlong shaping,
-    dynamic sampling) plus beta * shaped anchor (:data:`SAGE_ANCHOR`: k3 at the
-    testbed's beta). Options: DAPO's and the branch guide's (see `SAGE`).
+    Preset (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`): SAGE's "DAPO" as the authors run it, TRL's
+    ``loss_type="dapo"``: token-level mean loss sum_it m_it L_it / sum_it m_it, clip 0.2/0.2, no dynamic
+    sampling, no overlong shaping (options off), plus beta * shaped anchor (k3 at the testbed's beta).
+    The full DAPO recipe (clip-higher 0.28, overlong shaping, dynamic sampling) with the anchor is
+    :data:`FULL_DAPO_BRANCH`'s overrides. Options: DAPO's and the branch guide's (see `SAGE`).
     """
 
     Options = DAPOBranchOptions
@@ -450,8 +467,21 @@ register_method("sage_token", SAGEToken, "SAGE token guide: q from normalised su
                 **_GRPO_K3)
 register_method("sage_random", SAGERandom, "SAGE random guide: q = 1 + sigma xi on a random eps of tokens",
                 **_GRPO_K3)
-register_method("dapo_branch", DAPOBranch, f"DAPO + SAGE's branch-guided anchor (k3, beta {TESTBED_KL_COEF})",
-                **{**METHODS["dapo"].preset, **SAGE_ANCHOR})
+SAGE_DAPO = {"loss_agg": "token_mean", "eps_low": 0.2, "eps_high": 0.2, "kl_coef": 0.0,
+             "method_options": {"dynamic_sampling": False, "overlong_cache": 0}}
+"""SAGE's "DAPO" as its authors run it (TRL's ``loss_type="dapo"``; see the module docstring): `TrainerConfig`
+fields over the ``dapo`` hooks. With :data:`SAGE_ANCHOR` it is ``dapo_branch``'s preset and, on the ``dapo``
+method, its matched comparator's settings."""
+
+FULL_DAPO_BRANCH = {"eps_high": METHODS["dapo"].preset["eps_high"], "method_options": None}
+"""Overrides that turn ``dapo_branch`` into the full DAPO recipe with the anchor (clip-higher 0.28, `DAPO`'s
+option defaults: overlong shaping, dynamic sampling): the ``dapo`` preset + :data:`SAGE_ANCHOR`, the
+``dapo_branch`` preset before issue 56. An extra row, not SAGE's."""
+
+register_method("dapo_branch", DAPOBranch,
+                f"SAGE's DAPO (TRL loss_type='dapo': token-mean, clip 0.2/0.2, no dynamic sampling) + branch-guided "
+                f"anchor (k3, beta {TESTBED_KL_COEF})",
+                **{**SAGE_DAPO, **SAGE_ANCHOR})
 register_method("bnpo_loss_branch", BNPOLossBranch,
                 f"SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta {TESTBED_KL_COEF})",
                 **{**METHODS["bnpo_loss"].preset, **SAGE_ANCHOR})

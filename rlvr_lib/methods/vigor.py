@@ -214,7 +214,8 @@ VIGOR_SETTINGS = {"kl_coef": 0.01, "kl_estimator": "k3", "group_size": 8, **pape
 """The `TrainerConfig` fields VIGOR's runs share (the authors' TRL config): TRL's k3 KL at beta 0.01, G = 8,
 cosine lr decay after a linear warm-up over 10% of the optimizer steps (the authors' ``warmup_ratio``). Its
 verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_SETTINGS)``), so only the
-reward differs."""
+reward differs, and so does INTUITOR, VIGOR's other comparator (its preset is them: `rlvr_lib.methods.baselines`,
+issue 56 item 4)."""
 
 register_method("vigor", VIGOR,
                 "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",

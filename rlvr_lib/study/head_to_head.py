@@ -265,8 +265,15 @@ def pair_settings(a: str, b: str) -> dict[str, Any]:
 
 
 def pair_name(a: str, b: str) -> str:
-    """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return its name (``"a+b"``)."""
-    return compose(a, b, **pair_settings(a, b))
+    """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return its name (``"a+b"``).
+
+    A composite with a 3PO component trains in its own calibrated IVON regime
+    (`rlvr_lib.study.probes.ivon_regime.composite_regime`, issue 56 item 2): refused while it has none."""
+    from rlvr_lib.study.probes.ivon_regime import composite_regime
+
+    threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
+    regime = {"method_options": {threepo: composite_regime(f"{a}{SEPARATOR}{b}")}} if threepo else {}
+    return compose(a, b, **pair_settings(a, b), **regime)
 
 
 def better_component(pair: str, means: Mapping[str, float]) -> str:

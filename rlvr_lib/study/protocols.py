@@ -280,8 +280,8 @@ class ProtocolEvaluation:
         """The protocol's pass@1 (mean@k) of arm ``a`` minus arm ``b``: paired bootstrap over seeds x problems."""
         return paired_difference_ci(self.scores(a, families), self.scores(b, families), bounds=(0, 1))
 
-    def describe(self) -> str:
-        """The protocol and its scaling at this profile, in words (markdown)."""
+    def describe(self, rule: bool = True) -> str:
+        """The protocol and its scaling at this profile, in words (markdown); ``rule``: end with :data:`SCALING_RULE`."""
         p, s = self.protocol, self.spec
         if p.greedy:
             what = "greedy pass@1: one argmax completion per problem (the paper's protocol, unscaled)"
@@ -291,8 +291,8 @@ class ProtocolEvaluation:
                     f"({s.samples} samples per problem; {stated})")
         extra = f" Not stated: {p.not_stated}." if p.not_stated else ""
         return (f"**{p.paper}'s protocol** (PAPERS.md: \"{p.source}\"): measured as {what}, on "
-                f"{s.problems_per_family} problems per family, {self.profile} profile.{extra} "
-                f"Scaling rule: {SCALING_RULE}")
+                f"{s.problems_per_family} problems per family, {self.profile} profile.{extra}"
+                + (f" Scaling rule: {SCALING_RULE}" if rule else ""))
 
 
 def _module_protocol(module: str) -> Any:

@@ -6,6 +6,7 @@ recompute on the testbed v4 policy and kept unchanged for v5 (the same policy, a
 where a row differs from the first full-profile table.
 """
 
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -64,3 +65,11 @@ REGISTRY = Registry(
               changed="item 5: a measurement check, moved out of the claims"),
     ),
 )
+
+_G = {G: Arm("grpo", label=f"grpo-g{G}", overrides={"group_size": G}) for G in (8, 32, 64)}
+COMPARISONS = {
+    "g32-vs-g8": Pair(_G[32], _G[8], ("group_size",), "the group size G (32 against 8)", ("more-rollouts-help",)),
+    "g64-vs-g32": Pair(_G[64], _G[32], ("group_size",), "the group size G (64 against 32)", ("up-to-a-point",)),
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`); rows against the base policy are not
+pairs of trained arms."""

@@ -1,5 +1,6 @@
 """Notebook 02's pre-registered rows (SAGE T1's anchor rows: no KL, forward KL)."""
 
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -43,3 +44,17 @@ REGISTRY = Registry(
               changed="item 5: grpo_k2 kept only as a labelled identity check; issue 31: on one seed"),
     ),
 )
+
+_GRPO = Arm("grpo")
+COMPARISONS = {
+    "no-kl": Pair(Arm("grpo_no_kl"), _GRPO, ("method", "kl_coef"), "no KL anchor against GRPO's reverse-KL anchor",
+                  ("nokl-train-higher", "nokl-test-lower", "nokl-passn-lower")),
+    "forward-kl": Pair(Arm("grpo_forward_kl"), _GRPO, ("method", "kl_estimator"),
+                       "the anchor's estimator: forward KL against GRPO's reverse KL (same beta)",
+                       ("fkl-passn-higher", "fkl-no-pass1-gain")),
+    "k2-identity": Pair(Arm("grpo_k2"), _GRPO, ("method", "kl_estimator"),
+                        "the anchor's estimator: k2, whose gradient is GRPO's (an identity check)",
+                        ("grpo-k2-identity",)),
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`): each baseline against ``grpo`` at
+GRPO's lr (``grpo_forward_kl``'s own pick is 3.3e-5: its arm here is ``grpo_forward_kl@grpo-lr``)."""

@@ -1,5 +1,7 @@
 """Notebook 03's pre-registered rows (NudgeRL: T1, Figs 1, 3, 4, 5, ablations)."""
 
+from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
+from rlvr_lib.study.comparisons import Arm, Pair
 from rlvr_lib.tasks import EVAL_FAMILIES
 from . import TAGGED, Claim, Measurement, Registry
 
@@ -77,3 +79,43 @@ REGISTRY = Registry(
                     changed="item 7: the repository's own reading (issue 11); moved from the claims", **_DISCOVERY),
     ),
 )
+
+_NUDGERL_ARM = Arm("nudgerl")
+_HINTS = "the method: NudgeRL's hints, credit assignment and distillation (advantage 'hint')"
+GRPO_ARMS = {G: Arm("grpo", label=f"grpo-g{G}-nudgerl-settings", overrides={**NUDGERL_SETTINGS, "group_size": G})
+             for G in (8, 16, 32, 64)}
+"""GRPO@G at every setting NudgeRL's runs share (notebook 03's labels)."""
+EPS_ARMS = {e: GRPO_ARMS[8] if e == NUDGERL_SETTINGS["eps_high"] else
+            Arm("grpo", label=f"grpo-mb2-eps-high-{e:.2f}", overrides={**NUDGERL_SETTINGS, "eps_high": e})
+            for e in EPS_HIGH}
+"""Fig 5's GRPO@8 at each eps_high (0.20 is GRPO@8 itself)."""
+ABLATION_ARMS = {(option, v): Arm("nudgerl", label=f"nudgerl-{option}-{v}".replace("_", "-"),
+                                  overrides={"method_options": {option: v}})
+                 for option, values in (("p_drop", P_DROP), ("hint_selection", ("random",)),
+                                        ("lambda_distill", LAMBDA_DISTILL), ("lam", LAM)) for v in values}
+"""Each ablation changes one option of the preset (notebook 03's labels)."""
+COMPARISONS = {
+    "nudgerl-vs-grpo-g8": Pair(_NUDGERL_ARM, GRPO_ARMS[8], ("method", "advantage"), _HINTS,
+                               ("beats-grpo-g8", "fig4-rare-solved", "beats-grpo-rare", "beats-grpo-ood",
+                                "rescued-vs-lost")),
+    **{f"nudgerl-vs-grpo-g{G}": Pair(_NUDGERL_ARM, GRPO_ARMS[G], ("method", "advantage", "group_size"),
+                                     f"{_HINTS}, with G = 8 against GRPO's G = {G}",
+                                     (f"beats-grpo-g{G}", *(("fig3-grpo32-declines",) if G == 32 else ())))
+       for G in (16, 32, 64)},
+    # POPE's preset is NudgeRL's configuration (issue 56, item 4): notebook 02 trains it at that preset.
+    "nudgerl-vs-pope": Pair(_NUDGERL_ARM, Arm("pope", experiment="baselines"), ("method", "advantage"),
+                            "unverified strategy hints with NudgeRL's credit and distillation, against POPE's oracle "
+                            "prefixes on half the prompts", ("beats-pope", *(f"beats-pope-{f}" for f in EVAL_FAMILIES))),
+    **{f"nudgerl-vs-grpo-eps-high-{e:.2f}": Pair(_NUDGERL_ARM, EPS_ARMS[e],
+                                                 ("method", "advantage", *(("eps_high",) if e != 0.2 else ())),
+                                                 f"{_HINTS}, against GRPO@8 with eps_high {e:.2f}",
+                                                 (f"fig5-eps-high-{e:.2f}",))
+       for e in EPS_HIGH},
+    **{f"ablation-{option}-{v}": Pair(*((ABLATION_ARMS[option, v], _NUDGERL_ARM) if option == "hint_selection" else
+                                        (_NUDGERL_ARM, ABLATION_ARMS[option, v])),
+                                      ("method_options",), f"the option {option}: {v} against the preset's",
+                                      ("ablation-hint-random" if option == "hint_selection" else
+                                       f"ablation-{option.replace('_', '-')}-{v}",))
+       for option, v in ABLATION_ARMS},
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`)."""

@@ -3,6 +3,8 @@
 The paper's effects are T1's OLMo3-7B column (PAPERS.md); the Qwen2.5-Math-7B column is in ``paper``.
 """
 
+from rlvr_lib.methods.threepo import LEARNT_HESS_STEPS, TESTBED_ESS, THREEPO_SETTINGS
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -133,3 +135,72 @@ COST = Registry(
                                  "by seed; issue's target, the paper: about 1.5x)", "<", than=1.6, **_NONE),
     ),
 )
+
+GRPO_ARM = Arm("grpo_no_kl", label="grpo-3po-settings", overrides=THREEPO_SETTINGS)
+"""The claims' GRPO: grpo_no_kl at 3PO's settings (no KL, its warm-up)."""
+BASELINE_ARMS = {key: Arm(name, label=f"{name}-3po-settings", overrides=THREEPO_SETTINGS)
+                 for key, name in (("entreg", "entropy_reg"), ("polaris", "polaris"), ("kl_cov", "kl_cov"))}
+"""3PO's baselines at 3PO's settings (issue 56, item 4: its warm-up, as 3PO's own rows and its GRPO have), trained
+in notebook 04; notebook 02's rows of the same methods keep the testbed's settings."""
+NO_NOISE_ARM = Arm("b3po", label="ivon-no-noise", overrides={"method_options": {"noise_scale": 0.0}})
+"""The primary control: B3PO without weight noise (the same IVON step at the mean weights)."""
+_V = {v: Arm(v) for v in ("b3po", "m3po", "c3po")}
+ABLATION_ARMS = {
+    "c3po-ess-x0.1": Arm("c3po", label="c3po-ess-x0.1", overrides={"method_options": {"ess": TESTBED_ESS / 10}}),
+    "c3po-ess-x10": Arm("c3po", label="c3po-ess-x10", overrides={"method_options": {"ess": TESTBED_ESS * 10}}),
+    "c3po-n1": Arm("c3po", label="c3po-n1", overrides={"method_options": {"samples": 1}}),
+    "c3po-n4": Arm("c3po", label="c3po-n4", overrides={"method_options": {"samples": 4}}),
+    "c3po-n8": Arm("c3po", label="c3po-n8", overrides={"method_options": {"samples": 8}}),
+    "c3po-no-seq-mis": Arm("c3po", label="c3po-no-seq-mis", overrides={"method_options": {"seq_mis": False}}),
+    "m3po-full-group": Arm("m3po", label="m3po-full-group", overrides={"group_size": 16}),
+    # the full profile's; the quick profile's smoke warm-up adds its own hess_init_steps/batch
+    "c3po-learnt-hess": Arm("c3po", label="c3po-learnt-hess",
+                            overrides={"method_options": {"hess_init_steps": LEARNT_HESS_STEPS}}),
+}
+"""Each ablation changes one setting of a preset (notebook 04's labels)."""
+_NOISE = "the weight noise (the same IVON step, without noise in the control)"
+_OPTION = ("method_options",)
+COMPARISONS = {
+    **{f"{v}-vs-grpo": Pair(_V[v], GRPO_ARM, ("method",), f"the method: {v.upper()}'s IVON posterior sampling "
+                                                          "against GRPO's AdamW step, at 3PO's settings", claims)
+       for v, claims in (("c3po", ("c3po-beats-grpo", "c3po-gain-largest-hardest", "fig3-c3po-fewer-zero-adv-train",
+                                   "c3po-rescues-alive-eval", "c3po-rescues-solved-eval")),
+                         ("m3po", ("m3po-beats-grpo", "fig3-m3po-fewer-zero-adv-train", "m3po-rescues-alive-eval",
+                                   "m3po-rescues-solved-eval")),
+                         ("b3po", ("b3po-matches-grpo",)))},
+    "b3po-vs-no-noise": Pair(_V["b3po"], NO_NOISE_ARM, _OPTION, _NOISE, ("b3po-beats-no-noise",)),
+    **{f"{v}-vs-no-noise": Pair(_V[v], NO_NOISE_ARM, ("method", "method_options"),
+                                f"{_NOISE}, with {v.upper()}'s several weight samples per step", (f"{v}-beats-no-noise",))
+       for v in ("m3po", "c3po")},
+    "c3po-vs-m3po": Pair(_V["c3po"], _V["m3po"], ("method",), "C3PO's pooled advantage against M3PO's per-sample "
+                                                              "groups", ("c3po-beats-m3po",)),
+    "c3po-vs-b3po": Pair(_V["c3po"], _V["b3po"], ("method",), "several weight samples per step against one",
+                         ("c3po-beats-b3po",)),
+    **{f"c3po-vs-{key}": Pair(_V["c3po"], arm, ("method",), f"the method: C3PO against {arm.name}, both at 3PO's "
+                                                            "settings", (f"c3po-beats-{key}",))
+       for key, arm in BASELINE_ARMS.items()},
+    "polaris-vs-grpo": Pair(BASELINE_ARMS["polaris"], GRPO_ARM, ("method",), "Polaris' temperature latch",
+                            ("fig3-polaris-degenerate-train", "polaris-malformed-eval")),
+    "entreg-vs-grpo": Pair(BASELINE_ARMS["entreg"], GRPO_ARM, ("method",), "the entropy bonus",
+                           ("fig3-entreg-incorrect-train", "entreg-wrong-eval")),
+    "ess-x0.1": Pair(_V["c3po"], ABLATION_ARMS["c3po-ess-x0.1"], _OPTION, "the ESS (calibrated against 0.1x)",
+                     ("fig5-ess-x0.1",)),
+    "ess-x10": Pair(_V["c3po"], ABLATION_ARMS["c3po-ess-x10"], _OPTION, "the ESS (calibrated against 10x)",
+                    ("fig5-ess-x10",)),
+    "n2-vs-n1": Pair(_V["c3po"], ABLATION_ARMS["c3po-n1"], _OPTION, "weight samples N = 2 against 1",
+                     ("fig5-n2-beats-n1",)),
+    "n4-vs-n2": Pair(ABLATION_ARMS["c3po-n4"], _V["c3po"], _OPTION, "weight samples N = 4 against 2",
+                     ("fig5-n4-not-worse",)),
+    "m3po-full-group": Pair(ABLATION_ARMS["m3po-full-group"], _V["m3po"], ("group_size",),
+                            "a full group per weight sample (G = 16) against equal compute (G = 8)",
+                            ("fig5-m3po-full-group",)),
+    "seq-mis": Pair(_V["c3po"], ABLATION_ARMS["c3po-no-seq-mis"], _OPTION, "Seq-MIS on against off",
+                    ("appendix-seq-mis",)),
+    "n-eq-g": Pair(_V["c3po"], ABLATION_ARMS["c3po-n8"], _OPTION, "weight samples N = 2 against N = G = 8",
+                   ("appendix-n-eq-g",)),
+    "constant-hess": Pair(_V["c3po"], ABLATION_ARMS["c3po-learnt-hess"], _OPTION,
+                          "a constant Hessian init against a learnt one", ("fig5-constant-hess",)),
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`). 3PO's baselines (entropy
+regularisation, Polaris, KL-Cov) are compared at 3PO's settings (:data:`BASELINE_ARMS`), not as notebook 02 runs
+them; the rows' GRPO references (GRPO against the same baseline) are :data:`GRPO_ARM` against those arms."""

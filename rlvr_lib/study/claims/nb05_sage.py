@@ -1,5 +1,7 @@
 """Notebook 05's pre-registered rows (SAGE: T1, BNPO/DAPO + Branch, T2, OOD, cost)."""
 
+from rlvr_lib.methods.sage import FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -94,3 +96,34 @@ COST = Registry(
                             "grpo-pass256, which is no longer trained", **_NONE),
     ),
 )
+
+GRPO_K3 = Arm("grpo_k3")
+"""SAGE's GRPO: the comparator of every SAGE-vs-GRPO row."""
+MATCHED = {"bnpo": Arm("bnpo_loss", label="bnpo-loss-k3", overrides=SAGE_ANCHOR),
+           "dapo": Arm("dapo", label="dapo-trl-k3", overrides={**SAGE_DAPO, **SAGE_ANCHOR})}
+"""+Branch's matched comparators: SAGE's BNPO and DAPO (TRL's ``loss_type`` "bnpo" and "dapo", issue 56 item 3)
+with SAGE's k3 anchor and no guide."""
+FULL_DAPO = (Arm("dapo_branch", label="dapo-full-branch", overrides=FULL_DAPO_BRANCH),
+             Arm("dapo", label="dapo-k3", overrides=SAGE_ANCHOR))
+"""The full DAPO recipe (clip-higher, dynamic sampling, overlong shaping) with and without the branch guide: an
+extra row of notebook 05's +Branch table, not SAGE's DAPO and not a claim."""
+_GUIDE = "the guide q (SAGE's branch guide; q = 1 is GRPO's anchor)"
+COMPARISONS = {
+    "sage-vs-grpo": Pair(Arm("sage"), GRPO_K3, ("method",), _GUIDE,
+                         ("sage-beats-grpo-pass1", "sage-beats-grpo-wide", "sage-sharpens-less", "sage-revives-rare",
+                          "ood-sage-beats-grpo")),
+    "branch-vs-random": Pair(Arm("sage"), Arm("sage_random"), ("method",), "the guide: branch against random",
+                             ("branch-beats-random",)),
+    # sage_token's pick is 3.3e-5: SAGE's arm here is sage@sage_token-lr (the lr rule, rlvr_lib.study.comparisons)
+    "branch-vs-token": Pair(Arm("sage"), Arm("sage_token"), ("method",), "the guide: branch against token",
+                            ("branch-beats-token",)),
+    # bnpo_loss_branch's pick is 3.3e-5: its arm here is bnpo_loss_branch@bnpo-loss-k3-lr, at bnpo_loss's 1e-4
+    "bnpo-branch": Pair(Arm("bnpo_loss_branch"), MATCHED["bnpo"], ("method",),
+                        f"{_GUIDE}, on SAGE's BNPO", ("bnpo-branch-pass1", "bnpo-branch-passn")),
+    "dapo-branch": Pair(Arm("dapo_branch"), MATCHED["dapo"], ("method",),
+                        f"{_GUIDE}, on SAGE's DAPO (TRL's loss_type='dapo')", ("dapo-branch-pass1",
+                                                                               "dapo-branch-passn")),
+    "full-dapo-branch": Pair(*FULL_DAPO, ("method",), f"{_GUIDE}, on the full DAPO recipe (an extra row)", ()),
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`): each arm pair shares every setting
+but the guide, the lr included (the comparator's pick)."""

@@ -3,6 +3,8 @@
 The paper's Math average is our in-distribution pass@1, its code average (math -> code) our ``ood_shift`` pass@1.
 """
 
+from rlvr_lib.methods.vigor import VIGOR_SETTINGS
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -96,3 +98,27 @@ COST = Registry(
                     **_NONE),
     ),
 )
+
+GT_ARM = Arm("grpo", label="grpo-gt", overrides=VIGOR_SETTINGS)
+"""GRPO with the verifier's reward at every setting VIGOR's runs share (anchor, G, schedule)."""
+INTUITOR_ARM = Arm("intuitor", experiment="baselines")
+"""INTUITOR at its preset, VIGOR's settings (issue 56, item 4), as notebook 02 trains it."""
+VIGOR_ARM = Arm("vigor")
+ABLATION_ARMS = {"no-sqrt": Arm("vigor", label="vigor-no-sqrt-len", overrides={"method_options": {"sqrt_len": False}}),
+                 "no-rank": Arm("vigor", label="vigor-no-rank", overrides={"method_options": {"rank_shaping": False}})}
+_REWARD = "the reward: VIGOR's rank-shaped gradient-norm score (advantage 'rank')"
+COMPARISONS = {
+    # VIGOR's pick (3.3e-5) is not GRPO's (1e-4): VIGOR's arm here is vigor@grpo-gt-lr (the lr rule)
+    "vigor-vs-gt": Pair(VIGOR_ARM, GT_ARM, ("method", "advantage"), f"{_REWARD} against the verifier's",
+                        ("beats-gt", "near-gt")),
+    "vigor-vs-intuitor": Pair(VIGOR_ARM, INTUITOR_ARM, ("method", "advantage"), f"{_REWARD} against self-certainty",
+                              ("beats-intuitor", "beats-intuitor-ood", "vigor-tracks-better", "vigor-shorter")),
+    # INTUITOR's pick (3.3e-5) is not GRPO's: GRPO's arm here is grpo-gt@intuitor-lr
+    "gt-vs-intuitor": Pair(GT_ARM, INTUITOR_ARM, ("method",), "the reward: the verifier's against self-certainty",
+                           ("gt-beats-intuitor",)),
+    "no-sqrt": Pair(ABLATION_ARMS["no-sqrt"], VIGOR_ARM, ("method_options",), "the score without sqrt(T)",
+                    ("no-sqrt-lower", "no-sqrt-longer")),
+    "no-rank": Pair(ABLATION_ARMS["no-rank"], VIGOR_ARM, ("method_options",), "the score without rank shaping",
+                    ("no-rank-lower",)),
+}
+"""The paired comparisons of the rows above (`rlvr_lib.study.comparisons`)."""

@@ -17,6 +17,10 @@ These rows were fixed before notebook 07's first full-profile record (session 26
 `Registry.changed_rows`, as for every notebook.
 """
 
+import dataclasses
+
+from rlvr_lib.methods.presets import method_config
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -80,3 +84,65 @@ REGISTRY = Registry(
           for m in ("nudgerl", "threepo", "sage", "vigor")),
     ),
 )
+
+_ONE_STEP = {"minibatches": 1, "inner_epochs": 1}
+"""What `rlvr_lib.study.head_to_head.Budget.overrides` sets beside the shared sizes for these arms (one optimizer
+step per batch; none of them refills)."""
+_AT_BUDGET = ("not a one-difference comparison: the method at its own preset and tuned lr, at the equal-compute "
+              "budget, against notebook 02's KL-anchored GRPO; every other setting its preset sets differs too")
+_SETTINGS = {
+    "nudgerl": ("method", "advantage", "kl_coef", "top_p", "lr_schedule", "lr_warmup_ratio"),
+    "sage": ("method", "kl_estimator"),
+    **{v: ("method", "kl_coef", "lr_warmup_ratio") for v in ("b3po", "m3po", "c3po")},
+    "vigor": ("method", "advantage", "kl_coef", "kl_estimator", "lr", "lr_schedule", "lr_warmup_ratio"),
+}
+"""Per method, the fields in which its arm at the budget differs from GRPO's: its paper's settings come with it."""
+_ROWS = {m: (f"{key}-beats-grpo", *(("nudgerl-rare-wide",) if m == "nudgerl" else (f"{key}-rare-wide",)),
+             f"{key}-helps-hardest", f"{key}-gain-grows-with-size")
+         for m, key in (("nudgerl", "nudgerl"), ("sage", "sage"), ("b3po", "threepo"), ("m3po", "threepo"),
+                        ("c3po", "threepo"), ("vigor", "vigor"))}
+_SIZES = ("steps", "prompts_per_step", "group_size", "seed", "method")
+
+
+def _own(name: str, label: str, replace: dict) -> Arm:
+    """The method arm's config at the budget with ``replace``'s fields changed (``method_options`` merged): its
+    own paper's comparator as `rlvr_lib.study.head_to_head.own_comparators` builds it, the lr included."""
+    arm = method_config(name, **_ONE_STEP)
+    kept = {f.name: getattr(arm, f.name) for f in dataclasses.fields(arm) if f.name not in _SIZES}
+    options = replace.get("method_options")
+    if options is not None:
+        replace = {**replace, "method_options": {**(arm.method_options or {}), **options}}
+    fields = {**kept, **{k: v for k, v in replace.items() if k != "method"}}
+    return Arm(replace.get("method", name), label=label, overrides=fields)
+
+
+_NO_NOISE = {"method_options": {"noise_scale": 0.0}}
+_OWN_ROWS = {key: (f"{key}-beats-own", f"{key}-rare-wide-own") for key in ("nudgerl", "sage", "threepo", "vigor")}
+COMPARISONS = {
+    **{f"{m}-vs-grpo": Pair(Arm(m, overrides=_ONE_STEP), Arm("grpo", overrides=_ONE_STEP), _SETTINGS[m], _AT_BUDGET,
+                            _ROWS[m], match_lr=False)
+       for m in _SETTINGS},
+    # issue 56, item 7: each method beside its own paper's comparator (one difference, every other setting kept)
+    "nudgerl-vs-own": Pair(Arm("nudgerl", overrides=_ONE_STEP),
+                           _own("nudgerl", "grpo-nudgerl-settings", {"method": "grpo", "advantage": "grpo"}),
+                           ("method", "advantage"), "NudgeRL's hints, context dropout, credit and distillation",
+                           _OWN_ROWS["nudgerl"]),
+    "sage-vs-own": Pair(Arm("sage", overrides=_ONE_STEP), _own("sage", "grpo_k3", {"method": "grpo_k3"}),
+                        ("method",), "SAGE's guide q alone", _OWN_ROWS["sage"]),
+    "vigor-vs-own": Pair(Arm("vigor", overrides=_ONE_STEP),
+                         _own("vigor", "grpo-vigor-settings", {"method": "grpo", "advantage": "grpo"}),
+                         ("method", "advantage"), "VIGOR's gradient-norm rank reward in place of the verifier's",
+                         _OWN_ROWS["vigor"]),
+    **{f"{v}-vs-own-grpo": Pair(Arm(v, overrides=_ONE_STEP), _own(v, "grpo-3po-settings", {"method": "grpo_no_kl"}),
+                                ("method",), "IVON with its weight noise in place of AdamW", _OWN_ROWS["threepo"])
+       for v in ("b3po", "m3po", "c3po")},
+    **{f"{v}-vs-no-noise": Pair(Arm(v, overrides=_ONE_STEP),
+                                _own(v, "ivon-no-noise" if v == "b3po" else f"{v}-no-noise", _NO_NOISE),
+                                ("method_options",), "the weight noise alone (the same IVON step at the mean weights)",
+                                ("threepo-beats-no-noise", "threepo-rare-wide-no-noise"))
+       for v in ("b3po", "m3po", "c3po")},
+}
+"""The head-to-head's paired comparisons (`rlvr_lib.study.comparisons`), one per method the notebook may select
+(``threepo``'s rows read the selected 3PO variant's pair); the composite-against-better-component rows compare
+arms chosen from the data and are not declared. These are not one-difference comparisons: ``differs`` lists what
+each method's paper settings change (SAGE's: the k3 estimator beside its guide, issue 56 item 8)."""

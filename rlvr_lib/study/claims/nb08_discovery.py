@@ -5,6 +5,7 @@ Written before any run on the discovery regime. GRPO here is the oracle arm's co
 preset), not each paper's GRPO at the paper's settings; the effects are T1's, as in notebooks 03 and 04.
 """
 
+from rlvr_lib.study.comparisons import Arm, Pair
 from . import Check, Claim, Measurement, Registry
 from .nb03_nudgerl import _GRPO_T1, _NUDGERL
 from .nb04_3po import _T1, _t1
@@ -54,3 +55,21 @@ REGISTRY = Registry(
                                         "training targets", "measurement"),
     ),
 )
+
+_PRESET = ("not a one-difference comparison: the method at its preset and tuned lr against the testbed's grpo "
+           "preset, the oracle arm's comparator; every setting its preset sets differs too")
+_SETTINGS = {
+    "nudgerl": ("method", "advantage", "kl_coef", "top_p", "minibatches", "lr_schedule", "lr_warmup_ratio"),
+    **{v: ("method", "kl_coef", "lr_warmup_ratio") for v in ("b3po", "m3po", "c3po")},
+    "sage": ("method", "kl_estimator"),
+    "vigor": ("method", "advantage", "kl_coef", "kl_estimator", "lr", "lr_schedule", "lr_warmup_ratio"),
+}
+_CLAIMS = {"nudgerl": ("nudgerl-beats-grpo",), "c3po": ("c3po-beats-grpo",), "m3po": ("m3po-beats-grpo",),
+           "b3po": ("b3po-matches-grpo",)}
+COMPARISONS = {
+    f"{arm}-vs-grpo": Pair(Arm(arm), Arm("grpo"), _SETTINGS[arm], _PRESET,
+                           (*_CLAIMS.get(arm, ()), f"{arm}-headroom", f"{arm}-round-share"), match_lr=False)
+    for arm in ARMS
+}
+"""Notebook 08's paired comparisons (`rlvr_lib.study.comparisons`); every arm also sets the discovery task and
+policy (`rlvr_lib.study.regimes.arm_overrides`), shared by both sides."""
