@@ -228,3 +228,192 @@ def test_the_second_size_is_named_not_a_path_and_refused_until_built(tmp_path, m
     (tmp_path / "small-mul" / "config.json").write_text("{}")
     assert h2h.scale_policy("full") == "small" and load.resolve_policy_path("small") == str(tmp_path / "small-mul")
     assert method_config("grpo", policy=h2h.scale_policy("full")).policy == "small"  # no checkout path in its key
+
+
+# ------------------------------------------------------------------ each method beside its own paper's comparator
+FULL = h2h.Budget(steps=200, prompts_per_step=8, group_size=8)  # notebook 07's full-profile budget
+
+
+@pytest.mark.parametrize("key,name", [("nudgerl", "nudgerl"), ("sage", "sage"), ("threepo", "b3po"),
+                                      ("threepo", "m3po"), ("threepo", "c3po"), ("vigor", "vigor")])
+def test_each_method_arm_stands_beside_its_own_comparator_sharing_every_setting_but_the_named(key, name):
+    arm = method_config(name, **BUDGET.overrides(name))
+    grpo = method_config("grpo", **BUDGET.overrides("grpo"))
+    comps = h2h.own_comparators(key, name)
+    assert comps and all(isinstance(c, h2h.Comparator) for c in comps)
+    for c in comps:
+        config = h2h.comparator_config(name, c, BUDGET)
+        assert set(h2h.config_difference(arm, config)) == set(c.named())  # the mechanism only
+        assert (config.lr, config.lr_schedule, config.minibatches) == (arm.lr, arm.lr_schedule, 1)
+        method, overrides = h2h.comparator_run(name, c, BUDGET)
+        assert method_config(method, **overrides, seed=3) == h2h.comparator_config(name, c, BUDGET, seed=3)
+    # plain GRPO is the other comparator: the arm differs from it by its method and more than that
+    assert {"method"} < set(h2h.config_difference(arm, grpo)) or key == "sage"
+    want = {"nudgerl": [("grpo-nudgerl-settings", "grpo")], "sage": [("grpo_k3", "grpo_k3")],
+            "vigor": [("grpo-vigor-settings", "grpo")],
+            "threepo": [("ivon-no-noise" if name == "b3po" else f"{name}-no-noise", name),
+                        ("grpo-3po-settings", "grpo_no_kl")]}[key]
+    assert [(c.label, h2h.comparator_config(name, c, BUDGET).method) for c in comps] == want
+
+
+def test_own_comparators_at_their_papers_settings_and_where_they_are_read():
+    from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
+    from rlvr_lib.methods.threepo import THREEPO_SETTINGS
+    from rlvr_lib.methods.vigor import VIGOR_SETTINGS
+
+    nudge = h2h.comparator_config("nudgerl", h2h.own_comparators("nudgerl", "nudgerl")[0], BUDGET)
+    assert all(getattr(nudge, k) == v for k, v in NUDGERL_SETTINGS.items() if k not in ("minibatches", "group_size"))
+    (no_noise, grpo_3po) = h2h.own_comparators("threepo", "c3po")
+    assert h2h.comparator_config("c3po", no_noise, BUDGET).method_options == {"noise_scale": 0.0}
+    assert all(getattr(h2h.comparator_config("c3po", grpo_3po, BUDGET), k) == v for k, v in THREEPO_SETTINGS.items())
+    vigor = h2h.own_comparators("vigor", "vigor")[0]
+    gt = h2h.comparator_config("vigor", vigor, BUDGET)
+    assert all(getattr(gt, k) == v for k, v in VIGOR_SETTINGS.items() if k != "group_size")
+    assert gt.lr == method_config("vigor").lr  # VIGOR's lr, whatever GRPO's is
+    # a GRPO comparator at another lr than the VIGOR arm's is refused: the lr is not the named difference
+    arm = method_config("vigor", **BUDGET.overrides("vigor"))
+    with pytest.raises(ValueError, match=r"comparator 'grpo-vigor-settings': fields that differ from the arm=.*'lr'.*"
+                                         r"must be exactly the named ones \['advantage', 'method'\]"):
+        vigor.check(arm, arm.replace(method="grpo", advantage="grpo", lr=arm.lr * 3))
+    # SAGE's grpo_k3 is notebook 05's config at the budget: read there; the others are trained here
+    homes = {c.label: h2h.comparator_home(name, c, BUDGET) for key, name in
+             {"nudgerl": "nudgerl", "sage": "sage", "threepo": "b3po", "vigor": "vigor"}.items()
+             for c in h2h.own_comparators(key, name)}
+    assert homes == {"grpo-nudgerl-settings": "head_to_head", "grpo_k3": "sage", "ivon-no-noise": "head_to_head",
+                     "grpo-3po-settings": "head_to_head", "grpo-vigor-settings": "head_to_head"}
+    with pytest.raises(ValueError, match=r"^key='pope' is invalid: must be one of"):
+        h2h.own_comparators("pope", "pope")
+    with pytest.raises(ValueError, match=r"^name='sage' is invalid: must be a 3PO variant"):
+        h2h.own_comparators("threepo", "sage")
+    with pytest.raises(ValueError, match=r"replace=\{'seed': 1\} is invalid"):
+        h2h.Comparator("x", {"seed": 1}, "nothing")
+
+
+def test_sages_own_comparator_is_read_from_notebook_05s_committed_records():
+    from rlvr_lib.study.runs import load_runs
+
+    sage = load_runs("sage_full", name="sage", current=True)
+    grpo_k3 = load_runs("sage_full", name="grpo_k3", current=True)
+    if not (sage and grpo_k3):
+        pytest.skip("notebook 05's full-profile records are not committed at this checkout")
+    comp = h2h.own_comparators("sage", "sage")[0]
+    assert h2h.comparator_home("sage", comp, FULL) == "sage" and h2h.home("sage", FULL) == "sage"
+    for r in grpo_k3:  # every committed seed is the comparator's config at notebook 07's budget, seed for seed
+        assert h2h.record_config([r]) == h2h.comparator_config("sage", comp, FULL, seed=r.seed)
+    row = h2h.compare("SAGE", sage, "grpo_k3", grpo_k3, comparator=comp)
+    assert (row.label, row.role, row.method) == ("SAGE vs grpo_k3", "own", "SAGE")
+    assert row.reads == ("SAGE's guide q alone (method 'sage' vs 'grpo_k3'; every other setting shared)")
+
+
+def _synthetic(name, counts, seeds=(0, 1), **overrides):
+    """Records of registered method ``name`` (its config at BUDGET) with per-problem correct counts of 4 samples
+    on one family of len(counts) problems, the same on every seed."""
+    config = method_config(name, **{**BUDGET.overrides(name), **overrides})
+    uids = [f"p{i}" for i in range(len(counts))]
+    return [SimpleNamespace(config={"train": config.replace(seed=s).to_dict()}, seed=s, run_id=f"{name}-s{s}",
+                            final={"families": {"f": {"correct_counts": list(counts), "uids": uids}}})
+            for s in seeds]
+
+
+def _sage_map(sage_counts):
+    from rlvr_lib.study.arms import Paired
+
+    base_levels = np.array([0.0, 0.0, 0.0, 0.0, 0.5, 0.5, 0.5, 0.5])
+    arms = {"GRPO": _synthetic("grpo", [0, 0, 0, 0, 2, 2, 2, 2]),
+            "grpo_k3": _synthetic("grpo_k3", [2, 2, 2, 2, 2, 2, 2, 2]),  # the k3 estimator alone: +0.5 on the first 4
+            "SAGE": _synthetic("sage", sage_counts)}
+    comp = h2h.own_comparators("sage", "sage")[0]
+    rows = [h2h.compare("SAGE", arms["SAGE"], "GRPO", arms["GRPO"], method="SAGE"),
+            h2h.compare("SAGE", arms["SAGE"], "grpo_k3", arms["grpo_k3"], comparator=comp),
+            h2h.compare("grpo_k3", arms["grpo_k3"], "GRPO", arms["GRPO"])]
+    paired = Paired(["f"], 4)
+    gains = h2h.comparison_map(base_levels, {n: paired.scores(r) for n, r in arms.items()}, rows, edges=[0.0])
+    beside = {"rare gap": {c.label: paired.versus(arms[c.arm], arms[c.versus]) for c in rows}}
+    return rows, h2h.find_map(h2h.map_summary(gains, beside=beside, comparisons=rows))
+
+
+def test_an_effect_equal_under_the_own_comparator_is_not_attributed_to_the_method():
+    rows, data = _sage_map([2, 2, 2, 2, 2, 2, 2, 2])  # SAGE = grpo_k3: its gain over GRPO is the estimator's
+    assert rows[0].reads == "the method with every setting it changes (method 'sage' vs 'grpo'; kl_estimator 'k3' " \
+                            "vs 'reverse')"
+    assert [b["reading"] for b in data["runs"]["SAGE vs GRPO"]] == [h2h.HELPS, h2h.NO_DIFFERENCE]
+    assert [b["reading"] for b in data["runs"]["SAGE vs grpo_k3"]] == [h2h.NO_DIFFERENCE] * 2
+    said = h2h.attribution(data, "SAGE vs GRPO")
+    assert said == ["pass@1 in bucket <= 0 above 0 against GRPO: not attributed to SAGE: against grpo_k3, its own "
+                    "comparator, no difference shown (+0.000 [0.000, 0.000]); what the arm's settings change from "
+                    "GRPO's shows it",
+                    "rare gap above 0 against GRPO: not attributed to SAGE: against grpo_k3, its own comparator, no "
+                    "difference shown (+0.000 [0.000, 0.000]); what the arm's settings change from GRPO's shows "
+                    "it"]
+    guide = dict(zip(h2h.map_rows(data), h2h.guide(data)))
+    # every statement names its comparator and the difference it reads
+    assert guide["SAGE vs GRPO"].startswith(
+        "- **SAGE vs GRPO**: against GRPO (notebook 02's), the difference read: the method with every setting it "
+        "changes (method 'sage' vs 'grpo'; kl_estimator 'k3' vs 'reverse'). Use it over GRPO where the base "
+        "policy's per-problem pass@1 is <= 0 (+0.500 [0.500, 0.500])")
+    assert "Attribution: pass@1 in bucket <= 0 above 0 against GRPO: not attributed to SAGE" in guide["SAGE vs GRPO"]
+    assert "attributed to SAGE's mechanism" not in guide["SAGE vs GRPO"]
+    assert guide["SAGE vs grpo_k3"].startswith(
+        "- **SAGE vs grpo_k3**: against its paper's own comparator, the difference read: SAGE's guide q alone "
+        "(method 'sage' vs 'grpo_k3'; every other setting shared). No bucket of the base policy's per-problem pass@1 "
+        "where its pass@1 differs from grpo_k3's")
+    assert "Attribution" not in guide["grpo_k3 vs GRPO"]  # no own comparator of its own
+    summary = h2h.guide_summary(data)
+    assert summary.startswith("In short: SAGE vs GRPO and grpo_k3 vs GRPO gain over its comparator's pass@1 in some "
+                              "bucket.")
+    assert summary.endswith("Not attributed to the method (shown against GRPO, not against the method's own "
+                            "comparator, which shares every setting but its mechanism): SAGE vs GRPO (pass@1 in "
+                            "bucket <= 0 above 0 against GRPO); SAGE vs GRPO (rare gap above 0 against GRPO).")
+
+
+def test_an_effect_shown_under_the_own_comparator_too_is_attributed_to_the_method():
+    rows, data = _sage_map([4, 4, 4, 4, 2, 2, 2, 2])  # SAGE gains a further 0.5 over grpo_k3 on the first four
+    said = h2h.attribution(data, "SAGE vs GRPO")
+    assert said[0] == ("pass@1 in bucket <= 0 above 0 against GRPO: attributed to SAGE's mechanism (also above 0 "
+                       "against grpo_k3 +0.500 [0.500, 0.500])")
+    assert h2h.guide_summary(data).endswith("own comparator, which shares every setting but its mechanism): none.")
+    # a map without comparisons reads as before: every run against GRPO, no attribution
+    plain = {k: v for k, v in data.items() if k != "comparisons"}
+    assert h2h.attribution(plain, "SAGE vs GRPO") == [] and "the difference read" not in "".join(h2h.guide(plain))
+    with pytest.raises(ValueError, match=r"^runs without a comparison=\['SAGE vs GRPO'\] is invalid"):
+        gains = h2h.comparison_map(np.zeros(8), {"SAGE": np.zeros((2, 8)), "GRPO": np.zeros((2, 8))}, rows[:1])
+        h2h.map_summary(gains, comparisons=rows[1:2])
+
+
+def test_a_comparator_config_that_differs_beyond_its_mechanism_is_refused_on_records():
+    comp = h2h.own_comparators("sage", "sage")[0]
+    off = _synthetic("grpo_k3", [1] * 8, lr=5e-5)  # another lr: not the arm with the guide undone
+    with pytest.raises(ValueError, match=r"comparator 'grpo_k3': fields that differ from the arm=\{'lr': .*, 'method'"):
+        h2h.compare("SAGE", _synthetic("sage", [1] * 8), "grpo_k3", off, comparator=comp)
+    mixed = _synthetic("sage", [1] * 8)[:1] + _synthetic("sage", [1] * 8, seeds=(1,), top_p=0.9)
+    with pytest.raises(ValueError, match=r"^record sage-s1: config=\{'top_p': \(1.0, 0.9\)\} is invalid"):
+        h2h.record_config(mixed)
+
+
+def test_every_method_has_a_row_against_its_own_comparator():
+    reg = registry("nb07_head_to_head")
+    ids = {r.id for r in (*reg.claims, *reg.measurements)}
+    for m in h2h.METHOD_ARMS:
+        assert {f"{m}-beats-grpo", f"{m}-beats-own", f"{m}-rare-wide-own"} <= ids
+    assert {"threepo-beats-no-noise", "threepo-rare-wide-no-noise"} <= ids
+
+
+def test_readmes_guide_reads_the_comparisons_of_a_map(tmp_path):
+    from rlvr_lib.study import report
+
+    rows, data = _sage_map([2, 2, 2, 2, 2, 2, 2, 2])
+    nudge = h2h.Comparison("NudgeRL", "GRPO", "grpo", "the method with every setting it changes", "NudgeRL")
+    beside = {"rare gap": {**{run: data["beside"]["rare gap"][run] for run in data["beside"]["rare gap"]},
+                           nudge.label: {"mean": 0.0, "ci_low": -0.1, "ci_high": 0.1}}}
+    gains = h2h.comparison_map(np.zeros(8), {"SAGE": np.zeros((2, 8)), "GRPO": np.zeros((2, 8)),
+                                             "grpo_k3": np.zeros((2, 8))}, rows)
+    text = h2h.map_summary(gains, beside=beside, comparisons=[*rows, nudge])
+    lines = report._guide_section(text, "head_to_head_full", tmp_path)
+    head = next(line for line in lines if line.startswith("**Which method for which situation**"))
+    assert "gain over the comparator its row names (GRPO, notebook 02's" in head and "NudgeRL vs GRPO" in head
+    bullets = [line for line in lines if line.startswith("- **")]
+    assert bullets[0].startswith("- **SAGE vs GRPO** (retention regime): against GRPO (notebook 02's), the "
+                                 "difference read:")
+    # the discovery premise is named for the arm of a comparison, NudgeRL's
+    assert bullets[-1].startswith("- **NudgeRL vs GRPO** (retention regime; the discovery premise its exploration "
+                                  "needs: not measured): against GRPO")

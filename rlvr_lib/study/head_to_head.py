@@ -37,6 +37,24 @@ rules of `rlvr_lib.methods.compose.pair_table`), each with its presets' conflict
   and its IVON lr was calibrated under its schedule), else the first component's;
 * any other key: refused, naming it (no rule was written for it).
 
+**Each method beside its own paper's comparator** (issue 56, item 7; :func:`own_comparators`,
+:class:`Comparator`, :class:`Comparison`). Against notebook 02's GRPO an arm differs by its method *and* by every
+setting its preset changes (SAGE: the k3 KL estimator; 3PO: no KL, its warm-up; NudgeRL: no KL, top_p, its
+schedule; VIGOR: k3 at 0.01, its schedule and lr), so a difference from GRPO may be a setting's, not the
+method's. Each method therefore also stands beside its own paper's comparator, the rule written before any of its
+runs: **the comparator is the method's arm at the budget with only the named fields replaced** (the mechanism
+undone), every other setting, the lr included, the arm's (:meth:`Comparator.config`, checked by
+:meth:`Comparator.check` on the configs and, in the notebook, on the records): GRPO at NudgeRL's settings; ``grpo_k3``
+for SAGE (read from notebook 05's records: its config there is this one); for the 3PO variant, itself without weight
+noise and GRPO (AdamW, ``grpo_no_kl``) at 3PO's settings; GRPO with the verifier at VIGOR's settings and lr. One
+whose home notebook does not train the same config with the wide evaluation is trained here with it
+(:func:`comparator_home`). The map and the measures beside it are read per :class:`Comparison` (an arm against
+GRPO, or against its own comparator; :func:`comparison_map`), each naming the difference it reads
+(:func:`compare`, from the two arms' records' configs), and the guide attributes an effect shown against GRPO to
+the method only where its own comparator shows it too (:func:`attribution`): an effect equal under the own
+comparator is what the shared settings do. The second size's growth stays against GRPO (no own comparator is
+trained on it).
+
 **A second model size** (issue 32, item 3; :func:`scale_policy`, :func:`seed_gains`, :func:`gain_growth`). GRPO
 and the four methods (the selected 3PO variant) are trained again, at the same budget and seeds ``0..2``, on the
 second policy (:data:`SCALE_POLICY`, `rlvr_lib.policy.load.POLICY_NAMES`, built by ``make second-size``), and the
@@ -76,11 +94,13 @@ from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "FALLBACK", "METHOD_ARMS", "SCALE_POLICY",
-           "SHARED", "THREEPO_VARIANTS", "bucket_edges", "better_component", "composable_pairs", "gain_growth",
-           "gain_map", "find_map", "guide", "guide_summary", "home", "map_rows", "map_summary", "mean_pass",
-           "pair_name", "pair_settings", "pick_best", "records_by_name", "scale_policy", "seed_gains",
-           "select_arms", "signed_interval"]
+__all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "Comparator", "Comparison", "FALLBACK", "METHOD_ARMS",
+           "ROLES", "SCALE_POLICY", "SHARED", "THREEPO_VARIANTS", "attribution", "bucket_edges", "better_component",
+           "compare", "comparator_config", "comparator_home", "comparator_run", "comparison_map", "composable_pairs",
+           "config_difference", "difference_words", "gain_growth", "gain_map", "find_map", "guide", "guide_summary",
+           "home", "map_rows", "map_summary", "mean_pass", "own_comparators", "pair_name", "pair_settings",
+           "pick_best", "record_config", "records_by_name", "scale_policy", "seed_gains", "select_arms",
+           "signed_interval"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -282,6 +302,218 @@ def better_component(pair: str, means: Mapping[str, float]) -> str:
     return pick_best({n: means[n] for n in pair.split(SEPARATOR)})
 
 
+# ----------------------------------------------------------------------------- each method's own comparator
+@dataclass(frozen=True)
+class Comparator:
+    """An arm a method's arm stands beside besides plain GRPO: its paper's own comparator (issue 56, item 7).
+
+    The comparator's config is the method arm's config at the budget with only ``replace``'s fields changed
+    (:meth:`config`; ``method_options`` merged into the arm's): every other setting, the lr included, is the arm's,
+    so the difference between the two reads only ``mechanism``.
+
+    Attributes:
+        label: The run's label (its cache name).
+        replace: The `TrainerConfig` fields that differ from the arm's, with the comparator's values.
+        mechanism: What the difference between arm and comparator is, in words (what a statement against it reads).
+        home: The experiment prefix of the notebook that trains the same config under the same label with the wide
+            evaluation (its records are read there, as :func:`home` does for the arms), or None.
+    """
+
+    label: str
+    replace: Mapping[str, Any]
+    mechanism: str
+    home: str | None = None
+
+    def __post_init__(self):
+        names = {f.name for f in fields(TrainerConfig)} - {"seed"}
+        check(isinstance(self.replace, Mapping) and self.replace and set(self.replace) <= names,
+              f"Comparator {self.label!r}: replace", self.replace, f"a non-empty mapping of TrainerConfig fields {sorted(names)}")
+        if "method" in self.replace:
+            check(self.replace["method"] in METHODS, f"Comparator {self.label!r}: method", self.replace["method"],
+                  "a registered method")
+
+    @property
+    def method(self) -> str | None:
+        """The comparator's method when it replaces the arm's, else None (the arm's own method)."""
+        return self.replace.get("method")
+
+    def named(self) -> frozenset[str]:
+        """The fields the comparison names (``replace``'s keys): the only ones arm and comparator differ in."""
+        return frozenset(self.replace)
+
+    def config(self, arm: TrainerConfig) -> TrainerConfig:
+        """``arm`` with ``replace``'s fields (``method_options``: the arm's, updated with these)."""
+        changes = dict(self.replace)
+        if "method_options" in changes:
+            changes["method_options"] = {**(arm.method_options or {}), **changes["method_options"]}
+        return arm.replace(**changes)
+
+    def check(self, arm: TrainerConfig, comparator: TrainerConfig) -> dict[str, tuple]:
+        """The fields where ``arm`` and ``comparator`` differ (:func:`config_difference`); they must be exactly
+        :meth:`named`.
+
+        Raises:
+            ValueError: naming the comparator and each field that differs unnamed, or named and equal.
+        """
+        diff = config_difference(arm, comparator)
+        check(set(diff) == set(self.named()), f"comparator {self.label!r}: fields that differ from the arm",
+              {k: diff[k] for k in sorted(diff)}, f"exactly the named ones {sorted(self.named())}: every other "
+              "setting, the lr included, shared")
+        return diff
+
+
+def own_comparators(key: str, name: str) -> tuple[Comparator, ...]:
+    """Method ``key``'s own paper's comparators (:data:`METHOD_ARMS`; ``name``: the arm's registered method, for
+    ``"threepo"`` the selected variant), each the arm with one mechanism undone (:class:`Comparator`):
+
+    * NudgeRL: GRPO at NudgeRL's settings (`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS`, at the budget's one
+      optimizer step per batch): the method and its hint advantage replaced, so the hints, context dropout, the
+      inter/intra advantage and the distillation are what differ (PAPERS.md: "GRPO@8" of NudgeRL's T1).
+    * SAGE: ``grpo_k3``, GRPO with SAGE's k3 anchor and no guide (notebook 05's comparator, read there): the
+      guide q alone (PAPERS.md: SAGE's T1 GRPO row).
+    * 3PO: the variant without weight noise (``noise_scale`` 0: the same IVON step at the mean weights; notebook 04's
+      ``ivon-no-noise`` for B3PO), and GRPO at 3PO's settings (`rlvr_lib.methods.threepo.THREEPO_SETTINGS`: no KL,
+      3PO's warm-up; the method replaced by ``grpo_no_kl``, AdamW; notebook 04's ``grpo-3po-settings``): the weight
+      noise alone, and IVON with its noise against AdamW (PAPERS.md: 3PO's T1 GRPO row).
+    * VIGOR: GRPO with the verifier at VIGOR's settings (`rlvr_lib.methods.vigor.VIGOR_SETTINGS`: k3 at 0.01, its
+      cosine schedule) and VIGOR's lr: the reward alone (PAPERS.md: VIGOR's "GT-reward" row).
+    """
+    check(key in METHOD_ARMS, "key", key, f"one of {METHOD_ARMS}")
+    check(name in METHODS, "name", name, "a registered method")
+    if key == "nudgerl":
+        return (Comparator("grpo-nudgerl-settings", {"method": "grpo", "advantage": "grpo"},
+                           "NudgeRL's hints, context dropout, inter/intra advantage and distillation"),)
+    if key == "sage":
+        return (Comparator("grpo_k3", {"method": "grpo_k3"}, "SAGE's guide q alone", home="sage"),)
+    if key == "vigor":
+        return (Comparator("grpo-vigor-settings", {"method": "grpo", "advantage": "grpo"},
+                           "VIGOR's gradient-norm rank reward in place of the verifier's"),)
+    check(name in THREEPO_VARIANTS, "name", name, f"a 3PO variant {THREEPO_VARIANTS} for key 'threepo'")
+    return (Comparator("ivon-no-noise" if name == "b3po" else f"{name}-no-noise", {"method_options": {"noise_scale": 0.0}},
+                       "the weight noise alone (the same IVON step at the mean weights)"),
+            Comparator("grpo-3po-settings", {"method": "grpo_no_kl"},
+                       "IVON with its weight noise in place of AdamW"))
+
+
+def comparator_config(name: str, comparator: Comparator, budget: Budget, seed: int = 0) -> TrainerConfig:
+    """The comparator's config beside method ``name``'s arm at ``budget`` (:meth:`Comparator.config` of
+    ``method_config(name, **budget.overrides(name))``), checked to differ from it in the named fields only."""
+    arm = method_config(name, **budget.overrides(name), seed=seed)
+    out = comparator.config(arm)
+    comparator.check(arm, out)
+    return out
+
+
+def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[str, dict[str, Any]]:
+    """``(method, overrides)`` for `rlvr_lib.study.arms.Arms.train`: ``method_config(method, **overrides,
+    seed=s)`` is :func:`comparator_config` at seed ``s`` (every field given, so no preset or tuned lr moves it)."""
+    config = comparator_config(name, comparator, budget)
+    overrides = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("method", "seed")}
+    return config.method, overrides
+
+
+def comparator_home(name: str, comparator: Comparator, budget: Budget) -> str:
+    """Where a comparator's records are read: its :attr:`~Comparator.home` notebook's prefix when the config
+    beside ``name``'s arm at ``budget`` is that notebook's (``method_config(method, steps, prompts_per_step,
+    group_size)``: the same cache key), else ``"head_to_head"`` (trained here, with the wide evaluation)."""
+    if comparator.home is None or comparator.method is None:
+        return "head_to_head"
+    plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
+    same = comparator_config(name, comparator, budget) == method_config(comparator.method, **plain)
+    return comparator.home if same else "head_to_head"
+
+
+def record_config(records: Sequence) -> TrainerConfig:
+    """The `TrainerConfig` an arm's records share (every field but the seed).
+
+    Raises:
+        ValueError: no records, or records whose configs differ beyond the seed (named).
+    """
+    check(len(records) > 0, "records", records, "one or more run records")
+    configs = [TrainerConfig.from_dict(r.config["train"]) for r in records]
+    for r, c in zip(records[1:], configs[1:]):
+        diff = config_difference(configs[0], c)
+        check(not diff, f"record {r.run_id}: config", diff, "the same config as the arm's other records but the seed")
+    return configs[0]
+
+
+def config_difference(a: TrainerConfig, b: TrainerConfig) -> dict[str, tuple]:
+    """``{field: (a's value, b's value)}`` for every `TrainerConfig` field but ``seed`` where ``a`` and ``b``
+    differ, in field order."""
+    return {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
+            if f.name != "seed" and getattr(a, f.name) != getattr(b, f.name)}
+
+
+def difference_words(diff: Mapping[str, tuple]) -> str:
+    """``"method 'sage' vs 'grpo'; kl_estimator 'k3' vs 'reverse'"``: a :func:`config_difference` in words."""
+    return "; ".join(f"{k} {a!r} vs {b!r}" for k, (a, b) in diff.items()) or "no setting"
+
+
+ROLES = {"grpo": "against GRPO (notebook 02's)", "own": "against its paper's own comparator"}
+"""A comparison's role: against plain GRPO, or against the method's paper's own comparator."""
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One row of the map and the guide: arm ``arm`` against ``versus``, what the difference between them reads.
+
+    Attributes:
+        arm: The arm's row label (``"SAGE"``).
+        versus: The comparator's label (``"GRPO"``, ``"grpo_k3"``).
+        role: A key of :data:`ROLES`.
+        reads: The difference it reads, in words (:func:`compare` writes it from the two arms' configs).
+        method: The method whose mechanism an ``"own"`` comparison isolates (the arm of a ``"grpo"`` comparison
+            it is set beside); None when the arm has no own comparator (a baseline, a pair).
+    """
+
+    arm: str
+    versus: str
+    role: str
+    reads: str
+    method: str | None = None
+
+    def __post_init__(self):
+        check(self.role in ROLES, "role", self.role, f"one of {sorted(ROLES)}")
+        check(self.arm != self.versus, "versus", self.versus, f"an arm other than {self.arm!r}")
+
+    @property
+    def label(self) -> str:
+        """``"SAGE vs grpo_k3"``: the row's name on the map and in the guide."""
+        return f"{self.arm} vs {self.versus}"
+
+
+def compare(arm: str, arm_records: Sequence, versus: str, versus_records: Sequence, *,
+            comparator: Comparator | None = None, method: str | None = None) -> Comparison:
+    """The :class:`Comparison` of two arms from their records' configs (:func:`record_config`).
+
+    Against ``comparator`` (an own comparator: role ``"own"``), the configs must differ in its named fields only
+    (:meth:`Comparator.check`) and the row reads its mechanism; else (role ``"grpo"``) it reads every field where
+    the configs differ: the method and each setting its preset changes from GRPO's.
+    """
+    diff = config_difference(record_config(arm_records), record_config(versus_records))
+    if comparator is not None:
+        comparator.check(record_config(arm_records), record_config(versus_records))
+        return Comparison(arm, versus, "own", f"{comparator.mechanism} ({difference_words(diff)}; every other "
+                                              "setting shared)", method or arm)
+    return Comparison(arm, versus, "grpo", f"the method with every setting it changes ({difference_words(diff)})",
+                      method)
+
+
+def comparison_map(levels: Any, scores: Mapping[str, Any], comparisons: Sequence[Comparison], edges=None):
+    """:func:`gain_map` of every comparison (its ``arm``'s scores against its ``versus``' scores, rows named by its
+    :attr:`~Comparison.label`), on one set of bucket edges (default: the quartiles of ``levels``)."""
+    import pandas as pd
+
+    edges = bucket_edges(levels) if edges is None else np.asarray(edges, dtype=float)
+    frames = []
+    for c in comparisons:
+        for label in (c.arm, c.versus):
+            check(label in scores, f"scores of comparison {c.label!r}", sorted(scores), f"an entry for {label!r}")
+        frames.append(gain_map(levels, {c.label: scores[c.arm]}, scores[c.versus], edges))
+    check(frames, "comparisons", comparisons, "one or more comparisons")
+    return pd.concat(frames, ignore_index=True)
+
+
 # ----------------------------------------------------------------------------- the map
 def bucket_edges(levels: Any, quantiles: Sequence[float] = (0.25, 0.5, 0.75)) -> np.ndarray:
     """Inner edges of the buckets of a per-problem property: its ``quantiles`` (``np.quantile``, linear)."""
@@ -352,20 +584,26 @@ def _bucket_reading(low: float, high: float) -> str:
 
 
 def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metric: str = "pass@1",
-                beside: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None) -> str:
+                beside: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
+                comparisons: Sequence[Comparison] | None = None) -> str:
     """The map of :func:`gain_map` in markdown, for the notebook and (through a hidden comment) README's guide.
 
-    One bullet per run: each bucket's gain over GRPO and its reading (:data:`HELPS` when the whole 95% interval
-    is above 0, :data:`HURTS` when wholly below, else :data:`NO_DIFFERENCE`); then ``<!-- when-map {...} -->``,
-    the same numbers as JSON, in their order (``property``, ``metric``, ``runs: {run: [{bucket, problems, mean,
-    ci_low, ci_high, reading}]}``, ``beside``), which :func:`find_map` reads back from the executed notebook for
-    `rlvr_lib.study.report`.
+    One bullet per run: each bucket's gain over its comparator and its reading (:data:`HELPS` when the whole 95%
+    interval is above 0, :data:`HURTS` when wholly below, else :data:`NO_DIFFERENCE`); then
+    ``<!-- when-map {...} -->``, the same numbers as JSON, in their order (``property``, ``metric``, ``runs: {run:
+    [{bucket, problems, mean, ci_low, ci_high, reading}]}``, ``beside``, and with ``comparisons`` a
+    ``comparisons: {run: {arm, versus, role, reads, method}}``), which :func:`find_map` reads back from the
+    executed notebook for `rlvr_lib.study.report`.
 
     Args:
         beside: measures read beside the map, ``{label: {run: interval}}`` (an interval: ``mean``, ``ci_low``,
-            ``ci_high``), each a signed difference whose 0 means "no difference from GRPO" (notebook 07: the
-            ``rare_mix`` pass@256 gap of every arm, the growth of each method's gain with size); each value is
+            ``ci_high``), each a signed difference whose 0 means "no difference from the comparator" (notebook 07:
+            the ``rare_mix`` pass@256 gap of every arm, the growth of each method's gain with size); each value is
             read as the buckets are. A run may have such a measure and no bucket (a baseline or a pair).
+        comparisons: the :class:`Comparison` each run is (notebook 07, issue 56 item 7: every method against GRPO
+            and against its paper's own comparator): every run of the map and beside it must be one's
+            :attr:`~Comparison.label`, and the guide names the comparator and the difference each statement reads.
+            None: every run is against GRPO (the map as notebook 07 wrote it before).
     """
     runs: dict[str, list[dict]] = {}
     for _, row in gains.iterrows():
@@ -382,7 +620,14 @@ def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metri
                           | {"reading": _bucket_reading(float(v["ci_low"]), float(v["ci_high"]))}
                           for run, v in values.items()}
     data = {"property": prop, "metric": metric, "runs": runs, "beside": besides}
-    lines = [f"**When does it help** ({metric} gain over GRPO per bucket of {prop}; a bucket *{HELPS}* or "
+    if comparisons is not None:
+        known = {c.label: {"arm": c.arm, "versus": c.versus, "role": c.role, "reads": c.reads, "method": c.method}
+                 for c in comparisons}
+        unknown = [run for run in map_rows(data) if run not in known]
+        check(not unknown, "runs without a comparison", unknown, f"each one of the comparisons {sorted(known)}")
+        data["comparisons"] = known
+    over = "over the comparator each row names" if comparisons is not None else "over GRPO"
+    lines = [f"**When does it help** ({metric} gain {over} per bucket of {prop}; a bucket *{HELPS}* or "
              f"*{HURTS}* only when its whole 95% interval is above or below 0):", ""]
     for run, buckets in runs.items():
         lines.append(f"- {run}: " + "; ".join(
@@ -390,6 +635,9 @@ def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metri
     for label, values in besides.items():
         lines += ["", f"Beside the map, {label}:", ""]
         lines += [f"- {run}: {signed_interval(v)} {BESIDE_READING[v['reading']]}" for run, v in values.items()]
+    if comparisons is not None:
+        lines += ["", "What each row's difference reads:", ""]
+        lines += [f"- {c.label}: {ROLES[c.role]}; {c.reads}" for c in comparisons if c.label in map_rows(data)]
     return "\n".join([*lines, "", f"<!-- when-map {json.dumps(data)} -->"])
 
 
@@ -416,14 +664,75 @@ def _check_map(data: Any) -> None:
           "a map as map_summary writes it: property, metric and runs")
 
 
+def _versus(data: Mapping[str, Any], run: str) -> str:
+    """The comparator a run's statements name: its comparison's ``versus``, ``"GRPO"`` on a map without any."""
+    return data.get("comparisons", {}).get(run, {}).get("versus", "GRPO")
+
+
+def _measures(data: Mapping[str, Any], run: str) -> dict[str, dict]:
+    """``{measure: interval with its reading}`` of one run: each bucket (``"<metric> in bucket <b>"``) and each
+    measure beside the map."""
+    out = {f"{data['metric']} in bucket {b['bucket']}": b for b in data["runs"].get(run, ())}
+    return out | {label: values[run] for label, values in data.get("beside", {}).items() if run in values}
+
+
+def attribution(data: Mapping[str, Any], run: str) -> list[str]:
+    """What of a ``"grpo"`` comparison's shown effects its method's own comparators attribute to the method.
+
+    For each measure (bucket or measure beside the map) where arm-vs-GRPO reads *helps* or *hurts*, the same
+    measure against each of the method's ``"own"`` comparisons (same ``method``): all read the same way -- the
+    method's mechanism shows it (attributed); all read no difference -- it is **not attributed** to the method: the
+    own comparator, which shares every setting but the mechanism, shows it too, so what the arm's settings change
+    from GRPO's does it; else (opposite readings, or some not measured) each is said as it reads. Empty for a run
+    that is not a ``"grpo"`` comparison or whose method has no own comparison on the map.
+    """
+    comps = data.get("comparisons", {})
+    mine = comps.get(run)
+    if not mine or mine["role"] != "grpo" or mine.get("method") is None:
+        return []
+    own = [label for label, c in comps.items() if c["role"] == "own" and c.get("method") == mine["method"]]
+    if not own:
+        return []
+    method, theirs = mine["method"], {label: _measures(data, label) for label in own}
+    out = []
+    for measure, v in _measures(data, run).items():
+        if v["reading"] == NO_DIFFERENCE:
+            continue
+        shown = f"{measure} {BESIDE_READING[v['reading']]} against GRPO"
+        got = {label: theirs[label].get(measure) for label in own}
+        versus = lambda label: comps[label]["versus"]  # noqa: E731
+        if all(g is not None and g["reading"] == v["reading"] for g in got.values()):
+            out.append(f"{shown}: attributed to {method}'s mechanism (also {BESIDE_READING[v['reading']]} against "
+                       + ", ".join(f"{versus(lb)} {signed_interval(g)}" for lb, g in got.items()) + ")")
+        elif all(g is not None and g["reading"] == NO_DIFFERENCE for g in got.values()):
+            out.append(f"{shown}: not attributed to {method}: against "
+                       + ", ".join(f"{versus(lb)}, its own comparator, no difference shown ({signed_interval(g)})"
+                                   for lb, g in got.items())
+                       + "; what the arm's settings change from GRPO's shows it")
+        else:
+            out.append(f"{shown}: against its own comparator"
+                       + ", ".join(f" {versus(lb)} " + ("not measured" if g is None else
+                                                        f"{signed_interval(g)} {BESIDE_READING[g['reading']]}")
+                                   for lb, g in got.items())
+                       + f": attributed to {method}'s mechanism only where that reads the same way")
+    return out
+
+
 def guide(data: Mapping[str, Any]) -> list[str]:
     """"Which method for which situation", one markdown bullet per run, read off a map (:func:`map_summary`'s
-    data): the buckets where the run's gain over GRPO is shown (:data:`HELPS`), those where its loss is shown
-    (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
-    per run, no judgement beyond the intervals."""
+    data): the buckets where the run's gain over its comparator is shown (:data:`HELPS`), those where its loss is
+    shown (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
+    per run, no judgement beyond the intervals.
+
+    On a map with ``comparisons`` (issue 56, item 7) each bullet first names its comparator and the difference it
+    reads (plain GRPO: the method with every setting it changes; the method's own paper's comparator: its
+    mechanism alone), and a bullet against GRPO ends with :func:`attribution`: which of its effects the method's
+    own comparators attribute to the method, and which not."""
     _check_map(data)
+    comps = data.get("comparisons")
     lines = []
     for run in map_rows(data):
+        ref = _versus(data, run)
         buckets = data["runs"].get(run)
         parts = []
         if buckets is not None:
@@ -431,13 +740,13 @@ def guide(data: Mapping[str, Any]) -> list[str]:
             say = lambda bs: "; ".join(f"{'in ' if b['bucket'].startswith('(') else ''}{b['bucket']} "
                                        f"({signed_interval(b)})" for b in bs)
             if shown[HELPS]:
-                parts.append(f"use it over GRPO where {data['property']} is {say(shown[HELPS])}")
+                parts.append(f"use it over {ref} where {data['property']} is {say(shown[HELPS])}")
             if shown[HURTS]:
                 where = "it" if shown[HELPS] else data["property"]  # "it": the property the first part named
-                parts.append(f"prefer GRPO where {where} is {say(shown[HURTS])}")
+                parts.append(f"prefer {ref} where {where} is {say(shown[HURTS])}")
             if not parts:
-                parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from GRPO's at "
-                             "this precision: nothing here says to prefer it, or GRPO, for any band of problems")
+                parts.append(f"no bucket of {data['property']} where its {data['metric']} differs from {ref}'s at "
+                             f"this precision: nothing here says to prefer it, or {ref}, for any band of problems")
             rest = len(shown[NO_DIFFERENCE])
             if rest and (shown[HELPS] or shown[HURTS]):
                 parts[-1] += f" ({rest} other bucket{'s' if rest != 1 else ''}: no difference shown)"
@@ -446,24 +755,33 @@ def guide(data: Mapping[str, Any]) -> list[str]:
         sentence = "; ".join(parts) + ("." if parts else "")
         if measured:
             sentence += (" Beside the map: " if parts else "") + "; ".join(measured) + "."
+        if comps is not None:
+            c = comps[run]
+            sentence = f"{ROLES[c['role']]}, the difference read: {c['reads']}. " + sentence[:1].upper() + sentence[1:]
+            said = attribution(data, run)
+            if said:
+                sentence += " Attribution: " + "; ".join(said) + "."
         lines.append(f"- **{run}**: {sentence}")
     return lines
 
 
 def guide_summary(data: Mapping[str, Any]) -> str:
-    """The map in one paragraph, for a reader who reads no further: which runs gain over GRPO in some bucket and
-    which lose in some; then, per measure beside the map, the runs above 0 (largest first), below 0 (most
-    negative first) and how many show no difference. Built from the readings only, as :func:`guide`."""
+    """The map in one paragraph, for a reader who reads no further: which runs gain over their comparator in some
+    bucket and which lose in some; then, per measure beside the map, the runs above 0 (largest first), below 0
+    (most negative first) and how many show no difference; on a map with ``comparisons``, last, the effects against
+    GRPO that the methods' own comparators do not attribute to them (:func:`attribution`). Built from the readings
+    only, as :func:`guide`."""
     _check_map(data)
 
     def names(found: list[str]) -> str:
         return f"{', '.join(found[:-1])} and {found[-1]}" if len(found) > 1 else "".join(found)
 
     runs = data["runs"]
+    over = "GRPO's" if "comparisons" not in data else "its comparator's"
     gain, loss = ([run for run, buckets in runs.items() if any(b["reading"] == r for b in buckets)]
                   for r in (HELPS, HURTS))
-    parts = [(f"{names(gain)} gain{'s' * (len(gain) == 1)} over GRPO's {data['metric']} in some bucket" if gain
-              else f"none of the {len(runs)} runs on the map gains over GRPO's {data['metric']} in any bucket")
+    parts = [(f"{names(gain)} gain{'s' * (len(gain) == 1)} over {over} {data['metric']} in some bucket" if gain
+              else f"none of the {len(runs)} runs on the map gains over {over} {data['metric']} in any bucket")
              + (f"; {names(loss)} lose{'s' * (len(loss) == 1)} in at least one" if loss else "")]
     for label, values in data.get("beside", {}).items():
         said = []
@@ -476,6 +794,11 @@ def guide_summary(data: Mapping[str, Any]) -> str:
         if rest:
             said.append(f"no difference shown for {'the other ' if said else ''}{rest}")
         parts.append(f"{label}: {'; '.join(said)}")
+    if "comparisons" in data:
+        unattributed = [f"{run} ({said.split(':')[0]})" for run in map_rows(data) for said in attribution(data, run)
+                        if ": not attributed to " in said]
+        parts.append("Not attributed to the method (shown against GRPO, not against the method's own comparator, "
+                     "which shares every setting but its mechanism): " + ("; ".join(unattributed) or "none"))
     return "In short: " + ". ".join(parts) + "."
 
 

@@ -794,7 +794,9 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     columns = [*buckets, *beside]
     regime = _map_regime(data, experiment)
     regimes = _regimes_measured(root)
-    explorers = [run for run in h2h.map_rows(data) if _needs_discovery(run)]
+    comparisons = data.get("comparisons")  # issue 56, item 7: each row an arm against GRPO or its own comparator
+    arm = lambda run: comparisons[run]["arm"] if comparisons else run  # noqa: E731
+    explorers = [run for run in h2h.map_rows(data) if _needs_discovery(arm(run))]
     premise = ""
     if explorers:
         said, measured = _discovery_status(regime, regimes)
@@ -803,7 +805,12 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
                    + ("; the discovery regime's statements follow under notebook 08" if regime == "retention" else ""))
     lines = ["", f"**Which method for which situation** (every statement on the {regime} regime, "
                  f"{_REGIME_WORDS[regime]}{premise}; read off notebook 07's map: each method's {data['metric']} "
-                 f"gain over GRPO at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
+                 + ("gain over GRPO" if not comparisons else "gain over the comparator its row names (GRPO, "
+                    "notebook 02's: the method with every setting it changes; or the method's own paper's "
+                    "comparator: its mechanism alone, every other setting shared; each row says which difference "
+                    "it reads, and an effect against GRPO is attributed to the method only where its own "
+                    "comparator shows it too)")
+                 + f" at equal compute per quartile bucket of {data['property']}, a paired bootstrap "
                  "interval over seeds x problems; a bucket says *helps* or *hurts* only when its whole 95% "
                  "interval is above or below 0"
                  + (f"; beside the map, read the same way: {'; '.join(beside)}" if beside else "") + "):", "",
@@ -815,7 +822,7 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     for run, line in zip(h2h.map_rows(data), h2h.guide(data)):
         head = f"- **{run}**: "
         check(line.startswith(head), "guide line", line[:40], f"a bullet opening {head!r}")
-        lines.append(f"- **{run}** ({_run_regime(run, regime, regimes)}): " + line[len(head):])
+        lines.append(f"- **{run}** ({_run_regime(arm(run), regime, regimes)}): " + line[len(head):])
     own = registry_for(experiment)
     lines += ["", f"What the testbed cannot tell: {TESTBED_LIMITS} {own.limits.strip() if own else ''}".rstrip()]
     return lines
