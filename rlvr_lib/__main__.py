@@ -154,15 +154,33 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --skip: {args.skip} is invalid: must be below --steps ({args.steps})")
     flags = {"prompts_per_step": "--prompts-per-step", "group_size": "--group-size", "seed": "--seed",
              "steps": "--run-steps", "policy": "--model"}
+    adamw_method, adamw_fields = args.adamw_method, None
+    if args.method not in ("b3po", "m3po", "c3po"):  # a head-to-head composite: its own regime (issue 56 item 2)
+        from rlvr_lib.methods.compose import SEPARATOR, compose
+        from rlvr_lib.study.head_to_head import pair_settings
+        from rlvr_lib.study.probes.ivon_regime import ivon_component
+
+        parts = args.method.split(SEPARATOR)
+        component = ivon_component(args.method) if len(parts) == 2 else None
+        if component is None:
+            raise UsageError(f"argument --method: {args.method!r} is invalid: must be b3po, m3po, c3po or a pair "
+                             f"'a{SEPARATOR}b' with one of them (notebook 07's composites)")
+        adamw_fields = pair_settings(*parts)  # the composite's settings, for its AdamW counterpart too
+        compose(*parts, **adamw_fields)
+        adamw_method = adamw_method or next(p for p in parts if p != component)
+    adamw_method = adamw_method or "grpo"
     with flag_errors(flags, "--adamw-method"):  # the two configs calibrate_threepo builds, built here first
-        method_config(args.adamw_method, **fields, steps=args.run_steps, policy=args.model)
+        method_config(adamw_method, **fields, **(adamw_fields or {}), steps=args.run_steps, policy=args.model)
     with flag_errors(flags, "--method"):
         method_config(args.method, **fields, steps=args.run_steps, policy=args.model)
-    report = calibrate_threepo(method=args.method, adamw_method=args.adamw_method, run_steps=args.run_steps,
+    learnt = {"hess_init_steps": args.hess_init_steps} if args.hess_init_steps else None
+    report = calibrate_threepo(method=args.method, adamw_method=adamw_method, run_steps=args.run_steps,
                                steps=args.steps, skip=args.skip, rounds=args.rounds, max_clipped=args.max_clipped,
-                               policy=args.model, **fields)
+                               policy=args.model, adamw_fields=adamw_fields, method_options=learnt, **fields)
     report.update(policy_sha=policy_fingerprint(args.model), torch_threads=torch.get_num_threads())
-    out = Path(args.out) if args.out else results_root() / "testbed" / "threepo_calibration.json"
+    suffix = ("" if args.method == "b3po" else f"_{args.method}") + ("_learnt_hess" if learnt else "")
+    name = f"threepo_calibration{suffix}.json"
+    out = Path(args.out) if args.out else results_root() / "testbed" / name
     write_json_atomic(out, report)
     last = report["rounds"][-1]
     print(f"clip_radius {report['clip_radius']:g}, IVON lr {report['lr']:g} (AdamW mean step "
@@ -428,9 +446,13 @@ def main(argv: list[str] | None = None) -> int:
     q = sub.add_parser("calibrate-threepo",
                        help="3PO's IVON regime: clip_radius (<= 20%% clipped) and the IVON lr (AdamW's mean step)")
     q.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    q.add_argument("--method", default="b3po", choices=("b3po", "m3po", "c3po"), help="the 3PO variant probed")
-    q.add_argument("--adamw-method", default="grpo", help="the AdamW method whose mean step IVON's matches")
+    q.add_argument("--method", default="b3po",
+                   help="the 3PO variant probed (b3po, m3po, c3po), or a composite of notebook 07 ('b3po+vigor')")
+    q.add_argument("--adamw-method", default=None,
+                   help="the AdamW method whose mean step IVON's matches (default: grpo; a composite's other component)")
     q.add_argument("--run-steps", type=COUNT, default=100, help="the runs' length (sets the lr schedule)")
+    q.add_argument("--hess-init-steps", type=int_at_least(0), default=0,
+                   help="IVON's Hessian learnt over K SFT steps first (the learnt-Hessian ablation; 0: constant)")
     q.add_argument("--steps", type=COUNT, default=20, help="RL steps probed per round")
     q.add_argument("--skip", type=int_at_least(0), default=5, help="first steps left out (warm-up)")
     q.add_argument("--rounds", type=COUNT, default=2, help="probe again at the previous round's picks")
@@ -438,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     q.add_argument("--prompts-per-step", type=COUNT, default=8)
     q.add_argument("--group-size", type=COUNT, default=8)
     q.add_argument("--seed", type=SEED, default=0)
-    q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json)")
+    q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json; "
+                                                 "for another method threepo_calibration_<method>.json)")
     q.set_defaults(func=_calibrate_threepo, parser=q)
     u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
     u.add_argument("--methods", nargs="+", required=True, help="registered methods to tune")

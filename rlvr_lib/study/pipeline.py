@@ -23,6 +23,7 @@ from rlvr_lib.study.claims import record_extra
 from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
+from rlvr_lib.study.probes.ivon_regime import ivon_regime_of
 from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, results_root, run_dir
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
@@ -37,6 +38,9 @@ EXTRA_EVALS = "extra_evals"
 EVALS = "evals"
 """Key of the extra evaluations' results in ``record.extra``."""
 METHOD_OPTIONS = "method_options"
+IVON_REGIME = "ivon_regime"
+"""``record.extra`` key of an IVON run's regime check (`rlvr_lib.study.probes.ivon_regime.ivon_regime_of`: flagged
+when IVON clipped over 20% of the weights on over 5% of the post-warm-up steps; issue 56 item 2)."""
 """``record.extra`` key: the method's options with defaults filled in (`resolved_method_options`)."""
 CHECKPOINT_FILE = "checkpoint.pt"
 """`train_run`'s resumable checkpoint in its output folder (`Trainer.save_checkpoint`)."""
@@ -150,6 +154,9 @@ def train_and_evaluate(
         engine = KVCacheEngine(trainer.model, trainer.tokenizer)
         final = evaluate_policy(engine, spec)
         extra = {METHOD_OPTIONS: options, RESUMED: trainer.resumed()}
+        regime = ivon_regime_of(history, config.to_dict(), name=name)  # None unless the run trained with IVON
+        if regime is not None:
+            extra[IVON_REGIME] = regime
         if extra_specs:
             extra[EVALS] = {label: evaluate_policy(engine, s) for label, s in extra_specs.items()}
         return nan_to_none(history), final, extra

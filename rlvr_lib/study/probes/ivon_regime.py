@@ -25,8 +25,9 @@ from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, MAX_CLIPPED_SHARE, Th
                                       calibrate_clip_and_lr)
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["IVON_METHODS", "MAX_OVER_SHARE", "calibrate_threepo", "check_ivon_lr", "ivon_component", "ivon_options",
-           "ivon_regime_flag", "ivon_update_probe"]
+__all__ = ["COMPOSITE_REGIME", "IVON_METHODS", "MAX_OVER_SHARE", "calibrate_threepo", "check_ivon_lr",
+           "composite_regime", "ivon_component", "ivon_options", "ivon_regime_flag", "ivon_regime_of",
+           "ivon_update_probe"]
 
 IVON_METHODS = ("b3po", "m3po", "c3po")
 """The registered methods that train with IVON (`rlvr_lib.methods.threepo`)."""
@@ -34,6 +35,32 @@ IVON_METHODS = ("b3po", "m3po", "c3po")
 MAX_OVER_SHARE = 0.05
 """The regime flag's tolerance: a run may exceed ``MAX_CLIPPED_SHARE`` on at most this share of its post-warm-up
 steps."""
+
+
+COMPOSITE_REGIME: dict[str, dict[str, float]] = {
+    "b3po+vigor": {"clip_radius": 0.445, "lr": 0.0419},
+    "sage+b3po": {"clip_radius": 0.309, "lr": 0.183},
+    "nudgerl+b3po": {"clip_radius": 0.196, "lr": 0.471},
+}
+"""Issue 56 item 2: the IVON regime of each composite notebook 07 trains, calibrated on its own trajectory by the
+rule of :func:`calibrate_threepo` (the 3PO presets' rule: at most 20% of weights clipped after the warm-up, IVON's
+mean step equal to the AdamW counterpart's -- the composite's other component at the composite's settings),
+measured by ``python -m rlvr_lib calibrate-threepo --method <composite>`` into
+``results/testbed/threepo_calibration_<composite>.json`` (a test ties each entry to its file). A composite of
+another 3PO variant or pair has no entry: :func:`composite_regime` refuses it, naming the command."""
+
+
+def composite_regime(name: str) -> dict[str, float]:
+    """The calibrated IVON options (``clip_radius``, ``lr``) of composite ``name`` (:data:`COMPOSITE_REGIME`).
+
+    Raises:
+        ValueError: ``name`` has no calibration (the message gives the command that measures it).
+    """
+    if name not in COMPOSITE_REGIME:
+        raise ValueError(f"composite {name!r} has no IVON regime calibration: must be one of {sorted(COMPOSITE_REGIME)}; "
+                         f"measure it with `python -m rlvr_lib calibrate-threepo --method {name}` and add its picks "
+                         f"to rlvr_lib.study.probes.ivon_regime.COMPOSITE_REGIME")
+    return dict(COMPOSITE_REGIME[name])
 
 
 def ivon_component(method: str) -> str | None:
@@ -82,7 +109,7 @@ def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=No
 
 def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
                       skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
-                      adamw_fields: dict | None = None, **config_fields) -> dict:
+                      adamw_fields: dict | None = None, method_options: dict | None = None, **config_fields) -> dict:
     """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
 
     1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
@@ -100,6 +127,10 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     (``method_options={"b3po": {...}}``) and ``adamw_method`` is the composite's AdamW counterpart (its other
     component, ``"vigor"``) with ``adamw_fields`` (the composite's trainer settings, e.g.
     `rlvr_lib.study.head_to_head.pair_settings`) applied to that run only.
+
+    ``method_options`` are the probed method's further options, kept in every round (the learnt-Hessian ablation:
+    ``{"hess_init_steps": LEARNT_HESS_STEPS}``, calibrated by the same rule so that its mean step is matched too;
+    issue 56 item 5).
 
     The picks are the last round's. Returns a JSON-ready report (settings,
     AdamW's mean step, every round, the picks).
@@ -119,7 +150,8 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
     history = []
     for r in range(rounds):
-        config = method_config(method, **base, method_options=options if component == method else {component: options})
+        mine = {**(method_options or {}), **options}
+        config = method_config(method, **base, method_options=mine if component == method else {component: mine})
         o = ThreePOOptions.from_dict(options)
         probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
         pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
@@ -134,6 +166,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
                     "lr: IVON's mean |delta theta| at that clip equals AdamW's under adamw_method "
                     "(rlvr_lib.methods.threepo.calibrate_clip_and_lr)",
             "method": method, "adamw_method": adamw_method, **({"adamw_fields": adamw_fields} if adamw_fields else {}),
+            **({"method_options": method_options} if method_options else {}),
             "run_steps": run_steps, "probe_steps": steps,
             "ess": o.ess, "hess_init": o.hess_init,
             "skip": skip, "max_clipped": max_clipped, "config_fields": config_fields, "policy": policy,
@@ -186,27 +219,37 @@ def check_ivon_lr(records) -> None:
 
 
 def ivon_regime_flag(record, *, max_clipped: float = MAX_CLIPPED_SHARE, max_over: float = MAX_OVER_SHARE) -> dict | None:
-    """Whether a run stayed in the calibrated IVON regime, from its record's per-step ``ivon_clipped_frac``.
+    """Whether a run stayed in the calibrated IVON regime, from its record's per-step ``ivon_clipped_frac``
+    (:func:`ivon_regime_of` of ``record.history`` and ``record.config["train"]``)."""
+    history = record.history or []
+    if not any(h.get("ivon_clipped_frac") is not None for h in history):
+        return None  # not an IVON run (a base evaluation has no training config at all)
+    return ivon_regime_of(history, record.config["train"], max_clipped=max_clipped, max_over=max_over,
+                          name=getattr(record, "run_id", "?"))
 
-    The warm-up is the first ``ceil(lr_warmup_ratio x steps)`` RL steps of ``config["train"]`` (0 without a
-    warm-up); over the steps after it, a step is *over* when its clipped share exceeds ``max_clipped`` (the regime
-    rule's 20%), and the run is ``flagged`` when over steps are more than ``max_over`` (5%) of them.
+
+def ivon_regime_of(history, train: dict, *, max_clipped: float = MAX_CLIPPED_SHARE, max_over: float = MAX_OVER_SHARE,
+                   name: str = "run") -> dict | None:
+    """Whether a run stayed in the calibrated IVON regime, from its per-step ``ivon_clipped_frac`` (``history``).
+
+    The warm-up is the first ``ceil(lr_warmup_ratio x steps)`` RL steps of ``train`` (a `TrainerConfig` as a dict;
+    0 without a warm-up); over the steps after it, a step is *over* when its clipped share exceeds ``max_clipped``
+    (the regime rule's 20%), and the run is ``flagged`` when over steps are more than ``max_over`` (5%) of them.
+    `rlvr_lib.study.pipeline.train_and_evaluate` stores it in every IVON run's record (``extra["ivon_regime"]``).
 
     Returns:
         ``{"steps", "over", "over_share", "median", "max", "flagged"}``, or None for a run that logged no
         ``ivon_clipped_frac`` (not an IVON run).
 
     Raises:
-        ValueError: a record whose IVON log stops before its warm-up ends (nothing to judge).
+        ValueError: a run whose IVON log stops before its warm-up ends (nothing to judge).
     """
-    history = [h.get("ivon_clipped_frac") for h in (record.history or [])]
-    if not history or all(v is None for v in history):
+    logged = [h.get("ivon_clipped_frac") for h in history]
+    if not logged or all(v is None for v in logged):
         return None
-    train = record.config["train"]
     warm = math.ceil(float(train.get("lr_warmup_ratio") or 0.0) * int(train["steps"]) - 1e-9)
-    after = [float(v) for v in history[warm:] if v is not None]
-    check(after, "record", getattr(record, "run_id", "?"),
-          f"an IVON run with logged clipped shares after its {warm}-step warm-up")
+    after = [float(v) for v in logged[warm:] if v is not None]
+    check(after, "record", name, f"an IVON run with logged clipped shares after its {warm}-step warm-up")
     over = sum(v > max_clipped for v in after)
     return {"steps": len(after), "over": over, "over_share": over / len(after), "median": float(np.median(after)),
             "max": max(after), "flagged": over / len(after) > max_over}
