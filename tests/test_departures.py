@@ -92,3 +92,118 @@ def test_issue_references_are_open_markers_only(text):
     stray = re.sub(r"open \(issue 56\)", "", text)
     assert not re.search(r"\bissues? #?\d+", stray, flags=re.I), re.findall(r".{0,40}\bissues? #?\d+", stray, flags=re.I)
     assert "open (issue 56)" in text
+
+
+# ------------------------------------------------------------------ every table and figure of PAPERS.md is accounted for
+PAPERS_MD = ROOT.parent / "shared" / "PAPERS.md"
+"""The workspace's restatement of the four papers (its tables and figures; outside the repository, beside it)."""
+ITEM_ID_RE = re.compile(r"(T main|T\d+|Fig \d+|T)(?=[\s:,(]|$)")
+TAG_RE = re.compile(r"\[PAPERS\.md: ([^\]<]+)\]")  # "<paper>": the format, not a tag
+ALIASES = {("VIGOR", "Raw ||g|| falls with length"): ("claim", "gradient norm vs length"),
+           ("VIGOR", "Cost"): ("measurement", "cost-vigor")}
+"""PAPERS.md entries whose rows name them in other words: the claim's ``paper`` field, or a measurement's id."""
+
+
+def item_id(text: str) -> str:
+    """The id of a PAPERS.md "Tables and figures" entry (or of a claim row's ``paper`` field): its leading table or
+    figure number (``T1``, ``T main``, ``Fig 4``, ``T``), else its words up to the first ':' or ' ('."""
+    text = " ".join(text.split())
+    m = ITEM_ID_RE.match(text)
+    return m.group(1) if m else re.split(r":| \(", text, maxsplit=1)[0].strip()
+
+
+def _norm(item: str) -> str:
+    """Case and a plural 's' do not tell two ids apart ("Ablations" and a row's "ablation (3B)")."""
+    item = item.lower()
+    return item[:-1] if item.endswith("s") and not item.endswith("ss") else item
+
+
+def papers_items(papers: str) -> list[tuple[str, str]]:
+    """``(paper, id)`` of every bullet under "Tables and figures to reproduce" in each numbered paper section."""
+    out = []
+    for section in re.split(r"^## (?=\d+\. |[A-Z])", papers, flags=re.M)[1:]:
+        head = re.match(r"\d+\. (\S+)", section)
+        if head is None or "Tables and figures to reproduce" not in section:
+            continue
+        listed = section.split("Tables and figures to reproduce", 1)[1]
+        out += [(head.group(1), item_id(b)) for b in re.findall(r"^- (.+)$", listed, flags=re.M)]
+    return out
+
+
+def _registries():
+    import importlib
+
+    from rlvr_lib.study.claims import REGISTRIES, Registry
+
+    for module in REGISTRIES.values():
+        mod = importlib.import_module(f"rlvr_lib.study.claims.{module}")
+        yield from (v for v in vars(mod).values() if isinstance(v, Registry))
+
+
+def claim_items() -> set[tuple[str, str]]:
+    """``(paper, id)`` of every claim row of every notebook (its ``source`` and :func:`item_id` of its ``paper``)."""
+    return {(c.source, _norm(item_id(c.paper))) for reg in _registries() for c in reg.claims}
+
+
+def not_run_items(doc: str) -> list[tuple[str, str]]:
+    """``(paper, id)`` of every ``[PAPERS.md: <paper> <id>]`` tag of the "Not run" section."""
+    tags = TAG_RE.findall(_sections(doc)[NOT_RUN])
+    return [tuple(t.split(" ", 1)) for t in tags]
+
+
+def uncovered(papers: str, doc: str) -> list[tuple[str, str]]:
+    """PAPERS.md entries neither measured by a claim row (or an :data:`ALIASES` row) nor listed as not run."""
+    rows = claim_items()
+    listed = {(p, _norm(i)) for p, i in not_run_items(doc)}
+    return [(p, i) for p, i in papers_items(papers)
+            if (p, _norm(i)) not in rows and (p, _norm(i)) not in listed and (p, i) not in ALIASES]
+
+
+@pytest.fixture(scope="module")
+def papers() -> str:
+    if not PAPERS_MD.is_file():
+        pytest.skip(f"{PAPERS_MD} (the workspace's PAPERS.md) is not beside this checkout")
+    return PAPERS_MD.read_text(encoding="utf-8")
+
+
+def test_papers_md_is_parsed_into_its_tables_and_figures(papers):
+    items = papers_items(papers)
+    assert {p for p, _ in items} == set(PAPER_NAMES)
+    for paper, want in {"NudgeRL": ["T1", "Fig 1", "Fig 3", "Fig 4", "Fig 5", "Ablations"],
+                        "3PO": ["T1", "Fig 1", "Fig 3", "Fig 4", "Fig 5"],
+                        "SAGE": ["T1", "T", "T2", "OOD", "Scale/generality"]}.items():
+        assert [i for p, i in items if p == paper] == want
+    assert ("VIGOR", "T main") in items and ("VIGOR", "3B on CodeContests") in items
+    assert item_id("T1: 44.04 vs 42.99 (OLMo3-7B)") == "T1" and item_id("T (BNPO rows)") == "T"
+    assert _norm(item_id("ablation (3B)")) == _norm("Ablations")
+
+
+def test_every_table_and_figure_of_papers_md_has_a_claim_row_or_is_listed_not_run(papers, text):
+    assert not uncovered(papers, text), (
+        f"PAPERS.md entries with neither a claim row (its paper field naming the table or figure) nor a "
+        f"'[PAPERS.md: <paper> <id>]' item in {DOC.name}'s '{NOT_RUN}' section: {uncovered(papers, text)}")
+    # the aliases name rows that exist
+    rows = {(kind, value) for reg in _registries()
+            for kind, value in [*(("claim", c.paper) for c in reg.claims), *(("measurement", m.id) for m in reg.measurements)]}
+    assert all(target in rows for target in ALIASES.values()), [t for t in ALIASES.values() if t not in rows]
+    # a table or figure that is neither fails the check
+    extra = papers.replace("- Fig 5: eps_high sweep", "- Fig 9: a figure no row measures\n- Fig 5: eps_high sweep")
+    assert uncovered(extra, text) == [("NudgeRL", "Fig 9")]
+    # and one the page lists as not run passes it
+    listed = text.replace("[PAPERS.md: 3PO Fig 4]", "[PAPERS.md: 3PO Fig 4] [PAPERS.md: NudgeRL Fig 9]")
+    assert uncovered(extra, listed) == []
+
+
+def test_each_not_run_item_says_so_and_what_running_it_needs(papers, text):
+    body = _sections(text)[NOT_RUN]
+    items = re.split(r"^\d+\. ", body, flags=re.M)[1:]
+    for item in items:
+        assert item.startswith("**NOT RUN: "), item[:80]
+        assert re.search(r"\b[Nn]eeds?\b", item), f"a not-run item that does not say what running it needs: {item[:80]}"
+    known = set(papers_items(papers))
+    assert [t for t in not_run_items(text) if t not in known] == [], "a tag that names no PAPERS.md entry"
+    # the results issue 56 found missing, each one an item
+    for words in ("3PO's code result (Fig 4", "VIGOR's code row", "VIGOR's code -> math transfer",
+                  "SAGE's long-reasoning row", "SAGE's model-size rows", "VIGOR's MMLU-Pro measure",
+                  "NudgeRL T1's Olmo3-7B column", "3PO T1's Qwen2.5-Math-7B column", "VIGOR's 3B column"):
+        assert sum(item.startswith(f"**NOT RUN: {words}") for item in items) == 1, words
