@@ -296,10 +296,18 @@ def test_sages_own_comparator_is_read_from_notebook_05s_committed_records():
     grpo_k3 = load_runs("sage_full", name="grpo_k3", current=True)
     if not (sage and grpo_k3):
         pytest.skip("notebook 05's full-profile records are not committed at this checkout")
+    from rlvr_lib.study.pipeline import run_key
+    from rlvr_lib.study.profiles import WIDE, full_profile
+    from rlvr_lib.study.runs import hash_jsonable
+
     comp = h2h.own_comparators("sage", "sage")[0]
     assert h2h.comparator_home("sage", comp, FULL) == "sage" and h2h.home("sage", FULL) == "sage"
-    for r in grpo_k3:  # every committed seed is the comparator's config at notebook 07's budget, seed for seed
-        assert h2h.record_config([r]) == h2h.comparator_config("sage", comp, FULL, seed=r.seed)
+    profile = full_profile()
+    assert (profile["steps"], profile["prompts_per_step"]) == (FULL.steps, FULL.prompts_per_step)
+    for r in grpo_k3:  # every committed seed is the comparator's run at notebook 07's budget: its cache key, exactly
+        config = h2h.comparator_config("sage", comp, FULL, seed=r.seed)
+        assert h2h.record_config([r]) == config
+        assert hash_jsonable(run_key(config, profile["spec"], {WIDE: profile["wide_spec"]})) == r.config_hash
     row = h2h.compare("SAGE", sage, "grpo_k3", grpo_k3, comparator=comp)
     assert (row.label, row.role, row.method) == ("SAGE vs grpo_k3", "own", "SAGE")
     assert row.reads == ("SAGE's guide q alone (method 'sage' vs 'grpo_k3'; every other setting shared)")
