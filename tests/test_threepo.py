@@ -484,6 +484,32 @@ def test_the_testbed_regime_defaults_are_the_calibration_record():
     assert (o.ess, o.clip_radius, o.lr) == (TESTBED_ESS, TESTBED_CLIP_RADIUS, TESTBED_IVON_LR)
 
 
+def test_the_learnt_hessian_arms_regime_is_its_committed_calibration_by_the_presets_rule():
+    """Issue 56 item 5: LEARNT_HESS_REGIME is the presets' calibration run with the Hessian learnt first (the same
+    probe, seeds, steps, policy and AdamW reference; only hess_init_steps differs), so both arms' mean steps are
+    matched to AdamW's by one rule."""
+    import json
+
+    from rlvr_lib.methods.threepo import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS
+    from rlvr_lib.study.runs import results_root
+
+    root = results_root() / "testbed"
+    learnt = json.loads((root / "threepo_calibration_learnt_hess.json").read_text())
+    presets = json.loads((root / "threepo_calibration.json").read_text())
+    assert learnt["method_options"] == {"hess_init_steps": LEARNT_HESS_STEPS}
+    for key in ("method", "adamw_method", "run_steps", "probe_steps", "skip", "rounds", "max_clipped", "ess",
+                "config_fields", "policy_sha", "torch_threads"):
+        if key == "rounds":
+            assert len(learnt[key]) == len(presets[key])
+        else:
+            assert learnt[key] == presets[key], key
+    assert learnt["adamw_mean_abs_step"] == pytest.approx(presets["adamw_mean_abs_step"], rel=1e-6)
+    assert {"clip_radius": learnt["clip_radius"], "lr": learnt["lr"]} == LEARNT_HESS_REGIME
+    last = learnt["rounds"][-1]
+    assert last["measured_clipped_frac"] <= 0.22  # at the previous round's picks, close to the rule's 20%
+    assert last["measured_mean_abs_step"] == pytest.approx(learnt["adamw_mean_abs_step"], rel=0.1)
+
+
 def test_noise_ratio_ess_is_the_earlier_rule_on_the_shipped_policy(policy):
     # The earlier rule (module docstring): 1e9 x (0.02 / std_W)^2 with std_W the pooled std of the shipped
     # policy's weight matrices, a deterministic function of the checkpoint rounded to two significant figures.

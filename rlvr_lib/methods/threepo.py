@@ -215,7 +215,7 @@ from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "C3PO_SCHEMES", "C3POOptions", "calibrate_clip_and_lr", "calibrate_ess",
            "calibrated_ess", "HESS_INIT_STREAM", "initial_sigma",
-           "learn_hessian_init", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
+           "learn_hessian_init", "LEARNT_HESS_REGIME", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
            "MAX_CLIPPED_SHARE", "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES",
            "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_CLIP_RADIUS", "TESTBED_ESS",
            "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "truncated_is_weights", "update_ratio",
@@ -819,6 +819,14 @@ class B3PO(Method):
 
 LEARNT_HESS_STEPS = 100
 """The K of the learnt-Hessian ablation (``hess_init_steps``; the module docstring, "Warm-up settings")."""
+LEARNT_HESS_REGIME = {"clip_radius": 0.0208, "lr": 3.14}
+"""The learnt-Hessian ablation's IVON ``clip_radius`` and ``lr`` (issue 56 item 5): the presets' calibration rule
+(:func:`calibrate_clip_and_lr`, at most 20% clipped, IVON's mean step equal to AdamW's under ``grpo``) run with the
+Hessian learnt first (``python -m rlvr_lib calibrate-threepo --run-steps 200 --hess-init-steps 100``,
+``results/testbed/threepo_calibration_learnt_hess.json``; a test ties them). At the presets' values the learnt
+Hessian's larger ``h`` moved weights about 5x less (mean step 2.95e-6 against 1.48e-5 in notebook 04's runs) with
+half the noise, so a gain over C3PO mixed the Hessian with a smaller step; at these the two arms' mean steps are
+matched by one rule."""
 HESS_INIT_STREAM = 0x3B1
 """RNG stream of the Hessian warm-up (its weight noise and its SFT data), keyed by ``(seed, stream, j)``."""
 

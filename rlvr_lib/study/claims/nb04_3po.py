@@ -3,7 +3,7 @@
 The paper's effects are T1's OLMo3-7B column (PAPERS.md); the Qwen2.5-Math-7B column is in ``paper``.
 """
 
-from rlvr_lib.methods.threepo import LEARNT_HESS_STEPS, TESTBED_ESS, THREEPO_SETTINGS
+from rlvr_lib.methods.threepo import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS, TESTBED_ESS, THREEPO_SETTINGS
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 
@@ -154,8 +154,11 @@ ABLATION_ARMS = {
     "c3po-no-seq-mis": Arm("c3po", label="c3po-no-seq-mis", overrides={"method_options": {"seq_mis": False}}),
     "m3po-full-group": Arm("m3po", label="m3po-full-group", overrides={"group_size": 16}),
     # the full profile's; the quick profile's smoke warm-up adds its own hess_init_steps/batch
-    "c3po-learnt-hess": Arm("c3po", label="c3po-learnt-hess",
-                            overrides={"method_options": {"hess_init_steps": LEARNT_HESS_STEPS}}),
+    # issue 56 item 5: at its own calibration (LEARNT_HESS_REGIME), so that its mean step is matched to the preset's
+    "c3po-learnt-hess": Arm("c3po", label="c3po-learnt-hess-matched",
+                            overrides={"method_options": {"hess_init_steps": LEARNT_HESS_STEPS, **LEARNT_HESS_REGIME}}),
+    # issue 56 item 1: the per-chunk form this library ran before (its own draw per chunk, pi_mean / pi_k masked)
+    "c3po-per-chunk": Arm("c3po", label="c3po-per-chunk", overrides={"method_options": {"scheme": "per_chunk"}}),
 }
 """Each ablation changes one setting of a preset (notebook 04's labels)."""
 _NOISE = "the weight noise (the same IVON step, without noise in the control)"
@@ -199,7 +202,11 @@ COMPARISONS = {
     "n-eq-g": Pair(_V["c3po"], ABLATION_ARMS["c3po-n8"], _OPTION, "weight samples N = 2 against N = G = 8",
                    ("appendix-n-eq-g",)),
     "constant-hess": Pair(_V["c3po"], ABLATION_ARMS["c3po-learnt-hess"], _OPTION,
-                          "a constant Hessian init against a learnt one", ("fig5-constant-hess",)),
+                          "a constant Hessian init against a learnt one, each at its own IVON calibration (clip "
+                          "radius and lr by the same rule: matched mean steps)", ("fig5-constant-hess",)),
+    "c3po-scheme": Pair(_V["c3po"], ABLATION_ARMS["c3po-per-chunk"], _OPTION,
+                        "C3PO as the authors run it (one training draw, weight truncated at 2) against the per-chunk "
+                        "form (each chunk at its own draw, pi_mean / pi_k masked above 2)", ()),
 }
 """The paired comparisons of the rows above (`rlvr_lib.study.comparisons`). 3PO's baselines (entropy
 regularisation, Polaris, KL-Cov) are compared at 3PO's settings (:data:`BASELINE_ARMS`), not as notebook 02 runs
