@@ -331,3 +331,30 @@ def test_the_discovery_policys_card_and_readme_quote_the_committed_measurements(
     from rlvr_lib.methods.oracle import OracleOptions
 
     assert OracleOptions().forced == 2 and "2 of 8 rollouts of each target forced onto `round`" in readme
+
+
+# ----------------------------------------------------------------------------- issue 56 item 6: protocols
+def test_each_discovery_claim_row_reads_an_evaluation_both_of_its_arms_carry():
+    """Every pass@1 row of notebook 08 compares a method with GRPO under its source paper's protocol: the method arm
+    and GRPO (a gate arm) both carry that protocol's evaluation of the held-out targets, at the same spec."""
+    from rlvr_lib.study.claims import registry
+    from rlvr_lib.study.protocols import ProtocolEvaluation, claim_protocol
+
+    claims = registry("nb08_discovery").claims
+    arm_of = {"nudgerl-beats-grpo": "nudgerl", "c3po-beats-grpo": "c3po", "m3po-beats-grpo": "m3po",
+              "b3po-matches-grpo": "b3po"}
+    assert sorted(c.id for c in claims) == sorted(arm_of)
+    for profile in ("quick", "full"):
+        main, extra = regimes.discovery_specs(problems=8 if profile == "quick" else regimes.HELDOUT_SPEC_PROBLEMS)
+        grpo = regimes.arm_extra_specs("grpo", main, extra[regimes.TRAIN_TARGETS], profile)
+        for claim, arm in arm_of.items():
+            proto = ProtocolEvaluation.of(claim_protocol("nb08_discovery", claim), main, profile)
+            assert proto.protocol.name == regimes.ARM_PROTOCOL[arm]
+            mine = regimes.arm_extra_specs(arm, main, extra[regimes.TRAIN_TARGETS], profile)
+            assert mine == {regimes.TRAIN_TARGETS: extra[regimes.TRAIN_TARGETS], proto.label: proto.spec}
+            assert grpo[proto.label] == proto.spec and proto.spec.families == main.families
+    # SAGE's protocol is the main evaluation: its arm adds none; an unknown arm is refused
+    assert regimes.arm_extra_specs("sage", main, extra[regimes.TRAIN_TARGETS]) == {
+        regimes.TRAIN_TARGETS: extra[regimes.TRAIN_TARGETS]}
+    with pytest.raises(ValueError, match=r"arm='dapo' is invalid: must be one of"):
+        regimes.arm_extra_specs("dapo", main, extra[regimes.TRAIN_TARGETS])

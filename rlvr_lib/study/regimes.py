@@ -35,9 +35,9 @@ from rlvr_lib.study.regime_premises import GATE_FILE, PREMISES, REGIMES_FILE, lo
 from rlvr_lib.tasks import discovery
 from rlvr_lib.validation import check, check_range, invalid
 
-__all__ = ["BUDGET_HOURS", "EXPERIMENT", "GATE_ARMS", "GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN",
+__all__ = ["ARM_PROTOCOL", "BUDGET_HOURS", "EXPERIMENT", "GATE_ARMS", "GATE_GRPO_SHARE", "GATE_MIN_FRESH_REWARD", "GATE_MIN_GAIN",
            "GATE_FILE", "METHOD_ARMS", "PREMISES", "REGIMES_FILE", "RETENTION_BOUND", "RETENTION_SAMPLES", "RETENTION_SEED",
-           "arm_overrides", "choose_design", "design_summary", "designs_table", "designs_tried", "discovery_arms", "discovery_gate",
+           "arm_extra_specs", "arm_overrides", "choose_design", "design_summary", "designs_table", "designs_tried", "discovery_arms", "discovery_gate",
            "discovery_specs", "gate_outcome", "gate_runs", "gate_table", "headroom_fraction", "measure_regimes",
            "no_rare_group_share", "premise_status", "rare_reward_share", "regime_of", "retention_line",
            "retention_premise", "round_share", "unhinted_share"]
@@ -347,6 +347,9 @@ TRAIN_TARGETS = "train_targets"
 GATE_ARMS = ("grpo", "oracle_explore")
 METHOD_ARMS = ("nudgerl", "b3po", "m3po", "c3po", "sage", "vigor")
 """Notebook 08's methods, each at its preset; they run only once the gate passes."""
+ARM_PROTOCOL = {"nudgerl": "nudgerl", "b3po": "3po", "m3po": "3po", "c3po": "3po", "sage": "sage", "vigor": "vigor"}
+"""Each method arm's paper's evaluation protocol (`rlvr_lib.study.protocols`; issue 56 item 6): its claim rows read
+the held-out targets' pass@1 under it, against GRPO under the same protocol."""
 BASE_SEEDS = (0, 1)
 """Two sampling seeds of the base policy: the resampling null."""
 BUDGET_HOURS = 2.0
@@ -418,12 +421,30 @@ def headroom_fraction(method: Any, grpo: Any, oracle: Any, *, n_resamples: int =
             "method": "headroom ratio, bootstrap over seeds x problems", "dropped": n_resamples - len(ratios)}
 
 
-def gate_runs(arms, seeds: Sequence[int], names: Sequence[str] = GATE_ARMS) -> dict[str, list]:
+def arm_extra_specs(name: str, main, train_targets, profile: str = "full") -> dict:
+    """A discovery arm's extra evaluations: the training targets (``train_targets``, :data:`TRAIN_TARGETS`) and the
+    held-out targets (``main``, the arms' evaluation) under each protocol its rows are read under
+    (`rlvr_lib.study.protocols.ProtocolEvaluation` at ``profile``): a method arm's own paper's (:data:`ARM_PROTOCOL`;
+    SAGE's is the main evaluation, so it adds none), a gate arm's (GRPO, the oracle) every method's, so that each
+    method's row compares it with GRPO under the same protocol."""
+    from rlvr_lib.study.protocols import ProtocolEvaluation
+
+    check(name in (*GATE_ARMS, *METHOD_ARMS), "arm", name, f"one of {[*GATE_ARMS, *METHOD_ARMS]}")
+    protocols = sorted(set(ARM_PROTOCOL.values())) if name in GATE_ARMS else [ARM_PROTOCOL[name]]
+    out = {TRAIN_TARGETS: train_targets}
+    for protocol in protocols:
+        out.update(ProtocolEvaluation.of(protocol, main, profile).extra_specs())
+    return out
+
+
+def gate_runs(arms, seeds: Sequence[int], names: Sequence[str] = GATE_ARMS, profile: str = "full") -> dict[str, list]:
     """The gate's arms (``names``) on ``seeds`` and the base policy on :data:`BASE_SEEDS`, through the run cache;
-    ``"base"`` and ``"base-train-targets"`` hold the base policy's two evaluations."""
+    ``"base"`` and ``"base-train-targets"`` hold the base policy's two evaluations. Each arm carries
+    :func:`arm_extra_specs` (the protocol evaluations at ``profile``)."""
     overrides = arm_overrides()
     _, extra = discovery_specs()
-    runs = {name: arms.train(name, seeds, extra_specs=extra, **overrides) for name in names}
+    runs = {name: arms.train(name, seeds, extra_specs=arm_extra_specs(name, arms.spec, extra[TRAIN_TARGETS], profile),
+                             **overrides) for name in names}
     runs["base"] = arms.base(BASE_SEEDS, policy=overrides["policy"])
     runs["base-train-targets"] = arms.base(BASE_SEEDS, name="base-train-targets", spec=extra[TRAIN_TARGETS],
                                            policy=overrides["policy"])
