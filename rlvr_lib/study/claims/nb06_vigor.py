@@ -113,9 +113,10 @@ COMPARISONS = {
                         ("beats-gt", "near-gt")),
     "vigor-vs-intuitor": Pair(VIGOR_ARM, INTUITOR_ARM, ("method", "advantage"), f"{_REWARD} against self-certainty",
                               ("beats-intuitor", "beats-intuitor-ood", "vigor-tracks-better", "vigor-shorter")),
-    # INTUITOR's pick (3.3e-5) is not GRPO's: GRPO's arm here is grpo-gt@intuitor-lr
+    # INTUITOR's pick (3.3e-5) is not GRPO's: GRPO's arm here is grpo-gt@intuitor-lr. It is also the GRPO reference
+    # (`reference` column) of the rows against INTUITOR, so that reference shares the lr of the arms it stands beside.
     "gt-vs-intuitor": Pair(GT_ARM, INTUITOR_ARM, ("method",), "the reward: the verifier's against self-certainty",
-                           ("gt-beats-intuitor",)),
+                           ("gt-beats-intuitor", "beats-intuitor", "beats-intuitor-ood", "vigor-shorter")),
     "no-sqrt": Pair(ABLATION_ARMS["no-sqrt"], VIGOR_ARM, ("method_options",), "the score without sqrt(T)",
                     ("no-sqrt-lower", "no-sqrt-longer")),
     "no-rank": Pair(ABLATION_ARMS["no-rank"], VIGOR_ARM, ("method_options",), "the score without rank shaping",
