@@ -47,7 +47,14 @@ rule of :func:`calibrate_threepo` (the 3PO presets' rule: at most 20% of weights
 mean step equal to the AdamW counterpart's -- the composite's other component at the composite's settings),
 measured by ``python -m rlvr_lib calibrate-threepo --method <composite>`` into
 ``results/testbed/threepo_calibration_<composite>.json`` (a test ties each entry to its file). A composite of
-another 3PO variant or pair has no entry: :func:`composite_regime` refuses it, naming the command."""
+another 3PO variant or pair has no entry: :func:`composite_regime` refuses it, naming the command.
+
+Which arms get a calibration of their own: every arm whose loss or Hessian differs from the presets' (a composite; the
+learnt-Hessian ablation, whose learnt ``h`` rescales IVON's update ratio itself: ``LEARNT_HESS_REGIME`` in
+`rlvr_lib.methods.threepo`). The presets' other one-setting ablations (ESS, weight samples, group size, the importance
+weight, C3PO's scheme) keep the presets' calibration, so that each differs from its preset in that setting only; the
+regime check every IVON record stores (:func:`ivon_regime_of`) shows whether each stayed in the regime, and notebook 04
+shows it per arm."""
 
 
 def composite_regime(name: str) -> dict[str, float]:
