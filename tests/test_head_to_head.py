@@ -6,6 +6,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from rlvr_lib.eval import EvalSpec
 from rlvr_lib.methods import method_config
 from rlvr_lib.methods.registry import METHODS
 from rlvr_lib.study import head_to_head as h2h
@@ -425,3 +426,122 @@ def test_readmes_guide_reads_the_comparisons_of_a_map(tmp_path):
     # the discovery premise is named for the arm of a comparison, NudgeRL's
     assert bullets[-1].startswith("- **NudgeRL vs GRPO** (retention regime; the discovery premise its exploration "
                                   "needs: not measured): against GRPO")
+
+
+# ------------------------------------------------------------------ each pass@1 claim under its source paper's protocol
+def _plan(threepo="b3po", profile="full"):
+    from rlvr_lib.study.profiles import full_profile
+
+    spec = full_profile()["spec"] if profile == "full" else EvalSpec(problems_per_family=8, samples=8,
+                                                                      diversity_problems=8, diversity_samples=8)
+    names = {"nudgerl": "nudgerl", "sage": "sage", "threepo": threepo, "vigor": "vigor"}
+    return h2h.protocol_plan(names, spec, profile), spec
+
+
+@pytest.mark.parametrize("threepo,profile", [("b3po", "full"), ("c3po", "full"), ("m3po", "quick")])
+def test_every_pass1_claim_reads_its_papers_protocol_and_its_arms_carry_that_evaluation(threepo, profile):
+    from rlvr_lib.study import protocols
+
+    plan, spec = _plan(threepo, profile)
+    reg = registry("nb07_head_to_head")
+    # every claim is a pass@1 row read under a protocol, or the one pass@256 row on the wide evaluation
+    assert set(plan.rows) == {c.id for c in reg.claims} - {"nudgerl-rare-wide"}
+    sources = {c.id: c.source for c in reg.claims}
+    own = {"nudgerl": "grpo-nudgerl-settings", "sage": "grpo_k3", "threepo": "grpo-3po-settings",
+           "vigor": "grpo-vigor-settings"}
+    names = {"nudgerl": "nudgerl", "sage": "sage", "threepo": threepo, "vigor": "vigor"}
+    for claim, (arm, versus, name) in plan.rows.items():
+        key, against = claim.split("-beats-")
+        assert (arm, versus) == (names[key], "grpo" if against == "grpo" else own[key])
+        protocol = protocols.claim_protocol("nb07_head_to_head", claim)
+        assert name == protocol.name == protocols.PAPER_PROTOCOL[sources[claim]]  # the source paper's
+        want = protocols.protocol_spec(protocol, spec, profile)
+        for label in (arm, versus):
+            carried = plan.extra_specs(label)
+            if want == spec:  # SAGE's: the main evaluation measures it, no extra evaluation
+                assert protocols.protocol_label(protocol) not in carried and protocol.name == "sage"
+            else:
+                assert carried[protocols.protocol_label(protocol)] == want
+    # the specs themselves: the papers' sampling, samples capped by the scaling rule
+    cap = protocols.SAMPLE_CAP[profile]
+    got = {label: (s.temperature, s.samples, s.greedy) for label, s in plan.extra_specs("grpo").items()}
+    assert got == {"protocol-nudgerl": (0.7, min(128, cap), False), "protocol-3po": (0.6, min(8, cap), False),
+                   "protocol-vigor": (1.0, 1, True)}
+    assert plan.extra_specs("sage") == plan.extra_specs("grpo_k3") == {}
+    assert set(plan.extra_specs(threepo)) == set(plan.extra_specs("grpo-3po-settings")) == {"protocol-3po"}
+    assert set(plan.extra_specs("nudgerl")) == set(plan.extra_specs("grpo-nudgerl-settings")) == {"protocol-nudgerl"}
+    assert set(plan.extra_specs("vigor")) == set(plan.extra_specs("grpo-vigor-settings")) == {"protocol-vigor"}
+    assert plan.extra_specs("dapo") == {} and plan.extra_specs(f"sage+{threepo}") == {}  # no pass@1 claim reads them
+    assert set(plan.base_evaluations()) == {"nudgerl", "3po", "vigor"}
+
+
+def test_an_arm_a_protocol_row_reads_is_trained_here_and_the_others_stay_read_from_their_notebook():
+    plan, _ = _plan()
+    assert h2h.home("grpo", FULL) == "baselines"  # without protocols: notebook 02's record
+    assert h2h.home("grpo", FULL, plan.extra_specs("grpo")) == "head_to_head"  # with them: its own copy, here
+    assert h2h.home("sage", FULL, plan.extra_specs("sage")) == "sage"
+    assert h2h.home("grpo_forward_kl", FULL, plan.extra_specs("grpo_forward_kl")) == "baselines"
+    comp = h2h.paper_comparator("sage", "sage")
+    assert comp.label == "grpo_k3" and h2h.comparator_home("sage", comp, FULL, plan.extra_specs("grpo_k3")) == "sage"
+    assert h2h.comparator_home("sage", comp, FULL, {"x": EvalSpec()}) == "head_to_head"
+    assert h2h.paper_comparator("threepo", "c3po").label == "grpo-3po-settings"
+
+
+def test_the_protocol_evaluations_cost_is_counted():
+    plan, _ = _plan()
+    # full profile: 7 families x 200 problems; GRPO, the method and its paper's comparator x 5 seeds, the base x 3
+    # (greedy: one seed)
+    assert plan.cost(5, [0, 1, 2]) == {
+        "3po": {"evaluations": 18, "completions": 18 * 11200, "per_evaluation": 11200, "main": 44800},
+        "nudgerl": {"evaluations": 18, "completions": 18 * 44800, "per_evaluation": 44800, "main": 44800},
+        "vigor": {"evaluations": 16, "completions": 16 * 1400, "per_evaluation": 1400, "main": 44800}}
+
+
+def _protocol_records(name, counts_main, extra, seeds=(0, 1)):
+    """Records with a main evaluation of 8 samples and the extra evaluations ``{label: (spec, counts)}``."""
+    from rlvr_lib.study.profiles import full_profile
+
+    main = full_profile()["spec"].replace(samples=8)
+    fam = lambda counts: {"families": {"easy_mix": {"correct_counts": list(counts),
+                                                    "uids": [f"p{i}" for i in range(len(counts))]}}}
+    specs = {k: v.to_dict() for k, (v, _) in extra.items()}
+    return [SimpleNamespace(name=name, run_id=f"{name}-s{s}", seed=s, history=[],
+                            config={"eval": main.to_dict(), "extra_evals": specs},
+                            final=fam(counts_main), extra={"evals": {k: fam(c) for k, (_, c) in extra.items()}})
+            for s in seeds]
+
+
+def test_a_pass1_claim_reads_its_protocols_evaluation_not_the_main_one():
+    from rlvr_lib.study.profiles import full_profile
+
+    base_spec = full_profile()["spec"].replace(samples=8)
+    plan = h2h.protocol_plan({"nudgerl": "nudgerl", "sage": "sage", "threepo": "b3po", "vigor": "vigor"}, base_spec,
+                             "full")
+    grpo_specs, vigor_spec = plan.extra_specs("grpo"), plan.extra_specs("vigor")["protocol-vigor"]
+    # main evaluations equal (4 of 8 right on each problem); under VIGOR's greedy protocol VIGOR is right on every
+    # problem and GRPO on half of them
+    grpo = _protocol_records("grpo", [4, 4], {label: (s, [1, 0] if s.greedy else [4, 4])
+                                              for label, s in grpo_specs.items()})
+    vigor = _protocol_records("vigor", [4, 4], {"protocol-vigor": (vigor_spec, [1, 1])})
+    ci = plan.versus("vigor-beats-grpo", {"grpo": grpo, "vigor": vigor}, ["easy_mix"])
+    assert ci["mean"] == pytest.approx(0.5)
+    # an arm without the protocol's evaluation is refused, naming it
+    with pytest.raises(ValueError, match=r"protocol-vigor"):
+        plan.versus("vigor-beats-grpo", {"grpo": grpo, "vigor": _protocol_records("vigor", [4, 4], {})}, ["easy_mix"])
+    with pytest.raises(ValueError, match=r"^claim='nudgerl-rare-wide' is invalid: must be one of the pass@1 rows"):
+        plan.evaluation("nudgerl-rare-wide")
+    with pytest.raises(ValueError, match=r"^method_names=.* is invalid: must be \{method key: registered name\}"):
+        h2h.protocol_plan({"nudgerl": "nudgerl"}, base_spec, "full")
+
+
+def test_notebook_07_builds_its_arms_evaluations_from_the_plan():
+    import nbformat
+    from pathlib import Path
+
+    code = "\n".join(c.source for c in nbformat.read(Path(__file__).parents[1] / "notebooks/07_head_to_head.ipynb",
+                                                     4).cells if c.cell_type == "code")
+    for call in ('PLAN = h2h.protocol_plan(METHOD_NAMES, P["spec"], profile)', "protocols = PLAN.extra_specs(name)",
+                 "h2h.home(name, BUDGET, protocols)", "protocols = PLAN.extra_specs(comparator.label)",
+                 "h2h.comparator_home(name, comparator, BUDGET, protocols)", "extra_specs={**WIDE_EVAL, **protocols}",
+                 "PLAN.base_evaluations()", "PLAN.versus(claim, BY_LABEL, fams) for claim in PLAN.rows"):
+        assert call in code, call

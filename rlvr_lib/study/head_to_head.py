@@ -55,6 +55,38 @@ the method only where its own comparator shows it too (:func:`attribution`): an 
 comparator is what the shared settings do. The second size's growth stays against GRPO (no own comparator is
 trained on it).
 
+**Each pass@1 claim under its source paper's evaluation protocol** (issue 56, item 6; :func:`protocol_plan`,
+:class:`ProtocolPlan`). The claims module's ``PROTOCOL`` is ``"by source"``: a ``*-beats-grpo`` or ``*-beats-own``
+row is its paper's headline claim, so it is read as that paper measures pass@1 (`rlvr_lib.study.protocols`):
+NudgeRL's rows as mean@k at temperature 0.7, 3PO's as mean@8 at temperature 0.6, VIGOR's as greedy pass@1, SAGE's
+under the main evaluation (its paper states none), samples scaled by the one rule
+(`rlvr_lib.study.protocols.SCALING_RULE`: 32 at the full profile, 8 at the quick one). Every arm such a row reads
+carries the evaluation of every protocol its rows are read under, as extra evaluations: GRPO NudgeRL's, 3PO's and
+VIGOR's; NudgeRL and GRPO at NudgeRL's settings NudgeRL's; the 3PO variant and GRPO at 3PO's settings 3PO's;
+VIGOR and GRPO with the verifier at VIGOR's settings VIGOR's; SAGE and ``grpo_k3`` none. The base policy is
+evaluated under each protocol that has an extra evaluation (in this notebook's folder). ``nudgerl-rare-wide``
+(pass@256), the measurements (no paper states them: the pairs, the map, the growth with size, the noise-free
+control), the map's buckets, the pass@k curves and the diversity measures stay on the temperature-1.0 main and
+wide evaluations.
+
+*Where an arm with protocol evaluations is read.* Extra evaluations are part of a run's cache key, so an arm
+another notebook trains (:data:`SHARED`, :attr:`Comparator.home`) keeps that notebook's record only when notebook
+07 asks it for no evaluation beyond that notebook's (:func:`home`, :func:`comparator_home`, with the plan's
+:meth:`ProtocolPlan.extra_specs`). The rule: **an arm a protocol row reads is trained here, its own copy, with every
+evaluation it is read under**; the home notebook's record is not touched and its owner adds nothing. Today this
+moves one arm: GRPO (notebook 02's until now; the same config and seeds, so its training is notebook 02's again,
+bit for bit on one processor). SAGE and ``grpo_k3`` (SAGE's protocol is the main evaluation) and the baselines (no
+protocol row reads them) stay read from notebooks 05 and 02.
+
+*What it costs* (:meth:`ProtocolPlan.cost`, stated before any run; the full profile, 200 problems x 7 families,
+main evaluation 32 samples): NudgeRL's protocol 18 evaluations of 44,800 completions (GRPO, NudgeRL and GRPO at
+NudgeRL's settings x 5, the base x 3), about a main evaluation's sampling each; 3PO's 18 of 11,200 (a quarter);
+VIGOR's 16 greedy ones of 1,400. At README "Budget"'s AMD EPYC cost of a main evaluation (about 90 s) that is about
+0.58 core-hours; GRPO trained here instead of read costs 5 runs with the main and wide evaluations (about 400 s
+each on that machine, 0.56 core-hours). In all about 1.1 core-hours, **about 0.6 elapsed hours** of two workers
+added to notebook 07's 2.5-hour budget (README "Budget"; `rlvr_lib.study.report`'s Compute table measures it from
+the records).
+
 **A second model size** (issue 32, item 3; :func:`scale_policy`, :func:`seed_gains`, :func:`gain_growth`). GRPO
 and the four methods (the selected 3PO variant) are trained again, at the same budget and seeds ``0..2``, on the
 second policy (:data:`SCALE_POLICY`, `rlvr_lib.policy.load.POLICY_NAMES`, built by ``make second-size``), and the
@@ -83,11 +115,13 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.methods import METHODS
 from rlvr_lib.methods.baselines import BASELINES
 from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
 from rlvr_lib.methods.presets import TUNED_LR, method_config
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
+from rlvr_lib.study.protocols import SCALING_RULE, ProtocolEvaluation, claim_protocol
 from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
 from rlvr_lib.study.stats import paired_difference_ci
 from rlvr_lib.trainer import compute_spent
@@ -99,8 +133,8 @@ __all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "Comparator", "Com
            "compare", "comparator_config", "comparator_home", "comparator_run", "comparison_map", "composable_pairs",
            "config_difference", "difference_words", "gain_growth", "gain_map", "find_map", "guide", "guide_summary",
            "home", "map_rows", "map_summary", "mean_pass", "own_comparators", "pair_name", "pair_settings",
-           "pick_best", "record_config", "records_by_name", "scale_policy", "seed_gains", "select_arms",
-           "signed_interval"]
+           "CLAIMS_MODULE", "paper_comparator", "pick_best", "ProtocolPlan", "protocol_plan", "record_config",
+           "records_by_name", "scale_policy", "seed_gains", "select_arms", "signed_interval"]
 
 THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
 """The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
@@ -184,11 +218,17 @@ class Budget:
         return want
 
 
-def home(name: str, budget: Budget) -> str:
+def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = None) -> str:
     """The experiment prefix an arm is read from: its :data:`SHARED` notebook's when the budget's config of it is
     that notebook's (``method_config(name, steps, prompts_per_step, group_size)``: the same cache key, so the
-    same record), else ``"head_to_head"`` (trained here)."""
-    if name not in SHARED:
+    same record) and notebook 07 asks it for no evaluation that notebook does not run, else ``"head_to_head"``
+    (trained here).
+
+    ``protocols``: the protocol evaluations notebook 07's pass@1 rows need of the arm
+    (:meth:`ProtocolPlan.extra_specs`). The :data:`SHARED` notebooks run the main and the wide evaluation only (they
+    are part of a run's cache key), so an arm with any protocol evaluation is trained here, its own copy with every
+    evaluation it is read under (the module docstring's rule), and the home notebook's record is left as it is."""
+    if name not in SHARED or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
     same = method_config(name, **budget.overrides(name), seed=0) == method_config(name, **plain)
@@ -395,6 +435,13 @@ def own_comparators(key: str, name: str) -> tuple[Comparator, ...]:
                        "IVON with its weight noise in place of AdamW"))
 
 
+def paper_comparator(key: str, name: str) -> Comparator:
+    """The comparator method ``key``'s paper reports its headline row against (its ``*-beats-own`` claim's):
+    the last of :func:`own_comparators` (for 3PO its GRPO at 3PO's settings, the paper's T1 GRPO row; the
+    noise-free control is a measurement)."""
+    return own_comparators(key, name)[-1]
+
+
 def comparator_config(name: str, comparator: Comparator, budget: Budget, seed: int = 0) -> TrainerConfig:
     """The comparator's config beside method ``name``'s arm at ``budget`` (:meth:`Comparator.config` of
     ``method_config(name, **budget.overrides(name))``), checked to differ from it in the named fields only."""
@@ -412,11 +459,14 @@ def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[s
     return config.method, overrides
 
 
-def comparator_home(name: str, comparator: Comparator, budget: Budget) -> str:
+def comparator_home(name: str, comparator: Comparator, budget: Budget,
+                    protocols: Mapping[str, EvalSpec] | None = None) -> str:
     """Where a comparator's records are read: its :attr:`~Comparator.home` notebook's prefix when the config
     beside ``name``'s arm at ``budget`` is that notebook's (``method_config(method, steps, prompts_per_step,
-    group_size)``: the same cache key), else ``"head_to_head"`` (trained here, with the wide evaluation)."""
-    if comparator.home is None or comparator.method is None:
+    group_size)``: the same cache key) and ``protocols`` (the protocol evaluations notebook 07 asks of it,
+    :meth:`ProtocolPlan.extra_specs`) is empty, else ``"head_to_head"`` (trained here, with the wide evaluation
+    and those protocol evaluations), as :func:`home`."""
+    if comparator.home is None or comparator.method is None or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
     same = comparator_config(name, comparator, budget) == method_config(comparator.method, **plain)
@@ -512,6 +562,118 @@ def comparison_map(levels: Any, scores: Mapping[str, Any], comparisons: Sequence
         frames.append(gain_map(levels, {c.label: scores[c.arm]}, scores[c.versus], edges))
     check(frames, "comparisons", comparisons, "one or more comparisons")
     return pd.concat(frames, ignore_index=True)
+
+
+# ------------------------------------------------------------------- each pass@1 row under its paper's protocol
+CLAIMS_MODULE = "nb07_head_to_head"
+"""Notebook 07's claims module (`rlvr_lib.study.claims`): its ``PROTOCOL`` is ``"by source"``."""
+
+
+@dataclass(frozen=True)
+class ProtocolPlan:
+    """Which paper's evaluation protocol each of notebook 07's pass@1 claims is read under, and so which protocol
+    evaluations each arm carries (issue 56, item 6; the module docstring's rule).
+
+    Attributes:
+        rows: ``{claim id: (arm, versus, protocol name)}``: each pass@1 claim of the claims module
+            (``PROTOCOL_ROWS`` of `rlvr_lib.study.claims.nb07_head_to_head`), the cache labels of the two arms it
+            compares (``"grpo"``, a method's registered name, or an own comparator's label) and the protocol of its
+            ``source`` paper (`rlvr_lib.study.protocols.claim_protocol`).
+        evaluations: ``{protocol name: ProtocolEvaluation}`` of every protocol a row is read under, at the notebook's
+            main evaluation and profile (the scaling rule, `rlvr_lib.study.protocols.SCALING_RULE`).
+    """
+
+    rows: Mapping[str, tuple[str, str, str]]
+    evaluations: Mapping[str, ProtocolEvaluation]
+
+    def __post_init__(self):
+        for claim, row in self.rows.items():
+            check(isinstance(row, tuple) and len(row) == 3 and row[2] in self.evaluations, f"rows[{claim!r}]", row,
+                  f"(arm, versus, protocol) with protocol one of {sorted(self.evaluations)}")
+
+    def arms(self) -> list[str]:
+        """Every arm a row reads, in the rows' order."""
+        return list(dict.fromkeys(label for arm, versus, _ in self.rows.values() for label in (arm, versus)))
+
+    def protocols(self, arm: str) -> tuple[str, ...]:
+        """The protocols arm ``arm`` is read under (sorted; empty for an arm no pass@1 claim reads)."""
+        return tuple(sorted({p for a, b, p in self.rows.values() if arm in (a, b)}))
+
+    def extra_specs(self, arm: str) -> dict[str, EvalSpec]:
+        """``{label: spec}``: the protocol evaluations arm ``arm`` carries as extra evaluations
+        (`rlvr_lib.study.pipeline.train_and_evaluate`'s ``extra_specs``), one per protocol it is read under whose
+        evaluation is not the main one (SAGE's is: :meth:`ProtocolEvaluation.extra_specs` gives nothing)."""
+        return {label: spec for p in self.protocols(arm) for label, spec in self.evaluations[p].extra_specs().items()}
+
+    def base_evaluations(self) -> dict[str, ProtocolEvaluation]:
+        """The protocols the base policy is evaluated under besides its main evaluation (those with an extra
+        evaluation; the base policy's main evaluation measures the others)."""
+        return {p: e for p, e in self.evaluations.items() if e.extra_specs()}
+
+    def evaluation(self, claim: str) -> ProtocolEvaluation:
+        """The protocol evaluation claim ``claim`` is read under."""
+        check(claim in self.rows, "claim", claim, f"one of the pass@1 rows {sorted(self.rows)}")
+        return self.evaluations[self.rows[claim][2]]
+
+    def versus(self, claim: str, records: Mapping[str, Sequence], families: Sequence[str]) -> dict:
+        """Claim ``claim``'s paired difference under its protocol: the protocol's pass@1 (mean@k) of its arm minus
+        its versus' (:meth:`ProtocolEvaluation.versus`, a paired bootstrap over seeds x problems). ``records``:
+        ``{arm label: records}``; an arm's records must carry the protocol's evaluation (else a ValueError names
+        the run and the evaluation it lacks)."""
+        protocol = self.evaluation(claim)
+        arm, versus, _ = self.rows[claim]
+        for label in (arm, versus):
+            check(label in records, f"records of claim {claim!r}", sorted(records), f"an entry for {label!r}")
+        return protocol.versus(records[arm], records[versus], families)
+
+    def cost(self, seeds: int, base_seeds: Sequence[int]) -> dict[str, dict[str, int]]:
+        """What the protocol evaluations sample, per protocol: ``evaluations`` (each arm that carries it x
+        ``seeds``, and the base policy's :meth:`ProtocolEvaluation.base_seeds`) and ``completions``
+        (evaluations x families x problems per family x samples). The main evaluation's count per evaluation is
+        ``main``, for scale: a protocol evaluation costs about its share of the main evaluation's sampling time
+        (no clustering). Protocols with no extra evaluation (SAGE's) cost nothing and are left out."""
+        seeds = check_int("seeds", seeds, 1)
+        out = {}
+        for p, e in self.base_evaluations().items():
+            n = seeds * sum(p in self.protocols(a) for a in self.arms()) + len(e.base_seeds(base_seeds))
+            per = len(e.spec.families) * e.spec.problems_per_family * e.spec.samples
+            out[p] = {"evaluations": n, "completions": n * per, "per_evaluation": per,
+                      "main": len(e.base_spec.families) * e.base_spec.problems_per_family * e.base_spec.samples}
+        return out
+
+    def describe(self) -> str:
+        """Markdown: each row with its arms and protocol, each protocol and its scaling, and the scaling rule once."""
+        rows = "\n".join(f"- `{claim}`: `{arm}` vs `{versus}` under {self.evaluations[p].protocol.paper}'s protocol"
+                         for claim, (arm, versus, p) in self.rows.items())
+        protocols = [e.describe(rule=False) + ("" if e.extra_specs() else " Its evaluation is the main one: no extra "
+                                                                            "evaluation.")
+                     for e in self.evaluations.values()]
+        return "\n\n".join([rows, *protocols, f"**Scaling rule.** {SCALING_RULE}"])
+
+
+def protocol_plan(method_names: Mapping[str, str], base_spec: EvalSpec, profile: str) -> ProtocolPlan:
+    """Notebook 07's :class:`ProtocolPlan`: every pass@1 claim of the claims module (its ``PROTOCOL_ROWS``:
+    ``{claim id: (method key, "grpo" | "own")}``) with its arms' cache labels (a method key's registered name in
+    ``method_names``, e.g. ``{"threepo": "b3po"}``; ``"own"``: the method's :func:`paper_comparator`'s label) and
+    its source paper's protocol (`rlvr_lib.study.protocols.claim_protocol`), each protocol at ``base_spec`` (the
+    notebook's main evaluation) and ``profile`` (`rlvr_lib.study.protocols.ProtocolEvaluation.of`).
+
+    Raises:
+        ValueError: on ``method_names`` that do not name every method of :data:`METHOD_ARMS`, an unknown profile,
+            or a claim the claims module declares no protocol for.
+    """
+    from rlvr_lib.study.claims.nb07_head_to_head import PROTOCOL_ROWS
+
+    check(isinstance(method_names, Mapping) and set(method_names) == set(METHOD_ARMS), "method_names",
+          method_names, f"{{method key: registered name}} for exactly {list(METHOD_ARMS)}")
+    rows, evaluations = {}, {}
+    for claim, (key, versus) in PROTOCOL_ROWS.items():
+        protocol = claim_protocol(CLAIMS_MODULE, claim)
+        if protocol.name not in evaluations:
+            evaluations[protocol.name] = ProtocolEvaluation.of(protocol, base_spec, profile)
+        name = method_names[key]
+        rows[claim] = (name, "grpo" if versus == "grpo" else paper_comparator(key, name).label, protocol.name)
+    return ProtocolPlan(rows, dict(sorted(evaluations.items())))
 
 
 # ----------------------------------------------------------------------------- the map
