@@ -160,16 +160,16 @@ lab: install
 SMALL_POLICY = small
 second-size: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain --size small
-	-$(PY) -m rlvr_lib calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-$(SMALL_POLICY).json
-	$(PY) -m rlvr_lib calibrate --dynamics --model $(SMALL_POLICY) \
+	-$(PY) -m rlvr_lib.study calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-$(SMALL_POLICY).json
+	$(PY) -m rlvr_lib.study calibrate --dynamics --model $(SMALL_POLICY) \
 	  --kl-coefs $$($(PY) -c "from rlvr_lib.methods.base import TESTBED_KL_COEF; print(TESTBED_KL_COEF)") \
 	  --steps $$($(PY) -c "from rlvr_lib.study.dynamics import full_profile_steps; print(full_profile_steps())") \
 	  --out results/testbed/dynamics-$(SMALL_POLICY).json
 
 calibrate: install
-	$(PY) -m rlvr_lib calibrate
+	$(PY) -m rlvr_lib.study calibrate
 
 pretrain: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain  # the shipped checkpoint was trained on one thread (bit-identical rebuild)
 	# The RL pool and rare_mix are defined by the policy's strategy profile: a new policy needs its own.
-	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib calibrate --profile
+	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib.study calibrate --profile

@@ -1,13 +1,15 @@
-"""Command line: ``python -m rlvr_lib {pretrain,calibrate,calibrate-threepo,plateau,train,tune-lr} ...``.
+"""Command line of the library: ``python -m rlvr_lib {pretrain,train,evaluate} ...``.
 
 A bad input (a flag's value, ``--model``, ``--out``, a config value) is a usage error: one line naming the
 flag and what is allowed, exit status 2, nothing created (`rlvr_lib.cli_checks`). Each command checks its
 inputs first, before it loads a model or writes anything; what fails after that is not an input error.
 
-``train`` runs one method on one process, or on several under a launcher
+``train`` (`rlvr_lib.run.train`) runs one method on one process, or on several under a launcher
 (``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
 ``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``. With ``--backend trl`` the
 method runs on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`; ``--trl-set KEY=VALUE`` sets ``GRPOConfig`` fields).
+The study's commands (calibrate, calibrate-threepo, tune-lr, plateau, reproduce, ...) are
+``python -m rlvr_lib.study``.
 """
 
 from __future__ import annotations
@@ -17,15 +19,13 @@ import os
 import sys
 from pathlib import Path
 
-from rlvr_lib.cli_checks import (OneLineParser, UsageError, check_model, check_out_file, check_out_folder,
-                                 existing_file, flag_errors, int_at_least, number_in)
+from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, check_model, check_out_file,
+                                 check_out_folder, existing_file, flag_errors, number_in)
 from rlvr_lib.backends import BACKENDS
-from rlvr_lib.study.runs import results_root
 
-COUNT = int_at_least(1)
-"""``type=`` of counts (steps, problems, samples, sizes): an integer >= 1."""
-SEED = int_at_least(0)
-"""``type=`` of seeds: an integer >= 0."""
+STUDY_COMMANDS = ("calibrate", "calibrate-threepo", "tune-lr", "plateau", "reproduce", "verify", "report", "bench",
+                  "regimes", "provenance")
+"""Commands of ``python -m rlvr_lib.study`` (named here, not imported: the library never imports the study)."""
 
 
 def _pretrain(args: argparse.Namespace) -> int:
@@ -42,223 +42,6 @@ def _pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-def _calibrate(args: argparse.Namespace) -> int:
-    if args.dynamics and args.profile:
-        raise UsageError("--profile: not with --dynamics (one calibration at a time)")
-    if args.dynamics:
-        return _calibrate_dynamics(args)
-    if args.profile:
-        return _calibrate_profile(args)
-    from rlvr_lib.study.calibration import CalibrationConfig, calibrate, format_report, write_report
-    from rlvr_lib.policy import load_policy
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.rollout import KVCacheEngine
-    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
-
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    flags = {"problems_per_family": "--problems", "hint_problems": "--problems", "samples": "--samples",
-             "wide_samples": "--wide-samples", "seed": "--seed"}
-    with flag_errors(flags, "--problems"):
-        config = CalibrationConfig(
-            problems_per_family=args.problems, samples=args.samples, wide_samples=args.wide_samples,
-            hint_problems=min(args.problems, 100), seed=args.seed
-        )
-    model, tokenizer = load_policy(args.model)
-    engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
-    report = calibrate(engine, config, policy=args.model or "embedded tiny policy")
-    report["policy_sha"] = policy_fingerprint(args.model)  # which checkpoint this calibration is of
-    report["testbed_version"] = TESTBED_VERSION  # and which design of the testbed (the RL pool can change alone)
-    return _write_targets(report, args.out, "calibration.json", write_report, format_report)
-
-
-def _write_targets(report: dict, out: str | None, default_name: str, write, format_report) -> int:
-    """Write a calibration report (``out`` or ``results/testbed/<default_name>``), print it; exit 1 if a target fails."""
-    path = Path(out) if out else results_root() / "testbed" / default_name
-    write(report, path)
-    print(format_report(report))
-    print(f"wrote {path}")
-    return 0 if report["all_targets_met"] else 1
-
-
-def _calibrate_profile(args: argparse.Namespace) -> int:
-    """Measure the strategy profile (`rlvr_lib.tasks.strategy_profile`): the testbed's RL pool and rare_mix."""
-    import time
-
-    from rlvr_lib.study.calibration import measure_strategy_profile, profile_operands
-    from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.policy import load_policy
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.rollout import KVCacheEngine
-    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
-    from rlvr_lib.tasks.strategy_profile import (PROFILE_FILE, PROFILE_MAX_NEW_TOKENS, PROFILE_SAMPLES,
-                                                 PROFILE_SEED)
-
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    if args.model and not args.out:  # the shipped profile belongs to the shipped policy
-        raise UsageError("--out: required with --model (the default path holds the shipped policy's profile)")
-    t0 = time.perf_counter()
-    model, tokenizer = load_policy(args.model)
-    engine = KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True)
-    profile = measure_strategy_profile(engine, profile_operands(), samples=PROFILE_SAMPLES, seed=PROFILE_SEED,
-                                       max_new_tokens=PROFILE_MAX_NEW_TOKENS)
-    profile = {"policy_sha": policy_fingerprint(args.model), "testbed_version": TESTBED_VERSION,
-               "seconds": round(time.perf_counter() - t0, 1), **profile}
-    path = Path(args.out) if args.out else PROFILE_FILE
-    write_json_atomic(path, profile)
-    print(f"profiled {len(profile['counts'])} problems x {len(profile['strategies'])} strategies "
-          f"in {profile['seconds']} s; wrote {path}")
-    return 0
-
-
-def _calibrate_dynamics(args: argparse.Namespace) -> int:
-    """Train GRPO (and GRPO without its anchor) for several seeds and check the dynamics targets."""
-    from rlvr_lib.study.dynamics import DynamicsConfig, format_dynamics, measure_dynamics, write_dynamics
-
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    check_out_folder("--results-root", args.results_root)
-    overrides = {"seeds": tuple(args.seeds), "policy": args.model}
-    if args.steps:
-        overrides["step_candidates"] = tuple(args.steps)
-    if args.kl_coefs:
-        overrides["kl_coefs"] = tuple(args.kl_coefs)
-    for name in ("problems", "samples", "wide_problems", "wide_samples", "kl_problems"):
-        value = getattr(args, f"dyn_{name}")
-        if value is not None:
-            overrides["problems_per_family" if name == "problems" else name] = value
-    flags = {"seeds": "--seeds", "policy": "--model", "step_candidates": "--steps", "kl_coefs": "--kl-coefs",
-             **{name: f"--dyn-{name.replace('_', '-')}" for name in ("samples", "wide_problems", "wide_samples",
-                                                                       "kl_problems")},
-             "problems_per_family": "--dyn-problems"}
-    with flag_errors(flags, "--dynamics"):
-        config = DynamicsConfig(**overrides)
-    report = measure_dynamics(config, root=args.results_root)
-    return _write_targets(report, args.out, "dynamics.json", write_dynamics, format_dynamics)
-
-
-def _calibrate_threepo(args: argparse.Namespace) -> int:
-    """3PO's IVON regime: clip_radius and IVON lr by the rule of `rlvr_lib.methods.threepo.calibrate_clip_and_lr`."""
-    import torch
-
-    from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.methods.presets import method_config
-    from rlvr_lib.study.probes.ivon_regime import calibrate_threepo
-    from rlvr_lib.policy.load import policy_fingerprint
-
-    fields = {"prompts_per_step": args.prompts_per_step, "group_size": args.group_size, "seed": args.seed}
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    if args.skip >= args.steps:  # the measured means average steps skip..steps: none would be left
-        raise UsageError(f"argument --skip: {args.skip} is invalid: must be below --steps ({args.steps})")
-    flags = {"prompts_per_step": "--prompts-per-step", "group_size": "--group-size", "seed": "--seed",
-             "steps": "--run-steps", "policy": "--model"}
-    adamw_method, adamw_fields = args.adamw_method, None
-    if args.method not in ("b3po", "m3po", "c3po"):  # a head-to-head composite: its own regime (issue 56 item 2)
-        from rlvr_lib.methods.compose import SEPARATOR, compose
-        from rlvr_lib.study.head_to_head import pair_settings
-        from rlvr_lib.study.probes.ivon_regime import ivon_component
-
-        parts = args.method.split(SEPARATOR)
-        component = ivon_component(args.method) if len(parts) == 2 else None
-        if component is None:
-            raise UsageError(f"argument --method: {args.method!r} is invalid: must be b3po, m3po, c3po or a pair "
-                             f"'a{SEPARATOR}b' with one of them (notebook 07's composites)")
-        adamw_fields = pair_settings(*parts)  # the composite's settings, for its AdamW counterpart too
-        compose(*parts, **adamw_fields)
-        adamw_method = adamw_method or next(p for p in parts if p != component)
-    adamw_method = adamw_method or "grpo"
-    with flag_errors(flags, "--adamw-method"):  # the two configs calibrate_threepo builds, built here first
-        method_config(adamw_method, **fields, **(adamw_fields or {}), steps=args.run_steps, policy=args.model)
-    with flag_errors(flags, "--method"):
-        method_config(args.method, **fields, steps=args.run_steps, policy=args.model)
-    learnt = {"hess_init_steps": args.hess_init_steps} if args.hess_init_steps else None
-    report = calibrate_threepo(method=args.method, adamw_method=adamw_method, run_steps=args.run_steps,
-                               steps=args.steps, skip=args.skip, rounds=args.rounds, max_clipped=args.max_clipped,
-                               policy=args.model, adamw_fields=adamw_fields, method_options=learnt, **fields)
-    report.update(policy_sha=policy_fingerprint(args.model), torch_threads=torch.get_num_threads())
-    suffix = ("" if args.method == "b3po" else f"_{args.method}") + ("_learnt_hess" if learnt else "")
-    name = f"threepo_calibration{suffix}.json"
-    out = Path(args.out) if args.out else results_root() / "testbed" / name
-    write_json_atomic(out, report)
-    last = report["rounds"][-1]
-    print(f"clip_radius {report['clip_radius']:g}, IVON lr {report['lr']:g} (AdamW mean step "
-          f"{report['adamw_mean_abs_step']:.3g}; last round measured {last['measured_clipped_frac']:.3f} clipped at "
-          f"clip_radius {last['clip_radius']:g}, lr {last['lr']:g}); wrote {out}")
-    return 0
-
-
-def _tune_lr(args: argparse.Namespace) -> int:
-    """The equal lr-tuning budget (`rlvr_lib.study.tuning`): every method's grid on the tuning seeds, picks recorded."""
-    import torch
-
-    from rlvr_lib.methods.presets import method_config
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
-    from rlvr_lib.study.tuning import TUNING_SEEDS, record_tuning, tune_lr
-
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    out = Path(args.out) if args.out else results_root() / "testbed" / "lr_tuning.json"
-    fields = {"steps": args.steps, "prompts_per_step": args.prompts_per_step}
-    for name in args.methods:  # all checked before the first is tuned: a typo in the last stops no sweep halfway
-        with flag_errors({"steps": "--steps", "prompts_per_step": "--prompts-per-step", "policy": "--model"},
-                         "--methods"):
-            method_config(name, **fields, policy=args.model)
-    if args.tail > args.steps:
-        raise UsageError(f"argument --tail: {args.tail} is invalid: must be at most --steps ({args.steps})")
-    # The rule's words name the module by its name when the committed picks were made (results/testbed/
-    # lr_tuning.json); record_tuning keeps earlier picks only under an equal header, so the words stay.
-    header = {"rule": "rlvr_lib.tuning (x1/3, x1, x3 around each method's default lr; final training accuracy, "
-                      f"mean of the last {args.tail} steps over seeds {list(TUNING_SEEDS)})",
-              "policy_sha": policy_fingerprint(args.model), "testbed_version": TESTBED_VERSION,
-              "config_fields": fields}
-    for name in args.methods:  # recorded after each method: a long sweep keeps what it finished
-        result = tune_lr(name, tail=args.tail, policy=args.model, progress=args.progress, **fields)
-        record_tuning(out, header, name, dict(result, torch_threads=torch.get_num_threads()))
-        print(f"{name}: default lr {result['default_lr']:.4g}, pick {result['pick']:.4g} "
-              f"(mean final accuracy {result['mean_final_accuracy']})")
-    print(f"wrote {out}")
-    return 0
-
-
-def _plateau(args: argparse.Namespace) -> int:
-    """Train GRPO longer than the profiles do and find where its training entropy flattens."""
-    import torch
-
-    from rlvr_lib.eval.diagnostics import plateau_step
-    from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.methods import method_config
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.trainer import Trainer
-
-    check_model("--model", args.model)
-    check_out_file("--out", args.out)
-    if args.steps < 2 * args.window:  # plateau_step compares windows: fewer than two would fail after training
-        raise UsageError(f"argument --steps: {args.steps} is invalid: must be at least two --window "
-                         f"({2 * args.window})")
-    with flag_errors({"steps": "--steps", "seed": "--seeds", "policy": "--model"}, "--steps"):
-        configs = {seed: method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
-                                       policy=args.model)
-                   for seed in args.seeds}  # every seed's config, before the first seed trains
-    runs = {}
-    for seed, config in configs.items():
-        history = Trainer(config).train(progress=True)
-        entropy = [h["entropy"] for h in history]
-        runs[str(seed)] = {"entropy": entropy, "accuracy": [h["accuracy"] for h in history],
-                           "plateau_step": plateau_step(entropy, window=args.window, rel_drop=args.rel_drop)}
-    steps = [r["plateau_step"] for r in runs.values()]
-    report = {"method": "grpo", "steps": args.steps, "window": args.window, "rel_drop": args.rel_drop,
-              "policy_sha": policy_fingerprint(args.model), "torch_threads": torch.get_num_threads(),
-              "plateau_step_per_seed": steps,
-              "plateau_step": None if None in steps else max(steps), "runs": runs}
-    out = Path(args.out) if args.out else results_root() / "testbed" / "entropy_plateau.json"
-    write_json_atomic(out, report)
-    print(f"entropy flattens by step {report['plateau_step']} (per seed {steps}); wrote {out}")
-    return 0 if report["plateau_step"] is not None else 1
-
-
 DTYPES = ("bfloat16", "float16", "float32")
 """``train --dtype`` choices (torch dtype names)."""
 
@@ -267,7 +50,7 @@ def _train(args: argparse.Namespace) -> int:
     """Build the config (preset < --config file < --set < flags), train, write under --out."""
     import torch
 
-    from rlvr_lib.study.pipeline import train_run
+    from rlvr_lib.run import train
 
     _check_no_sharding(args.backend)
     _check_mixed_precision(args.backend)
@@ -276,12 +59,12 @@ def _train(args: argparse.Namespace) -> int:
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
-    record = train_run(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
-    if record is not None:  # rank 0
-        last = record.history[-1] if record.history else {}
+    trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
+    if trained is not None:  # rank 0
+        last = trained.history[-1] if trained.history else {}
         checkpoint = "" if args.backend == "trl" else f", {out}/checkpoint.pt"  # TRL's lack the method's state
         print(f"trained {config.method} for {config.steps} steps (last step: reward_mean {last.get('reward_mean')}, "
-              f"loss {last.get('loss')}); wrote {out / (record.run_id + '.json')}{checkpoint}, {out}/model")
+              f"loss {last.get('loss')}); wrote {out / trained.record.name}{checkpoint}, {out}/model")
     return 0
 
 
@@ -370,39 +153,55 @@ def _trl_args(args: argparse.Namespace, config) -> dict:
 
 
 def _check_train_out(out: Path, config) -> None:
-    """``--out`` is a folder to write, and any checkpoint in it is of this config (a rerun resumes from it)."""
-    import pickle
-
-    import torch
-
-    from rlvr_lib.study.runs import run_dir
-    from rlvr_lib.study.pipeline import CHECKPOINT_FILE
-    from rlvr_lib.trainer import previous_checkpoint
+    """``--out`` is a folder to write whose name is file-name safe, and any checkpoint in it is of this config
+    (a rerun resumes from it): `rlvr_lib.run.check_run`'s checks, made here as usage errors."""
+    from rlvr_lib.run import SAFE_NAME, check_resumable
     from rlvr_lib.validation import invalid
 
     check_out_folder("--out", str(out))
-    try:  # train_run's check, made before anything is written: the record's experiment is the folder's name
-        run_dir(out.absolute().name, out.absolute().parent)
-    except ValueError:
+    if not SAFE_NAME.match(out.absolute().name):  # the record's experiment is the folder's name
         raise UsageError(str(invalid("--out", str(out), "a folder whose name is file-name safe (letters, digits "
-                                     "and . _ + = @ -, not starting with a symbol)"))) from None
-    checkpoint = out / CHECKPOINT_FILE
-    if not checkpoint.is_file():
-        return
-    try:  # mmap: the weights are not read, only the config beside them
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError):
-        return  # an unreadable checkpoint is the trainer's to report, with its own message
-    wanted = config.to_dict()
-    if saved != wanted:
-        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
-        raise UsageError(f"argument --out: {str(out)!r} holds the checkpoint of a run with another config "
-                         f"(differs in {changed}): pass another --out, or delete {checkpoint} and "
-                         f"{previous_checkpoint(checkpoint)} to start over")
+                                     "and . _ + = @ -, not starting with a symbol)")))
+    with flag_errors({}, "--out"):
+        check_resumable(config, out)
+
+
+EVAL_FLAGS = {"task": "--task", "families": "--families", "problems_per_family": "--problems",
+              "samples": "--samples", "temperature": "--temperature", "max_new_tokens": "--max-new-tokens",
+              "seed": "--seed", "greedy": "--greedy", "group_size": "--group-size"}
+"""``evaluate``'s flags that set an `EvalSpec` field: ``{field: flag}``."""
+
+
+def _evaluate(args: argparse.Namespace) -> int:
+    """Evaluate a policy (`rlvr_lib.eval.policy_eval.evaluate_policy`) and write the summary as JSON."""
+    from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
+    from rlvr_lib.files import write_json_atomic
+    from rlvr_lib.policy import load_policy
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
+
+    check_model("--model", args.model)
+    check_out_file("--out", args.out)
+    given = {field: getattr(args, field) for field in EVAL_FLAGS if getattr(args, field) is not None}
+    if "families" in given:
+        given["families"] = tuple(given["families"])
+    with flag_errors(EVAL_FLAGS, "--task"):
+        spec = EvalSpec.from_dict(given)
+    model, tokenizer = load_policy(args.model)
+    summary = evaluate_policy(KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True), spec)
+    out = Path(args.out) if args.out else Path("eval.json")
+    write_json_atomic(out, {"policy": args.model, "policy_sha": policy_fingerprint(args.model),
+                            "spec": spec.to_dict(), "final": summary})
+    print(f"evaluated {args.model or 'the embedded tiny policy'} on {spec.task} ({', '.join(spec.families)}): "
+          f"pass@1 {summary['average']['pass_at_k']['1']} (in-distribution mean); wrote {out}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = OneLineParser(prog="python -m rlvr_lib", description=__doc__)
+    if argv and argv[0] in STUDY_COMMANDS:  # moved: say where, in the usage error's one line
+        parser.error(f"argument command: {argv[0]!r} is a command of the study: python -m rlvr_lib.study {argv[0]} ...")
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy, or pretrain the second size (SFT on the "
                                         "strategy mixture)")
@@ -414,72 +213,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None,
                    help="output directory (default: the size's checkpoint, rlvr_lib/policy/checkpoints/<size>-mul)")
     p.set_defaults(func=_pretrain, parser=p)
-    c = sub.add_parser("calibrate", help="measure a policy against the testbed's calibration targets")
-    c.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    c.add_argument("--problems", type=COUNT, default=200, help="problems per family")
-    c.add_argument("--samples", type=COUNT, default=64, help="samples per problem at T=1")
-    c.add_argument("--wide-samples", type=COUNT, default=256,
-                   help="samples per problem on the in-distribution families and rare_mix (pass@256 targets)")
-    c.add_argument("--dynamics", action="store_true",
-                   help="the dynamics calibration instead: train GRPO and check the bottleneck's targets "
-                        "(writes results/testbed/dynamics.json; runs are cached under results/testbed_dynamics)")
-    c.add_argument("--profile", action="store_true",
-                   help="measure the strategy profile instead: each strategy's hinted successes on every "
-                        "in-distribution RL and evaluation problem, which define the RL pool and rare_mix "
-                        "(writes rlvr_lib/policy/checkpoints/tiny-mul/strategy_profile.json)")
-    c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
-    c.add_argument("--steps", type=COUNT, nargs="+", default=None,
-                   help="--dynamics: step counts to evaluate (default: rlvr_lib.study.dynamics.STEP_CANDIDATES)")
-    c.add_argument("--kl-coefs", type=number_in(0, None, lo_open=True), nargs="+", default=None,
-                   help="--dynamics: the anchor's candidate betas, tried in order "
-                        "(default: rlvr_lib.study.dynamics.KL_COEF_CANDIDATES)")
-    c.add_argument("--dyn-problems", type=COUNT, default=None, help="--dynamics: problems per family (main evaluation)")
-    c.add_argument("--dyn-samples", type=COUNT, default=None, help="--dynamics: samples per problem (main evaluation)")
-    c.add_argument("--dyn-wide-problems", type=COUNT, default=None, help="--dynamics: problems of the pass@256 evaluation")
-    c.add_argument("--dyn-wide-samples", type=COUNT, default=None, help="--dynamics: samples of the pass@256 evaluation")
-    c.add_argument("--dyn-kl-problems", type=COUNT, default=None, help="--dynamics: prompts of the KL measurement")
-    c.add_argument("--results-root", default=None, help="--dynamics: results root of the cached runs (default results/)")
-    c.add_argument("--seed", type=SEED, default=0)
-    c.add_argument("--batch-size", type=COUNT, default=512)
-    c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
-    c.set_defaults(func=_calibrate, parser=c)
-    q = sub.add_parser("calibrate-threepo",
-                       help="3PO's IVON regime: clip_radius (<= 20%% clipped) and the IVON lr (AdamW's mean step)")
-    q.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    q.add_argument("--method", default="b3po",
-                   help="the 3PO variant probed (b3po, m3po, c3po), or a composite of notebook 07 ('b3po+vigor')")
-    q.add_argument("--adamw-method", default=None,
-                   help="the AdamW method whose mean step IVON's matches (default: grpo; a composite's other component)")
-    q.add_argument("--run-steps", type=COUNT, default=100, help="the runs' length (sets the lr schedule)")
-    q.add_argument("--hess-init-steps", type=int_at_least(0), default=0,
-                   help="IVON's Hessian learnt over K SFT steps first (the learnt-Hessian ablation; 0: constant)")
-    q.add_argument("--steps", type=COUNT, default=20, help="RL steps probed per round")
-    q.add_argument("--skip", type=int_at_least(0), default=5, help="first steps left out (warm-up)")
-    q.add_argument("--rounds", type=COUNT, default=2, help="probe again at the previous round's picks")
-    q.add_argument("--max-clipped", type=number_in(0, 1, lo_open=True, hi_open=True), default=0.2, help="largest share of clipped weights")
-    q.add_argument("--prompts-per-step", type=COUNT, default=8)
-    q.add_argument("--group-size", type=COUNT, default=8)
-    q.add_argument("--seed", type=SEED, default=0)
-    q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json; "
-                                                 "for another method threepo_calibration_<method>.json)")
-    q.set_defaults(func=_calibrate_threepo, parser=q)
-    u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
-    u.add_argument("--methods", nargs="+", required=True, help="registered methods to tune")
-    u.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    u.add_argument("--steps", type=COUNT, default=100, help="RL steps per tuning run")
-    u.add_argument("--prompts-per-step", type=COUNT, default=8)
-    u.add_argument("--tail", type=COUNT, default=5, help="final accuracy: mean of the last TAIL steps")
-    u.add_argument("--progress", action="store_true", help="show a progress bar per run")
-    u.add_argument("--out", default=None, help="JSON path (default: results/testbed/lr_tuning.json)")
-    u.set_defaults(func=_tune_lr, parser=u)
-    t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
-    t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    t.add_argument("--steps", type=COUNT, default=200)
-    t.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1])
-    t.add_argument("--window", type=COUNT, default=20)
-    t.add_argument("--rel-drop", type=number_in(0, None, lo_open=True), default=0.1)
-    t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
-    t.set_defaults(func=_plateau, parser=t)
     r = sub.add_parser("train", help="train one method (one process, or several under accelerate launch / torchrun)")
     r.add_argument("--method", default=None, help="registered method (default: the config file's `method`)")
     r.add_argument("--task", default=None, help="registered task (default: the method's / config's)")
@@ -498,6 +231,22 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--out", default=None,
                    help="output folder of the checkpoint, final model and run record (default: runs/<method>-s<seed>)")
     r.set_defaults(func=_train, parser=r)
+    e = sub.add_parser("evaluate", help="evaluate a policy on a task's families (pass@k, diversity, diagnostics)")
+    e.add_argument("--model", default=None, help="hub name or local path, e.g. runs/<run>/model (default: the "
+                                                  "embedded tiny policy)")
+    e.add_argument("--task", default=None, help="registered task (default: EvalSpec's, arith)")
+    e.add_argument("--families", nargs="+", default=None, help="the task's families (default: EvalSpec's)")
+    e.add_argument("--problems", dest="problems_per_family", type=COUNT, default=None, help="problems per family")
+    e.add_argument("--samples", type=COUNT, default=None, help="samples per problem (pass@k up to this)")
+    e.add_argument("--group-size", type=COUNT, default=None,
+                   help="G of the zero-advantage share (divides --samples; default: EvalSpec's)")
+    e.add_argument("--temperature", type=number_in(0, None, lo_open=True), default=None)
+    e.add_argument("--max-new-tokens", type=COUNT, default=None)
+    e.add_argument("--greedy", action="store_true", default=None, help="argmax decoding (one sample per problem)")
+    e.add_argument("--seed", type=SEED, default=None, help="sampling seed")
+    e.add_argument("--batch-size", type=COUNT, default=512)
+    e.add_argument("--out", default=None, help="JSON path of the summary (default: eval.json)")
+    e.set_defaults(func=_evaluate, parser=e)
     args = parser.parse_args(argv)
     try:
         return args.func(args)

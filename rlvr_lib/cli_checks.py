@@ -1,4 +1,4 @@
-"""Checks of command-line inputs, shared by ``python -m rlvr_lib`` and ``python -m rlvr_lib.study.reproduce``.
+"""Checks of command-line inputs, shared by ``python -m rlvr_lib``, ``python -m rlvr_lib.study`` and its modules.
 
 A bad input is a usage error: the command prints one line naming the flag and
 what is allowed (the library's ``"<name>=<value!r> is invalid: must be ..."``
@@ -9,7 +9,7 @@ exception while it runs is a bug and keeps its traceback.
 
 * `OneLineParser`: an ``ArgumentParser`` whose errors are one line (argparse
   prints the usage first, many lines for these commands; ``--help`` shows it).
-* ``type=`` callables for argparse: `int_at_least`, `number_in`, `existing_file`.
+* ``type=`` callables for argparse: `int_at_least` (`COUNT`, `SEED`), `number_in`, `existing_file`.
 * `check_model`, `check_out_folder`, `check_out_file`: paths and hub names.
 * `flag_errors`: a ``with`` block that reports the library's ``ValueError``
   (a config's ``validate``, a registry lookup) as a `UsageError` naming the
@@ -59,6 +59,12 @@ def int_at_least(lo: int):
 
     parse.__name__ = f"integer >= {lo}"
     return parse
+
+
+COUNT = int_at_least(1)
+"""``type=`` of counts (steps, problems, samples, sizes): an integer >= 1."""
+SEED = int_at_least(0)
+"""``type=`` of seeds: an integer >= 0."""
 
 
 def number_in(lo: float | None, hi: float | None, *, lo_open: bool = False, hi_open: bool = False):

@@ -4,12 +4,12 @@ import json
 
 import pytest
 
-from rlvr_lib.__main__ import main
+from rlvr_lib.study.__main__ import main
 from rlvr_lib.study.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine
 from rlvr_lib.study.runs import cpu_model
-from rlvr_lib.tasks import EVAL_FAMILIES, STRATEGIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, STRATEGIES
 
 SMALL = CalibrationConfig(problems_per_family=8, samples=8, wide_samples=16, hint_problems=8, hint_samples=4, hot_samples=4,
                           families=("easy_mix", "hard_mix", "train"))

@@ -167,3 +167,112 @@ def test_accelerate_mixed_precision_is_refused_by_the_native_loop_in_one_line(ca
     err = _error(capsys, ["train", "--method", "grpo"])
     assert "argument --backend: 'native' does not apply accelerate's mixed_precision='bf16'" in err
     assert "--dtype bfloat16" in err and err.count("\n") <= 2
+
+
+# ------------------------------------------------------------------ a user's method, through the library alone
+def test_a_method_registered_here_trains_through_the_command_line(tmp_path, request):
+    """A method registered in this file (one changed hook) trains through ``python -m rlvr_lib train``: no study
+    file names it, the folder's weights move and the record names it."""
+    from rlvr_lib.methods.base import Method
+    from rlvr_lib.methods.registry import METHODS, register_method
+    from rlvr_lib.policy import load_policy
+
+    calls = []
+
+    class AlternatingAdvantages(Method):
+        """GRPO with the advantages replaced by +1, -1, +1, ... over the batch's completions."""
+
+        def advantages(self, batch):
+            adv = super().advantages(batch)
+            calls.append(adv.shape)
+            signs = torch.tensor([1.0, -1.0], dtype=adv.dtype, device=adv.device)
+            return signs.repeat(adv.numel() // 2 + 1)[: adv.numel()].reshape(adv.shape)
+
+    name = "alternating-adv-test"
+    register_method(name, AlternatingAdvantages, "test only: fixed +-1 advantages")
+    request.addfinalizer(lambda: METHODS.pop(name, None))
+    out = tmp_path / "user_method"
+    assert main(["train", "--method", name, "--steps", "1", *TINY, "--out", str(out)]) == 0
+    assert calls, "the method's hook was not called"
+    (record_path,) = out.glob(f"{name}-*-s0.json")
+    record = json.loads(record_path.read_text())
+    assert record["name"] == name and record["config"]["train"]["method"] == name
+    assert record["final"] == {} and len(record["history"]) == 1
+    base, _ = load_policy(None)
+    trained, _ = load_policy(str(out / "model"))
+    moved = {k for k, v in trained.state_dict().items() if not torch.equal(v, base.state_dict()[k])}
+    assert moved, "the trained weights equal the base policy's"
+
+
+def test_the_study_run_keeps_its_record_and_reads_the_library_one(tmp_path):
+    """`rlvr_lib.study.pipeline.train_run` trains through `rlvr_lib.run` and writes the record it always wrote
+    (key, run id, extra); the library's own record, in the same layout, loads as a study `RunRecord`."""
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.run import CHECKPOINT_FILE, MODEL_DIR, run_key, train
+    from rlvr_lib.study.pipeline import train_run, versioned_key
+    from rlvr_lib.study.runs import RunRecord
+    from rlvr_lib.config import hash_jsonable
+    from rlvr_lib.policy.load import policy_fingerprint
+
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8)
+    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(None)}, config.task)
+    assert run_key(config) == key  # the key train_run's records always had
+
+    study = train_run(config, tmp_path / "study", progress=False)
+    assert study.run_id == f"grpo-{hash_jsonable(key)}-s0" and study.config == key
+    assert study.extra["world_size"] == 1 and study.extra["dtype"] == "torch.float32" and "machine" in study.extra
+    assert (tmp_path / "study" / CHECKPOINT_FILE).is_file() and (tmp_path / "study" / MODEL_DIR).is_dir()
+
+    trained = train(config, tmp_path / "library", progress=False)
+    assert trained.record.name == f"{study.run_id}.json"
+    library = RunRecord.load(trained.record)
+    assert (library.name, library.config, library.config_hash, library.seed) == (
+        study.name, study.config, study.config_hash, study.seed)
+    untimed = [[{k: v for k, v in row.items() if not k.startswith("time_")} for row in r.history]
+               for r in (library, study)]
+    assert untimed[0] == untimed[1]  # same seed, same config, same machine: the same step
+    assert {k: library.extra[k] for k in ("world_size", "dtype")} == {"world_size": 1, "dtype": "torch.float32"}
+
+
+def test_the_library_entry_point_refuses_bad_arguments_before_writing(tmp_path):
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.run import train
+
+    config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8)
+    with pytest.raises(ValueError, match="backend='tf' is invalid: must be one of"):
+        train(config, tmp_path / "a", backend="tf")
+    with pytest.raises(ValueError, match="trl_args=.* is invalid: must be empty unless backend='trl'"):
+        train(config, tmp_path / "a", trl_args={"logging_steps": 2})
+    with pytest.raises(ValueError, match="out folder name='bad name' is invalid: must be file-name safe"):
+        train(config, tmp_path / "bad name")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_study_commands_named_to_the_library_say_where_they_are(capsys):
+    err = _error(capsys, ["calibrate", "--out", "c.json"])
+    assert "'calibrate' is a command of the study: python -m rlvr_lib.study calibrate" in err
+    assert err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ evaluate
+def test_evaluate_writes_the_summary_of_a_trained_folder(tmp_path, capsys):
+    out = tmp_path / "run"
+    assert main(["train", "--method", "grpo", "--steps", "1", *TINY, "--out", str(out)]) == 0
+    path = tmp_path / "eval.json"
+    argv = ["evaluate", "--model", str(out / "model"), "--families", "easy_mix", "rare_mix", "--problems", "2",
+            "--samples", "2", "--group-size", "2", "--max-new-tokens", "8", "--out", str(path)]
+    assert main(argv) == 0
+    data = json.loads(path.read_text())
+    assert data["policy"] == str(out / "model") and data["spec"]["families"] == ["easy_mix", "rare_mix"]
+    assert set(data["final"]["families"]) == {"easy_mix", "rare_mix"}
+    assert 0.0 <= data["final"]["average"]["pass_at_k"]["1"] <= 1.0
+    assert str(path) in capsys.readouterr().out
+
+
+def test_evaluate_flag_errors_name_the_flag(capsys, tmp_path):
+    assert "argument --samples: EvalSpec.samples=3 is invalid" in _error(
+        capsys, ["evaluate", "--samples", "3", "--out", str(tmp_path / "e.json")])
+    assert "argument --task: EvalSpec.task='nope' is invalid" in _error(
+        capsys, ["evaluate", "--task", "nope", "--out", str(tmp_path / "e.json")])
+    assert "--out" in _error(capsys, ["evaluate", "--out", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from rlvr_lib.__main__ import main
+from rlvr_lib.study.__main__ import main
 from rlvr_lib.study.dynamics import (
     full_profile_steps,
     KL_COEF_CANDIDATES,
@@ -22,7 +22,7 @@ from rlvr_lib.study.dynamics import (
     relative_fall,
     rescued_lost_vs_null,
 )
-from rlvr_lib.tasks import EVAL_FAMILIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES
 from rlvr_lib.study.runs import cpu_model
 
 

@@ -221,7 +221,7 @@ def test_plateau_step_finds_the_first_window_that_stops_falling():
 def test_plateau_cli_writes_the_per_seed_measurement(tmp_path):
     import json
 
-    from rlvr_lib.__main__ import main
+    from rlvr_lib.study.__main__ import main
 
     out = tmp_path / "plateau.json"
     code = main(["plateau", "--steps", "4", "--window", "2", "--seeds", "0", "--rel-drop", "10", "--out", str(out)])

@@ -101,7 +101,7 @@ def test_eval_imports_neither_methods_nor_the_trainer(graph):
 
 
 LIBRARY = ("algos", "backends", "config", "config_files", "cli_checks", "distributed", "eval", "files", "kernels",
-           "lockfile", "methods", "policy", "rewards", "rollout", "schedules", "seeding", "tasks", "trainer",
+           "lockfile", "methods", "policy", "rewards", "rollout", "run", "schedules", "seeding", "tasks", "trainer",
            "trainer_config", "validation")
 """The RL library: the top-level modules and packages of `rlvr_lib` outside the study harness. The harness,
 `rlvr_lib.study` (run cache, claims, pipeline, report, reproduce, calibration, plots, bench, probes, ...), builds on
@@ -109,8 +109,8 @@ the library and may import it, never the other way round."""
 
 OUTSIDE_THE_LIBRARY = {
     "__init__": "the package itself: its version, nothing imported",
-    "__main__": "the command line (python -m rlvr_lib pretrain / calibrate / train / tune-lr / ...): it runs library "
-                "and harness commands alike, so it may import both, and nothing imports it",
+    "__main__": "the library's command line (python -m rlvr_lib pretrain / train / evaluate): it imports the library "
+                "only (the study's commands are python -m rlvr_lib.study), and nothing imports it",
     "study": "the study harness",
 }
 """The only other names the top level of `rlvr_lib` holds, with why each stays there."""
@@ -131,6 +131,31 @@ def test_the_library_never_imports_the_study_harness(graph):
     assert {m.split(".")[1] for m in graph if m.count(".") >= 1} >= set(LIBRARY)  # every name is a real module
     found = sorted((a, b) for a, b in edges(graph) if in_library(a) and not in_library(b) and b != "rlvr_lib")
     assert found == [], f"library modules import the study harness: {found}"
+
+
+def test_the_command_line_and_the_entry_point_never_reach_the_study(graph):
+    """``python -m rlvr_lib`` and `rlvr_lib.run` reach no module of `rlvr_lib.study`, directly or through what they
+    import (a method name goes from the command line to the loss without entering the study)."""
+    for start in ("rlvr_lib.__main__", "rlvr_lib.run"):
+        reached, todo = set(), [start]
+        while todo:
+            for target in graph[todo.pop()] - reached:
+                reached.add(target)
+                todo.append(target)
+        found = sorted(m for m in reached if m == "rlvr_lib.study" or m.startswith("rlvr_lib.study."))
+        assert found == [], f"{start} reaches the study harness: {found}"
+
+
+def test_the_reachability_check_sees_a_study_import(tmp_path):
+    """The check above fails on a command line that imports the study through a library module."""
+    pkg = tmp_path / "rlvr_lib"
+    (pkg / "study").mkdir(parents=True)
+    for name in ("__init__.py", "study/__init__.py", "study/runs.py"):
+        (pkg / name).write_text("")
+    (pkg / "__main__.py").write_text("def main():\n    from rlvr_lib.run import train\n")
+    (pkg / "run.py").write_text("def train():\n    from rlvr_lib.study.runs import cached_run\n")
+    with pytest.raises(AssertionError, match="rlvr_lib.__main__ reaches the study harness: \\['rlvr_lib.study.runs'\\]"):
+        test_the_command_line_and_the_entry_point_never_reach_the_study(import_graph(pkg))
 
 
 def test_readme_layout_names_every_top_level_and_study_module():

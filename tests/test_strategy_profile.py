@@ -9,11 +9,11 @@ import json
 import pytest
 import torch
 
-from rlvr_lib.__main__ import main
+from rlvr_lib.study.__main__ import main
 from rlvr_lib.study.calibration import measure_strategy_profile, profile_operands
 from rlvr_lib.policy.load import TINY_POLICY_DIR, policy_fingerprint
 from rlvr_lib.rollout.base import Rollouts
-from rlvr_lib.tasks import DIFFICULTIES, STRATEGIES, family_capacity, family_problems, problem_pool, split_of
+from rlvr_lib.tasks.arithmetic import DIFFICULTIES, STRATEGIES, family_capacity, family_problems, problem_pool, split_of
 from rlvr_lib.tasks.arithmetic import solution_trace
 from rlvr_lib.tasks.strategy_profile import (PROFILE_FILE, PROFILE_SAMPLES, PROFILE_SEED, RARE_MIX_MIN_SUCCESSES,
                                              load_profile, only_rare_solves, problem_key, rare_never_solves,

@@ -733,7 +733,7 @@ def test_the_regime_rule_rejects_bad_input(kwargs, match):
 def test_calibrate_threepo_command_writes_the_report(tmp_path):
     import json
 
-    from rlvr_lib.__main__ import main
+    from rlvr_lib.study.__main__ import main
 
     out = tmp_path / "threepo_calibration.json"
     assert main(["calibrate-threepo", "--steps", "2", "--skip", "1", "--rounds", "2", "--run-steps", "10",

@@ -37,7 +37,7 @@ def test_the_tuned_lr_is_adamws_or_ivons():
 
 
 def test_tune_lr_command_on_two_step_runs(tmp_path, monkeypatch):
-    from rlvr_lib.__main__ import main
+    from rlvr_lib.study.__main__ import main
     from rlvr_lib.study.runs import RESULTS_ENV
     from rlvr_lib.trainer import Trainer
 

@@ -6,16 +6,15 @@ read back from ``results/<experiment>/`` instead of recomputed, and an
 interrupted training resumes from its last checkpoint (kept under
 ``results/.checkpoints/``, deleted once the run record is written).
 
-`train_run` is the command line's training (``python -m rlvr_lib train``): one
-config, on one process or several (`rlvr_lib.distributed`), with its checkpoint,
-final weights and run record in one folder.
+`train_run` is the library's `rlvr_lib.run.train` (``python -m rlvr_lib train``) with
+the study's run record: one config, on one process or several, with its checkpoint,
+final weights and record in one folder.
 """
 
 from __future__ import annotations
 
 import shutil
 from collections.abc import Mapping
-from pathlib import Path
 
 import torch
 
@@ -24,12 +23,12 @@ from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
 from rlvr_lib.study.probes.ivon_regime import ivon_regime_of
-from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, results_root, run_dir
+from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, results_root
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.rollout import KVCacheEngine
-from rlvr_lib.tasks import task_version
+from rlvr_lib.run import check_run, run_key as train_key, train_folder, versioned_key
 from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none
 from rlvr_lib.validation import invalid
 
@@ -42,12 +41,6 @@ IVON_REGIME = "ivon_regime"
 """``record.extra`` key of an IVON run's regime check (`rlvr_lib.study.probes.ivon_regime.ivon_regime_of`: flagged
 when IVON clipped over 20% of the weights on over 5% of the post-warm-up steps; issue 56 item 2)."""
 """``record.extra`` key: the method's options with defaults filled in (`resolved_method_options`)."""
-CHECKPOINT_FILE = "checkpoint.pt"
-"""`train_run`'s resumable checkpoint in its output folder (`Trainer.save_checkpoint`)."""
-MODEL_DIR = "model"
-"""`train_run`'s final weights and tokenizer in its output folder (``save_pretrained``; a policy path)."""
-TRL_DIR = "trl"
-"""`train_run`'s TRL ``output_dir`` in its output folder with ``backend="trl"`` (logs, checkpoints if asked)."""
 
 
 def evaluate_base(experiment: str, spec: EvalSpec, policy: str | None = None, *, root=None,
@@ -80,15 +73,6 @@ def _check_extra_specs(extra_specs: Mapping[str, EvalSpec] | None) -> dict[str, 
         if not isinstance(spec, EvalSpec):
             raise invalid(f"extra_specs[{label!r}]", type(spec).__name__, "an EvalSpec")
     return dict(extra_specs)
-
-
-def versioned_key(key: dict, task: str) -> dict:
-    """``key`` with ``"task_version"`` (`rlvr_lib.tasks.task_version`) added when the task has one.
-
-    Tasks without a version keep the keys (and run ids) they always had.
-    """
-    version = task_version(task)
-    return key if version is None else {**key, "task_version": version}
 
 
 def run_key(config: TrainerConfig, spec: EvalSpec, extra_specs: Mapping[str, EvalSpec] | None = None) -> dict:
@@ -183,90 +167,24 @@ def _check_method_options(record: RunRecord, options: dict) -> None:
 
 def train_run(config: TrainerConfig, out, *, dtype: torch.dtype | None = None, progress: bool = True,
               backend: str = "native", trl_args: Mapping | None = None) -> RunRecord | None:
-    """Train ``config`` on this process (and the others a launcher started) and write the results under ``out``.
+    """`rlvr_lib.run.train` with the study's record: ``<method>-<hash>-s<seed>.json`` written by `cached_run`
+    (experiment = the folder's name, rewritten on every run; the record's machine and commit), beside
+    ``checkpoint.pt`` and ``model/`` as `rlvr_lib.run` writes them.
 
-    Every process loads ``config.policy`` onto its device (`rlvr_lib.distributed.World.device`)
-    and trains; rank 0 writes, in ``out``:
-
-    * ``checkpoint.pt``: the `Trainer` checkpoint, every ``config.checkpoint_every`` steps and at
-      the end. A rerun of the same config resumes from it (a finished run trains no further step);
-      one of another config is refused.
-    * ``model/``: the final weights and tokenizer (``save_pretrained``), usable as a policy path.
-    * ``<method>-<hash>-s<seed>.json``: the `RunRecord` (`cached_run` with experiment = the
-      folder's name, rewritten on every run): config and policy hash (its key), metric history,
-      world size and dtype.
-
-    With ``backend="trl"`` the run trains on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl.MethodGRPOTrainer`,
-    its files under ``out/trl``): ``model/`` and the record are written as above (the record's key and
-    ``extra`` name the backend), but no ``checkpoint.pt``: TRL's checkpoints lack the method's state, so such
-    a run is not resumed: a rerun trains anew and rewrites the record.
-
-    Args:
-        config: The training config.
-        out: Output folder; its name must be file-name safe (it is the record's experiment).
-        dtype: Parameter dtype of the loaded policy (default: `load_policy`'s, float32).
-        progress: Show a progress bar (rank 0 only; the native backend's).
-        backend: ``"native"`` (`Trainer`) or ``"trl"``.
-        trl_args: Further ``GRPOConfig`` fields for the TRL backend (`rlvr_lib.backends.trl.grpo_args`);
-            ``config.engine == "vllm"`` adds ``use_vllm=True`` (TRL's vLLM, colocated by default).
+    The key is `rlvr_lib.run.run_key`'s (``backend`` and ``trl_args`` with the TRL backend); ``extra`` holds the
+    world size and dtype (and ``backend``). Arguments and errors are `rlvr_lib.run.train`'s.
 
     Returns:
         The record on rank 0, ``None`` on the other processes.
-
-    Raises:
-        ValueError: on an ``out`` whose name is not file-name safe, an unknown ``backend``, ``trl_args`` with the
-            native backend, or a combination the TRL backend cannot host.
     """
-    from rlvr_lib.backends import BACKENDS
-
-    if backend not in BACKENDS:
-        raise invalid("backend", backend, f"one of {list(BACKENDS)}")
-    if trl_args and backend != "trl":
-        raise invalid("trl_args", dict(trl_args), "empty unless backend='trl'")
-    out = Path(out).resolve()
-    try:  # checked on every process, before any of them trains
-        run_dir(out.name, out.parent)
-    except ValueError:
-        raise invalid("out folder name", out.name,
-                      "file-name safe (letters, digits and . _ + = @ -, not starting with a symbol)") from None
-    world = init_world()
-    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}, config.task)
-    if backend == "trl":
-        trl_args = {**({"use_vllm": True} if config.engine == "vllm" else {}), **(trl_args or {})}
-        key = {**key, "backend": "trl", "trl_args": dict(trl_args)}
-        return _train_run_trl(config, out, key, world, dtype=dtype, trl_args=trl_args)
+    out, trl_args = check_run(config, out, backend=backend, trl_args=trl_args)
+    world = init_world()  # checked on every process, before any of them writes
+    key = train_key(config, backend=backend, trl_args=trl_args)
 
     def run():
-        model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
-        trainer = Trainer(config, model, tokenizer, checkpoint_dir=out)
-        history = trainer.train(progress=progress)
-        trainer.save_checkpoint(out / CHECKPOINT_FILE)
-        whole, _ = world.full_state_dict(model)  # sharded: a collective, rank 0 gets the whole weights
-        if world.is_main:
-            model.save_pretrained(out / MODEL_DIR, state_dict=whole if world.sharded else None)
-            tokenizer.save_pretrained(out / MODEL_DIR)
-        return nan_to_none(history), {}, {"world_size": world.size, "dtype": str(model.dtype)}
-
-    if not world.is_main:
-        run()
-        return None
-    return cached_run(out.name, config.method, key, config.seed, run, root=out.parent, force=True)
-
-
-def _train_run_trl(config: TrainerConfig, out: Path, key: dict, world, *, dtype, trl_args: dict
-                   ) -> RunRecord | None:
-    """`train_run` on TRL's ``GRPOTrainer``: train, save ``model/`` (rank 0), write the record (rank 0)."""
-    from rlvr_lib.backends.trl import MethodGRPOTrainer
-
-    def run():
-        model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
-        trainer = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(out / TRL_DIR), trl_args=trl_args)
-        trainer.train()
-        if trainer.core.world.is_main:
-            model.save_pretrained(out / MODEL_DIR)
-            tokenizer.save_pretrained(out / MODEL_DIR)
-        return (nan_to_none(trainer.history), {},
-                {"world_size": trainer.core.world.size, "dtype": str(model.dtype), "backend": "trl"})
+        trained = train_folder(config, out, world, dtype=dtype, progress=progress, backend=backend,
+                               trl_args=trl_args)
+        return trained.history, {}, trained.extra
 
     if not world.is_main:
         run()

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvr_lib.__main__ import main
+from rlvr_lib.__main__ import STUDY_COMMANDS, main
+from rlvr_lib.study.__main__ import main as study_main
 from rlvr_lib.study.reproduce import main as reproduce_main
 
 pytestmark = pytest.mark.hostile_class("CLI inputs", host=True)  # the working tree is compared
@@ -114,7 +115,7 @@ def _check_case(capsys, place, run, argv, flag) -> None:
 
 @pytest.mark.parametrize("argv, flag", CASES.values(), ids=CASES.keys())
 def test_bad_input_is_one_line_naming_the_flag(capsys, place, argv, flag):
-    _check_case(capsys, place, main, argv, flag)
+    _check_case(capsys, place, study_main if argv[0] in STUDY_COMMANDS else main, argv, flag)
 
 
 @pytest.mark.parametrize("argv, flag", REPRODUCE_CASES.values(), ids=REPRODUCE_CASES.keys())
@@ -153,11 +154,11 @@ def test_subprocess_exit_status_and_one_line(place, argv, flag):
 
 def test_an_error_while_running_is_not_a_usage_error(place, monkeypatch):
     """Only the input checks become the one line: an exception once the command runs keeps its traceback."""
-    import rlvr_lib.study.pipeline
+    import rlvr_lib.run
 
     def broken(*args, **kwargs):
         raise ValueError("a bug inside training")
 
-    monkeypatch.setattr(rlvr_lib.study.pipeline, "train_run", broken)
+    monkeypatch.setattr(rlvr_lib.run, "train", broken)
     with pytest.raises(ValueError, match="a bug inside training"):
         main(["train", "--method", "grpo", "--steps", "1", "--out", "run"])

@@ -1,0 +1,218 @@
+"""Train a `TrainerConfig` into a folder: the library's entry point (``python -m rlvr_lib train``).
+
+`train` writes one run into one folder ``out``:
+
+* ``checkpoint.pt``: the `Trainer` checkpoint, every ``config.checkpoint_every`` steps and at the end. A rerun of
+  the same config resumes from it (a finished run trains no further step); one of another config is refused
+  before anything loads (`check_resumable`).
+* ``model/``: the final weights and tokenizer (``save_pretrained``), usable as a policy path.
+* ``<method>-<hash>-s<seed>.json``: the run's record (`record_dict`): its key (`run_key`: config, policy hash,
+  task version, backend), metric history, final metrics (none: training evaluates nothing), world size, dtype.
+
+On several processes (``accelerate launch`` / ``torchrun``, `rlvr_lib.distributed`) every process trains and
+rank 0 writes. With ``backend="trl"`` the run trains on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`, its
+files under ``trl/``) and writes no ``checkpoint.pt``: TRL's checkpoints lack the method's state, so such a run
+is not resumed.
+
+The study's run cache (`rlvr_lib.study.pipeline.train_run`) trains through `check_run`, `run_key` and
+`train_folder` and writes its own, fuller record under the same name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import pickle
+import re
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rlvr_lib import __version__
+from rlvr_lib.backends import BACKENDS
+from rlvr_lib.config import hash_jsonable
+from rlvr_lib.distributed import World, init_world
+from rlvr_lib.files import write_json_atomic
+from rlvr_lib.policy import load_policy
+from rlvr_lib.policy.load import policy_fingerprint
+from rlvr_lib.tasks import task_version
+from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none, previous_checkpoint
+from rlvr_lib.validation import invalid
+
+__all__ = ["CHECKPOINT_FILE", "MODEL_DIR", "TRL_DIR", "Trained", "check_resumable", "check_run", "record_dict",
+           "run_key", "train", "train_folder", "versioned_key"]
+
+CHECKPOINT_FILE = "checkpoint.pt"
+"""The resumable checkpoint in a run's folder (`Trainer.save_checkpoint`)."""
+MODEL_DIR = "model"
+"""The final weights and tokenizer in a run's folder (``save_pretrained``; a policy path)."""
+TRL_DIR = "trl"
+"""TRL's ``output_dir`` in a run's folder with ``backend="trl"`` (logs, checkpoints if asked)."""
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
+"""A run folder's name (the record's ``experiment``): letters, digits and ``. _ + = @ -``, not starting with a
+symbol (the study's `rlvr_lib.study.runs.NAME_RE`)."""
+
+
+@dataclasses.dataclass
+class Trained:
+    """What `train_folder` (and `train`, on rank 0) returns.
+
+    Attributes:
+        history: Metric history, one dict per step (NaN as ``None``).
+        extra: ``world_size``, ``dtype`` (and ``backend: "trl"``): the record's ``extra``.
+        resumed: `Trainer.resumed` (``{"at_step", "earlier_s"}``) or ``None``: not resumed, or the TRL backend.
+        record: Path of the record `train` wrote (``None`` from `train_folder`, or with ``record=False``).
+    """
+
+    history: list[dict[str, Any]]
+    extra: dict[str, Any]
+    resumed: dict[str, Any] | None = None
+    record: Path | None = None
+
+
+def versioned_key(key: dict, task: str) -> dict:
+    """``key`` with ``"task_version"`` (`rlvr_lib.tasks.task_version`) added when the task has one.
+
+    Tasks without a version keep the keys (and run ids) they always had.
+    """
+    version = task_version(task)
+    return key if version is None else {**key, "task_version": version}
+
+
+def run_key(config: TrainerConfig, *, backend: str = "native", trl_args: Mapping | None = None) -> dict:
+    """A run's key: ``{"train": config, "policy_sha": ...}`` with the task's version (`versioned_key`), and with
+    ``backend="trl"`` ``"backend": "trl"`` and the resolved ``"trl_args"`` (`check_run`). Its hash names the record."""
+    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy)}, config.task)
+    if backend == "trl":
+        key = {**key, "backend": "trl", "trl_args": dict(trl_args or {})}
+    return key
+
+
+def check_resumable(config: TrainerConfig, out: str | Path) -> None:
+    """Refuse a folder whose ``checkpoint.pt`` is of another config (a rerun of the same config resumes from it).
+
+    Only the config stored beside the weights is read (``mmap``); an unreadable checkpoint passes, for the
+    `Trainer` to report with its own message.
+
+    Raises:
+        ValueError: naming the folder, the fields that differ and the files to delete to start over.
+    """
+    checkpoint = Path(out) / CHECKPOINT_FILE
+    if not checkpoint.is_file():
+        return
+    try:
+        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
+    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError):
+        return
+    wanted = config.to_dict()
+    if saved != wanted:
+        changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
+        raise ValueError(f"{str(out)!r} holds the checkpoint of a run with another config (differs in {changed}): "
+                         f"pass another output folder, or delete {checkpoint} and {previous_checkpoint(checkpoint)} "
+                         "to start over")
+
+
+def check_run(config: TrainerConfig, out: str | Path, *, backend: str = "native",
+              trl_args: Mapping | None = None) -> tuple[Path, dict]:
+    """Check a run's arguments before anything is loaded or written; returns ``(out resolved, trl_args)``.
+
+    The returned ``trl_args`` are those the TRL backend runs with: ``config.engine == "vllm"`` adds
+    ``use_vllm=True`` (TRL's vLLM, colocated by default) under the given ones; ``{}`` with the native backend.
+
+    Raises:
+        ValueError: an unknown ``backend``, ``trl_args`` with the native backend, a folder name that is not
+            file-name safe (`SAFE_NAME`), or a folder holding another config's checkpoint (`check_resumable`).
+    """
+    if backend not in BACKENDS:
+        raise invalid("backend", backend, f"one of {list(BACKENDS)}")
+    if trl_args and backend != "trl":
+        raise invalid("trl_args", dict(trl_args), "empty unless backend='trl'")
+    out = Path(out).resolve()
+    if not SAFE_NAME.match(out.name):
+        raise invalid("out folder name", out.name,
+                      "file-name safe (letters, digits and . _ + = @ -, not starting with a symbol)")
+    check_resumable(config, out)
+    if backend != "trl":
+        return out, {}
+    return out, {**({"use_vllm": True} if config.engine == "vllm" else {}), **(trl_args or {})}
+
+
+def train_folder(config: TrainerConfig, out: Path, world: World, *, dtype: torch.dtype | None = None,
+                 progress: bool = True, backend: str = "native", trl_args: Mapping | None = None) -> Trained:
+    """Train ``config`` into ``out`` on this process (of ``world``): checkpoint and ``model/``, no record.
+
+    Every process calls it; rank 0 writes. The arguments are `check_run`'s results.
+    """
+    model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
+    if backend == "trl":
+        from rlvr_lib.backends.trl import MethodGRPOTrainer
+
+        trainer = MethodGRPOTrainer(config, model, tokenizer, output_dir=str(out / TRL_DIR), trl_args=dict(trl_args))
+        trainer.train()
+        if trainer.core.world.is_main:
+            model.save_pretrained(out / MODEL_DIR)
+            tokenizer.save_pretrained(out / MODEL_DIR)
+        return Trained(nan_to_none(trainer.history),
+                       {"world_size": trainer.core.world.size, "dtype": str(model.dtype), "backend": "trl"})
+    trainer = Trainer(config, model, tokenizer, checkpoint_dir=out)
+    history = trainer.train(progress=progress)
+    trainer.save_checkpoint(out / CHECKPOINT_FILE)
+    whole, _ = world.full_state_dict(model)  # sharded: a collective, rank 0 gets the whole weights
+    if world.is_main:
+        model.save_pretrained(out / MODEL_DIR, state_dict=whole if world.sharded else None)
+        tokenizer.save_pretrained(out / MODEL_DIR)
+    return Trained(nan_to_none(history), {"world_size": world.size, "dtype": str(model.dtype)}, trainer.resumed())
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+def record_dict(config: TrainerConfig, out: Path, key: dict, trained: Trained, *, started: str, finished: str,
+                wall_time_s: float) -> dict:
+    """The record `train` writes: the fields of `rlvr_lib.study.runs.RunRecord` that a run without the study has
+    (no machine or commit), so the study reads it as one. ``final`` is empty: training evaluates nothing."""
+    key_hash = hash_jsonable(key)
+    extra = dict(trained.extra, **({"resumed": trained.resumed} if trained.resumed else {}))
+    return {"experiment": out.name, "name": config.method, "run_id": f"{config.method}-{key_hash}-s{config.seed}",
+            "config": key, "config_hash": key_hash, "config_type": "dict", "seed": config.seed,
+            "status": "finished", "version": __version__, "started": started, "finished": finished,
+            "wall_time_s": wall_time_s, "history": trained.history, "final": {}, "extra": extra}
+
+
+def train(config: TrainerConfig, out: str | Path, *, dtype: torch.dtype | None = None, progress: bool = True,
+          backend: str = "native", trl_args: Mapping | None = None, record: bool = True) -> Trained | None:
+    """Train ``config`` on this process (and the others a launcher started) into folder ``out``.
+
+    Args:
+        config: The training config.
+        out: Output folder (created); its name must be file-name safe (`SAFE_NAME`).
+        dtype: Parameter dtype of the loaded policy (default: `load_policy`'s, float32).
+        progress: Show a progress bar (rank 0; the native backend's).
+        backend: ``"native"`` (`Trainer`) or ``"trl"`` (`rlvr_lib.backends.trl.MethodGRPOTrainer`).
+        trl_args: Further ``GRPOConfig`` fields for the TRL backend (`rlvr_lib.backends.trl.grpo_args`).
+        record: Write the run's record ``<method>-<hash>-s<seed>.json`` (`record_dict`).
+
+    Returns:
+        `Trained` on rank 0 (``record``: the record's path), ``None`` on the other processes.
+
+    Raises:
+        ValueError: see `check_run`; RuntimeError: a DeepSpeed launch (`rlvr_lib.distributed.init_world`).
+    """
+    out, trl_args = check_run(config, out, backend=backend, trl_args=trl_args)
+    world = init_world()  # before anything is written: a launch no loop hosts is refused here
+    key = run_key(config, backend=backend, trl_args=trl_args)
+    started, t0 = _now(), time.perf_counter()
+    trained = train_folder(config, out, world, dtype=dtype, progress=progress, backend=backend, trl_args=trl_args)
+    if not world.is_main:
+        return None
+    if record:
+        earlier = trained.resumed["earlier_s"] if trained.resumed else 0.0
+        data = record_dict(config, out, key, trained, started=started, finished=_now(),
+                           wall_time_s=time.perf_counter() - t0 + earlier)
+        trained.record = out / f"{data['run_id']}.json"
+        write_json_atomic(trained.record, data)
+    return trained
