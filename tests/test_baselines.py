@@ -14,7 +14,8 @@ from rlvr_lib.methods import METHODS, build_method, method_config
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.methods.baselines import completion_logits, oracle_prefix
 from rlvr_lib.rollout import sequence_logprobs
-from rlvr_lib.tasks import CORRECT, WRONG, Verdict, make_problem
+from rlvr_lib.tasks import CORRECT, WRONG, Verdict
+from rlvr_lib.tasks.arithmetic import make_problem
 from rlvr_lib.trainer import Trainer, untimed
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",

@@ -75,7 +75,7 @@ def test_by_length_bins_cover_every_completion():
 
 def test_profile_of_the_policy_matches_the_reference_norms(policy):
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
-    from rlvr_lib.tasks import family_problems, verify
+    from rlvr_lib.tasks.arithmetic import family_problems, verify
 
     model, tokenizer = policy
     problems = family_problems("easy_mix", 3, seed=0)

@@ -1,7 +1,8 @@
 """LMHintPool mechanics with a tiny random model built in the test."""
 
 from rlvr_lib.rollout import HFEngine
-from rlvr_lib.tasks import LMHintPool, family_problems
+from rlvr_lib.tasks import LMHintPool
+from rlvr_lib.tasks.arithmetic import family_problems
 
 
 class CountingEngine(HFEngine):

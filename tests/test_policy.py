@@ -9,7 +9,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, Qwen2Config
 
 from rlvr_lib.policy import TINY_POLICY_DIR, build_char_tokenizer, load_policy
 from rlvr_lib.policy.pretrain import PretrainConfig, pretrain
-from rlvr_lib.tasks import make_problem, verify
+from rlvr_lib.tasks.arithmetic import make_problem, verify
 
 
 @pytest.mark.parametrize(
@@ -215,7 +215,7 @@ def test_pretraining_mixture_never_shows_the_held_out_fact():
     import numpy as np
 
     from rlvr_lib.policy.pretrain import PretrainingMixture
-    from rlvr_lib.tasks import STRATEGIES, round_only
+    from rlvr_lib.tasks.arithmetic import STRATEGIES, round_only
     from rlvr_lib.tasks.arithmetic import unseen_fact
 
     config = PretrainConfig()

@@ -1,16 +1,20 @@
 """Policy evaluation and the cached train+evaluate pipeline, on the shipped tiny policy."""
 
 import json
+from pathlib import Path
 
 import pytest
 
+from rlvr_lib.config import hash_jsonable
 from rlvr_lib.eval import EvalSpec, evaluate_policy, mode_ari, sample_and_score
 from rlvr_lib.eval.sampling import sample_with_hints
 from rlvr_lib.methods import method_config
 from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
+from rlvr_lib.study.profiles import BASE_SEEDS, full_profile, wide_spec
 from rlvr_lib.policy import load_policy
 from rlvr_lib.rollout import HFEngine, SamplingParams
-from rlvr_lib.tasks import MALFORMED, family_problems
+from rlvr_lib.tasks import MALFORMED
+from rlvr_lib.tasks.arithmetic import family_problems
 from rlvr_lib.trainer import untimed
 
 SPEC = EvalSpec(families=("easy_mix", "hard_mix", "ood_shift"), problems_per_family=12, samples=8,
@@ -237,3 +241,47 @@ def test_a_run_is_not_added_beside_records_of_another_processor_model(tmp_path, 
     path.write_text(json.dumps(data))
     monkeypatch.setenv(MIXED_PROCESSORS_ENV, "1")
     assert evaluate_base("t", spec.replace(seed=2), root=tmp_path).seed == 2
+
+
+# ----------------------------------------------------------------------------- result-neutral defaults
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+
+
+def _committed_eval_dicts():
+    """``{experiment: [every eval spec dict of its records: config["eval"] and config["extra_evals"]]}``."""
+    out = {}
+    for path in sorted(RESULTS.glob("*_full/*.json")):
+        record = json.loads(path.read_text())
+        config = record["config"]
+        out.setdefault(path.parent.name, []).extend([config["eval"], *config.get("extra_evals", {}).values()])
+    return out
+
+
+def test_the_default_eval_spec_hashes_as_before_the_task_declared_its_families():
+    spec = EvalSpec()
+    assert spec.families == ("easy_mix", "medium_mix", "hard_mix", "hardest_mix", "rare_mix", "sub_ood", "ood_shift")
+    assert spec.to_dict() == {"families": list(spec.families), "problems_per_family": 200, "samples": 64,
+                              "temperature": 1.0, "top_p": 1.0, "max_new_tokens": 48, "seed": 0, "group_size": 8,
+                              "diversity_problems": 100, "diversity_samples": 16}
+    assert spec.config_hash() == "9a5d948ddcb2"  # measured before `families` defaulted to the task's
+    assert EvalSpec(task="arith") == spec == EvalSpec(families=spec.families)
+    assert EvalSpec.from_dict({"samples": 64}) == spec  # a dict without families takes the task's
+
+
+def test_every_committed_records_eval_spec_round_trips_and_the_profiles_specs_are_the_records():
+    evals = _committed_eval_dicts()
+    assert {"baselines_full", "discovery_full", "nudgerl_full", "head_to_head_full"} <= set(evals)
+    assert sum(map(len, evals.values())) > 300
+    for experiment, dicts in evals.items():
+        for d in dicts:
+            spec = EvalSpec.from_dict(d)
+            assert spec.to_dict() == d, experiment
+            assert spec.config_hash() == hash_jsonable(d), experiment
+    recorded = {hash_jsonable(d) for dicts in evals.values() for d in dicts}
+    profile = full_profile()
+    # the main evaluation of a trained arm (seed 0) and of the base policy (seeds 0-2), and the wide evaluation
+    for seed in BASE_SEEDS:
+        assert profile["spec"].replace(seed=seed).config_hash() in recorded, seed
+        assert wide_spec(seed=seed).config_hash() in recorded, seed
+    assert profile["wide_spec"] == wide_spec()
+    assert {hash_jsonable(d) for d in evals["threepo_full"]} == {profile["spec"].config_hash()}

@@ -31,7 +31,8 @@ from rlvr_lib.study.probes.premises import (
 from rlvr_lib.eval.weight_noise import branch_logits, strategy_tokens, weight_sample
 from rlvr_lib.rollout import KVCacheEngine, SamplingParams
 from rlvr_lib.study.runs import cpu_model
-from rlvr_lib.tasks import STRATEGIES, get_task
+from rlvr_lib.tasks import get_task
+from rlvr_lib.tasks.arithmetic import STRATEGIES
 
 
 def _problems(n=3, family="easy_mix"):

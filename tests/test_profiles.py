@@ -7,7 +7,7 @@ import pytest
 
 from rlvr_lib.study.dynamics import full_profile_steps
 from rlvr_lib.study.profiles import WIDE_FAMILIES, full_profile, wide_spec
-from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, RARE_FAMILIES
 
 CALIBRATION = Path(__file__).resolve().parent.parent / "results" / "testbed" / "calibration.json"
 

@@ -214,6 +214,7 @@ class LastDigitTask:
     families = ("train", "eval")
     eval_families = ("eval",)
     ood_families = ()
+    default_eval_families = ("eval",)
     strategies = ()
 
     def __init__(self):

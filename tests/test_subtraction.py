@@ -3,7 +3,8 @@
 import numpy as np
 import pytest
 
-from rlvr_lib.tasks import CORRECT, MALFORMED, WRONG, family_capacity, family_problems, verify
+from rlvr_lib.tasks import CORRECT, MALFORMED, WRONG
+from rlvr_lib.tasks.arithmetic import family_capacity, family_problems, verify
 from rlvr_lib.tasks import subtraction as sub
 from rlvr_lib.tasks.arithmetic import OOD_FAMILIES
 

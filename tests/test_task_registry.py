@@ -1,18 +1,20 @@
-"""The task registry: errors, the arithmetic task, and a toy task evaluated end to end."""
+"""The task registry: errors, the package's exports, the arithmetic task, and a toy task evaluated end to end."""
 
+import subprocess
+import sys
+import types
 
 import pytest
+
+import rlvr_lib.tasks
 
 from rlvr_lib.config import hash_jsonable
 from rlvr_lib.eval import EvalSpec, evaluate_policy
 from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.tasks import (
     CORRECT,
-    EVAL_FAMILIES,
-    FAMILIES,
     MALFORMED,
-    OOD_FAMILIES,
-    STRATEGIES,
+    SHIPPED_TASKS,
     TASKS,
     WRONG,
     ArithmeticTask,
@@ -20,12 +22,21 @@ from rlvr_lib.tasks import (
     Task,
     TaskHintPool,
     Verdict,
-    family_capacity,
-    family_problems,
     get_task,
     register_task,
-    solution_trace,
+    task_names,
     unregister_task,
+)
+from rlvr_lib.tasks import arithmetic
+from rlvr_lib.tasks.arithmetic import (
+    EVAL_FAMILIES,
+    FAMILIES,
+    OOD_FAMILIES,
+    RARE_FAMILIES,
+    STRATEGIES,
+    family_capacity,
+    family_problems,
+    solution_trace,
     verify,
 )
 
@@ -50,6 +61,7 @@ class AddTask:
     families = ("small", "large", "shifted", "practice")
     eval_families = ("small", "large")
     ood_families = ("shifted",)
+    default_eval_families = ("small", "large", "shifted")  # what EvalSpec(task="toy_add") evaluates
     strategies = ("digits",)
     _ranges = {"small": (0, 9), "large": (10, 49), "shifted": (50, 99), "practice": (0, 9)}
 
@@ -134,9 +146,91 @@ def test_tasks_are_built_lazily_once_and_checked(restore_tasks):
     with pytest.raises(ValueError, match=r"ood_families has \['nowhere'\]"):
         register_task("stray", Stray())  # an instance is checked when registered
     assert "stray" not in TASKS
+
+    class StrayDefault(AddTask):
+        name = "stray_default"
+        default_eval_families = ("small", "nowhere")
+
+    class NoDefault(AddTask):
+        name = "no_default"
+        default_eval_families = ()
+
+    with pytest.raises(ValueError, match=r"default_eval_families has \['nowhere'\], which are not in families"):
+        register_task("stray_default", StrayDefault())
+    with pytest.raises(ValueError, match=r"default_eval_families is empty: must name at least one of \['small'"):
+        register_task("no_default", NoDefault())
+
+    class Undeclared:  # a task written before the protocol had default_eval_families
+        name = "undeclared"
+        families, eval_families, ood_families, strategies = ("a",), ("a",), (), ()
+        family_problems = family_capacity = verify = hints = AddTask.hints
+
+    register_task("undeclared", Undeclared)
+    with pytest.raises(ValueError, match=r"the factory built Undeclared, which lacks \['default_eval_families'\]"):
+        get_task("undeclared")
+    assert not isinstance(Undeclared(), Task)
     instance = AddTask()
     register_task("toy_add", instance)
     assert get_task("toy_add") is instance
+
+
+# --------------------------------------------------------------------------- the package's exports
+
+EXPORTS = {
+    # the protocol and what a verifier returns
+    "Task", "TaskFactory", "Problem", "Verdict", "CORRECT", "WRONG", "MALFORMED", "TIMEOUT", "STATUSES", "UNVERIFIED",
+    "HintPool", "LMHintPool", "TaskHintPool",
+    # the registry
+    "TASKS", "DEFAULT_TASK", "get_task", "register_task", "unregister_task", "task_names", "task_version",
+    # the shipped tasks: their names and classes
+    "SHIPPED_TASKS", "ArithmeticTask", "DiscoveryTask", "MathTask", "MathFamily", "MathSuite", "math_dataset_task",
+    "MATH_DATASETS", "ReasoningGymTask", "CodeTask",
+}
+SHIPPED = ("aime24", "aime25", "amc23", "arith", "arith_discovery", "code_sample", "dapo_math_17k", "humaneval",
+           "math500", "math_eval", "math_sample", "math_train", "rg_knights_knaves")
+
+
+def test_the_package_exports_the_protocol_the_registry_and_the_shipped_tasks():
+    assert set(rlvr_lib.tasks.__all__) == EXPORTS and len(rlvr_lib.tasks.__all__) == len(EXPORTS)
+    assert all(hasattr(rlvr_lib.tasks, name) for name in EXPORTS)
+    assert rlvr_lib.tasks.SHIPPED_TASKS == SHIPPED
+
+
+def test_the_arithmetic_testbeds_names_are_imported_from_its_own_module():
+    # the module's own public names: its constants, functions and classes, not what it imports
+    testbed = {name for name, value in vars(arithmetic).items() if not name.startswith("_")
+               and not isinstance(value, types.ModuleType)
+               and getattr(value, "__module__", arithmetic.__name__) == arithmetic.__name__}
+    assert {"EVAL_FAMILIES", "RARE_FAMILIES", "family_problems", "verify", "make_problem"} <= testbed
+    assert not testbed & set(rlvr_lib.tasks.__all__)
+    assert not [name for name in testbed if hasattr(rlvr_lib.tasks, name)]
+    with pytest.raises(ImportError, match="cannot import name 'EVAL_FAMILIES' from 'rlvr_lib.tasks'"):
+        exec("from rlvr_lib.tasks import EVAL_FAMILIES")
+
+
+def test_shipped_tasks_are_the_packages_registrations_not_a_users(restore_tasks):
+    register_task("toy_add", AddTask)
+    assert "toy_add" in task_names() and rlvr_lib.tasks.SHIPPED_TASKS == SHIPPED
+    assert set(SHIPPED_TASKS) <= set(task_names())
+    # a fresh interpreter that registers a task of its own before it reads the list
+    code = ("from rlvr_lib.tasks.registry import register_task, ArithmeticTask\n"
+            "class Mine(ArithmeticTask):\n    name = 'mine'\n"
+            "register_task('mine', Mine)\n"
+            "import rlvr_lib.tasks as t\nprint(','.join(t.SHIPPED_TASKS), 'mine' in t.task_names())")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == [",".join(SHIPPED), "True"]
+
+
+@pytest.mark.parametrize("name, families", [
+    ("arith", ("easy_mix", "medium_mix", "hard_mix", "hardest_mix", "rare_mix", "sub_ood", "ood_shift")),
+    ("arith_discovery", ("targets_train", "targets_heldout")),
+    ("math_sample", ("test", "level_5")),
+    ("code_sample", ("all",)),
+])
+def test_each_shipped_task_declares_its_default_evaluation(name, families):
+    task = get_task(name)
+    assert task.default_eval_families == families and set(families) <= set(task.families)
+    assert EvalSpec(task=name).families == families
 
 
 # --------------------------------------------------------------------------- arithmetic
@@ -147,6 +241,7 @@ def test_arith_task_reproduces_the_module_functions():
     assert isinstance(task, ArithmeticTask) and isinstance(task, Task) and task.name == "arith"
     assert task.families == tuple(FAMILIES)
     assert task.eval_families == EVAL_FAMILIES and task.ood_families == OOD_FAMILIES
+    assert task.default_eval_families == EVAL_FAMILIES + RARE_FAMILIES + OOD_FAMILIES
     assert task.strategies == STRATEGIES
     for family, n, seed in (("train", 30, 0), ("hard_mix", 20, 3), ("ood_shift", 10, 1)):
         problems = task.family_problems(family, n, seed=seed)
@@ -183,8 +278,12 @@ def test_eval_spec_validates_task_and_families_against_the_task(restore_tasks):
     with pytest.raises(ValueError, match=r"EvalSpec.task='aime' is invalid: must be one of \[.*'arith'"):
         EvalSpec(task="aime")
     register_task("toy_add", AddTask)
-    with pytest.raises(ValueError, match="EvalSpec.families='easy_mix' is invalid"):
-        EvalSpec(task="toy_add")  # the default families are the arithmetic testbed's
+    assert EvalSpec(task="toy_add").families == ("small", "large", "shifted")  # the task's default_eval_families
+    with pytest.raises(ValueError, match=r"EvalSpec.families='easy_mix' is invalid: must be one of the families of "
+                                         r"task 'toy_add', .*families=None takes the task's default_eval_families, "
+                                         r"\['small', 'large', 'shifted'\]"):
+        EvalSpec().replace(task="toy_add")  # a copy keeps the arithmetic testbed's families ...
+    assert EvalSpec().replace(task="toy_add", families=None) == EvalSpec(task="toy_add")  # ... None takes the task's
     spec = EvalSpec(task="toy_add", families=("small", "shifted"))
     assert spec.to_dict()["task"] == "toy_add"
     assert spec.config_hash() != EvalSpec(families=("easy_mix", "ood_shift")).config_hash()
@@ -216,6 +315,20 @@ def test_a_registered_toy_task_is_evaluated_end_to_end(restore_tasks, tiny_model
     assert set(avg["strategy_freq"]) == {"digits", "none"}
     expected = (result["families"]["small"]["pass_at_k"]["1"] + result["families"]["large"]["pass_at_k"]["1"]) / 2
     assert avg["pass_at_k"]["1"] == pytest.approx(expected)
+
+
+def test_a_registered_task_is_evaluated_on_its_own_families_without_naming_them(restore_tasks,
+                                                                                  tiny_model_and_tokenizer):
+    register_task("toy_add", AddTask)
+    spec = EvalSpec(task="toy_add", problems_per_family=2, samples=4, group_size=4, max_new_tokens=4,
+                    diversity_problems=2, diversity_samples=4)
+    assert spec.to_dict()["families"] == ["small", "large", "shifted"]
+    assert EvalSpec.from_dict(spec.to_dict()) == spec
+    model, tokenizer = tiny_model_and_tokenizer
+    result = evaluate_policy(KVCacheEngine(model, tokenizer), spec)
+    assert list(result["families"]) == ["small", "large", "shifted"]  # not "practice", not the testbed's
+    assert get_task("toy_add").calls == 3 * 2 * 4
+    assert result["average"]["families"] == ["small", "large"]  # OOD reported, not averaged
 
 
 def test_restore_fixture_left_only_the_builtin_tasks():

@@ -7,17 +7,19 @@ import pytest
 
 from rlvr_lib.tasks import (
     CORRECT,
+    MALFORMED,
+    WRONG,
+    TaskHintPool,
+)
+from rlvr_lib.tasks.arithmetic import (
     DIFFICULTIES,
     DISTRACTOR_HINTS,
     EVAL_FAMILIES,
     FAMILIES,
-    MALFORMED,
     OOD_FAMILIES,
     STRATEGIES,
     TRAIN_FAMILY,
     USEFUL_STRATEGIES,
-    WRONG,
-    TaskHintPool,
     difficulty_of,
     family_problems,
     make_problem,
@@ -37,7 +39,7 @@ def test_families_are_deterministic_by_seed():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_has_its_difficulty_mix_and_no_duplicates(family):
-    from rlvr_lib.tasks import family_capacity, family_mix
+    from rlvr_lib.tasks.arithmetic import family_capacity, family_mix
 
     n = min(200, family_capacity(family))
     problems = family_problems(family, n)
@@ -62,7 +64,7 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
     # Half of all problems are evaluation problems. Of the other half, SFT_SHARE is the pretraining pool less
     # the problems with an unseen product and the round-only items it does not show, and the rest the RL pool less
     # the problems the base policy's rare strategy solved (`rlvr_lib.tasks.strategy_profile`).
-    from rlvr_lib.tasks import round_only
+    from rlvr_lib.tasks.arithmetic import round_only
     from rlvr_lib.tasks.arithmetic import round_only_shown, shows_unseen_fact
     from rlvr_lib.tasks.strategy_profile import rare_never_solves
 
@@ -72,7 +74,7 @@ def test_pretraining_rl_and_eval_pools_never_overlap():
     assert sizes["train"] == sum(split_of(*ab) == "train" and rare_never_solves(*ab) for ab in rest)
     assert abs(sizes["eval"] / (72 * 97) - 0.5) < 0.02  # first factors 11-89 but no multiple of 10, b 2-99 but 9
     assert abs(sum(split_of(*ab) == "sft" for ab in rest) / len(rest) - SFT_SHARE) < 0.02
-    from rlvr_lib.tasks import family_capacity
+    from rlvr_lib.tasks.arithmetic import family_capacity
 
     train = {p.uid for p in family_problems(TRAIN_FAMILY, family_capacity(TRAIN_FAMILY))}
     for family in EVAL_FAMILIES + OOD_FAMILIES:
@@ -107,7 +109,7 @@ def test_oracle_traces_by_hand():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_every_oracle_trace_of_every_strategy_verifies(family):
-    from rlvr_lib.tasks import family_capacity
+    from rlvr_lib.tasks.arithmetic import family_capacity
 
     from rlvr_lib.tasks import subtraction
 
@@ -238,7 +240,7 @@ def test_task_hint_pool_rejects_bad_settings():
 
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_family_capacity_is_the_largest_drawable_size(family):
-    from rlvr_lib.tasks import family_capacity
+    from rlvr_lib.tasks.arithmetic import family_capacity
 
     n = family_capacity(family)
     assert len(family_problems(family, n)) == n
@@ -250,7 +252,7 @@ def test_family_capacity_is_the_largest_drawable_size(family):
 
 
 def test_held_out_fact_is_any_product_by_nine():
-    from rlvr_lib.tasks import HELD_OUT_DIGIT, uses_held_out_fact
+    from rlvr_lib.tasks.arithmetic import HELD_OUT_DIGIT, uses_held_out_fact
 
     assert HELD_OUT_DIGIT == 9
     assert uses_held_out_fact(79, 86, "split")  # 70*86+9*86
@@ -309,7 +311,7 @@ def test_unseen_products_are_a_fixed_scattered_share_and_never_pretrained_on():
 
 
 def test_round_only_items_the_rare_strategy_solves_are_in_no_rl_pool():
-    from rlvr_lib.tasks import round_only
+    from rlvr_lib.tasks.arithmetic import round_only
     from rlvr_lib.tasks.strategy_profile import successes
 
     for d in DIFFICULTIES:

@@ -44,7 +44,7 @@ from rlvr_lib.methods import method_config  # noqa: E402
 from rlvr_lib.policy import load_policy  # noqa: E402
 from rlvr_lib.rollout import KVCacheEngine, Rollouts, SamplingParams, VLLMEngine, sequence_logprobs  # noqa: E402
 from rlvr_lib.rollout.vllm_engine import cpu_attention_head_sizes  # noqa: E402
-from rlvr_lib.tasks import family_problems  # noqa: E402
+from rlvr_lib.tasks.arithmetic import family_problems  # noqa: E402
 from rlvr_lib.trainer import Trainer  # noqa: E402
 from trl_backend_worker import HASHED_TASK, register_hashed_task  # noqa: E402
 

@@ -8,7 +8,8 @@ import torch
 
 from rlvr_lib.eval.weight_noise import branch_logits, branch_reorder, order_changed, strategy_tokens, weight_sample
 from rlvr_lib.methods.threepo import weight_matrix_std
-from rlvr_lib.tasks import STRATEGIES, get_task
+from rlvr_lib.tasks import get_task
+from rlvr_lib.tasks.arithmetic import STRATEGIES
 
 
 def _prompts(n=12):

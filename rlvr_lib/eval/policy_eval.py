@@ -7,10 +7,10 @@ reasoning modes per problem from unsupervised clustering (NudgeRL Fig 1) with
 its agreement (ARI) with the testbed's strategy labels; outcome rates and
 lengths (3PO Fig 3).
 
-The problems, the verifier, the strategy labels and the in-distribution /
-out-of-distribution split come from the task named by ``EvalSpec.task``
-(`rlvr_lib.tasks.get_task`; ``"arith"``, the multiplication testbed, by
-default).
+The problems, the verifier, the strategy labels, the in-distribution /
+out-of-distribution split and the families evaluated by default come from the
+task named by ``EvalSpec.task`` (`rlvr_lib.tasks.get_task`; ``"arith"``, the
+multiplication testbed, by default).
 """
 
 from __future__ import annotations
@@ -25,17 +25,7 @@ from rlvr_lib.eval.diversity import modes_and_ari, strategy_entropy
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score, sample_with_hints
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import (
-    DEFAULT_TASK,
-    EVAL_FAMILIES,
-    MALFORMED,
-    OOD_FAMILIES,
-    RARE_FAMILIES,
-    TIMEOUT,
-    WRONG,
-    get_task,
-    task_names,
-)
+from rlvr_lib.tasks import DEFAULT_TASK, MALFORMED, TIMEOUT, WRONG, get_task, task_names
 
 AVERAGE = "average"
 
@@ -47,9 +37,12 @@ class EvalSpec(ConfigBase):
     Attributes:
         families: Families of the task to evaluate; its in-distribution ones
             (``task.eval_families``) among them are averaged (all of them when
-            none is). The default is the arithmetic testbed's evaluation,
-            rare-strategy and OOD families: give ``families`` with any other
-            ``task``.
+            none is). ``None`` (the default) takes the task's
+            ``default_eval_families`` when the spec is built (the arithmetic
+            testbed's: its evaluation, rare-strategy and OOD families), so
+            `to_dict` and the hash always hold the families evaluated. A copy
+            keeps them: ``spec.replace(task=other, families=None)`` takes the
+            other task's.
         problems_per_family: Problems per family.
         samples: Samples per problem (pass@k for k up to this).
         temperature, top_p, max_new_tokens: Sampling.
@@ -79,7 +72,7 @@ class EvalSpec(ConfigBase):
     from records under that name.
     """
 
-    families: tuple[str, ...] = EVAL_FAMILIES + RARE_FAMILIES + OOD_FAMILIES
+    families: tuple[str, ...] | None = None
     problems_per_family: int = 200
     samples: int = 64
     temperature: float = 1.0
@@ -93,12 +86,20 @@ class EvalSpec(ConfigBase):
     hints_per_problem: int = field(default=0, metadata={"omit_if_default": True})
     greedy: bool = field(default=False, metadata={"omit_if_default": True})
 
+    def __post_init__(self) -> None:
+        if self.families is None:
+            self.check_choice("task", self.task, task_names())
+            object.__setattr__(self, "families", tuple(get_task(self.task).default_eval_families))
+        super().__post_init__()
+
     def validate(self) -> None:
         self.check_choice("task", self.task, task_names())
         self.check(len(self.families) > 0, "families", self.families, "a non-empty tuple of family names")
-        valid = get_task(self.task).families
+        task = get_task(self.task)
         for family in self.families:
-            self.check_choice("families", family, sorted(valid))
+            self.check(family in task.families, "families", family,
+                       f"one of the families of task {self.task!r}, {sorted(task.families)} (families=None takes "
+                       f"the task's default_eval_families, {list(task.default_eval_families)})")
         for name in ("problems_per_family", "samples", "max_new_tokens", "group_size", "diversity_problems",
                      "diversity_samples"):
             self.check_positive_int(name, getattr(self, name))

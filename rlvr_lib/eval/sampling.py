@@ -13,7 +13,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import CORRECT, MALFORMED, Problem, Verdict, verify
+from rlvr_lib.tasks import CORRECT, MALFORMED, Problem, Verdict
+from rlvr_lib.tasks.arithmetic import verify
 
 Verifier = Callable[[Problem, object], Verdict]
 

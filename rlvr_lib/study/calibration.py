@@ -39,7 +39,7 @@ from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import jsonable, machine
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import (
+from rlvr_lib.tasks.arithmetic import (
     EVAL_FAMILIES,
     FAMILIES,
     HARD_DIFFICULTY,

@@ -73,7 +73,7 @@ from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
 from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescued_lost_counts
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, jsonable, results_root
-from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
 from rlvr_lib.validation import invalid
 
 STEP_CANDIDATES = (100, 200, 300)
@@ -324,7 +324,7 @@ def chosen_steps(per_step: Mapping[int, Mapping[str, Mapping]]) -> int | None:
 
 
 def _kl_problems(config: DynamicsConfig):
-    from rlvr_lib.tasks import family_problems
+    from rlvr_lib.tasks.arithmetic import family_problems
 
     per = -(-config.kl_problems // len(EVAL_FAMILIES))
     problems = [p for f in reversed(EVAL_FAMILIES) for p in family_problems(f, per, seed=0)]

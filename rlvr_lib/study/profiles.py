@@ -22,7 +22,7 @@ from typing import Any
 
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.study.dynamics import full_profile_steps
-from rlvr_lib.tasks import EVAL_FAMILIES, RARE_FAMILIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, RARE_FAMILIES
 
 __all__ = ["ABLATION_SEEDS", "BASELINES_WITH_WIDE", "BASE_SEEDS", "MAIN_SEEDS", "WIDE", "WIDE_FAMILIES",
            "baseline_extra_specs", "full_profile", "wide_spec"]

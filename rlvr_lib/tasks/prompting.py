@@ -94,6 +94,8 @@ class PromptedTask:
         self.name = name
         self.families: tuple[str, ...] = tuple(families)
         self.eval_families, self.ood_families = tuple(eval_families), tuple(ood_families)
+        # what `EvalSpec(task=name)` evaluates: the evaluation and OOD families, or every family when none is named
+        self.default_eval_families = (*self.eval_families, *self.ood_families) or self.families
         self.prompt_format = PromptFormat(template, tokenizer, use_chat_template)
         self.timeout_s = check_timeout(timeout_s)
         self.max_completion_chars = check_int("max_completion_chars", max_completion_chars, 1)

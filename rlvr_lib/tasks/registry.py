@@ -2,8 +2,8 @@
 
 A task is everything the trainer and the evaluation need to know about a set
 of verifiable problems: its families (named problem draws), which of them are
-in-distribution evaluation suites and which are out-of-distribution, the
-strategy labels its verifier reports, how to draw problems, the verifier, and
+in-distribution evaluation suites and which are out-of-distribution, which it
+evaluates by default, the strategy labels its verifier reports, how to draw problems, the verifier, and
 strategy hints for NudgeRL-style nudging. The arithmetic testbed is registered
 as ``"arith"`` (`ArithmeticTask`) and is the default everywhere.
 
@@ -14,12 +14,14 @@ How to add a task (a real data set, another procedural testbed):
    raise on model output, ``hints`` may return ``[]``.
 2. ``register_task("name", MyTask)`` (a class or zero-argument factory, built
    lazily on first use; or an instance), e.g. at import of your module.
-3. Pass ``task="name"`` to the configs: ``EvalSpec(task="name",
-   families=(...))``, and the trainer's config.
+3. Pass ``task="name"`` to the configs: ``EvalSpec(task="name")`` evaluates
+   the task's ``default_eval_families`` (or give ``families=(...)``), and the
+   trainer's config.
 
 `get_task` builds a task once and caches the instance in `TASKS`; it checks
 that the built object satisfies `Task`, that its ``name`` is the registered
-name, and that its evaluation and OOD families are among its ``families``
+name, that its evaluation, OOD and default evaluation families are among its
+``families`` and that the default evaluation names at least one
 (`register_task` makes the same checks at once on an instance).
 """
 
@@ -59,6 +61,8 @@ class Task(Protocol):
         families: Every valid family name, training families included.
         eval_families: In-distribution evaluation families (averaged in reports).
         ood_families: Out-of-distribution evaluation families (reported, not averaged).
+        default_eval_families: The families `EvalSpec` evaluates when it is
+            given the task and no ``families`` (non-empty).
         strategies: Strategy labels the verifier can report in
             ``Verdict.strategy`` (may be empty).
     """
@@ -67,6 +71,7 @@ class Task(Protocol):
     families: tuple[str, ...]
     eval_families: tuple[str, ...]
     ood_families: tuple[str, ...]
+    default_eval_families: tuple[str, ...]
     strategies: tuple[str, ...]
 
     def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
@@ -179,18 +184,21 @@ def get_task(name: str) -> Task:
 def _check_task(name: str, task: object) -> None:
     where = f"task {name!r}"
     if not _built(task):
-        missing = [a for a in ("name", "families", "eval_families", "ood_families", "strategies", "family_problems",
-                               "family_capacity", "verify", "hints") if not hasattr(task, a)]
+        missing = [a for a in ("name", "families", "eval_families", "ood_families", "default_eval_families",
+                               "strategies", "family_problems", "family_capacity", "verify", "hints")
+                   if not hasattr(task, a)]
         raise ValueError(f"{where}: the factory built {type(task).__name__}, which lacks {missing} of Task")
     if task.name != name:
         raise ValueError(f"{where}: the built task's name is {task.name!r}: must be the registered name {name!r}")
     families = tuple(task.families)
     if not families:
         raise ValueError(f"{where}: families is empty: must name at least one family")
-    for attr in ("eval_families", "ood_families"):
+    for attr in ("eval_families", "ood_families", "default_eval_families"):
         stray = [f for f in getattr(task, attr) if f not in families]
         if stray:
             raise ValueError(f"{where}: {attr} has {stray}, which are not in families {list(families)}")
+    if not tuple(task.default_eval_families):
+        raise ValueError(f"{where}: default_eval_families is empty: must name at least one of {list(families)}")
 
 
 # --------------------------------------------------------------------------- the arithmetic testbed
@@ -213,6 +221,9 @@ class ArithmeticTask:
     families: tuple[str, ...] = tuple(arithmetic.FAMILIES)
     eval_families: tuple[str, ...] = arithmetic.EVAL_FAMILIES
     ood_families: tuple[str, ...] = arithmetic.OOD_FAMILIES
+    # the testbed's evaluation, rare-strategy and OOD families: the default `EvalSpec`
+    default_eval_families: tuple[str, ...] = (*arithmetic.EVAL_FAMILIES, *arithmetic.RARE_FAMILIES,
+                                              *arithmetic.OOD_FAMILIES)
     strategies: tuple[str, ...] = arithmetic.STRATEGIES
 
     def __init__(self, hint_pool=None):

@@ -32,7 +32,7 @@ MODELS = ("tiny", "qwen2-0.5b-shaped")
 def _tiny_rows(completions: int, tokens: int):
     from rlvr_lib.policy import load_policy
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
-    from rlvr_lib.tasks import family_problems
+    from rlvr_lib.tasks.arithmetic import family_problems
 
     model, tokenizer = load_policy(None, device="cpu", dtype=torch.float32)
     groups = max(1, completions // 8)

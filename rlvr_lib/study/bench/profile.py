@@ -134,7 +134,7 @@ def _profiled(fn: Callable[[], object], calls: int) -> dict:
 def _decode(model, tokenizer, *, batch, group_size, max_new_tokens, warmup, repeats, seed, compile_decode) -> dict:
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
     from rlvr_lib.rollout import kvcache
-    from rlvr_lib.tasks import family_problems
+    from rlvr_lib.tasks.arithmetic import family_problems
 
     prompts = [p.prompt_with(None) for p in family_problems("train", batch // group_size, seed=0)]
     engine = KVCacheEngine(model, tokenizer)

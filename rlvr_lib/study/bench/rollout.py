@@ -29,7 +29,7 @@ import torch
 
 from rlvr_lib.study.bench.common import check_rollout_args, machine_info, time_engines_alternating
 from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams
-from rlvr_lib.tasks import family_problems
+from rlvr_lib.tasks.arithmetic import family_problems
 
 __all__ = ["WORKLOADS", "bench_rollout"]
 

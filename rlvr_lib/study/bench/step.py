@@ -102,7 +102,8 @@ import torch
 from transformers import TrainerCallback
 
 from rlvr_lib.study.bench.common import median, time_repeats
-from rlvr_lib.tasks import CORRECT, Problem, family_problems, verify
+from rlvr_lib.tasks import CORRECT, Problem
+from rlvr_lib.tasks.arithmetic import family_problems, verify
 from rlvr_lib.validation import check, check_int
 
 __all__ = ["bench_step_time"]
@@ -508,7 +509,7 @@ def bench_step_time(*, prompts_per_step: int = 8, group_size: int = 8, max_new_t
         "temperature": TEMPERATURE,
         "top_p": TOP_P,
         "top_k": None,
-        "reward": "1.0 if rlvr_lib.tasks.verify(problem, completion).status == CORRECT else 0.0",
+        "reward": "1.0 if rlvr_lib.tasks.arithmetic.verify(problem, completion).status == CORRECT else 0.0",
         "optimizer": "AdamW",
         "lr": LEARNING_RATE,
         "lr_schedule": "constant",

@@ -90,7 +90,7 @@ def bench_vllm_rollout(
     import vllm
 
     from rlvr_lib.rollout import HFEngine, KVCacheEngine, SamplingParams, VLLMEngine
-    from rlvr_lib.tasks import family_problems
+    from rlvr_lib.tasks.arithmetic import family_problems
 
     prompts = [p.prompt_with(None) for p in family_problems("train", batch // group_size, seed=0)]
     params = SamplingParams(n=group_size, temperature=1.0, max_new_tokens=max_new_tokens, seed=seed)

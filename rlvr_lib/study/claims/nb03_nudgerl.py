@@ -2,7 +2,7 @@
 
 from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
 from rlvr_lib.study.comparisons import Arm, Pair
-from rlvr_lib.tasks import EVAL_FAMILIES
+from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES
 from . import TAGGED, Claim, Measurement, Registry
 
 # Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in

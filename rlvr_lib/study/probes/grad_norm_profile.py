@@ -174,14 +174,15 @@ def grad_norm_profile(model, tokenizer, problems: Sequence, *, samples: int = 8,
     with sampling seed ``seed``; norms from `rlvr_lib.rewards.grad_norm_scores`
     (``impl``; evaluation mode, the model's weights and gradients untouched) in
     chunks of ``batch_size`` rows (memory only: the values do not depend on it); verdicts from ``verifier`` (default: the
-    arithmetic testbed's `rlvr_lib.tasks.verify`).
+    arithmetic testbed's `rlvr_lib.tasks.arithmetic.verify`).
 
     Raises:
         ValueError: no problems, or a bad ``samples`` / ``seed`` / ``batch_size``.
     """
     from rlvr_lib.rewards import grad_norm_scores
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
-    from rlvr_lib.tasks import CORRECT, verify
+    from rlvr_lib.tasks import CORRECT
+    from rlvr_lib.tasks.arithmetic import verify
 
     problems = list(problems)
     if not problems:

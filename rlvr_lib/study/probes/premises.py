@@ -491,7 +491,7 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
     band = _check_band(band)
     seed = check_int("seed", seed, 0)
     if tokens is None:
-        from rlvr_lib.tasks import STRATEGIES
+        from rlvr_lib.tasks.arithmetic import STRATEGIES
 
         tokens = strategy_tokens(tokenizer, STRATEGIES if strategies is None else strategies)
     cand = [int(t) for t in tokens]
@@ -828,13 +828,14 @@ def vigor_score_correctness(model, tokenizer, problems: Sequence, samples: int =
 
     Rollouts as :func:`branch_entropy_percentiles`'; scores by
     :func:`vigor_scores`; correctness from ``verifier`` (default the
-    arithmetic testbed's `rlvr_lib.tasks.verify`); the statistics of
+    arithmetic testbed's `rlvr_lib.tasks.arithmetic.verify`); the statistics of
     :func:`vigor_spearman` (bootstrap seed ``seed``).
 
     Returns:
         :func:`vigor_spearman`'s dict plus ``"samples"``, ``"sqrt_len"``.
     """
-    from rlvr_lib.tasks import CORRECT, verify
+    from rlvr_lib.tasks import CORRECT
+    from rlvr_lib.tasks.arithmetic import verify
 
     problems = list(problems)
     if not problems:
