@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from conftest import build_char_tokenizer, build_tiny_qwen2
-from rlvr_lib.distributed import World, _merge, init_world, local_rows
+from rlvr_lib.distributed import World, _merge, init_world, local_rows, visible_weights
 from rlvr_lib.methods import METHODS, method_config, register_method
 from row_seeded_engine import RowSeededEngine
 
@@ -114,8 +114,10 @@ def _sharded_resume(out_dir: str, base: str) -> dict:
 
 def _weight_sample_logits() -> dict[str, torch.Tensor]:
     """Logits of a `scored_c3po` trainer's model on a fixed prompt: at the mean weights, at weight sample 0 for a
-    gradient (after a forward without gradient, which leaves a sharded root unsharded) and inside a rollout's
-    gathered scope, and at the mean weights again after both scopes."""
+    gradient (after a forward without gradient, which leaves a sharded root unsharded; C3PO as the authors run it
+    takes every gradient at its one training draw), inside a rollout's gathered scope at sample 0 and at the
+    training draw, at the training draw as before_update reads it (`visible_weights`, outside any gathered scope),
+    and at the mean weights again after the scopes."""
     from rlvr_lib.trainer import Trainer
 
     tokenizer = build_char_tokenizer()
@@ -132,7 +134,11 @@ def _weight_sample_logits() -> dict[str, torch.Tensor]:
     with trainer.world.gathered(model):
         with trainer._weight_sample(0, train=False):
             out["sample_in_rollout"] = model(ids).logits
+        with trainer._weight_sample(trainer.method.TRAINING_DRAW, train=False):
+            out["training_draw_in_rollout"] = model(ids).logits
         out["mean_in_rollout"] = model(ids).logits
+    with torch.no_grad(), visible_weights(model, trainer.method.perturbed(model, trainer.method.TRAINING_DRAW)):
+        out["training_draw_visible"] = model(ids).logits
     with torch.no_grad():
         out["mean_after"] = model(ids).logits
     if trainer.world.sharded:  # outside `gathered` the parameters are shards: no plain view of them
@@ -262,7 +268,10 @@ def test_a_sharded_weight_sample_reaches_every_forward(sharded_results, register
     _register(registered)
     single = _weight_sample_logits()
     assert not torch.allclose(single["sample_for_gradient"], single["mean"], atol=1e-4)  # the noise is visible
-    torch.testing.assert_close(single["sample_in_rollout"], single["sample_for_gradient"], rtol=0, atol=0)
+    # the gradient is taken at the training draw, not at rollout sample 0's
+    torch.testing.assert_close(single["training_draw_in_rollout"], single["sample_for_gradient"], rtol=0, atol=0)
+    torch.testing.assert_close(single["training_draw_visible"], single["sample_for_gradient"], rtol=0, atol=0)
+    assert not torch.allclose(single["sample_in_rollout"], single["sample_for_gradient"], atol=1e-4)
     for r in sharded_results[1]:
         for key, logits in single.items():
             torch.testing.assert_close(r["weight_sample_logits"][key], logits, rtol=1e-6, atol=1e-6, msg=key)
