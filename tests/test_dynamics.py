@@ -233,7 +233,7 @@ def test_full_profile_steps_reads_the_chosen_count_of_this_policy(tmp_path):
     from rlvr_lib.policy.load import policy_fingerprint
 
     path = tmp_path / "dynamics.json"
-    with pytest.raises(ValueError, match="run `python -m rlvr_lib calibrate --dynamics`"):
+    with pytest.raises(ValueError, match="run `python -m rlvr_lib.study calibrate --dynamics`"):
         full_profile_steps(path)
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 

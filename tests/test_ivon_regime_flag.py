@@ -87,7 +87,7 @@ def test_a_head_to_head_composite_with_ivon_trains_in_its_own_regime():
         options = method_config(pair_name(a, b)).method_options
         assert options == {"b3po": picks}
     with pytest.raises(ValueError, match=r"composite 'm3po\+vigor' has no IVON regime calibration: .* "
-                                         r"`python -m rlvr_lib calibrate-threepo --method m3po\+vigor`"):
+                                         r"`python -m rlvr_lib.study calibrate-threepo --method m3po\+vigor`"):
         composite_regime("m3po+vigor")
 
 

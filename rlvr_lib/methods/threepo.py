@@ -128,7 +128,7 @@ share of each round is in ``results/testbed/threepo_calibration.json``; on a
 clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
 measured |u| after the warm-up exceed it, then the IVON lr whose mean
 |delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
-measured by ``python -m rlvr_lib calibrate-threepo`` (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo`,
+measured by ``python -m rlvr_lib.study calibrate-threepo`` (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo`,
 ``results/testbed/threepo_calibration.json``; round 1 starts from the authors'
 clip radius and the matched lr, so the picks do not depend on the defaults
 they become). The record holds the measurement's settings (method, ESS,
@@ -822,7 +822,7 @@ LEARNT_HESS_STEPS = 100
 LEARNT_HESS_REGIME = {"clip_radius": 0.0208, "lr": 3.14}
 """The learnt-Hessian ablation's IVON ``clip_radius`` and ``lr`` (issue 56 item 5): the presets' calibration rule
 (:func:`calibrate_clip_and_lr`, at most 20% clipped, IVON's mean step equal to AdamW's under ``grpo``) run with the
-Hessian learnt first (``python -m rlvr_lib calibrate-threepo --run-steps 200 --hess-init-steps 100``,
+Hessian learnt first (``python -m rlvr_lib.study calibrate-threepo --run-steps 200 --hess-init-steps 100``,
 ``results/testbed/threepo_calibration_learnt_hess.json``; a test ties them). At the presets' values the learnt
 Hessian's larger ``h`` moved weights about 5x less (mean step 2.95e-6 against 1.48e-5 in notebook 04's runs) with
 half the noise, so a gain over C3PO mixed the Hessian with a smaller step; at these the two arms' mean steps are

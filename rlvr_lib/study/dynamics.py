@@ -513,7 +513,7 @@ def full_profile_steps(path: str | Path | None = None, *, policy: str | None = N
 
     path = Path(path) if path is not None else results_root() / "testbed" / "dynamics.json"
     if not path.is_file():
-        raise invalid("dynamics report", str(path), "an existing file: run `python -m rlvr_lib calibrate --dynamics`")
+        raise invalid("dynamics report", str(path), "an existing file: run `python -m rlvr_lib.study calibrate --dynamics`")
     report = json.loads(path.read_text())
     sha = policy_fingerprint(policy)
     if report.get("policy_sha") != sha:

@@ -6,7 +6,7 @@ are pure functions of `rlvr_lib.methods.threepo` (:func:`~rlvr_lib.methods.three
 measured on the shipped policy.
 
 * :func:`ivon_update_probe` -- IVON's per-weight update ratios over a run's first steps.
-* :func:`calibrate_threepo` -- the regime calibration behind ``python -m rlvr_lib calibrate-threepo``.
+* :func:`calibrate_threepo` -- the regime calibration behind ``python -m rlvr_lib.study calibrate-threepo``.
 * :func:`check_ivon_lr` -- refuses 3PO run records that did not step with the IVON lr their config gives.
 * :func:`ivon_regime_flag` -- flags a run outside the calibrated IVON regime: after the warm-up, IVON clipped more
   than ``MAX_CLIPPED_SHARE`` of the weights on more than ``MAX_OVER_SHARE`` of its steps (issue 56, item 2).
@@ -45,7 +45,7 @@ COMPOSITE_REGIME: dict[str, dict[str, float]] = {
 """Issue 56 item 2: the IVON regime of each composite notebook 07 trains, calibrated on its own trajectory by the
 rule of :func:`calibrate_threepo` (the 3PO presets' rule: at most 20% of weights clipped after the warm-up, IVON's
 mean step equal to the AdamW counterpart's -- the composite's other component at the composite's settings),
-measured by ``python -m rlvr_lib calibrate-threepo --method <composite>`` into
+measured by ``python -m rlvr_lib.study calibrate-threepo --method <composite>`` into
 ``results/testbed/threepo_calibration_<composite>.json`` (a test ties each entry to its file). A composite of
 another 3PO variant or pair has no entry: :func:`composite_regime` refuses it, naming the command.
 
@@ -65,7 +65,7 @@ def composite_regime(name: str) -> dict[str, float]:
     """
     if name not in COMPOSITE_REGIME:
         raise ValueError(f"composite {name!r} has no IVON regime calibration: must be one of {sorted(COMPOSITE_REGIME)}; "
-                         f"measure it with `python -m rlvr_lib calibrate-threepo --method {name}` and add its picks "
+                         f"measure it with `python -m rlvr_lib.study calibrate-threepo --method {name}` and add its picks "
                          f"to rlvr_lib.study.probes.ivon_regime.COMPOSITE_REGIME")
     return dict(COMPOSITE_REGIME[name])
 
