@@ -308,7 +308,10 @@ def test_readme_pair_table_is_the_computed_one():
     text = README.read_text()
     match = re.search(r"<!-- compose-pairs:start -->\n(.*?)\n<!-- compose-pairs:end -->", text, re.S)
     assert match, "README lacks the <!-- compose-pairs:start --> table"
-    assert match.group(1) == pair_table(), "README's pair table is stale: paste rlvr_lib.methods.compose.pair_table()"
+    from rlvr_lib.study.papers import pair_table_names
+
+    assert match.group(1) == pair_table(pair_table_names()), (
+        "README's pair table is stale: paste rlvr_lib.methods.compose.pair_table(papers.pair_table_names())")
 
 
 # ----------------------------------------------------------------------------- the TRL backend

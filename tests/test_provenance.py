@@ -222,6 +222,11 @@ def test_no_committed_table_record_is_stale_without_a_declaration():
 
 def test_every_table_experiment_has_the_entries_of_its_code_path():
     """A table added to the report is checked from its first record: its experiment names where its runs are made."""
+    from rlvr_lib.study import papers
     from rlvr_lib.study.report import SECTIONS
 
     assert {experiment for experiment, *_ in SECTIONS} <= set(prov.RUN_ENTRIES)
+    # Read from the manifest: each notebook's folder and each supporting experiment, with the modules it names.
+    assert prov.RUN_ENTRIES == {**{nb.folder: nb.entries for nb in papers.NOTEBOOKS},
+                                **{s.experiment: s.entries for s in papers.SUPPORTING}}
+    assert prov.SUPPORTING == {s.experiment: s.label for s in papers.SUPPORTING}

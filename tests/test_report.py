@@ -117,10 +117,13 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
 
     from rlvr_lib.policy import load
     from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.study import papers
     from rlvr_lib.study.report import BUDGETS, SECTIONS, _budget_section
     from rlvr_lib.study.runs import cached_run
 
     assert sorted(nb for _, notebooks, _, _ in BUDGETS for nb in notebooks) == sorted(nb for _, _, nb, _ in SECTIONS)
+    assert [(label, hours, policy) for label, _, hours, policy in BUDGETS] \
+        == [(b.label, b.hours, b.policy) for b in papers.BUDGETS]  # the manifest's budgets, each over its notebooks
     small = tmp_path / "small-mul"
     small.mkdir()
     (small / "config.json").write_text('{"hidden_size": 192}')
@@ -529,6 +532,31 @@ def test_premises_section_says_which_premise_holds(tmp_path):
             if line.startswith("| ") and not line.startswith("| paper")}
     assert rows == {"NudgeRL": "yes |", "3PO": "yes |", "SAGE": "**no** |", "VIGOR": "**no** |"}
     assert "first at ESS 1e+06: 0.100 of prompts" in _premises_section(tmp_path)[4 + 1]
+    assert _premises_section(tmp_path)[0].startswith("**Premises of the four methods**")
+
+
+def test_premises_rows_follow_the_manifests_papers(tmp_path, monkeypatch):
+    """One row per paper of `rlvr_lib.study.papers.PAPERS` that premises.json measures, in the manifest's order; a
+    paper measured there without a row to render it is an error naming it, not a silent gap."""
+    import dataclasses
+
+    from rlvr_lib.study import papers
+    from rlvr_lib.study.report import _premises_section
+
+    premises = {"key": {"policy_sha": "abc", "testbed_version": "v", "problems": 10, "samples": 8},
+                "sage": {"branch_mean": 0.1, "other_mean": 0.05, "all": {"p90": 0.2}},
+                "nudgerl": {"k": 8, "share": 0.8, "interval": {"mean": 0.8, "ci_low": 0.76, "ci_high": 0.84}}}
+    (tmp_path / "testbed").mkdir()
+    (tmp_path / "testbed" / "premises.json").write_text(json.dumps(premises))
+    lines = _premises_section(tmp_path)
+    assert lines[0].startswith("**Premises of the two methods**")
+    assert [line.split(" | ")[0] for line in lines[4:]] == ["| NudgeRL", "| SAGE"]  # the manifest's order
+    new = dataclasses.replace(papers.PAPERS[0], key="newmethod", name="New")
+    monkeypatch.setattr(papers, "PAPERS", (*papers.PAPERS, new))
+    (tmp_path / "testbed" / "premises.json").write_text(json.dumps({**premises, "newmethod": {}}))
+    with pytest.raises(ValueError, match=r"premises.json: papers measured=\['newmethod'\] is invalid: must be "
+                                         r"papers with a row in PREMISE_ROWS"):
+        _premises_section(tmp_path)
 
 
 def test_the_second_size_prose_quotes_its_committed_calibrations():

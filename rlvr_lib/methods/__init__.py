@@ -28,6 +28,9 @@ from rlvr_lib.methods import sage  # noqa: E402,F401
 from rlvr_lib.methods import threepo  # noqa: E402,F401
 from rlvr_lib.methods import vigor  # noqa: E402,F401
 from rlvr_lib.methods.compose import compose  # noqa: E402
+from rlvr_lib.methods.registry import seal_shipped  # noqa: E402
+
+seal_shipped()  # the methods registered above are the library's own (`shipped_methods`); later ones are not
 
 __all__ = ["METHODS", "TESTBED_KL_COEF", "Method", "MethodSpec", "NoOptions", "StepBatch", "build_method", "compose",
            "method_config", "register_method"]

@@ -528,11 +528,20 @@ NAME_RESOLVERS.append(ensure_registered)
 
 
 # ----------------------------------------------------------------------------- the pair table
-def pair_table(names: tuple[str, ...] = ("nudgerl", "sage", "b3po", "vigor")) -> str:
+def pair_table(names: tuple[str, ...]) -> str:
     """The Markdown table of which pairs of ``names`` compose, from the rules `compose` applies (registers nothing).
 
-    README's table is this output (a test holds them equal).
+    README's table is this output for the study's methods (`rlvr_lib.study.papers.pair_table_names`; a test holds
+    them equal).
+
+    Raises:
+        ValueError: ``names`` is not a sequence of at least two registered method names.
     """
+    if isinstance(names, str) or len(names) < 2:
+        raise ValueError(f"names={names!r} is invalid: must be a sequence of at least two registered method names")
+    for name in names:
+        if name not in METHODS:
+            raise unknown_method(name)
     rows = ["| pair | composes? | why |", "|---|---|---|"]
     for i, a in enumerate(names):
         for b in names[i + 1:]:

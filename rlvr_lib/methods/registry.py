@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from rlvr_lib.config import to_jsonable
 
 __all__ = ["METHODS", "MethodSpec", "build_method", "register_method", "resolve_name", "resolved_method_options",
-           "unknown_method"]
+           "seal_shipped", "shipped_methods", "unknown_method"]
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,9 @@ class MethodSpec:
 
 METHODS: dict[str, MethodSpec] = {}
 
+_SHIPPED: list[str] = []
+_SEALED = False
+
 
 def register_method(name: str, cls: type, description: str = "", *, doc: str | None = None,
                     tuned_lr: float | None = None, **preset) -> None:
@@ -57,6 +60,22 @@ def register_method(name: str, cls: type, description: str = "", *, doc: str | N
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
     METHODS[name] = MethodSpec(cls, dict(preset), description, inspect.cleandoc(doc or cls.__doc__ or ""), tuned_lr)
+    if not _SEALED:
+        _SHIPPED.append(name)
+
+
+def seal_shipped() -> None:
+    """End the library's own registrations: `rlvr_lib.methods` calls it once its modules have registered theirs.
+    Every method registered later (a user's, a composite ``"a+b"`` resolved on demand) is not shipped."""
+    global _SEALED
+    _SEALED = True
+
+
+def shipped_methods() -> tuple[str, ...]:
+    """The methods this library ships, in registration order: those its own modules register while
+    `rlvr_lib.methods` imports (a method a user registers is not one of them, nor a composite). Importing this
+    module imports that package first, so the list is complete whenever it can be called from outside it."""
+    return tuple(_SHIPPED)
 
 
 NAME_RESOLVERS: list = []

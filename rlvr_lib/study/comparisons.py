@@ -43,14 +43,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlvr_lib.methods.presets import method_config
+from rlvr_lib.study import papers
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check
 
 __all__ = ["Arm", "CLAIMS_MODULES", "Pair", "all_comparisons", "config_differences"]
 
-CLAIMS_MODULES = ("nb01_grpo", "nb02_baselines", "nb03_nudgerl", "nb04_3po", "nb05_sage", "nb06_vigor",
-                  "nb07_head_to_head", "nb08_discovery")
-"""The claims modules (`rlvr_lib.study.claims`) whose ``COMPARISONS`` :func:`all_comparisons` collects."""
+CLAIMS_MODULES = papers.claims_modules()
+"""The claims modules (`rlvr_lib.study.claims`) whose ``COMPARISONS`` :func:`all_comparisons` collects: every
+notebook's of the manifest (`rlvr_lib.study.papers`)."""
 
 NOT_COMPARED = ("seed",)
 """`TrainerConfig` fields a comparison never holds equal: the two arms of a pair are trained on each seed."""

@@ -120,6 +120,7 @@ from rlvr_lib.methods import METHODS
 from rlvr_lib.methods.baselines import BASELINES
 from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
 from rlvr_lib.methods.presets import TUNED_LR, method_config
+from rlvr_lib.study import papers
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
 from rlvr_lib.study.protocols import SCALING_RULE, ProtocolEvaluation, claim_protocol
 from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
@@ -136,10 +137,11 @@ __all__ = ["BASELINE_CANDIDATES", "BESIDE_READING", "Budget", "Comparator", "Com
            "CLAIMS_MODULE", "paper_comparator", "pick_best", "ProtocolPlan", "protocol_plan", "record_config",
            "records_by_name", "scale_policy", "seed_gains", "select_arms", "signed_interval"]
 
-THREEPO_VARIANTS = ("b3po", "m3po", "c3po")
-"""The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows)."""
-METHOD_ARMS = ("nudgerl", "sage", "threepo", "vigor")
-"""The four methods, in the order they compose (``"threepo"`` stands for the selected variant)."""
+THREEPO_VARIANTS = papers.paper("threepo").methods
+"""The 3PO variants :func:`select_arms` picks from (notebook 04's headline rows; `rlvr_lib.study.papers`)."""
+METHOD_ARMS = papers.composition_order()
+"""The papers' methods, in the order they compose (`rlvr_lib.study.papers`; ``"threepo"`` stands for the selected
+variant)."""
 BASELINE_CANDIDATES = tuple(n for n in BASELINES if n != "grpo_k2")
 """Notebook 02's baselines the pass@1 pick is made from (``grpo_k2`` is its identity check, not a baseline)."""
 FALLBACK = {"pass1": "dapo", "wide": "grpo_forward_kl", "threepo": "b3po"}

@@ -40,6 +40,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
+from rlvr_lib.study import papers
+
 __all__ = ["DATA_PATHS", "DECLARATIONS", "GitMissing", "NOT_ON_PATH", "RUN_ENTRIES", "SUPPORTING", "changed_paths",
            "code_path_files", "commits_touching", "failing", "format_report", "import_closure", "load_declarations",
            "main", "record_status", "stale_records", "table_records"]
@@ -49,23 +51,19 @@ PACKAGE = "rlvr_lib"
 DECLARATIONS = "results/result_neutral_commits.json"
 """The reviewed list of result-neutral commits, relative to the repository root."""
 
-TABLE_ENTRIES = ("rlvr_lib.study.pipeline", "rlvr_lib.study.arms")
+TABLE_ENTRIES = papers.TABLE_ENTRIES
 RUN_ENTRIES: dict[str, tuple[str, ...]] = {
-    # The tables' runs: `evaluate_base` / `train_and_evaluate`, called by the notebooks directly or through Arms.
-    "grpo_baseline_full": TABLE_ENTRIES, "baselines_full": TABLE_ENTRIES, "nudgerl_full": TABLE_ENTRIES,
-    "threepo_full": TABLE_ENTRIES, "sage_full": TABLE_ENTRIES, "vigor_full": TABLE_ENTRIES,
-    # Notebook 07's arms: configs set by its equal-compute budget and pair rules, trained through Arms.
-    "head_to_head_full": (*TABLE_ENTRIES, "rlvr_lib.study.head_to_head"),
-    # Notebook 08's runs (the discovery regime): its gate's and methods' configs are set by the regimes module.
-    "discovery_full": (*TABLE_ENTRIES, "rlvr_lib.study.regimes"),
+    # The tables' runs: each notebook's of the manifest, made by `evaluate_base` / `train_and_evaluate` (called by
+    # the notebooks directly or through Arms) and by the modules that set its configs (notebook 07's equal-compute
+    # budget and pair rules, notebook 08's regimes).
+    **{nb.folder: nb.entries for nb in papers.NOTEBOOKS},
     # Reported, not gating: the lr sweep behind TUNED_LR and the dynamics calibration behind the step count.
-    "lr_tuning": ("rlvr_lib.study.tuning",),
-    "testbed_dynamics": ("rlvr_lib.study.dynamics",),
+    **{s.experiment: s.entries for s in papers.SUPPORTING},
 }
-"""Per experiment, the modules whose functions make its run records (the roots of its code path)."""
+"""Per experiment, the modules whose functions make its run records (the roots of its code path), from the manifest
+(`rlvr_lib.study.papers`)."""
 
-SUPPORTING = {"lr_tuning": "lr_tuning (TUNED_LR's sweep)",
-              "testbed_dynamics": "00_testbed_calibration (dynamics.json, the step count)"}
+SUPPORTING = {s.experiment: s.label for s in papers.SUPPORTING}
 """Experiments that feed the study indirectly: listed by the check, never failing it."""
 
 NOT_ON_PATH = frozenset({"rlvr_lib.study.claims", "rlvr_lib.study.claims.tables"})
@@ -404,16 +402,16 @@ def record_status(repo: Path, commit: Optional[str], rev: str, paths: Sequence[s
 
 
 def table_records(root: Path) -> list[tuple[str, str, Any]]:
-    """``(notebook, experiment, record)`` for every record a committed table reads (`report.SECTIONS`: a
-    notebook's own experiment and the rows it shares from another), then the :data:`SUPPORTING` experiments'."""
-    from rlvr_lib.study.report import SECTIONS
+    """``(notebook, experiment, record)`` for every record a committed table reads (each notebook of the manifest,
+    `rlvr_lib.study.papers.NOTEBOOKS`: its own experiment and the rows it shares from another), then the
+    :data:`SUPPORTING` experiments'."""
     from rlvr_lib.study.runs import load_runs
 
     out = []
-    for experiment, _, notebook, shared in SECTIONS:
-        out += [(notebook, experiment, r) for r in load_runs(experiment, root)]
-        for other, name, _ in shared:
-            out += [(notebook, other, r) for r in load_runs(other, root, name=name)]
+    for nb in papers.NOTEBOOKS:
+        out += [(nb.notebook, nb.folder, r) for r in load_runs(nb.folder, root)]
+        for other, name, _ in nb.shared:
+            out += [(nb.notebook, other, r) for r in load_runs(other, root, name=name)]
     for experiment, label in SUPPORTING.items():
         out += [(label, experiment, r) for r in load_runs(experiment, root)]
     return out

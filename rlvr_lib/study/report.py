@@ -23,7 +23,7 @@ import numpy as np
 from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, PREMISE_ABSENT, VERDICTS, find_claims_counts,
                                           find_claims_headline, notebook_outputs)
-from rlvr_lib.study.regimes import BUDGET_HOURS as _NB08_BUDGET
+from rlvr_lib.study import papers
 from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 from rlvr_lib.validation import check, check_choice
@@ -104,8 +104,8 @@ def _regimes_section(root: Path) -> list[str]:
     return lines
 
 
-_METHOD_NAMES = {"nudgerl": "NudgeRL", "b3po": "B3PO", "m3po": "M3PO", "c3po": "C3PO", "sage": "SAGE",
-                 "vigor": "VIGOR"}
+_METHOD_NAMES = {name: shown for p in papers.PAPERS for name, shown in p.variants}
+"""How README names each paper's variant (`rlvr_lib.study.papers.Paper.variants`)."""
 
 
 def _discovery_guide(root: Path) -> list[str]:
@@ -117,7 +117,7 @@ def _discovery_guide(root: Path) -> list[str]:
     from rlvr_lib.tasks import discovery
 
     runs: dict[str, list] = {}
-    for r in load_runs("discovery_full", root):
+    for r in load_runs(papers.notebook("discovery").folder, root):
         runs.setdefault(r.name, []).append(r)
     arms = [a for a in METHOD_ARMS if a in runs]
     if not ({"grpo", "oracle_explore"} <= set(runs) and arms):
@@ -141,14 +141,13 @@ def _discovery_guide(root: Path) -> list[str]:
     return lines
 
 
-def _premises_section(root: Path) -> list[str]:
-    """The four methods' premises on the shipped policy (notebook 00, ``results/testbed/premises.json``)."""
-    path = root / "testbed" / "premises.json"
-    if not path.exists():
-        return ["*No premises committed yet (notebook 00 at the full profile).*"]
-    p = json.loads(path.read_text())
-    key, n, t, sage, v = p["key"], p["nudgerl"], p["threepo"], p["sage"], p["vigor"]
-    ci = lambda d: f"{d['mean']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"  # noqa: E731
+def _nudgerl_premise(n: dict) -> str:
+    return (f"| NudgeRL | share of problems where {n['k']} naive samples show one strategy | > 0.75 "
+            f"| {_premise_ci({**n['interval'], 'mean': n['share']})} | "
+            f"{'yes' if n['interval']['ci_low'] > 0.75 else '**no**'} |")
+
+
+def _threepo_premise(t: dict) -> str:
     first = next((e for e, share in zip(t["ess"], t["share"]) if share > 0), None)  # least noise that moves it
     i = t["ess"].index(first) if first is not None else None
     moved = ("never, on the grid" if i is None else
@@ -156,23 +155,56 @@ def _premises_section(root: Path) -> list[str]:
              f"malformed and {t['quality']['accuracy'][i]:.3f} correct (mean weights "
              f"{t['quality']['accuracy_mean']:.3f})")
     rule = t["noise_rule"]
+    return (f"| 3PO | weight noise moves the top strategy token at the branch and keeps the policy "
+            f"(rollouts <= {rule['max_malformed']:g} malformed, >= {rule['min_accuracy_ratio']:g}x as accurate) "
+            f"| yes (Fig 1) | {moved}; training ESS {t['training_ess']:.2g} | "
+            f"{'yes' if rule['premise_holds'] else '**no**'} |")
+
+
+def _sage_premise(sage: dict) -> str:
+    return (f"| SAGE | token entropy is high at the branch, low elsewhere (tau = the 90th percentile) | branch "
+            f"tokens high-entropy | branch {sage['branch_mean']:.3f} vs other {sage['other_mean']:.3f} nats; "
+            f"p90 {sage['all']['p90']:.3f} | {'yes' if sage['branch_mean'] > sage['all']['p90'] else '**no**'} |")
+
+
+def _vigor_premise(v: dict) -> str:
     within = v["within"]
-    lines = [f"**Premises of the four methods** (`results/testbed/premises.json`, notebook 00: policy "
+    return (f"| VIGOR | the score -sqrt(T) x norm(grad) ranks correct completions higher (Spearman within "
+            f"problems) | > 0 | {_premise_ci(within) if within else 'no mixed problem'} | "
+            f"{'yes' if within and within['ci_low'] > 0 else '**no**'} |")
+
+
+def _premise_ci(d: dict) -> str:
+    return f"{d['mean']:.3f} [{d['ci_low']:.3f}, {d['ci_high']:.3f}]"
+
+
+PREMISE_ROWS = {"nudgerl": _nudgerl_premise, "threepo": _threepo_premise, "sage": _sage_premise,
+                "vigor": _vigor_premise}
+"""Per paper key (`rlvr_lib.study.papers.Paper.key`, the key of its measurement in ``premises.json``), its row of
+README's premises table."""
+
+_COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
+
+
+def _premises_section(root: Path) -> list[str]:
+    """The papers' methods' premises on the shipped policy (notebook 00, ``results/testbed/premises.json``): one row
+    per paper of the manifest (`rlvr_lib.study.papers.PAPERS`, in its order) that the file measures."""
+    path = root / "testbed" / "premises.json"
+    if not path.exists():
+        return ["*No premises committed yet (notebook 00 at the full profile).*"]
+    p = json.loads(path.read_text())
+    key = p["key"]
+    measured = [paper.key for paper in papers.PAPERS if paper.key in p]
+    unshown = [k for k in measured if k not in PREMISE_ROWS]
+    check(not unshown, "premises.json: papers measured", unshown, f"papers with a row in PREMISE_ROWS "
+          f"{sorted(PREMISE_ROWS)}")
+    n = len(measured)
+    lines = [f"**Premises of the {_COUNT_WORDS[n] if n < len(_COUNT_WORDS) else n} methods** "
+             f"(`results/testbed/premises.json`, notebook 00: policy "
              f"`{key['policy_sha']}` on testbed `{key['testbed_version']}`, {key['problems']} problems of the RL "
              f"pool x {key['samples']} samples; reported, not gates):", "",
-             "| paper | premise | the paper | ours | holds here |", "|---|---|---|---|---|",
-             f"| NudgeRL | share of problems where {n['k']} naive samples show one strategy | > 0.75 "
-             f"| {ci({**n['interval'], 'mean': n['share']})} | {'yes' if n['interval']['ci_low'] > 0.75 else '**no**'} |",
-             f"| 3PO | weight noise moves the top strategy token at the branch and keeps the policy "
-             f"(rollouts <= {rule['max_malformed']:g} malformed, >= {rule['min_accuracy_ratio']:g}x as accurate) "
-             f"| yes (Fig 1) | {moved}; training ESS {t['training_ess']:.2g} | "
-             f"{'yes' if rule['premise_holds'] else '**no**'} |",
-             f"| SAGE | token entropy is high at the branch, low elsewhere (tau = the 90th percentile) | branch "
-             f"tokens high-entropy | branch {sage['branch_mean']:.3f} vs other {sage['other_mean']:.3f} nats; "
-             f"p90 {sage['all']['p90']:.3f} | {'yes' if sage['branch_mean'] > sage['all']['p90'] else '**no**'} |",
-             f"| VIGOR | the score -sqrt(T) x norm(grad) ranks correct completions higher (Spearman within "
-             f"problems) | > 0 | {ci(within) if within else 'no mixed problem'} | "
-             f"{'yes' if within and within['ci_low'] > 0 else '**no**'} |"]
+             "| paper | premise | the paper | ours | holds here |", "|---|---|---|---|---|"]
+    lines += [PREMISE_ROWS[k](p[k]) for k in measured]
     return lines
 
 
@@ -432,31 +464,9 @@ def _bench_section(root: Path) -> list[str]:
     return lines
 
 
-SECTIONS = (
-    ("grpo_baseline_full", "GRPO baseline", "01_grpo_pass_at_k_modes_group_size", ()),
-    # Notebook 02 computes the base policy's evaluations and GRPO for every later notebook (issue 31).
-    ("baselines_full", "Baselines", "02_baselines_sage_t1_anchors", ()),
-    # Notebook 03 trains its own GRPO@G (at NudgeRL's settings) and reads 02's base and POPE runs.
-    ("nudgerl_full", "NudgeRL", "03_nudgerl", (("baselines_full", "base", "base"), ("baselines_full", "pope", "pope"))),
-    # Notebook 04 trains its own GRPO (at 3PO's settings) and reads 02's base, KL-anchored GRPO, GRPO without KL
-    # and the three baselines 3PO's T1 compares with.
-    ("threepo_full", "3PO", "04_3po",
-     (("baselines_full", "base", "base"), ("baselines_full", "grpo", "grpo (KL 0.2, notebook 02)"),
-      *(("baselines_full", name, name) for name in ("grpo_no_kl", "entropy_reg", "polaris", "kl_cov")))),
-    # Notebook 05 trains its own GRPO (grpo_k3) and reads 02's base and the four baselines its variants face.
-    ("sage_full", "SAGE", "05_sage",
-     (("baselines_full", "base", "base"),
-      *(("baselines_full", name, name) for name in ("grpo_no_kl", "grpo_forward_kl", "dapo", "bnpo_loss")))),
-    # Notebook 06 reads 02's base and INTUITOR runs.
-    ("vigor_full", "VIGOR", "06_vigor", (("baselines_full", "base", "base"), ("baselines_full", "intuitor", "intuitor"))),
-    # Notebook 07 (head to head at equal compute) reads 02's base and GRPO and 05's SAGE; its selected baselines
-    # are read from 02 when 02 gave them the wide evaluation (`rlvr_lib.study.head_to_head.home`).
-    ("head_to_head_full", "Head to head", "07_head_to_head",
-     (("baselines_full", "base", "base"), ("baselines_full", "grpo", "grpo (notebook 02)"),
-      ("sage_full", "sage", "sage (notebook 05)"))),
-    # Notebook 08 (the discovery regime, issue 55): its own task, policy, base, GRPO, oracle and methods.
-    ("discovery_full", "Discovery regime", "08_discovery", ()),
-)
+SECTIONS = tuple((nb.folder, nb.title, nb.notebook, nb.shared) for nb in papers.NOTEBOOKS)
+"""``(experiment, title, notebook, shared rows)`` of each notebook's README section, from the manifest
+(`rlvr_lib.study.papers.NOTEBOOKS`: which rows each notebook reads from another's folder, and why)."""
 
 
 def notebook_compute(root: str | Path | None = None) -> list[dict]:
@@ -531,12 +541,8 @@ def calibration_compute(root: str | Path | None = None) -> dict:
 REPRODUCE_WORKERS = 2
 """Notebooks `make reproduce` executes side by side (the Makefile's ``WORKERS``; README, "Budget")."""
 
-BUDGETS = (
-    ("notebooks 01-06 (the recompute, issue 31)", ("01_grpo_pass_at_k_modes_group_size", "02_baselines_sage_t1_anchors",
-                                                   "03_nudgerl", "04_3po", "05_sage", "06_vigor"), 12.0, "shipped"),
-    ("notebook 07 on the shipped policy (the head to head, issue 32)", ("07_head_to_head",), 2.5, "shipped"),
-    ("notebook 08 (the discovery regime on its own policy, issue 55)", ("08_discovery",), _NB08_BUDGET, "discovery"),
-)
+BUDGETS = tuple((b.label, tuple(nb.notebook for nb in papers.NOTEBOOKS if nb.budget == b.key), b.hours, b.policy)
+                for b in papers.BUDGETS)
 """``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (README, "Budget"), each over
 its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_policy`'s keys). The second model size's runs have the whole second-size budget instead
 (pretraining and calibrations included, outside `make reproduce`): `SECOND_SIZE_BUDGET`, `second_size_compute`."""
@@ -572,7 +578,7 @@ def second_size_compute(root: Path, notebooks: list[dict], dynamics_by_policy: d
            "static calibration": json.loads(static.read_text())["seconds"] / 3600,
            "dynamics": dynamics_by_policy.get(SCALE_POLICY, none)["hours"],
            "notebook 07": sum(row["by_policy"].get(SCALE_POLICY, none)["hours"]
-                              for row in notebooks if row["notebook"] == "07_head_to_head")}
+                              for row in notebooks if row["notebook"] == papers.notebook("head_to_head").notebook)}
     return {**out, "elapsed": out["pretraining"] + out["static calibration"]
             + (out["dynamics"] + out["notebook 07"]) / REPRODUCE_WORKERS}
 
@@ -710,7 +716,7 @@ def render(root: str | Path | None = None) -> str:
             lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
                           + (f" ({headline})." if headline else ".")]
             lines += _guide_section(outputs, experiment, root)
-        if experiment == "discovery_full":
+        if experiment == papers.notebook("discovery").folder:
             lines += _discovery_guide(root)
     lines += [""] + _budget_section(root)
     lines += [""] + _verification_section(root)

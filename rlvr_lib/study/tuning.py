@@ -34,12 +34,31 @@ from pathlib import Path
 
 from rlvr_lib.validation import check, check_int
 
-__all__ = ["LR_FACTORS", "TUNING_SEEDS", "pick_lr", "record_tuning", "tune_lr"]
+__all__ = ["LR_FACTORS", "TUNING_SEEDS", "methods_to_tune", "pick_lr", "record_tuning", "tune_lr"]
 
 LR_FACTORS = (1 / 3, 1.0, 3.0)
 """The grid around each method's default learning rate."""
 TUNING_SEEDS = (1000, 1001)
 """Seeds of the tuning runs: disjoint from every evaluation seed (0-4)."""
+
+
+def methods_to_tune() -> tuple[str, ...]:
+    """The methods the sweep must cover: every method the study's notebooks run (`rlvr_lib.study.papers`), each
+    one the library ships (`rlvr_lib.methods.registry.shipped_methods`), but those registered with a ``tuned_lr``
+    of their own (they take another method's pick; composites take their components'). A method a user registers
+    is never one of them, nor a library method no notebook runs.
+
+    Raises:
+        ValueError: a notebook of the manifest names a method the library does not ship.
+    """
+    from rlvr_lib.methods.registry import METHODS, shipped_methods
+    from rlvr_lib.study import papers
+
+    shipped = shipped_methods()
+    wanted = papers.study_methods()
+    unknown = [name for name in wanted if name not in shipped]
+    check(not unknown, "papers.NOTEBOOKS methods", unknown, f"methods the library ships: {list(shipped)}")
+    return tuple(name for name in wanted if METHODS[name].tuned_lr is None)
 
 
 def pick_lr(scores: dict[float, float], default: float) -> float:

@@ -70,6 +70,7 @@ from typing import Any, Optional, Union
 
 from rlvr_lib.study.claims.tables import (AGAINST, CHECK_KINDS, EXPECTS, PAPER_NAMES, claims_reading, claims_table,
                                           instrument_checks, measurements_table)
+from rlvr_lib.study import papers
 from rlvr_lib.study.runs import load_runs
 from ...validation import check, check_choice
 
@@ -78,18 +79,9 @@ __all__ = ["Check", "Claim", "Measurement", "REGISTRIES", "Registry", "TAGGED", 
 
 _PKG = Path(__file__).resolve().parent
 
-REGISTRIES = {
-    # experiment prefix (without _quick / _full) -> module of its notebook's rows
-    "grpo_baseline": "nb01_grpo",
-    "baselines": "nb02_baselines",
-    "nudgerl": "nb03_nudgerl",
-    "threepo": "nb04_3po",
-    "sage": "nb05_sage",
-    "vigor": "nb06_vigor",
-    "head_to_head": "nb07_head_to_head",
-    "discovery": "nb08_discovery",
-}
-"""Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records)."""
+REGISTRIES = {nb.experiment: nb.claims for nb in papers.NOTEBOOKS}
+"""Which module holds the rows of the notebook that owns an experiment (its runs are that notebook's records):
+experiment prefix (without _quick / _full) -> claims module, from the manifest (`rlvr_lib.study.papers`)."""
 
 
 TAGGED = "issue 55: regime and premise tags; verdict rule premise-absent"
