@@ -16,6 +16,7 @@ from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.methods import method_config
 from rlvr_lib.study.pipeline import train_and_evaluate
+from rlvr_lib.trainer_config import TrainerConfig
 
 ROOT = Path(__file__).resolve().parent
 EXPERIMENT = "records"
@@ -28,8 +29,10 @@ CONFIGS = {
     "grpo_no_kl": method_config("grpo_no_kl", tuned_lr=False, **QUICK),
     "clip_cov": method_config("clip_cov", tuned_lr=False, inner_epochs=2, minibatches=2, **QUICK),
     "entropy_reg": method_config("entropy_reg", tuned_lr=False, method_options={"alpha": 0.05}, **QUICK),
-    "pope": method_config("pope", tuned_lr=False, **QUICK),
-    "intuitor": method_config("intuitor", tuned_lr=False, **QUICK),
+    # pope and intuitor as their presets were when the records were made (issue 56 moved POPE to NudgeRL's settings
+    # and INTUITOR to VIGOR's): the records replay the loop, not today's presets.
+    "pope": TrainerConfig(method="pope", kl_coef=0.0, **QUICK),
+    "intuitor": TrainerConfig(method="intuitor", kl_coef=0.005, kl_estimator="k3", **QUICK),
     "bnpo_beta": method_config("bnpo_beta", tuned_lr=False, **QUICK),
 }
 
