@@ -1,46 +1,29 @@
 """The child side of `rlvr_lib.tasks.sandbox`: confine this process, then run a program and its tests.
 
 This file is run as a script by a fresh interpreter (``python -s -S -P -B -u
-_sandbox_runner.py``, see `rlvr_lib.tasks.sandbox`), never imported by the
-library. It uses the standard library only: ``-S`` leaves site-packages (and so
-``rlvr_lib``) off ``sys.path``.
+_sandbox_runner.py``), never imported by the library, and uses the standard
+library only (``-S`` leaves ``rlvr_lib`` off ``sys.path``). It plays one of two
+roles (``job["role"]``): ``program`` runs the untrusted program and answers calls
+into it; ``judge`` runs the trusted setup and tests, reaching the program only
+through plain data over a pipe pair (`_Channel`, `_encode`/`_decode`).
 
-It plays one of two roles (``job["role"]``): ``program`` runs the untrusted
-program and answers calls into it; ``judge`` runs the trusted setup and tests,
-reaching the program only through plain data over a pipe pair (`_Channel`,
-`_encode`/`_decode`), and reports each test's outcome to the parent.
+In order, before any untrusted code runs:
 
-What it does, in order, before any untrusted code runs:
+1. read the job (JSON) from stdin, then point fd 0 at /dev/null;
+2. set resource limits and enter the working directory;
+3. (program, parent root) drop to an unprivileged uid/gid (`_drop_privileges`);
+4. Landlock: read only under the working directory, the standard library and
+   the shared libraries; write only under the working directory; no TCP; no
+   signals outside the sandbox;
+5. seccomp (x86_64): no new processes, execve, sockets, signals, ptrace, limit
+   raising, identity changes or file-metadata syscalls;
+6. a Python audit hook denying the same, reporting the first denial as ``violation``;
+7. program: run it and answer calls; judge: run setup and tests, report each.
 
-1. reads the job (a JSON object) from stdin, then points fd 0 at /dev/null;
-2. sets resource limits (address space, CPU seconds, file size, open files,
-   core dumps 0, optionally user processes) and enters the working directory;
-3. (program, when the parent is root) drops to an unprivileged uid/gid with no
-   supplementary groups, keeping at most CAP_DAC_READ_SEARCH (`_drop_privileges`);
-4. Landlock (Linux >= 5.13, any user): files may be read only under the
-   working directory, the interpreter's standard-library directories and the
-   system's shared-library directories, and written only under the working
-   directory; TCP connect/bind is denied (ABI >= 4); signals to processes
-   outside the sandbox and abstract unix sockets are denied (ABI >= 6);
-5. seccomp (x86_64 only): no new processes (fork, vfork, clone without
-   CLONE_THREAD), no execve, no sockets, no signals to other processes, no
-   ptrace, no raising of resource limits, no setsid/setpgid, no uid/gid or
-   capability changes, no inode flags, no file-metadata syscalls (chmod,
-   chown, xattr setters/removers, utime families, by path or descriptor), no
-   mount/namespace/module/admin syscalls;
-6. a Python audit hook (`sys.addaudithook`) that denies the same things at the
-   Python level, portably, and reports the first denial as a ``violation``;
-7. program: compiles and runs the program, sends the judge its names, then
-   answers calls until the judge hangs up. Judge: builds the tests' namespace
-   from those names, runs the setup and each test, and reports each outcome
-   on its report pipe, then ``done``.
+A layer that could not be applied is listed in ``notes``; a failed privilege
+drop exits 70. The process ends with ``os._exit``.
 
-Each kernel layer is applied when the job asks for it and the kernel offers
-it; the ``ready`` message lists the layers that are active, and a layer that
-could not be applied is listed in ``notes`` with the reason. A failed
-privilege drop ends the process (exit 70) instead of running the program as
-root. The process ends with ``os._exit`` (no atexit handlers, no waiting for
-threads the program started), and without a traceback on an unexpected error.
+Each step in full: docs/tasks/sandbox.md.
 """
 
 import builtins

@@ -1,113 +1,25 @@
 """Run untrusted Python (a model's program) against trusted tests, in two confined child processes.
 
-`run_tests` writes nothing but a throw-away working directory, starts two
-fresh interpreters, each in its own session, and returns a `SandboxResult`:
-how many tests passed, a status and a short reason. It never raises because
-of what the program does.
+`run_tests` writes nothing but a throw-away working directory, starts two fresh
+interpreters (the *program's child*, which runs only the program, and the
+*judge*, which runs the setup and the tests), and returns a `SandboxResult`:
+tests passed, a status and a short reason. It never raises because of what the
+program does. The judge never runs the program's code: the program's functions
+reach it as proxies whose arguments and answers cross as plain data (JSON), so
+every comparison a test makes is the judge's own and a reward cannot be forged.
 
-Threat model. The program is written by a policy under RL: it may do anything
-Python allows, on purpose or by accident, to raise its reward or to act on
-the host. The setup and the tests are the task's (trusted). The caller may be
-root. What must hold: (1) the host is unchanged after a run (no file outside
-the working directory read, written, renamed, or given a new mode, owner,
-timestamp or extended attribute; no connection; no process or file left
-behind; the caller and its processes not signalled); (2) the reward cannot be
-forged: a test passes only when the values the program's functions return
-really satisfy it; (3) every run ends within its limits. What this is not: a
-security boundary like a VM, gVisor or nsjail. The children share the kernel
-and the machine; a kernel bug, or a layer this machine lacks (listed in
-``SandboxResult.notes``), leaves a gap. Use a real isolation layer for code
-from adversaries; this keeps a policy's mistakes and its reward hacks from
-hurting the host or the reward.
+Layers of the program's child (``SandboxResult.layers``; `probe_layers` reports
+them for this machine): ``session`` (process group killed at the end), wall-clock
+timeout and output caps, ``rlimits``, ``uid`` (drop to nobody when root),
+``landlock-fs``/``landlock-tcp``/``landlock-signal``, ``seccomp`` (x86_64) and
+the ``audit`` hook (status ``violation``).
 
-Two processes. The *program's child* runs the program and nothing else; the
-*judge* runs the setup and the tests. The judge never executes the program's
-code nor holds an object the program made: the program's top-level names reach
-it as proxies (functions), copies of plain data, or standard-library modules
-the judge imports itself; a call on a proxy sends the arguments to the
-program's child as plain data (JSON of None, bool, int, float, str, list,
-tuple, set, frozenset, dict, bytes, complex) and the answer comes back the
-same way, decoded by the judge's own code into built-in objects (anything else
-is refused: the call raises in the judge and the test fails). So every
-comparison, builtin, ``json`` or ``AssertionError`` a test uses is the judge's
-untouched one, and the verdict is the judge's report: the program may patch
-its own interpreter, walk its frames, exit early, print or write fake verdict
-lines on any descriptor, or return an object whose ``__eq__`` is always true,
-and a wrong function still fails. Names of built-ins are never taken from the
-program. Costs: two interpreters per run; each call is a round trip of a few
-tens of microseconds; a test that relies on the function mutating its
-argument, on identity, or on passing it a non-plain value (a callable) cannot
-be expressed; a program's plain-data globals are copies taken after it ran.
-The judge is confined like the program's child (less the uid drop) against
-what the tests do with the program's files and values.
+Statuses (`STATUSES`): ``ok``, ``syntax_error``, ``error``, ``timeout``,
+``memory``, ``output_limit``, ``violation`` (``passed`` is then 0), ``crashed``.
 
-Layers of the program's child, outermost first (``SandboxResult.layers`` lists
-those that were active in a run, plus ``judge``; `probe_layers` reports them
-for this machine), and what each stops:
+Not a security boundary like a VM, gVisor or nsjail: the children share the kernel.
 
-* ``session``: the child is a session and process-group leader; when the run
-  ends (normally, by timeout or by a cap) both children's groups are killed
-  with SIGKILL before they are reaped, so nothing they started outlives them.
-* wall-clock timeout (``SandboxConfig.wall_s``) measured by the parent, and
-  output caps: stdout+stderr beyond ``max_output_bytes`` kills the run
-  (status ``output_limit``); the parent never holds more than that.
-* ``rlimits`` (set before the program is read): address space (``memory_mb``:
-  a MemoryError, status ``memory``), CPU seconds (``cpu_s``: SIGXCPU then
-  SIGKILL, status ``timeout``), size of any file written (``file_size_kb``;
-  Python ignores SIGXFSZ, so the write raises EFBIG), open files, no core
-  dumps; ``RLIMIT_NPROC`` only when ``max_user_processes`` is given.
-* ``uid`` (when the caller is root and ``drop_privileges``): the child becomes
-  `UNPRIVILEGED_UID`/`UNPRIVILEGED_GID` (nobody) with no supplementary groups
-  before anything untrusted runs, and cannot become root again (checked).
-  It then owns no host file, so it can change no host file's mode, owner,
-  timestamps or extended attributes (descriptor-based calls included), write
-  no file it could not write as nobody, and signal no process of the caller.
-  Where nobody cannot read the interpreter's standard library (it lives under
-  /root here), the child keeps one capability, CAP_DAC_READ_SEARCH (read any
-  file; no right to write or change metadata), and a note says so; Landlock
-  and the audit hook still bound what it reads. The working directory is
-  given to that user. A user namespace would not do better here: it still
-  needs an unprivileged outside uid to stop metadata changes.
-* ``landlock-fs`` / ``landlock-tcp`` / ``landlock-signal`` (Linux Landlock,
-  no privilege needed): files may be opened for reading only under the
-  working directory, the interpreter's standard library and the system's
-  shared-library directories, and written, created, renamed or linked only
-  under the working directory; no TCP connect/bind; no signals to processes
-  outside the sandbox. Landlock has no right for chmod/chown/utime/xattr and
-  does not check ``O_PATH`` opens: it does not stop metadata changes alone.
-* ``seccomp`` (x86_64): no fork/vfork/execve or clone of a process (threads
-  are allowed), no sockets, no signals to other processes, no ptrace, no
-  raising of limits, no setsid/setpgid, no uid/gid/capability changes, no
-  mknod, no inode flags (chattr +i), no mount/namespace/module/clock/admin
-  syscalls, and no file-metadata syscalls at all: chmod, fchmod, fchmodat,
-  fchmodat2, chown, fchown, lchown, fchownat, the xattr setters and removers
-  (path, ``l``, ``f`` and ``*at`` forms), utime, utimes, futimesat,
-  utimensat and file_setattr fail with EPERM (descriptors and AT_EMPTY_PATH
-  included).
-* ``audit`` (every platform): a `sys.addaudithook` hook denying the same at
-  the Python level (open outside those directories, sockets, subprocess,
-  os.system, fork, kill, ctypes, subinterpreters, heap walks, ioctl, and every
-  ``os.chmod``/``os.chown``/``os.utime``/``os.setxattr``/``os.removexattr``/
-  ``os.chflags``, on any path or descriptor, the working directory's too). It
-  is what names the status ``violation`` (reward 0 whatever ran); kernel
-  layers alone make the call fail with an OSError (usually status ``error``).
-  It can be bypassed by code that reaches the interpreter's internals; the
-  kernel layers cannot be, and the verdict does not depend on it.
-
-``tests/hostile/code_sandbox_cases.py`` lists the hostile programs (escape,
-forgery, resource, cleanup) the test suite runs, with the layers each of
-which alone stops a host-file attack.
-
-Not used: a network or mount namespace, cgroups (a pids/memory controller
-would be the stronger process and memory limit where one can be delegated).
-
-Statuses (`STATUSES`): ``ok`` (every test ran; ``passed`` may be below
-``total``), ``syntax_error``, ``error`` (the program or the setup raised, so no
-test ran), ``timeout``, ``memory``, ``output_limit``, ``violation`` (the
-program attempted something the sandbox denies; ``passed`` is then 0 whatever
-ran), ``crashed`` (the program's child died or exited before the tests
-finished: a signal, ``os._exit``, an answer too long or not readable, or the
-judge itself ended early).
+Threat model, the two processes, each layer and what it stops, statuses: docs/tasks/sandbox.md.
 """
 
 from __future__ import annotations
@@ -220,7 +132,7 @@ class SandboxResult:
         outcomes: Per test that ran, whether it passed, in order.
         test_reasons: Per test that ran, ``""`` or why it failed.
         output: The first `OUTPUT_KEPT_CHARS` characters of the program's stdout+stderr.
-        layers: The containment layers active in the child (see the module docstring).
+        layers: The containment layers active in the child (see docs/tasks/sandbox.md).
         notes: Layers that were asked for but could not be applied, with the reason.
         exit_code: The child's exit status (negative: killed by that signal); ``None`` if unknown.
         seconds: Wall-clock duration of the run.
@@ -263,7 +175,7 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
     raising, e.g. ``"assert add(2, 3) == 5"``. The program is untrusted; the
     setup and the tests are trusted (they come from the task) and run in the
     judge, where the program's names are proxies and plain-data copies (see
-    the module docstring); they run one after another in one namespace.
+    docs/tasks/sandbox.md); they run one after another in one namespace.
 
     Args:
         program: The candidate source.
@@ -295,7 +207,7 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
 
 
 def probe_layers(config: SandboxConfig | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """``(active layers, notes)`` of a trivial run on this machine (see the module docstring)."""
+    """``(active layers, notes)`` of a trivial run on this machine (see docs/tasks/sandbox.md)."""
     result = run_tests("pass", config=config)
     return result.layers, result.notes
 
