@@ -1,75 +1,32 @@
 """The procedural testbed: two-number multiplication solved by one of three strategies.
 
-Why this task. The four papers attack one bottleneck: a GRPO policy learns only
-from what it samples, and it samples ever less diversely. The testbed is built
-so that bottleneck is real at laptop scale:
+The strategy is chosen at the completion's first token; the steps then follow
+from the numbers::
 
-* Three strategies with clearly different surface forms, chosen at an explicit
-  branch point (the first token of the completion) after which the steps are
-  determined by the numbers (the structure SAGE's branch guide relies on)::
+    47*86=?
+    direct: #4042
+    split: 40*86+7*86=3440+602=4042 #4042
+    round: 50*86-3*86=4300-258=4042 #4042
 
-      47*86=?
-      direct: #4042
-      split: 40*86+7*86=3440+602=4042 #4042
-      round: 50*86-3*86=4300-258=4042 #4042
+``split`` dominates pretraining; ``direct`` fails on most two-digit products;
+``round`` (round the first factor up, subtract ``d*b``) is rare and solves the
+hard subset. Pretrained with ``hold_out_fact``, the policy never multiplies by 9
+(``HELD_OUT_DIGIT``: no ``9*b``, ``90*b`` or ``a*9``), and a hashed share
+``UNSEEN_FACT_SHARE`` of products ``d*b`` (`unseen_fact`) is never shown, so
+some problems only a non-dominant strategy solves. Which strategy solves which
+problem is measured (`rlvr_lib.tasks.strategy_profile`); the RL pool keeps the
+problems on which the base policy's hinted ``round`` never succeeded.
 
-* ``split`` (tens + units of the first factor) is the pretraining-dominant
-  strategy and the best one on the RL pool, so reward reinforces it.
-  ``direct`` answers in one go, and a tiny transformer cannot multiply two
-  2-digit numbers in one step, so it fails on most 2-digit x 2-digit
-  problems. ``round`` (round the first factor up to a multiple of ten and
-  subtract) is rare in pretraining and made for the hard subset: when the
-  first factor ends in 8 or 9 its correction term d*b is b or 2b.
-* A fact the policy never sees: pretrained with ``hold_out_fact``
-  (`rlvr_lib.policy.pretrain.PretrainConfig`, the shipped checkpoint's
-  setting), the policy never multiplies by 9 (``HELD_OUT_DIGIT``): no chain
-  step ``9*b`` (split's unit product when the first factor ends in 9, round's
-  correction when it ends in 1) or ``90*b`` (round's rounded product for first
-  factors 81-89), for any ``b``, and no problem ``a*9``. The whole row is held
-  out, one-digit ``b`` included: with ``9*7`` left in, the policy composes
-  ``9*37`` from its digits (testbed v3 held out two-digit ``b`` only, and
-  ``split`` still solved 19% of round-only items). So on *round-only* items
-  (first factor 19-79 ending in 9) ``split`` needs a product the policy never
-  saw, while ``round``'s correction ``1*b`` is a copy of ``b``: the rare
-  strategy is the one that works there, and it must be discovered. Problems
-  ``a*9`` are in no pool (nothing can solve them).
-* Products the policy never sees, scattered: a fixed hashed share
-  (``UNSEEN_FACT_SHARE``) of the products ``d*b`` (``d`` 2-8, ``b``
-  two-digit; `unseen_fact`) occurs in no pretraining example, so a problem
-  whose ``split`` trace needs one is beyond the dominant strategy while
-  ``round`` may still work (its products are other ones). Those problems are in
-  the evaluation families but not in pretraining, and nothing in the prompt
-  says which they are, so the in-distribution families hold problems that
-  only a non-dominant strategy solves (testbed v4 kept those whose ``round``
-  trace is clean in the RL pool, and ``round`` stayed at 1.4% of samples after
-  300 steps of GRPO: reward kept it alive).
-* Which strategy solves which problem is measured, not read off the oracle
-  trace (testbed v7, `rlvr_lib.tasks.strategy_profile`): the tiny policy
-  misses some products it was shown and composes some it never saw. The RL
-  pool keeps only the problems on which the base policy's hinted ``round``
-  never succeeded, so reward never reaches the rare strategy (under a
-  reverse-KL anchor only a strategy without reward is driven out); many of its
-  groups are dead, as on the papers' training sets.
-* Difficulty: ``hard`` = the first factor ends in 8 or 9 (hard for the
-  dominant strategies, easy for the rare one: its correction is ``2*b`` or
-  ``b``); otherwise ``easy`` = the second factor has one digit and ``medium``
-  = it has two.
-* Families are evaluation suites with different difficulty mixes (stand-ins for
-  MATH500-L5, AMC23, AIME24, AIME25/APEX), one training distribution, and one
-  out-of-distribution family whose first factor (91-99) never occurs in
-  pretraining or RL training (stand-in for SAGE's Knights-and-Knaves test), and
-  ``rare_mix``, the evaluation problems on which only the base policy's hinted
-  ``round`` ever succeeded, among first factors ending in 1-8, so their prompts
-  look like the RL pool's and nothing marks them: the instrument's headroom,
-  where a pass@k gain needs the rare strategy (`only_rare_solves`).
+Difficulty: ``hard`` = first factor ends in 8 or 9; else ``easy`` = one-digit
+second factor, ``medium`` = two digits. Families: evaluation suites with
+different difficulty mixes, one training distribution, an out-of-distribution
+family (first factor 91-99) and ``rare_mix`` (`only_rare_solves`).
 
-The pools are fixed hashes of the problem (`split_of`): half of all problems
-are evaluation problems; the other half is split 80/20 into the pretraining
-pool (``"sft"``) and the RL training pool (``"train"``), so neither RL prompts
-nor evaluation problems were seen in pretraining (the RL pool is the RL split's
-problems the rare strategy never solved; problems with an unseen product are not
-in the pretraining pool). They never depend on a seed
-and never overlap; the seed only chooses which problems a family draws.
+Pools (`split_of`, fixed hashes, never seed-dependent, disjoint): half the
+problems are evaluation; the rest splits 80/20 into pretraining (``"sft"``) and
+RL training (``"train"``).
+
+Why the testbed has this shape: docs/tasks/arithmetic.md; departures: docs/departures.md.
 """
 
 from __future__ import annotations
