@@ -1,48 +1,28 @@
 """The papers' math datasets, registered by name: each Hub schema mapped onto `MathTask`.
 
-Training sets (PAPERS.md): DAPO-Math-17k (NudgeRL, section 1; SAGE, section 3) and MATH's training set
-(VIGOR, section 4; 3PO's is not named there). Evaluation sets: MATH-500 and its Level-5 subset, AIME 2024,
-AIME 2025 and AMC 2023 (NudgeRL's T1 and SAGE's T1 average over them; 3PO reports MATH-500).
+Each loads lazily through ``datasets.load_dataset`` from its Hub name or from local
+JSON/JSONL/Parquet files in the same schema (``source=``); completions are graded by
+`MathTask.verify` (`rlvr_lib.tasks.math_grading`).
 
-Every dataset loads through ``datasets.load_dataset`` from its Hub name (the default) or from local
-JSON/JSONL/Parquet files in the same schema (``source=``), lazily: registering a task, building a
-`TrainerConfig` over it or listing its families loads nothing; the first draw of a family loads its split.
-Completions are graded by `MathTask.verify` (math-verify under `rlvr_lib.tasks.math_grading`'s policy:
-a ``\\boxed{}`` or "final answer is" statement first, then an "Answer: ..." line, then the last expression).
+* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k``, split ``train``. Question:
+  ``prompt[0]["content"]`` (DAPO's "Answer:" instruction kept, or the ``\\boxed{}``
+  template with ``prompt_style="boxed"``); gold: ``reward_model["ground_truth"]``;
+  deduplicated on the prompt text. Family ``train``.
+* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval``, splits ``train`` and ``test``.
+  Question: ``problem``; gold: the last ``\\boxed{}``/``\\fbox{}`` of ``solution``;
+  difficulty: ``level``. Families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
+* ``math500``: ``HuggingFaceH4/MATH-500``, split ``test`` (registered in
+  `rlvr_lib.tasks.math_task`). ``problem`` / ``answer``; ``level`` 1..5. Families
+  ``math500``, ``math500_l5``.
+* ``aime24``: ``HuggingFaceH4/aime_2024``, split ``train``. ``problem`` / ``answer``.
+* ``aime25``: ``yentinglin/aime_2025``, split ``train``. ``problem`` / ``answer``.
+* ``amc23``: ``math-ai/amc23``, split ``test``. ``question`` / ``answer`` (an integral
+  float answer is written as an integer).
+* ``math_eval``: `MathSuite` of the four evaluation sets; families ``math500``,
+  ``math500_l5``, ``aime24``, ``aime25``, ``amc23``.
 
-* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k``, split ``train``. Question: ``prompt[0]["content"]``
-  (a chat-message list), DAPO's "Answer:" instruction kept (or stripped, with the ``\\boxed{}`` template, by
-  ``prompt_style="boxed"``); gold: ``reward_model["ground_truth"]``. The Hub file repeats each problem
-  (about 1.79M rows; public deduplicated copies hold 17,398 to 17,917): deduplicated on the prompt text.
-  Family ``train``.
-* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval`` (MATH, Hendrycks et al.), splits ``train`` (7,500)
-  and ``test`` (5,000). Question: ``problem``; gold: the last ``\\boxed{}`` (or ``\\fbox{}``) of
-  ``solution`` (rows without one are left out); difficulty: ``level`` (``"Level 1"``..``"Level 5"``).
-  Families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
-* ``math500``: ``HuggingFaceH4/MATH-500``, split ``test`` (registered in `rlvr_lib.tasks.math_task`).
-  Question: ``problem``; gold: ``answer``; ``level`` 1..5. Families ``math500``, ``math500_l5``.
-* ``aime24``: ``HuggingFaceH4/aime_2024``, split ``train`` (30 problems). ``problem`` / ``answer``.
-* ``aime25``: ``yentinglin/aime_2025``, split ``train`` (30 problems). ``problem`` / ``answer``.
-* ``amc23``: ``math-ai/amc23``, split ``test`` (40 problems). ``question`` / ``answer`` (an integral float
-  answer, as some AMC copies store them, is written as an integer).
-* ``math_eval``: `MathSuite` of the four evaluation sets; families ``math500``, ``math500_l5``, ``aime24``,
-  ``aime25``, ``amc23``.
-
-Sources of the schemas (checked here against public copies and code, not against the Hub, which this
-session could not reach): the dataset cards' ``dataset_info`` of DAPO-Math-17k copies (``data_source``,
-``prompt`` list of ``{content, role}``, ``ability``, ``reward_model {ground_truth, style}``,
-``extra_info {index}``), of ``HuggingFaceH4/aime_2024`` (``id, problem, solution, answer, url, year``) and
-of the MATH configs (``problem, level, type, solution``); DAPO's prompt text and the splits/columns of
-``yentinglin/aime_2025`` (train: ``problem``, ``answer``), ``math-ai/amc23`` (test: ``question``,
-``answer``) and ``DigitalLearningGmbH/MATH-lighteval`` (``problem``, ``solution``, boxed answer) from
-public evaluation code that loads them (open-r1 / verl-style scripts). The MATH answer extraction is
-hendrycks' ``last_boxed_only_string`` + ``remove_boxed`` rule (verl's ``math_reward`` uses the same).
-``tests/test_math_datasets.py`` checks every loader on tiny local fixtures in these schemas
-(``tests/data/math_datasets/``); loading the real Hub files is left to a machine with the Hub.
-
-Answer formats: DAPO-Math-17k's own prompt asks for a last line "Answer: $Answer" (DAPO's reward reads
-it); math-verify extracts such a line, and a ``\\boxed{}`` as well. The MATH-style sets use the library's
-``\\boxed{}`` instruction (`DEFAULT_MATH_TEMPLATE`). PAPERS.md does not state the papers' prompts.
+Which paper uses which set, row counts, where the schemas come from and the
+answer formats: docs/tasks/math_datasets.md.
 """
 
 from __future__ import annotations
