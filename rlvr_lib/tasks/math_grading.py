@@ -1,36 +1,25 @@
 """`MathTask`'s grading policy on top of math-verify, and the worker process that applies it.
 
-`grade` decides one completion against one gold answer (see the README's
-"MathTask grading policy" table):
+`grade` decides one completion against one gold answer:
 
-* The final answer is what math-verify extracts (a ``\\boxed{}`` or a "final
-  answer is" statement first, then an "answer ..." statement, then the last
-  expression), by the same regexes in the same order as ``math_verify.parse``;
-  nothing extracted -> ``malformed``.
-* Equivalence is math-verify's (``math_verify.verify``: exact numbers,
-  symbolic forms, sets, intervals, equations), with two policy checks around it:
-  a decimal in the answer means the exact rational it writes (``0.5`` is 1/2,
-  ``0.333333`` is not 1/3) unless the gold answer is itself a decimal, which is
-  matched at its own number of decimal places; and when the gold answer is one
-  value, an answer holding several (a set, a tuple, several different boxed
-  answers, ``\\boxed{3,3,3}``) is ``wrong``.
-* Hedges: after the final answer, another value introduced by a hedge word
-  (``or``, ``maybe``, ``perhaps``, ...) that is not equivalent to it makes the
-  completion ``wrong``: only one final answer counts.
-* A grading that runs past its time budget is ``timeout`` (its own status,
-  reward 0), never ``wrong`` or ``malformed``.
+* final answer: what math-verify extracts (``\\boxed{}`` or "final answer is",
+  then "answer ...", then the last expression, as ``math_verify.parse``);
+  nothing extracted -> ``malformed``;
+* equivalence: ``math_verify.verify``, except that a decimal answer means the
+  exact rational it writes unless the gold answer is a decimal (then matched at
+  its own decimal places), and several values against a one-value gold answer
+  are ``wrong``;
+* hedges: another non-equivalent value after the final answer, introduced by a
+  hedge word (``or``, ``maybe``, ...), makes the completion ``wrong``;
+* past the time budget: ``timeout`` (reward 0), never ``wrong`` or ``malformed``.
 
-math-verify bounds its work with ``signal.alarm``, which works only in a main
-thread. So the grading runs in worker processes (`serve`, started by
-`rlvr_lib.tasks.worker_pool.WorkerPool`) whose main thread it owns: the
-worker's own interval timer stops a slow grading at the budget (cheap: the
-worker survives), and the parent kills a worker that has not answered shortly
-after (a loop in C that no signal interrupts). Either way the caller's thread
-never depends on signals.
-
+math-verify bounds its work with ``signal.alarm`` (main thread only), so grading
+runs in worker processes (`serve`, started by `rlvr_lib.tasks.worker_pool.WorkerPool`)
+with their own interval timer; the parent kills a worker that does not answer.
 This module imports nothing from ``rlvr_lib`` (the worker runs it as a plain
-script, so it starts in about 0.3 s instead of importing the package); its
-status strings are the ones of `rlvr_lib.tasks.base` (a test holds them equal).
+script); its status strings are `rlvr_lib.tasks.base`'s (a test holds them equal).
+
+The policy and the worker design in full: docs/tasks/math_grading.md.
 """
 
 from __future__ import annotations
