@@ -1,39 +1,27 @@
 """A fast in-process rollout engine: batched sampling over a preallocated KV cache.
 
-``model.generate`` pays, at every new token, for its logits processors,
-stopping criteria, cache bookkeeping and the 4-D mask builders of the model's
-forward, and it keeps computing every row until the last one stops.
-:class:`KVCacheEngine` does less work per token and, above all, fewer tokens
-(on the tiny policy at batch 64 the matmuls dominate, so skipped work is most
-of the gain; ``results/bench/rollout.json``):
+:class:`KVCacheEngine` does less work per token than ``model.generate`` and fewer
+tokens (``results/bench/rollout.json``):
 
-* **Static KV cache.** Keys and values of every layer live in tensors
-  preallocated at ``(B, kv_heads, P + max_new_tokens, head_dim)``; each step
-  writes one column and attends over a view of the filled prefix. Prompts
-  are left-padded, so every row writes the same column and no index
-  bookkeeping is needed; pad columns are masked.
-* **Each distinct prompt encoded once** (one prefill forward; a group's G
-  rows share it), then one token per step.
-* **Finished rows dropped** from the batch (once a quarter of the live rows
-  have stopped), and an early exit when every row has produced EOS.
-* **A lean decoder** for the Llama family (``llama``, ``mistral``, ``qwen2``,
-  ``qwen3`` model types without sliding windows): it calls the model's own
-  modules (embedding, RMSNorms, q/k/v/o projections, MLPs, rotary embedding,
-  LM head) -- so weights are shared, not copied; q/k/v and gate/up are fused
-  into one matmul each -- and attends over the cache (``scaled_dot_product_attention``
-  for the prefill, two batched matmuls for one-token steps). Any other causal LM falls
-  back to its own ``forward`` with its own KV cache, one token per step
-  (still without ``generate``'s overhead).
+* static KV cache: per layer ``(B, kv_heads, P + max_new_tokens, head_dim)``,
+  prompts left-padded so every row writes the same column; pad columns masked;
+* each distinct prompt prefilled once (a group's G rows share it);
+* finished rows dropped (once a quarter have stopped), early exit at all-EOS;
+* a lean decoder for the Llama family (``llama``, ``mistral``, ``qwen2``, ``qwen3``
+  without sliding windows) on the model's own modules, q/k/v and gate/up fused;
+  any other causal LM falls back to its own ``forward`` with its own KV cache.
 
-Rotary/absolute positions are ``cumsum(mask) - 1`` as in ``generate`` and
-:func:`~rlvr_lib.rollout.logprobs.sequence_logprobs`, so reported log-probs
-equal a teacher-forced recomputation (float noise) and greedy decoding
-reproduces :class:`~rlvr_lib.rollout.hf.HFEngine` token for token.
+Positions are ``cumsum(mask) - 1`` as in ``generate`` and
+:func:`~rlvr_lib.rollout.logprobs.sequence_logprobs`, so reported log-probs equal a
+teacher-forced recomputation (float noise) and greedy decoding reproduces
+:class:`~rlvr_lib.rollout.hf.HFEngine` token for token.
 
 Sampling at step ``t`` with raw logits ``z_t`` (float32)::
 
     logp_t = log_softmax(z_t / T)            (reported, never top-p renormalised)
     y_t ~ softmax(top_p_filter(logp_t))      (argmax of z_t when greedy; T = 1 is reported)
+
+Why each piece saves time: docs/rollout/kvcache.md.
 """
 
 from __future__ import annotations
