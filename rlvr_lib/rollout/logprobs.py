@@ -3,6 +3,8 @@
 This is the trainer's side of the rollout contract: the log-probs an engine
 returns at sampling time are what :func:`sequence_logprobs` recomputes (with
 the same temperature) from the same ids, up to floating-point noise.
+
+How the forward avoids the full log-softmax: docs/rollout/logprobs.md.
 """
 
 from __future__ import annotations
@@ -143,18 +145,10 @@ def sequence_logprobs(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of completions, teacher-forced.
 
-    The forward is :func:`completion_forward` (prompt logits are never
-    computed), with each distinct prompt encoded once when rows repeat
-    prompts (``share_prompts``). When the model's head is a plain linear layer
-    (:func:`plain_lm_head`), the log-probs and entropies of the real
-    (unmasked) completion tokens come from
-    :func:`rlvr_lib.kernels.logprob_entropy` on the decoder's hidden states:
-    vocabulary chunks with an online logsumexp, so the float32
-    ``(tokens, vocab)`` log-softmax is never materialised, forward or
-    backward (the entropy's gradient included). Otherwise (or with
-    ``kernel="logits"``) the model's logits go through a float32 log-softmax.
-    Gradients flow to the model parameters; the caller chooses
-    ``train()``/``eval()`` mode and ``torch.no_grad()``.
+    :func:`completion_forward` (no prompt logits); with a plain linear head (:func:`plain_lm_head`)
+    the chunked :func:`rlvr_lib.kernels.logprob_entropy`, so the float32 ``(tokens, vocab)``
+    log-softmax is never materialised. Gradients flow to the parameters; the caller picks the
+    mode and ``torch.no_grad()``. Details: docs/rollout/logprobs.md.
 
     Formulas, for completion token ``y_t`` with logits ``z_t``::
 
