@@ -1,44 +1,30 @@
 """Fused log-prob + entropy of an LM head over a large vocabulary (torch reference).
 
 For hidden states ``h`` (N, H), an LM head ``W`` (V, H) (optionally a bias
-``b`` (V,)), targets ``t`` (N,) and a temperature ``T`` the policy at each
-position is ``p = softmax(z)`` with scaled logits
+``b`` (V,)), targets ``t`` (N,) and a temperature ``T``, with ``p = softmax(z)``::
 
     z_v = (h . W_v + b_v) / T                                    (N, V)
-
-and we want, per position,
-
     logp_t = z_t - logZ,          logZ = log sum_v exp(z_v)
     H      = -sum_v p_v log p_v = logZ - E_p[z],   E_p[z] = sum_v p_v z_v.
 
-At real scale (V = 152k, N = tens of thousands of tokens) the float32
-(N, V) logits / log-softmax is many GB, and autograd through
-``log_softmax`` keeps it alive until backward. :func:`chunked_logprob_entropy`
-never builds it: the vocabulary is walked in chunks of ``chunk_size`` columns
-with an online ("flash") logsumexp, and backward recomputes each chunk's
-logits, so the extra memory is O(N * chunk_size) (plus O(N * H) for a float32
-copy of ``hidden`` and the float32 ``grad_hidden`` accumulator).
-
-Online accumulation (per row; all shifted by the running max ``m`` so no
-term overflows and the entropy does not suffer the cancellation of
-``logZ - E_p[z]`` when logits are large). After the chunks seen so far::
+:func:`chunked_logprob_entropy` never builds the (N, V) logits: it walks the
+vocabulary in chunks of ``chunk_size`` columns with an online logsumexp, and
+backward recomputes each chunk's logits (extra memory O(N * chunk_size)). Per
+row, after the chunks seen so far::
 
     m = max_v z_v,   s = sum_v exp(z_v - m),   a = sum_v exp(z_v - m) (z_v - m)
 
-A new chunk with max ``c`` gives ``m' = max(m, c)``, ``r = exp(m - m')`` and
+A new chunk with max ``c`` gives ``m' = max(m, c)``, ``r = exp(m - m')`` and::
 
     s' = r s + sum_chunk exp(z_v - m')
     a' = r (a + s (m - m')) + sum_chunk exp(z_v - m') (z_v - m')
 
-and at the end ``logZ = m + log s``, ``E_p[z] = m + a / s`` and
-``H = log s - a / s``.
+and at the end ``logZ = m + log s``, ``E_p[z] = m + a / s``, ``H = log s - a / s``.
+Gradients, with ``g_l = dL/dlogp`` and ``g_h = dL/dH``::
 
-Gradients (derived in :class:`ChunkedLogProbEntropy`) with upstream
-``g_l = dL/dlogp`` and ``g_h = dL/dH``::
+    dL/dz_v = g_l (1[v = t] - p_v) - g_h p_v (z_v - E_p[z]),   dL/dlogits = dL/dz / T
 
-    dL/dz_v = g_l (1[v = t] - p_v) - g_h p_v (z_v - E_p[z])
-
-then ``dL/dlogits = dL/dz / T`` and the chain rule through the matmul.
+Why chunk, and the gradient derivation: docs/library/kernels.md.
 """
 
 from __future__ import annotations
@@ -330,19 +316,10 @@ class ChunkedLogProbEntropy(torch.autograd.Function):
     Forward saves only the inputs and two (N,) statistics, ``logZ`` and
     ``E_p[z]`` (no (N, V) tensor); backward recomputes each chunk's logits.
 
-    Gradient derivation (per row; z = logits / T, p = softmax(z), t the target):
+    Gradients (per row; z = logits / T, p = softmax(z), t the target; derived in
+    docs/library/kernels.md), with ``g_l = dL/dlogp`` and ``g_h = dL/dH``::
 
-    * ``logp = z_t - logZ`` and ``dlogZ/dz_v = p_v``, so
-      ``dlogp/dz_v = 1[v = t] - p_v``.
-    * ``H = logZ - sum_u p_u z_u``. With ``dp_u/dz_v = p_u (1[u = v] - p_v)``::
-
-          d(sum_u p_u z_u)/dz_v = p_v + sum_u z_u p_u (1[u = v] - p_v)
-                                = p_v + p_v z_v - p_v E_p[z]
-
-      hence ``dH/dz_v = p_v - p_v - p_v (z_v - E_p[z]) = -p_v (z_v - E_p[z])``
-      (which sums to 0 over v, as it must since H is shift-invariant).
-    * For a loss L with ``g_l = dL/dlogp`` and ``g_h = dL/dH``::
-
+          dlogp/dz_v = 1[v = t] - p_v,   dH/dz_v = -p_v (z_v - E_p[z])
           dL/dz_v = g_l 1[v = t] - p_v (g_l + g_h (z_v - E_p[z]))
           dL/dlogits = dL/dz / T
           dL/dhidden = (dL/dlogits) @ W          (N, H), summed over chunks
@@ -414,13 +391,9 @@ def chunked_logprob_entropy(
         logp[n] = z[n, t_n] - logsumexp_v z[n, v]
         entropy[n] = logsumexp_v z[n, v] - sum_v softmax(z[n])_v z[n, v]
 
-    Equal to :func:`naive_logprob_entropy` (to float32 rounding) but the (N, V)
-    logits are never materialised: peak extra memory is O(N * chunk_size)
-    in forward and backward (see the module docstring for the online
-    logsumexp and :class:`ChunkedLogProbEntropy` for the gradients, which
-    are exact for both outputs). Matmuls and accumulation run in float32
-    (float64 for float64 inputs): ``hidden`` is upcast once, ``weight`` one
-    chunk at a time.
+    Equal to :func:`naive_logprob_entropy` (to float32 rounding), with exact gradients for both
+    outputs, in O(N * chunk_size) extra memory (module docstring). Matmuls and accumulation run
+    in float32 (float64 for float64 inputs): ``hidden`` upcast once, ``weight`` per chunk.
 
     Args:
         hidden: (N, H) (or (..., H)) float16/bfloat16/float32/float64 hidden

@@ -5,52 +5,28 @@ Same computation and same gradients as
 
     z = (hidden @ weight.T + bias) / T,   logp = z_t - logZ,   H = logZ - E_p[z]
 
-Forward (fully fused, :func:`_fwd_kernel`)
-    A 2-D grid over (row blocks of ``block_n`` positions) x (``num_splits``
-    vocabulary splits). Each program walks its vocabulary split in tiles of
-    ``block_v`` columns; for every tile it computes the (block_n, block_v)
-    logits with ``tl.dot`` over ``block_h``-wide slices of H (float32
-    accumulation; bf16/fp16 operands run on tensor cores) and folds them into
-    an online logsumexp kept in registers:
+Forward (fully fused, :func:`_fwd_kernel`): a grid of (row blocks of ``block_n``)
+x (``num_splits`` vocabulary splits); each program walks its split in
+``block_v``-column tiles (``tl.dot`` over ``block_h`` slices, float32
+accumulation) and keeps an online logsumexp in registers::
 
-        m = running max,  s = sum exp(z - m),  a = sum exp(z - m) (z - m),
-        z_t = the target's logit (if the target lies in the split).
+    m = running max,  s = sum exp(z - m),  a = sum exp(z - m) (z - m),  z_t
 
-    No logits tile is ever written to memory. Each program stores its four
-    (block_n,) partials to a (4, num_splits, N) float32 buffer, and a few
-    O(num_splits * N) torch ops merge the splits exactly like the chunk
-    update of the torch path (``M = max_k m_k``, ``s = sum_k s_k e^{m_k - M}``,
-    ``a = sum_k e^{m_k - M} (a_k + s_k (m_k - M))``), giving
-    ``logZ = M + log s``, ``E_p[z] = M + a / s``, ``H = log s - a / s``.
-    Splitting V keeps the GPU busy when N is small (few row blocks).
+No logits tile is written to memory; the (4, num_splits, N) float32 partials are
+merged as the torch path's chunk update (``M = max_k m_k``,
+``s = sum_k s_k e^{m_k - M}``, ``a = sum_k e^{m_k - M} (a_k + s_k (m_k - M))``).
 
-Backward (torch chunked matmuls + a fused Triton elementwise kernel)
-    Backward is the recompute-per-chunk backward of the torch path
-    (:func:`rlvr_lib.kernels.logprobs._chunked_backward`): for each
-    vocabulary chunk the logits are recomputed with one (cuBLAS) matmul,
-    :func:`_dlogits_kernel` turns them *in place* into
+Backward: the torch path's recompute-per-chunk backward, with
+:func:`_dlogits_kernel` turning each chunk's logits in place into::
 
-        dL/dlogits_v = (g_l 1[v = t] - p_v (g_l + g_h (z_v - E_p[z]))) / T
+    dL/dlogits_v = (g_l 1[v = t] - p_v (g_l + g_h (z_v - E_p[z]))) / T
 
-    in a single pass (instead of ~6 torch elementwise passes), and two more
-    matmuls give ``dL/dhidden += dlogits @ W_chunk`` and
-    ``dL/dW_chunk = dlogits.T @ hidden``. The matmuls carry the FLOPs and
-    cuBLAS does them well; a fully fused backward would need either
-    atomics on (V, H) or recomputing the logits once per H tile, which is
-    not worth it here. The backward matmuls run in float32 (hidden and each
-    weight chunk are upcast), TF32 only if the caller enabled
-    ``torch.backends.cuda.matmul.allow_tf32``. Memory stays O(N * chunk_size).
+Memory stays O(N * chunk_size). Importable without Triton (``HAS_TRITON`` False;
+:func:`triton_logprob_entropy` then raises ``RuntimeError``). Without CUDA the
+kernels run under ``TRITON_INTERPRET=1`` (set before import), where bf16 tiles
+are upcast to float32 before ``tl.dot`` (``UPCAST_DOT``; the same product).
 
-Importable without Triton: ``HAS_TRITON`` is False and calling
-:func:`triton_logprob_entropy` raises ``RuntimeError``. Without CUDA the
-kernels run only under the Triton interpreter: set ``TRITON_INTERPRET=1``
-*before* this module is imported (Triton decides at ``@triton.jit`` time);
-that is how the CPU tests exercise them. One interpreter-only difference:
-Triton 3.9's interpreter ``tl.dot`` multiplies bfloat16 operands as their raw
-uint16 bits, so under the interpreter bf16 tiles are upcast to float32 before
-the dot (``UPCAST_DOT``). That is numerically the same product (a bf16 x bf16
-product is exact in float32 and the GPU dot accumulates in float32); on CUDA
-the dot takes the bf16 tiles directly.
+Design choices and the interpreter in full: docs/library/kernels.md.
 """
 
 from __future__ import annotations
