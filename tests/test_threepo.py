@@ -511,7 +511,7 @@ def test_the_learnt_hessian_arms_regime_is_its_committed_calibration_by_the_pres
 
 
 def test_noise_ratio_ess_is_the_earlier_rule_on_the_shipped_policy(policy):
-    # The earlier rule (module docstring): 1e9 x (0.02 / std_W)^2 with std_W the pooled std of the shipped
+    # The noise-ratio rule (docs/methods/threepo.md): 1e9 x (0.02 / std_W)^2 with std_W the pooled std of the shipped
     # policy's weight matrices, a deterministic function of the checkpoint rounded to two significant figures.
     ess = calibrate_ess(policy[0])
     assert float(f"{ess:.2g}") == NOISE_RATIO_ESS, f"recomputed {ess:.4g}; NOISE_RATIO_ESS = {NOISE_RATIO_ESS:.4g}"

@@ -1,114 +1,34 @@
 """SAGE: shaped KL anchors for guided exploration (arXiv 2605.18864; authors' code tally0818/SAGE).
 
-A reverse-KL anchor to pi_ref makes the KL-regularised optimum
-pi ∝ pi_ref exp(r / beta), which sharpens pi_ref's dense modes. SAGE keeps the
-anchor but shapes its reference: q * pi_ref, with a guide q > 0 that is large
-where exploration should go; the optimum becomes pi ∝ q pi_ref exp(r / beta).
-Everything happens in the ``anchor`` hook, per sampled completion token t of
-the minibatch:
+SAGE keeps the KL anchor to pi_ref but shapes its reference to q * pi_ref, so the KL-regularised optimum
+becomes pi ∝ q pi_ref exp(r / beta). All in the ``anchor`` hook, per completion token t, ``(n, T)`` tensors:
 
     q_t          = guide(logp, entropy, mask)          detached, in [q_min, q_max]
     shaped_ref_t = ref_logp_t + log q_t
-    anchor_t     = kl_penalty(logp_t, shaped_ref_t, config.kl_estimator)
+    anchor_t     = kl_penalty(logp_t, shaped_ref_t, config.kl_estimator)     (k3: :data:`SAGE_ANCHOR`)
     loss_t      += kl_coef * anchor_t                  (the trainer adds it, beta = kl_coef)
 
-(`rlvr_lib.algos.guides.shaped_anchor`; the log-ratio shaped_ref - logp is
-clamped to [-20, 20] as the estimators do.)
+Guides (`rlvr_lib.algos.guides`), q from the current policy's forward of the same minibatch:
 
-The estimator. The authors' code uses k3 on the shaped reference
-(``exp(D) - D - 1``, D = shaped_ref - logp; `rlvr_lib.algos.guides.shaped_kl`),
-differentiated as is. Here the anchor is the CONFIG's estimator applied to the
-shaped reference, and every SAGE preset takes the authors' anchor,
-:data:`SAGE_ANCHOR` (``k3``; beta 0.05 in their code, the testbed's
-:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here), as does its GRPO comparator, the
-``grpo_k3`` preset. So SAGE and its GRPO differ ONLY by q: where q = 1 the anchor equals
-GRPO's ``Method.anchor`` bit for bit, values and gradients.
+* ``sage`` (branch): q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the token entropy
+  (nats) at the sampling temperature; gamma 0.3, [q_min, q_max] = [0.6, 1.4].
+* ``sage_token``: q rises with the per-sequence min-max normalised surprisal of the sampled token, plus
+  noise; alpha 0.3 -> 0.1, sigma 0.25 -> 0.1 (cosine restarts, `guide_schedule`).
+* ``sage_random``: q_t = 1 + sigma * xi_t on a Bernoulli(eps) subset; eps 0.1 -> 0, sigma 0.15 -> 0.05.
 
-Why k3 and not ``reverse`` (k3's value, k2's gradient; the ``grpo`` preset's).
-Per token, with r = pi_ref / pi and a guide q_t that depends only on the
-prefix (the branch guide: q_t is a function of the entropy H_t of pi at that
-prefix), the gradient as used of the shaped anchor is
+Presets: ``sage``, ``sage_token``, ``sage_random``, and the "+Branch" loss-aggregation rows ``dapo_branch``
+(:data:`SAGE_DAPO`, TRL's ``loss_type="dapo"``) and ``bnpo_loss_branch``; GRPO comparator ``grpo_k3``.
+Where q = 1 the anchor equals GRPO's bit for bit, so SAGE and ``grpo_k3`` differ only by q.
 
-    reverse:  (logp - ref_logp - log q_t) grad logp(y_t)
-    k3:       (1 - q_t r(y_t)) grad logp(y_t)
+Departures from the paper (details in docs/departures.md, "SAGE"):
 
-and E_{y_t ~ pi}[grad logp(y_t)] = 0. Under ``reverse`` the guide's term
--log q_t E[grad logp] vanishes in expectation: every prefix-only guide is GRPO
-plus noise, by construction. Under k3 the expectation is -q_t E_pi[r grad logp]
-= q_t x GRPO's: the guide rescales the anchor's pull token by token, which is
-SAGE's mechanism. (A guide that depends on the sampled token, like the token
-guide, is not null under ``reverse`` either.) ``tests/test_sage.py`` shows both
-on an exact small example. ``kl_estimator="reverse"`` stays available as an
-option.
+1. tau = :data:`TESTBED_TAU` (0.24) instead of 1.2 nats: the 90th percentile of the base policy's token
+   entropies on the ``train`` family (all 372 of v7's pool), :func:`calibrate_tau`; a real model passes 1.2.
+2. beta is the testbed's :data:`rlvr_lib.methods.base.TESTBED_KL_COEF`, not the authors' 0.05.
+3. On one process ``dapo_branch`` trains exactly as ``bnpo_loss_branch`` (TRL's "dapo" and "bnpo" differ
+   only across processes).
 
-Guides (q from the CURRENT policy's forward of the same minibatch; the trainer
-passes the entropy detached, and q never carries gradient):
-
-* ``sage`` (branch guide, the paper's main variant):
-  q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the token
-  entropy (nats) of pi_theta at the sampling temperature; gamma 0.3,
-  [q_min, q_max] = [0.6, 1.4] (`rlvr_lib.algos.guides.branch_guide`).
-* ``sage_token``: q rises with the per-sequence min-max normalised surprisal
-  -log p of the sampled token, plus noise (`token_guide`); alpha 0.3 -> 0.1
-  and sigma 0.25 -> 0.1 over the run.
-* ``sage_random``: q_t = 1 + sigma * xi_t on a Bernoulli(eps) subset of tokens
-  (`random_guide`); eps 0.1 -> 0, sigma 0.15 -> 0.05 over the run.
-
-The token and random guides' magnitudes follow
-`rlvr_lib.algos.guides.guide_schedule` (cosine with warm restarts, 8 cycles,
-decay 0.9) over ``config.steps``, as in the authors' code. Their noise comes
-only from ``self.generator(step, stream)``, reseeded at every step, so runs and
-resumed runs are bit-identical; the generator is consumed in minibatch order
-(each anchor call draws fresh noise).
-
-tau (deviation from the paper). The paper's tau = 1.2 nats is above every
-branch entropy the testbed can show: the strategy choice is among three
-strategies (ln 3 = 1.10 nats at most), so with tau = 1.2 the branch guide
-would never fire there. The default here is set by a rule fixed before any
-training run:
-
-    tau = the 90th percentile of the base policy's token entropies over the
-          completion tokens of its own rollouts on the ``train`` family at
-          temperature 1 (:func:`calibrate_tau`).
-
-Computed once with ``calibrate_tau(*load_policy(device="cpu"))`` (the embedded
-tiny policy, testbed v7, fingerprint ``38061ef0fd9eb5ec``; :func:`calibrate_tau`'s
-defaults: the trainer's training pool, the ``train`` family's problems (all 372
-of v7's pool), 32 samples per problem, sampling seed 0, ``max_new_tokens`` 48):
-90th percentile 0.240 nats, stored as :data:`TESTBED_TAU` = 0.24. (The same policy
-on v5's pool gave 0.144, on v4's 0.152, the first v4 policy 0.182, testbed v3 0.0134, v2 0.0702,
-the one before it 0.42.) The test recomputes
-the percentile and the share above tau on 8 samples per problem (seed 1).
-For real models pass the paper's value, ``method_options={"tau": 1.2}``.
-
-Logged per step (the trainer averages them over the step's minibatches), over
-completion tokens: ``sage_q_mean`` (mean q), ``sage_q_shaped_frac`` (share of
-tokens with q != 1), ``sage_q_raised_frac`` (share with q > 1) and
-``sage_entropy_raised`` (mean entropy of the tokens with q > 1; 0.0 in a
-minibatch that has none, so read it with ``sage_q_raised_frac``). The
-trainer's ``kl`` is the mean of the SHAPED anchor (distance to q * pi_ref);
-``sage_kl_unshaped`` is the same estimator's value against pi_ref itself, the
-number comparable with GRPO's ``kl``.
-
-Registered presets: ``sage``, ``sage_token``, ``sage_random`` (GRPO + a
-guide), and SAGE's "+Branch" forms of its loss-aggregation baselines,
-``dapo_branch`` and ``bnpo_loss_branch``, with the branch-guided anchor
-:data:`SAGE_ANCHOR`. The GRPO comparator is ``grpo_k3``: the ``grpo`` preset with
-:data:`SAGE_ANCHOR`.
-
-SAGE's "DAPO" (issue 56, item 3). In the authors' code the DAPO and BNPO rows are TRL's
-``loss_type="dapo"`` and ``"bnpo"``: loss-aggregation variants of GRPO, nothing else of the DAPO recipe.
-TRL's ``"dapo"`` is the token-level mean sum_it m_it L_it / sum_it m_it over the global batch (every
-process's tokens of the optimizer step), with GRPO's clip 0.2/0.2 (no clip-higher), no dynamic sampling, no
-overlong shaping, KL off: :data:`SAGE_DAPO`. Here ``token_mean`` normalises by the tokens of the whole
-minibatch across processes (`rlvr_lib.trainer.Trainer._share`), which is TRL's ``"dapo"``; TRL's ``"bnpo"``
-normalises by each process's own tokens, so on one process (the testbed's runs) the two are the same
-objective, and ``dapo_branch`` trains as ``bnpo_loss_branch`` does, bit for bit, seed by seed; they differ on
-several processes. ``dapo_branch`` keeps the `DAPO` hooks with those turned off (options
-``dynamic_sampling=False``, ``overlong_cache=0``), so the full recipe stays one override away:
-:data:`FULL_DAPO_BRANCH` (clip-higher 0.28, dynamic sampling, overlong shaping) is an extra row, not SAGE's.
-Its comparator is the ``dapo`` hooks at the same settings (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`; the
-declarations in `rlvr_lib.study.claims.nb05_sage`).
+Derivations and measurements (why k3, tau's calibration, diagnostics): docs/methods/sage.md.
 """
 
 from __future__ import annotations
@@ -148,7 +68,7 @@ __all__ = [
 
 TESTBED_TAU = 0.24
 """Default branch threshold tau (nats): the 90th percentile of the base policy's token entropies
-(0.240 by :func:`calibrate_tau` with its defaults on testbed v7; see the module docstring)."""
+(0.240 by :func:`calibrate_tau` with its defaults on testbed v7; see docs/methods/sage.md)."""
 
 
 # ------------------------------------------------------------------------------ options
@@ -434,7 +354,7 @@ def base_token_entropies(model, tokenizer, *, problems: int = 600, samples: int 
 
 
 def calibrate_tau(model, tokenizer, *, quantile: float = 0.9, **sample) -> float:
-    """tau by the rule of the module docstring: a quantile of the policy's own token entropies.
+    """tau by the rule of docs/methods/sage.md: a quantile of the policy's own token entropies.
 
     Returns the ``quantile`` (linear interpolation; default 0.9) of
     :func:`base_token_entropies` ``(model, tokenizer, **sample)``, in nats.
@@ -469,14 +389,14 @@ register_method("sage_random", SAGERandom, "SAGE random guide: q = 1 + sigma xi 
                 **_GRPO_K3)
 SAGE_DAPO = {"loss_agg": "token_mean", "eps_low": 0.2, "eps_high": 0.2, "kl_coef": 0.0,
              "method_options": {"dynamic_sampling": False, "overlong_cache": 0}}
-"""SAGE's "DAPO" as its authors run it (TRL's ``loss_type="dapo"``; see the module docstring): `TrainerConfig`
+"""SAGE's "DAPO" as its authors run it (TRL's ``loss_type="dapo"``; see docs/methods/sage.md): `TrainerConfig`
 fields over the ``dapo`` hooks. With :data:`SAGE_ANCHOR` it is ``dapo_branch``'s preset and, on the ``dapo``
 method, its matched comparator's settings."""
 
 FULL_DAPO_BRANCH = {"eps_high": METHODS["dapo"].preset["eps_high"], "method_options": None}
 """Overrides that turn ``dapo_branch`` into the full DAPO recipe with the anchor (clip-higher 0.28, `DAPO`'s
 option defaults: overlong shaping, dynamic sampling): the ``dapo`` preset + :data:`SAGE_ANCHOR`, the
-``dapo_branch`` preset before issue 56. An extra row, not SAGE's."""
+``dapo_branch`` preset of earlier versions. An extra row, not SAGE's."""
 
 register_method("dapo_branch", DAPOBranch,
                 f"SAGE's DAPO (TRL loss_type='dapo': token-mean, clip 0.2/0.2, no dynamic sampling) + branch-guided "

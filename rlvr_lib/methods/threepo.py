@@ -1,193 +1,33 @@
 """3PO: perturbed-parameter policy optimisation with IVON (arXiv 2608.09805; code insait-institute/C3PO).
 
-Rollouts AND gradients are taken at IVON posterior samples
-``theta_hat = m + sigma * z``, ``z ~ N(0, I)``, ``sigma = 1 / sqrt(ess * (h + wd))``
-(``ivon.IVON.sampled_params(train=...)``; IVON restores the mean on exit, records
-the gradient and ``noise * grad`` -- the "price" Hessian estimate -- and steps).
+Rollouts AND gradients are taken at IVON posterior samples (``ivon.IVON.sampled_params``), per weight::
+
+    theta_hat = m + sigma * z,   z ~ N(0, I),   sigma = 1 / sqrt(ess * (h + wd))
+    m <- m - lr_eff * clip((mom / debias + wd * m) / (h + wd), -c, c),   lr_eff = lr * (hess_init + wd)
+
+with ``c`` = ``clip_radius`` (``lr_eff = lr`` without ``rescale_lr``); IVON records the gradient and
+``noise * grad`` (the "price" Hessian estimate) and steps.
 
 * ``b3po``: one weight sample per step (k = 0) for the whole batch.
-* ``m3po``: ``samples`` = M weight samples; slice k (G/M rollouts of every group)
-  is rolled out at sample k and its advantage is computed on that slice alone
-  (group id ``(group_index, weight_index)``); gradients are accumulated and one
-  IVON step follows.
-* ``c3po``: ``samples`` = N weight samples, slices of G/N rollouts per sample, the
-  advantage over the pooled group of G (the configured estimator, GRPO by
-  default), the gradient at one fresh training draw and a sequence importance
-  weight truncated at 2 (``seq_mis``, switchable): the authors' scheme, stated
-  with the per-chunk form this library ran before issue 56 (``scheme``) in
-  :class:`C3PO`'s docstring.
+* ``m3po``: ``samples`` = M weight samples; slice k (G/M rollouts of every group) is rolled out at sample k
+  and its advantage computed on that slice alone (group id ``(group_index, weight_index)``); one IVON step.
+* ``c3po``: ``samples`` = N weight samples, slices of G/N rollouts; the advantage over the pooled group of G,
+  the gradient at one fresh training draw, a sequence importance weight truncated at 2 (:class:`C3PO`).
 
-Gradient accounting: the trainer weights sample k's loss by its row share and
-IVON averages the per-sample gradients it records (Welford mean over samples);
-``_SummedIVON.step`` multiplies IVON's averages by their count, so the recorded
-gradient is the sum of the shares' gradients = the minibatch gradient (the same
-as a single sample's when K = 1). The trainer's ``clip_grad_norm_`` acts on the
-``.grad`` left after the last scope and does not reach IVON's recorded average:
-IVON's own ``clip_radius`` bounds the update instead (the authors' setting).
+``_SummedIVON`` sums the weight samples' recorded gradients, so IVON steps on the minibatch gradient.
+``noise_scale`` is 1 (IVON's noise) or 0 (IVON's mean update, the primary control of every 3PO claim).
 
-Noise: each sample k draws ``z`` from the global RNG forked and keyed by
-``(seed, step, STREAM, k)``; rollouts of sample k and its gradient scope share
-the key, so before the step's first IVON update they see the same weights
-(C3PO as the authors run it: every gradient scope shares one training draw's key instead).
-``noise_scale`` multiplies ``z`` and is 1 (IVON's noise) or 0 (no noise: IVON's
-mean update, used by tests); nothing else is allowed: IVON's "price" Hessian
-estimate ``ess * (h + wd) * mean(noise * g)`` assumes noise of std
-``1 / sqrt(ess * (h + wd))``, and noise scaled by ``s`` would multiply it by
-``s**2`` (a biased Hessian, hence a biased posterior and step).
+Departures from the paper (details in docs/departures.md, "3PO"):
 
-Diagnostics (per step): ``ivon_lr`` (the IVON learning rate the options
-give, see "Learning rate" below; under an lr schedule its base, the lr of
-each step being the trainer's ``lr``), ``ivon_mean_sigma`` (mean posterior std over weights,
-at the start of the update), ``ivon_clipped_frac`` (share of weights whose
-update IVON clipped, |u| > ``clip_radius``, :func:`update_ratio`) and
-``ivon_mean_abs_step`` (mean over weights of |delta theta| of the mean
-weights; both averaged over the step's optimizer steps), ``weight_sample_disagreement`` (share of groups
-whose weight slices' majority ``verdict.strategy`` differ; 0 with one sample),
-``incorrect_rate`` (next to the trainer's ``accuracy`` / ``malformed_rate``),
-and for C3PO ``seq_mis_masked_frac`` / ``seq_mis_ratio_mean`` (minibatch means).
+1. ``ess``, ``clip_radius`` and ``lr`` default to the testbed's calibration (:data:`TESTBED_ESS`,
+   :data:`TESTBED_CLIP_RADIUS`, :data:`TESTBED_IVON_LR`); a real model passes the authors' 1e9, 1e-3, 1.0.
+2. ``lr=None`` matches IVON's largest per-weight step to the trainer's lr (:func:`matched_ivon_lr`).
+3. ``hess_init_steps > 0`` learns the Hessian init on the policy's own SFT data (the Fig 5 ablation's
+   other arm, at its own regime :data:`LEARNT_HESS_REGIME`).
+4. ``scheme="per_chunk"`` keeps the form of the committed records beside the authors' scheme.
+5. ``noise_scale=0`` (IVON without noise) is a control the paper does not run.
 
-Calibration (ESS). Authors' defaults: lr 1.0 with ``rescale_lr`` (effective
-``lr * (hess_init + wd)`` ~ 1e-3), ESS 1e9, hess_init 1e-3, clip_radius 1e-3,
-betas (0.9, 0.9999), wd 1e-6, giving an initial per-weight noise
-``sigma_0 = 1 / sqrt(1e9 * 1.001e-3)`` ~ 1.0e-3 on 7B models. The testbed's
-ESS follows the rule of issue 29, measured on the testbed the runs train on
-(notebook 00's premises on the ``train`` family, `rlvr_lib.study.probes.premises.ess_by_noise_rule`):
-an ESS *keeps the policy* when rollouts at its weight samples are at most 10%
-malformed and at least 0.9x as accurate as the mean weights'; the pick is the
-largest ESS that keeps the policy while changing the top strategy token at the
-branch on 5% to 20% of prompts (3PO's premise, its Fig 1), or, when no ESS does
-both, the smallest ESS that keeps the policy (the most noise it survives).
-
-The measurement on the shipped tiny policy (the ESS grid, the share of
-prompts whose branch moves, the malformed and accuracy rates of the weight
-samples, and whether the premise holds) is the ``threepo`` entry of
-``results/testbed/premises.json``, shown in notebook 00; its pick is stored as
-:data:`TESTBED_ESS` (a test reads the premises record).
-
-The earlier rule, kept for comparison (:func:`calibrate_ess`,
-:data:`NOISE_RATIO_ESS`): the ESS at which the initial per-weight noise std,
-relative to the std of the policy's weight matrices, equals the authors' at
-their default,
-
-    sigma_0(ess) / std_W(policy) = sigma_0(1e9) / std_W(7B)
-    =>  ess = 1e9 * (std_W(7B) / std_W(policy))**2     (same hess_init, wd)
-
-``std_W`` is the standard deviation of all entries of the weight matrices
-pooled (parameters with two or more dimensions: embeddings, attention and MLP
-projections; norm gains, initialised to 1, and biases, initialised to 0, are
-left out: the norm gains alone would raise the pooled std). ``std_W(7B)`` is
-not available to us; we assume 0.02, the ``initializer_range`` of the configs
-of the authors' model families (the Qwen2/Qwen2.5 and OLMo configs set 0.02;
-:data:`REFERENCE_WEIGHT_STD`). It transfers the authors' relative noise level;
-its value on the shipped policy is :data:`NOISE_RATIO_ESS`, and notebook 04's
-first table shows ``std_W`` and the ESS it gives beside :data:`TESTBED_ESS`.
-By the authors' Fig 5 a 10x smaller ESS already collapses training on a 7B
-model, which a per-weight ratio alone does not predict for a 4-layer,
-128-wide policy.
-
-Learning rate, first rule (``lr=None``; the presets' default until issue 29's
-regime rule below replaced it). IVON's mean update is
-
-    m <- m - lr_eff * clip((mom / debias + wd * m) / (h + wd), -c, c)
-    lr_eff = lr * (hess_init + wd)   with ``rescale_lr`` (lr without it)
-
-so no weight moves by more than ``lr_eff * c`` (``c`` = ``clip_radius``) in
-a step. At the authors' setting (lr 1.0, hess_init 1e-3, wd 1e-6, c 1e-3) that
-bound is 1.001e-6, and the authors pair it with a GRPO baseline at AdamW lr
-1e-6, whose per-weight step is about its lr (exactly lr on its first step).
-The testbed's GRPO uses AdamW at the trainer config's ``lr`` (1e-4): with
-IVON lr 1.0, 3PO would move weights about 100x less than the GRPO it is
-compared with. So ``lr=None`` means "matched": the IVON lr whose largest
-per-weight step equals the trainer config's ``lr``,
-
-    lr = config.lr / ((hess_init + wd) * c)     with ``rescale_lr``
-    lr = config.lr / c                          without it
-
-(:func:`matched_ivon_lr`). At ``config.lr = 1e-6`` (the authors' GRPO lr) this
-is 0.999, the authors' 1.0 up to the ``wd`` in ``lr_eff``, so a real-model
-run with the authors' GRPO lr reproduces their setting; on the testbed
-(``config.lr = 1e-4``) it is 99.9. An explicit ``lr`` overrides the rule
-(``configs/c3po_qwen25_math_7b.yaml`` passes the authors' 1.0). The IVON lr
-used is logged with every step as ``ivon_lr``. A run's cache key holds its
-``method_options`` as written, so a run cached before this rule (IVON lr 1.0,
-no ``ivon_lr`` logged) has the key of its matched successor:
-`rlvr_lib.study.probes.ivon_regime.check_ivon_lr` refuses such records (notebook 04 calls it).
-The rule matches the largest step, not the mean one: with most weights at
-the clip bound IVON's mean step is close to the bound, AdamW's well below
-its lr. :func:`mean_step_matched_ivon_lr` gives the lr that matches the mean
-steps measured on a run's first steps (`rlvr_lib.study.probes.weight_steps`);
-notebook 04 uses it for a sensitivity arm added after its T1 was seen.
-
-Regime (issue 29). Matching the largest step leaves IVON's regime behind: a
-weight is clipped when |u| > clip_radius, u = (mom / debias + wd m) / (h + wd)
-(:func:`update_ratio`), and with the authors' clip radius on the tiny policy
-most weights are (IVON then runs as constant-step sign descent; the clipped
-share of each round is in ``results/testbed/threepo_calibration.json``; on a
-7B model the clip binds on a minority). Every step now logs
-``ivon_clipped_frac`` and ``ivon_mean_abs_step``. The replacement rule, :func:`calibrate_clip_and_lr`:
-clip_radius such that at most :data:`MAX_CLIPPED_SHARE` (20%) of the weights'
-measured |u| after the warm-up exceed it, then the IVON lr whose mean
-|delta theta| equals AdamW's under the ``grpo`` preset on the same steps;
-measured by ``python -m rlvr_lib.study calibrate-threepo`` (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo`,
-``results/testbed/threepo_calibration.json``; round 1 starts from the authors'
-clip radius and the matched lr, so the picks do not depend on the defaults
-they become). The record holds the measurement's settings (method, ESS,
-prompts, probe steps, rounds), each round's clipped shares and mean steps
-beside AdamW's, and the picks, stored as :data:`TESTBED_CLIP_RADIUS` and
-:data:`TESTBED_IVON_LR`, the options' defaults (a test reads the record). A
-real model passes the authors' values (``clip_radius`` 1e-3, ``lr`` 1.0:
-``configs/c3po_qwen25_math_7b.yaml``).
-
-Hessian initialisation. By default (``hess_init_steps = 0``, the authors')
-IVON's ``hess`` starts at the constant ``hess_init`` for every weight: the
-paper's point is that 3PO needs no noise prior learnt in an SFT phase, so it
-runs on off-the-shelf checkpoints. The Fig 5 ablation "constant vs learnt
-Hessian init" needs the other arm, a Hessian learnt on the policy's own SFT
-objective: ``hess_init_steps = K > 0`` (:func:`learn_hessian_init`, run at the
-start of step 0, before the first rollout) takes K IVON steps on the policy's
-pretraining mixture and loss (`rlvr_lib.policy.pretrain`: the mixture of the
-``PretrainConfig`` in the checkpoint's ``pretrain_log.json``, batches of
-``hess_init_batch``, default that config's ``batch_size`` = 128, loss the mean
-next-token NLL per completion token, no gradient clipping), each exactly as
-an RL step records it -- a weight sample ``m + sigma z`` inside
-``sampled_params(train=True)``, the backward there, ``step()`` -- so ``h``
-follows IVON's update from the "price" estimate of the SFT loss's diagonal
-Hessian::
-
-    f_j     = ess * (h_j + wd) * noise_j * g_j          (g_j: SFT gradient at m + noise_j)
-    h_{j+1} = b * h_j + (1 - b) * f_j + (1 - b)^2 / 2 * (h_j - f_j)^2 / (h_j + wd)
-
-with ``h_0 = hess_init`` and ``b = hess_init_beta2``, but at lr 0, so the mean
-update ``m - 0 * clip(.)`` leaves ``m`` bit-identical (only ``h`` is learnt).
-RL then starts from the same mean weights and that ``h`` as a fresh optimiser:
-momentum zeroed and ``current_step`` 0 (the SFT gradient's momentum would
-pull the first RL steps toward the SFT objective, and momentum debiasing
-restarts), lr and ``beta2`` back to the RL values. The learnt ``h`` is the
-SFT loss's curvature per weight, so the noise ``1 / sqrt(ess (h + wd))`` is
-large on weights the SFT loss is flat in and small on those it is curved in,
-instead of one ``sigma_0`` for all. Noise and data are seeded by
-``(config.seed, HESS_INIT_STREAM, j)`` and ``(config.seed, HESS_INIT_STREAM)``:
-runs are bit-identical; ``h`` is in IVON's ``state_dict`` (its param groups),
-which the trainer checkpoints, and a resumed run (step >= 1) never repeats
-the warm-up. Step 0 logs ``hess_init_sft_loss``, ``hess_init_mean_h`` and
-``hess_init_mean_sigma`` (= step 0's ``ivon_mean_sigma``).
-
-Warm-up settings (:data:`LEARNT_HESS_STEPS`, ``hess_init_beta2``). IVON's
-RL ``beta2`` = 0.9999 averages ``f`` over about 10^4 steps: after K steps the
-constant still weighs ``0.9999^K`` in ``h`` (0.99 at K = 100; 0.5 takes about
-6,900 steps). A learnt init stands for an IVON SFT phase that has run to its
-equilibrium, so the warm-up uses a shorter average, ``hess_init_beta2`` = 0.97 (a window of about
-33 steps x 128 = 4,200 examples), and K = 100 steps (12,800 examples, a
-3.6% share of the tiny policy's 358,400 pretraining examples): the constant's
-weight left in ``h`` is ``0.97^100`` = 4.8%. A few weights may end with a
-slightly negative ``h``: IVON's rule keeps ``h + wd`` > 0 (the precision),
-not ``h``. What the warm-up gives on the shipped policy is measured where it
-is used: step 0 of the ``c3po-learnt-hess`` runs of notebook 04 logs
-``hess_init_sft_loss``, ``hess_init_mean_h`` and ``hess_init_mean_sigma``
-(run records ``results/threepo_full/c3po-learnt-hess-*``).
-A model without known SFT data (a hub name, a checkpoint directory without
-``pretrain_log.json``) cannot take this option: it raises, naming what is
-needed.
+Derivations and measurements (calibration rules, diagnostics, Hessian warm-up): docs/methods/threepo.md.
 """
 
 from __future__ import annotations
@@ -227,7 +67,7 @@ REFERENCE_WEIGHT_STD = 0.02
 """Assumed std of the authors' 7B weight matrices: the ``initializer_range`` of the Qwen2.5 and OLMo configs."""
 TESTBED_ESS = 1e8
 """Default ESS of the presets on the testbed: `rlvr_lib.study.probes.premises.ess_by_noise_rule` on the shipped policy
-(testbed v7; the rule is in the module docstring, the measurement in ``results/testbed/premises.json``)."""
+(testbed v7; the rule is in docs/methods/threepo.md, the measurement in ``results/testbed/premises.json``)."""
 TESTBED_CLIP_RADIUS = 0.254
 """Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped;
 the measurement: ``results/testbed/threepo_calibration.json``)."""
@@ -252,7 +92,7 @@ def initial_sigma(ess: float, hess_init: float, weight_decay: float) -> float:
 
 def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, clip_radius: float,
                     rescale_lr: bool = True) -> float:
-    """The IVON lr whose largest per-weight step equals ``config_lr`` (the rule of the module docstring).
+    """The IVON lr whose largest per-weight step equals ``config_lr`` (the rule: docs/methods/threepo.md).
 
     IVON's mean update moves a weight by ``lr_eff * clip(., -c, c)`` with
     ``lr_eff = lr * (hess_init + wd)`` under ``rescale_lr`` (``lr`` otherwise)
@@ -307,7 +147,7 @@ def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_
 
 
 MAX_CLIPPED_SHARE = 0.2
-"""The regime rule's bound: at most this share of weights clipped by IVON after the warm-up (issue 29)."""
+"""The regime rule's bound: at most this share of weights clipped by IVON after the warm-up."""
 
 
 def _round_up(x: float, digits: int) -> float:
@@ -339,7 +179,7 @@ class RegimeCalibration:
 def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float, *,
                           max_clipped: float = MAX_CLIPPED_SHARE, hess_init: float = 1e-3, weight_decay: float = 1e-6,
                           rescale_lr: bool = True, digits: int = 3) -> RegimeCalibration:
-    """3PO's regime rule (issue 29): clip_radius from IVON's measured per-weight updates, then the IVON lr.
+    """3PO's regime rule: clip_radius from IVON's measured per-weight updates, then the IVON lr.
 
     Input: |u| (:func:`update_ratio`) of every weight at every measured IVON
     step after the warm-up, pooled (1-D), and AdamW's mean per-weight step
@@ -394,7 +234,7 @@ def weight_matrix_std(model: torch.nn.Module) -> float:
 
     ``std_W = sqrt(sum_i (w_i - mean)^2 / (n - 1))`` over the ``n`` entries of
     the embeddings and linear projections (tied weights counted once); norm
-    gains and biases are left out (see the module docstring).
+    gains and biases are left out (see docs/methods/threepo.md).
 
     Raises:
         ValueError: when the model has no trainable parameter with two or more dimensions.
@@ -419,7 +259,7 @@ def calibrated_ess(model: torch.nn.Module, ratio: float, hess_init: float, weigh
 
 def calibrate_ess(model: torch.nn.Module, *, reference_std: float = REFERENCE_WEIGHT_STD,
                   reference_ess: float = AUTHORS_ESS, hess_init: float = 1e-3, weight_decay: float = 1e-6) -> float:
-    """The testbed ESS by the rule of the module docstring: the authors' noise/weight-std ratio on ``model``.
+    """The testbed ESS by the noise-ratio rule (docs/methods/threepo.md): the authors' noise/weight-std ratio on ``model``.
 
     ``ratio = initial_sigma(reference_ess, h0, wd) / reference_std`` (the
     authors': 1.0e-3 / 0.02 = 0.050), then :func:`calibrated_ess`; with equal
@@ -672,7 +512,7 @@ class ThreePOOptions(ConfigBase):
 
     ``ess``, ``clip_radius`` and ``lr`` default to the testbed's calibration
     (:data:`TESTBED_ESS`, :data:`TESTBED_CLIP_RADIUS`, :data:`TESTBED_IVON_LR`;
-    the rules are in the module docstring); a real model passes the authors'
+    the rules are in docs/methods/threepo.md); a real model passes the authors'
     ``ess`` 1e9, ``clip_radius`` 1e-3 and ``lr`` 1.0. ``lr=None`` is the first
     rule, "matched": :func:`matched_ivon_lr` of the trainer config's ``lr``
     (IVON's largest per-weight step equals it; 0.999, the authors' 1.0, at the
@@ -818,15 +658,12 @@ class B3PO(Method):
 
 
 LEARNT_HESS_STEPS = 100
-"""The K of the learnt-Hessian ablation (``hess_init_steps``; the module docstring, "Warm-up settings")."""
+"""The K of the learnt-Hessian ablation (``hess_init_steps``; docs/methods/threepo.md, "Warm-up settings")."""
 LEARNT_HESS_REGIME = {"clip_radius": 0.0208, "lr": 3.14}
-"""The learnt-Hessian ablation's IVON ``clip_radius`` and ``lr`` (issue 56 item 5): the presets' calibration rule
-(:func:`calibrate_clip_and_lr`, at most 20% clipped, IVON's mean step equal to AdamW's under ``grpo``) run with the
-Hessian learnt first (``python -m rlvr_lib.study calibrate-threepo --run-steps 200 --hess-init-steps 100``,
-``results/testbed/threepo_calibration_learnt_hess.json``; a test ties them). At the presets' values the learnt
-Hessian's larger ``h`` moved weights about 5x less (mean step 2.95e-6 against 1.48e-5 in notebook 04's runs) with
-half the noise, so a gain over C3PO mixed the Hessian with a smaller step; at these the two arms' mean steps are
-matched by one rule."""
+"""The learnt-Hessian ablation's IVON ``clip_radius`` and ``lr``: the presets' calibration rule
+(:func:`calibrate_clip_and_lr`) run with the Hessian learnt first
+(``results/testbed/threepo_calibration_learnt_hess.json``; a test ties them), so both arms' mean steps are matched by
+one rule (why and how measured: docs/methods/threepo.md)."""
 HESS_INIT_STREAM = 0x3B1
 """RNG stream of the Hessian warm-up (its weight noise and its SFT data), keyed by ``(seed, stream, j)``."""
 
@@ -856,7 +693,7 @@ def learn_hessian_init(optimizer: _SummedIVON, model: torch.nn.Module, *, steps:
     (``sampled_params(train=True)``, noise from the global RNG forked by ``(seed, HESS_INIT_STREAM, j)``),
     the gradient of the pretraining loss (mean NLL per label token, `rlvr_lib.policy.pretrain.sft_loss`,
     no gradient clipping) at it, then ``optimizer.step()``: IVON's update of ``h`` from the "price"
-    estimate ``f = ess * (h + wd) * noise * g`` (see the module docstring). With ``lr = 0`` the mean
+    estimate ``f = ess * (h + wd) * noise * g`` (see docs/methods/threepo.md). With ``lr = 0`` the mean
     update is ``m - 0 * clip(.)``, so ``m`` is bit-identical. Afterwards the optimizer is fresh apart
     from ``h``: momentum zeroed, ``current_step`` 0 (momentum debiasing restarts), lr and ``beta2``
     restored, no gradient left. The SFT data generator is seeded by ``(seed, HESS_INIT_STREAM)``.
@@ -946,7 +783,7 @@ C3PO_SCHEMES = ("authors", "per_chunk")
 class C3POOptions(ThreePOOptions):
     """:class:`ThreePOOptions` plus C3PO's ``scheme``: ``"authors"`` (the default: one training draw, the weight
     truncated at ``seq_mis_threshold``) or ``"per_chunk"`` (each chunk's gradient at its own draw, the weight
-    pi_mean / pi_k masked above the threshold: this library's form before issue 56). :class:`C3PO` gives both."""
+    pi_mean / pi_k masked above the threshold: the committed records' form). :class:`C3PO` gives both."""
 
     scheme: str = "authors"
 
@@ -961,7 +798,7 @@ class C3PO(B3PO):
     Rollouts: slice k (G/N rollouts of every group) at weight sample k (``perturbed(model, k)``, keyed by
     ``(seed, step, STREAM, k)``); advantages over the pooled group of G (the configured estimator).
 
-    ``scheme="authors"`` (the preset; issue 56 item 1, as the authors' code runs it: ``verl/recipes/run_rl.sh`` with
+    ``scheme="authors"`` (the preset, as the authors' code runs it: ``verl/recipes/run_rl.sh`` with
     ``EXPLORATION_M`` > 1, their ``ray_trainer.py`` and verl's sequence-level rollout correction):
 
     * one fresh draw ``theta_t = m + sigma z_t`` for the whole training pass (every row, every chunk, every optimizer
@@ -982,14 +819,11 @@ class C3PO(B3PO):
     minibatch's rows, each the same draw), and ``_SummedIVON`` sums them: the minibatch's gradient at ``theta_t`` and
     its "price" Hessian estimate ``noise_t * g``, as one pass at one draw.
 
-    ``scheme="per_chunk"`` (this library's form until issue 56, kept to measure the difference): chunk k's gradient
-    at its own rollout draw k, old log-probs the rollout's, and the weight between the MEAN policy and draw k, masked
-    (not truncated) above C::
-
-        log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))
-        w_i       = rho_i * 1[rho_i <= C]
-
-    logged as ``seq_mis_masked_frac`` and ``seq_mis_ratio_mean`` (4.5-4.9% of rows masked in notebook 04's runs).
+    ``scheme="per_chunk"`` (the committed records' form, kept to measure the difference): chunk k's gradient at its
+    own rollout draw k, old log-probs the rollout's, and the weight between the MEAN policy and draw k, masked (not
+    truncated) above C: ``log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))``,
+    ``w_i = rho_i * 1[rho_i <= C]``, logged as ``seq_mis_masked_frac`` and ``seq_mis_ratio_mean`` (the share
+    masked in the runs: docs/methods/threepo.md).
 
     Primary control of every 3PO claim: the same preset with ``method_options={"noise_scale": 0.0}`` (IVON's mean
     update, no noise), beside GRPO.
