@@ -1,10 +1,8 @@
 """Reasoning-mode diversity of sampled traces (scikit-learn clustering).
 
-NudgeRL (arXiv 2605.15726) Fig. 1 counts the *reasoning modes* per problem:
-the sampled traces are clustered and the number of clusters present among a
-problem's samples is its mode count (naive sampling: 1 mode on > 75% of
-problems; strategy nudging: 2-5). SAGE (arXiv 2605.18864) T2 reports the
-frequency of reasoning patterns, whose spread :func:`strategy_entropy`
+NudgeRL (arXiv 2605.15726) Fig. 1 counts the *reasoning modes* per problem: the
+number of clusters among a problem's sampled traces. SAGE (arXiv 2605.18864) T2
+reports the frequency of reasoning patterns, whose spread :func:`strategy_entropy`
 summarises.
 
 Pipeline::
@@ -13,47 +11,22 @@ Pipeline::
     digit runs -> one "0")--> TF-IDF char n-grams (L2 rows) --> agglomerative
     (cosine, average linkage, threshold) or KMeans (k by silhouette)
 
-Why the strategy tag is stripped (``strip_tag=True``, the default of every
-function here): a testbed completion names its strategy in its first token
-(``split: 40*86+7*86=... #4042``), and the strategy label that the ARI is
-scored against is read from that same token (``parse_strategy``). Clustering
-traces that still carry the tag is close to circular: features of the tag
-alone already recover the labels (ARI 1.0), so neither the ARI nor the mode
-counts would say anything about the *reasoning* the policy wrote. With the
-tag removed, only the body (the steps) is clustered. ``strip_tag=False``
-keeps the old, tagged behaviour for comparison. What exactly is removed is
-documented in :func:`strip_strategy_tag`.
+For problem ``p`` with ``n_p`` samples and mode shares ``s_{p,m}``::
 
-Why numbers are masked (``mask_digits=True``): two traces of the same
-strategy on different problems share their *shape* but not their numbers.
-Char n-grams over digits are many and each rare, so TF-IDF gives them a high
-idf weight and they dominate the vectors; clusters then follow the problem's
-numbers (or which wrong number a sample wrote) instead of the way of
-reasoning. Measured on the arithmetic testbed (``rlvr_lib.tasks``; 240
-samples, 30% wrong numbers, 15% structural slips, strategy tags removed):
-unmasked, the mean cosine distance between two ``split`` traces is 0.92
-(about that between strategies, 0.97) and KMeans ARI is below 0.1.
+    count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|
 
-Why runs of digits are collapsed too (``collapse_numbers=True``, default):
-with digits masked one by one (``47*86`` -> ``00*00``) the number *lengths*
-remain, and a one-digit factor or a wrong answer one digit longer makes a
-sub-cluster of its own: KMeans then picked 4-8 clusters for 3 strategies
-(ARI 0.72-0.96 over 5 seeds). With each number mapped to one ``"0"``
-(``0*0+0*0=0+0=0 #0``) only the operators and the step structure remain,
-which is what tells strategies apart. Mean cosine distances on the 240
-noisy samples of the tests (garbage dropped), tag stripped (the default):
-within a strategy 0.00-0.05, ``split`` vs ``round`` 0.60, ``direct`` vs the
-others 0.78-0.79; with the tag kept (``strip_tag=False``): 0.00-0.04 / 0.72 /
-0.92-0.95. (The calibration statements below that do not name a setting
-were made on tagged features, before tag stripping became the default.)
+Departures (PAPERS.md does not state the papers' clustering; see also docs/departures.md):
 
-Which clustering: :func:`cluster_traces` defaults to KMeans (k by
-silhouette over ``k_range``), but the silhouette cannot score a single
-cluster and favours tight micro-clusters of identical shapes, so with
-structural slips it over-splits (8 clusters, ARI about 0.9). Average-linkage
-agglomerative clustering with a cosine threshold can return one cluster and
-recovered the 3 strategies (ARI >= 0.97) in every setting above, so
-:func:`mode_counts_per_problem` defaults to it.
+1. the strategy tag is stripped (``strip_tag=True``), else the tag alone recovers
+   the labels and the measurement is circular;
+2. digits are masked and digit runs collapsed (``mask_digits``,
+   ``collapse_numbers``), so clusters follow the steps, not the numbers;
+3. mode counts default to agglomerative clustering (threshold 0.3, calibrated on
+   the arithmetic testbed): it can return one mode and does not over-split;
+4. counts and ARI come from one clustering pooled over all problems
+   (:func:`modes_and_ari`).
+
+Why each choice, and the distances it was calibrated on: docs/library/diversity.md.
 """
 
 from __future__ import annotations
@@ -198,17 +171,15 @@ def build_vectorizer(
         analyzer: ``"char_wb"`` (default: char n-grams inside word
             boundaries), ``"char"`` or ``"word"``.
         ngram_range: ``(min_n, max_n)`` with ``1 <= min_n <= max_n``.
-        mask_digits: map every digit to ``"0"`` before vectorising (see the
-            module docstring for why this is the default).
+        mask_digits: map every digit to ``"0"`` before vectorising.
         collapse_numbers: with ``mask_digits``, map every run of digits to
             one ``"0"``, so number lengths stop being features too
-            (``40*6+7*6`` and ``40*86+7*86`` get the same shape). Default on:
-            see the module docstring. Ignored when ``mask_digits=False``.
+            (``40*6+7*6`` and ``40*86+7*86`` get the same shape). Ignored when
+            ``mask_digits=False``. Why both are on: docs/library/diversity.md.
         lowercase: lowercase before vectorising.
         strip_tag: remove the leading strategy tag (:func:`strip_strategy_tag`)
             before anything else, so the features never see the strategy's
-            name (default; see the module docstring). ``False`` keeps the tag
-            (the old behaviour, for comparison).
+            name (default). ``False`` keeps the tag (for comparison).
         **tfidf_kwargs: passed to ``TfidfVectorizer`` (e.g. ``min_df``,
             ``max_features``, ``sublinear_tf``); ``preprocessor`` is refused
             (it is built from ``strip_tag`` / ``mask_digits`` /
@@ -327,24 +298,15 @@ def cluster_features(
     ``KMeans(k, n_init=10, random_state=seed)`` and keep the ``k`` with the
     highest silhouette ``s = mean_i (b_i - a_i) / max(a_i, b_i)`` (Euclidean,
     i.e. monotone in cosine for L2 rows). Silhouette cannot score one
-    cluster, so this never returns fewer than 2 clusters for ``D >= 2``
-    (and no silhouette floor helps: on masked traces tight micro-clusters of
-    identical shapes score 0.9-1.0 even for a single strategy).
+    cluster, so this never returns fewer than 2 clusters for ``D >= 2``.
 
     ``"agglomerative"``: ``AgglomerativeClustering(metric="cosine",
     linkage="average", distance_threshold=t)``: merge until the mean cosine
     distance between clusters exceeds ``t``; the number of clusters (1 or
     more) follows from ``t``, ``k_range`` is not used. The default
-    ``t = 0.3`` is calibrated on the arithmetic testbed: mean cosine
-    distance within a strategy / ``split`` vs ``round`` / ``direct`` vs the
-    others is 0.00-0.05 / 0.60 / 0.78-0.79 with the default (tag-free) features
-    and 0.06-0.11 / 0.33 / 0.43-0.46 with ``collapse_numbers=False`` (tagged:
-    0.00-0.04 / 0.72 / 0.92-0.95 and 0.02-0.10 / 0.42 / 0.75-0.78); ``t`` in
-    [0.3, 0.5] gave exactly the 3 strategies on the default tagged features,
-    0.1-0.2 over-split. Tag-free with ``collapse_numbers=False``, ``split`` vs
-    ``round`` (0.33) is close to ``t``: recalibrate ``t`` there, and for
-    other trace formats. Needs the dense ``N x N`` distance matrix (memory
-    ``8 N^2`` bytes: 0.8 GB for 10k traces).
+    ``t = 0.3`` is calibrated on the arithmetic testbed's default features
+    (docs/library/diversity.md); recalibrate it for other features and trace
+    formats. Needs the dense ``N x N`` distance matrix (``8 N^2`` bytes).
 
     Degenerate inputs: ``D < 2`` distinct rows -> one cluster; ``N = 2`` and
     ``D = 2`` (silhouette undefined) -> two clusters under kmeans.
@@ -543,12 +505,12 @@ def mode_counts_per_problem(
             share of the problem's samples (0 = every mode present).
         method: ``"agglomerative"`` (default here, unlike
             :func:`cluster_traces`: it can find a single mode, and it does not
-            over-split on slips; see the module docstring) or ``"kmeans"``.
+            over-split on slips) or ``"kmeans"``.
         k_range, seed, distance_threshold, silhouette_sample_size: see
             :func:`cluster_features`.
         strip_tag: cluster the traces without their leading strategy tag
             (default, so modes are never counted from the strategy's name;
-            :func:`strip_strategy_tag`). ``False``: the old, tagged behaviour.
+            :func:`strip_strategy_tag`). ``False``: the tagged measurement.
         **featurize_kwargs: see :func:`featurize_traces`.
 
     Returns:
@@ -607,22 +569,9 @@ def modes_and_ari(
       strategy labels and the SAME pooled cluster labels (all traces, whatever
       ``min_share``).
 
-    Why pooled and not per problem: a mode is a way of reasoning, and a way
-    of reasoning is shared across problems (``split`` on ``47*86`` and on
-    ``23*5`` is one mode). Only a pooled clustering gives mode ids that mean
-    the same thing in every problem, so that the ARI (which can only be
-    scored over all traces against the pooled labels) rates the very
-    partition whose per-problem restriction gives the counts. Per-problem
-    clusterings would each see a handful of traces (16 by default in
-    ``policy_eval``), have no shared ids, and their ARI could not be pooled.
-    Reporting counts from one clustering and an ARI from another (as two
-    calls to :func:`mode_counts_per_problem` and :func:`mode_ari` with their
-    different default methods do) can pair "1 mode everywhere" with "ARI 1".
-
-    Consistency this guarantees: with ``min_share=0`` and ARI 1 the clusters
-    are the label classes, so ``count_p`` is the number of distinct labels in
-    problem ``p``; when one cluster holds everything, every ``count_p`` is 1
-    and the ARI is 0 (or ``None``, see below).
+    Pooled, so that the ARI rates the very partition whose per-problem
+    restriction gives the counts (why, and what that guarantees:
+    docs/library/diversity.md).
 
     Args:
         texts_by_problem: P non-empty lists of trace strings.
@@ -634,8 +583,8 @@ def modes_and_ari(
         k_range, seed, distance_threshold, silhouette_sample_size: see
             :func:`cluster_features`.
         strip_tag: cluster without the strategy tag (default;
-            :func:`strip_strategy_tag`); ``False`` for the old, tagged (and
-            close to circular) measurement.
+            :func:`strip_strategy_tag`); ``False`` for the tagged (close to
+            circular) measurement.
         **featurize_kwargs: see :func:`featurize_traces`.
 
     Returns:
