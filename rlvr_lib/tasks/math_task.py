@@ -179,14 +179,10 @@ class MathTask(PromptedTask):
     ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
     their families, so registering and configuring a task costs nothing.
 
-    Grading (`verify`, policy in `rlvr_lib.tasks.math_grading`): not a string
-    or longer than ``max_completion_chars`` -> ``malformed``; math-verify
-    extracts no answer (or fails on it) -> ``malformed``; an extracted answer
-    that is not equivalent to the gold one, holds several values where the gold
-    is one, or is followed by a hedged alternative -> ``wrong``; grading that
-    runs past ``timeout_s`` -> ``timeout``; else ``correct`` (reward 1; every
-    other status 0). The grading runs in a worker process (`WorkerPool`), so the
-    time limit holds on any thread, not only the main one.
+    Grading (`verify`, in a `WorkerPool` process; policy: docs/tasks/math_grading.md): not a string,
+    longer than ``max_completion_chars`` or no answer extracted -> ``malformed``; not equivalent,
+    several values, or a hedged alternative -> ``wrong``; past ``timeout_s`` -> ``timeout``; else
+    ``correct`` (reward 1; every other status 0).
 
     Args:
         name: Registry name; also the prefix of every problem uid.

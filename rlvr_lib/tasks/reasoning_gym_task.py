@@ -81,29 +81,13 @@ class ReasoningGymTask(PromptedTask):
     drawn with ``seed`` reads the virtual data set ``create_dataset(dataset,
     seed=s, size=capacity, **families[f])`` with ``s`` a fixed hash of
     ``(f, seed)``, item by item from index 0, skipping repeated questions, so
-    a draw is fixed by ``(family, n, seed)``. ``family_capacity`` is the
-    virtual size (``capacity``); a configuration with fewer distinct puzzles
-    raises when a draw exhausts it. Families with different names or seeds
-    read different generator streams; reasoning-gym does not promise they
-    never produce the same puzzle, but for any non-trivial configuration a
-    repeat is vanishingly rare.
+    a draw is fixed by ``(family, n, seed)``. ``Problem.operands`` is
+    ``(family, dataset seed, index)``; the oracle trace is ``<answer>{answer}</answer>``.
 
-    ``Problem.question`` is ``template`` filled with the generator's question
-    (through the tokenizer's chat template when asked, see `PromptFormat`);
-    ``Problem.answer`` is its oracle answer; ``Problem.difficulty`` names the
-    family's configuration; the oracle trace is ``<answer>{answer}</answer>``;
-    ``Problem.operands`` is ``(family, dataset seed, index)``, from which the
-    verifier regenerates the item (kept in memory once drawn).
-
-    Grading (`verify`): not a string or longer than ``max_completion_chars``,
-    or no final answer (`extract_final_answer`) -> ``malformed``; the data
-    set's ``score_answer`` below 1 (reasoning-gym's partial credit included),
-    or raising, or killing its worker (e.g. its memory limit) -> ``wrong``;
-    running past ``timeout_s`` -> ``timeout``; 1 -> ``correct`` (reward 1:
-    the binary verifiable reward of the papers; every other status 0). The
-    scorer runs in a worker process that rebuilds the data set from
-    ``(dataset, family config, dataset seed, capacity)`` and receives the item
-    (`rlvr_lib.tasks.rg_grading`), so the limit holds on any thread.
+    Grading (`verify`, in a worker process, `rlvr_lib.tasks.rg_grading`): not a string, too long
+    or no final answer -> ``malformed``; ``score_answer`` below 1, raising or killing its worker
+    -> ``wrong``; past ``timeout_s`` -> ``timeout``; 1 -> ``correct`` (reward 1; else 0).
+    Draws, problems and grading in full: docs/tasks/reasoning_gym.md.
 
     Args:
         name: Registry name; also the prefix of every problem uid.
