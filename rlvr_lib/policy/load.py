@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 
 TINY_POLICY_DIR = Path(__file__).resolve().parent / "checkpoints" / "tiny-mul"
 SMALL_POLICY_DIR = TINY_POLICY_DIR.with_name("small-mul")
-"""The second model size (issue 32, item 3): `rlvr_lib.policy.pretrain.POLICY_SIZES` ``"small"``, pretrained on the
+"""The second model size: `rlvr_lib.policy.pretrain.POLICY_SIZES` ``"small"``, pretrained on the
 tiny policy's data; pass it as ``policy`` (a local checkpoint directory) where it is shipped."""
 POLICY_DIRS = {"tiny": TINY_POLICY_DIR, "small": SMALL_POLICY_DIR}
 """Where ``python -m rlvr_lib pretrain --size S`` writes by default."""

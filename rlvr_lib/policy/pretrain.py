@@ -63,7 +63,7 @@ PRETRAIN_DIFFICULTY_MIX = (0.35, 0.35, 0.30)
 
 @dataclass(frozen=True)
 class PretrainConfig(ConfigBase):
-    """Pretraining settings (defaults rebuild the shipped checkpoint; the candidates tried are in issue 10).
+    """Pretraining settings (the defaults rebuild the shipped checkpoint).
 
     Attributes:
         seed: Fixes data order, initialisation and everything else.
@@ -136,7 +136,7 @@ POLICY_SIZES: dict[str, dict] = {
 }
 """Model shapes pretrained here: ``"tiny"`` is the shipped policy (`PretrainConfig`'s defaults, 0.62M parameters
 with its 259-token vocabulary); ``"small"`` doubles its width (hidden 96 -> 192, MLP 384 -> 768; 4 layers and 4
-heads kept), 2.41M parameters, 3.91x (issue 32, item 3: "about 4x"). Width rather than depth: the same FLOPs,
+heads kept), 2.41M parameters, 3.91x the tiny policy (the target was about 4x). Width rather than depth: the same FLOPs,
 fewer sequential ops per token on a CPU. Everything else (data, steps, batch, lr schedule, seed) is the tiny policy's, so the two differ in size only;
 a size whose policy misses the testbed's calibration targets is reported so, not retuned toward them."""
 
