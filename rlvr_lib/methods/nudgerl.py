@@ -1,11 +1,29 @@
 """NudgeRL: strategy nudging with hint dropout, inter/intra credit and hint-free self-distillation.
 
-NudgeRL (arXiv 2605.15726; code tally0818/NudgeRL) conditions rollouts on light
-strategy hints so that sampling visits reasoning modes plain sampling misses,
-credits rewards across hints, and distils what the hinted rollouts found back
-into the hint-free policy. It is a plug-in of the one GRPO loop: ``hints``,
-the ``"hint"`` advantage estimator (`rlvr_lib.algos.hint_advantages`,
-through ``advantage_options``) and ``extra_loss``; no trainer edit.
+NudgeRL (arXiv 2605.15726; code tally0818/NudgeRL) rolls out each group from H hints of the task's pool
+(R = G / H rollouts per hint; each rollout drops its hint with probability ``p_drop``, then sampled from the
+hint-free prompt x0), credits rewards within and across hints, and distils the hinted rollouts into the
+hint-free policy. A plug-in of the one GRPO loop (``hints``, the ``"hint"`` advantage estimator,
+``extra_loss``). Per group, m the mean of all G rewards, m_z that of hint z's rollouts:
+
+    hinted rollout i:  A_i = (r_i - m_{z(i)}) + lam * (m_{z(i)} - m);   no-hint rollout i:  A_i = r_i - m
+    A_hat_i   = (A_i - mean_group(A)) / (std_group(A) + adv_eps)            (population std)
+    L         = L_RL(x1) + lambda_distill * L_distill                       (x1 = x0 + hint)
+    L_distill = -(1/n) sum_i w_i A_hat_i * s_i,  s_i = (1/|y_i|) sum_t log pi_theta(y_it | x0, y_i<t)
+
+over the n rows of the minibatch, with no ratio and no clip in L_distill; w_i = 1 for every row
+(``distill_rows="all"``) or for hinted rows only (``"hinted"``). lam = 1 is GRPO's credit.
+
+Departures from the paper (details in docs/departures.md, "NudgeRL"):
+
+1. A problem with fewer than H hints sends the missing slots' rollouts to the no-hint sub-group (the
+   authors' code raises), so every task trains at group size G.
+2. ``dropout_unit="hint"`` (one dropout draw per hint) and ``distill_rows="hinted"`` are ablations the
+   paper does not run.
+3. The testbed's hint pool (`TaskHintPool`: 5 unverified hints, useful strategies mixed with distractors)
+   stands in for the paper's hints.
+
+Hint layout, dropout draws, distillation cost and diagnostics: docs/methods/nudgerl.md.
 """
 
 from __future__ import annotations
@@ -55,108 +73,20 @@ class NudgeRLOptions(ConfigBase):
 class NudgeRL(Method):
     """NudgeRL (arXiv 2605.15726, code tally0818/NudgeRL): hint-nudged rollouts, inter/intra credit, distillation.
 
-    **Hints** (``hints``). Per problem x0 the task's ordered hint pool
-    C(x0) = ``get_task(config.task).hints(x0)`` (the testbed's `TaskHintPool`:
-    5 unverified hints, useful strategies mixed with distractors; any task may
-    give hints, an `LMHintPool` plugs in as the task's pool). Empty hints are
-    skipped. H = ``hints_per_problem`` hints are used: the first H
-    (``hint_selection="first"``, the code's "sequential" sampler and its
-    config default) or H drawn without replacement, redrawn every step
-    (``"random"``). Each hint gets R = ``rollouts_per_hint`` rollouts, so
-    G = H x R must equal ``config.group_size``; R = ``None`` (default) means
-    G / H (4 at the preset's G = 8, H = 2), and G must then be divisible by H.
-    The group is laid out hint by hint; ``hint_index`` is the hint's index
-    in the problem's pool (so "random" gives indices up to |C(x0)| - 1).
+    Formulas: the module docstring; behaviour in full: docs/methods/nudgerl.md.
 
-    **Hint dropout** (the paper's "context dropout"). With ``dropout_unit="rollout"`` (default) each
-    rollout drops its hint on its own draw with probability ``p_drop`` (the
-    paper's "each rollout is generated without its hint with probability
-    p_drop"; the authors' ``_get_rollout_counts`` draws Binomial(R, p_drop)
-    dropped rollouts per hint, which is the same law). A dropped rollout is
-    generated from the hint-free prompt x0, as ``(-1, None)``: together the
-    dropped rollouts form the group's one "no-hint" sub-group. With
-    ``dropout_unit="hint"`` there is one draw per hint: a dropped hint sends
-    all its R rollouts to x0 (our first reading of "drawn per hint" in the
-    authors' code; kept as an ablation, since it changes how often a group has
-    both kinds of rollouts).
-    Per step, the dropout uniforms U are drawn first, as one array
-    (``(M, H)`` or ``(M, H, R)`` for the step's M problems), then the random
-    selections: a slot is dropped iff U < p_drop, so the dropout pattern does
-    not depend on ``hint_selection``, and runs that differ only in ``p_drop``
-    are coupled (a hint dropped at p = 0.25 is dropped at p = 0.5 too).
-    Randomness comes only from the ``rng`` the trainer passes
-    (``np.random.default_rng([seed, step, 1])``).
+    ``hints``: per problem x0, the task's hint pool C(x0) = ``get_task(config.task).hints(x0)``, empty hints
+    skipped; the first H (``"first"``) or H drawn without replacement every step (``"random"``), R rollouts
+    each, laid out hint by hint as ``(pool index, hint)``, or ``(-1, None)`` for a no-hint rollout. Dropout
+    uniforms are drawn first, so runs differing only in ``p_drop`` are coupled; randomness comes only from
+    the trainer's ``rng``. ``extra_loss``: ``lambda_distill`` x L_distill, one extra teacher-forced forward
+    of the hinted rows with a nonzero advantage under ``batch.plain_prompt_ids``.
 
-    Fewer hints than H: every available hint is used, and the rollouts of the
-    missing slots go to the no-hint sub-group (as if dropped; they are
-    logged apart, ``nudge_missing_hint_share``); a problem without any hint is
-    plain GRPO sampling (all G rollouts from x0). The authors' code raises
-    instead; here the group size stays G so every task trains.
-
-    **Inter/intra advantage** (``config.advantage="hint"``,
-    `rlvr_lib.algos.hint_advantages`, options ``lam`` and ``adv_eps``).
-    Within one problem's group, with m = mean of all G rewards and m_z the
-    mean reward of the rollouts of hint z:
-
-        hinted rollout i (hint z(i)):  A_i = (r_i - m_{z(i)}) + lam * (m_{z(i)} - m)
-        no-hint rollout i:             A_i = r_i - m
-        A_hat_i = (A_i - mean_group(A)) / (std_group(A) + adv_eps)
-
-    with the population std (as the authors' code), lam = 1.1, adv_eps =
-    1e-5. For binary rewards and lam in [0, 2] a higher reward never gets a
-    lower advantage within a group. lam = 1 is GRPO's credit (with the
-    population std).
-
-    **Loss.** L = L_RL(x1) + ``lambda_distill`` * L_distill, L_RL the
-    config's PPO-clip surrogate (eps 0.2, ``seq_mean_token_mean``: TRL's
-    "grpo" loss, as the authors' ``loss_type="grpo"``) on the prompt each
-    rollout was sampled from (x1 = x0 + hint), and, over the n rows of the
-    minibatch,
-
-        L_distill = -(1/n) sum_i w_i A_hat_i * s_i,
-        s_i = (1/|y_i|) sum_t log pi_theta(y_{i,t} | x0, y_{i,<t})     (temperature = the step's)
-
-    with no ratio and no clipping (``extra_loss``). ``distill_rows="all"``
-    (default): w_i = 1 for every row, as the paper's "mean over rollouts"
-    and the authors' code (which scores every row of its micro-batch under
-    x0); for a no-hint row x0 is the prompt it was sampled from, so its
-    term is an unclipped REINFORCE term on its own prompt, which adds
-    ``lambda_distill`` x its policy gradient on the on-policy pass.
-    ``distill_rows="hinted"``: w_i = 1 for hinted rows, 0 otherwise (still
-    divided by n, so ``lambda_distill`` keeps its scale): distillation only.
-    Cost: one extra teacher-forced forward (`sequence_logprobs`) of the
-    minibatch's HINTED completions with a nonzero advantage (a row with
-    A_hat_i = 0 adds exactly 0 to L_distill and to its gradient; whole
-    zero-advantage groups are common) under ``batch.plain_prompt_ids``; a
-    no-hint row's x0 log-probs are the trainer's ``logp`` of that row
-    (same prompt, weights and temperature), reused with their graph. No
-    forward at all when ``lambda_distill == 0`` or no row is hinted.
-
-    **Logged** per step: ``distill_loss`` (L_distill, mean over minibatches),
-    ``distill_term`` (lambda_distill x L_distill) and ``distill_share`` =
-    |distill_term| / (|loss - distill_term| + |distill_term|), from the step's
-    minibatch means (a surrogate's value says little about its gradient: at
-    ratio 1 a minibatch of whole groups has L_RL = -mean(A_hat) = 0, so the
-    share is near 1 on on-policy passes; read it as the size of the term,
-    not of its gradient); ``nudge_share_hinted`` / ``nudge_share_none``
-    (shares of rollouts with / without a hint), ``nudge_acc_hinted`` /
-    ``nudge_acc_none`` (accuracy of each; absent on a step without such
-    rollouts), ``nudge_mixed_groups`` (problems with both kinds of rollouts),
-    ``nudge_solved_only_hinted`` (of those, problems with a correct hinted
-    rollout and no correct hint-free one), ``nudge_solved_only_none`` (the
-    reverse), ``nudge_drop_rate`` (realised share of dropped hint slots, or
-    rollouts for ``dropout_unit="rollout"``, among slots with a hint) and
-    ``nudge_missing_hint_share`` (share of hint slots the pool could not fill).
-
-    Preset (:data:`NUDGERL_SETTINGS`, the authors' ``configs/train_config.yaml``):
-    no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, ``advantage="hint"``,
-    G = 8 (2 hints x 4), two optimizer steps per generation batch (``minibatches=2``,
-    each a shuffled half of the step's rollouts, as the authors' TRL run: generation
-    batch 8, train batch 4), cosine lr after a 5% linear warm-up (`rlvr_lib.schedules`).
-    Compare with GRPO at the same settings (``method_config("grpo", **NUDGERL_SETTINGS)``).
+    Preset: :data:`NUDGERL_SETTINGS` (the authors' ``configs/train_config.yaml``). Compare with GRPO at the
+    same settings (``method_config("grpo", **NUDGERL_SETTINGS)``).
 
     Options: ``hints_per_problem`` (int >= 1, default 2), ``rollouts_per_hint``
-    (int >= 1 or None = G / hints_per_problem; default None), ``hint_selection``
+    (int >= 1 or None = G / hints_per_problem; default None; H x R must equal G), ``hint_selection``
     ("first" or "random", default "first"), ``p_drop`` (in [0, 1], default
     0.5), ``dropout_unit`` ("rollout" or "hint", default "rollout"), ``lam``
     (>= 0, default 1.1), ``adv_eps`` (>= 0, default 1e-5), ``lambda_distill``
@@ -197,7 +127,7 @@ class NudgeRL(Method):
         return [str(h) for h in self._task.hints(problem)]
 
     def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
-        """Per problem, G pairs ``(pool index, hint)`` or ``(-1, None)``; see the class docstring."""
+        """Per problem, G pairs ``(pool index, hint)`` or ``(-1, None)``; see docs/methods/nudgerl.md."""
         opts = self.options
         H, R = opts.hints_per_problem, self.rollouts_per_hint(group_size)
         shape = (len(problems), H) if opts.dropout_unit == "hint" else (len(problems), H, R)
@@ -257,7 +187,7 @@ class NudgeRL(Method):
 
     # -- loss -----------------------------------------------------------------------------
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor | float, dict]:
-        """``lambda_distill`` x L_distill on the minibatch's rows (formula in the class docstring)."""
+        """``lambda_distill`` x L_distill on the minibatch's rows (formula in the module docstring)."""
         coef = self.options.lambda_distill
         if coef == 0:
             return 0.0, {"distill_term": 0.0}
