@@ -1,59 +1,28 @@
 """VIGOR: a verifier-free reward from the norm of a completion's own NLL gradient (arXiv 2605.09920; code ZJUSCL/VIGOR).
 
-The reward hook replaces the verifier's reward by VIGOR's score
-(`rlvr_lib.rewards.grad_norm_scores`), at the weights that sampled the batch:
+The reward hook replaces the verifier's reward by VIGOR's score (`rlvr_lib.rewards.grad_norm_scores`), at
+the weights that sampled the batch; per completion i of G in its group:
 
     S_i = -sqrt(T_i) * ||grad_theta l_i||_2,   l_i = mean token NLL of y_i given x_i (temperature 1)
+    u_i = 2 (rank_i - 1) / (G - 1) - 1,    A_i = (u_i - mean_g u) / (std_g u + 1e-4)   (rank_shaping=True)
+    A_i = (S_i - mean_g S) / (std_g S + 1e-4)                                          (rank_shaping=False)
 
-and a completion with an empty mask (no completion token to score) gets
-``min - 1e-3``, min the lowest score of its group's non-empty completions, as
-the authors' code (:func:`empty_below_group_min`; :data:`EMPTY_MARGIN`). Only
-those: a truncated completion (it hit ``max_new_tokens``) keeps its own score,
-as there. (Before issue 29 truncated completions took the group minimum.) The
-advantage (`VIGOR.advantages`) is, with ``rank_shaping=True`` (default), the
-config's ``"rank"`` estimator (`rlvr_lib.algos.rank_advantages`: ranks within
-the group by a stable argsort, ties in row order as the authors' code, mapped
-to [-1, 1], then the group normalisation with the unbiased std and eps 1e-4):
+ranks by a stable argsort, ties in row order, unbiased std. An empty completion gets ``min - 1e-3``
+(:func:`empty_below_group_min`). The verifier still runs for ``accuracy`` but never enters the reward.
+Preset (:data:`VIGOR_SETTINGS`): G = 8, TRL's k3 KL at beta 0.01, cosine lr after a 10% linear warm-up.
 
-    u_i = 2 (rank_i - 1) / (G - 1) - 1,    A_i = (u_i - mean_g u) / (std_g u + 1e-4)
+Options: ``sqrt_len`` (bool, default True; False: the "without sqrt(T)" ablation), ``rank_shaping``
+(bool, default True; False: the "without rank shaping" ablation), ``impl`` (``"auto"``, ``"ghost"``,
+``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the model allows them, else the naive loop;
+equal values, `rlvr_lib.rewards.grad_norm`). ``config.advantage`` must be ``"rank"``.
 
-and with ``rank_shaping=False`` the paper's "without rank shaping" ablation, the
-raw scores group-normalised with the same eps
-(``rlvr_lib.algos.grpo_advantages(S, group, eps=1e-4)``):
+Departures from the paper (details in docs/departures.md, "VIGOR"):
 
-    A_i = (S_i - mean_g S) / (std_g S + 1e-4).
+1. A truncated completion keeps its own score, as the authors' code (PAPERS.md: the group minimum); only
+   empty completions get ``min - 1e-3``.
+2. Completions are tens of tokens long, not hundreds, so length effects are measured over short outputs.
 
-``config.advantage`` must be ``"rank"`` (the preset's; the switch is the
-option, not the estimator). ``method_options={"sqrt_len": False}`` is the
-"without sqrt(T)" ablation.
-
-The verifier still runs, so ``accuracy`` is logged, but it never enters the
-reward (``reward_mean`` is the mean score). A verifier that raises does not
-stop training (``uses_verifier_reward = False``, `rlvr_lib.methods.base.Method`):
-that completion's verdict is ``"unverified"``, left out of the accuracy metrics.
-
-Preset (:data:`VIGOR_SETTINGS`): G = 8, KL beta 0.01 with TRL's k3, as the authors' code, and
-their cosine lr schedule with a linear warm-up over 10% of the run (`rlvr_lib.schedules`). It trains
-with TRL's ``GRPOTrainer``, whose per-token KL
-
-    exp(ref_logp - logp) - (ref_logp - logp) - 1
-
-is differentiated by autograd: this library's ``"k3"`` estimator
-(`rlvr_lib.algos.kl`: the value estimates the reverse KL, the gradient is the
-forward KL's; ``"reverse"`` would keep the value and change the gradient).
-
-Logged per step: ``vigor_grad_norm`` (mean ||g||), ``vigor_truncated_frac``
-(share of truncated completions), ``vigor_empty_frac`` (share of empty ones,
-given ``min - 1e-3``) and ``vigor_acc_rank_r``
-for r = 1..G (`accuracy_by_rank`: accuracy of each group's r-th best
-completion by the reward, the paper's rank-vs-accuracy figure). The loop
-logs ``reward_acc_corr`` for every method (the reward's correlation with
-the verifier's verdict), VIGOR's score-accuracy correlation here.
-
-Options: ``sqrt_len`` (bool, default True), ``rank_shaping`` (bool, default
-True), ``impl`` (``"auto"``, ``"ghost"``, ``"naive"`` or ``"vmap"``; default
-``"auto"``: ghost norms where the model allows them, else the naive loop; equal
-values, `rlvr_lib.rewards.grad_norm`).
+Edge cases, the KL term and diagnostics: docs/methods/vigor.md.
 """
 
 from __future__ import annotations
@@ -214,8 +183,8 @@ VIGOR_SETTINGS = {"kl_coef": 0.01, "kl_estimator": "k3", "group_size": 8, **pape
 """The `TrainerConfig` fields VIGOR's runs share (the authors' TRL config): TRL's k3 KL at beta 0.01, G = 8,
 cosine lr decay after a linear warm-up over 10% of the optimizer steps (the authors' ``warmup_ratio``). Its
 verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_SETTINGS)``), so only the
-reward differs, and so does INTUITOR, VIGOR's other comparator (its preset is them: `rlvr_lib.methods.baselines`,
-issue 56 item 4)."""
+reward differs, and so does INTUITOR, VIGOR's other comparator (its preset is them:
+`rlvr_lib.methods.baselines`)."""
 
 register_method("vigor", VIGOR,
                 "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
