@@ -1,66 +1,35 @@
-"""The plug-in interface between the RL loop and a method.
+"""The plug-in interface between the RL loop and a method: ``Method(config)`` *is* GRPO.
 
-The trainer (``rlvr_lib.trainer``) is one GRPO loop that never names a paper.
-A method changes it only through the hooks below; each hook's default is plain
-GRPO, so ``Method(config)`` *is* GRPO. A paper's method overrides the few hooks
-it needs, declares its settings as an ``Options`` dataclass, and registers a
-preset with `rlvr_lib.methods.registry.register_method`; no trainer edit is
-needed.
+The trainer (``rlvr_lib.trainer``) never names a paper. A method overrides only the hooks it needs (each
+default is plain GRPO), declares its settings as an ``Options`` dataclass and registers a preset with
+`rlvr_lib.methods.registry.register_method`; no trainer edit is needed.
 
-========================  ===========================================  ==================================
-hook                      what it decides                              used by
-========================  ===========================================  ==================================
-``Options``               the method's validated settings              every method with settings
-``hints``                 the hint appended to each rollout's prompt   NudgeRL (hint pool), POPE
-``weight_samples``        weight samples per step; the G rollouts of   3PO (IVON posterior samples)
-``perturbed``             a group are split among them, and rollouts
-                          and each sample's forward/backward run in
-                          ``perturbed(model, k, train)``
-``rewards``               rewards (verifier or intrinsic)              VIGOR, INTUITOR, DAPO
-``keep_groups``           which groups to train on (dynamic sampling)  DAPO
-``refill_rounds``         cap on refilling dropped groups              DAPO
-``advantages``            advantages from rewards and group/hint       NudgeRL (inter/intra), Dr.GRPO
-``before_update``         per-row side data for the loss hooks, put    3PO Seq-MIS (mean-policy
-                          in ``batch.extras`` (sliced with the rows)   log-probs), NudgeRL
-``policy_loss``           the per-token surrogate                      KL-Cov, Clip-Cov, 3PO Seq-MIS
-``anchor``                the per-token reference anchor (KL)          SAGE (shaped KL, logs q)
-``extra_loss``            added loss terms (distillation, entropy)     NudgeRL (hint-free distillation
-                                                                       via ``batch.plain_prompt_ids``),
-                                                                       EntReg
-``sampling_temperature``  sampling temperature of a step               Polaris
-``make_optimizer``        the optimizer                                3PO (IVON)
-``tuning_lr``,            the lr an lr-tuning grid scales              3PO (IVON's lr)
-``with_tuning_lr``        (`rlvr_lib.study.tuning`)
-``on_step_start``         per-step method state (seeded generators)    Clip-Cov, SAGE (random guide)
-``on_step_end``           per-step method state (latches)              Polaris
-``state_dict``            the method state a checkpoint keeps          Polaris, 3PO (IVON step count)
-========================  ===========================================  ==================================
+========================  ==============================================  ==================================
+hook                      what it decides                                 used by
+========================  ==============================================  ==================================
+``Options``               the method's validated settings                 every method with settings
+``hints``                 the hint appended to each rollout's prompt      NudgeRL (hint pool), POPE
+``weight_samples``,       weight samples per step (the G rollouts split   3PO (IVON posterior samples)
+``perturbed``             among them), ``perturbed(model, k, train)``
+``rewards``               rewards (verifier or intrinsic)                 VIGOR, INTUITOR, DAPO
+``keep_groups``,          which groups to train on, cap on refills        DAPO (dynamic sampling)
+``refill_rounds``
+``advantages``            advantages from rewards and group/hint          NudgeRL (inter/intra), Dr.GRPO
+``before_update``         per-row side data in ``batch.extras``           3PO Seq-MIS, NudgeRL
+``policy_loss``           the per-token surrogate                         KL-Cov, Clip-Cov, 3PO Seq-MIS
+``anchor``                the per-token reference anchor (KL)             SAGE (shaped KL, logs q)
+``extra_loss``            added loss terms (distillation, entropy)        NudgeRL, EntReg
+``sampling_temperature``  sampling temperature of a step                  Polaris
+``make_optimizer``        the optimizer                                   3PO (IVON)
+``tuning_lr``,            the lr an lr-tuning grid scales                 3PO (IVON's lr)
+``with_tuning_lr``
+``on_step_start``,        per-step method state (seeded generators,       Clip-Cov, SAGE, Polaris
+``on_step_end``           latches)
+``state_dict``            the method state a checkpoint keeps             Polaris, 3PO (IVON step count)
+========================  ==============================================  ==================================
 
-How the four methods fit without a trainer edit:
-
-* NudgeRL: ``hints`` draws hints (with hint dropout: ``None``), the
-  ``"hint"`` advantage estimator (`rlvr_lib.algos.hint_advantages`)
-  credits across hints (``advantage_options`` passes its lambda), and
-  ``extra_loss`` distils into the hint-free policy by scoring the
-  minibatch's completions on ``batch.plain_prompt_ids``.
-* 3PO: ``make_optimizer`` returns ``ivon.IVON``; ``weight_samples`` > 1 and
-  ``perturbed`` enters ``optimizer.sampled_params(train=...)`` under
-  ``forked_torch_rng(seed, step, k)``; each row's ``batch.weight_index`` says
-  which sample rolled it out; ``before_update`` stores mean-policy log-probs for
-  Seq-MIS in ``batch.extras``, which ``policy_loss`` reads on its minibatch.
-* SAGE: ``anchor`` returns the guide-shaped KL and its stats (q); a random
-  guide draws from ``self.generator(step, stream)``.
-* VIGOR: ``rewards`` scores completions by their NLL-gradient norm with the
-  model, and the ``rank`` advantage estimator shapes them (``advantages``
-  group-normalises the raw scores instead for the no-rank-shaping ablation);
-  ``uses_verifier_reward = False``, so a verifier that raises does not stop it.
-
-Methods whose hooks do not clash compose (``compose("nudgerl", "sage", kl_coef=0.2)``): each
-exclusive hook from its one owner, the per-step hooks and ``extra_loss`` of every component in
-order; the rules and the pairs that are refused are in `rlvr_lib.methods.compose`.
-
-Randomness: a method draws only from generators keyed by (seed, step, stream)
-(:meth:`Method.generator`, `rlvr_lib.seeding`), never from the global RNG.
+Randomness: only from generators keyed by (seed, step, stream) (:meth:`Method.generator`), never global.
+How the four methods use the hooks, and composition: docs/methods/base.md.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """The GRPO-family baselines the four papers compare against, each a registered method.
 
-Every baseline is a small `Method` subclass that overrides only the hooks its
-paper changes, plus a `TrainerConfig` preset (registered at the bottom of this
-file). Method-specific settings live in ``TrainerConfig.method_options``; each
-class declares them as a frozen `ConfigBase` dataclass ``Options`` (fields,
-defaults, ``validate``), parsed into ``self.options`` when the method is built
-(an unknown key, or a bad value, raises ``ValueError`` naming the option, the
-value and what is allowed).
+Each is a `Method` subclass overriding only the hooks its paper changes, with a `TrainerConfig` preset
+(registered at the bottom) and its settings in ``method_options``, parsed by its ``Options`` dataclass.
 
 =================  ==========================================================  =================
 name               what changes against GRPO (``grpo``: reverse-KL anchor)      compared in
@@ -27,24 +22,13 @@ pope               oracle-prefix hints on half of the prompts                  N
 intuitor           reward = self-certainty, no verifier                        VIGOR
 =================  ==========================================================  =================
 
-SAGE's own GRPO, ``grpo_k3`` (the authors' k3 anchor), is registered with SAGE
-(`rlvr_lib.methods.sage`). SAGE's "BNPO" and "DAPO" rows are, in its code, loss-aggregation variants with
-KL off (TRL's ``loss_type`` "bnpo" and "dapo": token-normalised over the local, resp. global, batch); on one
-process both are ``bnpo_loss``, and SAGE's DAPO is the ``dapo`` hooks at `rlvr_lib.methods.sage.SAGE_DAPO`.
-The full DAPO recipe is ``dapo``.
+Departures from the papers (details in docs/departures.md):
 
-Each comparator at its paper's settings (issue 56, item 4). ``pope``'s preset is NudgeRL's configuration
-(:data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS`: top_p 0.95, two optimizer steps per batch, cosine lr
-after a 5% warm-up, no KL), as NudgeRL's authors run it beside NudgeRL; ``intuitor``'s is VIGOR's
-(:data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS`: TRL's k3 KL at beta 0.01, G = 8, cosine lr after a 10%
-warm-up), as VIGOR's comparison runs it (the INTUITOR authors' own beta is 0.005, constant lr). 3PO's
-baselines (``entropy_reg``, ``polaris``, ``kl_cov``) keep the testbed's settings as presets (notebook 02's
-rows); 3PO's comparisons give them 3PO's warm-up (:data:`rlvr_lib.methods.threepo.THREEPO_SETTINGS`)
-through their declarations (`rlvr_lib.study.claims.nb04_3po.COMPARISONS`).
+1. ``pope`` runs at NudgeRL's settings and ``intuitor`` at VIGOR's, as those papers' comparisons run
+   them; INTUITOR's authors use beta 0.005 and a constant lr.
+2. On the testbed POPE's 15% oracle prefix is the oracle strategy's name: "hint the right strategy".
 
-The 3PO and NudgeRL baselines run without a KL anchor, as those papers' GRPO
-does; compare them with ``grpo_no_kl``, not with ``grpo`` (anchored at ``TESTBED_KL_COEF``).
-GRPO with any group size needs no entry: ``method_config("grpo", group_size=32)``.
+Settings of each comparator and the testbed's measurements: docs/methods/baselines.md.
 """
 
 from __future__ import annotations
@@ -477,27 +461,16 @@ class POPE(Method):
     0; the others -1). The completion is still a full solution, verified as
     usual, and the loss is taken on the prompt the rollout saw.
 
-    What the tiny policy sees: the hint goes through ``Problem.prompt_with``
-    like any hint, e.g. ``48*51=? hint: round:``. The oracle traces have 27-37
-    characters, so 15% is 5-6 characters (``split``, ``split:``, ``round``,
-    ``round:``): the name of the oracle trace's strategy, which is the strategy
-    best suited to the problem. On the testbed POPE is therefore "hint the right
-    strategy on half the prompts", the privileged counterpart of NudgeRL's
-    unverified hints. The pretraining hints are bare strategy names and the
-    policy reads this form: measured on 64 ``train`` problems x 8 samples
-    (embedded policy, temperature 1), it follows the oracle strategy 99.8% of
-    the time (12% unhinted), accuracy 0.69 (0.59 unhinted). A label such as
-    ``"partial solution:"`` (option ``label``, put before the prefix) is text the
-    policy never saw: it then writes 44% malformed completions (accuracy 0.06),
-    so the default is no label. A newline in a hint would end the prompt;
-    ``prompt_with`` folds whitespace to single spaces.
+    The hint goes through ``Problem.prompt_with`` like any hint (whitespace folded), e.g.
+    ``48*51=? hint: round:``: on the testbed 15% of an oracle trace is its strategy's name. The default
+    ``label`` is empty, since a label the policy never saw makes it write malformed completions
+    (measurements: docs/methods/baselines.md).
 
     Options: ``share`` (in [0, 1], default 0.5), ``ratio`` (in (0, 1], default
     0.15), ``max_prefix_tokens`` (int >= 1, default 512), ``label`` (str, default "").
     Preset: NudgeRL's configuration, :data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS` (no KL, eps 0.2/0.2,
     top_p 0.95, G = 8, two optimizer steps per generation batch, cosine lr after a 5% warm-up), as the
-    NudgeRL authors run POPE@8 beside NudgeRL@8 (issue 56, item 4; until then one optimizer step per batch,
-    top_p 1.0, constant lr).
+    NudgeRL authors run POPE@8 beside NudgeRL@8.
     """
 
     Options = POPEOptions
@@ -542,10 +515,9 @@ class Intuitor(Method):
     ``accuracy`` is logged honestly, but it never enters the reward
     (``reward_mean`` is the mean self-certainty, in nats); a verifier that raises
     does not stop training (``uses_verifier_reward = False``). VIGOR's (arXiv 2605.09920) baseline, at VIGOR's
-    configuration (issue 56, item 4): preset :data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS` (TRL's k3 KL at
+    configuration: preset :data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS` (TRL's k3 KL at
     beta 0.01, G = 8, cosine lr after a 10% linear warm-up), so that INTUITOR and VIGOR differ only by the
-    reward (and VIGOR's rank shaping of it). The INTUITOR authors' own run (``verl-intuitor/math_intuitor.sh``:
-    ``kl_loss_coef=0.005``, ``low_var_kl``, constant lr) was the preset until then.
+    reward (and VIGOR's rank shaping of it). The INTUITOR authors' own settings: docs/methods/baselines.md.
 
     Options: ``forward_batch_size`` (int >= 1, default 64; memory only, the result does not depend on it).
     """

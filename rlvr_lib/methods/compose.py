@@ -1,16 +1,9 @@
 """Composing methods: ``compose("nudgerl", "sage", kl_coef=0.2)`` registers ``"nudgerl+sage"``.
 
-A composite is a plain `Method` subclass, registered like any method, so
-``method_config("nudgerl+sage", ...)``, the trainer, the TRL backend and every
-runner take it unchanged. It holds one hook object per component, each built
-from the composite's config with ``method=<component>`` and
-``method_options=<its part>``, and delegates each hook by the rules below.
-
-**Exclusive hooks** (:data:`EXCLUSIVE`): at most one component may override a
-family (differ from `Method`'s default); the composite calls that component's
-hook, or GRPO's default when none overrides it. Two components overriding the
-same family raise ``ValueError`` naming the hook and both methods, since there
-is no rule that combines, e.g., two advantage estimates or two optimizers:
+A composite is a plain registered `Method` holding one hook object per component (built with
+``method=<component>``, ``method_options=<its part>``). **Exclusive hooks** (:data:`EXCLUSIVE`): at most one
+component may override a family; the composite calls the owner's hook (GRPO's default when none does), and
+two owners raise ``ValueError`` naming the hook and both methods:
 
 ======================  =========================================================  ==================================
 family                  hooks (and class attributes)                              why one owner
@@ -26,53 +19,14 @@ family                  hooks (and class attributes)                            
 ``tuning lr``           ``tuning_lr``, ``with_tuning_lr``                          one lr that a tuning grid scales
 ======================  =========================================================  ==================================
 
-A component that calls, on ``self``, an exclusive hook it does not override
-sees the owner's: the composite binds the owner's hook onto the other
-components (e.g. NudgeRL's distillation scores at ``self.sampling_temperature``,
-which must be the step's temperature, whoever sets it). A hook a component
-overrides keeps calling its own component's other hooks (delegation to the
-component object).
+**Combined hooks** (:data:`COMBINED`): every overriding component's, in the order given to `compose`;
+``extra_loss`` is L_extra = sum_c L_extra,c, and a stat, ``metrics`` or ``batch.extras`` key written by two
+components is an error. One overriding component: its result untouched (``compose("sage", "grpo")``
+trains bit-identically to ``"sage"``). ``method_options`` is ``{component: its options}``. The preset
+(:func:`composite_preset`) merges the components' claimed keys; a conflict is refused unless passed to
+`compose`. Not from a paper: this library's composition of the papers' methods.
 
-**Combined hooks** (:data:`COMBINED`), each component's in the order the names
-were given to `compose` (``compose("a", "b")``: a's, then b's):
-
-* ``on_step_start(step)``: every component's (the default keeps each one's ``step``);
-* ``before_update(batch, model)``: each overriding component's; a ``batch.extras``
-  key written by two components is an error;
-* ``extra_loss``: L_extra = sum_c L_extra,c over the overriding components, stats merged;
-  a stat key two components both log is an error (not prefixed: a component
-  reads its own stats back by name in ``on_step_end``, as NudgeRL's
-  ``distill_share`` does);
-* ``on_step_end(step, metrics)``: each overriding component's, on the one
-  ``metrics`` dict; a key written by two components is an error;
-* ``state_dict`` / ``load_state_dict``: ``{component: its state}``.
-
-With a single overriding component every hook returns that component's
-result untouched, so ``compose("sage", "grpo")`` trains bit-identically to ``"sage"``.
-
-**Options.** ``method_options`` of a composite is ``{component: its options}``
-(a missing component gets its defaults); each part is validated by the
-component's own ``Options``, and `resolved_method_options` gives every
-component's options complete (JSON).
-
-**Preset** (:func:`composite_preset`). Each component other than ``"grpo"``
-claims the `TrainerConfig` keys its preset sets, and its lr from
-`rlvr_lib.methods.presets.TUNED_LR`; ``"grpo"`` is the identity and claims
-nothing (its preset is what the others' presets override). Keys claimed by one
-component take its value; a key two components claim with different values is
-a conflict, refused with each method's value, unless the caller passes it to
-`compose` (``compose("sage", "b3po", kl_coef=0.2)``), which then wins. Keys no
-one claims keep `TrainerConfig`'s defaults, as for any single method.
-
-A config can name a composite that is not registered yet: `ensure_registered`
-(through `rlvr_lib.methods.registry.resolve_name`) composes it without ``resolve``.
-A `TrainerConfig` (built field by field, or read back from a run record or a
-checkpoint in a fresh process) needs only the hooks, so a pair whose presets
-conflict is registered there with the conflicting keys left out of its preset
-(``PRESET_UNRESOLVED`` names them); `method_config`, which builds from the
-preset, refuses such a name unless its overrides set those keys (a config
-file that names the pair sets them) or ``compose(..., key=value)`` chose them
-(that call then replaces the entry).
+Every rule (binding, options, presets, names not yet registered): docs/methods/compose.md.
 """
 
 from __future__ import annotations
@@ -110,7 +64,7 @@ EXCLUSIVE: dict[str, tuple[str, ...]] = {
 
 COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on_step_end", "state_dict",
                              "load_state_dict")
-"""Hooks every overriding component runs, in the order of the names (the module docstring gives each rule)."""
+"""Hooks every overriding component runs, in the order of the names (docs/methods/compose.md gives each rule)."""
 
 DERIVED: tuple[str, ...] = ("reads_parameters",)
 """Class attributes a composite takes from all its components: true when any component's is."""
@@ -405,7 +359,7 @@ def preset_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float | None]:
-    """The composite's preset and tuned lr (module docstring, "Preset"); ``resolve`` settles conflicts.
+    """The composite's preset and tuned lr (docs/methods/compose.md, "Preset"); ``resolve`` settles conflicts.
 
     Raises:
         ValueError: two components fix one key to different values and ``resolve`` does not set it; the
@@ -490,7 +444,7 @@ def ensure_registered(name: str, *, preset: bool = False, given=frozenset()) -> 
 
     One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` (``preset=False``) and `method_config`
     (``preset=True``, ``given`` its overrides) call it through `rlvr_lib.methods.registry.resolve_name`. A pair
-    whose presets conflict is registered with those keys left out (the module docstring, "Preset"); with
+    whose presets conflict is registered with those keys left out (docs/methods/compose.md, "Preset"); with
     ``preset=True`` a conflicting key not in ``given`` is raised (`PresetConflict`).
 
     Raises:
