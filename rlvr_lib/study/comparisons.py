@@ -1,37 +1,19 @@
 """Paired comparisons as data: which two arms a claim compares, and the one setting in which they differ.
 
-Every claims module (`rlvr_lib.study.claims`) that compares two trained arms declares them in a ``COMPARISONS``
-mapping, ``{pair id: Pair}``: the method arm, the comparator arm (each a registered method plus `TrainerConfig`
-overrides over its preset, resolved through `rlvr_lib.methods.presets.method_config`), the `TrainerConfig` fields
-in which they differ (``differs``), that difference in words, and the claim (or measurement, or check) ids of the
-module that read the pair. Notebooks build their arms from these declarations (:meth:`Pair.arms`, `Arm.train`),
-and ``tests/test_comparisons.py`` resolves both arms' full configs and holds every pair to its declaration: the
-fields that differ are exactly ``differs``, so a pair that differs in a setting it does not name (the lr, the
-schedule, top_p, the optimizer steps per batch, the KL, method options...) fails.
+Every claims module that compares two trained arms declares them in ``COMPARISONS = {pair id: Pair}``: the method
+arm and the comparator arm (each a registered method plus `TrainerConfig` overrides over its preset), the fields
+in which they differ (``differs``), that difference in words, and the row ids that read the pair. Notebooks
+build their arms from it (:meth:`Pair.arms`, `Arm.train`); ``tests/test_comparisons.py`` holds every pair's
+resolved configs to differ in exactly ``differs``.
 
-The rule (issue 56, item 4; written before any run of the recompute that uses it)
----------------------------------------------------------------------------------
-Where a comparison claims one difference ("they differ only by X"), both arms share every other setting, the lr
-included. The lr both arms take is the COMPARATOR's: its pick of the equal tuning budget
-(`rlvr_lib.methods.presets.TUNED_LR`; its preset's lr where the sweep has none), or the lr its declaration sets.
-:meth:`Pair.arms` applies it: the method arm gets the comparator's lr unless ``lr`` is the named difference.
+The rule (written before any run that uses it): where a comparison claims one difference, both arms share every
+other setting, the lr included, and that lr is the COMPARATOR's (its pick in
+`rlvr_lib.methods.presets.TUNED_LR`, its preset's lr where the sweep has none, or the lr its declaration sets);
+:meth:`Pair.arms` gives it to the method arm unless ``lr`` is the named difference, under the label
+``"<label>@<comparator label>-lr"``. A comparison that is not one difference (notebooks 07 and 08) declares
+every field in which its arms differ. Rows against the base policy are not pairs.
 
-Why the comparator's pick, and not a tuning of the pair together: the comparator's pick is already fixed by the
-committed tuning runs (``results/testbed/lr_tuning.json``), and it is the lr at which the comparator is reported
-in every other row, so the comparator is never run below its own best setting (a method cannot win by a detuned
-comparator) and the method gets no help from its own tuning (a gain at the comparator's lr is not bought by the
-lr). A joint tuning would need one more sweep per pair, which the recompute's budget does not hold. The cost: a
-method arm whose own pick differs from its comparator's is trained again at the comparator's lr, under a label
-that says so (``"<label>@<comparator label>-lr"``, :meth:`Pair.arms`), e.g. ``sage_token`` at ``grpo_k3``'s 1e-4
-and ``vigor`` at GRPO's 1e-4 beside ``vigor`` at its own (= INTUITOR's) 3.3e-5.
-
-A comparison that does not claim one difference (notebook 07's head-to-head at equal compute, where each method
-runs at its own preset and tuned lr; notebook 08's arms at their presets) declares every field in which its arms
-differ, so the test holds it to that list too, and its ``difference`` says that it is not a one-difference
-comparison.
-
-Rows against the base policy (an evaluation, not a trained arm) and measurements of one arm are not pairs and are
-not declared.
+Why the comparator's lr, and what it costs: docs/study/comparisons.md.
 """
 
 from __future__ import annotations

@@ -1,61 +1,25 @@
 """Dynamics calibration: does GRPO on the testbed show the bottleneck the four papers fix?
 
-The static calibration (`rlvr_lib.study.calibration`) says the base policy *can*
-show it: a dominant strategy that is also the best one on the RL pool, and a
-rare one that alone solves a subset the RL pool never rewards. This module
-measures whether it *does*: GRPO (the ``grpo`` preset at the full profile's
-prompts per step and G) is trained for several seeds, evaluated against the
-base policy with the library's statistics at each of a list of step counts
-stated before measuring (`STEP_CANDIDATES`), and checked against the targets
-of the papers' premise (issue 27; SAGE, NudgeRL and 3PO all start from it):
+GRPO (``grpo``, anchored) and ``grpo_no_kl`` are trained for several seeds, evaluated against the base policy at
+each step count of :data:`STEP_CANDIDATES` (stated before measuring), and checked against the targets of the
+papers' premise (`dynamics_targets`; SAGE, NudgeRL and 3PO all start from it):
 
-* ``pass_at_1_gain``: in-distribution pass@1 rises by >= 0.05 over the base,
-  with the paired interval above 0 (RLVR works);
-* ``rare_pass_at_256_drop``: on ``rare_mix`` the base's pass@256 exceeds
-  GRPO's by >= 0.05, interval above 0 (the pass@k crossover of Yue et al.,
-  2025, where only the rare strategy works);
-* ``crossover_k``: on the in-distribution average, the smallest k at which
-  the base's pass@k is >= GRPO's is <= 256;
-* ``strategy_entropy_fall``: the first-token strategy entropy falls by >= 30%;
-* ``rare_share_fall``: the rare strategy's share falls >= 2x;
-* ``rare_lost_vs_rescued``: on ``rare_mix``, in the wide (256-sample)
-  evaluation, problems lost minus the resampling null (a second wide base
-  evaluation) are >= 3x problems rescued. A problem is "reached" when one of
-  the 256 samples is correct, the large-k reach the bottleneck is about. The
-  same count on the main evaluation's 32 samples is reported beside it
-  (``rare_lost_vs_rescued_main``, not a gate): there the null (about 20 of 200
-  problems flip between two base seeds) is as large as the rescued count, so
-  it measures resampling more than the policy;
-* ``kl_binds``: the anchored run's KL to the base is <= 0.5x that of GRPO
-  without the anchor (``grpo_no_kl``), both measured by
-  `rlvr_lib.eval.reference_kl` on fresh samples.
+1. ``pass_at_1_gain``: in-distribution pass@1 rises by >= 0.05, paired interval above 0;
+2. ``rare_pass_at_256_drop``: on ``rare_mix`` base pass@256 - GRPO's >= 0.05, interval above 0 (Yue et al., 2025);
+3. ``crossover_k``: the smallest k with base pass@k >= GRPO's (in-distribution average) is <= 256;
+4. ``strategy_entropy_fall``: first-token strategy entropy falls by >= 30%;
+5. ``rare_share_fall``: the rare strategy's share falls >= 2x;
+6. ``rare_lost_vs_rescued``: on ``rare_mix`` at 256 samples, (lost - resampling null) >= 3 x rescued
+   (``rare_lost_vs_rescued_main``, at the main 32 samples, is reported and never gates);
+7. ``kl_binds``: KL(anchored || base) <= 0.5 x KL(``grpo_no_kl`` || base), both by `rlvr_lib.eval.reference_kl`.
 
-A target is met when its point value meets the bound and, where the target
-names one, its 95% interval does too; a row with ``"gates": False`` is
-reported and never gates. The full profile's step count is the smallest
-candidate at which every gating target is met (`chosen_steps`).
+A target is met when its point value, and its 95% interval where it names one, meet the bound. ``chosen_steps``
+is the smallest candidate meeting every gating target (:func:`full_profile_steps`). The anchor's beta is tried
+over :data:`KL_COEF_CANDIDATES` in order; the first that meets every gating target is the testbed's
+(`rlvr_lib.methods.TESTBED_KL_COEF`). One run per (method, seed) trains to the largest candidate and is
+evaluated at each on the way.
 
-The report (`measure_dynamics`, ``results/testbed/dynamics.json``) keeps the
-verdict apart from the search that led to it: ``targets`` holds only the
-gating targets at the chosen beta and step count (so ``all_targets_met`` is
-exactly "every entry of ``targets`` is met"), ``reported`` the non-gating
-ones there, and ``search`` every beta tried with every target at every step
-count (`targets_by_steps`), met or not.
-
-The anchor's beta is part of the testbed, calibrated like SAGE's tau and
-3PO's ESS (`KL_COEF_CANDIDATES`, stated before measuring it): the anchored
-arm is trained at each candidate beta in order, from the papers' 0.05
-upwards, and the first beta at which some step count meets every gating
-target is the testbed's (`rlvr_lib.methods.TESTBED_KL_COEF`, the ``grpo``
-preset's and every anchored preset's beta); later candidates are not run.
-The papers' premise (SAGE: the reverse-KL optimum pi ∝ pi_ref exp(r/beta)
-starves rare modes) assumes an anchor that binds; at 0.05 on this testbed it
-cut the KL by 15%.
-
-One run per (method, seed) trains to the largest candidate and is evaluated
-at every candidate on the way (the ``grpo`` preset's learning rate is
-constant, so the policy at step S of a longer run is the S-step run's); an
-interrupted run resumes from its checkpoint and keeps the evaluations made.
+The targets' reasons, the report's layout and the beta calibration: docs/study/dynamics.md.
 """
 
 from __future__ import annotations
@@ -77,10 +41,10 @@ from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, RARE_FAMILIES, STRATEGIES
 from rlvr_lib.validation import invalid
 
 STEP_CANDIDATES = (100, 200, 300)
-"""Step counts at which the dynamics are measured, stated before any measurement (issue 27)."""
+"""Step counts at which the dynamics are measured, stated before any measurement."""
 KL_COEF_CANDIDATES = (0.05, 0.1, 0.2, 0.4)
 """Betas of the anchored arm, tried in this order (the papers' 0.05, then doubling), stated before measuring any
-but the first (issue 27: at 0.05 the anchor cut the KL by 15%, the target asks for 50%)."""
+but the first (at 0.05 the anchor cut the KL by 15%, the target asks for 50%)."""
 EXPERIMENT = "testbed_dynamics"
 ANCHORED, UNANCHORED = "grpo", "grpo_no_kl"
 RARE_FAMILY = RARE_FAMILIES[0]
@@ -438,7 +402,7 @@ def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) ->
         "all_targets_met": chosen is not None,
         **verdict_at(per_step[chosen if chosen is not None else max(per_step)]),
         "search": search,
-        # One model in a calibration of record (issue 31): the same seed trains another trajectory on another one.
+        # One model in a calibration of record: the same seed trains another trajectory on another one.
         "processors": sorted({(r.extra or {}).get("machine", {}).get("cpu_model", "?") for r in runs}),
         "summary": {str(s): v for s, v in summary.items()},
         "training_curves": curves,
@@ -503,7 +467,7 @@ def full_profile_steps(path: str | Path | None = None, *, policy: str | None = N
     """The full profile's GRPO step count: `chosen_steps` of the dynamics calibration of the shipped policy.
 
     Reads ``results/testbed/dynamics.json`` (or ``path``). The notebooks' full profiles train for this many
-    steps (issue 27: the smallest pre-stated candidate at which every dynamics target holds).
+    steps (the smallest pre-stated candidate at which every dynamics target holds).
 
     Raises:
         ValueError: when the file is missing, was measured on another policy than ``policy`` (``None``: the

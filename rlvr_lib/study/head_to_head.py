@@ -1,107 +1,24 @@
-"""Notebook 07's rules, stated once before any of its runs (issue 32, item 2): equal compute, which arms, the
-pairs' settings, and the "when does it help" map.
+"""Notebook 07's rules, stated once before any of its runs: equal compute, which arms, the pairs' settings, each
+method beside its own paper's comparator, each pass@1 claim under its paper's protocol, and the map.
 
-**Equal compute** (:class:`Budget`). Every arm samples the same number of completions and takes the same
-number of optimizer steps (`rlvr_lib.trainer.compute_spent`): ``steps x prompts_per_step x group_size``
-completions and ``steps`` optimizer steps, i.e. one optimizer step per generation batch (``minibatches = 1``,
-``inner_epochs = 1``, the testbed's default and notebook 02's setting, so its GRPO and baselines are read from
-its cache). How the methods whose own settings differ are brought to it:
+* :class:`Budget` -- every arm: ``steps x prompts_per_step x group_size`` completions and ``steps`` optimizer
+  steps (``minibatches = inner_epochs = 1``; DAPO keeps its filter, not its refills); extra forwards are
+  reported as wall time, not budgeted.
+* :func:`select_arms` -- GRPO, the best two of notebook 02's baselines, the best 3PO variant (:data:`FALLBACK`
+  before their records exist), NudgeRL, SAGE, VIGOR and every pair that composes (:func:`composable_pairs`), with
+  :func:`pair_settings`: ``kl_coef`` the largest, ``lr`` the smallest, the 3PO variant's schedule, any other
+  conflict refused.
+* :func:`own_comparators` -- each method's arm with only its mechanism undone (:class:`Comparator`); an effect
+  against GRPO is the method's only where its own comparator shows it too (:func:`attribution`).
+* :func:`protocol_plan` -- each ``*-beats-grpo`` / ``*-beats-own`` row read under its source paper's pass@1
+  protocol (`rlvr_lib.study.protocols`); an arm such a row reads is trained here with every evaluation it needs.
+* :func:`gain_growth` -- per method, ``mean(small gains) - mean(tiny gains)`` of the per-seed gain over GRPO on
+  the second model size (:data:`SCALE_POLICY`), Welch t interval.
+* :func:`gain_map` -- per-problem pass@k gain over GRPO per quartile bucket of the base's per-problem pass@1,
+  paired seeds x problems bootstrap; a bucket *helps* / *hurts* only when its whole interval is above / below 0.
 
-* **two optimizer steps per batch** (NudgeRL's preset, ``minibatches = 2``): run at one, like every arm. Its
-  paper's own setting is notebook 03's to test (against GRPO at the same setting); here the question is the
-  method at the budget every arm has.
-* **dynamic sampling** (DAPO: refill rounds replace groups with no signal, sampling more completions by a
-  count known only afterwards): its filter stays, its refills go (``max_refill_rounds = 0``): a step samples
-  ``prompts_per_step x group_size`` completions and trains on the groups it keeps.
-* **extra forwards** are not in the budget and are reported as wall time per step (``time_step``): NudgeRL's
-  hint-free scoring, C3PO's chunks, VIGOR's per-completion gradient norms, 3PO's mean-policy forwards, the KL
-  reference's forward. The budget counts what an RLVR paper's "same rollouts, same updates" counts.
-
-:meth:`Budget.check` holds every finished run to it exactly and names the arm, the seed and what differs.
-
-**Arms.** GRPO (notebook 02's); the best two of notebook 02's baselines, picked by :func:`select_arms` from
-notebook 02's full-profile records on the shipped policy and testbed: the highest mean in-distribution pass@1
-(over its seeds) among notebook 02's baselines other than GRPO and the identity check ``grpo_k2``, then the
-highest mean ``rare_mix`` pass@256 on the wide evaluation among those with it (:data:`BASELINES_WITH_WIDE`),
-the first pick excluded so the two differ; the best 3PO variant, the highest mean in-distribution pass@1 of
-B3PO, M3PO and C3PO in notebook 04's records; ties go to the first name in alphabetical order. Before those
-records exist (today) the quick profile uses :data:`FALLBACK` and says so; the full profile refuses to run.
-Then NudgeRL, SAGE, VIGOR and every pair of the four methods that composes (:func:`composable_pairs`, the
-rules of `rlvr_lib.methods.compose.pair_table`), each with its presets' conflicts settled by
-:func:`pair_settings`:
-
-* ``kl_coef``: the largest of the components' (SAGE's `TESTBED_KL_COEF` when SAGE is in the pair: its guide
-  acts only through the anchor; else VIGOR's 0.01: an anchor a component's paper runs with is kept);
-* ``lr``: the smallest of the components' tuned lrs (each was tuned alone; the smaller is stable for both);
-* ``lr_schedule`` and ``lr_warmup_ratio``: the 3PO variant's when it is in the pair (it owns the optimizer,
-  and its IVON lr was calibrated under its schedule), else the first component's;
-* any other key: refused, naming it (no rule was written for it).
-
-**Each method beside its own paper's comparator** (issue 56, item 7; :func:`own_comparators`,
-:class:`Comparator`, :class:`Comparison`). Against notebook 02's GRPO an arm differs by its method *and* by every
-setting its preset changes (SAGE: the k3 KL estimator; 3PO: no KL, its warm-up; NudgeRL: no KL, top_p, its
-schedule; VIGOR: k3 at 0.01, its schedule and lr), so a difference from GRPO may be a setting's, not the
-method's. Each method therefore also stands beside its own paper's comparator, the rule written before any of its
-runs: **the comparator is the method's arm at the budget with only the named fields replaced** (the mechanism
-undone), every other setting, the lr included, the arm's (:meth:`Comparator.config`, checked by
-:meth:`Comparator.check` on the configs and, in the notebook, on the records): GRPO at NudgeRL's settings; ``grpo_k3``
-for SAGE (read from notebook 05's records: its config there is this one); for the 3PO variant, itself without weight
-noise and GRPO (AdamW, ``grpo_no_kl``) at 3PO's settings; GRPO with the verifier at VIGOR's settings and lr. One
-whose home notebook does not train the same config with the wide evaluation is trained here with it
-(:func:`comparator_home`). The map and the measures beside it are read per :class:`Comparison` (an arm against
-GRPO, or against its own comparator; :func:`comparison_map`), each naming the difference it reads
-(:func:`compare`, from the two arms' records' configs), and the guide attributes an effect shown against GRPO to
-the method only where its own comparator shows it too (:func:`attribution`): an effect equal under the own
-comparator is what the shared settings do. The second size's growth stays against GRPO (no own comparator is
-trained on it).
-
-**Each pass@1 claim under its source paper's evaluation protocol** (issue 56, item 6; :func:`protocol_plan`,
-:class:`ProtocolPlan`). The claims module's ``PROTOCOL`` is ``"by source"``: a ``*-beats-grpo`` or ``*-beats-own``
-row is its paper's headline claim, so it is read as that paper measures pass@1 (`rlvr_lib.study.protocols`):
-NudgeRL's rows as mean@k at temperature 0.7, 3PO's as mean@8 at temperature 0.6, VIGOR's as greedy pass@1, SAGE's
-under the main evaluation (its paper states none), samples scaled by the one rule
-(`rlvr_lib.study.protocols.SCALING_RULE`: 32 at the full profile, 8 at the quick one). Every arm such a row reads
-carries the evaluation of every protocol its rows are read under, as extra evaluations: GRPO NudgeRL's, 3PO's and
-VIGOR's; NudgeRL and GRPO at NudgeRL's settings NudgeRL's; the 3PO variant and GRPO at 3PO's settings 3PO's;
-VIGOR and GRPO with the verifier at VIGOR's settings VIGOR's; SAGE and ``grpo_k3`` none. The base policy is
-evaluated under each protocol that has an extra evaluation (in this notebook's folder). ``nudgerl-rare-wide``
-(pass@256), the measurements (no paper states them: the pairs, the map, the growth with size, the noise-free
-control), the map's buckets, the pass@k curves and the diversity measures stay on the temperature-1.0 main and
-wide evaluations.
-
-*Where an arm with protocol evaluations is read.* Extra evaluations are part of a run's cache key, so an arm
-another notebook trains (:data:`SHARED`, :attr:`Comparator.home`) keeps that notebook's record only when notebook
-07 asks it for no evaluation beyond that notebook's (:func:`home`, :func:`comparator_home`, with the plan's
-:meth:`ProtocolPlan.extra_specs`). The rule: **an arm a protocol row reads is trained here, its own copy, with every
-evaluation it is read under**; the home notebook's record is not touched and its owner adds nothing. Today this
-moves one arm: GRPO (notebook 02's until now; the same config and seeds, so its training is notebook 02's again,
-bit for bit on one processor). SAGE and ``grpo_k3`` (SAGE's protocol is the main evaluation) and the baselines (no
-protocol row reads them) stay read from notebooks 05 and 02.
-
-*What it costs* (:meth:`ProtocolPlan.cost`, stated before any run; the full profile, 200 problems x 7 families,
-main evaluation 32 samples): NudgeRL's protocol 18 evaluations of 44,800 completions (GRPO, NudgeRL and GRPO at
-NudgeRL's settings x 5, the base x 3), about a main evaluation's sampling each; 3PO's 18 of 11,200 (a quarter);
-VIGOR's 16 greedy ones of 1,400. At README "Budget"'s AMD EPYC cost of a main evaluation (about 90 s) that is about
-0.58 core-hours; GRPO trained here instead of read costs 5 runs with the main and wide evaluations (about 400 s
-each on that machine, 0.56 core-hours). In all about 1.1 core-hours, **about 0.6 elapsed hours** of two workers
-added to notebook 07's 2.5-hour budget (README "Budget"; `rlvr_lib.study.report`'s Compute table measures it from
-the records).
-
-**A second model size** (issue 32, item 3; :func:`scale_policy`, :func:`seed_gains`, :func:`gain_growth`). GRPO
-and the four methods (the selected 3PO variant) are trained again, at the same budget and seeds ``0..2``, on the
-second policy (:data:`SCALE_POLICY`, `rlvr_lib.policy.load.POLICY_NAMES`, built by ``make second-size``), and the
-base policy evaluated, in notebook 07's own folder (the policy is in every run's cache key; the report shows
-one table per policy). Per method and size, its per-seed gain over GRPO (in-distribution pass@1 at seed ``s``
-minus GRPO's at seed ``s``); the question, per method, is whether the mean gain is larger on the second size:
-``mean(small gains) - mean(tiny gains)`` with a Welch t interval (the two sizes' seeds are independent runs).
-The tiny size's gains are notebook 07's own arms (5 seeds).
-
-**The map** (:func:`gain_map`): per method, its per-problem pass@k gain over GRPO in each bucket of one
-property of the problem, the base policy's per-problem pass@1 (mean over its sampling seeds), cut at its
-quartiles (:func:`bucket_edges`), each bucket with a paired bootstrap interval over seeds x problems
-(`rlvr_lib.study.stats.paired_difference_ci`). A bucket reads *helps* or *hurts* only when its whole interval
-is above or below 0 (:func:`map_summary`, which also writes the map into the executed notebook); README's "which
-method for which situation" is read off it (:func:`guide`, rendered by `rlvr_lib.study.report`).
+Not from a paper: the equal-compute comparison is this study's. Each rule's full statement, the pair settings'
+reasons, the protocol evaluations each arm carries and their cost: docs/study/head_to_head.md.
 """
 
 from __future__ import annotations
@@ -330,7 +247,7 @@ def pair_name(a: str, b: str) -> str:
     """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return its name (``"a+b"``).
 
     A composite with a 3PO component trains in its own calibrated IVON regime
-    (`rlvr_lib.study.probes.ivon_regime.composite_regime`, issue 56 item 2): refused while it has none."""
+    (`rlvr_lib.study.probes.ivon_regime.composite_regime`): refused while it has none."""
     from rlvr_lib.study.probes.ivon_regime import composite_regime
 
     threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
@@ -347,7 +264,7 @@ def better_component(pair: str, means: Mapping[str, float]) -> str:
 # ----------------------------------------------------------------------------- each method's own comparator
 @dataclass(frozen=True)
 class Comparator:
-    """An arm a method's arm stands beside besides plain GRPO: its paper's own comparator (issue 56, item 7).
+    """An arm a method's arm stands beside besides plain GRPO: its paper's own comparator.
 
     The comparator's config is the method arm's config at the budget with only ``replace``'s fields changed
     (:meth:`config`; ``method_options`` merged into the arm's): every other setting, the lr included, is the arm's,
@@ -574,7 +491,7 @@ CLAIMS_MODULE = "nb07_head_to_head"
 @dataclass(frozen=True)
 class ProtocolPlan:
     """Which paper's evaluation protocol each of notebook 07's pass@1 claims is read under, and so which protocol
-    evaluations each arm carries (issue 56, item 6; the module docstring's rule).
+    evaluations each arm carries (the module docstring's rule).
 
     Attributes:
         rows: ``{claim id: (arm, versus, protocol name)}``: each pass@1 claim of the claims module
@@ -764,7 +681,7 @@ def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metri
             ``ci_high``), each a signed difference whose 0 means "no difference from the comparator" (notebook 07:
             the ``rare_mix`` pass@256 gap of every arm, the growth of each method's gain with size); each value is
             read as the buckets are. A run may have such a measure and no bucket (a baseline or a pair).
-        comparisons: the :class:`Comparison` each run is (notebook 07, issue 56 item 7: every method against GRPO
+        comparisons: the :class:`Comparison` each run is (notebook 07: every method against GRPO
             and against its paper's own comparator): every run of the map and beside it must be one's
             :attr:`~Comparison.label`, and the guide names the comparator and the difference each statement reads.
             None: every run is against GRPO (the map as notebook 07 wrote it before).
@@ -888,7 +805,7 @@ def guide(data: Mapping[str, Any]) -> list[str]:
     shown (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
     per run, no judgement beyond the intervals.
 
-    On a map with ``comparisons`` (issue 56, item 7) each bullet first names its comparator and the difference it
+    On a map with ``comparisons`` each bullet first names its comparator and the difference it
     reads (plain GRPO: the method with every setting it changes; the method's own paper's comparator: its
     mechanism alone), and a bullet against GRPO ends with :func:`attribution`: which of its effects the method's
     own comparators attribute to the method, and which not."""

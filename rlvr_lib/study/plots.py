@@ -1,46 +1,20 @@
-"""Figures for the notebooks: pass@k curves, strategy shares, hint following,
-training curves and reasoning-mode histograms.
+"""Figures for the notebooks: pass@k curves, strategy shares, hint following, training curves and reasoning-mode
+histograms.
 
-Every helper takes plain dicts (what :mod:`rlvr_lib.study.runs` records hold,
-JSON string keys such as ``"16"`` included), returns the
-:class:`matplotlib.figure.Figure` and, given ``path``, also saves it through
-:func:`save_figure` (atomic; parent folders are created). Use
-:func:`figure_path` for the conventional place,
-``results/<experiment>/figures/<name>.png``. Pass ``ax`` (``axes`` for
-:func:`plot_training_curves`) to draw into an existing figure instead of a new
-one.
+Every helper takes plain dicts (what :mod:`rlvr_lib.study.runs` records hold, JSON string keys such as ``"16"``
+included), returns the :class:`matplotlib.figure.Figure` and, given ``path``, saves it atomically through
+:func:`save_figure` (conventional place: :func:`figure_path`, ``results/<experiment>/figures/<name>.png``). Pass
+``ax`` (``axes`` for :func:`plot_training_curves`) to draw into an existing figure.
 
-Readability rules shared by the line and bar figures with many labels
-(:func:`plot_training_curves`, :func:`plot_pass_at_k`,
-:func:`plot_mode_histogram`):
+Shared rules of the figures with many labels: at most :data:`MAX_LINES_PER_PANEL` (6) labels per panel (more are
+split over panels, ``split=False`` raises ``ValueError``, ``groups`` chooses panels, ``reference`` is drawn
+dark grey in every panel); seaborn's ``"colorblind"`` palette with distinct line styles (:data:`LINESTYLES`);
+legends outside the axes; bands over seeds are Student-t intervals
+``mean +- t_{n-1} s / sqrt(n)`` (:func:`rlvr_lib.study.stats.aggregate_seeds`) clipped to
+:data:`METRIC_BOUNDS`. A figure is detached from pyplot (``plt.close(fig)``) and never shown here: end a
+notebook cell with it to show it once.
 
-* **At most** :data:`MAX_LINES_PER_PANEL` (6) **labels per panel.** More
-  labels are split, in the given order, over several panels of near-equal size
-  (``split=True``, the default); ``split=False`` raises ``ValueError``
-  instead; ``groups=[[...], [...]]`` chooses the panels by hand;
-  ``reference="base"`` draws that label first in every panel, dark grey and
-  solid, as a common yardstick.
-* **Colour-blind-safe colours and distinct line styles.** Within a panel the
-  i-th label gets the i-th colour of seaborn's ``"colorblind"`` palette and
-  its own line style (:data:`LINESTYLES`), so no two curves of a panel share a
-  colour or a line style (only a dark-grey reference may share the solid
-  style, never the colour); across panels the (colour, style) pairs of
-  different labels are distinct too (for up to six panels).
-* **Legend outside the axes**, to the right of the panel (top row for a grid),
-  one legend per panel column.
-* **Bands over seeds** are Student-t intervals (the formula of
-  :func:`rlvr_lib.study.stats.aggregate_seeds`), clipped to the quantity's
-  valid range (``[0, 1]`` for rates and pass@k; see :data:`METRIC_BOUNDS`).
-  The title says what lines and bands are and over how many seeds.
-
-Display: a new figure is created through pyplot -- which is what switches on
-Jupyter's inline backend -- and then detached from pyplot with
-``plt.close(fig)``. So nothing is shown twice, no figure piles up in a loop,
-and nothing here calls ``plt.show()`` (safe under ``Agg``). In a notebook, end
-the cell with the returned figure (or call ``display(fig)``) to show it once.
-
-Styling uses seaborn's ``whitegrid`` axes style (as a context, so global
-``rcParams`` are left alone).
+The readability rules in full and how display works: docs/study/plots.md.
 """
 
 from __future__ import annotations

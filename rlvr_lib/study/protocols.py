@@ -1,44 +1,21 @@
-"""Each paper's evaluation protocol, and the one rule that scales it to this repository's budget (issue 56, item 6).
+"""Each paper's evaluation protocol for its pass@1 claims, and the one rule that scales it to this budget.
 
-Every run's main evaluation (``record.final``) samples 32 completions per problem at temperature 1.0, top_p 1.0
-(`rlvr_lib.study.profiles`): it serves the pass@k curves and the diversity measures, and it stays. The papers
-measure their pass@1 claims otherwise (``../shared/PAPERS.md``, quoted in each protocol's ``source``):
+The metric of every protocol is mean@k = (1/P) sum_p (1/k) sum_i correct(p, i), the unbiased pass@1 estimate
+from k samples per problem (`rlvr_lib.study.summaries.mean_at_k`):
 
-* **NudgeRL** (arXiv 2605.15726): "Eval: 128 samples/problem at temperature 0.7, pass@1 = mean correctness"
-  -- mean@128 at temperature 0.7. top_p: not stated (training uses 0.95); used: 1.0.
-* **3PO** (arXiv 2608.09805): "eval mean@8 at temperature 0.6" -- the mean correctness of 8 samples.
-  top_p: not stated; used: 1.0.
-* **VIGOR** (arXiv 2605.09920): "Eval greedy pass@1" -- one argmax completion per problem
-  (`rlvr_lib.eval.policy_eval.EvalSpec.greedy`, the rollout engine's greedy decoding).
-* **SAGE** (arXiv 2605.18864): its evaluation sampling is not stated (neither PAPERS.md nor the seed summary
-  gives a temperature or a sample count for its pass@1; its pass@256 needs at least 256 samples). Used: its
-  training sampling, "temperature 1.0", top_p 1.0, pass@1 as the mean correctness over the main evaluation's
-  samples -- i.e. SAGE's protocol *is* the main evaluation (no extra evaluation is run for it).
+1. NudgeRL (arXiv 2605.15726): mean@128 at temperature 0.7 (top_p not stated; used 1.0).
+2. 3PO (arXiv 2608.09805): mean@8 at temperature 0.6 (top_p not stated; used 1.0).
+3. VIGOR (arXiv 2605.09920): greedy pass@1, one argmax completion per problem.
+4. SAGE (arXiv 2605.18864): not stated; used its training sampling (temperature 1.0), i.e. the main evaluation.
 
-Every protocol's metric is mean@k (:func:`rlvr_lib.study.summaries.mean_at_k`): the mean correctness over the k
-samples of a problem, averaged over problems -- the unbiased pass@1 estimate from k samples; for VIGOR k = 1
-greedy sample ("greedy pass@1").
+:data:`SCALING_RULE` -- temperature, top_p, greedy decoding and the metric are the paper's; samples per problem
+are the paper's count capped at :data:`SAMPLE_CAP` (32 at the full profile, 8 at the quick one), so the cap
+widens the interval and does not move the expected value; problems, families, length and seed are the main
+evaluation's (``base_spec``). A claims module names its protocol (``PROTOCOL``, or :data:`BY_SOURCE`: each row
+under its source paper's); :func:`claim_protocol` reads it, and :class:`ProtocolEvaluation` gives a notebook the
+arms' extra evaluations, the base policy's, and the paired difference (:meth:`ProtocolEvaluation.versus`).
 
-**The scaling rule** (:data:`SCALING_RULE`, one for every notebook, written before any run under it):
-temperature, top_p, greedy decoding and the metric are the paper's, unchanged. Samples per problem: the
-paper's count capped at :data:`SAMPLE_CAP` -- 32 at the full profile (the main evaluation's count, README
-"Budget": a protocol evaluation costs at most what the main one does) and 8 at the quick profile (a smoke
-test) -- so NudgeRL's 128 become 32 (8 quick), 3PO's 8 stay 8, VIGOR's greedy sample stays 1; a protocol whose
-count is not stated (SAGE) uses the main evaluation's. mean@k is unbiased for pass@1 at any k, so the cap
-widens the interval (fewer samples per problem), it does not move the expected value. Problems, families,
-completion length, task and sampling seed: the notebook's main evaluation's (``base_spec``). No clustering
-(1 problem x 1 sample, as the wide evaluation): diversity is the temperature-1.0 evaluation's job.
-
-A notebook's claims module names the protocol its rows are measured under (``PROTOCOL``: a protocol's name, or
-:data:`BY_SOURCE` where the rows come from several papers: each row under its ``source`` paper's protocol);
-:func:`claim_protocol` reads it. A notebook passes :meth:`ProtocolEvaluation.extra_specs` to its arms
-(``arms.train(..., extra_specs=...)``, `rlvr_lib.study.pipeline.train_and_evaluate`), evaluates the base policy
-under :attr:`ProtocolEvaluation.spec`, and reads its pass@1 rows with :meth:`ProtocolEvaluation.versus`::
-
-    proto = ProtocolEvaluation.of("nudgerl", P["spec"], profile)   # or claim_protocol(module, claim id)
-    runs = arms.train("nudgerl", seeds, extra_specs={**proto.extra_specs(), ...})
-    base_p = arms.base(proto.base_seeds(seeds), name=proto.base_name, spec=proto.spec)
-    proto.versus(runs, base_p)              # paired pass@1 (mean@k) difference, seeds x problems
+The papers' wording, the rule's reasons and a worked notebook example: docs/study/protocols.md.
 """
 
 from __future__ import annotations

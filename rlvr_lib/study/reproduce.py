@@ -1,54 +1,21 @@
 """Run every notebook with papermill, resumably: ``python -m rlvr_lib.study.reproduce``.
 
-``make reproduce`` calls this with ``--profile full``. Each ``notebooks/*.ipynb``
-(sorted by name) is executed with the parameter ``profile`` injected and its
-executed copy written to ``<out>/<profile>/<name>.ipynb``; one status line is
-printed per notebook and the exit status is 1 when any notebook failed (the
-others are still run).
+``make reproduce`` calls this with ``--profile full``. Each ``notebooks/*.ipynb`` (sorted by name) is executed
+with ``profile`` injected into ``<out>/<profile>/<name>.ipynb``; one status line per notebook; exit status 1
+when any notebook failed (the others still run).
 
-Resuming happens at two levels:
+* A notebook is skipped when its executed copy finished without error and neither its hash (cell types,
+  sources and tags: :func:`notebook_hash`) nor ``rlvr_lib.__version__`` changed (``<out>/<profile>/manifest.json``);
+  its runs resume through `rlvr_lib.study.runs.cached_run`.
+* The executed copy is written to a hidden temporary file and moved into place with ``os.replace``; a failed
+  notebook is kept and runs again next time; one that stops on `rlvr_lib.study.runs.PrerequisitesMissing` is
+  *waiting* (no copy kept, not a failure). An executed copy opens with its claims (:func:`open_with_claims`).
+* The kernel runs in the notebook's folder with the library's parent folder on ``PYTHONPATH``.
+* ``--workers N`` runs N notebooks at once, each kernel with ``OMP_NUM_THREADS = cores // N`` (unless set);
+  Ctrl-C or SIGTERM stops every kernel; runs two notebooks share are computed once.
 
-* Notebooks. ``<out>/<profile>/manifest.json`` records, per notebook, a
-  sha256 of what the notebook runs and ``rlvr_lib.__version__``. A notebook is
-  skipped when its executed copy exists, finished without error (papermill
-  2.7 writes ``metadata.papermill.end_time`` at the end and sets
-  ``metadata.papermill.exception`` to ``True`` on a failure; a cell error also
-  leaves an ``error`` output) and neither the notebook nor the library version
-  changed since. The hash covers cell types, sources and tags, not outputs or
-  execution counts, so refreshing a notebook's stored quick-profile outputs
-  does not force a full re-run.
-* Training runs. Notebooks cache finished runs under ``results/`` with
-  :func:`rlvr_lib.study.runs.cached_run`, so a notebook interrupted midway
-  recomputes only its unfinished runs.
-
-papermill saves the output notebook after every cell, so it writes to a hidden
-temporary file next to the target and the finished notebook is moved into
-place with ``os.replace``: an interrupted run never leaves a half-written
-executed copy. A notebook that fails is still moved into place (papermill puts
-the error at its top) and is recorded as failed, so it runs again next time.
-An executed copy opens with its claims (:func:`open_with_claims`): each claims table's headline and reading,
-copied from its outputs into a markdown cell after the title, also added to a skipped copy made before this
-existed. A notebook that stops on `rlvr_lib.study.runs.PrerequisitesMissing` (runs it
-reads from another notebook are not there yet) is *waiting*: no copy is kept,
-the manifest is left as it was, it runs again next time, and it does not make
-the exit status 1.
-
-The kernel runs in the notebook's folder (as in Jupyter Lab and nbval) and has
-the folder above ``rlvr_lib/`` prepended to ``PYTHONPATH``, so it imports the
-same library as this process even without ``pip install -e``.
-
-``--workers N`` executes up to N notebooks at once, each kernel with
-``OMP_NUM_THREADS = cores // N`` (unless set): on the testbed most of a
-step's time is per-op dispatch, which a second thread does not speed up, so
-two one-thread notebooks get through more runs per hour than one two-thread
-notebook. Each worker is a process. Ctrl-C stops every kernel, and the
-command line handles ``kill``'s SIGTERM the same way, whether it reaches
-every process (``pkill -f rlvr_lib.study.reproduce``) or only the parent: an
-interrupt anywhere sets an event the workers share, so none starts another
-notebook, and the parent interrupts any worker the signal missed. Runs two
-notebooks share are computed once (:func:`rlvr_lib.study.runs.cached_run`
-locks each run), so notebooks may run in any order; the returned dict keeps
-the notebooks' order, status lines come as notebooks finish.
+Each rule's reasons (what the hash covers, why one-thread workers, how a signal reaches every worker):
+docs/study/reproduce.md.
 """
 
 from __future__ import annotations
@@ -257,7 +224,7 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
 
 
 def open_with_claims(executed: str | Path) -> bool:
-    """Puts the claims headline and reading of an executed notebook at its top (issue 31, item 6).
+    """Puts the claims headline and reading of an executed notebook at its top.
 
     The cell (markdown, tagged :data:`~rlvr_lib.study.claims.tables.OPENING_TAG`, after the title cell) holds
     :func:`~rlvr_lib.study.claims.tables.opening_summary` of the notebook's own outputs; an earlier such cell is

@@ -1,59 +1,23 @@
-"""Every interval of the study, paired comparisons, rescued / lost problems (issue 30: one home).
+"""Every interval of the study, paired comparisons, rescued / lost problems: one home.
 
-Why not the Student-t interval of :func:`aggregate_seeds` for everything: our
-metrics are rates in ``[0, 1]`` measured on 3 seeds, often
-bimodal across seeds, and a t-interval on 3 values is ``mean +- 4.30 s / sqrt(3)``
-and routinely leaves ``[0, 1]``. It also ignores that the evaluation problems
-are a fixed draw (200 per family): a seed-only interval says nothing about how
-the result would change on another draw of problems, and the base policy, one
-evaluation, gets no interval at all.
+* :func:`bootstrap_ci` -- percentile bootstrap over a 1-D sample (seeds), clipped to the metric's range.
+* :func:`hierarchical_bootstrap_ci` -- seeds x problems bootstrap of the mean of an ``(S, P)`` score matrix
+  (one evaluation, ``S = 1``, still gets an interval).
+* :func:`paired_difference_ci` -- ``mean(A) - mean(B)`` on the same problems: each side's seeds resampled
+  independently, the problems jointly.
+* :func:`rescued_lost_counts`, :func:`rescued_lost_null` -- per-problem solved / rescued / lost against a
+  reference, and what resampling alone produces.
+* :func:`strategy_shares`, :func:`per_problem_scores`, :func:`eval_counts` -- shares with intervals, the
+  ``(S, P)`` matrices and count vectors from stored evaluations.
+* :func:`aggregate_seeds` -- mean and Student-t interval ``mean +- t_{n-1} s / sqrt(n)`` over seeds, for
+  unbounded metrics and curves; :func:`passk_ci`, :func:`seed_ci` -- the summary tables' intervals.
 
-This module gives, in numpy:
+Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n", "method"}``; :func:`format_ci`
+formats it, :func:`has_interval` says whether it carries one. Resampling uses ``np.random.default_rng(seed)``:
+the same inputs and ``seed`` give the same interval. With 3 seeds no interval supports a confident seed-level
+claim (the bootstrap covers a normal mean about 74% of the time).
 
-* :func:`bootstrap_ci` -- percentile bootstrap over a 1-D sample (seeds),
-  clipped to the metric's range.
-* :func:`hierarchical_bootstrap_ci` -- seeds x problems bootstrap of the mean
-  of an ``(S, P)`` matrix (per seed, per problem scores), so problem sampling
-  is in the interval, and one evaluation (``S = 1``) still gets one.
-* :func:`paired_difference_ci` -- difference of two methods on the *same*
-  problems, resampling each method's seeds independently and the problems
-  jointly (paired), which removes the shared problem difficulty.
-* :func:`rescued_lost_counts`, :func:`rescued_lost_null` -- per-problem solved /
-  rescued / lost counts against a reference, with the counts that
-  resampling alone produces (seed-paired tables:
-  :func:`rlvr_lib.study.summaries.rescued_lost`).
-* :func:`strategy_shares` -- per-strategy shares with bootstrap intervals.
-* :func:`per_problem_scores`, :func:`eval_counts` -- the ``(S, P)`` matrices
-  and count vectors from stored evaluation records
-  (:func:`rlvr_lib.eval.policy_eval.evaluate_policy` output).
-* :func:`aggregate_seeds` -- mean and Student-t interval over seeds, for
-  unbounded metrics (lengths, entropies) and training curves.
-* :func:`passk_ci`, :func:`seed_ci` -- the intervals of the summary tables
-  (:data:`PASSK_INTERVAL`, :data:`SEED_INTERVAL`) from run records.
-
-Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n",
-"method"}`` (``"mean"`` is the point estimate, ``"method"`` says how the
-interval was made); :func:`format_ci` and
-:func:`rlvr_lib.study.claims.tables.claims_table` read them. :func:`has_interval`
-says whether a dict carries an interval at all (one seed on its own does not).
-`rlvr_lib.study.summaries` also exports some of these names (the same
-objects).
-
-Resampling uses ``np.random.default_rng(seed)``: the same inputs and ``seed``
-give the same interval.
-
-How much to trust these intervals (simulated coverage of nominal 95%
-intervals; ``tests/test_stats.py`` checks the n = 30 case): with 30 values
-the percentile bootstrap covers the mean 93-95% of the time. With 3 seeds it
-is too narrow: it cannot be wider than the range of the 3 values, and covers
-a normal mean about 74% of the time (Bernoulli rates: 67%), where the
-t-interval covers the normal mean 94% but is very wide and leaves ``[0, 1]``. Three seeds do not support
-a confident seed-level claim whatever the interval. The seeds x problems
-bootstrap with 3 seeds and 200 problems covers 95% when problem-to-problem
-variation dominates (seed sd 0.01, problem sd 0.3), 87% with seed sd 0.05 and
-75% when seed variation dominates (seed sd = problem sd = 0.1): it is as good
-as its seed part where seeds matter. Compare ``std`` (across seeds) with the
-interval to see which part dominates.
+Why not a t-interval for everything, and the simulated coverage of each interval: docs/study/stats.md.
 """
 
 from __future__ import annotations

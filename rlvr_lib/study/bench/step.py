@@ -1,90 +1,20 @@
 """Wall time of one GRPO step: our `rlvr_lib.trainer.Trainer` against TRL's `GRPOTrainer`.
 
-`bench_step_time` runs ``warmup + repeats`` optimizer steps of each trainer on
-the same work and reports the median seconds per step (warm-up steps dropped)
-and the ratio ours / TRL.
+`bench_step_time` runs ``warmup + repeats`` optimizer steps of each trainer on the same work and reports the
+median seconds per step (warm-up steps dropped) and the ratio ours / TRL.
 
-What is matched between the two sides
-    * **Model**: the shipped tiny policy (``load_policy(None)``), a freshly loaded
-      copy per side, on CPU, float32; no gradient checkpointing (TRL turns it on
-      by default: it is turned off here), no bf16/fp16, no ``torch.compile``.
-    * **Prompts**: the first ``prompts_per_step`` problems of
-      ``family_problems("train", prompts_per_step, seed=0)``, prompt text
-      ``problem.prompt_with(None)`` (what ``Trainer._rollout`` sends to the engine
-      for a method without hints). Our trainer's pool is exactly these problems
-      (``train_pool_size = prompts_per_step``), and TRL's dataset holds exactly
-      these prompts, so every step of both sides samples all of them (in a
-      shuffled order). The prompts are plain strings: TRL tokenises them with
-      ``tokenizer(text=...)`` (special tokens added as ours does) and applies no
-      chat template (the tiny tokenizer has none, and none is needed).
-    * **Sampling**: G = ``group_size`` completions per prompt, at most
-      ``max_new_tokens`` new tokens, temperature 1.0, top-p 1.0, no top-k
-      (TRL ``top_k=0``; our engines sample the full vocabulary too), no min-p or
-      repetition penalty, stop at EOS (id 1), pad id 0. TRL samples with
-      ``transformers``' ``model.generate`` (``use_vllm=False``); ours with the
-      Trainer's default engine (`rlvr_lib.rollout.KVCacheEngine`) unless an
-      ``engine`` factory replaces it.
-    * **Reward**: the testbed verifier, 1.0 if ``verify(problem, completion)``
-      is ``CORRECT`` else 0.0. TRL's reward function finds the problem through
-      the dataset's ``problem_index`` column.
-    * **Objective**: our ``grpo_no_kl`` (no KL: no reference model is built on
-      either side, TRL ``beta=0.0``); group mean/std-normalised advantages (ours
-      ``advantage="grpo"``, TRL ``scale_rewards="group"``); PPO clip
-      ``[1 - 0.2, 1 + 0.2]`` (ours ``eps_low = eps_high = 0.2``, TRL
-      ``epsilon = epsilon_high = 0.2``); per-sequence token mean then batch mean
-      (ours ``loss_agg="seq_mean_token_mean"``, TRL ``loss_type="grpo"``, which
-      is the same formula; TRL's *default* ``loss_type`` is ``"dapo"``, a global
-      token mean, so it is overridden).
-    * **Optimizer**: AdamW (torch's, betas (0.9, 0.999), eps 1e-8), lr 1e-4,
-      weight decay 0, gradient clipping at norm 1.0, constant learning rate (TRL
-      ``lr_scheduler_type="constant"``, no warm-up; its default schedule decays
-      linearly).
-    * **Batching**: one optimizer step per generation batch of
-      ``prompts_per_step x G`` completions, one pass over it: ours
-      ``inner_epochs=1, minibatches=1``; TRL ``per_device_train_batch_size =
-      prompts_per_step * G``, ``gradient_accumulation_steps=1``,
-      ``steps_per_generation=1``, ``num_iterations=1``. Neither side then runs an
-      extra forward pass for the "old" log-probs: ours takes the engine's sampling
-      log-probs, TRL uses the detached current log-probs (it skips that pass when
-      generation and optimizer steps are aligned).
-    * **Threads**: ``torch.set_num_threads(threads)`` before each side when
-      ``threads`` is given; the count in force during each side's steps is reported.
+Both sides run the same work: the shipped tiny policy (CPU, float32, no gradient checkpointing), the same
+``prompts_per_step`` training prompts, G = ``group_size`` samples at temperature 1.0 with no top-p/top-k, the
+testbed verifier's 0/1 reward, ``grpo_no_kl`` (group-normalised advantages, PPO clip ``[0.8, 1.2]``,
+per-sequence token mean then batch mean: TRL ``loss_type="grpo"``), AdamW at lr 1e-4 with clipping at norm 1.0
+and a constant lr, one optimizer step per generation batch. A step is timed with ``time.perf_counter()``
+around ``Trainer.step()`` (ours) and between TRL's ``on_step_begin`` and ``on_step_end`` (generation included).
 
-What is timed
-    * Ours: ``time.perf_counter()`` around each ``Trainer.step()`` call: roll out,
-      verify, advantages, the update forward/backward, clipping, the optimizer
-      step, and the per-step metrics it logs.
-    * TRL: a ``transformers.TrainerCallback`` records ``perf_counter()`` at
-      ``on_step_begin`` and ``on_step_end``. In TRL 1.16 / transformers 5.x the
-      generation happens inside that window: ``Trainer._inner_training_loop``
-      calls ``on_step_begin``, then ``training_step`` -> ``_prepare_inputs`` ->
-      ``_generate_and_score_completions`` (generate, reward, advantages), then the
-      loss and backward, gradient clipping, ``optimizer.step()``, the scheduler
-      step and ``zero_grad``, then ``on_step_end``. Only fetching the (already
-      tokenisation-free) rows from the dataloader falls outside the window, which
-      is negligible.
+What cannot be matched exactly: the sampled completions (each side's own random numbers; mean completion
+lengths are reported beside the times), per-step bookkeeping, the advantage epsilon (1e-4 vs 1e-6), our
+sampling log-probs, TRL's ``accelerate`` overhead, and CPU noise (compare medians made under the same load).
 
-What cannot be matched exactly
-    * **The sampled completions**: each side draws its own random numbers (ours
-      from a per-step seed, TRL from the global RNG seeded by ``set_seed``), so
-      completion lengths, hence generation and update cost, differ from step to
-      step. The mean completion length of every timed step is reported for both
-      sides so that a ratio can be read against the work actually done.
-    * **Per-step bookkeeping**: TRL computes and stores its metrics every step
-      (rewards, clip ratios, entropy, completion lengths, each with ``.item()``
-      synchronisations and ``gather`` calls) even with logging turned off
-      (``logging_strategy="no"``, ``report_to="none"``, no completion logging,
-      no saving); ours computes its own per-step metrics (entropy, clip fractions,
-      accuracy). Both are part of each trainer's step and are timed as such.
-    * **Advantage epsilon**: TRL divides by ``std + 1e-4``, ours by ``std + 1e-6``
-      (no effect on the time).
-    * **Sampling log-probs**: our engines record the log-prob of every sampled
-      token during generation (a log-softmax per decoding step); TRL without vLLM
-      records none. This is real work of our step and is timed.
-    * **Trainer overhead**: TRL's step runs through ``accelerate`` wrappers and the
-      ``transformers.Trainer`` loop (callbacks, loss NaN checks, FLOP estimates).
-    * **Noise**: wall time on a shared CPU is noisy; report medians over several
-      repeats and compare runs made under the same load.
+Every matched setting and what each side does inside the timed window: docs/study/bench_step.md.
 """
 
 from __future__ import annotations

@@ -1,58 +1,18 @@
-"""Pre-registered claim rows, one module per notebook (issue 28, item 6).
+"""Pre-registered claim rows, one module per notebook (``claims/nbNN_*.py``), and their provenance.
 
-Each notebook's claims table is built from the rows its module here declares
-(:class:`Registry`): the claim in words, the paper and its effect, the side and
-threshold (or the equivalence margin), what the row compares with. The notebook
-supplies only the measurements, keyed by row id; :meth:`Registry.claim_rows`
-refuses a measurement for an id the module does not declare and a declared id
-left unmeasured, so a row cannot be added, dropped or re-worded in the notebook.
+* :class:`Registry` -- a notebook's rows (:class:`Claim`, :class:`Measurement`, :class:`Check`): the claim in
+  words, the paper and its effect, the side and threshold (or equivalence margin), what it compares with. The
+  notebook supplies only measurements keyed by row id; :meth:`Registry.claim_rows` refuses an undeclared id and
+  a declared id left unmeasured.
+* :func:`provenance` -- stored in every run record (``record.extra["claims"]``): the claims module's commit and
+  a fingerprint of each row; :meth:`Registry.changed_rows` lists rows added, changed, removed or re-tagged since
+  the notebook's first full-profile record (older records: the rows' own ``changed`` notes).
+* Regimes and premises -- every claim and measurement row names the regime it is measured on
+  (`rlvr_lib.tasks.discovery.REGIMES`) and the premise it needs (`rlvr_lib.study.regime_premises.PREMISES`:
+  discovery, retention or none); a row whose premise is measured absent reads ``premise absent``.
 
-Every run record of a registered experiment stores, when computed, the commit
-of its notebook's module and a fingerprint of each row
-(``record.extra["claims"]``, :func:`provenance`). :meth:`Registry.changed_rows`
-compares the current rows with those the notebook's first full-profile record
-stored and lists each row added, changed or removed since. Records older than
-this scheme (the six notebooks' first full-profile runs predate it) carry no
-fingerprints; for them the rows say themselves what changed after the runs
-(``changed``: which item of issue 28 required it), and those are listed.
-
-Regimes and premises (issue 55, item 5)
----------------------------------------
-Every claim and measurement row names the *regime* it is measured on (`rlvr_lib.tasks.discovery.REGIMES`) and
-the *premise* it needs (`rlvr_lib.study.regime_premises.PREMISES`); instrument checks have no verdict and carry neither.
-A row whose premise is measured absent on its regime (`rlvr_lib.study.regime_premises.premise_status`) gets the verdict
-``premise absent`` instead of its interval's; its interval and the verdict it would have had stay in the table
-(`rlvr_lib.study.claims.tables.claims_table`). A premise not measured yet leaves the interval's verdict standing,
-with "premise not measured" beside it.
-
-The rule that assigns premises, written before any table was re-read under it (every row changes only by it):
-
-* **discovery** -- the row's claimed effect comes through the method's exploration mechanism (hints, weight
-  noise, more rollouts) reaching reward that the comparator's sampling misses: NudgeRL against GRPO or POPE and
-  the ablations of its hint mechanism (hint choice, p_drop, the distillation and advantage weights, eps_high;
-  Figs 3, 4, 5), its per-family and rescued-vs-lost measurements against GRPO; 3PO against GRPO, against the
-  exploration baselines (entropy regularisation, Polaris, KL-Cov) and against its own noise-free control, and
-  between its noise variants (ESS, N, M3PO's groups, Seq-MIS, the Hessian init; Fig 3's zero-advantage groups and
-  their evaluation readings); GRPO with more rollouts against fewer ("more rollouts help"); notebook 07's
-  NudgeRL and 3PO rows against GRPO and every pair with one of them.
-* **retention** -- the row is about keeping a strategy (or the breadth pass@256 measures) that GRPO's reward
-  drives out: GRPO's narrowing rows of notebook 01 (pass@256 below the base, diversity, the top strategy's
-  share, the rare one's, the rare family's pass@256); SAGE's pass@256, rare-share, sharpening and
-  out-of-distribution rows against GRPO; forward KL's and no KL's pass@256 rows; SAGE's and VIGOR's rare_mix rows
-  of notebook 07.
-* **none** -- the row needs nothing beyond RL training itself: rows against the base policy (whatever the
-  method: the reference column already says whether GRPO passes the same test) and measurements at the base
-  (NudgeRL's and 3PO's Fig 1, VIGOR's rank rows); plain pass@1 gains of SAGE and VIGOR (and of their variants or
-  baselines: no KL, forward KL, INTUITOR, the guides, the ablations); training dynamics that are not about
-  exploration (length, gradient norms, reward-accuracy correlation, Polaris' malformed and entropy
-  regularisation's incorrect rollouts); costs; GRPO's saturation row ("up to a point": more rollouts stop
-  helping, which no exploration premise drives).
-
-Every row registered before issue 55 is measured on the ``retention`` regime (the testbed's RL pool,
-``"arith"``). The tags were added after every notebook's first full-profile record: a row's fingerprint covers
-what it states (not its ``changed`` note, regime or premise), and :meth:`Registry.changed_rows` lists rows
-whose tags differ from those the first record stored (or that record stored none) as ``tagged``, with the
-registry's ``tagged`` note, apart from rows whose statement changed.
+The rule that assigns each row its premise, and how rows registered before the tags are listed:
+docs/study/claims.md.
 """
 
 from __future__ import annotations
@@ -85,7 +45,8 @@ experiment prefix (without _quick / _full) -> claims module, from the manifest (
 
 
 TAGGED = "issue 55: regime and premise tags; verdict rule premise-absent"
-"""Why every row registered before issue 55 shows as ``tagged`` after its notebook's first full-profile record."""
+"""Why every row registered before regime and premise tags existed shows as ``tagged`` after its notebook's first
+full-profile record."""
 
 _NOT_STATED = ("changed", "regime", "premise")
 """Fields a row's fingerprint leaves out: the note on its history and its tags (:meth:`Claim.tags`), which
@@ -98,7 +59,7 @@ def _fingerprint(obj: Any) -> str:
 
 
 def _check_tags(kind: str, rid: str, regime: Any, premise: Any) -> None:
-    """A row's ``regime`` and ``premise`` (issue 55, item 5): both required, each one of its allowed values."""
+    """A row's ``regime`` and ``premise`` : both required, each one of its allowed values."""
     from rlvr_lib.study.regime_premises import PREMISES
     from rlvr_lib.tasks.discovery import REGIMES
 
@@ -219,7 +180,8 @@ class Registry:
     and no longer has (listed by :meth:`changed_rows` for records without fingerprints). ``limits``: what the
     testbed cannot say about the notebook's paper (scale, model, data), in words, for
     `rlvr_lib.study.claims.tables.claims_reading`; not part of any row's fingerprint. ``tagged``: why rows' regime
-    and premise differ from those the first full-profile record stored (:data:`TAGGED` for the tags issue 55 added).
+    and premise differ from those the first full-profile record stored (:data:`TAGGED` for rows registered before
+    the tags).
     """
 
     notebook: str
@@ -311,7 +273,7 @@ class Registry:
         return {r.id: r.tags() for r in (*self.claims, *self.measurements)}
 
     def changed_rows(self, root: str | Path | None = None, profile: str = "full"):
-        """Rows added, changed or removed after the notebook's first ``profile`` record (issue 28, item 6).
+        """Rows added, changed or removed after the notebook's first ``profile`` record.
 
         The first record is the earliest ``started`` of ``<experiment>_<profile>``'s runs. When it stored
         fingerprints (:func:`provenance`), each current row is compared with them; when it predates them, the
@@ -404,7 +366,7 @@ def _last_change(path: Path) -> Optional[str]:
     """The last commit that changed the content of the file at ``path``, or None (no git, a file never committed).
 
     History is followed across renames (``git log --follow``) and a commit that only moved the file (a rename
-    with no change, status ``R100``) is passed over: issue 30 moved the claims modules here from the package's
+    with no change, status ``R100``) is passed over: the claims modules were moved here from the package's
     top level, and a record's commit is there to name the rows it was computed with.
     """
     try:
@@ -441,8 +403,8 @@ def provenance(experiment: str) -> Optional[dict]:
 def record_extra(experiment: str) -> dict:
     """``{"claims": provenance(experiment)}`` for a run record's ``extra``, or ``{}`` when no notebook owns it.
 
-    `rlvr_lib.study.pipeline` passes it to `rlvr_lib.study.runs.cached_run` for every notebook run (issue 28,
-    item 6): the run cache itself knows nothing of claims.
+    `rlvr_lib.study.pipeline` passes it to `rlvr_lib.study.runs.cached_run` for every notebook run:
+    the run cache itself knows nothing of claims.
     """
     prov = provenance(experiment)
     return {} if prov is None else {"claims": prov}

@@ -1,45 +1,22 @@
-"""The premises of the four methods, measured on a policy before any method runs (issue 27, item 4).
+"""The premises of the four methods, measured on a policy before any method runs (reported, not gates).
 
-Each of the four papers starts from a property of the base policy that its
-method needs; if the testbed's policy lacks it, the method has nothing to fix
-and its claims say nothing about the method. This module measures the four
-properties on a policy (reported, not gates):
+1. NudgeRL (arXiv 2605.15726, Fig 1) -- :func:`single_strategy_share`: expected share of problems on which
+   ``k = 8`` naive samples all show one strategy (exact, hypergeometric, from per-problem strategy counts).
+2. 3PO (arXiv 2608.09805, Fig 1) -- :func:`branch_flip_by_ess`: per ESS, the share of prompts whose top token at
+   the branch (first completion token) changes under ``w = m + sigma(ESS) z``; :func:`ess_by_flip_rule` (largest
+   ESS with 5-20% flips), :func:`noisy_rollout_quality` and :func:`ess_by_noise_rule` (the branch moves while the
+   policy holds; picks 3PO's training ESS).
+3. SAGE (arXiv 2605.18864) -- :func:`branch_entropy_percentiles`: percentiles of the token entropies of the
+   policy's own completions (the 90th is the rule behind SAGE's testbed tau), branch token against the rest.
+4. VIGOR (arXiv 2605.09920) -- :func:`vigor_spearman`: Spearman correlation of ``S = -sqrt(T) ||g||`` with
+   correctness, pooled and within problems, bootstrap intervals over problems.
 
-* **NudgeRL** (arXiv 2605.15726, Fig 1: naive sampling shows one reasoning mode
-  on > 75% of problems). :func:`single_strategy_share`: the expected share of
-  problems on which ``k = 8`` naive samples all show the same strategy, from
-  per-problem strategy counts (exact, hypergeometric). The testbed's strategy
-  label stands in for the paper's clusters of traces.
-* **3PO** (arXiv 2608.09805, Fig 1: weight noise reorders the tokens at a
-  branch, temperature cannot). :func:`branch_flip_by_ess`: per ESS, the share
-  of prompts whose top strategy token at the branch (the first completion
-  token) changes under a weight sample ``m + sigma(ESS) z``;
-  :func:`ess_by_flip_rule` picks the ESS to report by a rule fixed before
-  measuring (the largest ESS at which 5% to 20% of prompts change, on a fixed
-  grid refined by bisection, :func:`next_flip_ess`). A branch that moves
-  while the policy breaks is not the premise: :func:`noisy_rollout_quality`
-  verifies rollouts at weight samples per ESS, and :func:`ess_by_noise_rule`
-  says whether some ESS moves the branch while keeping the policy, and picks
-  3PO's training ESS (issue 29).
-* **SAGE** (arXiv 2605.18864: the branch guide raises the anchor where the
-  token entropy exceeds tau). :func:`branch_entropy_percentiles`: percentiles
-  of the token entropies of the policy's own completions (the 90th is the
-  rule behind SAGE's testbed tau), and the entropy at the branch token against
-  the other tokens.
-* **VIGOR** (arXiv 2605.09920: the score ``S = -sqrt(T) ||g||`` ranks correct
-  completions above wrong ones). :func:`vigor_spearman`: Spearman correlation
-  of the score with correctness at the base, pooled and within problems, with
-  bootstrap intervals over problems.
+:func:`measure_premises` samples once and returns all four as one JSON-ready dict (notebook 00). Departures:
+the testbed's strategy label stands in for NudgeRL's clusters of traces; 3PO's noise formula and VIGOR's
+truncated-to-minimum rule are restated here (:func:`ivon_initial_sigma`, :func:`truncated_to_problem_min`) so
+this module sits below `rlvr_lib.methods`.
 
-:func:`measure_premises` samples once and returns all four as one JSON-ready
-dict (notebook 00 calls it).
-
-This module sits below `rlvr_lib.methods`: the 3PO noise formula is
-restated in :func:`ivon_initial_sigma` (the same formula as
-`rlvr_lib.methods.threepo.initial_sigma`, which a test checks), and VIGOR's
-"truncated completions get the group minimum" in :func:`truncated_to_problem_min`
-(`rlvr_lib.methods.vigor.truncated_to_group_min` with a problem's samples as
-the group).
+Why each premise matters and how each is measured: docs/study/premises.md.
 """
 
 from __future__ import annotations
@@ -85,7 +62,7 @@ DEFAULT_ESS_GRID: tuple[float, ...] = (1e9, 3e8, 1e8, 3e7, 1e7, 3e6, 1e6, 3e5, 1
 
 With IVON's initial noise (:func:`ivon_initial_sigma`, hess_init 1e-3, wd
 1e-6) this is sigma_0 from 1.0e-3 to 0.10 per weight; on the shipped tiny
-policy before issue 27 the first flips appeared near ESS 3e6 and the policy
+policy before the testbed's calibration for the four papers the first flips appeared near ESS 3e6 and the policy
 broke (a third of the strategy tokens' mass lost) near 4e5
 (`rlvr_lib.methods.threepo`'s docstring)."""
 
@@ -266,7 +243,7 @@ def ess_by_noise_rule(flips: Mapping[str, Any], quality: Mapping[str, Any],
                       band: tuple[float, float] = DEFAULT_FLIP_BAND, *,
                       max_malformed: float = MAX_NOISY_MALFORMED,
                       min_accuracy_ratio: float = MIN_NOISY_ACCURACY_RATIO) -> dict[str, Any]:
-    """3PO's training ESS on a policy: noise that moves the branch without breaking the policy (issue 29).
+    """3PO's training ESS on a policy: noise that moves the branch without breaking the policy.
 
     An ESS *keeps the policy* when rollouts at its weight samples
     (:func:`noisy_rollout_quality`) have
