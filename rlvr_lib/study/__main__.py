@@ -131,7 +131,7 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
     flags = {"prompts_per_step": "--prompts-per-step", "group_size": "--group-size", "seed": "--seed",
              "steps": "--run-steps", "policy": "--model"}
     adamw_method, adamw_fields = args.adamw_method, None
-    if args.method not in ("b3po", "m3po", "c3po"):  # a head-to-head composite: its own regime (issue 56 item 2)
+    if args.method not in ("b3po", "m3po", "c3po"):  # a head-to-head composite: its own regime
         from rlvr_lib.methods.compose import SEPARATOR, compose
         from rlvr_lib.study.head_to_head import pair_settings
         from rlvr_lib.study.probes.ivon_regime import ivon_component

@@ -1,7 +1,7 @@
 """Static calibration of the testbed: can the base policy show the exploration bottleneck?
 
 Measures a policy on the fixed evaluation split and checks the targets that
-make the testbed meaningful for the four papers (issue 27; whether GRPO then
+make the testbed meaningful for the four papers (whether GRPO then
 *does* sharpen and lose the rare strategy is `rlvr_lib.study.dynamics`):
 
 * a long tail: mean pass@1 over in-distribution families in [0.15, 0.45] and

@@ -115,7 +115,7 @@ _BASE = ("baselines_full", "base", "base")
 NOTEBOOKS = (
     Notebook("01_grpo_pass_at_k_modes_group_size", "grpo_baseline", "nb01_grpo", "GRPO baseline", "recompute",
              ("grpo",)),
-    # Notebook 02 computes the base policy's evaluations and GRPO for every later notebook (issue 31); its methods
+    # Notebook 02 computes the base policy's evaluations and GRPO for every later notebook; its methods
     # are GRPO and every baseline `rlvr_lib.methods.baselines` registers (BASELINES, in order).
     Notebook("02_baselines_sage_t1_anchors", "baselines", "nb02_baselines", "Baselines", "recompute",
              ("grpo", "grpo_no_kl", "grpo_forward_kl", "grpo_k1", "grpo_k2", "dapo", "dr_grpo", "bnpo_loss",
@@ -145,7 +145,7 @@ NOTEBOOKS = (
              ("nudgerl", "sage", "b3po", "m3po", "c3po", "vigor", "grpo", "grpo_k3", "grpo_no_kl"),
              (_BASE, ("baselines_full", "grpo", "grpo (notebook 02)"), ("sage_full", "sage", "sage (notebook 05)")),
              ("rlvr_lib.study.head_to_head",)),
-    # Notebook 08 (the discovery regime, issue 55): its own task, policy, base, GRPO, oracle and methods, whose
+    # Notebook 08 (the discovery regime): its own task, policy, base, GRPO, oracle and methods, whose
     # configs the regimes module sets.
     Notebook("08_discovery", "discovery", "nb08_discovery", "Discovery regime", "discovery",
              ("grpo", "oracle_explore", "nudgerl", "b3po", "m3po", "c3po", "sage", "vigor"), (),

@@ -39,7 +39,7 @@ EVALS = "evals"
 METHOD_OPTIONS = "method_options"
 IVON_REGIME = "ivon_regime"
 """``record.extra`` key of an IVON run's regime check (`rlvr_lib.study.probes.ivon_regime.ivon_regime_of`: flagged
-when IVON clipped over 20% of the weights on over 5% of the post-warm-up steps; issue 56 item 2)."""
+when IVON clipped over 20% of the weights on over 5% of the post-warm-up steps)."""
 """``record.extra`` key: the method's options with defaults filled in (`resolved_method_options`)."""
 
 

@@ -1,4 +1,4 @@
-"""The full profile the method notebooks (02-06) share, stated once (issue 31, item 2).
+"""The full profile the method notebooks (02-06) share, stated once.
 
 Every rule here was fixed before the recompute's first run (README, "Budget"):
 

@@ -1,4 +1,4 @@
-"""Stale run records: which committed records were made by code or data that has changed since (issue 35, item 2).
+"""Stale run records: which committed records were made by code or data that has changed since.
 
 Runs are cached by their config hash (:func:`rlvr_lib.study.runs.cached_run`), so a change to the training
 loop that keeps the config hash silently reuses records made by older code. This module checks, without

@@ -1,4 +1,4 @@
-"""The premises a claims row can need and whether each is measured present on a regime (issue 55).
+"""The premises a claims row can need and whether each is measured present on a regime.
 
 Kept apart from `rlvr_lib.study.regimes` (which trains the discovery gate's arms through the run cache) so that
 the claims package, which the run cache's pipeline imports, can read them without an import cycle.

@@ -348,7 +348,7 @@ GATE_ARMS = ("grpo", "oracle_explore")
 METHOD_ARMS = ("nudgerl", "b3po", "m3po", "c3po", "sage", "vigor")
 """Notebook 08's methods, each at its preset; they run only once the gate passes."""
 ARM_PROTOCOL = {"nudgerl": "nudgerl", "b3po": "3po", "m3po": "3po", "c3po": "3po", "sage": "sage", "vigor": "vigor"}
-"""Each method arm's paper's evaluation protocol (`rlvr_lib.study.protocols`; issue 56 item 6): its claim rows read
+"""Each method arm's paper's evaluation protocol (`rlvr_lib.study.protocols`): its claim rows read
 the held-out targets' pass@1 under it, against GRPO under the same protocol."""
 BASE_SEEDS = (0, 1)
 """Two sampling seeds of the base policy: the resampling null."""

@@ -289,7 +289,7 @@ def _discovery_version() -> str | None:
 
 
 def _processor_note(records) -> str:
-    """The processor models a table's runs were made on; a table that mixes models is marked (issue 31, item 5).
+    """The processor models a table's runs were made on; a table that mixes models is marked.
 
     Two models round floats differently, so the same seed trains a different trajectory on each: a table
     whose rows come from both is not reproducible seed by seed on one machine.
@@ -302,7 +302,7 @@ def _processor_note(records) -> str:
 
 
 def _commit_note(records) -> str:
-    """The commits a table's runs were made at: the first and the last run's, by start time (issue 35)."""
+    """The commits a table's runs were made at: the first and the last run's, by start time."""
     dated = sorted((r.started or "", r.git_commit) for r in records if r.git_commit)
     if not dated:
         return ""
@@ -549,7 +549,7 @@ its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_
 
 
 SECOND_SIZE_BUDGET = 6.0
-"""The second model size's own budget, in elapsed hours (README "Budget", issue 32 item 3), beside `BUDGETS`."""
+"""The second model size's own budget, in elapsed hours (README "Budget"), beside `BUDGETS`."""
 
 
 def second_size_compute(root: Path, notebooks: list[dict], dynamics_by_policy: dict[str, dict]) -> dict | None:
@@ -629,7 +629,7 @@ def _budget_section(root: Path) -> list[str]:
                      f"hours on {REPRODUCE_WORKERS} workers take {elapsed:.2f}, "
                      f"{_verdict(elapsed, SECOND_SIZE_BUDGET)}.")
     # Notebook 00 reads its calibrations of record (`make calibrate`'s work, outside the 12 hours): shown for their
-    # processor, since issue 31 asks for one model across notebooks 00-06.
+    # processor, since the tables of notebooks 00-06 are to be made on one processor model.
     made = "; ".join(f"{part}: {', '.join(models) or '-'}" for part, models in cal["processors"].items())
     lines += ["", f"Notebook 00 reads its calibrations of record from `results/testbed/` (`make calibrate`, outside "
                   f"the 12 hours), made on {made}; `results/testbed_dynamics/` holds {cal['runs']} dynamics runs "
@@ -668,7 +668,7 @@ def _chance(n: int) -> str:
 
 
 def _scorecard_section(root: Path) -> list[str]:
-    """README's scorecard (issue 28, item 8): per paper, the verdicts of its claims over every notebook."""
+    """README's scorecard: per paper, the verdicts of its claims over every notebook."""
     card = scorecard(root)
     if not card:
         return ["*No executed full-profile notebook with a claims table yet.*"]
@@ -734,7 +734,7 @@ _REGIME_WORDS = {
 
 def _map_regime(data: Mapping[str, Any], experiment: str) -> str:
     """The regime a map is measured on: the map's own ``regime`` when it names one, else the one regime every
-    claims and measurement row of the notebook that owns ``experiment`` names (issue 55, item 5)."""
+    claims and measurement row of the notebook that owns ``experiment`` names."""
     from rlvr_lib.study.claims import registry_for
 
     if data.get("regime"):
@@ -779,7 +779,7 @@ def _run_regime(run: str, regime: str, regimes: Mapping[str, Any]) -> str:
 
 
 def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
-    """README's "which method for which situation" (issue 32, item 4), read off the map an executed notebook's
+    """README's "which method for which situation", read off the map an executed notebook's
     ``outputs`` carry (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell;
     nothing for a notebook without a map."""
     from rlvr_lib.study import head_to_head as h2h
@@ -800,7 +800,7 @@ def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
     columns = [*buckets, *beside]
     regime = _map_regime(data, experiment)
     regimes = _regimes_measured(root)
-    comparisons = data.get("comparisons")  # issue 56, item 7: each row an arm against GRPO or its own comparator
+    comparisons = data.get("comparisons")  # each row an arm against GRPO or its own comparator
     arm = lambda run: comparisons[run]["arm"] if comparisons else run  # noqa: E731
     explorers = [run for run in h2h.map_rows(data) if _needs_discovery(arm(run))]
     premise = ""

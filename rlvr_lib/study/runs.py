@@ -1,4 +1,4 @@
-"""Run records on disk: the run cache, provenance, the strict-JSON form of results (issue 30).
+"""Run records on disk: the run cache, provenance, the strict-JSON form of results.
 
 A *run* is one call of a function (train + evaluate, usually) under one
 config and one seed. :func:`cached_run` stores it as
@@ -320,7 +320,7 @@ def cached_run(
         root: Results root; default from :func:`results_root`.
         extra: Extras stored with the record (merged under ``fn``'s extras).
         one_processor: Before computing, refuse (`check_one_processor`) when the experiment holds records of
-            the same policy and testbed made on another processor model: the tables' runs (issue 31, item 5).
+            the same policy and testbed made on another processor model: the tables' runs.
 
     Returns:
         The stored (or loaded) :class:`RunRecord`; values are as read back

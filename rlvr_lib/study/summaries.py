@@ -21,7 +21,7 @@ Interval methods (named in :data:`~rlvr_lib.study.stats.PASSK_INTERVAL` and
 :data:`~rlvr_lib.study.stats.SEED_INTERVAL`): pass@k and shares bootstrap seeds x
 problems (`passk_ci`, `hierarchical_bootstrap_ci`); everything measured once per
 seed bootstraps seeds (`seed_ci`, `bootstrap_ci`). The intervals live in
-`rlvr_lib.study.stats` (issue 30: one home); ``passk_ci``, ``seed_ci``, ``RANGES``
+`rlvr_lib.study.stats` (one home); ``passk_ci``, ``seed_ci``, ``RANGES``
 and the interval names are still importable from here.
 """
 

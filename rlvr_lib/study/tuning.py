@@ -1,4 +1,4 @@
-"""An equal learning-rate tuning budget for every method (issue 29, item 5).
+"""An equal learning-rate tuning budget for every method.
 
 A negative result against GRPO means something only if no method got a
 tuning choice the others did not. Every method gets the same budget, by one

@@ -1,4 +1,4 @@
-"""Check committed numbers: recompute a seeded sample of committed runs at HEAD and compare (issue 35).
+"""Check committed numbers: recompute a seeded sample of committed runs at HEAD and compare.
 
 Runs are cached by their config (`rlvr_lib.study.runs.cached_run`), so a change to the loop that keeps a
 config's hash reuses records made by older code, and `make reproduce` on a fresh clone recomputes nothing.

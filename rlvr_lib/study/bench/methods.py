@@ -29,10 +29,10 @@ from rlvr_lib.validation import check_int, invalid
 # mean weights costs. The ratio is the cost of 3PO against the GRPO it is compared with, as NudgeRL's
 # (no KL either) is; against `grpo_no_kl` (the authors' GRPO had no KL) it would be higher by that forward.
 # VIGOR (KL 0.01, k3) against `grpo` (KL 0.05, reverse): the same reference forward (the two estimators cost
-# the same elementwise work), so the ratio is the per-sample gradient norms' cost (the paper: 3h35m vs 2h34m, 1.4x; no target in its issue).
+# the same elementwise work), so the ratio is the per-sample gradient norms' cost (the paper: 3h35m vs 2h34m, 1.4x; no target was set for it).
 # B3PO (one weight sample per step) and M3PO (M = 2 samples, each with its own sub-groups) against `grpo` too.
 PAIRS = {"nudgerl": "grpo", "sage": "grpo", "b3po": "grpo", "m3po": "grpo", "c3po": "grpo", "vigor": "grpo"}
-# Method -> the largest step-time ratio its issue accepts (C3PO: "<= 1.6x GRPO's at the same G"; paper ~1.5x).
+# Method -> the largest step-time ratio accepted for it (C3PO: "<= 1.6x GRPO's at the same G"; paper ~1.5x).
 TARGETS = {"nudgerl": 1.3, "sage": 1.1, "c3po": 1.6}
 
 

@@ -1,13 +1,13 @@
-"""Claims tables: each paper claim's verdict at our scale, from its 95% interval (issue 28).
+"""Claims tables: each paper claim's verdict at our scale, from its 95% interval.
 
 :func:`claims_table` builds a notebook's table from its rows (the pre-registered rows of
 :mod:`rlvr_lib.study.claims` with the notebook's measurements), :func:`verdict` reads one row's interval
 against its threshold, :func:`min_effect` is the minimum-effect rule; :func:`measurements_table` and
 :func:`instrument_checks` hold the rows that are not paper claims; :func:`claims_summary` writes the markdown a
 notebook opens its results with and :func:`find_claims_headline` / :func:`find_claims_counts` read it back for
-README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module (issue 30).
+README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module.
 
-Every row names its regime and the premise it needs (issue 55, item 5; the rule is in :mod:`rlvr_lib.study.claims`):
+Every row names its regime and the premise it needs (the rule is in :mod:`rlvr_lib.study.claims`):
 a row whose premise is measured absent on its regime (`rlvr_lib.study.regime_premises.premise_status`) gets
 :data:`PREMISE_ABSENT` instead of its interval's verdict, which stays beside it (``verdict_if_premise``) with the
 premise's measurement (``premise``); headlines and the scorecard count it apart. Headlines written before it (four
@@ -65,9 +65,9 @@ __all__ = [
     "verdict_counts",
 ]
 
-# Issue 28: a row's verdict is one of three, read from its 95% interval against the threshold on the
+# A row's verdict is one of three, read from its 95% interval against the threshold on the
 # paper's side; a row whose reference (the same test on GRPO) is also reproduced is `not specific`.
-# Issue 55: a row whose premise is measured absent on its regime is `premise absent`, whatever its interval says.
+# A row whose premise is measured absent on its regime is `premise absent`, whatever its interval says.
 REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC = "reproduced", "contradicted", "unresolved", "not specific"
 PREMISE_ABSENT = "premise absent"
 VERDICTS = (REPRODUCED, CONTRADICTED, UNRESOLVED, NOT_SPECIFIC, PREMISE_ABSENT)
@@ -91,7 +91,7 @@ LARGE_EFFECT = 0.2
 """A paper effect is *large* when its relative change ``|to - from| / |from|`` is at least this (20%)."""
 
 EFFECT_FRACTION = 0.25
-"""The one minimum-effect rule (issue 28, item 4): a claim whose paper effect is large needs at least this share
+"""The one minimum-effect rule: a claim whose paper effect is large needs at least this share
 (a quarter) of the paper's relative change, taken relative to our comparator's level: see :func:`min_effect`."""
 
 CHANCE_LEVEL = 0.025
@@ -191,7 +191,7 @@ def _interval(where: str, ours: Any, bounds: Any = None, aggregate: Optional[Cal
 
 
 def verdict(agg: Mapping[str, Any], expect: str, than: float = 0.0, margin: Optional[float] = None) -> str:
-    """The verdict of one test: ``"reproduced"``, ``"contradicted"`` or ``"unresolved"`` (issue 28, item 1-2).
+    """The verdict of one test: ``"reproduced"``, ``"contradicted"`` or ``"unresolved"``.
 
     One-sided (``expect`` ``">"``; ``"<"`` mirrored): reproduced when the whole interval lies beyond ``than``
     (``ci_low > than``), contradicted when the whole interval lies on the other side (``ci_high < than``),
@@ -235,7 +235,7 @@ def _paper_effect(where: str, effect: Any) -> tuple[str, Optional[tuple[str, flo
 
 
 def min_effect(paper_from: float, paper_to: float, level: float) -> Optional[float]:
-    """The minimum effect a claim must show, from the paper's effect (issue 28, item 4; the rule written once).
+    """The minimum effect a claim must show, from the paper's effect (the rule written once).
 
     The paper's relative change ``rel = (paper_to - paper_from) / |paper_from|``. When it is large
     (``|rel| >= LARGE_EFFECT``, 20%) the claim needs at least a quarter of it (``EFFECT_FRACTION``) relative
@@ -279,7 +279,7 @@ def _threshold(where: str, expect: str, than: float, effect: Optional[tuple], le
 
 def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id",
                 aggregate: Optional[Callable[..., Mapping[str, Any]]] = None) -> None:
-    """Ids unique; no measurement tested by two one-sided rows of opposite sides (issue 28, item 2).
+    """Ids unique; no measurement tested by two one-sided rows of opposite sides.
 
     The rule for two-sided claims: a claim that a value stays near another ("matches", "no gain", "keeps") is
     one row with ``expect="within"`` and a ``margin``. Two one-sided rows with opposite ``expect`` on the same
@@ -342,7 +342,7 @@ def claims_table(
     aggregate: Optional[Callable[..., Mapping[str, Any]]] = None,
     regimes: Optional[Mapping[str, Any]] = None,
 ):
-    """Builds a notebook's claims table: each paper claim's verdict at our scale (issue 28).
+    """Builds a notebook's claims table: each paper claim's verdict at our scale.
 
     Each row is a mapping with:
         ``id`` (str): the claim's id, unique in the table (the pre-registered rows of
@@ -366,7 +366,7 @@ def claims_table(
             reproduced whose reference is also reproduced is ``not specific``: any RL run passes it.
         ``bounds`` (optional): see ``ours``.
         ``regime``: the regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); ``premise``: the
-            premise it needs (`rlvr_lib.study.regime_premises.PREMISES`); both required (issue 55, item 5).
+            premise it needs (`rlvr_lib.study.regime_premises.PREMISES`); both required.
     Any other keys (e.g. ``note``, ``changed``) become extra columns. ``regimes``: the regimes' measurements
     `rlvr_lib.study.regime_premises.premise_status` reads (default: `rlvr_lib.study.regime_premises.load_regimes`).
 
@@ -441,7 +441,7 @@ def measurements_table(
     aggregate: Optional[Callable[..., Mapping[str, Any]]] = None,
     regimes: Optional[Mapping[str, Any]] = None,
 ):
-    """Additional measurements: tests no paper states (issue 28, item 7), with verdicts but never counted.
+    """Additional measurements: tests no paper states, with verdicts but never counted.
 
     Rows as in :func:`claims_table` with ``measurement`` (the repository's own reading, in words) instead of
     ``claim``, and no ``source``, ``paper``, ``paper_effect``, ``against``, ``reference`` or ``level``; ``regime``
@@ -473,7 +473,7 @@ def measurements_table(
 
 
 def instrument_checks(rows: Sequence[Mapping[str, Any]]):
-    """Instrument checks (issue 28, item 5): rows that cannot fail by construction, measurements of the
+    """Instrument checks: rows that cannot fail by construction, measurements of the
     instrument and identity checks, shown with whether they pass; never counted among paper claims.
 
     Each row: ``id``, ``check`` (in words), ``kind`` (one of :data:`CHECK_KINDS`), ``value`` (what was
@@ -509,8 +509,8 @@ def claims_headline(counts: Mapping[str, int]) -> str:
     """The count :func:`claims_summary` opens with, e.g.
     ``"3 reproduced, 1 contradicted, 5 unresolved, 2 not specific, 4 premise absent of 15 claims"``.
 
-    Counts without a :data:`PREMISE_ABSENT` key (read back from a headline written before issue 55, which had no
-    such verdict) give the four-verdict headline they came from."""
+    Counts without a :data:`PREMISE_ABSENT` key (read back from a headline written before premises were checked, which
+    had no such verdict) give the four-verdict headline they came from."""
     shown = VERDICTS if PREMISE_ABSENT in counts else TESTED
     n = sum(int(counts.get(v, 0)) for v in shown)
     return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in shown) + f" of {n} claims"
@@ -518,7 +518,7 @@ def claims_headline(counts: Mapping[str, int]) -> str:
 
 _CLAIMS_HEADLINE = re.compile(r"\*\*(\d+) reproduced, (\d+) contradicted, (\d+) unresolved, (\d+) not specific"
                               r"(?:, (\d+) premise absent)? of (\d+) claims\*\*")
-"""A headline of :func:`claims_summary`: five verdicts, or the four of one written before issue 55."""
+"""A headline of :func:`claims_summary`: five verdicts, or the four of one written before premises were checked."""
 _SCORECARD = re.compile(r"<!-- claims-scorecard (\{.*?\}) -->")
 
 
@@ -529,7 +529,7 @@ def find_claims_headline(text: str) -> str | None:
     if not found:
         return None
     counts = {v: sum(int(f[j] or 0) for f in found) for j, v in enumerate(VERDICTS)}
-    if not any(f[4] for f in found):  # every headline from before issue 55: no premise was checked
+    if not any(f[4] for f in found):  # every headline from before premises were checked
         del counts[PREMISE_ABSENT]
     headline = claims_headline(counts)
     return headline if len(found) == 1 else f"{headline}, over {len(found)} claims tables"
@@ -537,7 +537,7 @@ def find_claims_headline(text: str) -> str | None:
 
 def find_claims_counts(text: str) -> dict[str, dict[str, int]]:
     """Per paper, the verdict counts of every :func:`claims_summary` in ``text``, summed (the scorecard's data,
-    read from the machine-readable comment each summary carries; one written before issue 55 counts no
+    read from the machine-readable comment each summary carries; one written before premises were checked counts no
     :data:`PREMISE_ABSENT`)."""
     totals: dict[str, dict[str, int]] = {}
     for blob in _SCORECARD.findall(text):
@@ -560,7 +560,7 @@ OPENING_TAG = "claims-opening"
 
 
 def opening_summary(outputs: str) -> str | None:
-    """What an executed notebook opens with (issue 31, item 6): each claims table's headline (the first line of
+    """What an executed notebook opens with: each claims table's headline (the first line of
     :func:`claims_summary`) and its reading (:func:`claims_reading`, with what the testbed cannot say), copied in
     order from the notebook's own outputs (``outputs``: :func:`notebook_outputs`); None for a notebook with no
     claims table."""
@@ -585,7 +585,7 @@ _VERDICT_WORDS = {
 
 
 def _regimes_line(table) -> str:
-    """Which regime the rows are measured on and which premise they need, counted (issue 55, item 5)."""
+    """Which regime the rows are measured on and which premise they need, counted."""
     parts = []
     for regime in dict.fromkeys(table["regime"]):
         mine = table[table["regime"] == regime]
@@ -638,7 +638,7 @@ TESTBED_LIMITS = ("The testbed is a 0.62M-parameter policy pretrained here on pr
 
 
 def claims_reading(table, limits: str) -> str:
-    """A short reading of a claims table in words, for the top of a notebook's results (issue 31, item 6).
+    """A short reading of a claims table in words, for the top of a notebook's results.
 
     Built from the table alone, so it cannot drift from the numbers: the regimes the rows are measured on, per
     verdict the claims it holds, the contradicted ones with our value beside the paper's effect (where the testbed

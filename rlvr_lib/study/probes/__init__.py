@@ -1,4 +1,4 @@
-"""Paper-specific probes: measurements that run the trainer or a method on the testbed (issue 30).
+"""Paper-specific probes: measurements that run the trainer or a method on the testbed.
 
 They sit above the library (they may import `rlvr_lib.trainer` and `rlvr_lib.methods`), which is why
 they left `rlvr_lib.eval`, whose metrics of a policy sit below both.

@@ -1,4 +1,4 @@
-"""3PO's IVON regime from the study side: the calibration probes that train, and the record check (issue 29).
+"""3PO's IVON regime from the study side: the calibration probes that train, and the record check.
 
 They train (`rlvr_lib.trainer`) and read run records, so they sit above the library; the rules they apply
 are pure functions of `rlvr_lib.methods.threepo` (:func:`~rlvr_lib.methods.threepo.calibrate_clip_and_lr`,
@@ -9,7 +9,7 @@ measured on the shipped policy.
 * :func:`calibrate_threepo` -- the regime calibration behind ``python -m rlvr_lib.study calibrate-threepo``.
 * :func:`check_ivon_lr` -- refuses 3PO run records that did not step with the IVON lr their config gives.
 * :func:`ivon_regime_flag` -- flags a run outside the calibrated IVON regime: after the warm-up, IVON clipped more
-  than ``MAX_CLIPPED_SHARE`` of the weights on more than ``MAX_OVER_SHARE`` of its steps (issue 56, item 2).
+  than ``MAX_CLIPPED_SHARE`` of the weights on more than ``MAX_OVER_SHARE`` of its steps.
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ COMPOSITE_REGIME: dict[str, dict[str, float]] = {
     "sage+b3po": {"clip_radius": 0.309, "lr": 0.183},
     "nudgerl+b3po": {"clip_radius": 0.196, "lr": 0.471},
 }
-"""Issue 56 item 2: the IVON regime of each composite notebook 07 trains, calibrated on its own trajectory by the
+"""The IVON regime of each composite notebook 07 trains, calibrated on its own trajectory by the
 rule of :func:`calibrate_threepo` (the 3PO presets' rule: at most 20% of weights clipped after the warm-up, IVON's
 mean step equal to the AdamW counterpart's -- the composite's other component at the composite's settings),
 measured by ``python -m rlvr_lib.study calibrate-threepo --method <composite>`` into
@@ -117,7 +117,7 @@ def ivon_update_probe(config, steps: int, *, skip: int, model=None, tokenizer=No
 def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_steps: int = 100, steps: int = 20,
                       skip: int = 5, rounds: int = 2, max_clipped: float = MAX_CLIPPED_SHARE, policy: str | None = None,
                       adamw_fields: dict | None = None, method_options: dict | None = None, **config_fields) -> dict:
-    """The 3PO regime calibration (issue 29): probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
+    """The 3PO regime calibration: probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
 
     1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
        of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
@@ -129,15 +129,14 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
        (the rule is exact only on the measured trajectory); each round records
        the clipped share and mean step it measured at its own setting.
 
-    A composite with an IVON component (``method="b3po+vigor"``, :func:`ivon_component`; issue 56, item 2) is
+    A composite with an IVON component (``method="b3po+vigor"``, :func:`ivon_component`) is
     calibrated by the same rule on its own trajectory: the options go to that component
     (``method_options={"b3po": {...}}``) and ``adamw_method`` is the composite's AdamW counterpart (its other
     component, ``"vigor"``) with ``adamw_fields`` (the composite's trainer settings, e.g.
     `rlvr_lib.study.head_to_head.pair_settings`) applied to that run only.
 
     ``method_options`` are the probed method's further options, kept in every round (the learnt-Hessian ablation:
-    ``{"hess_init_steps": LEARNT_HESS_STEPS}``, calibrated by the same rule so that its mean step is matched too;
-    issue 56 item 5).
+    ``{"hess_init_steps": LEARNT_HESS_STEPS}``, calibrated by the same rule so that its mean step is matched too).
 
     The picks are the last round's. Returns a JSON-ready report (settings,
     AdamW's mean step, every round, the picks).
