@@ -1,32 +1,12 @@
 """Per-token KL estimators against a reference policy, on sampled tokens.
 
-Inputs are the log-probs of the tokens actually sampled (from pi_theta):
-``logp`` under the current policy and ``ref_logp`` under the reference, both
-(N, T). Each estimator returns (N, T); mask and aggregate them with
-:func:`rlvr_lib.algos.aggregate_loss`. ``ref_logp`` is treated as a constant.
-
-An estimator plays two roles, and they need not agree:
-
-* its VALUE, averaged over tokens sampled from pi_theta, estimates a KL (what
-  gets logged);
-* its GRADIENT AS USED is what ``kl_coef * est(logp, ref_logp)`` contributes
-  to the loss gradient: autograd through ``logp`` only, on tokens sampled from
-  pi_theta, the sampling itself not differentiated and no importance weights.
-  In expectation that is E_{y~pi_theta}[d est / d logp(y) * grad logp(y)].
-
-Being an unbiased estimate of a KL does not make an estimator's gradient the
-gradient of that KL (Tang & Munos, "On a few pitfalls in KL divergence gradient
-estimation for RL", 2025, arXiv:2506.09477). For reference, with
-r = pi_ref / pi_theta = exp(ref_logp - logp) and E_theta[grad logp] = 0:
-
-* grad KL(pi_theta || pi_ref) (reverse) = E_theta[log(1/r) * grad logp];
-* grad KL(pi_ref || pi_theta) (forward) = -E_ref[grad logp] = E_theta[(1 - r) * grad logp].
-
-So an estimator whose d est / d logp is log(1/r) has the reverse KL's gradient
-as used, one whose d est / d logp is 1 - r has the forward KL's.
-
-Estimators (pi = pi_theta, ref = pi_ref; the values are Schulman's, "Approximating
-KL divergence", 2020):
+Inputs: ``logp`` (current policy) and ``ref_logp`` (reference, a constant), the log-probs of the sampled
+tokens, both ``(N, T)``; each estimator returns ``(N, T)`` (mask and aggregate with
+:func:`rlvr_lib.algos.aggregate_loss`). With r = pi_ref / pi = exp(ref_logp - logp), an estimator's VALUE
+estimates a KL (what is logged) and its GRADIENT AS USED (autograd through ``logp`` on tokens sampled from
+pi) is E_pi[d est / d logp * grad logp]: log(1/r) there gives the reverse KL's gradient, 1 - r the
+forward KL's. Values: Schulman, "Approximating KL divergence" (2020); gradients: Tang & Munos (2025,
+arXiv:2506.09477).
 
 ===========  ==========================  =======================  =================================
 name         per-token value             VALUE estimates          GRADIENT AS USED (expected)
@@ -39,25 +19,12 @@ name         per-token value             VALUE estimates          GRADIENT AS US
 ``none``     0                           -                        zero
 ===========  ==========================  =======================  =================================
 
-``k3`` is the "low_var_kl" that GRPO and verl put in the loss: its value is
-an unbiased, non-negative estimate of the reverse KL(pi_theta || pi_ref) the
-GRPO papers name, but differentiated as a loss it pulls with the gradient of
-the forward KL(pi_ref || pi_theta). ``reverse`` keeps k3's value and swaps in
-k2's gradient, which is the reverse KL's; ``forward`` keeps its forward-KL
-value and swaps in k3's gradient. Both do this with a straight-through
-combination ``value.detach() + (surrogate - surrogate.detach())``, whose value
-is exactly ``value`` and whose gradient is exactly the surrogate's.
+``k3`` is GRPO's and verl's "low_var_kl". ``reverse`` and ``forward`` combine a value and a surrogate
+straight-through: ``value.detach() + (surrogate - surrogate.detach())``. The statements are per token, not
+the sequence-level KL's gradient. The log-ratio inside exp() is clamped to [-20, 20] (``k3``, ``forward``,
+``reverse``'s value); beyond it ``k3``'s and ``forward``'s gradients are zero, ``reverse``'s is not clamped.
 
-The gradient statements are per token: they hold for the distribution of one
-token given its prefix. A sum of per-token terms over a sampled sequence does
-not include the score-function term through earlier tokens' sampling, so it is
-not the full gradient of the sequence-level KL (Tang & Munos, section on the
-sequential problem).
-
-The log-ratio inside exp() is clamped to [-20, 20] in ``k3``, ``forward`` and
-the value of ``reverse``. Inside that range the formulas above are exact;
-beyond it ``k3``'s and hence ``forward``'s gradient is zero, while
-``reverse``'s gradient (k2's, no exp) is not clamped.
+Derivations: docs/library/kl.md.
 """
 
 from __future__ import annotations
@@ -145,19 +112,13 @@ def forward_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
 
         value_t = w_t * log w_t - (w_t - 1)
 
-    GRADIENT AS USED. Differentiating value_t itself would give
-    d/dlogp = -w log w, whose expectation E_theta[-w log w grad logp] is
-    neither KL's gradient. Instead the gradient is k3's:
+    GRADIENT AS USED: k3's, the forward KL's (differentiating value_t itself would give neither KL's
+    gradient; docs/library/kl.md), the value unchanged bit for bit:
 
-        forward_t = value_t.detach() + (k3_t - k3_t.detach()),
-        k3_t = w_t - log w_t - 1,   d forward_t / d logp_t = 1 - w_t,
+        forward_t = value_t.detach() + (k3_t - k3_t.detach()),   k3_t = w_t - log w_t - 1,
+        d forward_t / d logp_t = 1 - w_t,   E_theta[(1 - w) grad logp] = grad KL(pi_ref || pi_theta).
 
-    and E_theta[(1 - w) grad logp] = -E_ref[grad logp]
-    = grad KL(pi_ref || pi_theta), the forward KL's gradient. The value is
-    unchanged (bit for bit).
-
-    The log-ratio is clamped to [-20, 20] before exp for numerical safety.
-    This is the "forward KL" anchor SAGE (arXiv 2605.18864) compares against.
+    The log-ratio is clamped to [-20, 20] before exp. SAGE's (arXiv 2605.18864) "forward KL" anchor.
 
     Args:
         logp: (N, T) log-probs of sampled tokens under pi_theta.
