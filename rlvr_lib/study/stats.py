@@ -189,14 +189,8 @@ def bootstrap_ci(
 
         [ci_low, ci_high] = [q_{(1-confidence)/2}(T), q_{(1+confidence)/2}(T)]
 
-    (``np.quantile``, linear interpolation), clipped to ``bounds``. The
-    interval of a mean of values in ``[lo, hi]`` never leaves ``[lo, hi]``;
-    clipping only removes floating-point noise there, and matters for other
-    inputs. Unlike the t-interval it does not assume normality, but with few
-    values it is too narrow: it never extends past the sample's range, so with
-    3 seeds it covers the true mean far less often than ``confidence`` (about
-    75% for normal data at 95%). Read a 3-seed interval as a description of
-    the seeds, not a guarantee.
+    (``np.quantile``, linear interpolation), clipped to ``bounds``. With few values it is too narrow (3 seeds:
+    about 75% coverage at 95%): read a 3-seed interval as a description of the seeds (docs/study/stats.md).
 
     Args:
         values: 1-D array-like of shape ``(n,)``, finite numbers (one per seed).
@@ -255,18 +249,9 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
     ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
     single measurement, not a certainty.
 
-    When to use something else (the bootstraps above and below): the t-interval
-    assumes roughly normal per-seed values and knows no range, so on 3 seeds
-    (``t = 4.30``) of a rate it often reaches below 0 or above 1, and it
-    ignores the variance from the fixed draw of evaluation problems. Prefer
-    :func:`bootstrap_ci` with ``bounds=(0, 1)`` for
-    per-seed rates (never leaves the range),
-    :func:`hierarchical_bootstrap_ci` when per-problem
-    results exist (puts problem sampling in the interval and gives the
-    single-evaluation base policy one), and
-    :func:`paired_difference_ci` for a difference
-    between two methods on the same problems. This function stays for
-    unbounded metrics (lengths, entropies) and for training curves.
+    For unbounded metrics (lengths, entropies) and training curves. For rates prefer :func:`bootstrap_ci` with
+    ``bounds=(0, 1)``, :func:`hierarchical_bootstrap_ci` with per-problem results and
+    :func:`paired_difference_ci` for two methods on the same problems (why: docs/study/stats.md).
 
     Args:
         values: One number per seed (lists, numpy arrays, tensors all work).
@@ -338,17 +323,9 @@ def hierarchical_bootstrap_ci(
     The interval is the percentile interval of ``T`` (as :func:`bootstrap_ci`),
     clipped to ``bounds``. The point estimate is ``X.mean()``.
 
-    This is the two-way ("pigeonhole", Owen 2007) bootstrap. It answers
-    "what if we had other seeds *and* another draw of problems from the
-    same families". With many seeds it is slightly conservative for crossed
-    seed and problem effects (it counts the seed x problem interaction
-    twice); with 3 seeds its seed part is as narrow as :func:`bootstrap_ci`
-    on 3 values, so it undercovers where seed-to-seed variation dominates
-    (see the module docstring for measured coverage). With ``S == 1`` (e.g.
-    the base policy, one evaluation) only problems vary.
-    Problems are resampled as one pool: pass problems of families of equal
-    size (as :func:`per_problem_scores` does) so the pool's mean is the
-    family average.
+    The two-way ("pigeonhole", Owen 2007) bootstrap: other seeds *and* another draw of problems. With ``S == 1``
+    only problems vary. Problems are one pool: pass families of equal size (as :func:`per_problem_scores`
+    does). Its coverage with few seeds: docs/study/stats.md.
 
     Args:
         per_seed_per_problem: array-like of shape ``(S, P)``, finite numbers.

@@ -370,7 +370,7 @@ def bench_step_time(*, prompts_per_step: int = 8, group_size: int = 8, max_new_t
     Each side loads its own copy of the tiny policy and runs ``warmup + repeats``
     optimizer steps on the same ``prompts_per_step`` problems with ``group_size``
     completions each; the first ``warmup`` steps are dropped. What is matched and
-    what is not is listed in the module docstring. Our side runs first.
+    what is not: the module docstring and docs/study/bench_step.md. Our side runs first.
 
     Args:
         prompts_per_step: Problems (groups) per step, >= 1.

@@ -261,12 +261,7 @@ def ess_by_noise_rule(flips: Mapping[str, Any], quality: Mapping[str, Any],
       with as much exploration noise as the policy survives; ``None`` if no
       measured ESS keeps it.
 
-    The flip rule alone (the first version) looked only at the branch token:
-    on the v7 policy its pick, ESS 1.3e6, keeps 91% of the strategy tokens'
-    mass at the branch while rollouts at its weight samples are never
-    correct and 51% malformed (notebook 00; 66% in a first probe on 96
-    problems and one weight sample); the accuracy bound was added then,
-    before any 3PO run at any of these ESS values.
+    Why the flip rule alone is not enough (it broke the v7 policy): docs/study/premises.md.
 
     Args:
         flips: :func:`branch_flip_by_ess`'s result (``ess``, ``share``).
