@@ -1,52 +1,21 @@
 """Validated, serialisable configuration dataclasses.
 
-Every config in the library is a frozen dataclass that inherits
-:class:`ConfigBase`. Building one validates it: a subclass overrides
-:meth:`ConfigBase.validate` and calls the ``check_*`` helpers, which raise a
-``ValueError`` naming the class, the field, the value and what is allowed::
+Every config in the library is a frozen dataclass that inherits :class:`ConfigBase`. Building one
+validates it: a subclass overrides :meth:`ConfigBase.validate` and calls the ``check_*`` helpers, which
+raise a ``ValueError`` naming the class, the field, the value and what is allowed, e.g.
+``GRPOConfig.lr=-1.0 is invalid: must be a number in (0, 1]``.
 
-    @dataclass(frozen=True)
-    class GRPOConfig(ConfigBase):
-        lr: float = 1e-6
-        group_size: int = 8
-        loss_agg: str = "token-mean"
-        clip: tuple[float, float] = (0.2, 0.2)
-        kl: Optional[KLConfig] = None
+Configs round-trip through JSON (:meth:`ConfigBase.to_json` / :meth:`ConfigBase.from_json`), including
+nested configs, tuples, lists, dicts, enums and ``Optional`` fields; field types are read with
+``typing.get_type_hints``, so classes must be defined at module level. :meth:`ConfigBase.config_hash` is a
+short sha256 of the canonical JSON (sorted keys), used to name and cache runs.
 
-        def validate(self) -> None:
-            self.check_range("lr", self.lr, 0.0, 1.0, lo_open=True)
-            self.check_positive_int("group_size", self.group_size)
-            self.check_choice("loss_agg", self.loss_agg, ("token-mean", "seq-mean"))
+A field declared with ``metadata={"omit_if_default": True}`` (:data:`OMIT_IF_DEFAULT`) is left out of
+:func:`to_jsonable` (hence of ``to_dict``, ``to_json`` and ``config_hash``) while its value equals its
+default (compared on the JSON forms; a ``default_factory`` is called), so adding it keeps every stored run
+id; ``from_dict`` of a dict without it gives the default. A field with neither default is always written.
 
-    GRPOConfig(lr=-1.0)
-    # ValueError: GRPOConfig.lr=-1.0 is invalid: must be a number in (0, 1]
-
-Configs round-trip through JSON (:meth:`ConfigBase.to_json` /
-:meth:`ConfigBase.from_json`), including nested configs, tuples, lists, dicts,
-enums and ``Optional`` fields; field types are read with
-``typing.get_type_hints``, so classes must be defined at module level (as any
-importable class is). :meth:`ConfigBase.config_hash` is a short sha256 of the
-canonical JSON (sorted keys), used to name and cache runs.
-
-Adding a field without changing existing hashes. Cached runs are keyed by the
-hash of ``to_dict()``, so a new field would change every stored run id. Declare
-it with ``metadata={"omit_if_default": True}`` (the key is
-:data:`OMIT_IF_DEFAULT`) and it is left out of :func:`to_jsonable` (hence of
-``to_dict``, ``to_json`` and ``config_hash``) while its value equals its
-default, and written otherwise; ``from_dict`` of a dict without it gives the
-default::
-
-    @dataclass(frozen=True)
-    class EvalSpec(ConfigBase):
-        samples: int = 64
-        task: str = field(default="arith", metadata={"omit_if_default": True})
-
-    EvalSpec().to_dict()             # {'samples': 64}: same hash as before `task` existed
-    EvalSpec(task="echo").to_dict()  # {'samples': 64, 'task': 'echo'}
-
-The comparison is made on the JSON forms (so a list given for a tuple default
-still counts as the default); a ``default_factory`` is called to get the
-default. A field with neither default is always written.
+Worked examples: docs/library/config.md.
 """
 
 from __future__ import annotations

@@ -1,43 +1,27 @@
 """Learning-rate schedules of the RL loop: linear warm-up, then constant or cosine decay.
 
-A schedule multiplies the optimizer's lr (AdamW's ``config.lr``, or the lr a
-method's own optimizer starts from, e.g. 3PO's IVON lr) by a factor f(s) of the
-optimizer step s = 0, 1, ..., S - 1 (S = :func:`total_optimizer_steps`: every RL
-step takes ``inner_epochs * minibatches`` optimizer steps). With W =
-:func:`warmup_steps` (``ceil(lr_warmup_ratio * S)``, as Hugging Face's
-``TrainingArguments.get_warmup_steps``):
+A schedule multiplies the optimizer's lr (AdamW's ``config.lr``, or e.g. 3PO's IVON lr) by a factor f(s)
+of the optimizer step s = 0, 1, ..., S - 1 (S = :func:`total_optimizer_steps`: every RL step takes
+``inner_epochs * minibatches`` optimizer steps). With W = :func:`warmup_steps` (``ceil(lr_warmup_ratio * S)``):
 
     f(s) = s / max(1, W)                                      for s < W   (linear warm-up from 0)
     f(s) = 1                                                  for s >= W  ("constant")
     f(s) = 0.5 * (1 + cos(pi * (s - W) / max(1, S - W)))      for s >= W  ("cosine", down to 0 at s = S)
 
-These are the schedules of ``transformers.get_constant_schedule_with_warmup``
-and ``get_cosine_schedule_with_warmup`` (one half-cosine), which the papers'
-trainers use (TRL for NudgeRL and VIGOR, verl's copy of the constant one for
-3PO): as there, the first optimizer step of a run with a warm-up takes lr 0.
-The factor is applied per optimizer step by a ``torch.optim.lr_scheduler.LambdaLR``
-(:func:`lr_scheduler`) that the trainer steps after every ``optimizer.step()``
-and keeps in its checkpoints, so a run resumed mid-warm-up replays the
-uninterrupted one exactly.
+as ``transformers.get_constant_schedule_with_warmup`` and ``get_cosine_schedule_with_warmup``, which the
+papers' trainers use. A ``LambdaLR`` (:func:`lr_scheduler`) applies it after every ``optimizer.step()`` and
+is checkpointed, so a resumed run replays the uninterrupted one exactly.
 
-The papers' schedules and the one scaling rule (:data:`PAPER_SCHEDULES`,
-:func:`paper_schedule`). The testbed's runs are far shorter than the authors',
-so a warm-up given in steps cannot be copied. One rule for all papers:
+The papers' schedules (:data:`PAPER_SCHEDULES`, :func:`paper_schedule`), one rule for all: the warm-up
+lasts the same fraction of the run's optimizer steps as in the authors' run (NudgeRL 5% and VIGOR 10%,
+cosine; 3PO 34 / 1,629 = 2.1%, constant; SAGE constant, no warm-up).
 
-    the warm-up lasts the same FRACTION of the run's optimizer steps as in the
-    authors' run: lr_warmup_ratio = authors' warm-up steps / authors' optimizer steps
+Departures from the papers:
 
-and the decay after it is the authors' (cosine or constant). NudgeRL and VIGOR
-state a ratio (TRL's ``warmup_ratio``), used as is; 3PO states steps
-(``LR_WARMUP_STEPS=34`` in the authors' ``verl/recipes/run_rl.sh``, constant
-after), divided by the length of that recipe's run: DAPO-Math-17k deduplicated
-by index (about 17,398 problems; the recipe's length filter at 1,024 prompt
-tokens drops few), ``data.train_batch_size=32`` with verl's ``drop_last`` gives
-543 steps an epoch, ``ppo_mini_batch_size=32`` one optimizer step per step,
-``NUM_EPOCHS=3``: 1,629 optimizer steps, so 34 / 1,629 = 2.1%. (The same script's
-shorter ``dapomath-dc1024`` run, 1,024 problems, 96 steps, warms up for 7, 7.3%:
-the authors did not keep a fixed fraction; the main recipe is the one 3PO's math
-table reports.) SAGE's preset keeps a constant lr without warm-up.
+1. The warm-up is a fraction of the run, not the authors' step count, since the testbed's runs are far
+   shorter.
+
+Where each paper's fraction comes from: docs/library/schedules.md.
 """
 
 from __future__ import annotations

@@ -1,47 +1,28 @@
-"""The RL loop: GRPO with plug-in hooks (see `rlvr_lib.methods.base.Method`).
+"""The RL loop: GRPO with plug-in hooks (see `rlvr_lib.methods.base.Method`); it never names a paper.
 
-One step, read top to bottom in `Trainer.step`:
+One step (`Trainer.step`):
 
-1. draw ``prompts_per_step`` training problems of the config's task (stateless: a
-   function of seed and step);
-2. ask the method for each rollout's hint, and roll out G completions per problem,
-   split across the method's weight samples (``perturbed(model, k)``);
-3. verify every completion with the task's verifier (for a method whose reward ignores it,
-   ``uses_verifier_reward = False``, a verifier that raises leaves an "unverified" verdict, left out of
-   the accuracy metrics); the method turns verdicts into rewards. If the method
-   filters groups (``keep_groups``, DAPO's dynamic sampling), steps 1-3 repeat on
-   fresh prompts ("refill rounds") until ``prompts_per_step`` groups are kept or
-   the method's cap on refill rounds is reached. The method turns the kept
-   groups' rewards into advantages;
-4. ``before_update`` lets the method attach per-row data; then ``inner_epochs``
-   shuffled passes over ``minibatches`` (each a row slice ``batch.select(rows)``
-   that every loss hook receives): per weight sample in the minibatch, inside
-   ``perturbed(model, k, train=True)``, recompute log-probs (and entropy), the
-   method's surrogate against the rollout log-probs, ``kl_coef`` x the method's
-   per-token anchor to a frozen reference (no reference is loaded when
-   ``kl_coef == 0``), aggregate, add the method's extra terms, backward; then
-   clip the gradient and step once, then step the lr schedule (`rlvr_lib.schedules`: warm-up
-   and decay per optimizer step, none by default);
+1. draw ``prompts_per_step`` problems of the config's task (a function of seed and step);
+2. ask the method for each rollout's hint; roll out G completions per problem, split across the method's
+   weight samples (``perturbed(model, k)``);
+3. verify every completion (a verifier that raises leaves an "unverified" verdict when
+   ``uses_verifier_reward = False``); the method turns verdicts into rewards; if it filters groups
+   (``keep_groups``), steps 1-3 repeat on fresh prompts up to its cap of refill rounds; then advantages;
+4. ``before_update``, then ``inner_epochs`` shuffled passes over ``minibatches``; per weight sample k of a
+   minibatch, inside ``perturbed(model, k, train=True)``, with ``(n, T)`` per-token tensors:
+
+       loss = aggregate(surrogate(logp, old_logp, A) + kl_coef * anchor(logp, ref_logp), mask) + extra_loss
+
+   (no reference model is loaded when ``kl_coef == 0``), backward; then clip the gradient, one optimizer
+   step, one lr-schedule step (`rlvr_lib.schedules`);
 5. log the diagnostics next to where they are computed.
 
-Everything random is derived from ``(seed, step)`` (and the refill round); a method
-draws only from generators keyed the same way (`rlvr_lib.seeding`), so a resumed run
-replays the uninterrupted one exactly on CPU: a checkpoint holds only the weights, the
-optimizer, the lr schedule's position, the method's state, the step, the history and the
-wall seconds spent so far (``elapsed_s``, so a resumed run's record counts the time of the
-processes it resumed from).
-Checkpoints are written atomically and end with a sha256 of their content; the one
-replaced is kept as ``checkpoint.prev.pt``, which a resume falls back on (with a
-warning naming the damaged file) when ``checkpoint.pt`` is truncated or corrupted.
+Everything random is derived from ``(seed, step)`` (and the refill round), so a resumed run replays the
+uninterrupted one exactly on CPU. Checkpoints (weights, optimizer, schedule, method state, step, history,
+``elapsed_s``) are written atomically with a sha256; ``checkpoint.prev.pt`` is the fallback. Several
+processes (`rlvr_lib.distributed`) give the one-process update on the same batch; only rank 0 writes.
 
-Several processes (``accelerate launch --multi_gpu`` or ``torchrun``; `rlvr_lib.distributed`):
-each rolls out, verifies and rewards its share of every sampling round's groups, and the
-shares are gathered, so steps 1-3 see the whole batch on every process; in step 4 each
-process trains on its share of the groups, weighted by its share of the minibatch, and
-the gradients are summed, so the update is the one-process update on the same batch.
-Only rank 0 writes checkpoints. On one process none of this runs. On a sharded (FSDP) launch the rollouts are
-split the same way, but every process trains on the whole batch, in chunks of ``rollout_batch_size`` rows, and
-FSDP averages the identical gradients (`rlvr_lib.distributed`, "Sharded").
+Each step in full, checkpoints and multi-process runs: docs/library/trainer.md.
 """
 
 from __future__ import annotations
