@@ -1,4 +1,4 @@
-"""Notebook 01's pre-registered rows: the papers' statements about GRPO itself (issue 27, item 5).
+"""Notebook 01's pre-registered rows: the papers' statements about GRPO itself.
 
 GRPO raises pass@1; at large k its pass@k falls below the base's; strategy diversity falls (the dominant
 pattern sharpens, the rare one does not grow); more rollouts help up to a point. Written before the
@@ -9,10 +9,10 @@ where a row differs from the first full-profile table.
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): the evaluation protocol the pass@1 rows are measured under (rlvr_lib.study.protocols). The
+# The evaluation protocol the pass@1 rows are measured under (rlvr_lib.study.protocols). The
 # rows come from two papers, so each is measured under its source's: grpo-raises-pass1 under SAGE's (not stated
 # there: its training sampling, temperature 1.0, i.e. the main evaluation), more-rollouts-help and up-to-a-point
 # under NudgeRL's (mean@128 at temperature 0.7, scaled by the written rule). The pass@256 rows (SAGE's pass@k,

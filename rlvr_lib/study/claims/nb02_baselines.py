@@ -3,10 +3,10 @@
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): every row is SAGE T1's, measured under SAGE's protocol (rlvr_lib.study.protocols; its
+# Every row is SAGE T1's, measured under SAGE's protocol (rlvr_lib.study.protocols; its
 # evaluation sampling is not stated: its training temperature 1.0, i.e. the main evaluation).
 PROTOCOL = "sage"
 

@@ -5,10 +5,10 @@ from rlvr_lib.study.comparisons import Arm, Pair
 from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES
 from . import TAGGED, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): the pass@1 rows are measured under NudgeRL's protocol (rlvr_lib.study.protocols: mean@128
+# The pass@1 rows are measured under NudgeRL's protocol (rlvr_lib.study.protocols: mean@128
 # at temperature 0.7, scaled by the written rule); Fig 1's modes and Fig 4's pass@256 stay on temperature 1.0.
 PROTOCOL = "nudgerl"
 
@@ -102,7 +102,7 @@ COMPARISONS = {
                                      f"{_HINTS}, with G = 8 against GRPO's G = {G}",
                                      (f"beats-grpo-g{G}", *(("fig3-grpo32-declines",) if G == 32 else ())))
        for G in (16, 32, 64)},
-    # POPE's preset is NudgeRL's configuration (issue 56, item 4): notebook 02 trains it at that preset.
+    # POPE's preset is NudgeRL's configuration: notebook 02 trains it at that preset.
     "nudgerl-vs-pope": Pair(_NUDGERL_ARM, Arm("pope", experiment="baselines"), ("method", "advantage"),
                             "unverified strategy hints with NudgeRL's credit and distillation, against POPE's oracle "
                             "prefixes on half the prompts", ("beats-pope", *(f"beats-pope-{f}" for f in EVAL_FAMILIES))),

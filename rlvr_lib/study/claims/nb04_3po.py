@@ -7,10 +7,10 @@ from rlvr_lib.methods.threepo import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS, TEST
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): the pass@1 rows are measured under 3PO's protocol (rlvr_lib.study.protocols: mean@8 at
+# The pass@1 rows are measured under 3PO's protocol (rlvr_lib.study.protocols: mean@8 at
 # temperature 0.6).
 PROTOCOL = "3po"
 
@@ -154,10 +154,10 @@ ABLATION_ARMS = {
     "c3po-no-seq-mis": Arm("c3po", label="c3po-no-seq-mis", overrides={"method_options": {"seq_mis": False}}),
     "m3po-full-group": Arm("m3po", label="m3po-full-group", overrides={"group_size": 16}),
     # the full profile's; the quick profile's smoke warm-up adds its own hess_init_steps/batch
-    # issue 56 item 5: at its own calibration (LEARNT_HESS_REGIME), so that its mean step is matched to the preset's
+    # at its own calibration (LEARNT_HESS_REGIME), so that its mean step is matched to the preset's
     "c3po-learnt-hess": Arm("c3po", label="c3po-learnt-hess-matched",
                             overrides={"method_options": {"hess_init_steps": LEARNT_HESS_STEPS, **LEARNT_HESS_REGIME}}),
-    # issue 56 item 1: the per-chunk form this library ran before (its own draw per chunk, pi_mean / pi_k masked)
+    # the per-chunk form this library ran before (its own draw per chunk, pi_mean / pi_k masked)
     "c3po-per-chunk": Arm("c3po", label="c3po-per-chunk", overrides={"method_options": {"scheme": "per_chunk"}}),
 }
 """Each ablation changes one setting of a preset (notebook 04's labels)."""

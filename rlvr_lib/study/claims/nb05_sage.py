@@ -4,15 +4,15 @@ from rlvr_lib.methods.sage import FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): SAGE's protocol (rlvr_lib.study.protocols): its evaluation sampling is not stated, so its
+# SAGE's protocol (rlvr_lib.study.protocols): its evaluation sampling is not stated, so its
 # training temperature 1.0 is used, i.e. the main evaluation (pass@1) and the wide one (pass@256).
 PROTOCOL = "sage"
 
 _SAME_AS_02 = "moved to notebook 02, which states the same SAGE T1 row on the same runs: each claim is counted once"
-# Issue 29 item 2 / issue 31 item 3: SAGE and its GRPO both use the authors' k3 anchor (SAGE_ANCHOR).
+# SAGE and its GRPO both use the authors' k3 anchor (SAGE_ANCHOR).
 _K3 = ("issue 31: GRPO is grpo_k3 (the authors' k3 anchor, SAGE's settings but the guide) instead of the "
        "reverse-KL grpo, under which a prefix-only guide is null in expectation (issue 29, item 2)")
 _WIDE = "pass@256 on the wide evaluation's in-distribution families replaced pass@32 standing in for it"

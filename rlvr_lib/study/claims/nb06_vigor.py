@@ -7,10 +7,10 @@ from rlvr_lib.methods.vigor import VIGOR_SETTINGS
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring.
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): the pass@1 rows (the paper's Math and code averages) are measured under VIGOR's protocol
+# The pass@1 rows (the paper's Math and code averages) are measured under VIGOR's protocol
 # (rlvr_lib.study.protocols: greedy pass@1).
 PROTOCOL = "vigor"
 

@@ -1,4 +1,4 @@
-"""Notebook 07's pre-registered rows (issue 32, item 2: the four methods and the best baselines at equal compute).
+"""Notebook 07's pre-registered rows (the four methods and the best baselines at equal compute).
 
 Claims: each method's headline claim against GRPO, tested here at the equal-compute budget
 (`rlvr_lib.study.head_to_head.Budget`) against notebook 02's GRPO (the KL-anchored one every arm shares), with
@@ -8,21 +8,21 @@ states them): the other methods against GRPO on ``rare_mix`` at pass@256 (the wi
 pair against its better component (`rlvr_lib.study.head_to_head.better_component`, by mean in-distribution
 pass@1), and where each method helps (its gain over GRPO in the lowest quartile of the base policy's
 per-problem pass@1, `rlvr_lib.study.head_to_head.gain_map`), and whether each method's gain over GRPO grows
-with model size (issue 32, item 3: its per-seed pass@1 gain over GRPO on the second policy minus on the tiny one,
+with model size (its per-seed pass@1 gain over GRPO on the second policy minus on the tiny one,
 Welch, `rlvr_lib.study.head_to_head.gain_growth`; an interval wholly below 0 reads as "shrinks": contradicted).
-Issue 56, item 7: each method also stands beside its own paper's comparator, the method's arm with its mechanism
+Each method also stands beside its own paper's comparator, the method's arm with its mechanism
 undone and every other setting (the lr included) kept (`rlvr_lib.study.head_to_head.own_comparators`): GRPO at
 NudgeRL's settings, ``grpo_k3`` for SAGE (its k3 anchor without the guide), the 3PO variant without weight noise and
 GRPO at 3PO's settings, GRPO with the verifier at VIGOR's settings and lr. The rows ``*-beats-own`` test each
 paper's headline claim against that comparator (the paper's own GRPO row), and the measurements ``*-rare-wide-own``
 and ``threepo-beats-no-noise`` read the mechanism alone; a difference shown against GRPO and not against the own
 comparator is what the method's settings do, not the method (README's guide says which of the two each statement
-reads). Issue 56, item 6: the eight pass@1 claims (``*-beats-grpo``, ``*-beats-own``) are each measured under their
+reads). The eight pass@1 claims (``*-beats-grpo``, ``*-beats-own``) are each measured under their
 source paper's evaluation protocol (``PROTOCOL = "by source"``, :data:`PROTOCOL_ROWS`); ``nudgerl-rare-wide`` and
 every measurement stay on the temperature-1.0 evaluations. Thresholds are 0 and the minimum-effect rule of
 `rlvr_lib.study.claims.tables.min_effect` applies as in every notebook (no paper effect here is large).
 
-These rows were fixed before notebook 07's first full-profile record (session 26); a change since is listed by
+These rows were fixed before notebook 07's first full-profile record; a change since is listed by
 `Registry.changed_rows`, as for every notebook.
 """
 
@@ -32,11 +32,11 @@ from rlvr_lib.methods.presets import method_config
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
-# Issue 55: every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
-# rlvr_lib.study.claims' docstring: NudgeRL's and 3PO's rows against GRPO, and every pair with one of them, need
+# Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
+# docs/study/claims.md: NudgeRL's and 3PO's rows against GRPO, and every pair with one of them, need
 # the discovery premise; SAGE's and VIGOR's rare_mix rows the retention premise; their plain pass@1 rows none.
 _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in ("discovery", "retention", "none"))
-# Issue 56 (item 6): each claim is a paper's headline claim against GRPO, so each is measured under its
+# Each claim is a paper's headline claim against GRPO, so each is measured under its
 # source paper's protocol (rlvr_lib.study.protocols), the quantity notebooks 03-06 test; the measurements
 # (no paper states them) stay on the temperature-1.0 evaluations.
 PROTOCOL = "by source"
@@ -166,7 +166,7 @@ COMPARISONS = {
     **{f"{m}-vs-grpo": Pair(Arm(m, overrides=_ONE_STEP), Arm("grpo", overrides=_ONE_STEP), _SETTINGS[m], _AT_BUDGET,
                             _ROWS[m], match_lr=False)
        for m in _SETTINGS},
-    # issue 56, item 7: each method beside its own paper's comparator (one difference, every other setting kept)
+    # each method beside its own paper's comparator (one difference, every other setting kept)
     "nudgerl-vs-own": Pair(Arm("nudgerl", overrides=_ONE_STEP),
                            _own("nudgerl", "grpo-nudgerl-settings", {"method": "grpo", "advantage": "grpo"}),
                            ("method", "advantage"), "NudgeRL's hints, context dropout, credit and distillation",

@@ -1,4 +1,4 @@
-"""Notebook 08's pre-registered rows (the discovery regime, issue 55): the exploration methods against GRPO on the
+"""Notebook 08's pre-registered rows (the discovery regime): the exploration methods against GRPO on the
 held-out targets, every arm's share of the oracle's headroom and of ``round``, and the gate as instrument checks.
 
 Written before any run on the discovery regime. GRPO here is the oracle arm's comparator (the testbed's ``grpo``
@@ -12,7 +12,7 @@ from .nb04_3po import _T1, _t1
 
 _DISCOVERY = {"regime": "discovery", "premise": "discovery"}
 _NONE = {"regime": "discovery", "premise": "none"}
-# Issue 56 (item 6): the rows come from several papers (NudgeRL's and 3PO's T1 and others), so each claim is
+# The rows come from several papers (NudgeRL's and 3PO's T1 and others), so each claim is
 # measured under its source paper's protocol (rlvr_lib.study.protocols), as in notebooks 03-06.
 PROTOCOL = "by source"
 EXPLORERS = ("nudgerl", "b3po", "m3po", "c3po")
