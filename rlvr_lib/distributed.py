@@ -1,68 +1,31 @@
 """Multi-process training with ``torch.distributed``: where this process stands, and the few collectives the loop needs.
 
-Launch one process per device with ``accelerate launch --multi_gpu`` or
-``torchrun``; the launcher sets ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-``MASTER_ADDR`` and ``MASTER_PORT``, and :func:`init_world` joins the process
-group from them (``nccl`` on CUDA, ``gloo`` on CPU), or takes the group a caller
-already initialised. Without a launcher it returns the one-process `World`, in
-which every helper below returns its input and runs no collective: training on
-one process is exactly what it was before this module existed.
+Launch one process per device (``accelerate launch --multi_gpu`` or ``torchrun``); :func:`init_world` joins
+the process group from the launcher's variables (``nccl`` on CUDA, ``gloo`` on CPU), or returns the
+one-process `World`, in which every helper returns its input and runs no collective.
 
-How `rlvr_lib.trainer.Trainer.step` splits a step, with DDP's semantics (the
-update equals the one-process update on the same batch, to float rounding):
+Data-parallel (DDP semantics: the update equals the one-process update on the same batch, to float
+rounding): every process draws the same prompts, rolls out its contiguous share of the groups
+(:meth:`World.shard`, own sampling seed) and :meth:`World.gather_batch` joins the whole batch on every
+process, so per-group and batch-level quantities are computed identically everywhere. Each process trains
+on its rows of the minibatch (:meth:`World.split_rows`); with n_p its rows (or tokens, for ``token_mean``)
+and n the minibatch's,
 
-* Every process draws the same prompts and hints (same seeds), then rolls out,
-  verifies and rewards only its contiguous share of the groups
-  (:meth:`World.shard`), sampling with a seed of its own
-  (:meth:`World.sampling_seed`). :meth:`World.gather_batch` joins the shares
-  into the whole batch on every process. Groups stay whole on one process, so
-  per-group quantities never cross processes; batch-level ones (dynamic-sampling
-  filters, BNPO's Beta fit, advantages, rollout metrics) are computed on the
-  whole batch, identically on every process.
-* Each process trains on the rows of its share of the trained batch's groups
-  (:meth:`World.split_rows`). A minibatch is a set of rows of the whole batch;
-  a process's loss on its rows is weighted by their share of that minibatch
-  (rows, or tokens for ``token_mean``: the normaliser is the whole minibatch's,
-  not the process's), and the gradients are summed over processes
-  (:meth:`World.summed_gradients`), so every process holds the whole
-  minibatch's gradient and takes the same optimizer step.
-* Loss statistics are averaged over processes weighted by the same shares
-  (:meth:`World.weighted_means`): the logged ``loss`` is the whole minibatch's.
-  The remaining metrics are merged by :meth:`World.merge_metrics`.
+    loss_p = (n_p / n) * loss(rows of p),   grad = sum_p grad loss_p     (:meth:`World.summed_gradients`)
 
-Sharded (FSDP2, ``torch.distributed.fsdp.fully_shard``): an ``accelerate launch`` whose config asks for FSDP
-(``ACCELERATE_USE_FSDP=true``, e.g. ``configs/accelerate/fsdp_8gpu.yaml``; the same variable under ``torchrun``)
-gives a `World` with ``sharded=True``. Parameters, gradients and optimizer state are then split among the
-processes (:meth:`World.shard_model`: each decoder layer of ``model._no_split_modules`` and the root), and a
-step runs as follows:
+and loss statistics are averaged with the same weights (:meth:`World.weighted_means`).
 
-* Rollouts stay split as above, each process its share of the groups, inside :meth:`World.gathered` (the
-  parameters all-gathered once, kept for every forward): processes sample unequal numbers of tokens, and
-  FSDP's per-layer all-gathers need every process in every forward.
-* The update is not split: every process computes the loss of the **whole** minibatch (`split_rows` gives
-  it all rows) and FSDP's reduce-scatter averages the identical gradients, so the update is the one-process
-  update (to float rounding) and every forward and backward runs on every process in the same order, which
-  FSDP's collectives need, whatever a method's loss does with its rows (NudgeRL's extra forward of hinted
-  rows, ``ActorOldLogprobs``' chunked forwards). The loss and backward run in chunks of
-  ``rollout_batch_size`` rows (`rlvr_lib.trainer.Trainer`), the same chunks on every process, so a process
-  holds one chunk's activations at a time (a loss term that selects tokens by a statistic of its rows selects
-  within each chunk, as under DDP within each process's share). The update's compute is repeated on each
-  process; what sharding buys is memory (a model whose parameters and AdamW state do not fit one device).
-* A method whose hooks read or write the parameters themselves (``Method.reads_parameters``):
-  3PO's IVON (`rlvr_lib.methods.sharded_ivon`) keeps its state and draws its noise (equal to the unsharded draw)
-  on each process's shards; :meth:`World.sampled_weights` re-gathers the weights around each weight sample
-  (every process takes part in each, whatever its rollout share), and an earlier forward's unsharded copy is
-  dropped first, so the sample reaches every forward. VIGOR's per-completion gradients are taken on the
-  gathered weights through :meth:`World.unsharded` (a plain module sharing them: no FSDP hook, so processes
-  with unequal shares run no collective there).
-* Refused on a sharded launch (`rlvr_lib.trainer.check_shardable`): the vLLM engine (its weight sync reads
-  full parameters).
+Sharded (FSDP2, ``ACCELERATE_USE_FSDP=true``; ``World.sharded``): parameters, gradients and optimizer
+state are split (:meth:`World.shard_model`); rollouts stay split inside :meth:`World.gathered`; every
+process computes the whole minibatch's loss in ``rollout_batch_size`` chunks, so the update is the
+one-process update and sharding buys memory. Methods that read the parameters (3PO's IVON, VIGOR) use
+:meth:`World.sampled_weights` / :meth:`World.unsharded`; the vLLM engine is refused.
 
-Kept per process (documented, not hidden): diagnostics a method computes from
-the rows it is given (``rewards``, ``before_update``: e.g. NudgeRL's hint
-shares, VIGOR's rank accuracies) are averaged over processes, and loss terms
-that select tokens by a statistic of the minibatch (KL-Cov/Clip-Cov's top
-covariance fraction, SAGE's random guide) select among the process's tokens.
+Kept per process: diagnostics a method computes from its rows are averaged over processes, and loss terms
+that select tokens by a minibatch statistic (KL-Cov/Clip-Cov, SAGE's random guide) select among the
+process's tokens.
+
+The step in full: docs/library/distributed.md.
 """
 
 from __future__ import annotations
