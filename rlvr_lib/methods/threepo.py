@@ -815,9 +815,8 @@ class C3PO(B3PO):
       logged as ``seq_is_truncated_frac`` (rows with rho > C) and ``seq_is_weight_mean``. ``seq_mis=False`` drops
       ``w`` (the ``c3po-no-seq-mis`` ablation) and keeps the training draw.
 
-    IVON records the one draw's gradient once per scope the trainer opens (one per weight sample among a
-    minibatch's rows, each the same draw), and ``_SummedIVON`` sums them: the minibatch's gradient at ``theta_t`` and
-    its "price" Hessian estimate ``noise_t * g``, as one pass at one draw.
+    ``_SummedIVON`` sums the per-scope gradients at the one draw: the minibatch's gradient at ``theta_t``
+    (docs/methods/threepo.md).
 
     ``scheme="per_chunk"`` (the committed records' form, kept to measure the difference): chunk k's gradient at its
     own rollout draw k, old log-probs the rollout's, and the weight between the MEAN policy and draw k, masked (not
