@@ -18,7 +18,7 @@ from pathlib import Path
 __all__ = ["DEFAULT_LOCK", "KEY_PACKAGES", "installed_version", "lock_python", "mismatches", "package_versions",
            "read_lock"]
 
-# The libraries whose versions a run record stores (issue 37): the numbers depend on them.
+# The libraries whose versions a run record stores: the numbers depend on them.
 KEY_PACKAGES = ("torch", "transformers", "trl", "ivon-opt", "math-verify")
 DEFAULT_LOCK = Path(__file__).resolve().parent.parent / "locks" / "cpu.txt"
 
