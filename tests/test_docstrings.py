@@ -57,3 +57,15 @@ def test_the_checks_fail_on_what_they_forbid(tmp_path):
     doc = ast.get_docstring(ast.parse(source), clean=False)
     assert len(doc.strip().splitlines()) > MAX_MODULE_DOCSTRING_LINES
     assert [m.group(0) for _, t in _comments(source) for m in ISSUE.finditer(t)] == ["issue 12"]
+
+
+DOCS = ROOT / "docs"
+
+
+def test_every_docs_page_the_code_names_exists_and_the_index_lists_every_page():
+    named = {m.group(0) for p in MODULES for m in re.finditer(r"docs/[\w./-]+\.md", p.read_text())}
+    assert named, "the docstrings link their documentation pages"
+    assert sorted(n for n in named if not (ROOT / n).exists()) == []
+    index = (DOCS / "README.md").read_text()
+    pages = {str(p.relative_to(DOCS)) for p in DOCS.rglob("*.md")} - {"README.md", "departures.md", "study/README.md"}
+    assert sorted(p for p in pages if f"({p})" not in index) == []
