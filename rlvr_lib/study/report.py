@@ -36,7 +36,7 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 def _calibration_section(root: Path) -> list[str]:
     path = root / "testbed" / "calibration.json"
     if not path.exists():
-        return ["*No calibration committed yet (`python -m rlvr_lib calibrate`).*"]
+        return ["*No calibration committed yet (`python -m rlvr_lib.study calibrate`).*"]
     report = json.loads(path.read_text())
     cfg = report["config"]
     wide = f", {cfg['wide_samples']} on {', '.join(cfg['wide_families'])}" if "wide_samples" in cfg else ""
@@ -217,7 +217,7 @@ def _target_cell(t: dict, interval: bool = True) -> str:
 def _dynamics_section(root: Path) -> list[str]:
     path = root / "testbed" / "dynamics.json"
     if not path.exists():
-        return ["*No dynamics calibration committed yet (`python -m rlvr_lib calibrate --dynamics`).*"]
+        return ["*No dynamics calibration committed yet (`python -m rlvr_lib.study calibrate --dynamics`).*"]
     from rlvr_lib.study.dynamics import targets_by_steps
 
     report = json.loads(path.read_text())

@@ -23,7 +23,7 @@ Every tuning run is cached as a run record under ``<results>/lr_tuning/``
 hash and the testbed version), so an interrupted sweep resumes where it
 stopped, and several processes can share one sweep.
 
-:func:`tune_lr` runs one method's grid; ``python -m rlvr_lib tune-lr`` runs
+:func:`tune_lr` runs one method's grid; ``python -m rlvr_lib.study tune-lr`` runs
 several and writes ``results/testbed/lr_tuning.json``.
 """
 

@@ -5,7 +5,7 @@ the tiny policy misses some products it was shown and composes some it never saw
 strategy-dependent pools are defined by a measurement of the base policy, the *strategy profile*: for every
 in-distribution problem of the RL and evaluation splits, the number of correct samples out of
 ``PROFILE_SAMPLES`` hinted samples per strategy (a sample counts when it follows the hint and is correct;
-`rlvr_lib.study.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib calibrate --profile``).
+`rlvr_lib.study.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib.study calibrate --profile``).
 It is shipped beside the checkpoint (``PROFILE_FILE``) with the hash of the policy it was measured on, and
 a test holds that hash equal to the shipped policy's.
 
@@ -54,7 +54,7 @@ def load_profile(path: str | None = None) -> dict:
     if not file.exists():
         raise FileNotFoundError(
             f"no strategy profile at {file}: measure it on the shipped policy with "
-            "`python -m rlvr_lib calibrate --profile` (`make pretrain` does after pretraining)")
+            "`python -m rlvr_lib.study calibrate --profile` (`make pretrain` does after pretraining)")
     return json.loads(file.read_text())
 
 
