@@ -82,7 +82,7 @@ def compute_spent(config: TrainerConfig, history: list[dict]) -> dict[str, int]:
     for row in history:
         if "dynamic_kept_groups" in row and "dynamic_completions" not in row:
             raise ValueError(f"step {row.get('step')}: dynamic sampling without dynamic_completions in the history "
-                             "(logged since issue 32): the step's completions are not known exactly")
+                             "(a record made before the trainer logged it): the step's completions are not known exactly")
         completions += int(row.get("dynamic_completions", config.prompts_per_step * config.group_size))
         steps += int(row.get("optimizer_steps", config.inner_epochs * config.minibatches))
     return {"completions": completions, "optimizer_steps": steps}

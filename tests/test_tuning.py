@@ -82,3 +82,21 @@ def test_tuning_reports_add_up_across_sweeps_and_a_new_header_replaces_them(tmp_
     assert record_tuning(out, header, "grpo", {"pick": 3e-5})["methods"]["grpo"] == {"pick": 3e-5}  # re-tuned
     other = {**header, "policy_sha": "def"}  # another policy: the old picks are not its picks
     assert record_tuning(out, other, "vigor", {"pick": 1e-5}) == {**other, "methods": {"vigor": {"pick": 1e-5}}}
+
+
+def test_tune_lr_without_methods_tunes_the_study_manifests_methods(tmp_path, monkeypatch):
+    """``tune-lr`` with no ``--methods`` sweeps `tuning.methods_to_tune()` (the study manifest's methods that take
+    their own lr), in that order; the sweep itself is replaced here by a recorder (its own tests run it)."""
+    from rlvr_lib.study import tuning
+    from rlvr_lib.study.__main__ import main as study_main
+
+    seen = []
+
+    def fake_tune_lr(name, **kwargs):
+        seen.append(name)
+        return {"default_lr": 1e-4, "pick": 1e-4, "mean_final_accuracy": 0.5}
+
+    monkeypatch.setattr(tuning, "tune_lr", fake_tune_lr)
+    assert study_main(["tune-lr", "--steps", "2", "--prompts-per-step", "2", "--tail", "1",
+                       "--out", str(tmp_path / "t.json")]) == 0
+    assert seen == list(tuning.methods_to_tune()) and len(seen) > 10

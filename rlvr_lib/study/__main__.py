@@ -178,6 +178,10 @@ def _tune_lr(args: argparse.Namespace) -> int:
     check_out_file("--out", args.out)
     out = Path(args.out) if args.out else results_root() / "testbed" / "lr_tuning.json"
     fields = {"steps": args.steps, "prompts_per_step": args.prompts_per_step}
+    if args.methods is None:  # the study manifest's methods that take their own lr
+        from rlvr_lib.study.tuning import methods_to_tune
+
+        args.methods = list(methods_to_tune())
     for name in args.methods:  # all checked before the first is tuned: a typo in the last stops no sweep halfway
         with flag_errors({"steps": "--steps", "prompts_per_step": "--prompts-per-step", "policy": "--model"},
                          "--methods"):
@@ -343,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  "for another method threepo_calibration_<method>.json)")
     q.set_defaults(func=_calibrate_threepo, parser=q)
     u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
-    u.add_argument("--methods", nargs="+", required=True, help="registered methods to tune")
+    u.add_argument("--methods", nargs="+", default=None,
+                   help="registered methods to tune (default: the study's, rlvr_lib.study.tuning.methods_to_tune)")
     u.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
     u.add_argument("--steps", type=COUNT, default=100, help="RL steps per tuning run")
     u.add_argument("--prompts-per-step", type=COUNT, default=8)
