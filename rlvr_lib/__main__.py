@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, check_model, check_out_file,
+from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, run_command, check_model, check_out_file,
                                  check_out_folder, existing_file, flag_errors, number_in)
 from rlvr_lib.backends import BACKENDS
 
@@ -247,11 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--batch-size", type=COUNT, default=512)
     e.add_argument("--out", default=None, help="JSON path of the summary (default: eval.json)")
     e.set_defaults(func=_evaluate, parser=e)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UsageError as err:  # raised by the input checks only, before the command created anything
-        args.parser.error(str(err))
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":

@@ -214,3 +214,13 @@ def flag_errors(flags: Mapping[str, str], default: str) -> Iterator[None]:
         match = _NAMED.match(message)
         flag = flags.get(match.group(1), default) if match else default
         raise UsageError(f"argument {flag}: {message}") from None
+
+
+def run_command(parser: argparse.ArgumentParser, argv) -> int:
+    """Parse ``argv`` and run the chosen subcommand (``args.func``), turning a `UsageError` of the input checks
+    (raised before the command created anything) into that subcommand's usage error (exit 2)."""
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except UsageError as err:
+        args.parser.error(str(err))

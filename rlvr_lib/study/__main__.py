@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, check_model, check_out_file,
+from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, run_command, check_model, check_out_file,
                                  check_out_folder, flag_errors, number_in, int_at_least)
 from rlvr_lib.study.runs import results_root
 
@@ -366,11 +366,7 @@ def main(argv: list[str] | None = None) -> int:
     t.set_defaults(func=_plateau, parser=t)
     for name, (_, text) in MODULE_COMMANDS.items():  # listed in --help; dispatched above
         sub.add_parser(name, help=text, add_help=False)
-    args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except UsageError as err:  # raised by the input checks only, before the command created anything
-        args.parser.error(str(err))
+    return run_command(parser, argv)
 
 
 if __name__ == "__main__":
