@@ -294,7 +294,7 @@ def test_load_regimes_puts_the_gate_file_beside_the_regimes(tmp_path):
     assert regimes.load_regimes(tmp_path) == {}
     (tmp_path / "regimes.json").write_text(json.dumps({"retention": {"share": 0.0}, "discovery": {"design": "d3"}}))
     assert regimes.load_regimes(tmp_path)["discovery"] == {"design": "d3", "gate": None}
-    (tmp_path / "discovery_gate.json").write_text(json.dumps({"passes": True}))
+    (tmp_path / "discovery_gate.json").write_text(json.dumps({"gate": {"passes": True}}))
     loaded = regimes.load_regimes(tmp_path)
     assert loaded["discovery"]["gate"] == {"passes": True}
     assert regimes.premise_status("discovery", "discovery", loaded)["present"] is True

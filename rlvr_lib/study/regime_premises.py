@@ -29,7 +29,8 @@ PREMISES = {
 
 def load_regimes(testbed: str | Path | None = None) -> dict[str, Any]:
     """``regimes.json`` of the ``testbed`` folder (default: :data:`REGIMES_FILE`'s) with the gate of
-    ``discovery_gate.json`` beside it as ``["discovery"]["gate"]`` (None without one); {} when not measured."""
+    ``discovery_gate.json`` beside it as ``["discovery"]["gate"]`` (None without one): the file's oracle-exploration
+    gate (``{"gate": {arms, conditions, passes}, seeds, steps, design}``) as one flat dict; {} when not measured."""
     import json
 
     folder = Path(testbed) if testbed is not None else REGIMES_FILE.parent
@@ -39,7 +40,9 @@ def load_regimes(testbed: str | Path | None = None) -> dict[str, Any]:
     regimes = json.loads(path.read_text())
     gate = folder / GATE_FILE.name
     if "discovery" in regimes:
-        regimes["discovery"]["gate"] = json.loads(gate.read_text()) if gate.is_file() else None
+        report = json.loads(gate.read_text()) if gate.is_file() else None
+        regimes["discovery"]["gate"] = None if report is None else {
+            **report["gate"], **{k: v for k, v in report.items() if k != "gate"}}
     return regimes
 
 

@@ -327,7 +327,7 @@ def _gate(args) -> int:
         gate_runs(arms, seeds, args.arms)
         return 0
     outcome = gate_outcome(gate_runs(arms, seeds), regimes["discovery"]["fresh_reward"]["share"])
-    write_json_atomic(out.with_name(GATE_FILE.name), {**outcome, "seeds": seeds, "steps": arms.steps,
+    write_json_atomic(out.with_name(GATE_FILE.name), {"gate": outcome, "seeds": seeds, "steps": arms.steps,
                                                       "design": discovery.load_discovery()["design"]})
     report = json.loads(out.read_text())
     if "gate" in report["discovery"]:  # written there before the gate had a file of its own
