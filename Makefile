@@ -162,7 +162,7 @@ second-size: install
 	OMP_NUM_THREADS=1 $(PY) -m rlvr_lib pretrain --size small
 	-$(PY) -m rlvr_lib.study calibrate --model $(SMALL_POLICY) --out results/testbed/calibration-$(SMALL_POLICY).json
 	$(PY) -m rlvr_lib.study calibrate --dynamics --model $(SMALL_POLICY) \
-	  --kl-coefs $$($(PY) -c "from rlvr_lib.methods.base import TESTBED_KL_COEF; print(TESTBED_KL_COEF)") \
+	  --kl-coefs $$($(PY) -c "from rlvr_lib.study.testbed import TESTBED_KL_COEF; print(TESTBED_KL_COEF)") \
 	  --steps $$($(PY) -c "from rlvr_lib.study.dynamics import full_profile_steps; print(full_profile_steps())") \
 	  --out results/testbed/dynamics-$(SMALL_POLICY).json
 

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from rlvr_lib.eval import EvalSpec
-from rlvr_lib.methods import method_config
+from rlvr_lib.study.testbed import calibrated_config
 from rlvr_lib.study.arms import Arms, Paired
 from rlvr_lib.study.stats import paired_difference_ci, per_problem_scores
 
@@ -20,7 +20,7 @@ def arms(tmp_path_factory):
 def test_an_arm_is_the_method_preset_at_the_notebook_settings_one_record_per_seed(arms):
     runs = arms.train("grpo", [0, 1], label="grpo-g4", group_size=4, lr=3e-4)
     assert [r.seed for r in runs] == [0, 1] and {r.name for r in runs} == {"grpo-g4"}
-    expected = method_config("grpo", steps=1, prompts_per_step=2, group_size=4, lr=3e-4, seed=1).to_dict()
+    expected = calibrated_config("grpo", steps=1, prompts_per_step=2, group_size=4, lr=3e-4, seed=1).to_dict()
     assert runs[1].config["train"] == expected
     assert all(p.parent.name == "nb" for p in (arms.root / "nb").glob("grpo-g4-*.json"))
     # Another notebook asking for the same arm reads the record, it does not retrain.

@@ -43,8 +43,8 @@ def test_pope_and_intuitor_run_at_their_comparisons_settings():
     from rlvr_lib.methods.vigor import VIGOR_SETTINGS
     from rlvr_lib.study.comparisons import config_differences
 
-    assert METHODS["pope"].preset == NUDGERL_SETTINGS
-    assert METHODS["intuitor"].preset == VIGOR_SETTINGS
+    assert METHODS["pope"].preset == {**NUDGERL_SETTINGS, "lr": METHODS["nudgerl"].preset["lr"]}
+    assert METHODS["intuitor"].preset == {**VIGOR_SETTINGS, "lr": METHODS["vigor"].preset["lr"]}
     pope = method_config("pope")
     assert (pope.top_p, pope.minibatches, pope.lr_schedule, pope.lr_warmup_ratio) == (0.95, 2, "cosine", 0.05)
     intuitor = method_config("intuitor")

@@ -1,14 +1,14 @@
 """Every paired comparison the claims modules make shares every `TrainerConfig` setting but the one it names
 (issue 56, item 4; `rlvr_lib.study.comparisons`): both arms' full configs are resolved through
-`rlvr_lib.methods.presets.method_config` and compared field by field."""
+`rlvr_lib.study.testbed.calibrated_config` and compared field by field."""
 
 import importlib
 from collections import defaultdict
 
 import pytest
 
-from rlvr_lib.methods import method_config
-from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.study.testbed import calibrated_config as method_config
+from rlvr_lib.study.testbed import TUNED_LR
 from rlvr_lib.study.comparisons import CLAIMS_MODULES, Arm, Pair, all_comparisons, config_differences
 
 PAIRS = all_comparisons()

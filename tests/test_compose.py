@@ -124,7 +124,7 @@ def test_combined_hooks_run_in_the_given_order_and_exclusive_ones_at_their_owner
     assert overrides(type(method), "anchor") and not overrides(type(method), "policy_loss")
     for name in ("nudgerl+sage", "sage+b3po"):
         first, second = name.split("+")
-        composite = METHODS[compose(first, second, kl_coef=0.2)].cls
+        composite = METHODS[compose(first, second, kl_coef=0.2, lr=1e-4)].cls
         for family, hooks in EXCLUSIVE.items():
             for hook in hooks:
                 expected = overrides(METHODS[first].cls, hook) or overrides(METHODS[second].cls, hook)
@@ -158,7 +158,7 @@ def test_a_real_pair_that_conflicts_names_the_hooks():
 
 
 def test_conflicting_presets_are_refused_until_resolved():
-    with pytest.raises(ValueError, match=r"different values of \['kl_coef'\] \(kl_coef: 'sage' 0.2, 'b3po' 0.0\); "
+    with pytest.raises(ValueError, match=r"different values of \['kl_coef'\] \(kl_coef: 'sage' 0.05, 'b3po' 0.0\); "
                                          r"choose them: compose\('sage', 'b3po', kl_coef=...\)"):
         compose("sage", "b3po")
     name = compose("sage", "b3po", kl_coef=0.2)
@@ -193,7 +193,7 @@ def test_a_config_composes_an_unregistered_name():
     with pytest.raises(ValueError, match="both override the 'advantages' hooks"):
         TrainerConfig(method="nudgerl+vigor")
     # read back (a run record, a checkpoint) where the composite is not registered: composed again
-    config = method_config(compose("nudgerl", "sage", kl_coef=0.2), **SMALL)
+    config = method_config(compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4), **SMALL)
     del METHODS["nudgerl+sage"]
     assert TrainerConfig.from_dict(config.to_dict()) == config
 
@@ -219,9 +219,9 @@ def test_a_config_of_a_pair_with_conflicting_presets_loads_but_its_preset_waits_
 def test_a_config_file_names_a_composite_and_sets_the_conflicting_keys():
     from rlvr_lib.config_files import build_config
 
-    config = build_config(None, ("configs/x.yaml", {"method": "nudgerl+sage", "kl_coef": 0.2, "steps": 2}))
+    config = build_config(None, ("configs/x.yaml", {"method": "nudgerl+sage", "kl_coef": 0.2, "lr": 1e-4, "steps": 2}))
     assert config.method == "nudgerl+sage" and config.kl_coef == 0.2 and config.advantage == "hint"
-    with pytest.raises(ValueError, match=r"different values of \['kl_coef'\]"):
+    with pytest.raises(ValueError, match=r"different values of \['kl_coef', 'lr'\]"):
         build_config(None, ("configs/x.yaml", {"method": "sage+nudgerl", "steps": 2}))
 
 
@@ -242,7 +242,7 @@ def test_composing_with_grpo_is_the_identity(policy, name):
 
 # ----------------------------------------------------------------------------- a real composite
 def test_nudgerl_and_sage_train_together(policy):
-    name = compose("nudgerl", "sage", kl_coef=0.2)
+    name = compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4)
     trainer = _trainer(policy, name)
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     history = trainer.train(progress=False)
@@ -257,7 +257,7 @@ def test_nudgerl_and_sage_train_together(policy):
 
 # ----------------------------------------------------------------------------- options
 def test_method_options_go_to_each_component_and_resolve_complete():
-    name = compose("nudgerl", "sage", kl_coef=0.2)
+    name = compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4)
     config = method_config(name, **SMALL, method_options={"nudgerl": {"p_drop": 0.0}, "sage": {"tau": 1.2}})
     method = build_method(config)
     nudge, sage = method.components["nudgerl"], method.components["sage"]
@@ -276,7 +276,7 @@ def test_method_options_go_to_each_component_and_resolve_complete():
                   r"with components \['nudgerl', 'sage'\]"),
 ])
 def test_bad_options_name_the_component_and_the_option(options, message):
-    name = compose("nudgerl", "sage", kl_coef=0.2)
+    name = compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4)
     with pytest.raises(ValueError, match=message):
         method_config(name, method_options=options)
 
@@ -319,7 +319,7 @@ def test_a_composite_trains_through_the_trl_backend(policy, tmp_path):
     pytest.importorskip("trl")
     from rlvr_lib.backends.trl import MethodGRPOTrainer
 
-    name = compose("nudgerl", "sage", kl_coef=0.2)
+    name = compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4)
     config = method_config(name, steps=2, prompts_per_step=2, group_size=4, max_new_tokens=16, train_pool_size=16)
     model0, tokenizer = policy
     model = copy.deepcopy(model0)

@@ -23,7 +23,7 @@ def test_fixed_batches_are_counted_exactly(policy, name, kw):
 def test_a_composite_is_counted_exactly(policy):
     before = set(METHODS)
     try:
-        config, history, counts = _run(policy, compose("nudgerl", "sage", kl_coef=0.2))
+        config, history, counts = _run(policy, compose("nudgerl", "sage", kl_coef=0.2, lr=1e-4))
     finally:
         for name in set(METHODS) - before:
             del METHODS[name]

@@ -157,16 +157,15 @@ def test_testbed_beta_is_the_dynamics_calibrations():
     """TESTBED_KL_COEF is the beta the beta search chose (made once, on the Intel Xeon: archived, README "Budget"),
     and the calibration of record measured the dynamics at that beta only."""
     from rlvr_lib.study.runs import results_root
-    from rlvr_lib.methods import METHODS, TESTBED_KL_COEF
+    from rlvr_lib.study.testbed import ANCHORED, TESTBED_KL_COEF, calibrated_claims
 
     search = json.loads((results_root() / "archive" / "intel-xeon" / "testbed" / "dynamics.json").read_text())
     report = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
     assert search["all_targets_met"] and [t["kl_coef"] for t in search["search"]] == list(KL_COEF_CANDIDATES[:3])
     assert TESTBED_KL_COEF == search["kl_coef"] == report["kl_coef"]
     assert [t["kl_coef"] for t in report["search"]] == [TESTBED_KL_COEF]
-    for name in ("grpo", "grpo_forward_kl", "grpo_k1", "grpo_k2", "grpo_k3", "sage", "sage_token", "sage_random",
-                 "dapo_branch", "bnpo_loss_branch"):
-        assert METHODS[name].preset["kl_coef"] == TESTBED_KL_COEF, name
+    for name in ANCHORED:
+        assert calibrated_claims(name)[0]["kl_coef"] == TESTBED_KL_COEF, name
 
 
 def test_committed_report_states_only_the_chosen_setting_as_its_targets():

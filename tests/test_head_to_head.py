@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rlvr_lib.eval import EvalSpec
-from rlvr_lib.methods import method_config
+from rlvr_lib.study.testbed import key_train, calibrated_config as method_config
 from rlvr_lib.methods.registry import METHODS
 from rlvr_lib.study import head_to_head as h2h
 from rlvr_lib.study.claims import registry
@@ -265,7 +265,7 @@ def test_own_comparators_at_their_papers_settings_and_where_they_are_read():
     nudge = h2h.comparator_config("nudgerl", h2h.own_comparators("nudgerl", "nudgerl")[0], BUDGET)
     assert all(getattr(nudge, k) == v for k, v in NUDGERL_SETTINGS.items() if k not in ("minibatches", "group_size"))
     (no_noise, grpo_3po) = h2h.own_comparators("threepo", "c3po")
-    assert h2h.comparator_config("c3po", no_noise, BUDGET).method_options == {"noise_scale": 0.0}
+    assert key_train(h2h.comparator_config("c3po", no_noise, BUDGET))["method_options"] == {"noise_scale": 0.0}
     assert all(getattr(h2h.comparator_config("c3po", grpo_3po, BUDGET), k) == v for k, v in THREEPO_SETTINGS.items())
     vigor = h2h.own_comparators("vigor", "vigor")[0]
     gt = h2h.comparator_config("vigor", vigor, BUDGET)

@@ -1,13 +1,13 @@
-"""The presets use the committed lr-tuning picks (issue 29, item 5): `TUNED_LR` is `results/testbed/lr_tuning.json`."""
+"""The study's configs use the committed lr-tuning picks: `TUNED_LR` is `results/testbed/lr_tuning.json`."""
 
 import json
 from pathlib import Path
 
 import pytest
 
-from rlvr_lib.methods import METHODS, method_config
+from rlvr_lib.methods import METHODS
 from rlvr_lib.methods import presets
-from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.study.testbed import LR_SHARED, TESTBED_LR, TUNED_LR, calibrated_config as method_config
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.study.dynamics import full_profile_steps
 from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
@@ -41,8 +41,8 @@ def test_tuned_lr_is_the_reports_pick_for_every_adamw_method_it_holds(report):
 
 def test_every_registered_method_is_tuned_or_takes_its_comparators_pick(report):
     """Every method the study's notebooks run (the manifest, `rlvr_lib.study.papers`), each one the library ships,
-    is swept, but one registered with ``tuned_lr`` (the oracle arm: GRPO's pick, since it differs from GRPO only in
-    its forced rollouts). Read from the manifest and the registry's shipped list, not from every registered name: a
+    is swept, but one that takes another's pick (`LR_SHARED`: the oracle arm takes GRPO's, since it differs from
+    GRPO only in its forced rollouts). Read from the manifest and the registry's shipped list, not from every registered name: a
     method a user registers is not asked for (tests/test_papers.py)."""
     from rlvr_lib.methods.registry import shipped_methods
     from rlvr_lib.study import papers
@@ -50,7 +50,7 @@ def test_every_registered_method_is_tuned_or_takes_its_comparators_pick(report):
 
     shipped = shipped_methods()
     assert set(papers.study_methods()) <= set(shipped)
-    inherits = {name for name in papers.study_methods() if METHODS[name].tuned_lr is not None}
+    inherits = {name for name in papers.study_methods() if name in LR_SHARED}
     assert set(report["methods"]) == set(methods_to_tune()) == set(papers.study_methods()) - inherits
     assert inherits == {"oracle_explore"} and method_config("oracle_explore").lr == TUNED_LR["grpo"]
 
@@ -69,9 +69,10 @@ def test_the_readme_reading_of_the_two_gradient_identical_picks_holds(report):
 def test_method_config_applies_the_pick_over_the_preset_and_overrides_win(monkeypatch):
     monkeypatch.setitem(TUNED_LR, "grpo", 3e-4)
     assert method_config("grpo").lr == 3e-4
-    assert method_config("grpo", tuned_lr=False).lr == 1e-4  # the preset's, where the tuning grid is centred
+    assert method_config("grpo", tuned_lr=False).lr == TESTBED_LR == 1e-4  # where the tuning grid is centred
     assert method_config("grpo", lr=5e-5).lr == 5e-5
-    assert "b3po" not in TUNED_LR and presets.method_config("b3po") == method_config("b3po", tuned_lr=False)
+    assert presets.method_config("grpo").lr == 1e-6  # the library's preset: the paper's
+    assert "b3po" not in TUNED_LR and method_config("b3po") == method_config("b3po", tuned_lr=False)
 
 
 def test_the_tuning_grid_is_centred_on_the_preset_not_on_an_earlier_pick(monkeypatch, tmp_path):

@@ -98,7 +98,8 @@ def test_single_strategy_share_rejects_bad_counts(counts, k, match):
 
 # ----------------------------------------------------------------------------- 3PO
 def test_ivon_initial_sigma_is_threepos_formula():
-    from rlvr_lib.methods.threepo import TESTBED_ESS, initial_sigma
+    from rlvr_lib.methods.threepo import initial_sigma
+    from rlvr_lib.study.testbed import TESTBED_ESS
 
     for ess in (1e9, TESTBED_ESS, 1e5):
         assert ivon_initial_sigma(ess) == pytest.approx(initial_sigma(ess, 1e-3, 1e-6), rel=1e-15)

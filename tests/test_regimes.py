@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from rlvr_lib.methods import build_method, method_config
-from rlvr_lib.methods.presets import TUNED_LR
+from rlvr_lib.methods import build_method
+from rlvr_lib.study.testbed import TUNED_LR, calibrated_config
 from rlvr_lib.study import regimes
 from rlvr_lib.study.pipeline import versioned_key
 from rlvr_lib.tasks import TASKS, get_task
@@ -176,15 +176,15 @@ def test_the_discovery_task_marks_its_targets_and_names_its_design_in_the_key(ta
 
 # ----------------------------------------------------------------------------- the oracle arm
 def test_the_oracle_forces_two_of_eight_rollouts_of_targets_only():
-    method = build_method(method_config("oracle_explore"))
+    method = build_method(calibrated_config("oracle_explore"))
     problems = [make_problem(19, 23, discovery.TARGET_FAMILY, "round"), make_problem(21, 34, "train")]
     plan = method.hints(problems, 8, np.random.default_rng(0))
     assert plan[0] == [(-1, None)] * 6 + [(0, "round")] * 2 and plan[1] == [(-1, None)] * 8
-    cfg = method_config("oracle_explore")
-    grpo = method_config("grpo")
+    cfg = calibrated_config("oracle_explore")
+    grpo = calibrated_config("grpo")
     assert cfg.lr == TUNED_LR["grpo"] and (cfg.kl_coef, cfg.kl_estimator) == (grpo.kl_coef, grpo.kl_estimator)
     with pytest.raises(ValueError, match="forced"):
-        build_method(method_config("oracle_explore", method_options={"forced": 9})).hints(problems, 8, None)
+        build_method(calibrated_config("oracle_explore", method_options={"forced": 9})).hints(problems, 8, None)
 
 
 def test_forced_rollouts_are_trained_on_the_hint_free_prompt(policy, task):
@@ -192,7 +192,7 @@ def test_forced_rollouts_are_trained_on_the_hint_free_prompt(policy, task):
     from rlvr_lib.trainer import Trainer
 
     model, tokenizer = policy
-    cfg = method_config("oracle_explore", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
+    cfg = calibrated_config("oracle_explore", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
                         max_new_tokens=40, train_pool_size=6)
     trainer = Trainer(cfg, copy.deepcopy(model), tokenizer)
     seen = {}
@@ -259,8 +259,8 @@ def test_every_committed_record_names_its_regime_through_its_task():
 def test_a_composite_credits_the_hint_free_prompt_when_its_hints_owner_does():
     from rlvr_lib.methods import METHODS, compose
 
-    assert METHODS[compose("oracle_explore", "sage", kl_estimator="k3")].cls.credits_hint_free
-    assert not METHODS[compose("nudgerl", "sage", kl_coef=0.2)].cls.credits_hint_free
+    assert METHODS[compose("oracle_explore", "sage", kl_estimator="k3", kl_coef=0.05, lr=5e-6)].cls.credits_hint_free
+    assert not METHODS[compose("nudgerl", "sage", kl_coef=0.2, lr=5e-6)].cls.credits_hint_free
 
 
 def test_crediting_the_hint_free_prompt_is_refused_where_rollouts_are_not_at_the_models_weights(policy, task,
@@ -273,7 +273,7 @@ def test_crediting_the_hint_free_prompt_is_refused_where_rollouts_are_not_at_the
 
     registered("noisy_oracle", NoisyOracle, kl_coef=0.2, kl_estimator="reverse")
     model, tokenizer = policy
-    cfg = method_config("noisy_oracle", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
+    cfg = calibrated_config("noisy_oracle", task="arith_discovery", steps=1, prompts_per_step=6, group_size=8,
                         max_new_tokens=40, train_pool_size=6)
     with pytest.raises(ValueError, match="hint-free prompt.*own weights"):
         Trainer(cfg, copy.deepcopy(model), tokenizer).step()

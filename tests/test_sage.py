@@ -13,9 +13,9 @@ import torch
 
 from rlvr_lib.algos import KL_ESTIMATORS, guide_schedule, kl_penalty, shaped_kl
 from rlvr_lib.algos.guides import branch_guide, shaped_anchor
-from rlvr_lib.methods import METHODS, TESTBED_KL_COEF, Method, StepBatch, build_method, method_config
-from rlvr_lib.methods.sage import (FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO, TESTBED_TAU, base_token_entropies,
-                                  guide_stats)
+from rlvr_lib.methods import METHODS, Method, StepBatch, build_method, method_config
+from rlvr_lib.methods.sage import FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO, base_token_entropies, guide_stats
+from rlvr_lib.study.testbed import TESTBED_KL_COEF, TESTBED_TAU, calibrated_config
 from rlvr_lib.trainer import Trainer, untimed
 
 SAGE_METHODS = ("sage", "sage_token", "sage_random", "dapo_branch", "bnpo_loss_branch")
@@ -27,7 +27,7 @@ T = torch.tensor
 
 def _trainer(policy, name, checkpoint_dir=None, **kw):
     model, tokenizer = policy
-    return Trainer(method_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer,
+    return Trainer(calibrated_config(name, **{**SMALL, **kw}), copy.deepcopy(model), tokenizer,
                    checkpoint_dir=checkpoint_dir)
 
 
@@ -59,13 +59,15 @@ def test_sage_methods_are_registered_with_the_authors_k3_anchor():
     # Issue 29: the SAGE presets and their GRPO comparator grpo_k3 use the authors' k3 (was the grpo preset's
     # "reverse", under which a prefix-only guide is null in expectation; see the exact test below).
     grpo_k3 = METHODS["grpo_k3"].preset
-    assert grpo_k3 == {**METHODS["grpo"].preset, "kl_coef": TESTBED_KL_COEF, "kl_estimator": "k3"}
+    # the paper's settings (beta 0.05, k3, lr 5e-6); the testbed's beta is the study's calibration
+    assert grpo_k3 == {**METHODS["grpo"].preset, "kl_coef": 0.05, "kl_estimator": "k3", "lr": 5e-6}
+    assert (calibrated_config("grpo_k3").kl_coef, calibrated_config("sage").kl_coef) == (TESTBED_KL_COEF, TESTBED_KL_COEF)
     assert METHODS["grpo_k3"].cls is Method  # plain GRPO hooks: a preset of GRPO's class
     for name in ("sage", "sage_token", "sage_random"):
         assert METHODS[name].preset == grpo_k3, name  # SAGE vs its GRPO: only q differs
     assert METHODS["bnpo_loss"].preset["kl_coef"] == 0
-    assert METHODS["bnpo_loss_branch"].preset == {**METHODS["bnpo_loss"].preset, "kl_coef": TESTBED_KL_COEF,
-                                                  "kl_estimator": "k3"}
+    assert METHODS["bnpo_loss_branch"].preset == {**METHODS["bnpo_loss"].preset, "kl_coef": 0.05,
+                                                  "kl_estimator": "k3", "lr": 5e-6}
     for name, base in (("dapo_branch", "dapo"), ("bnpo_loss_branch", "bnpo_loss")):
         assert issubclass(METHODS[name].cls, METHODS[base].cls)
     for name in SAGE_METHODS:
@@ -78,17 +80,17 @@ def test_dapo_branch_is_sages_dapo_trls_dapo_loss_and_the_full_recipe_one_overri
     # sampling, no overlong shaping, KL off), the anchor added; the full DAPO recipe is an extra row.
     cfg = method_config("dapo_branch")
     assert (cfg.loss_agg, cfg.eps_low, cfg.eps_high) == ("token_mean", 0.2, 0.2)
-    assert (cfg.kl_coef, cfg.kl_estimator) == (TESTBED_KL_COEF, "k3")
+    assert (cfg.kl_coef, cfg.kl_estimator, cfg.lr) == (0.05, "k3", 5e-6)
     method = build_method(cfg)
     assert method.refill_rounds() == 0
     assert (method.options.dynamic_sampling, method.options.overlong_cache) == (False, 0)
     full = build_method(method_config("dapo_branch", **FULL_DAPO_BRANCH))
     assert full.config.eps_high == 0.28 and full.refill_rounds() == 3 and full.options.overlong_cache == 8
     # the full form is the dapo preset with SAGE's anchor (dapo_branch's preset before issue 56)
-    assert method_config("dapo_branch", **FULL_DAPO_BRANCH) == method_config("dapo", **SAGE_ANCHOR).replace(
-        method="dapo_branch")
+    assert method_config("dapo_branch", **FULL_DAPO_BRANCH) == method_config(
+        "dapo", **SAGE_ANCHOR, lr=cfg.lr).replace(method="dapo_branch")
     # its matched comparator: the dapo hooks at the same settings, without the guide
-    comparator = method_config("dapo", **{**SAGE_DAPO, **SAGE_ANCHOR})
+    comparator = method_config("dapo", **{**SAGE_DAPO, **SAGE_ANCHOR}, lr=cfg.lr)
     assert comparator.replace(method="dapo_branch") == cfg
 
 
@@ -114,9 +116,11 @@ def test_branch_guide_below_at_and_above_tau():
 
 
 def test_branch_guide_default_tau_and_clamp_option():
-    q = _method("sage").guide(torch.zeros(1, 3), T([[0.24, 0.49, 0.74]]), torch.ones(1, 3))
-    # default tau 0.24 (TESTBED_TAU): at tau -> 1 ; 0.49: 1 + 0.3 * 0.25 = 1.075 ; 0.74: 1.15
+    q = _method("sage").guide(torch.zeros(1, 3), T([[1.2, 1.45, 1.7]]), torch.ones(1, 3))
+    # default tau 1.2 (the paper's): at tau -> 1 ; 1.45: 1 + 0.3 * 0.25 = 1.075 ; 1.7: 1.15
     torch.testing.assert_close(q, T([[1.0, 1.075, 1.15]]), atol=1e-6, rtol=0)
+    q = _method("sage", tau=TESTBED_TAU).guide(torch.zeros(1, 3), T([[0.24, 0.49, 0.74]]), torch.ones(1, 3))
+    torch.testing.assert_close(q, T([[1.0, 1.075, 1.15]]), atol=1e-6, rtol=0)  # the testbed's 0.24
     q = _method("sage", q_max=1.1, tau=0.0, gamma=1.0).guide(torch.zeros(1, 3), T([[0.0, 0.05, 0.5]]),
                                                               torch.ones(1, 3))
     torch.testing.assert_close(q, T([[1.0, 1.05, 1.1]]), atol=1e-6, rtol=0)  # 1.5 clamped to q_max 1.1

@@ -136,7 +136,7 @@ def test_the_pool_sizes_quoted_in_prose_follow_the_shipped_profile():
     """README and docstrings quote the pools' sizes; a new policy or profile must update them (this fails first)."""
     from pathlib import Path
 
-    import rlvr_lib.methods.sage as sage
+    from rlvr_lib.study import testbed
     from rlvr_lib.tasks import strategy_profile
 
     readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
@@ -155,4 +155,4 @@ def test_the_pool_sizes_quoted_in_prose_follow_the_shipped_profile():
     assert f"({shares}, {rl} prompts)" in readme
     source = " ".join(Path(strategy_profile.__file__).read_text().split())  # RARE_MIX_MIN_SUCCESSES' docstring
     assert f"4 leaves {at_four} and 2 leaves {rare_mix_size(2)}" in source
-    assert f"(all {rl} of v7's pool)" in " ".join(sage.__doc__.split())
+    assert f"(all {rl} of v7's pool)" in " ".join(testbed.__doc__.split())

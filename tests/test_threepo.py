@@ -13,10 +13,11 @@ import torch
 from rlvr_lib.algos import ppo_clip_loss
 from rlvr_lib.methods import Method
 from rlvr_lib.methods.threepo import (AUTHORS_CLIP_RADIUS, AUTHORS_ESS, C3PO, M3PO, B3PO, NOISE_RATIO_ESS,
-                                      REFERENCE_WEIGHT_STD, TESTBED_CLIP_RADIUS, TESTBED_ESS, TESTBED_IVON_LR, _SummedIVON,
+                                      REFERENCE_WEIGHT_STD, _SummedIVON,
                                       calibrate_ess, calibrated_ess, initial_sigma, matched_ivon_lr,
                                       noise_to_weight_ratio, sample_disagreement, weight_matrix_std)
 from rlvr_lib.study.probes.ivon_regime import check_ivon_lr
+from rlvr_lib.study.testbed import TESTBED_CLIP_RADIUS, TESTBED_ESS, TESTBED_IVON_LR, calibrated_config
 from rlvr_lib.trainer import Trainer
 from rlvr_lib.trainer_config import TrainerConfig
 
@@ -24,13 +25,19 @@ SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train
              train_pool_size=32, lr=1e-3)
 
 
+TESTBED = {"ess": TESTBED_ESS, "clip_radius": TESTBED_CLIP_RADIUS, "lr": TESTBED_IVON_LR}
+"""The testbed's IVON calibration (`rlvr_lib.study.testbed`): the runs on the tiny policy train in its regime."""
 MATCHED = {"lr": None, "clip_radius": 1e-3}
 """The first IVON lr rule at the authors' clip radius: largest step = the trainer config's lr."""
 
 
 def _trainer(policy, name, options=None, **kw):
     model, tokenizer = policy
-    cfg = TrainerConfig(method=name, method_options=options or {}, **{**SMALL, **kw})
+    from rlvr_lib.methods import METHODS
+    from rlvr_lib.methods.threepo import ThreePOOptions
+
+    testbed = TESTBED if issubclass(METHODS[name].cls.Options, ThreePOOptions) else {}
+    cfg = TrainerConfig(method=name, method_options={**testbed, **(options or {})}, **{**SMALL, **kw})
     return Trainer(cfg, copy.deepcopy(model), tokenizer)
 
 
@@ -149,8 +156,9 @@ def test_matched_ivon_lr_by_hand():
 
 
 @pytest.mark.parametrize("config_lr,options,expected", [
-    (1e-4, {}, TESTBED_IVON_LR),
-    (1e-6, {}, TESTBED_IVON_LR),  # the calibrated IVON lr does not follow the AdamW lr
+    (1e-4, {}, 1.0),
+    (1e-6, {}, 1.0),  # the authors' IVON lr (the default) does not follow the AdamW lr
+    (1e-4, TESTBED, TESTBED_IVON_LR),
     (1e-4, MATCHED, 1e-4 / 1.001e-6),
     (1e-6, MATCHED, 1e-6 / 1.001e-6),
     (1e-4, {**MATCHED, "rescale_lr": False}, 0.1),
@@ -391,7 +399,7 @@ def test_runs_are_bit_identical_across_runs_and_resume(policy, name, tmp_path):
     b = _trainer(policy, name, steps=3, checkpoint_every=1).train(progress=False)
     assert _untimed(a) == _untimed(b)
     assert torch.equal(torch.get_rng_state(), global_state)
-    cfg = TrainerConfig(method=name, **{**SMALL, "steps": 3, "checkpoint_every": 1})
+    cfg = TrainerConfig(method=name, method_options=TESTBED, **{**SMALL, "steps": 3, "checkpoint_every": 1})
     first = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
     first.step()
     resumed = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
@@ -480,7 +488,9 @@ def test_the_testbed_regime_defaults_are_the_calibration_record():
     last = record["rounds"][-1]
     assert last["measured_clipped_frac"] <= 0.21  # at the previous round's picks, close to the rule's 20%
     assert last["measured_mean_abs_step"] == pytest.approx(record["adamw_mean_abs_step"], rel=0.05)
-    o = ThreePOOptions()
+    o = ThreePOOptions()  # the library's defaults are the authors'; the study's configs carry the testbed's
+    assert (o.ess, o.clip_radius, o.lr) == (AUTHORS_ESS, AUTHORS_CLIP_RADIUS, 1.0)
+    o = B3PO(calibrated_config("b3po", **SMALL)).options
     assert (o.ess, o.clip_radius, o.lr) == (TESTBED_ESS, TESTBED_CLIP_RADIUS, TESTBED_IVON_LR)
 
 
@@ -490,7 +500,7 @@ def test_the_learnt_hessian_arms_regime_is_its_committed_calibration_by_the_pres
     matched to AdamW's by one rule."""
     import json
 
-    from rlvr_lib.methods.threepo import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS
+    from rlvr_lib.study.testbed import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS
     from rlvr_lib.study.runs import results_root
 
     root = results_root() / "testbed"
@@ -515,8 +525,8 @@ def test_noise_ratio_ess_is_the_earlier_rule_on_the_shipped_policy(policy):
     # policy's weight matrices, a deterministic function of the checkpoint rounded to two significant figures.
     ess = calibrate_ess(policy[0])
     assert float(f"{ess:.2g}") == NOISE_RATIO_ESS, f"recomputed {ess:.4g}; NOISE_RATIO_ESS = {NOISE_RATIO_ESS:.4g}"
-    assert B3PO(TrainerConfig(method="b3po", **SMALL)).options.ess == TESTBED_ESS
-    assert C3PO(TrainerConfig(method="c3po", method_options={"ess": AUTHORS_ESS}, **SMALL)).options.ess == 1e9
+    assert B3PO(TrainerConfig(method="b3po", **SMALL)).options.ess == AUTHORS_ESS == 1e9
+    assert C3PO(calibrated_config("c3po", **SMALL)).options.ess == TESTBED_ESS
 
 
 def test_options_are_validated():
@@ -580,7 +590,7 @@ def test_learnt_hessian_is_ivons_update_by_hand(policy):
     from rlvr_lib.seeding import forked_torch_rng
 
     model = copy.deepcopy(policy[0])
-    method = B3PO(TrainerConfig(method="b3po", **SMALL))
+    method = B3PO(TrainerConfig(method="b3po", method_options=TESTBED, **SMALL))
     optimizer = method.make_optimizer(model)
     out = learn_hessian_init(optimizer, model, steps=1, batch_size=4, beta2=0.9, seed=3)
     h1 = optimizer.param_groups[0]["hess"].double()
@@ -617,7 +627,7 @@ def test_learnt_hessian_runs_are_bit_identical_across_runs_and_resume(policy, na
     assert _untimed(a) == _untimed(b)
     constant = _trainer(policy, name, None, **kw).train(progress=False)
     assert _untimed(constant) != _untimed(a)  # the learnt h changes the run
-    cfg = TrainerConfig(method=name, method_options=LEARNT, **{**SMALL, **kw})
+    cfg = TrainerConfig(method=name, method_options={**TESTBED, **LEARNT}, **{**SMALL, **kw})
     first = Trainer(cfg, copy.deepcopy(policy[0]), policy[1], checkpoint_dir=tmp_path)
     first.step()
     hess_after_one = first.optimizer.param_groups[0]["hess"].clone()
@@ -753,11 +763,10 @@ def test_calibrate_threepo_command_writes_the_report(tmp_path):
 def test_ivon_lr_logs_the_base_lr_under_the_presets_warmup(policy):
     # The 3PO presets warm the lr up (THREEPO_SETTINGS): the trainer logs the scheduled lr as "lr", and ivon_lr
     # stays the IVON lr the options give, which check_ivon_lr compares with.
-    from rlvr_lib.methods import method_config
     from rlvr_lib.schedules import lr_factor, warmup_steps
 
     model, tokenizer = policy
-    config = method_config("b3po", **{**SMALL, "steps": 3}, lr_warmup_ratio=0.5)
+    config = calibrated_config("b3po", **{**SMALL, "steps": 3}, lr_warmup_ratio=0.5)
     history = Trainer(config, copy.deepcopy(model), tokenizer).train(progress=False)
     expected = TESTBED_IVON_LR
     w = warmup_steps(0.5, 3)

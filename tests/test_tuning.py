@@ -5,7 +5,7 @@ import json
 import pytest
 
 from rlvr_lib.methods import METHODS, method_config
-from rlvr_lib.methods.threepo import TESTBED_IVON_LR
+from rlvr_lib.study.testbed import TESTBED_IVON_LR, calibrated_config
 from rlvr_lib.study.tuning import LR_FACTORS, TUNING_SEEDS, pick_lr, tune_lr
 
 
@@ -26,14 +26,14 @@ def test_tuning_seeds_are_not_evaluation_seeds():
 
 
 def test_the_tuned_lr_is_adamws_or_ivons():
-    grpo = method_config("grpo")
+    grpo = calibrated_config("grpo")
     assert METHODS["grpo"].cls.tuning_lr(grpo) == grpo.lr == 1e-4
     assert METHODS["grpo"].cls.with_tuning_lr(grpo, 3e-4).lr == 3e-4
-    b3po = method_config("b3po")
+    b3po = calibrated_config("b3po")
     cls = METHODS["b3po"].cls
-    assert cls.tuning_lr(b3po) == TESTBED_IVON_LR  # the preset's calibrated IVON lr
+    assert cls.tuning_lr(b3po) == TESTBED_IVON_LR  # the testbed's calibrated IVON lr
     tuned = cls.with_tuning_lr(b3po, 33.3)
-    assert tuned.method_options == {"lr": 33.3} and cls.tuning_lr(tuned) == 33.3 and tuned.lr == b3po.lr
+    assert tuned.method_options == {**b3po.method_options, "lr": 33.3} and cls.tuning_lr(tuned) == 33.3 and tuned.lr == b3po.lr
 
 
 def test_tune_lr_command_on_two_step_runs(tmp_path, monkeypatch):

@@ -181,14 +181,14 @@ class StepBatch:
         return out
 
 
-TESTBED_KL_COEF = 0.2
-"""Beta of the KL anchor on the testbed: the ``grpo`` preset's, its KL-estimator variants' and every SAGE preset's.
-
-The papers use 0.05 (SAGE's code; DeepSeekMath 0.04). On the testbed beta is calibrated like SAGE's tau and 3PO's
-ESS: the first of `rlvr_lib.study.dynamics.KL_COEF_CANDIDATES` (0.05, 0.1, 0.2, 0.4; stated before measuring) at
-which GRPO meets every dynamics target, the anchor's included (KL to the base <= 0.5x no-KL GRPO's), as recorded in
-``results/testbed/dynamics.json`` (``kl_coef``; a test holds the two equal). On testbed v7 that is 0.2: at 0.05
-and 0.1 the anchor did not bind (KL ratio .60 and .54 at 300 steps)."""
+GRPO_KL_COEF = 0.04
+"""GRPO's KL beta (DeepSeekMath, arXiv 2402.03300): the ``grpo`` preset's."""
+GRPO_LR = 1e-6
+"""GRPO's lr (DeepSeekMath; 3PO's GRPO baseline, arXiv 2608.09805): the ``grpo`` preset's."""
+SAGE_KL_COEF = 0.05
+"""SAGE's KL beta (arXiv 2605.18864, its code): every SAGE preset's and its anchor baselines' (``grpo_k1``...)."""
+SAGE_LR = 5e-6
+"""SAGE's lr (its code, LoRA r = 8): every SAGE preset's and its anchor baselines'."""
 
 
 @dataclass(frozen=True)

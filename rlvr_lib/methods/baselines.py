@@ -48,10 +48,10 @@ from rlvr_lib.algos import (
     overlong_reward_shaping,
 )
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
-from rlvr_lib.methods.nudgerl import NUDGERL_SETTINGS
+from rlvr_lib.methods.base import SAGE_KL_COEF, SAGE_LR, Method, StepBatch
+from rlvr_lib.methods.nudgerl import NUDGERL_LR, NUDGERL_SETTINGS
 from rlvr_lib.methods.registry import register_method
-from rlvr_lib.methods.vigor import VIGOR_SETTINGS
+from rlvr_lib.methods.vigor import VIGOR_LR, VIGOR_SETTINGS
 from rlvr_lib.rewards import completion_logits, self_certainty_rewards
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.tasks import CORRECT
@@ -547,26 +547,26 @@ _register("grpo_no_kl", Method, "GRPO without a KL anchor (the 3PO/NudgeRL GRPO;
           NudgeRL (arXiv 2605.15726), and SAGE's (arXiv 2605.18864) "no KL" anchor.
           """,
           kl_coef=0.0)
-_register("grpo_forward_kl", Method, f"GRPO with a forward-KL anchor KL(pi_ref||pi), beta {TESTBED_KL_COEF}",
-          doc="""GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), beta ``TESTBED_KL_COEF``.
+_register("grpo_forward_kl", Method, f"GRPO with a forward-KL anchor KL(pi_ref||pi), beta {SAGE_KL_COEF}",
+          doc="""GRPO with a forward-KL anchor: beta * KL(pi_ref || pi_theta), at SAGE's beta and lr.
 
           Per sampled token, w = pi_ref / pi_theta: w log w - (w - 1) (unbiased for
           the forward KL on samples of pi_theta; ``rlvr_lib.algos.forward_kl_penalty``).
           The anchor alternative SAGE (arXiv 2605.18864) argues against.
           """,
-          kl_coef=TESTBED_KL_COEF, kl_estimator="forward")
-_register("grpo_k1", Method, f"GRPO with the k1 KL estimator (log-ratio), beta {TESTBED_KL_COEF}",
-          doc="""GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, beta ``TESTBED_KL_COEF``.
+          kl_coef=SAGE_KL_COEF, kl_estimator="forward", lr=SAGE_LR)
+_register("grpo_k1", Method, f"GRPO with the k1 KL estimator (log-ratio), beta {SAGE_KL_COEF}",
+          doc="""GRPO with the k1 KL estimator: beta * (log pi_theta - log pi_ref) per token, at SAGE's beta and lr.
 
           Schulman's k1 (unbiased, high variance) in place of GRPO's k3 (arXiv 2402.03300).
           """,
-          kl_coef=TESTBED_KL_COEF, kl_estimator="k1")
-_register("grpo_k2", Method, f"GRPO with the k2 KL estimator (half squared log-ratio), beta {TESTBED_KL_COEF}",
-          doc="""GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, beta ``TESTBED_KL_COEF``.
+          kl_coef=SAGE_KL_COEF, kl_estimator="k1", lr=SAGE_LR)
+_register("grpo_k2", Method, f"GRPO with the k2 KL estimator (half squared log-ratio), beta {SAGE_KL_COEF}",
+          doc="""GRPO with the k2 KL estimator: beta * 0.5 (log pi_theta - log pi_ref)^2 per token, at SAGE's beta and lr.
 
           Schulman's k2 (biased, low variance) in place of GRPO's k3 (arXiv 2402.03300).
           """,
-          kl_coef=TESTBED_KL_COEF, kl_estimator="k2")
+          kl_coef=SAGE_KL_COEF, kl_estimator="k2", lr=SAGE_LR)
 _register("dapo", DAPO, "DAPO: clip-higher 0.28, token-mean loss, overlong shaping, dynamic sampling, no KL",
           eps_low=0.2, eps_high=0.28, loss_agg="token_mean", kl_coef=0.0)
 _register("dr_grpo", Method, "Dr.GRPO: advantage r - mean (no std), constant length normaliser, no KL",
@@ -610,6 +610,6 @@ _register("kl_cov", KLCov, "KL-Cov: |log-ratio| penalty on the top 0.02% tokens 
 _register("clip_cov", ClipCov, "Clip-Cov: detach a random 0.02% of high-covariance tokens, no KL",
           kl_coef=0.0)
 _register("pope", POPE, "POPE: first 15% of the oracle solution as a hint on half the prompts, at NudgeRL's "
-          "settings (no KL, top_p 0.95, 2 optimizer steps per batch, cosine lr)", **NUDGERL_SETTINGS)
+          "settings (no KL, top_p 0.95, 2 optimizer steps per batch, cosine lr)", lr=NUDGERL_LR, **NUDGERL_SETTINGS)
 _register("intuitor", Intuitor, "INTUITOR: reward = self-certainty KL(U||pi), no verifier, at VIGOR's settings "
-          "(k3 KL 0.01, G = 8, cosine lr)", **VIGOR_SETTINGS)
+          "(k3 KL 0.01, G = 8, cosine lr)", lr=VIGOR_LR, **VIGOR_SETTINGS)

@@ -38,12 +38,11 @@ from typing import Any, ClassVar, Mapping
 
 from rlvr_lib.config import ConfigBase
 from rlvr_lib.methods.base import Method
-from rlvr_lib.methods.presets import TUNED_LR
 from rlvr_lib.methods.registry import METHODS, NAME_RESOLVERS, register_method, unknown_method
 from rlvr_lib.trainer_config import TrainerConfig
 
 __all__ = ["COMBINED", "EXCLUSIVE", "ComposedOptions", "Composite", "PresetConflict", "compose", "composite_preset",
-           "ensure_registered", "hook_conflicts", "hook_owners", "pair_table", "preset_conflicts"]
+           "ensure_registered", "hook_conflicts", "hook_owners", "merged_claims", "pair_table", "preset_conflicts"]
 
 SEPARATOR = "+"
 IDENTITY = "grpo"
@@ -320,21 +319,26 @@ def _composite_doc(names: tuple[str, ...], owners: dict[str, str | None]) -> str
 
 # ----------------------------------------------------------------------------- presets
 def _claims(name: str) -> tuple[dict, float | None]:
-    """The `TrainerConfig` keys component ``name`` fixes (its preset) and its tuned lr; ``"grpo"`` fixes none."""
+    """The `TrainerConfig` keys component ``name`` fixes (its preset) and its registered lr; ``"grpo"`` fixes none."""
     if name == IDENTITY:
         return {}, None
-    return dict(METHODS[name].preset), TUNED_LR.get(name)
+    return dict(METHODS[name].preset), METHODS[name].tuned_lr
 
 
-def _merged_claims(names: tuple[str, ...]):
-    """The components' claims merged: (preset, per-component options, tuned lrs, conflicts ``{key: {name: value}}``)."""
+def merged_claims(names: tuple[str, ...], claims=None):
+    """The components' claims merged: (preset, per-component options, tuned lrs, conflicts ``{key: {name: value}}``).
+
+    ``claims(name) -> (preset, tuned lr)`` gives each component's claims (default: its registered preset and lr); a
+    study passes its own calibrated presets (`rlvr_lib.study.testbed.calibrated_claims`).
+    """
+    claims_of = claims or _claims
     preset: dict = {}
     owner: dict[str, str] = {}
     conflicts: dict[str, dict[str, Any]] = {}
     options: dict[str, dict] = {}
     tuned: dict[str, float] = {}
     for name in names:
-        claims, lr = _claims(name)
+        claims, lr = claims_of(name) if name != IDENTITY else ({}, None)
         if "method_options" in claims:  # a preset's options belong to its component
             options[name] = claims.pop("method_options")
         if lr is not None:
@@ -346,7 +350,7 @@ def _merged_claims(names: tuple[str, ...]):
                 preset.setdefault(key, value)
                 owner.setdefault(key, name)
     # The tuned lr wins over a preset's lr in `method_config`, so it is claimed like a key of its own.
-    effective = {n: tuned.get(n, _claims(n)[0].get("lr")) for n in names}
+    effective = {n: tuned.get(n, (claims_of(n) if n != IDENTITY else ({}, None))[0].get("lr")) for n in names}
     effective = {n: lr for n, lr in effective.items() if lr is not None}
     if len(set(effective.values())) > 1:
         conflicts["lr"] = effective
@@ -355,7 +359,7 @@ def _merged_claims(names: tuple[str, ...]):
 
 def preset_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     """The `TrainerConfig` keys two of ``names`` fix to different values: ``{key: {component: value}}``."""
-    return _merged_claims(names)[3]
+    return merged_claims(names)[3]
 
 
 def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float | None]:
@@ -365,7 +369,7 @@ def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float
         ValueError: two components fix one key to different values and ``resolve`` does not set it; the
             message names every such key with each method's value.
     """
-    preset, options, tuned, conflicts = _merged_claims(names)
+    preset, options, tuned, conflicts = merged_claims(names)
     unresolved = {k: v for k, v in conflicts.items() if k not in resolve}
     if unresolved:
         listed = "; ".join(f"{k}: " + ", ".join(f"{n!r} {v!r}" for n, v in vals.items())
@@ -466,7 +470,7 @@ def ensure_registered(name: str, *, preset: bool = False, given=frozenset()) -> 
 
 def _register_partial(names: tuple[str, ...]) -> None:
     """Register the composite of ``names`` with the keys its presets disagree on left out of its preset."""
-    merged, options, tuned, conflicts = _merged_claims(names)
+    merged, options, tuned, conflicts = merged_claims(names)
     for key in conflicts:
         merged.pop(key, None)
     if options:

@@ -238,7 +238,10 @@ per generation batch (``minibatches=2``: TRL's ``generation_batch_size`` 8 over 
 of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them too
 (``method_config("grpo", **NUDGERL_SETTINGS)``)."""
 
+NUDGERL_LR = 2e-5
+"""NudgeRL's lr (the authors' config: cosine, LoRA r = 32): the ``nudgerl`` and ``pope`` presets'."""
+
 register_method("nudgerl", NudgeRL,
                 "NudgeRL: 2 hints x 4 rollouts, hint dropout 0.5, inter/intra credit lam 1.1, "
                 "hint-free distillation 0.1, no KL, top_p 0.95",
-                advantage="hint", **NUDGERL_SETTINGS)
+                advantage="hint", lr=NUDGERL_LR, **NUDGERL_SETTINGS)

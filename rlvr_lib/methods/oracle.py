@@ -13,7 +13,8 @@ them from x0 (the forced branch is the one off-policy choice, as when a first to
 
 Not a paper's method: an upper-reference arm, privileged (it reads which problems are targets), for the discovery
 premise of NudgeRL (arXiv 2605.15726) and 3PO (arXiv 2608.09805), on GRPO (DeepSeekMath, arXiv 2402.03300).
-Preset: GRPO's (testbed anchor), at GRPO's tuned lr (the arm differs from GRPO only in the forced rollouts).
+Preset: GRPO's; the study runs it at GRPO's testbed calibration and tuned lr (`rlvr_lib.study.testbed.LR_SHARED`: the
+arm differs from GRPO only in the forced rollouts).
 """
 
 from __future__ import annotations
@@ -23,9 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import TESTBED_KL_COEF, Method
-from rlvr_lib.methods.presets import TUNED_LR
-from rlvr_lib.methods.registry import register_method
+from rlvr_lib.methods.base import Method
+from rlvr_lib.methods.registry import METHODS, register_method
 
 __all__ = ["OracleExploration", "OracleOptions"]
 
@@ -66,4 +66,4 @@ class OracleExploration(Method):
 register_method("oracle_explore", OracleExploration,
                 "Oracle exploration: GRPO with 2 of 8 rollouts of each target problem forced onto the rare strategy, "
                 "credited to the hint-free prompt (the discovery regime's gate)",
-                tuned_lr=TUNED_LR["grpo"], kl_coef=TESTBED_KL_COEF, kl_estimator="reverse")
+                **METHODS["grpo"].preset)

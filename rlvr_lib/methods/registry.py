@@ -34,8 +34,8 @@ class MethodSpec:
     description: str = ""
     doc: str = ""
     tuned_lr: float | None = None
-    """The lr `method_config` applies when `rlvr_lib.methods.presets.TUNED_LR` has no entry for the name
-    (a composite's, `rlvr_lib.methods.compose`: its components' tuned lr)."""
+    """An lr registered with the method, which `method_config` applies over the preset's (a composite's,
+    `rlvr_lib.methods.compose`: its components' when they agree)."""
 
 
 METHODS: dict[str, MethodSpec] = {}

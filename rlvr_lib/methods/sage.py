@@ -20,12 +20,12 @@ Presets: ``sage``, ``sage_token``, ``sage_random``, and the "+Branch" loss-aggre
 (:data:`SAGE_DAPO`, TRL's ``loss_type="dapo"``) and ``bnpo_loss_branch``; GRPO comparator ``grpo_k3``.
 Where q = 1 the anchor equals GRPO's bit for bit, so SAGE and ``grpo_k3`` differ only by q.
 
+The presets are the paper's: beta 0.05, k3, lr 5e-6, tau 1.2 nats (:data:`AUTHORS_TAU`), gamma 0.3. The testbed
+calibrates beta and tau (`rlvr_lib.study.testbed`; tau by :func:`calibrate_tau`).
+
 Departures from the paper (details in docs/departures.md, "SAGE"):
 
-1. tau = :data:`TESTBED_TAU` (0.24) instead of 1.2 nats: the 90th percentile of the base policy's token
-   entropies on the ``train`` family (all 372 of v7's pool), :func:`calibrate_tau`; a real model passes 1.2.
-2. beta is the testbed's :data:`rlvr_lib.methods.base.TESTBED_KL_COEF`, not the authors' 0.05.
-3. On one process ``dapo_branch`` trains exactly as ``bnpo_loss_branch`` (TRL's "dapo" and "bnpo" differ
+1. On one process ``dapo_branch`` trains exactly as ``bnpo_loss_branch`` (TRL's "dapo" and "bnpo" differ
    only across processes).
 
 Derivations and measurements (why k3, tau's calibration, diagnostics): docs/methods/sage.md.
@@ -41,7 +41,7 @@ import torch
 from rlvr_lib.algos import KL_ESTIMATORS, kl_penalty
 from rlvr_lib.algos.guides import get_guide, guide_schedule, shaped_anchor
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import TESTBED_KL_COEF, Method, StepBatch
+from rlvr_lib.methods.base import SAGE_KL_COEF, SAGE_LR, Method, StepBatch
 from rlvr_lib.methods.baselines import DAPO, DAPOOptions
 from rlvr_lib.methods.registry import METHODS, register_method
 from rlvr_lib.validation import check, check_int, check_range
@@ -59,16 +59,16 @@ __all__ = [
     "SAGERandom",
     "SAGEToken",
     "ShapedAnchor",
-    "TESTBED_TAU",
+    "AUTHORS_TAU",
     "TokenGuideOptions",
     "base_token_entropies",
     "calibrate_tau",
     "guide_stats",
 ]
 
-TESTBED_TAU = 0.24
-"""Default branch threshold tau (nats): the 90th percentile of the base policy's token entropies
-(0.240 by :func:`calibrate_tau` with its defaults on testbed v7; see docs/methods/sage.md)."""
+AUTHORS_TAU = 1.2
+"""The branch guide's threshold tau (nats) in the authors' code: the default (a small model calibrates its own,
+:func:`calibrate_tau`)."""
 
 
 # ------------------------------------------------------------------------------ options
@@ -97,7 +97,7 @@ class BranchOptions(GuideBounds):
 
     GUIDE: ClassVar[str] = "branch"
 
-    tau: float = TESTBED_TAU
+    tau: float = AUTHORS_TAU
     gamma: float = 0.3
 
     def validate(self) -> None:
@@ -247,10 +247,9 @@ class SAGE(ShapedAnchor, Method):
 
     q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the current
     policy's token entropy; anchor_t = kl_penalty(logp_t, ref_logp_t + log q_t,
-    kl_estimator), the authors' k3 at the testbed's beta (:data:`SAGE_ANCHOR`; compare with ``grpo_k3``).
+    kl_estimator), the authors' k3 anchor (:data:`SAGE_ANCHOR`; compare with ``grpo_k3``).
 
-    Options: ``tau`` (nats >= 0, default :data:`TESTBED_TAU` = 0.24, the base
-    policy's 90th entropy percentile; 1.2 is the paper's), ``gamma`` (>= 0,
+    Options: ``tau`` (nats >= 0, default the paper's 1.2, :data:`AUTHORS_TAU`), ``gamma`` (>= 0,
     default 0.3), ``q_min`` (in (0, 1], 0.6), ``q_max`` (>= 1, 1.4).
     """
 
@@ -294,7 +293,7 @@ class DAPOBranch(ShapedAnchor, DAPO):
 
     Preset (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`): SAGE's "DAPO" as the authors run it, TRL's
     ``loss_type="dapo"``: token-level mean loss sum_it m_it L_it / sum_it m_it, clip 0.2/0.2, no dynamic
-    sampling, no overlong shaping (options off), plus beta * shaped anchor (k3 at the testbed's beta).
+    sampling, no overlong shaping (options off), plus beta * shaped anchor (k3 at the authors' beta).
     The full DAPO recipe (clip-higher 0.28, overlong shaping, dynamic sampling) with the anchor is
     :data:`FULL_DAPO_BRANCH`'s overrides. Options: DAPO's and the branch guide's (see `SAGE`).
     """
@@ -305,7 +304,7 @@ class DAPOBranch(ShapedAnchor, DAPO):
 class BNPOLossBranch(ShapedAnchor, Method):
     """SAGE's "BNPO + Branch" (arXiv 2605.18864): the ``bnpo_loss`` preset (token-mean loss) with the branch-guided anchor.
 
-    :data:`SAGE_ANCHOR` (k3 at the testbed's beta). Options: the branch guide's (see `SAGE`).
+    :data:`SAGE_ANCHOR` (k3 at the authors' beta). Options: the branch guide's (see `SAGE`).
     """
 
     Options = BranchOptions
@@ -360,24 +359,24 @@ def calibrate_tau(model, tokenizer, *, quantile: float = 0.9, **sample) -> float
     :func:`base_token_entropies` ``(model, tokenizer, **sample)``, in nats.
     With the defaults (the ``train`` family's problems x 32 samples, seed 0,
     temperature 1, 48 tokens) on the embedded tiny policy this is the
-    computation behind :data:`TESTBED_TAU` (0.240 -> 0.24).
+    computation behind the testbed's tau (0.240 -> 0.24, `rlvr_lib.study.testbed.TESTBED_TAU`).
     """
     check_range("quantile", quantile, 0.0, 1.0)
     return float(torch.quantile(base_token_entropies(model, tokenizer, **sample), quantile))
 
 
 # ------------------------------------------------------------------------------ registry
-SAGE_ANCHOR = {"kl_coef": TESTBED_KL_COEF, "kl_estimator": "k3"}
-"""The authors' anchor (k3 on the shaped reference; beta 0.05 in their code, the testbed's
-:data:`rlvr_lib.methods.base.TESTBED_KL_COEF` here): every SAGE preset's and ``grpo_k3``'s."""
+SAGE_ANCHOR = {"kl_coef": SAGE_KL_COEF, "kl_estimator": "k3"}
+"""The authors' anchor (k3 on the shaped reference, beta 0.05): every SAGE preset's and ``grpo_k3``'s (with the
+authors' lr, :data:`rlvr_lib.methods.base.SAGE_LR`)."""
 
-_GRPO_K3 = {**METHODS["grpo"].preset, **SAGE_ANCHOR}
+_GRPO_K3 = {**METHODS["grpo"].preset, **SAGE_ANCHOR, "lr": SAGE_LR}
 
-register_method("grpo_k3", Method, f"SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta {TESTBED_KL_COEF}",
+register_method("grpo_k3", Method, f"SAGE's GRPO: the authors' k3 anchor (forward KL's gradient as used), beta {SAGE_KL_COEF}",
                 doc="""SAGE's GRPO comparator (arXiv 2605.18864, code tally0818/SAGE): GRPO with the authors' k3 anchor.
 
                 beta * (r - log r - 1) per token, r = pi_ref / pi_theta, differentiated as
-                is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), at the testbed's beta
+                is (its gradient as used is the forward KL's, `rlvr_lib.algos.kl`), at the authors' beta
                 (:data:`SAGE_ANCHOR`): the ``sage*`` presets with q = 1.
                 """,
                 **_GRPO_K3)
@@ -400,8 +399,8 @@ option defaults: overlong shaping, dynamic sampling): the ``dapo`` preset + :dat
 
 register_method("dapo_branch", DAPOBranch,
                 f"SAGE's DAPO (TRL loss_type='dapo': token-mean, clip 0.2/0.2, no dynamic sampling) + branch-guided "
-                f"anchor (k3, beta {TESTBED_KL_COEF})",
-                **{**SAGE_DAPO, **SAGE_ANCHOR})
+                f"anchor (k3, beta {SAGE_KL_COEF})",
+                **{**SAGE_DAPO, **SAGE_ANCHOR, "lr": SAGE_LR})
 register_method("bnpo_loss_branch", BNPOLossBranch,
-                f"SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta {TESTBED_KL_COEF})",
-                **{**METHODS["bnpo_loss"].preset, **SAGE_ANCHOR})
+                f"SAGE's BNPO (token-mean loss) + branch-guided anchor (k3, beta {SAGE_KL_COEF})",
+                **{**METHODS["bnpo_loss"].preset, **SAGE_ANCHOR, "lr": SAGE_LR})

@@ -17,15 +17,16 @@ with ``c`` = ``clip_radius`` (``lr_eff = lr`` without ``rescale_lr``); IVON reco
 ``_SummedIVON`` sums the weight samples' recorded gradients, so IVON steps on the minibatch gradient.
 ``noise_scale`` is 1 (IVON's noise) or 0 (IVON's mean update, the primary control of every 3PO claim).
 
+The options' defaults are the authors' (ESS 1e9, clip radius 1e-3, IVON lr 1.0, hess_init 1e-3); the testbed
+calibrates ESS, clip radius and IVON lr (`rlvr_lib.study.testbed`, by :func:`calibrate_clip_and_lr`).
+
 Departures from the paper (details in docs/departures.md, "3PO"):
 
-1. ``ess``, ``clip_radius`` and ``lr`` default to the testbed's calibration (:data:`TESTBED_ESS`,
-   :data:`TESTBED_CLIP_RADIUS`, :data:`TESTBED_IVON_LR`); a real model passes the authors' 1e9, 1e-3, 1.0.
-2. ``lr=None`` matches IVON's largest per-weight step to the trainer's lr (:func:`matched_ivon_lr`).
-3. ``hess_init_steps > 0`` learns the Hessian init on the policy's own SFT data (the Fig 5 ablation's
-   other arm, at its own regime :data:`LEARNT_HESS_REGIME`).
-4. ``scheme="per_chunk"`` keeps the form of the committed records beside the authors' scheme.
-5. ``noise_scale=0`` (IVON without noise) is a control the paper does not run.
+1. ``lr=None`` matches IVON's largest per-weight step to the trainer's lr (:func:`matched_ivon_lr`).
+2. ``hess_init_steps > 0`` learns the Hessian init on the policy's own SFT data (the Fig 5 ablation's
+   other arm).
+3. ``scheme="per_chunk"`` keeps the form of the committed records beside the authors' scheme.
+4. ``noise_scale=0`` (IVON without noise) is a control the paper does not run.
 
 Derivations and measurements (calibration rules, diagnostics, Hessian warm-up): docs/methods/threepo.md.
 """
@@ -55,25 +56,18 @@ from rlvr_lib.validation import check, check_int, check_range
 
 __all__ = ["AUTHORS_CLIP_RADIUS", "AUTHORS_ESS", "B3PO", "C3PO", "C3PO_SCHEMES", "C3POOptions", "calibrate_clip_and_lr", "calibrate_ess",
            "calibrated_ess", "HESS_INIT_STREAM", "initial_sigma",
-           "learn_hessian_init", "LEARNT_HESS_REGIME", "LEARNT_HESS_STEPS", "M3PO", "matched_ivon_lr",
+           "learn_hessian_init", "M3PO", "matched_ivon_lr",
            "MAX_CLIPPED_SHARE", "mean_step_matched_ivon_lr", "NOISE_RATIO_ESS", "NOISE_SCALES",
-           "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "TESTBED_CLIP_RADIUS", "TESTBED_ESS",
-           "TESTBED_IVON_LR", "THREEPO_SETTINGS", "ThreePOOptions", "truncated_is_weights", "update_ratio",
+           "noise_to_weight_ratio", "REFERENCE_WEIGHT_STD", "RegimeCalibration", "AUTHORS_IVON_LR",
+           "THREEPO_SETTINGS", "ThreePOOptions", "truncated_is_weights", "update_ratio",
            "weight_matrix_std"]
 
 AUTHORS_ESS = 1e9
 """The authors' effective sample size (7B models; pass it for a real model: ``method_options={"ess": 1e9}``)."""
 REFERENCE_WEIGHT_STD = 0.02
 """Assumed std of the authors' 7B weight matrices: the ``initializer_range`` of the Qwen2.5 and OLMo configs."""
-TESTBED_ESS = 1e8
-"""Default ESS of the presets on the testbed: `rlvr_lib.study.probes.premises.ess_by_noise_rule` on the shipped policy
-(testbed v7; the rule is in docs/methods/threepo.md, the measurement in ``results/testbed/premises.json``)."""
-TESTBED_CLIP_RADIUS = 0.254
-"""Default ``clip_radius`` on the testbed: `calibrate_threepo`'s pick (at most 20% of weights clipped;
-the measurement: ``results/testbed/threepo_calibration.json``)."""
-TESTBED_IVON_LR = 0.216
-"""Default IVON lr on the testbed: `calibrate_threepo`'s pick (IVON's mean step equals AdamW's under ``grpo``;
-the measurement: ``results/testbed/threepo_calibration.json``)."""
+AUTHORS_IVON_LR = 1.0
+"""The authors' IVON lr (with ``rescale_lr``: about 1e-3 effective): the options' default."""
 AUTHORS_CLIP_RADIUS = 1e-3
 """The authors' clip radius (a real model passes it); `calibrate_threepo`'s first round starts from it."""
 NOISE_RATIO_ESS = 1.6e8
@@ -508,12 +502,10 @@ def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Te
 
 @dataclass(frozen=True)
 class ThreePOOptions(ConfigBase):
-    """3PO settings; defaults are the authors' (rescale_lr, hess_init 1e-3, ...) except ``ess``, ``clip_radius``, ``lr``.
+    """3PO settings; the defaults are the authors' (ESS 1e9, clip_radius 1e-3, lr 1.0, rescale_lr, hess_init 1e-3).
 
-    ``ess``, ``clip_radius`` and ``lr`` default to the testbed's calibration
-    (:data:`TESTBED_ESS`, :data:`TESTBED_CLIP_RADIUS`, :data:`TESTBED_IVON_LR`;
-    the rules are in docs/methods/threepo.md); a real model passes the authors'
-    ``ess`` 1e9, ``clip_radius`` 1e-3 and ``lr`` 1.0. ``lr=None`` is the first
+    A small model calibrates ``ess``, ``clip_radius`` and ``lr`` (the rules: docs/methods/threepo.md; the testbed's:
+    `rlvr_lib.study.testbed`). ``lr=None`` is the first
     rule, "matched": :func:`matched_ivon_lr` of the trainer config's ``lr``
     (IVON's largest per-weight step equals it; 0.999, the authors' 1.0, at the
     authors' GRPO lr 1e-6).
@@ -521,11 +513,11 @@ class ThreePOOptions(ConfigBase):
     """
 
     samples: int = 2            # M (m3po) / N (c3po); b3po always uses 1
-    lr: float | None = TESTBED_IVON_LR  # None: matched_ivon_lr(config.lr, ...)
+    lr: float | None = AUTHORS_IVON_LR  # None: matched_ivon_lr(config.lr, ...)
     rescale_lr: bool = True
-    ess: float = TESTBED_ESS
+    ess: float = AUTHORS_ESS
     hess_init: float = 1e-3
-    clip_radius: float = TESTBED_CLIP_RADIUS
+    clip_radius: float = AUTHORS_CLIP_RADIUS
     beta1: float = 0.9
     beta2: float = 0.9999
     weight_decay: float = 1e-6
@@ -657,13 +649,6 @@ class B3PO(Method):
         self.optimizer.current_step = state["ivon_step"]
 
 
-LEARNT_HESS_STEPS = 100
-"""The K of the learnt-Hessian ablation (``hess_init_steps``; docs/methods/threepo.md, "Warm-up settings")."""
-LEARNT_HESS_REGIME = {"clip_radius": 0.0208, "lr": 3.14}
-"""The learnt-Hessian ablation's IVON ``clip_radius`` and ``lr``: the presets' calibration rule
-(:func:`calibrate_clip_and_lr`) run with the Hessian learnt first
-(``results/testbed/threepo_calibration_learnt_hess.json``; a test ties them), so both arms' mean steps are matched by
-one rule (why and how measured: docs/methods/threepo.md)."""
 HESS_INIT_STREAM = 0x3B1
 """RNG stream of the Hessian warm-up (its weight noise and its SFT data), keyed by ``(seed, stream, j)``."""
 

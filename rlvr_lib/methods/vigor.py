@@ -186,6 +186,9 @@ verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_
 reward differs, and so does INTUITOR, VIGOR's other comparator (its preset is them:
 `rlvr_lib.methods.baselines`)."""
 
+VIGOR_LR = 2e-6
+"""VIGOR's lr (the authors' config): the ``vigor`` and ``intuitor`` presets'."""
+
 register_method("vigor", VIGOR,
                 "VIGOR: reward -sqrt(T) ||grad NLL|| (no verifier), rank-shaped group advantage, k3 KL 0.01, G = 8",
-                advantage="rank", **VIGOR_SETTINGS)
+                advantage="rank", lr=VIGOR_LR, **VIGOR_SETTINGS)

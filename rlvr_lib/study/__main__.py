@@ -1,7 +1,8 @@
-"""The study's command line: ``python -m rlvr_lib.study {calibrate,calibrate-threepo,tune-lr,plateau,reproduce,verify,
-report,bench,regimes,provenance} ...``.
+"""The study's command line: ``python -m rlvr_lib.study {calibrate,calibrate-threepo,tune-lr,plateau,testbed-config,
+reproduce,verify,report,bench,regimes,provenance} ...``.
 
-The first four measure the testbed and write under ``results/testbed/``; the others run the study's own modules
+The first four measure the testbed and write under ``results/testbed/``; ``testbed-config`` writes a method's
+testbed calibration as a settings file for ``python -m rlvr_lib train --config``; the others run the study's own modules
 (``python -m rlvr_lib.study.<module>``: same flags). The library's commands (pretrain, train, evaluate) are
 ``python -m rlvr_lib``. A bad input is a usage error: one line naming the flag and what is allowed, exit status
 2, nothing created (`rlvr_lib.cli_checks`).
@@ -119,7 +120,7 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.methods.presets import method_config
+    from rlvr_lib.study.testbed import calibrated_config
     from rlvr_lib.study.probes.ivon_regime import calibrate_threepo
     from rlvr_lib.policy.load import policy_fingerprint
 
@@ -146,9 +147,9 @@ def _calibrate_threepo(args: argparse.Namespace) -> int:
         adamw_method = adamw_method or next(p for p in parts if p != component)
     adamw_method = adamw_method or "grpo"
     with flag_errors(flags, "--adamw-method"):  # the two configs calibrate_threepo builds, built here first
-        method_config(adamw_method, **fields, **(adamw_fields or {}), steps=args.run_steps, policy=args.model)
+        calibrated_config(adamw_method, **fields, **(adamw_fields or {}), steps=args.run_steps, policy=args.model)
     with flag_errors(flags, "--method"):
-        method_config(args.method, **fields, steps=args.run_steps, policy=args.model)
+        calibrated_config(args.method, **fields, steps=args.run_steps, policy=args.model)
     learnt = {"hess_init_steps": args.hess_init_steps} if args.hess_init_steps else None
     report = calibrate_threepo(method=args.method, adamw_method=adamw_method, run_steps=args.run_steps,
                                steps=args.steps, skip=args.skip, rounds=args.rounds, max_clipped=args.max_clipped,
@@ -169,7 +170,7 @@ def _tune_lr(args: argparse.Namespace) -> int:
     """The equal lr-tuning budget (`rlvr_lib.study.tuning`): every method's grid on the tuning seeds, picks recorded."""
     import torch
 
-    from rlvr_lib.methods.presets import method_config
+    from rlvr_lib.study.testbed import calibrated_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
     from rlvr_lib.study.tuning import TUNING_SEEDS, record_tuning, tune_lr
@@ -185,7 +186,7 @@ def _tune_lr(args: argparse.Namespace) -> int:
     for name in args.methods:  # all checked before the first is tuned: a typo in the last stops no sweep halfway
         with flag_errors({"steps": "--steps", "prompts_per_step": "--prompts-per-step", "policy": "--model"},
                          "--methods"):
-            method_config(name, **fields, policy=args.model)
+            calibrated_config(name, **fields, policy=args.model)
     if args.tail > args.steps:
         raise UsageError(f"argument --tail: {args.tail} is invalid: must be at most --steps ({args.steps})")
     # The rule's words name the module by its name when the committed picks were made (results/testbed/
@@ -209,7 +210,7 @@ def _plateau(args: argparse.Namespace) -> int:
 
     from rlvr_lib.eval.diagnostics import plateau_step
     from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.methods import method_config
+    from rlvr_lib.study.testbed import calibrated_config
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.trainer import Trainer
 
@@ -219,7 +220,7 @@ def _plateau(args: argparse.Namespace) -> int:
         raise UsageError(f"argument --steps: {args.steps} is invalid: must be at least two --window "
                          f"({2 * args.window})")
     with flag_errors({"steps": "--steps", "seed": "--seeds", "policy": "--model"}, "--steps"):
-        configs = {seed: method_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
+        configs = {seed: calibrated_config("grpo", steps=args.steps, prompts_per_step=8, group_size=8, seed=seed,
                                        policy=args.model)
                    for seed in args.seeds}  # every seed's config, before the first seed trains
     runs = {}
@@ -258,6 +259,25 @@ def _report(argv: list[str]) -> int:
                   description="Render README's results section and reliability table from results/.").parse_args(argv)
     changed = update_readme()
     print("README results section and reliability table", "updated" if changed else "already up to date")
+    return 0
+
+
+def _calibrated_config(args: argparse.Namespace) -> int:
+    import yaml
+
+    from rlvr_lib.study.testbed import testbed_settings
+
+    check_out_file("--out", args.out)
+    try:
+        settings = testbed_settings(args.method)
+    except ValueError as err:
+        raise UsageError(f"method: {err}") from None
+    text = yaml.safe_dump(settings, sort_keys=False)
+    if args.out is None:
+        print(text, end="")
+    else:
+        Path(args.out).expanduser().write_text(text)
+        print(f"wrote {args.out}")
     return 0
 
 
@@ -364,6 +384,12 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--rel-drop", type=number_in(0, None, lo_open=True), default=0.1)
     t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
     t.set_defaults(func=_plateau, parser=t)
+    s = sub.add_parser("testbed-config",
+                       help="a method's testbed calibration (rlvr_lib.study.testbed) as a settings file for "
+                            "'python -m rlvr_lib train --config'")
+    s.add_argument("method", help="a registered method (or a composite 'a+b' the testbed settles)")
+    s.add_argument("--out", default=None, help="YAML path (default: print it)")
+    s.set_defaults(func=_calibrated_config, parser=s)
     for name, (_, text) in MODULE_COMMANDS.items():  # listed in --help; dispatched above
         sub.add_parser(name, help=text, add_help=False)
     return run_command(parser, argv)

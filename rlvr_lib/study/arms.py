@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_lib.eval.policy_eval import EvalSpec
-from rlvr_lib.methods.presets import method_config
+from rlvr_lib.study.testbed import calibrated_config
 from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.study.stats import paired_difference_ci, per_problem_scores
 from rlvr_lib.validation import check_int
@@ -50,14 +50,14 @@ class Arms:
               extra_specs: dict | None = None, **overrides: Any) -> list:
         """One run record per seed of registered method ``name``, cached as run ``label`` (default ``name``).
 
-        The config is ``method_config(name, steps, prompts_per_step, group_size, seed, **overrides)``;
+        The config is ``calibrated_config(name, steps, prompts_per_step, group_size, seed, **overrides)``;
         ``overrides`` may set any `TrainerConfig` field, the group size included. ``experiment`` reads
         or writes another notebook's folder (shared arms).
         """
         fields = {"steps": self.steps, "prompts_per_step": self.prompts_per_step, "group_size": self.group_size,
                   **overrides}
         return [train_and_evaluate(experiment or self.experiment, label or name,
-                                   method_config(name, **fields, seed=seed), self.spec, root=self.root,
+                                   calibrated_config(name, **fields, seed=seed), self.spec, root=self.root,
                                    extra_specs=extra_specs)
                 for seed in seeds]
 

@@ -8,7 +8,7 @@ resolved configs to differ in exactly ``differs``.
 
 The rule (written before any run that uses it): where a comparison claims one difference, both arms share every
 other setting, the lr included, and that lr is the COMPARATOR's (its pick in
-`rlvr_lib.methods.presets.TUNED_LR`, its preset's lr where the sweep has none, or the lr its declaration sets);
+`rlvr_lib.study.testbed.TUNED_LR`, its testbed preset's lr where the sweep has none, or the lr its declaration sets);
 :meth:`Pair.arms` gives it to the method arm unless ``lr`` is the named difference, under the label
 ``"<label>@<comparator label>-lr"``. A comparison that is not one difference (notebooks 07 and 08) declares
 every field in which its arms differ. Rows against the base policy are not pairs.
@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlvr_lib.methods.presets import method_config
+from rlvr_lib.study.testbed import key_train, calibrated_config
 from rlvr_lib.study import papers
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check
@@ -48,7 +48,7 @@ class Arm:
     Attributes:
         name: A registered method (or a composite ``"a+b"``).
         label: The run label (default ``name``); an arm with overrides that change its config names itself.
-        overrides: `TrainerConfig` fields set over the preset (``method_config(name, **overrides)``).
+        overrides: `TrainerConfig` fields set over the preset (``calibrated_config(name, **overrides)``).
         experiment: The experiment prefix (without ``_quick`` / ``_full``) of the notebook that trains it, or
             ``None`` for the notebook that declares it.
     """
@@ -71,9 +71,9 @@ class Arm:
         return self.label or self.name
 
     def config(self, **shared: Any) -> TrainerConfig:
-        """``method_config(name, **shared, **overrides)``: the arm's full config (``shared``: the notebook's steps,
+        """``calibrated_config(name, **shared, **overrides)``: the arm's full config (``shared``: the notebook's steps,
         prompts per step, group size, seed; the arm's overrides win)."""
-        return method_config(self.name, **{**shared, **self.overrides})
+        return calibrated_config(self.name, **{**shared, **self.overrides})
 
     def with_lr(self, lr: float, label: str) -> Arm:
         """This arm at ``lr`` under run label ``label``."""
@@ -165,7 +165,8 @@ class Pair:
 def config_differences(a: TrainerConfig, b: TrainerConfig) -> dict[str, tuple[Any, Any]]:
     """``{field: (a's value, b's)}`` for every `TrainerConfig` field but :data:`NOT_COMPARED` where they differ.
 
-    ``method_options`` is compared as given (``None`` and ``{}`` alike); ``kl_estimator`` only when both arms
+    ``method_options`` is compared as the arms wrote them (`rlvr_lib.study.testbed.key_train`: the testbed's
+    calibrated options left out; ``None`` and ``{}`` alike); ``kl_estimator`` only when both arms
     have a KL anchor (``kl_coef > 0``): without one no estimator is computed, and an anchor against none is
     named by ``kl_coef``.
     """
@@ -175,7 +176,7 @@ def config_differences(a: TrainerConfig, b: TrainerConfig) -> dict[str, tuple[An
             continue
         va, vb = getattr(a, name), getattr(b, name)
         if name == "method_options":
-            va, vb = va or {}, vb or {}
+            va, vb = key_train(a)[name] or {}, key_train(b)[name] or {}
         if va != vb:
             out[name] = (va, vb)
     return out

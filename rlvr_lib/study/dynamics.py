@@ -16,7 +16,7 @@ papers' premise (`dynamics_targets`; SAGE, NudgeRL and 3PO all start from it):
 A target is met when its point value, and its 95% interval where it names one, meet the bound. ``chosen_steps``
 is the smallest candidate meeting every gating target (:func:`full_profile_steps`). The anchor's beta is tried
 over :data:`KL_COEF_CANDIDATES` in order; the first that meets every gating target is the testbed's
-(`rlvr_lib.methods.TESTBED_KL_COEF`). One run per (method, seed) trains to the largest candidate and is
+(`rlvr_lib.study.testbed.TESTBED_KL_COEF`). One run per (method, seed) trains to the largest candidate and is
 evaluated at each on the way.
 
 The targets' reasons, the report's layout and the beta calibration: docs/study/dynamics.md.
@@ -110,10 +110,10 @@ class DynamicsConfig(ConfigBase):
 
     def train_config(self, method: str, seed: int, kl_coef: float | None = None):
         """``method``'s preset at this calibration's batch; ``kl_coef`` overrides the preset's beta."""
-        from rlvr_lib.methods import method_config
+        from rlvr_lib.study.testbed import calibrated_config
 
         extra = {} if kl_coef is None else {"kl_coef": float(kl_coef)}
-        return method_config(method, steps=max(self.step_candidates), prompts_per_step=self.prompts_per_step,
+        return calibrated_config(method, steps=max(self.step_candidates), prompts_per_step=self.prompts_per_step,
                              group_size=self.group_size, seed=seed, policy=self.policy, **extra)
 
 
@@ -307,13 +307,14 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
 
     from rlvr_lib.eval.reference_kl import reference_kl
     from rlvr_lib.study.pipeline import versioned_key
+    from rlvr_lib.study.testbed import key_train
     from rlvr_lib.policy import load_policy
     from rlvr_lib.policy.load import policy_fingerprint
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams
     from rlvr_lib.trainer import Trainer, nan_to_none
 
     train_cfg = config.train_config(method, seed, kl_coef)
-    key = versioned_key({"train": train_cfg.to_dict(), "policy_sha": policy_fingerprint(config.policy),
+    key = versioned_key({"train": key_train(train_cfg), "policy_sha": policy_fingerprint(config.policy),
                          "eval": config.spec().to_dict(), "wide": config.wide_spec().to_dict() if wide else None,
                          "kl": {"problems": config.kl_problems, "samples": config.kl_samples},
                          "checkpoints": list(config.step_candidates)}, train_cfg.task)

@@ -35,13 +35,14 @@ import numpy as np
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.methods import METHODS
 from rlvr_lib.methods.baselines import BASELINES
-from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
-from rlvr_lib.methods.presets import TUNED_LR, method_config
+from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, merged_claims, overrides, preset_conflicts
 from rlvr_lib.study import papers
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
 from rlvr_lib.study.protocols import SCALING_RULE, ProtocolEvaluation, claim_protocol
 from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
 from rlvr_lib.study.stats import paired_difference_ci
+from rlvr_lib.study.testbed import (calibrated_claims, calibrated_conflicts, config_from_key, key_train, calibrated_config,
+                                    tuned_lr)
 from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, check_int
@@ -129,7 +130,7 @@ class Budget:
         want = self.spent()
         check(len(records) > 0, f"arm {label!r}: records", records, "one or more run records")
         for r in records:
-            got = compute_spent(TrainerConfig.from_dict(r.config["train"]), r.history)
+            got = compute_spent(config_from_key(r.config["train"]), r.history)
             diff = {k: f"{got[k]} spent, budget {want[k]}" for k in want if got[k] != want[k]}
             if diff:
                 raise ValueError(f"arm {label!r}, seed {r.seed} ({r.run_id}): not at the equal-compute budget: "
@@ -139,7 +140,7 @@ class Budget:
 
 def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = None) -> str:
     """The experiment prefix an arm is read from: its :data:`SHARED` notebook's when the budget's config of it is
-    that notebook's (``method_config(name, steps, prompts_per_step, group_size)``: the same cache key, so the
+    that notebook's (``calibrated_config(name, steps, prompts_per_step, group_size)``: the same cache key, so the
     same record) and notebook 07 asks it for no evaluation that notebook does not run, else ``"head_to_head"``
     (trained here).
 
@@ -150,7 +151,7 @@ def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = N
     if name not in SHARED or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
-    same = method_config(name, **budget.overrides(name), seed=0) == method_config(name, **plain)
+    same = calibrated_config(name, **budget.overrides(name), seed=0) == calibrated_config(name, **plain)
     return SHARED[name] if same else "head_to_head"
 
 
@@ -218,21 +219,23 @@ def composable_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
 
 
 def _tuned_lr(name: str) -> float | None:
-    return TUNED_LR.get(name, METHODS[name].preset.get("lr"))
+    lr = tuned_lr(name)
+    return calibrated_claims(name)[0].get("lr") if lr is None else lr
 
 
 def pair_settings(a: str, b: str) -> dict[str, Any]:
-    """The `TrainerConfig` keys on which the presets of ``a`` and ``b`` disagree, settled by the module's rules.
+    """The `TrainerConfig` keys on which the testbed presets of ``a`` and ``b`` disagree
+    (`rlvr_lib.study.testbed.calibrated_conflicts`), settled by the module's rules.
 
     Raises:
         ValueError: a conflicting key no rule covers (named, with each method's value).
     """
     out: dict[str, Any] = {}
-    conflicts = preset_conflicts((a, b))
+    conflicts = calibrated_conflicts((a, b))
     threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
     for key, values in conflicts.items():
         if key == "kl_coef":
-            out[key] = max(values.values())  # with SAGE: its TESTBED_KL_COEF, the largest preset beta
+            out[key] = max(values.values())  # with SAGE: the testbed's beta, the largest preset beta
         elif key == "lr":
             out[key] = min(lr for lr in (_tuned_lr(a), _tuned_lr(b)) if lr is not None)
         elif key in ("lr_schedule", "lr_warmup_ratio"):
@@ -252,7 +255,13 @@ def pair_name(a: str, b: str) -> str:
 
     threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
     regime = {"method_options": {threepo: composite_regime(f"{a}{SEPARATOR}{b}")}} if threepo else {}
-    return compose(a, b, **pair_settings(a, b), **regime)
+    settled = pair_settings(a, b)
+    # The papers' presets may disagree where the testbed's agree (lr, beta): the testbed's value settles those.
+    testbed = merged_claims((a, b), claims=calibrated_claims)[0]
+    agreed = {k: testbed[k] for k in preset_conflicts((a, b)) if k not in settled and k in testbed}
+    if "lr" in preset_conflicts((a, b)) and "lr" not in settled:
+        agreed["lr"] = next(lr for lr in (_tuned_lr(a), _tuned_lr(b)) if lr is not None)
+    return compose(a, b, **settled, **agreed, **regime)
 
 
 def better_component(pair: str, means: Mapping[str, float]) -> str:
@@ -301,11 +310,13 @@ class Comparator:
         return frozenset(self.replace)
 
     def config(self, arm: TrainerConfig) -> TrainerConfig:
-        """``arm`` with ``replace``'s fields (``method_options``: the arm's, updated with these)."""
+        """``arm`` with ``replace``'s fields (``method_options``: the arm's as written, updated with these), at the
+        testbed's calibration of the comparator's method (`rlvr_lib.study.testbed.train_from_key`)."""
+        written = key_train(arm)
         changes = dict(self.replace)
         if "method_options" in changes:
-            changes["method_options"] = {**(arm.method_options or {}), **changes["method_options"]}
-        return arm.replace(**changes)
+            changes["method_options"] = {**(written["method_options"] or {}), **changes["method_options"]}
+        return config_from_key({**written, **changes})
 
     def check(self, arm: TrainerConfig, comparator: TrainerConfig) -> dict[str, tuple]:
         """The fields where ``arm`` and ``comparator`` differ (:func:`config_difference`); they must be exactly
@@ -363,15 +374,15 @@ def paper_comparator(key: str, name: str) -> Comparator:
 
 def comparator_config(name: str, comparator: Comparator, budget: Budget, seed: int = 0) -> TrainerConfig:
     """The comparator's config beside method ``name``'s arm at ``budget`` (:meth:`Comparator.config` of
-    ``method_config(name, **budget.overrides(name))``), checked to differ from it in the named fields only."""
-    arm = method_config(name, **budget.overrides(name), seed=seed)
+    ``calibrated_config(name, **budget.overrides(name))``), checked to differ from it in the named fields only."""
+    arm = calibrated_config(name, **budget.overrides(name), seed=seed)
     out = comparator.config(arm)
     comparator.check(arm, out)
     return out
 
 
 def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[str, dict[str, Any]]:
-    """``(method, overrides)`` for `rlvr_lib.study.arms.Arms.train`: ``method_config(method, **overrides,
+    """``(method, overrides)`` for `rlvr_lib.study.arms.Arms.train`: ``calibrated_config(method, **overrides,
     seed=s)`` is :func:`comparator_config` at seed ``s`` (every field given, so no preset or tuned lr moves it)."""
     config = comparator_config(name, comparator, budget)
     overrides = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("method", "seed")}
@@ -381,14 +392,14 @@ def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[s
 def comparator_home(name: str, comparator: Comparator, budget: Budget,
                     protocols: Mapping[str, EvalSpec] | None = None) -> str:
     """Where a comparator's records are read: its :attr:`~Comparator.home` notebook's prefix when the config
-    beside ``name``'s arm at ``budget`` is that notebook's (``method_config(method, steps, prompts_per_step,
+    beside ``name``'s arm at ``budget`` is that notebook's (``calibrated_config(method, steps, prompts_per_step,
     group_size)``: the same cache key) and ``protocols`` (the protocol evaluations notebook 07 asks of it,
     :meth:`ProtocolPlan.extra_specs`) is empty, else ``"head_to_head"`` (trained here, with the wide evaluation
     and those protocol evaluations), as :func:`home`."""
     if comparator.home is None or comparator.method is None or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
-    same = comparator_config(name, comparator, budget) == method_config(comparator.method, **plain)
+    same = comparator_config(name, comparator, budget) == calibrated_config(comparator.method, **plain)
     return comparator.home if same else "head_to_head"
 
 
@@ -399,7 +410,7 @@ def record_config(records: Sequence) -> TrainerConfig:
         ValueError: no records, or records whose configs differ beyond the seed (named).
     """
     check(len(records) > 0, "records", records, "one or more run records")
-    configs = [TrainerConfig.from_dict(r.config["train"]) for r in records]
+    configs = [config_from_key(r.config["train"]) for r in records]
     for r, c in zip(records[1:], configs[1:]):
         diff = config_difference(configs[0], c)
         check(not diff, f"record {r.run_id}: config", diff, "the same config as the arm's other records but the seed")
@@ -408,7 +419,8 @@ def record_config(records: Sequence) -> TrainerConfig:
 
 def config_difference(a: TrainerConfig, b: TrainerConfig) -> dict[str, tuple]:
     """``{field: (a's value, b's value)}`` for every `TrainerConfig` field but ``seed`` where ``a`` and ``b``
-    differ, in field order."""
+    differ as written (`rlvr_lib.study.testbed.key_train`: the calibrated options left out), in field order."""
+    a, b = (TrainerConfig.from_dict(key_train(c)) for c in (a, b))
     return {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
             if f.name != "seed" and getattr(a, f.name) != getattr(b, f.name)}
 

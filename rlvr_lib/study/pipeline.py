@@ -24,6 +24,7 @@ from rlvr_lib.config import hash_jsonable
 from rlvr_lib.distributed import init_world
 from rlvr_lib.study.probes.ivon_regime import ivon_regime_of
 from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, results_root
+from rlvr_lib.study.testbed import key_train
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
@@ -83,7 +84,7 @@ def run_key(config: TrainerConfig, spec: EvalSpec, extra_specs: Mapping[str, Eva
     a run without extra evaluations keeps the key (and run id) it always had.
     """
     extra_specs = _check_extra_specs(extra_specs)
-    key = versioned_key({"train": config.to_dict(), "policy_sha": policy_fingerprint(config.policy),
+    key = versioned_key({"train": key_train(config), "policy_sha": policy_fingerprint(config.policy),
                          "eval": spec.to_dict()}, config.task)
     if extra_specs:
         key[EXTRA_EVALS] = {label: s.to_dict() for label, s in extra_specs.items()}

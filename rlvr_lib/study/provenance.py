@@ -57,7 +57,7 @@ RUN_ENTRIES: dict[str, tuple[str, ...]] = {
     # the notebooks directly or through Arms) and by the modules that set its configs (notebook 07's equal-compute
     # budget and pair rules, notebook 08's regimes).
     **{nb.folder: nb.entries for nb in papers.NOTEBOOKS},
-    # Reported, not gating: the lr sweep behind TUNED_LR and the dynamics calibration behind the step count.
+    # Reported, not gating: the lr sweep behind testbed.TUNED_LR and the dynamics calibration behind the step count.
     **{s.experiment: s.entries for s in papers.SUPPORTING},
 }
 """Per experiment, the modules whose functions make its run records (the roots of its code path), from the manifest

@@ -44,21 +44,22 @@ TUNING_SEEDS = (1000, 1001)
 
 def methods_to_tune() -> tuple[str, ...]:
     """The methods the sweep must cover: every method the study's notebooks run (`rlvr_lib.study.papers`), each
-    one the library ships (`rlvr_lib.methods.registry.shipped_methods`), but those registered with a ``tuned_lr``
-    of their own (they take another method's pick; composites take their components'). A method a user registers
-    is never one of them, nor a library method no notebook runs.
+    one the library ships (`rlvr_lib.methods.registry.shipped_methods`), but those that take another method's pick
+    (`rlvr_lib.study.testbed.LR_SHARED`; composites take their components'). A method a user registers is never one
+    of them, nor a library method no notebook runs.
 
     Raises:
         ValueError: a notebook of the manifest names a method the library does not ship.
     """
-    from rlvr_lib.methods.registry import METHODS, shipped_methods
+    from rlvr_lib.methods.registry import shipped_methods
     from rlvr_lib.study import papers
+    from rlvr_lib.study.testbed import LR_SHARED
 
     shipped = shipped_methods()
     wanted = papers.study_methods()
     unknown = [name for name in wanted if name not in shipped]
     check(not unknown, "papers.NOTEBOOKS methods", unknown, f"methods the library ships: {list(shipped)}")
-    return tuple(name for name in wanted if METHODS[name].tuned_lr is None)
+    return tuple(name for name in wanted if name not in LR_SHARED)
 
 
 def pick_lr(scores: dict[float, float], default: float) -> float:
@@ -78,7 +79,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
             progress: bool = False, root=None, **config_fields) -> dict:
     """Train ``name`` at every lr of the grid on every tuning seed; score and pick (rules in the module docstring).
 
-    Each run is ``method_config(name, **config_fields, seed=s)`` with its
+    Each run is ``calibrated_config(name, **config_fields, seed=s)`` with its
     ``Method.tuning_lr`` replaced by ``default x factor`` (``with_tuning_lr``),
     trained from scratch, its history cached as ``<root>/lr_tuning/<name>-lr<lr>-...``
     (``root``: default `rlvr_lib.study.runs.results_root`). Returns a
@@ -90,7 +91,8 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
             (evaluation seeds), or a run with fewer than ``tail`` steps.
     """
     from rlvr_lib.study.runs import cached_run
-    from rlvr_lib.methods.presets import method_config
+    from rlvr_lib.study.testbed import key_train, calibrated_config
+    from rlvr_lib.trainer_config import TrainerConfig
     from rlvr_lib.methods.registry import METHODS
     from rlvr_lib.study.pipeline import versioned_key
     from rlvr_lib.policy.load import policy_fingerprint
@@ -100,7 +102,7 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
     check(len(seeds) > 0 and not set(seeds) & set(range(5)), "seeds", seeds,
           "a non-empty list of seeds outside the evaluation seeds 0-4")
     check_int("tail", tail, 1)
-    base = method_config(name, tuned_lr=False, **config_fields, policy=policy)
+    base = calibrated_config(name, tuned_lr=False, **config_fields, policy=policy)
     check(base.steps >= tail, "tail", tail, f"at most the runs' steps ({base.steps})")
     cls = METHODS[name].cls
     default = cls.tuning_lr(base)
@@ -113,7 +115,9 @@ def tune_lr(name: str, *, factors=LR_FACTORS, seeds=TUNING_SEEDS, tail: int = 5,
         finals[repr(lr)], run_ids[repr(lr)] = {}, {}
         for seed in seeds:
             config = cls.with_tuning_lr(base.replace(seed=seed), lr)
-            key = versioned_key({"train": config.to_dict(), "policy_sha": sha}, config.task)
+            # The key holds the options as the sweep writes them over the papers' defaults (`key_train`).
+            written = cls.with_tuning_lr(TrainerConfig.from_dict(key_train(base.replace(seed=seed))), lr)
+            key = versioned_key({"train": written.to_dict(), "policy_sha": sha}, config.task)
             record = cached_run("lr_tuning", f"{name}-lr{lr:g}", key, seed,
                                 lambda c=config: (nan_to_none(Trainer(c).train(progress=progress)), {}), root=root)
             last = [row["accuracy"] for row in record.history[-tail:]]

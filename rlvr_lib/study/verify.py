@@ -92,7 +92,7 @@ def recompute(record: RunRecord, scratch: str | Path) -> RunRecord:
 
     from rlvr_lib.eval.policy_eval import EvalSpec
     from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
-    from rlvr_lib.trainer import TrainerConfig
+    from rlvr_lib.study.testbed import config_from_key
 
     threads = (record.extra or {}).get("machine", {}).get("torch_threads")
     if threads:
@@ -101,7 +101,7 @@ def recompute(record: RunRecord, scratch: str | Path) -> RunRecord:
     kind = _kind(record)
     if kind == "train":
         extra = {label: EvalSpec.from_dict(s) for label, s in (cfg.get("extra_evals") or {}).items()}
-        fresh = train_and_evaluate(record.experiment, record.name, TrainerConfig.from_dict(cfg["train"]),
+        fresh = train_and_evaluate(record.experiment, record.name, config_from_key(cfg["train"]),
                                    EvalSpec.from_dict(cfg["eval"]), root=scratch, extra_specs=extra or None)
     elif kind == "base":
         fresh = evaluate_base(record.experiment, EvalSpec.from_dict(cfg["eval"]), cfg["policy"], root=scratch,

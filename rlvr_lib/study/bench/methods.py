@@ -58,7 +58,8 @@ def bench_method_steps(pairs: Mapping[str, str] | None = None, *, prompts_per_st
     Raises:
         ValueError: an unknown method, or an argument out of range.
     """
-    from rlvr_lib.methods import METHODS, method_config
+    from rlvr_lib.methods import METHODS
+    from rlvr_lib.study.testbed import calibrated_config
     from rlvr_lib.policy import load_policy
     from rlvr_lib.trainer import Trainer
 
@@ -82,7 +83,7 @@ def bench_method_steps(pairs: Mapping[str, str] | None = None, *, prompts_per_st
             torch.set_num_threads(threads)
         trainers = {}
         for name in names:
-            config = method_config(name, steps=warmup + repeats, prompts_per_step=prompts_per_step,
+            config = calibrated_config(name, steps=warmup + repeats, prompts_per_step=prompts_per_step,
                                    group_size=group_size, max_new_tokens=max_new_tokens, seed=seed, checkpoint_every=0)
             trainers[name] = Trainer(config, *load_policy(None, device="cpu", dtype=torch.float32))
         seconds = {name: [] for name in names}

@@ -121,9 +121,9 @@ def _quiet() -> Iterator[None]:
 # ------------------------------------------------------------------------------ ours
 def _our_config(*, prompts_per_step: int, group_size: int, max_new_tokens: int, steps: int, seed: int):
     """Our `TrainerConfig` for the benchmark (``grpo_no_kl`` with every matched setting spelled out)."""
-    from rlvr_lib.methods import method_config
+    from rlvr_lib.study.testbed import calibrated_config
 
-    return method_config(
+    return calibrated_config(
         OUR_METHOD,
         policy=None,
         train_family=TRAIN_FAMILY,

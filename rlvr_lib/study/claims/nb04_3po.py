@@ -3,7 +3,8 @@
 The paper's effects are T1's OLMo3-7B column (PAPERS.md); the Qwen2.5-Math-7B column is in ``paper``.
 """
 
-from rlvr_lib.methods.threepo import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS, TESTBED_ESS, THREEPO_SETTINGS
+from rlvr_lib.methods.threepo import THREEPO_SETTINGS
+from rlvr_lib.study.testbed import LEARNT_HESS_REGIME, LEARNT_HESS_STEPS, TESTBED_ESS
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Check, Claim, Measurement, Registry
 

@@ -1,6 +1,7 @@
 """Notebook 05's pre-registered rows (SAGE: T1, BNPO/DAPO + Branch, T2, OOD, cost)."""
 
-from rlvr_lib.methods.sage import FULL_DAPO_BRANCH, SAGE_ANCHOR, SAGE_DAPO
+from rlvr_lib.methods.sage import FULL_DAPO_BRANCH, SAGE_DAPO
+from rlvr_lib.study.testbed import SAGE_ANCHOR
 from rlvr_lib.study.comparisons import Arm, Pair
 from . import TAGGED, Claim, Measurement, Registry
 
@@ -12,7 +13,7 @@ _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in 
 PROTOCOL = "sage"
 
 _SAME_AS_02 = "moved to notebook 02, which states the same SAGE T1 row on the same runs: each claim is counted once"
-# SAGE and its GRPO both use the authors' k3 anchor (SAGE_ANCHOR).
+# SAGE and its GRPO both use the authors' k3 anchor, at the testbed's beta (rlvr_lib.study.testbed.SAGE_ANCHOR).
 _K3 = ("issue 31: GRPO is grpo_k3 (the authors' k3 anchor, SAGE's settings but the guide) instead of the "
        "reverse-KL grpo, under which a prefix-only guide is null in expectation (issue 29, item 2)")
 _WIDE = "pass@256 on the wide evaluation's in-distribution families replaced pass@32 standing in for it"

@@ -26,10 +26,8 @@ These rows were fixed before notebook 07's first full-profile record; a change s
 `Registry.changed_rows`, as for every notebook.
 """
 
-import dataclasses
-
-from rlvr_lib.methods.presets import method_config
 from rlvr_lib.study.comparisons import Arm, Pair
+from rlvr_lib.study.testbed import key_train, calibrated_config
 from . import TAGGED, Claim, Measurement, Registry
 
 # Every row is measured on the retention regime (the testbed's RL pool); its premise follows the rule in
@@ -151,11 +149,11 @@ _SIZES = ("steps", "prompts_per_step", "group_size", "seed", "method")
 def _own(name: str, label: str, replace: dict) -> Arm:
     """The method arm's config at the budget with ``replace``'s fields changed (``method_options`` merged): its
     own paper's comparator as `rlvr_lib.study.head_to_head.own_comparators` builds it, the lr included."""
-    arm = method_config(name, **_ONE_STEP)
-    kept = {f.name: getattr(arm, f.name) for f in dataclasses.fields(arm) if f.name not in _SIZES}
+    arm = key_train(calibrated_config(name, **_ONE_STEP))  # as written: the calibration is the comparator's own
+    kept = {k: v for k, v in arm.items() if k not in _SIZES}
     options = replace.get("method_options")
     if options is not None:
-        replace = {**replace, "method_options": {**(arm.method_options or {}), **options}}
+        replace = {**replace, "method_options": {**(arm["method_options"] or {}), **options}}
     fields = {**kept, **{k: v for k, v in replace.items() if k != "method"}}
     return Arm(replace.get("method", name), label=label, overrides=fields)
 

@@ -120,9 +120,9 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     """The 3PO regime calibration: probe, :func:`calibrate_clip_and_lr`, repeated ``rounds`` times.
 
     1. AdamW's mean step: :func:`rlvr_lib.study.probes.weight_steps.weight_step_profile`
-       of ``method_config(adamw_method, steps=run_steps, **config_fields)`` over
+       of ``calibrated_config(adamw_method, steps=run_steps, **config_fields)`` over
        its first ``steps`` RL steps, mean of ``mean_abs`` from step ``skip`` on.
-    2. Round r: :func:`ivon_update_probe` of ``method_config(method,
+    2. Round r: :func:`ivon_update_probe` of ``calibrated_config(method,
        steps=run_steps, **config_fields)`` with ``clip_radius`` and ``lr`` the
        previous round's picks (round 1: the authors' clip radius and the matched lr), then
        :func:`calibrate_clip_and_lr`. Round r + 1 measures at round r's picks
@@ -142,7 +142,7 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     AdamW's mean step, every round, the picks).
     """
     from rlvr_lib.study.probes.weight_steps import weight_step_profile
-    from rlvr_lib.methods.presets import method_config
+    from rlvr_lib.study.testbed import calibrated_config
     from rlvr_lib.policy import load_policy
 
     check_int("rounds", rounds, 1)
@@ -150,15 +150,15 @@ def calibrate_threepo(*, method: str = "b3po", adamw_method: str = "grpo", run_s
     check(component is not None, "method", method, "a 3PO method (b3po, m3po, c3po) or a composite with one")
     base = dict(config_fields, steps=run_steps, policy=policy)
     model, tokenizer = load_policy(policy)
-    adamw = weight_step_profile(method_config(adamw_method, **base, **(adamw_fields or {})), steps,
+    adamw = weight_step_profile(calibrated_config(adamw_method, **base, **(adamw_fields or {})), steps,
                                 model=copy.deepcopy(model), tokenizer=tokenizer)
     adamw_mean = adamw.mean(skip)["mean_abs"]
     options: dict = {"clip_radius": AUTHORS_CLIP_RADIUS, "lr": None}  # round 1: the authors' clip, the matched lr
     history = []
     for r in range(rounds):
         mine = {**(method_options or {}), **options}
-        config = method_config(method, **base, method_options=mine if component == method else {component: mine})
-        o = ThreePOOptions.from_dict(options)
+        config = calibrated_config(method, **base, method_options=mine if component == method else {component: mine})
+        o = ivon_options(config.to_dict())
         probe = ivon_update_probe(config, steps, skip=skip, model=copy.deepcopy(model), tokenizer=tokenizer)
         pick = calibrate_clip_and_lr(probe["abs_update_ratio"], adamw_mean, max_clipped=max_clipped,
                                      hess_init=o.hess_init, weight_decay=o.weight_decay, rescale_lr=o.rescale_lr)
@@ -185,9 +185,11 @@ def ivon_options(train: dict) -> ThreePOOptions:
     or a composite's IVON component's part of ``method_options``, defaults filled in."""
     from rlvr_lib.methods.registry import METHODS
 
+    from rlvr_lib.study.testbed import train_from_key
+
     component = ivon_component(train["method"])
     check(component is not None, "method", train["method"], "a 3PO method (b3po, m3po, c3po) or a composite with one")
-    options = train.get("method_options") or {}
+    options = train_from_key(train).get("method_options") or {}
     return METHODS[component].cls.Options.from_dict(options if component == train["method"]
                                                     else options.get(component) or {})
 

@@ -14,7 +14,7 @@ import torch
 
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.study.runs import cpu_model
-from rlvr_lib.methods import method_config
+from rlvr_lib.study.testbed import calibrated_config as method_config  # the study's configs (the testbed's)
 from rlvr_lib.study.pipeline import train_and_evaluate
 from rlvr_lib.trainer_config import TrainerConfig
 
