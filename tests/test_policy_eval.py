@@ -247,10 +247,10 @@ def test_a_run_is_not_added_beside_records_of_another_processor_model(tmp_path, 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 
 
-def _committed_eval_dicts():
+def _committed_eval_dicts(root=None):
     """``{experiment: [every eval spec dict of its records: config["eval"] and config["extra_evals"]]}``."""
     out = {}
-    for path in sorted(RESULTS.glob("*_full/*.json")):
+    for path in sorted((root or RESULTS).glob("*_full/*.json")):
         record = json.loads(path.read_text())
         config = record["config"]
         out.setdefault(path.parent.name, []).extend([config["eval"], *config.get("extra_evals", {}).values()])
@@ -280,8 +280,13 @@ def test_every_committed_records_eval_spec_round_trips_and_the_profiles_specs_ar
     recorded = {hash_jsonable(d) for dicts in evals.values() for d in dicts}
     profile = full_profile()
     # the main evaluation of a trained arm (seed 0) and of the base policy (seeds 0-2), and the wide evaluation
+    # Until the second recompute replaces a notebook's folder (results/recompute-58, README "Budget"), its records
+    # hold the first recompute's wide evaluation, 100 problems; the new one is in the recompute's folder.
+    staged = {hash_jsonable(d) for dicts in _committed_eval_dicts(RESULTS / "recompute-58").values()
+              for d in dicts}
     for seed in BASE_SEEDS:
         assert profile["spec"].replace(seed=seed).config_hash() in recorded, seed
-        assert wide_spec(seed=seed).config_hash() in recorded, seed
+        assert (wide_spec(seed=seed).config_hash() in recorded | staged
+                or wide_spec(problems=100, seed=seed).config_hash() in recorded), seed
     assert profile["wide_spec"] == wide_spec()
     assert {hash_jsonable(d) for d in evals["threepo_full"]} == {profile["spec"].config_hash()}

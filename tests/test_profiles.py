@@ -16,7 +16,7 @@ def test_the_wide_families_are_rare_mix_and_the_two_in_distribution_families_the
     families = json.loads(CALIBRATION.read_text())["families"]
     by_pass1 = sorted(EVAL_FAMILIES, key=lambda f: families[f]["pass_at_1"])
     assert set(WIDE_FAMILIES) == {*by_pass1[:2], *RARE_FAMILIES}
-    assert wide_spec().families == WIDE_FAMILIES and (wide_spec().problems_per_family, wide_spec().samples) == (100, 256)
+    assert wide_spec().families == WIDE_FAMILIES and (wide_spec().problems_per_family, wide_spec().samples) == (50, 256)
 
 
 def test_the_full_profile_trains_as_long_as_notebook_01_and_seeds_main_arms_more_than_ablations():

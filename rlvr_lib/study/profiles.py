@@ -7,11 +7,12 @@ Every rule here was fixed before the recompute's first run (README, "Budget"):
 * **Seeds**: 5 training seeds for a main arm (a method's headline row, its comparators, the base), 3 for an
   ablation or sweep arm, 3 sampling seeds for the base policy.
 * **Evaluation**: 200 problems x 32 samples per family; pass@1 claims use every family.
-* **Wide evaluation** (pass@k claims at k = 256): 100 problems x 256 samples of ``rare_mix`` (only the
+* **Wide evaluation** (pass@k claims at k = 256): 50 problems x 256 samples of ``rare_mix`` (only the
   rare strategy works) and of the two hardest in-distribution families, ``hard_mix`` and ``hardest_mix``
   (the last two of `EVAL_FAMILIES`, which are ordered by difficulty). It is an extra evaluation of the
   trained policy, stored under the label :data:`WIDE` (`rlvr_lib.study.pipeline.train_and_evaluate`), and
-  only arms that a pass@k claim reads carry it (it costs more than a G = 8 run's training).
+  only arms that a pass@k claim reads carry it (it costs more than a G = 8 run's training). 50 problems, not
+  the first recompute's 100: the second recompute's first cut (README, "Budget"), decided before its first run.
 
 The quick profiles stay in each notebook: they are smoke tests, not a budget.
 """
@@ -44,7 +45,7 @@ def baseline_extra_specs(name: str, profile: dict[str, Any]) -> dict[str, EvalSp
     return {WIDE: profile["wide_spec"]} if name in BASELINES_WITH_WIDE else None
 
 
-def wide_spec(problems: int = 100, samples: int = 256, seed: int = 0) -> EvalSpec:
+def wide_spec(problems: int = 50, samples: int = 256, seed: int = 0) -> EvalSpec:
     """The wide evaluation: ``problems`` x ``samples`` on :data:`WIDE_FAMILIES` (clustering is the main
     evaluation's job, so one problem keeps its diversity pass cheap)."""
     return EvalSpec(families=WIDE_FAMILIES, problems_per_family=problems, samples=samples, seed=seed,
