@@ -1,0 +1,97 @@
+"""A recompute's staging folder: runs land there, and a notebook's complete folder replaces the committed one.
+
+A recompute of committed notebooks writes every run under a staging results root (``RLVR_RESULTS_DIR``, e.g.
+``results/recompute-58``), so no new run reads a previous record and no table reads a new one before its notebook is
+complete. :func:`promote` then moves the notebook's experiment folders into ``results/`` (the previous ones, and the
+previous executed copy of the notebook, to ``results/archive/<archive>/``, never read again); the notebook is then
+executed from the cache (``python -m rlvr_lib.study.reproduce --only NAME``) and README rendered again.
+
+``python -m rlvr_lib.study.staging promote --staging STAGING_ROOT --archive NAME EXPERIMENT...``
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rlvr_lib.study.runs import results_root
+from rlvr_lib.validation import check, invalid
+
+__all__ = ["promote", "staged_experiments"]
+
+
+def staged_experiments(staging: str | Path) -> list[str]:
+    """The experiment folders (``*_full``) a staging root holds, each with at least one record."""
+    staging = Path(staging)
+    return sorted(p.name for p in staging.glob("*_full") if p.is_dir() and any(p.glob("*.json")))
+
+
+def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, notebooks: Sequence[str] = (),
+            root: str | Path | None = None) -> list[tuple[Path, Path]]:
+    """Move each staged experiment folder into the results root; the committed one first to the archive.
+
+    Args:
+        experiments: Folder names under ``staging`` (e.g. ``"grpo_baseline_full"``).
+        staging: The staging results root the recompute wrote to.
+        archive: Name of the archive under ``<root>/archive/`` that receives the previous folders.
+        notebooks: Notebook stems whose executed full-profile copies (``notebooks/full/<stem>.ipynb``) move to the
+            archive too (the notebook is then executed again on the promoted records).
+        root: The results root (default: `results_root`).
+
+    Returns:
+        Every ``(source, destination)`` move, in order.
+
+    Raises:
+        ValueError: a folder name that is not a plain name, a staged folder that is missing or empty, or an archive
+            that already holds that folder (nothing is moved then).
+    """
+    root, staging = results_root(root), Path(staging)
+    check(bool(archive) and "/" not in archive and archive not in (".", ".."), "archive", archive, "a folder name")
+    shelf = root / "archive" / archive
+    plan: list[tuple[Path, Path]] = []
+    for name in experiments:
+        if not name or "/" in name or name in (".", ".."):
+            raise invalid("experiment", name, "a folder name under the staging root")
+        staged = staging / name
+        check(staged.is_dir() and any(staged.glob("*.json")), "experiment", name,
+              f"a folder of records under {staging}")
+        current = root / name
+        if current.exists():
+            check(not (shelf / name).exists(), "archive", archive, f"an archive without {name} yet")
+            plan.append((current, shelf / name))
+        plan.append((staged, current))
+    for stem in notebooks:
+        executed = root / "notebooks" / "full" / f"{stem}.ipynb"
+        if executed.exists():
+            target = shelf / "notebooks" / "full" / f"{stem}.ipynb"
+            check(not target.exists(), "archive", archive, f"an archive without notebook {stem} yet")
+            plan.append((executed, target))
+    for source, destination in plan:
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(source), str(destination))
+    return plan
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m rlvr_lib.study.staging", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("promote", help="move staged experiment folders into results/, archiving the previous ones")
+    p.add_argument("experiments", nargs="+")
+    p.add_argument("--staging", required=True, help="the staging results root")
+    p.add_argument("--archive", required=True, help="the archive's name under results/archive/")
+    p.add_argument("--notebooks", nargs="*", default=(), help="notebook stems whose executed copies are archived")
+    args = parser.parse_args(argv)
+    try:
+        moves = promote(args.experiments, args.staging, args.archive, notebooks=args.notebooks)
+    except ValueError as err:
+        parser.error(str(err))
+    for source, destination in moves:
+        print(f"{source} -> {destination}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,64 @@
+"""A recompute's staged folders replace the committed ones; the previous ones go to the archive, nothing is lost."""
+
+import json
+
+import pytest
+
+from rlvr_lib.study.staging import main, promote, staged_experiments
+
+
+def _record(folder, name, value):
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / f"{name}.json").write_text(json.dumps({"value": value}))
+
+
+@pytest.fixture
+def roots(tmp_path):
+    root, staging = tmp_path / "results", tmp_path / "results" / "recompute"
+    _record(root / "grpo_baseline_full", "grpo-aaa-s0", "old")
+    _record(staging / "grpo_baseline_full", "grpo-bbb-s0", "new")
+    _record(staging / "sage_full", "sage-ccc-s0", "new")
+    (staging / "empty_full").mkdir()
+    executed = root / "notebooks" / "full" / "01_grpo.ipynb"
+    executed.parent.mkdir(parents=True)
+    executed.write_text("{}")
+    return root, staging
+
+
+def test_promote_moves_the_staged_folder_in_and_the_committed_one_to_the_archive(roots):
+    root, staging = roots
+    assert staged_experiments(staging) == ["grpo_baseline_full", "sage_full"]
+    moves = promote(["grpo_baseline_full", "sage_full"], staging, "pre-x", notebooks=["01_grpo"], root=root)
+    assert len(moves) == 4
+    assert json.loads((root / "grpo_baseline_full" / "grpo-bbb-s0.json").read_text())["value"] == "new"
+    assert not (root / "grpo_baseline_full" / "grpo-aaa-s0.json").exists()
+    assert json.loads((root / "archive" / "pre-x" / "grpo_baseline_full" / "grpo-aaa-s0.json").read_text())["value"] == "old"
+    assert (root / "sage_full" / "sage-ccc-s0.json").exists()  # no committed folder before: moved in, nothing archived
+    assert not (root / "archive" / "pre-x" / "sage_full").exists()
+    assert (root / "archive" / "pre-x" / "notebooks" / "full" / "01_grpo.ipynb").exists()
+    assert not (root / "notebooks" / "full" / "01_grpo.ipynb").exists() and staged_experiments(staging) == []
+
+
+def test_promote_refuses_bad_input_and_moves_nothing(roots):
+    root, staging = roots
+    with pytest.raises(ValueError, match="experiment"):
+        promote(["empty_full"], staging, "pre-x", root=root)
+    with pytest.raises(ValueError, match="experiment"):
+        promote(["../grpo_baseline_full"], staging, "pre-x", root=root)
+    with pytest.raises(ValueError, match="archive"):
+        promote(["grpo_baseline_full"], staging, "a/b", root=root)
+    (root / "archive" / "pre-x" / "grpo_baseline_full").mkdir(parents=True)
+    with pytest.raises(ValueError, match="an archive without grpo_baseline_full"):
+        promote(["grpo_baseline_full"], staging, "pre-x", root=root)
+    assert (root / "grpo_baseline_full" / "grpo-aaa-s0.json").exists()  # nothing moved
+    assert (staging / "grpo_baseline_full" / "grpo-bbb-s0.json").exists()
+
+
+def test_the_command_line_promotes_and_a_bad_folder_is_a_usage_error(roots, monkeypatch, capsys):
+    root, staging = roots
+    monkeypatch.setenv("RLVR_RESULTS_DIR", str(root))
+    assert main(["promote", "sage_full", "--staging", str(staging), "--archive", "pre-x"]) == 0
+    assert "sage_full" in capsys.readouterr().out and (root / "sage_full").is_dir()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["promote", "nope_full", "--staging", str(staging), "--archive", "pre-x"])
+    assert exit_info.value.code == 2
