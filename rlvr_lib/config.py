@@ -1,21 +1,14 @@
 """Validated, serialisable configuration dataclasses.
 
-Every config in the library is a frozen dataclass that inherits :class:`ConfigBase`. Building one
-validates it: a subclass overrides :meth:`ConfigBase.validate` and calls the ``check_*`` helpers, which
-raise a ``ValueError`` naming the class, the field, the value and what is allowed, e.g.
-``GRPOConfig.lr=-1.0 is invalid: must be a number in (0, 1]``.
+Every config is a frozen dataclass inheriting :class:`ConfigBase`; building one runs
+:meth:`ConfigBase.validate`, whose ``check_*`` helpers raise a ``ValueError`` naming the class, the field, the
+value and what is allowed, e.g. ``GRPOConfig.lr=-1.0 is invalid: must be a number in (0, 1]``.
 
-Configs round-trip through JSON (:meth:`ConfigBase.to_json` / :meth:`ConfigBase.from_json`), including
-nested configs, tuples, lists, dicts, enums and ``Optional`` fields; field types are read with
-``typing.get_type_hints``, so classes must be defined at module level. :meth:`ConfigBase.config_hash` is a
-short sha256 of the canonical JSON (sorted keys), used to name and cache runs.
-
-A field declared with ``metadata={"omit_if_default": True}`` (:data:`OMIT_IF_DEFAULT`) is left out of
-:func:`to_jsonable` (hence of ``to_dict``, ``to_json`` and ``config_hash``) while its value equals its
-default (compared on the JSON forms; a ``default_factory`` is called), so adding it keeps every stored run
-id; ``from_dict`` of a dict without it gives the default. A field with neither default is always written.
-
-Worked examples: docs/library/config.md.
+Configs round-trip through JSON (:meth:`ConfigBase.to_json` / :meth:`ConfigBase.from_json`), nested configs,
+tuples, enums and ``Optional`` included (classes at module level). :meth:`ConfigBase.config_hash` is a short
+sha256 of the canonical JSON, used to name and cache runs. A field with
+``metadata={"omit_if_default": True}`` (:data:`OMIT_IF_DEFAULT`) is left out of :func:`to_jsonable` while it
+holds its default, so adding it keeps every stored run id. Worked examples: docs/library/config.md.
 """
 
 from __future__ import annotations
@@ -53,43 +46,21 @@ def _is_int(value: Any) -> bool:
 
 @dataclasses.dataclass(frozen=True)
 class ConfigBase:
-    """Mixin for frozen, validated, JSON-serialisable config dataclasses.
-
-    Subclasses are declared with ``@dataclass(frozen=True)`` (Python refuses a
-    non-frozen dataclass that inherits a frozen one) and override
-    :meth:`validate`. Validation runs on every construction, including
-    :meth:`replace` and :meth:`from_dict`.
-    """
+    """Mixin for frozen (``@dataclass(frozen=True)``), validated, JSON-serialisable configs; validation runs on every construction."""
 
     # ------------------------------------------------------------------ hooks
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        """Checks field values; raise ``ValueError`` via the ``check_*`` helpers.
-
-        The base implementation accepts everything. Subclasses of a config
-        that already validates should call ``super().validate()``.
-        """
+        """Checks field values (the ``check_*`` helpers); subclasses of a validating config call ``super().validate()``."""
 
     # ------------------------------------------------------------- checkers
     # Thin wrappers over rlvr_lib.validation that name the value
     # "<Class>.<field>"; the message format is validation.invalid's.
     @classmethod
     def invalid(cls, field: str, value: Any, must: str) -> ValueError:
-        """Builds the library's standard error for a bad field value.
-
-        Args:
-            field: Field name.
-            value: The offending value.
-            must: What is allowed, phrased to follow "must be", e.g.
-                ``"a number in [0, 1]"``.
-
-        Returns:
-            A ``ValueError`` (to be raised by the caller) with message
-            ``"<Class>.<field>=<value!r> is invalid: must be <must>"``
-            (:func:`rlvr_lib.validation.invalid`).
-        """
+        """The ``ValueError`` ``"<Class>.<field>=<value!r> is invalid: must be <must>"`` (to be raised by the caller)."""
         return validation.invalid(f"{cls.__name__}.{field}", value, must)
 
     @classmethod
@@ -108,30 +79,15 @@ class ConfigBase:
         lo_open: bool = False,
         hi_open: bool = False,
     ) -> None:
-        """Checks that ``value`` is a real number within ``lo``..``hi``.
+        """Checks that ``value`` is a real number (no bool, no NaN) within ``lo``..``hi`` (``None``: unbounded; ``*_open``: excluded).
 
-        See :func:`rlvr_lib.validation.check_range`.
-
-        Args:
-            field: Field name, for the error message.
-            value: Value to check. Bools and NaN are rejected.
-            lo: Lower bound, or ``None`` for unbounded below (finite values only).
-            hi: Upper bound, or ``None`` for unbounded above (finite values only).
-            lo_open: Exclude ``lo`` itself.
-            hi_open: Exclude ``hi`` itself.
-
-        Raises:
-            ValueError: e.g. ``"Cfg.lr=-1 is invalid: must be a number in (0, 1]"``.
+        Raises ValueError, e.g. ``"Cfg.lr=-1 is invalid: must be a number in (0, 1]"``.
         """
         validation.check_range(f"{cls.__name__}.{field}", value, lo, hi, lo_open=lo_open, hi_open=hi_open)
 
     @classmethod
     def check_choice(cls, field: str, value: Any, choices: Iterable[Any]) -> None:
-        """Checks that ``value`` is one of ``choices``.
-
-        Raises:
-            ValueError: e.g. ``"Cfg.kl='k2' is invalid: must be one of ['k1', 'k3']"``.
-        """
+        """Checks that ``value`` is one of ``choices`` (ValueError, e.g. ``"Cfg.kl='k2' is invalid: must be one of ['k1', 'k3']"``)."""
         validation.check_choice(f"{cls.__name__}.{field}", value, choices)
 
     @classmethod
@@ -173,16 +129,9 @@ class ConfigBase:
 
     @classmethod
     def from_dict(cls: type[C], data: Mapping[str, Any]) -> C:
-        """Builds (and validates) a config from a dict such as :meth:`to_dict` returns.
+        """Builds (and validates) a config from a dict such as :meth:`to_dict` returns (lists to tuples, dicts to configs).
 
-        Lists become tuples where the field is a tuple, dicts become nested
-        configs where the field is a dataclass, ints become floats where the
-        field is a float.
-
-        Raises:
-            ValueError: on unknown keys (the message lists the valid ones), on
-                missing required keys, on values of the wrong shape, or from
-                :meth:`validate`.
+        Raises ValueError on unknown keys (listing the valid ones), missing required keys, wrong shapes, or from :meth:`validate`.
         """
         return _dataclass_from_dict(cls, data, cls.__name__)
 
@@ -196,12 +145,7 @@ class ConfigBase:
         return cls.from_dict(json.loads(text))
 
     def replace(self: C, **changes: Any) -> C:
-        """Returns a validated copy with ``changes`` applied (``dataclasses.replace``).
-
-        Raises:
-            ValueError: on a field name the class does not have, or from
-                :meth:`validate`.
-        """
+        """A validated copy with ``changes`` applied; ValueError on an unknown field or from :meth:`validate`."""
         valid = [f.name for f in dataclasses.fields(self) if f.init]
         unknown = sorted(set(changes) - set(valid))
         if unknown:
@@ -211,26 +155,15 @@ class ConfigBase:
         return dataclasses.replace(self, **changes)
 
     def config_hash(self) -> str:
-        """Short sha256 (first 12 hex chars) of the canonical JSON of :meth:`to_dict`.
-
-        The class name is not hashed: two configs with equal fields hash
-        equally; runs are told apart by their names (see
-        ``rlvr_lib.study.runs``).
-        """
+        """Short sha256 (first 12 hex chars) of the canonical JSON of :meth:`to_dict` (the class name is not hashed)."""
         return hash_jsonable(self.to_dict())
 
 
 # ---------------------------------------------------------------- helpers
 def to_jsonable(value: Any) -> Any:
-    """Converts a config value to JSON-compatible Python objects.
+    """A config value as JSON-compatible Python objects (dataclasses to dicts less :data:`OMIT_IF_DEFAULT` defaults).
 
-    Dataclasses become dicts of their init fields (less the fields marked
-    :data:`OMIT_IF_DEFAULT` that hold their default), tuples/lists/sets become
-    lists, enums their ``.value``, paths strings, 0-d numpy/torch scalars
-    Python numbers.
-
-    Raises:
-        TypeError: for values with no JSON form.
+    Raises TypeError for values with no JSON form.
     """
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         out = {}

@@ -1,20 +1,14 @@
 """`TrainerConfig`s from YAML/JSON files and ``key=value`` overrides (``python -m rlvr_lib train``, ``configs/``).
 
-A settings file is a mapping of `TrainerConfig` fields, optionally with
-``method`` (the registered method whose preset applies first)::
+A settings file is a mapping of `TrainerConfig` fields, optionally with ``method`` (whose preset applies first)::
 
     method: sage
     policy: Qwen/Qwen2.5-Math-7B
     lr: 5e-6
     method_options: {tau: 1.2}
 
-`build_config` layers the method's preset, then each mapping it is given, in
-order (a file, then ``--set`` overrides, then the command line's flags), and
-validates the result: a key that is not a field, or a bad value (including a
-bad ``method_options`` entry, checked by building the method), raises
-``ValueError`` naming the key, where it came from and what is allowed.
-YAML is read with the YAML 1.2 rule for floats, so ``1e-6`` is a number (as
-in JSON), not the string PyYAML's YAML 1.1 rules make of it.
+`build_config` layers the preset, then each mapping in order (file, ``--set``, flags), and validates; a bad
+key or value raises ``ValueError`` naming it and its source. YAML floats follow YAML 1.2 (``1e-6`` is a number).
 """
 
 from __future__ import annotations
@@ -48,11 +42,9 @@ _Loader.add_implicit_resolver(
 
 
 def load_settings(path: str | Path) -> dict[str, Any]:
-    """The mapping in a ``.yaml``/``.yml``/``.json`` settings file (an empty file gives ``{}``).
+    """The mapping in a ``.yaml``/``.yml``/``.json`` settings file (``{}`` if empty).
 
-    Raises:
-        ValueError: another suffix, unparsable text, or a top level that is not a mapping.
-        FileNotFoundError: no such file.
+    Raises ValueError on another suffix, unparsable text or a non-mapping; FileNotFoundError.
     """
     path = Path(path)
     check(path.suffix in SETTINGS_SUFFIXES, "config file", str(path), f"a file ending in one of {SETTINGS_SUFFIXES}")
@@ -82,11 +74,7 @@ def parse_value(text: str) -> Any:
 
 
 def parse_assignments(items: Sequence[str]) -> dict[str, Any]:
-    """``["lr=1e-6", "method_options={tau: 1.2}"]`` -> ``{"lr": 1e-06, "method_options": {"tau": 1.2}}``.
-
-    Raises:
-        ValueError: an item without ``=`` or with an empty key.
-    """
+    """``["lr=1e-6", "method_options={tau: 1.2}"]`` -> ``{"lr": 1e-06, "method_options": {"tau": 1.2}}`` (ValueError without ``=``)."""
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
@@ -103,17 +91,9 @@ def _check_keys(settings: Mapping[str, Any], source: str) -> None:
 
 
 def build_config(method: str | None, *layers: tuple[str, Mapping[str, Any]]) -> TrainerConfig:
-    """A validated `TrainerConfig`: ``method``'s preset, then each ``(source, settings)`` layer in order.
+    """A validated `TrainerConfig`: ``method``'s preset (``None``: the last a layer sets), then each ``(source, settings)`` layer.
 
-    Args:
-        method: Registered method name; ``None`` takes the last ``method`` a layer sets.
-        layers: ``(source, settings)`` pairs; ``source`` names them in errors
-            (``"configs/sage.yaml"``, ``"--set"``).
-
-    Raises:
-        ValueError: no method given; a key that is not a `TrainerConfig` field (the message
-            names the key, its source and the fields); an unregistered method or a bad value
-            (`TrainerConfig`'s and the method's own checks, naming the field and what is allowed).
+    Raises ValueError naming the key and its source on an unknown field, a missing or unknown method, or a bad value.
     """
     overrides: dict[str, Any] = {}
     for source, settings in layers:

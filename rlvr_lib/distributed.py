@@ -1,31 +1,21 @@
 """Multi-process training with ``torch.distributed``: where this process stands, and the few collectives the loop needs.
 
 Launch one process per device (``accelerate launch --multi_gpu`` or ``torchrun``); :func:`init_world` joins
-the process group from the launcher's variables (``nccl`` on CUDA, ``gloo`` on CPU), or returns the
-one-process `World`, in which every helper returns its input and runs no collective.
+the process group (``nccl`` on CUDA, ``gloo`` on CPU) or returns the one-process `World`, in which every
+helper returns its input.
 
-Data-parallel (DDP semantics: the update equals the one-process update on the same batch, to float
-rounding): every process draws the same prompts, rolls out its contiguous share of the groups
-(:meth:`World.shard`, own sampling seed) and :meth:`World.gather_batch` joins the whole batch on every
-process, so per-group and batch-level quantities are computed identically everywhere. Each process trains
-on its rows of the minibatch (:meth:`World.split_rows`); with n_p its rows (or tokens, for ``token_mean``)
-and n the minibatch's,
+Data-parallel: every process draws the same prompts, rolls out its share of the groups (:meth:`World.shard`)
+and :meth:`World.gather_batch` joins the whole batch everywhere. Each process trains on its rows
+(:meth:`World.split_rows`); with n_p its rows (or tokens, for ``token_mean``) and n the minibatch's,
 
     loss_p = (n_p / n) * loss(rows of p),   grad = sum_p grad loss_p     (:meth:`World.summed_gradients`)
 
 and loss statistics are averaged with the same weights (:meth:`World.weighted_means`).
 
-Sharded (FSDP2, ``ACCELERATE_USE_FSDP=true``; ``World.sharded``): parameters, gradients and optimizer
-state are split (:meth:`World.shard_model`); rollouts stay split inside :meth:`World.gathered`; every
-process computes the whole minibatch's loss in ``rollout_batch_size`` chunks, so the update is the
-one-process update and sharding buys memory. Methods that read the parameters (3PO's IVON, VIGOR) use
-:meth:`World.sampled_weights` / :meth:`World.unsharded`; the vLLM engine is refused.
-
-Kept per process: diagnostics a method computes from its rows are averaged over processes, and loss terms
-that select tokens by a minibatch statistic (KL-Cov/Clip-Cov, SAGE's random guide) select among the
-process's tokens.
-
-The step in full: docs/library/distributed.md.
+Sharded (FSDP2, ``ACCELERATE_USE_FSDP=true``; ``World.sharded``): parameters, gradients and optimizer state
+are split (:meth:`World.shard_model`); every process computes the whole minibatch's loss in
+``rollout_batch_size`` chunks. Methods that read the parameters use :meth:`World.sampled_weights` /
+:meth:`World.unsharded`; the vLLM engine is refused. The step in full: docs/library/distributed.md.
 """
 
 from __future__ import annotations
@@ -51,12 +41,7 @@ __all__ = ["SHARDING_ENV", "World", "init_world", "local_rows", "sharded_launch"
 class World:
     """This process's place among the training processes (one process: rank 0 of 1).
 
-    Attributes:
-        rank: Global index of this process.
-        size: Number of processes.
-        local_rank: Index of this process on its machine (its CUDA device).
-        sharded: Parameters, gradients and optimizer state split among the processes (FSDP2; see the module
-            docstring); only with more than one process.
+    Attributes: ``rank``, ``size``, ``local_rank`` (its CUDA device), ``sharded`` (FSDP2; only with size > 1).
     """
 
     rank: int = 0
@@ -87,22 +72,16 @@ class World:
         return range(start, start + base + (self.rank < extra))
 
     def sampling_seed(self, seed: int) -> int:
-        """The rollout seed of this process: ``seed`` on rank 0, a seed drawn from ``(seed, rank)`` elsewhere.
-
-        Every process gets the same ``seed`` from the step's stateless stream;
-        deriving one per rank keeps the processes' sampling noise independent.
-        """
+        """The rollout seed of this process: ``seed`` on rank 0, a seed drawn from ``(seed, rank)`` elsewhere."""
         if self.rank == 0:
             return seed
         return int(np.random.default_rng([seed, self.rank]).integers(2**31))
 
     def split_rows(self, batch: StepBatch) -> tuple[StepBatch, torch.Tensor | None]:
-        """The rows of ``batch`` this process trains on: those of its `shard` of the batch's groups.
+        """The rows of ``batch`` this process trains on (its `shard` of the groups) as ``(part, index)``.
 
-        Returns:
-            ``(part, index)``: ``part`` is ``batch.select`` of those rows (group ids and
-            ``problems`` kept), ``index`` maps each row of ``batch`` to its row in ``part``
-            (-1: another process's row; see `local_rows`). One process, or a sharded world: ``(batch, None)``.
+        ``index`` maps each row of ``batch`` to its row in ``part`` (-1: another process's); ``(batch, None)`` on one
+        process or sharded.
         """
         if not self.distributed or self.sharded:  # sharded: every process trains on the whole batch
             return batch, None
@@ -122,15 +101,9 @@ class World:
         return out
 
     def gather_batch(self, batch: StepBatch | None) -> StepBatch:
-        """Every process's share of a sampling round joined into the whole round, in rank (= group) order.
+        """Every process's share of a sampling round (``batch``, or ``None`` when empty) joined in rank order.
 
-        Args:
-            batch: This process's groups (rewards set, no advantages yet; rollouts on the CPU,
-                as engines return them), or ``None`` when its share is empty (fewer groups
-                than processes). Its rewards are moved to the CPU before they are sent.
-
-        Returns:
-            The whole batch; group ids are offset so they index the joined ``problems``.
+        Group ids are offset so they index the joined ``problems``.
         """
         if not self.distributed:
             return batch
@@ -140,13 +113,7 @@ class World:
         return StepBatch.concat(parts)
 
     def summed_gradients(self, params: Iterable[torch.nn.Parameter]) -> ContextManager[None]:
-        """Scope whose backward passes' gradients are summed over processes when it exits.
-
-        Gradients held before the scope are set aside and added back afterwards, so
-        only what the scope accumulated is summed (each weight sample of a minibatch
-        gets its own scope). A process without rows in the scope still takes part, with
-        zero gradients. One process: no-op.
-        """
+        """Scope whose backward passes' gradients are summed over processes when it exits (earlier gradients kept aside)."""
         if not self.distributed or self.sharded:  # sharded: FSDP's reduce-scatter averages identical gradients
             return contextlib.nullcontext()
         return _summed_gradients([p for p in params])
@@ -162,12 +129,8 @@ class World:
     def shard_model(self, model: torch.nn.Module) -> torch.nn.Module:
         """Split ``model``'s parameters among the processes (FSDP2 ``fully_shard``) in a sharded world; else a no-op.
 
-        Each submodule whose class is named in ``model._no_split_modules`` (a Hugging Face model's decoder layer)
-        becomes one FSDP unit, and the root holds the rest (embeddings, tied with the LM head, and the final norm).
-        Call it after `broadcast_parameters` and before building the optimizer (which then holds the shards).
-
-        Raises:
-            ValueError: a model without ``_no_split_modules`` naming any of its submodules (nothing to shard by).
+        One FSDP unit per submodule named in ``model._no_split_modules``; call after `broadcast_parameters` and before
+        building the optimizer. Raises ValueError when ``_no_split_modules`` names none of its submodules.
         """
         if not self.sharded:
             return model
@@ -187,10 +150,9 @@ class World:
         return model
 
     def unsharded(self, model: torch.nn.Module) -> torch.nn.Module:
-        """Inside `gathered`: a plain module (no FSDP hooks) whose parameters are ``model``'s gathered whole
-        tensors, not copies, for code that differentiates with respect to the parameters on this process's
-        rows alone (VIGOR's per-completion gradients: FSDP's backward would reduce-scatter, a collective that
-        processes with unequal rows cannot match). ``model`` itself unless sharded."""
+        """Inside `gathered`: a plain module whose parameters are ``model``'s gathered whole tensors (for per-row
+        parameter gradients); ``model`` itself unless sharded.
+        """
         if not self.sharded:
             return model
         twin = _PLAIN_TWINS[model]
@@ -211,14 +173,9 @@ class World:
 
     def sampled_weights(self, model: torch.nn.Module, scope: ContextManager, *, gathered: bool = False
                         ) -> ContextManager[None]:
-        """``scope`` (a method's ``perturbed``: it writes a weight sample into the parameters and restores them
-        on exit) made visible to a sharded ``model``'s forwards; ``scope`` itself unless sharded.
+        """``scope`` (a method's ``perturbed``) made visible to a sharded ``model``'s forwards; ``scope`` itself unless sharded.
 
-        Sharded, the sample is written into each process's shards, which FSDP all-gathers: every unit is
-        resharded first (a unit an earlier forward left unsharded, e.g. the root after a forward without
-        gradient, would keep the old whole weights) and, inside a `gathered` scope (``gathered=True``),
-        unsharded again after the sample is written and again after it is restored. A collective then: every
-        process enters it, the same number of times.
+        Sharded, it reshards every unit around the write (and re-unshards inside ``gathered``): a collective.
         """
         if not self.sharded:
             return scope
@@ -261,17 +218,7 @@ class World:
             set_optimizer_state_dict(model, optimizer, optim_state, options=options)
 
     def weighted_means(self, records: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
-        """Per record, every process's statistics averaged with the processes' weights.
-
-        Args:
-            records: ``(weight, stats)`` per loss evaluation, the same number and order on
-                every process; ``weight`` is the process's share of the rows the statistics
-                describe (0 with ``{}`` for a process that had none of them).
-
-        Returns:
-            One dict per record: ``sum_r w_r s_r[key] / sum_r w_r`` over the processes that
-            logged ``key``. One process: the records' stats as they are.
-        """
+        """Per record ``(weight, stats)``, ``sum_r w_r s_r[key] / sum_r w_r`` over the processes that logged ``key``."""
         if not self.distributed:
             return [stats for _, stats in records]
         gathered = self.gather(records)
@@ -281,13 +228,7 @@ class World:
         return means
 
     def merge_metrics(self, metrics: dict) -> dict:
-        """One step's metrics, the same on every process.
-
-        A value every process agrees on is kept; ``time_*`` values take the slowest
-        process's; other numbers (per-process diagnostics) are averaged over the
-        processes that logged them, NaN ignored; anything else is rank 0's.
-        One process: ``metrics`` itself.
-        """
+        """One step's metrics, the same on every process: agreed values kept, ``time_*`` the slowest, numbers averaged."""
         if not self.distributed:
             return metrics
         gathered = self.gather(metrics)
@@ -303,12 +244,7 @@ SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": 
 
 
 def sharded_launch() -> list[str]:
-    """The sharding engines (``"DeepSpeed"``, ``"FSDP"``) an accelerate launch config asked for, or ``[]``.
-
-    The native loop hosts FSDP (a sharded `World`); DeepSpeed is refused by `init_world`, and the TRL backend
-    refuses both. The config reaches the processes only through these environment variables, not through any
-    training argument (FSDP's other plugin fields are not read: the loop shards by decoder layer).
-    """
+    """The sharding engines (``"DeepSpeed"``, ``"FSDP"``) an accelerate launch config asked for (environment), or ``[]``."""
     return [name for variable, name in SHARDING_ENV.items() if os.environ.get(variable, "").lower() in ("1", "true")]
 
 
@@ -347,11 +283,9 @@ def _gathered(model) -> Iterator[None]:
 
 
 def visible_weights(model: torch.nn.Module, scope: ContextManager) -> ContextManager:
-    """``scope`` (a method's scope that writes a weight sample into ``model`` and restores it) made visible to the
-    model's forwards outside the trainer's scopes: on an FSDP2-sharded model every unit is resharded around it, so
-    a forward all-gathers the written shards (`World.sampled_weights` with ``gathered=False``); on any other model
-    ``scope`` itself. For a method that reads a weight sample of its own in a hook (C3PO's training draw, in
-    ``before_update``)."""
+    """``scope`` (writes a weight sample into ``model``) made visible to forwards outside the trainer's scopes:
+    `World.sampled_weights` with ``gathered=False`` on an FSDP2 model, else ``scope`` itself.
+    """
     from torch.distributed.fsdp import FSDPModule
 
     if not any(isinstance(m, FSDPModule) for m in model.modules()):
@@ -403,10 +337,7 @@ def weighted_mean(entries: Iterable[tuple[float, dict[str, float]]]) -> dict[str
 
 
 def local_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
-    """This process's rows among ``rows`` (row ids of the whole batch), as rows of its part, in ``rows``' order.
-
-    ``index`` is `World.split_rows`' second output; ``None`` (one process) returns ``rows``.
-    """
+    """This process's rows among ``rows`` (row ids of the whole batch), as rows of its part; ``rows`` when ``index`` is None."""
     if index is None:
         return rows
     mine = index[rows]
@@ -416,20 +347,8 @@ def local_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:
 def init_world(backend: str | None = None) -> World:
     """This process's `World`, joining the process group set up by the launcher if there is one.
 
-    An already initialised default process group is used as it is. Otherwise, when
-    ``WORLD_SIZE`` > 1 (``accelerate launch --multi_gpu``, ``torchrun``), the group is
-    initialised from the environment (``env://``: ``RANK``, ``WORLD_SIZE``,
-    ``MASTER_ADDR``, ``MASTER_PORT``), after making CUDA device ``LOCAL_RANK`` the
-    current one when CUDA is used. Else: the one-process world.
-
-    Args:
-        backend: Process-group backend; default ``nccl`` with CUDA, ``gloo`` without.
-
-    Raises:
-        RuntimeError: ``WORLD_SIZE`` > 1 but this torch build has no ``torch.distributed``, or the launch asks
-            for DeepSpeed (`sharded_launch`), which no loop hosts: refused here so that a launch from
-            Python (`rlvr_lib.study.pipeline.train_run`, a `Trainer`) fails as the command line does.
-            An FSDP launch gives a sharded `World` (on one process: the one-process world).
+    With ``WORLD_SIZE`` > 1 the group is initialised from ``env://`` (``backend``: default ``nccl`` with CUDA, else
+    ``gloo``). Raises RuntimeError without ``torch.distributed`` or for a DeepSpeed launch (`sharded_launch`).
     """
     engines = sharded_launch()
     if "DeepSpeed" in engines:

@@ -2,20 +2,14 @@
 
 `train` writes one run into one folder ``out``:
 
-* ``checkpoint.pt``: the `Trainer` checkpoint, every ``config.checkpoint_every`` steps and at the end. A rerun of
-  the same config resumes from it (a finished run trains no further step); one of another config is refused
-  before anything loads (`check_resumable`).
+* ``checkpoint.pt``: the `Trainer` checkpoint; a rerun of the same config resumes from it, one of another
+  config is refused (`check_resumable`).
 * ``model/``: the final weights and tokenizer (``save_pretrained``), usable as a policy path.
-* ``<method>-<hash>-s<seed>.json``: the run's record (`record_dict`): its key (`run_key`: config, policy hash,
-  task version, backend), metric history, final metrics (none: training evaluates nothing), world size, dtype.
+* ``<method>-<hash>-s<seed>.json``: the run's record (`record_dict`): its key (`run_key`), metric history,
+  world size, dtype.
 
-On several processes (``accelerate launch`` / ``torchrun``, `rlvr_lib.distributed`) every process trains and
-rank 0 writes. With ``backend="trl"`` the run trains on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`, its
-files under ``trl/``) and writes no ``checkpoint.pt``: TRL's checkpoints lack the method's state, so such a run
-is not resumed.
-
-The study's run cache (`rlvr_lib.study.pipeline.train_run`) trains through `check_run`, `run_key` and
-`train_folder` and writes its own, fuller record under the same name.
+On several processes every process trains and rank 0 writes. With ``backend="trl"`` the run trains on TRL's
+``GRPOTrainer`` (`rlvr_lib.backends.trl`, files under ``trl/``) and is not resumed.
 """
 
 from __future__ import annotations
@@ -60,11 +54,8 @@ symbol (the study's `rlvr_lib.study.runs.NAME_RE`)."""
 class Trained:
     """What `train_folder` (and `train`, on rank 0) returns.
 
-    Attributes:
-        history: Metric history, one dict per step (NaN as ``None``).
-        extra: ``world_size``, ``dtype`` (and ``backend: "trl"``): the record's ``extra``.
-        resumed: `Trainer.resumed` (``{"at_step", "earlier_s"}``) or ``None``: not resumed, or the TRL backend.
-        record: Path of the record `train` wrote (``None`` from `train_folder`, or with ``record=False``).
+    Attributes: ``history`` (one dict per step), ``extra`` (the record's), ``resumed`` (`Trainer.resumed` or
+    ``None``), ``record`` (path of the record `train` wrote, or ``None``).
     """
 
     history: list[dict[str, Any]]
@@ -74,10 +65,7 @@ class Trained:
 
 
 def versioned_key(key: dict, task: str) -> dict:
-    """``key`` with ``"task_version"`` (`rlvr_lib.tasks.task_version`) added when the task has one.
-
-    Tasks without a version keep the keys (and run ids) they always had.
-    """
+    """``key`` with ``"task_version"`` (`rlvr_lib.tasks.task_version`) added when the task has one."""
     version = task_version(task)
     return key if version is None else {**key, "task_version": version}
 
@@ -92,14 +80,7 @@ def run_key(config: TrainerConfig, *, backend: str = "native", trl_args: Mapping
 
 
 def check_resumable(config: TrainerConfig, out: str | Path) -> None:
-    """Refuse a folder whose ``checkpoint.pt`` is of another config (a rerun of the same config resumes from it).
-
-    Only the config stored beside the weights is read (``mmap``); an unreadable checkpoint passes, for the
-    `Trainer` to report with its own message.
-
-    Raises:
-        ValueError: naming the folder, the fields that differ and the files to delete to start over.
-    """
+    """Refuse a folder whose ``checkpoint.pt`` is of another config (ValueError naming the fields and files)."""
     checkpoint = Path(out) / CHECKPOINT_FILE
     if not checkpoint.is_file():
         return
@@ -117,14 +98,10 @@ def check_resumable(config: TrainerConfig, out: str | Path) -> None:
 
 def check_run(config: TrainerConfig, out: str | Path, *, backend: str = "native",
               trl_args: Mapping | None = None) -> tuple[Path, dict]:
-    """Check a run's arguments before anything is loaded or written; returns ``(out resolved, trl_args)``.
+    """Check a run's arguments before anything loads; returns ``(out resolved, trl_args)``.
 
-    The returned ``trl_args`` are those the TRL backend runs with: ``config.engine == "vllm"`` adds
-    ``use_vllm=True`` (TRL's vLLM, colocated by default) under the given ones; ``{}`` with the native backend.
-
-    Raises:
-        ValueError: an unknown ``backend``, ``trl_args`` with the native backend, a folder name that is not
-            file-name safe (`SAFE_NAME`), or a folder holding another config's checkpoint (`check_resumable`).
+    ``config.engine == "vllm"`` adds ``use_vllm=True`` to ``trl_args``. Raises ValueError on an unknown ``backend``,
+    ``trl_args`` with the native backend, a folder name not `SAFE_NAME`, or another config's checkpoint.
     """
     if backend not in BACKENDS:
         raise invalid("backend", backend, f"one of {list(BACKENDS)}")
@@ -142,10 +119,7 @@ def check_run(config: TrainerConfig, out: str | Path, *, backend: str = "native"
 
 def train_folder(config: TrainerConfig, out: Path, world: World, *, dtype: torch.dtype | None = None,
                  progress: bool = True, backend: str = "native", trl_args: Mapping | None = None) -> Trained:
-    """Train ``config`` into ``out`` on this process (of ``world``): checkpoint and ``model/``, no record.
-
-    Every process calls it; rank 0 writes. The arguments are `check_run`'s results.
-    """
+    """Train ``config`` into ``out`` on this process of ``world``: checkpoint and ``model/``, no record."""
     model, tokenizer = load_policy(config.policy, device=world.device, dtype=dtype)
     if backend == "trl":
         from rlvr_lib.backends.trl import MethodGRPOTrainer
@@ -187,20 +161,9 @@ def train(config: TrainerConfig, out: str | Path, *, dtype: torch.dtype | None =
           backend: str = "native", trl_args: Mapping | None = None, record: bool = True) -> Trained | None:
     """Train ``config`` on this process (and the others a launcher started) into folder ``out``.
 
-    Args:
-        config: The training config.
-        out: Output folder (created); its name must be file-name safe (`SAFE_NAME`).
-        dtype: Parameter dtype of the loaded policy (default: `load_policy`'s, float32).
-        progress: Show a progress bar (rank 0; the native backend's).
-        backend: ``"native"`` (`Trainer`) or ``"trl"`` (`rlvr_lib.backends.trl.MethodGRPOTrainer`).
-        trl_args: Further ``GRPOConfig`` fields for the TRL backend (`rlvr_lib.backends.trl.grpo_args`).
-        record: Write the run's record ``<method>-<hash>-s<seed>.json`` (`record_dict`).
-
-    Returns:
-        `Trained` on rank 0 (``record``: the record's path), ``None`` on the other processes.
-
-    Raises:
-        ValueError: see `check_run`; RuntimeError: a DeepSpeed launch (`rlvr_lib.distributed.init_world`).
+    ``backend``: ``"native"`` (`Trainer`) or ``"trl"`` (`rlvr_lib.backends.trl.MethodGRPOTrainer`, with
+    ``trl_args``); ``record``: write ``<method>-<hash>-s<seed>.json``. Returns `Trained` on rank 0, else ``None``.
+    Raises ValueError (see `check_run`) or RuntimeError on a DeepSpeed launch.
     """
     out, trl_args = check_run(config, out, backend=backend, trl_args=trl_args)
     world = init_world()  # before anything is written: a launch no loop hosts is refused here

@@ -3,26 +3,18 @@
 One step (`Trainer.step`):
 
 1. draw ``prompts_per_step`` problems of the config's task (a function of seed and step);
-2. ask the method for each rollout's hint; roll out G completions per problem, split across the method's
-   weight samples (``perturbed(model, k)``);
-3. verify every completion (a verifier that raises leaves an "unverified" verdict when
-   ``uses_verifier_reward = False``); the method turns verdicts into rewards; if it filters groups
-   (``keep_groups``), steps 1-3 repeat on fresh prompts up to its cap of refill rounds; then advantages;
+2. hints, then G rollouts per problem, split across the method's weight samples (``perturbed(model, k)``);
+3. verify and reward; if the method filters groups (``keep_groups``), refill from fresh prompts; advantages;
 4. ``before_update``, then ``inner_epochs`` shuffled passes over ``minibatches``; per weight sample k of a
    minibatch, inside ``perturbed(model, k, train=True)``, with ``(n, T)`` per-token tensors:
 
        loss = aggregate(surrogate(logp, old_logp, A) + kl_coef * anchor(logp, ref_logp), mask) + extra_loss
 
-   (no reference model is loaded when ``kl_coef == 0``), backward; then clip the gradient, one optimizer
-   step, one lr-schedule step (`rlvr_lib.schedules`);
-5. log the diagnostics next to where they are computed.
+   then clip the gradient, one optimizer step, one lr-schedule step (`rlvr_lib.schedules`);
+5. log the diagnostics.
 
-Everything random is derived from ``(seed, step)`` (and the refill round), so a resumed run replays the
-uninterrupted one exactly on CPU. Checkpoints (weights, optimizer, schedule, method state, step, history,
-``elapsed_s``) are written atomically with a sha256; ``checkpoint.prev.pt`` is the fallback. Several
-processes (`rlvr_lib.distributed`) give the one-process update on the same batch; only rank 0 writes.
-
-Each step in full, checkpoints and multi-process runs: docs/library/trainer.md.
+Everything random derives from ``(seed, step)``, so a resumed run replays the uninterrupted one on CPU.
+Checkpoints are atomic with a sha256; ``checkpoint.prev.pt`` is the fallback. Details: docs/library/trainer.md.
 """
 
 from __future__ import annotations
@@ -67,16 +59,9 @@ def untimed(history: list[dict]) -> list[dict]:
 def compute_spent(config: TrainerConfig, history: list[dict]) -> dict[str, int]:
     """Completions sampled and optimizer steps taken by a run, from its config and history: equal-compute accounting.
 
-    Per step: completions = ``prompts_per_step * group_size``, or ``dynamic_completions`` when the
-    method filters groups (every sampling round's rollouts, dropped groups included); optimizer
-    steps = ``inner_epochs * minibatches``, or ``optimizer_steps`` when the history logs it (a
-    minibatch left empty by dynamic sampling takes no step). Not counted: evaluation, the
-    reference's forward, and a method's extra forwards (NudgeRL's hint-free scoring, VIGOR's
-    gradient norms, 3PO's mean-policy log-probs).
-
-    Raises:
-        ValueError: a step that filtered groups (``dynamic_kept_groups`` logged) without
-            ``dynamic_completions`` (a history from before this count): its completions are not known exactly.
+    Per step: ``prompts_per_step * group_size`` completions (or ``dynamic_completions``) and
+    ``inner_epochs * minibatches`` optimizer steps (or ``optimizer_steps``). Raises ValueError on a step that
+    filtered groups without ``dynamic_completions``.
     """
     completions = steps = 0
     for row in history:
@@ -98,15 +83,9 @@ class Trainer:
     Args:
         config: The run's settings.
         model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted.
-        checkpoint_dir: Where checkpoints go (``checkpoint.pt``, and the one before it as
-            ``checkpoint.prev.pt``); a checkpoint found there for the same config is resumed
-            from, or the previous one if it is damaged (`load_checkpoint`).
-        engine: Rollout engine over ``model`` (default: built from ``config.engine``, `KVCacheEngine`
-            unless set; any `RolloutEngine` works).
-
-    Under a launcher (several processes, `rlvr_lib.distributed`) give each process
-    the model on its own device (``self.world.device``; ``config.policy`` is loaded
-    there when no model is given); rank 0's weights are copied to the others.
+        checkpoint_dir: Where ``checkpoint.pt`` (and ``checkpoint.prev.pt``) go; a checkpoint of the same config
+            there is resumed from.
+        engine: Rollout engine over ``model`` (default: from ``config.engine``).
     """
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None):
@@ -154,10 +133,7 @@ class Trainer:
         return np.random.default_rng(key)
 
     def _rollout(self, problems, plan, step: int, round_: int = 0) -> dict:
-        """G rollouts per problem with the hints of ``plan``, slice k of every group from weight sample k.
-
-        Returns the `StepBatch` fields of the rollouts (everything but verdicts and rewards).
-        """
+        """G rollouts per problem with the hints of ``plan``, slice k of every group from weight sample k."""
         cfg, G = self.config, self.config.group_size
         K = self.method.weight_samples()
         if G % K:
@@ -199,12 +175,7 @@ class Trainer:
         )
 
     def _sample(self, problems, step: int, round_: int) -> tuple[StepBatch, float]:
-        """Hints -> roll out -> verify -> reward for ``problems``; also returns the seconds spent rolling out.
-
-        The hints of all ``problems`` are drawn on every process; each process rolls out,
-        verifies and rewards its share of the groups, and the shares are gathered
-        (`rlvr_lib.distributed.World.gather_batch`; one process holds them all).
-        """
+        """Hints -> roll out -> verify -> reward for this process's share of ``problems``, gathered; and rollout seconds."""
         plan = self.method.hints(problems, self.config.group_size, self._rng(step, 1, round_))
         mine = self.world.shard(len(problems))
         batch, seconds = None, 0.0
@@ -240,13 +211,7 @@ class Trainer:
         return batch, seconds
 
     def _verify_or_record(self, problem, completion) -> Verdict:
-        """The verifier's verdict, or an ``"unverified"`` one (reward NaN) if the verifier raises.
-
-        Only for a method whose reward does not read the verifier (``method.uses_verifier_reward``
-        False: VIGOR, INTUITOR): the verdict then only feeds the logged accuracy, which leaves
-        unverified completions out, so a broken verifier must not stop training. The first
-        exception is reported with ``warnings.warn``; the rest are counted in ``unverified_rate``.
-        """
+        """The verifier's verdict, or an ``"unverified"`` one (reward NaN) if it raises and the reward does not read it."""
         try:
             return self.task.verify(problem, completion)
         except Exception as err:  # noqa: BLE001 - any verifier failure; KeyboardInterrupt etc. still propagate
@@ -262,20 +227,10 @@ class Trainer:
     def _collect(self, step: int, rng: np.random.Generator) -> tuple[StepBatch, list[StepBatch], dict, float]:
         """The step's batch: roll out -> verify -> reward -> keep, refilling dropped groups.
 
-        Round 0 draws ``prompts_per_step`` problems with ``rng``. A method whose
-        ``keep_groups`` returns ``None`` (the default) trains on them as they are.
-        Otherwise the groups it drops are replaced by refill rounds: round r draws
-        up to ``prompts_per_step`` problems not yet used this step from the
-        stateless ``(seed, step, r)`` stream (as DAPO over-samples a whole batch),
-        until ``prompts_per_step`` groups are kept (the surplus is cut, in draw
-        order) or ``method.refill_rounds()`` rounds were spent; then the step
-        trains on the kept groups, with a logged warning. If no group at all was
-        kept, it trains on round 0's groups unfiltered (the filter saw no signal in
-        them), so that a step always has a batch and logs every metric.
+        Refill round r draws up to ``prompts_per_step`` unused problems from the ``(seed, step, r)`` stream, until
+        ``prompts_per_step`` groups are kept or ``method.refill_rounds()`` rounds were spent; with none kept, round 0's.
 
-        Returns:
-            (batch to train on, without advantages; every round's whole batch as sampled;
-            dynamic-sampling metrics or ``{}``; seconds spent rolling out).
+        Returns (batch without advantages, every round's batch, dynamic-sampling metrics or ``{}``, rollout seconds).
         """
         want, pool = self.config.prompts_per_step, self.train_problems
         drawn = rng.choice(len(pool), want, replace=False)
@@ -390,13 +345,8 @@ class Trainer:
                 rng: np.random.Generator) -> dict:
         """``inner_epochs`` shuffled passes of ``minibatches`` optimizer steps; returns the mean of each stat.
 
-        Under an lr schedule the lr of each optimizer step is logged (``lr``, the step's mean)
-        and the schedule is stepped after it.
-
-        Minibatches are row sets of the whole ``batch``; this process computes the loss
-        on its rows of each (``local``, the rows `World.split_rows` gave it; ``local_index``
-        maps ``batch``'s rows into it, ``None`` on one process). Per minibatch: its gradients
-        (`minibatch_backward`), then one clip and one ``optimizer.step()``.
+        Per minibatch: its gradients (`minibatch_backward`) on this process's rows, one clip, one ``optimizer.step()``,
+        one schedule step (the lr logged as ``lr``).
         """
         cfg = self.config
         self.method.before_update(local, self.model)
@@ -459,15 +409,9 @@ class Trainer:
                            params: list[torch.nn.Parameter]) -> list[dict[str, float]]:
         """Gradients of the minibatch ``rows`` (row ids of ``batch``), accumulated into ``params``; its stats.
 
-        For each weight sample k among the rows, forward, loss and backward inside
-        ``method.perturbed(model, k, train=True)``: this process's rows of it (``local``; ``local_index``
-        maps ``batch``'s rows into it, `World.split_rows`), weighted by their share of the minibatch (rows, or
-        tokens for ``token_mean``; ``lengths``: tokens per row of ``batch``), so the gradients, summed over
-        weight samples and processes, are the whole minibatch's. Sharded: every process computes the whole
-        part in chunks (`_chunked_backward`). Shared by `_update` and the TRL backend's ``training_step``.
-
-        Returns:
-            Per weight sample, its stats averaged over the processes (`World.weighted_means`).
+        Per weight sample k, forward, loss and backward inside ``method.perturbed(model, k, train=True)`` on this
+        process's rows, weighted by their share of the minibatch (rows, or tokens for ``token_mean``), so the summed
+        gradients are the whole minibatch's. Returns per weight sample its stats averaged over the processes.
         """
         minibatch = local.select(local_rows(rows, local_index))
         samples = batch.weight_index[rows].unique().tolist()
@@ -490,10 +434,8 @@ class Trainer:
     def _chunked_backward(self, part: StepBatch, rows: torch.Tensor, lengths: torch.Tensor,
                           temperature: float) -> dict[str, float]:
         """Loss and backward of ``part`` in chunks of ``rollout_batch_size`` rows, each weighted by its share of
-        the minibatch ``rows`` (a sharded world, where every process holds the whole minibatch: the chunks bound
-        its activations). The chunks are the same on every process, so FSDP's collectives match. Returns the
-        chunks' stats averaged with those shares (the whole part's, for losses that sum over rows; a loss term
-        that selects tokens by a statistic of its rows selects within each chunk, as under DDP per process)."""
+        ``rows`` (sharded world); returns the chunks' stats averaged with those shares.
+        """
         chunks = torch.arange(len(part)).split(self.config.rollout_batch_size)
         weighted = []
         for chunk in chunks:
@@ -505,10 +447,7 @@ class Trainer:
         return weighted_mean(weighted)
 
     def _share(self, part: StepBatch, whole: torch.Tensor, lengths: torch.Tensor) -> float:
-        """``part``'s weight in the loss of the rows ``whole`` of the batch whose rows have ``lengths`` tokens.
-
-        Its share of tokens for ``token_mean``, else of rows.
-        """
+        """``part``'s weight in the loss of the rows ``whole``: its share of tokens for ``token_mean``, else of rows."""
         if self.config.loss_agg == "token_mean":
             return float(part.rollouts.completion_mask.sum()) / float(lengths[whole].sum().clamp(min=1))
         return len(part) / len(whole)
@@ -529,17 +468,8 @@ class Trainer:
     def save_checkpoint(self, path: str | Path) -> None:
         """Atomically write weights, optimizer, lr schedule, method state, step and history to ``path``.
 
-        In a sharded world every process must call it (the whole states are gathered to rank 0).
-
-        The file ends with a sha256 of its content (`read_checkpoint` verifies it). The
-        checkpoint it replaces, if complete, is kept beside it as ``<stem>.prev<suffix>``
-        (`previous_checkpoint`), the fallback of `load_checkpoint`; temp files left by a
-        killed earlier write are removed. Only rank 0 writes (every process holds the same
-        state); elsewhere a no-op.
-
-        Raises:
-            OSError: the write failed (disk full, file size limit...); the message names the
-                file, and ``path`` and its previous checkpoint are left as they were.
+        Ends with a sha256; the replaced checkpoint is kept as ``<stem>.prev<suffix>``. Every process calls it; rank 0
+        writes. Raises OSError naming the file when the write fails (``path`` left as it was).
         """
         model_state, optimizer_state = self.world.full_state_dict(self.model, self.optimizer)  # sharded: collective
         if not self.world.is_main:
@@ -578,14 +508,9 @@ class Trainer:
             f.write(_TRAILER_MAGIC + writer.sha256.digest())
 
     def load_checkpoint(self, path: str | Path) -> None:
-        """Resume from the checkpoint ``path``, or from its previous one if ``path`` is damaged.
+        """Resume from the checkpoint ``path``, or (with a warning) from its previous one if ``path`` is damaged.
 
-        A truncated or corrupted ``path`` (`read_checkpoint` refuses it) is reported with
-        ``warnings.warn`` naming it, and `previous_checkpoint` (``path``) is loaded instead.
-
-        Raises:
-            CheckpointError: ``path`` is damaged and there is no sound previous checkpoint.
-            ValueError: the checkpoint was written by a different config.
+        Raises CheckpointError when there is no sound checkpoint; ValueError when it was written by a different config.
         """
         path = Path(path)
         try:
@@ -633,13 +558,7 @@ class Trainer:
 
 
 def check_shardable(config: TrainerConfig) -> None:
-    """Refuses, in a sharded world, what FSDP cannot host (`rlvr_lib.distributed`, module docstring).
-
-    Raises:
-        ValueError: ``config.engine`` is ``"vllm"`` (its weight sync reads the whole parameters). Every method
-            is hosted; one that reads the parameters (``Method.reads_parameters``) has its weight samples
-            re-gathered (`Trainer._weight_sample`) and its reward reads `World.unsharded`.
-    """
+    """Refuses, in a sharded world, what FSDP cannot host: ``config.engine == "vllm"`` (ValueError)."""
     if config.engine == "vllm":
         raise ValueError("engine='vllm' cannot run on a sharded (FSDP) launch: its weight sync reads the whole "
                          "parameters; use engine 'kv' or 'hf'")
@@ -663,20 +582,10 @@ def previous_checkpoint(path: str | Path) -> Path:
 
 
 def read_checkpoint(path: str | Path, *, load: bool = True) -> dict | None:
-    """The state in the checkpoint file ``path``, after checking it is whole.
+    """The state in the checkpoint file ``path`` (``None`` with ``load=False``), after checking its sha256 trailer.
 
-    The sha256 in its trailer must match its content. A file without the trailer (written
-    before checkpoints carried one, or cut short) is accepted only if ``torch.load`` reads
-    a whole checkpoint from it.
-
-    Args:
-        path: A file written by `Trainer.save_checkpoint`.
-        load: Return the state (``torch.load``); ``False`` only verifies the hash and returns ``None``.
-
-    Raises:
-        CheckpointError: ``path`` is truncated, corrupted or not a `Trainer` checkpoint; the message
-            names the file and what is wrong.
-        OSError: ``path`` cannot be read (missing, permissions).
+    A file without the trailer is accepted only if ``torch.load`` reads a whole checkpoint from it. Raises
+    CheckpointError naming the file and what is wrong; OSError when it cannot be read.
     """
     path = Path(path)
     size = path.stat().st_size
@@ -761,11 +670,7 @@ def _keep_copy(path: Path, copy_path: Path) -> None:
         raise
 
 def _rollout_metrics(batches: list[StepBatch], strategies: tuple[str, ...] = ()) -> dict[str, float]:
-    """Outcome and length metrics of every rollout in ``batches`` (rewards set; group ids offset per batch).
-
-    With the task's ``strategies``, also ``strategy_share_<s>``: the share of rollouts whose verdict names
-    strategy ``s`` (the first-token strategy; unparsed completions count in no share).
-    """
+    """Outcome and length metrics of every rollout in ``batches``, and ``strategy_share_<s>`` per task strategy."""
     rewards = torch.cat([b.rewards for b in batches])
     verdicts = [v for b in batches for v in b.verdicts]
     offsets = np.cumsum([0] + [len(b.problems) for b in batches[:-1]])
@@ -796,13 +701,9 @@ def _rollout_metrics(batches: list[StepBatch], strategies: tuple[str, ...] = ())
 
 
 def reward_accuracy_correlation(rewards: np.ndarray, verdicts) -> float:
-    """Pearson correlation of the rewards with the verifier's correctness (0/1) over one step's rollouts.
+    """Pearson correlation of the rewards with the verifier's correctness (0/1) over one step's verified rollouts.
 
-    How far an intrinsic reward (INTUITOR's self-certainty, VIGOR's gradient
-    norm) tracks the verifier it replaces; 1 for the binary verifier reward.
-    Over the verified rollouts (``"unverified"`` verdicts, whose verifier
-    raised, are left out); NaN when either is constant (no correlation is
-    defined) or fewer than two were verified.
+    NaN when either is constant or fewer than two were verified.
     """
     verified = np.array([v.status != UNVERIFIED for v in verdicts], dtype=bool)
     correct = np.array([v.status == CORRECT for v in verdicts], dtype=np.float64)[verified]

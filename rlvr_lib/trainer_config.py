@@ -1,11 +1,4 @@
-"""`TrainerConfig`: the settings of the RL loop, in a module of their own.
-
-Kept apart from `rlvr_lib.trainer` so that the method presets
-(`rlvr_lib.methods.presets`) can build configs without importing the loop:
-importing `rlvr_lib.methods` never imports `rlvr_lib.trainer`. The method name
-is checked against the registry (`rlvr_lib.methods.registry`), which sits
-below this module.
-"""
+"""`TrainerConfig`: the settings of the RL loop, apart from `rlvr_lib.trainer` so presets build configs without the loop."""
 
 from __future__ import annotations
 
@@ -26,40 +19,31 @@ __all__ = ["TrainerConfig"]
 class TrainerConfig(ConfigBase):
     """Settings of the RL loop; a method's preset overrides some of them.
 
+    Fields marked (*) are left out of ``to_dict`` (so of config hashes) while they hold their default.
+
     Attributes:
-        method: Registered method name (``rlvr_lib.methods.METHODS``), or a composite ``"a+b"``
-            (`rlvr_lib.methods.compose`), composed here if not registered yet.
+        method: Registered method name (``rlvr_lib.methods.METHODS``), or a composite ``"a+b"`` (composed here).
         policy: Hub name or local path of the initial policy; ``None`` = the embedded tiny policy.
-        task: Registered task (`rlvr_lib.tasks.TASKS`) the problems and the verifier come from;
-            left out of ``to_dict`` (so of config hashes) while it is the default ``"arith"``.
-        train_family: The task's family the training prompts come from.
-        train_pool_size: Distinct training problems drawn from it (fewer if the family holds fewer).
+        task: Registered task (`rlvr_lib.tasks.TASKS`) of the problems and the verifier (*, ``"arith"``).
+        train_family, train_pool_size: The task's family of the training prompts, and its distinct problems.
         steps: RL steps (each does ``inner_epochs * minibatches`` optimizer steps).
-        prompts_per_step: Problems (groups) per step.
-        group_size: Rollouts per problem (G).
+        prompts_per_step, group_size: Problems (groups) per step, rollouts per problem (G).
         temperature, top_p, max_new_tokens: Rollout sampling.
         lr, weight_decay, max_grad_norm: Optimizer (AdamW unless the method says otherwise).
-        lr_schedule: The lr's decay after the warm-up, ``"constant"`` or ``"cosine"``
-            (`rlvr_lib.schedules`), stepped per optimizer step; left out of ``to_dict`` (so of
-            config hashes) while it is the default ``"constant"``.
-        lr_warmup_ratio: Linear warm-up from lr 0 over ``ceil(lr_warmup_ratio * steps * inner_epochs
-            * minibatches)`` optimizer steps, in [0, 1); left out of ``to_dict`` while it is 0 (no warm-up).
-        inner_epochs: Passes over each step's rollouts (mu).
-        minibatches: Optimizer steps per pass.
+        lr_schedule: ``"constant"`` or ``"cosine"`` after the warm-up (`rlvr_lib.schedules`) (*).
+        lr_warmup_ratio: Linear warm-up over ``ceil(ratio * steps * inner_epochs * minibatches)`` optimizer steps (*, 0).
+        inner_epochs, minibatches: Passes over each step's rollouts (mu), optimizer steps per pass.
         eps_low, eps_high: PPO clip range ``[1 - eps_low, 1 + eps_high]``.
         loss_agg: Loss aggregation mode (``rlvr_lib.algos.LOSS_AGG_MODES``).
         loss_normalizer: Constant of ``seq_mean_token_sum_norm`` (default ``max_new_tokens``).
         advantage: Advantage estimator name (``rlvr_lib.algos.ADVANTAGE_ESTIMATORS``).
         kl_coef: beta of the KL anchor; 0 loads no reference model.
         kl_estimator: Per-token KL estimator (``rlvr_lib.algos.KL_ESTIMATORS``).
-        method_options: Method-specific settings as a JSON object, checked against the method's
-            ``Options`` class when the config is built (unknown keys and bad values raise ``ValueError``).
+        method_options: Method-specific settings, checked against the method's ``Options``.
         seed: Fixes prompts, sampling and every other random choice.
         checkpoint_every: Steps between checkpoints (0 = never).
         rollout_batch_size: Sequences per generation call.
-        engine: Rollout engine (`rlvr_lib.rollout.ENGINES`: ``"kvcache"``, ``"hf"``, ``"vllm"``) the
-            trainer builds when given none; left out of ``to_dict`` (so of config hashes) while it is
-            the default ``"kvcache"``.
+        engine: Rollout engine (`rlvr_lib.rollout.ENGINES`) built when none is given (*, ``"kvcache"``).
     """
 
     method: str = "grpo"

@@ -112,21 +112,11 @@ def _checkpointing_field() -> str:
 
 
 def grpo_args(config: TrainerConfig, output_dir: str, *, processes: int = 1, trl_args: dict | None = None):
-    """TRL's ``GRPOConfig`` for ``config`` on ``processes`` processes.
+    """TRL's ``GRPOConfig`` for ``config`` on ``processes`` processes: `TRL_OWNED_ARGS` from ``config``, the rest
+    TRL's (quiet, save-nothing defaults that ``trl_args`` may override).
 
-    The fields of `TRL_OWNED_ARGS` come from ``config``; the rest are TRL's defaults, except the quiet,
-    save-nothing defaults below, which ``trl_args`` may override (e.g. ``use_vllm``, ``vllm_mode``,
-    ``bf16``, ``save_strategy``, ``logging_steps``, ``report_to``).
-
-    Args:
-        config: The run's settings.
-        output_dir: TRL's ``output_dir``.
-        processes: Number of training processes (accelerate's ``num_processes``).
-        trl_args: Further ``GRPOConfig`` keyword arguments.
-
-    Raises:
-        ValueError: ``trl_args`` sets a field the `TrainerConfig` owns or is not a ``GRPOConfig`` field, or the
-            batch does not split (see `check_hostable`).
+    Raises ValueError when ``trl_args`` sets a field the config owns or no ``GRPOConfig`` field, or the batch does
+    not split.
     """
     from trl import GRPOConfig
 
@@ -192,17 +182,7 @@ def _overrides(method: Method, hook: str) -> bool:
 
 
 def check_hostable(method: Method, config: TrainerConfig, args, processes: int) -> None:
-    """Refuse, with one ``ValueError`` line, a method / TRL setting combination the backend cannot host.
-
-    Args:
-        method: The method's hook object.
-        config: The run's settings.
-        args: TRL's ``GRPOConfig``.
-        processes: Number of training processes.
-
-    Raises:
-        ValueError: Naming the method, the hook or setting, and what is allowed.
-    """
+    """Refuse, with one ``ValueError`` line naming the method, the setting and what is allowed, what the backend cannot host."""
     name = method.name
     _check_split(config, processes)
     if args.eval_strategy != "no":
@@ -233,10 +213,8 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
 class _NativeDrawSampler(torch.utils.data.Sampler):
     """TRL's train sampler: per RL step, the problems the native loop draws, each repeated G times.
 
-    Step ``s`` yields ``Trainer._rng(s, 0).choice(pool, prompts_per_step, replace=False)`` (round 0 of
-    `Trainer._collect`) with each index repeated ``group_size`` times, ``repeats = inner_epochs *
-    minibatches`` times over (one pass per optimizer step, as TRL's ``RepeatSampler`` repeats a generation
-    batch); accelerate hands each process its contiguous share.
+    Step ``s`` yields ``Trainer._rng(s, 0).choice(pool, prompts_per_step, replace=False)``, each index repeated
+    ``group_size`` times, ``inner_epochs * minibatches`` times over.
     """
 
     def __init__(self, core: Trainer):
@@ -263,19 +241,10 @@ class _NativeDrawSampler(torch.utils.data.Sampler):
 
 
 class TRLEngine:
-    """A `rlvr_lib.rollout.RolloutEngine` over the ``GRPOTrainer``'s own generation.
+    """A `rlvr_lib.rollout.RolloutEngine` over the ``GRPOTrainer``'s own generation (``transformers`` or vLLM).
 
-    ``generate`` tokenises the prompts as TRL does (``processing_class(text=...)``), samples with
-    ``GRPOTrainer._generate_single_turn`` (``transformers`` ``generate`` through TRL's
-    ``unwrap_model_for_generation``, or vLLM) at the call's temperature, top-p and length, and returns
-    `Rollouts` on the CPU: completions end after the first EOS (included), ``finish_reasons`` say
-    whether one was produced, texts are decoded without special tokens. ``transformers`` sampling is
-    seeded with ``params.seed`` in a forked torch RNG. With vLLM, the weights are pushed to the engine
-    before the call when the method perturbs weights (3PO's samples: each draw sees its sample), else
-    once per optimizer step as TRL does.
-
-    Args:
-        perturbs: Whether the method overrides ``perturbed`` (sync the vLLM weights before every call).
+    Returns `Rollouts` on the CPU, completions cut after the first EOS. ``perturbs``: the method overrides
+    ``perturbed``, so the vLLM weights are synced before every call (else once per optimizer step).
     """
 
     def __init__(self, perturbs: bool = False):
@@ -379,12 +348,8 @@ class TRLEngine:
 def _sync_colocated(generation) -> None:
     """TRL's colocated ``VLLMGeneration.sync_weights``, through `load_weights_into` (docs/library/trl_backend.md).
 
-    Wakes sleeping weights first, as TRL does. The parameters come from TRL's own iterator (its name fixes
-    for vLLM, PEFT merging), consumed while it holds them; then, for a plain model, the ``state_dict``
-    entries that are not parameters: tied aliases such as ``lm_head.weight`` and buffers. vLLM's CPU build
-    packs the output layer's weight apart from the input embedding, so a reload without ``lm_head.weight``
-    leaves a tied model's output layer at its old weights (log-probs off by 1e-2 after one optimizer step
-    on the tests' model).
+    Pushes TRL's parameters, then (plain model) the ``state_dict`` entries that are not parameters (tied
+    ``lm_head.weight``, buffers).
     """
     if generation.enable_sleep_mode:
         generation.llm.wake_up(tags=["weights"])
@@ -404,12 +369,7 @@ def _colocated_weights(generation):
 
 
 def _verifier_reward(task, problems):
-    """TRL reward function: the task verifier's reward of each completion (``problem_index`` column).
-
-    TRL requires a reward source at construction; the backend's training reward is ``method.rewards``
-    (`MethodGRPOTrainer` never calls TRL's reward path), which is this verifier reward unless the method
-    scores otherwise (VIGOR, INTUITOR).
-    """
+    """TRL reward function: the task verifier's reward of each completion (TRL requires one; training uses ``method.rewards``)."""
 
     def task_verifier(prompts, completions, problem_index, **kwargs) -> list[float]:
         return [float(task.verify(problems[int(i)], text).reward)
@@ -432,26 +392,15 @@ class MethodGRPOTrainer(GRPOTrainer):
     """TRL's ``GRPOTrainer`` driven by a registered method and task (see the module docstring).
 
     Args:
-        config: The run's settings (method, task, batch, sampling, optimizer, loss); validated.
-        model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted (on this
-            process's device).
-        output_dir: TRL's ``output_dir`` (nothing is written there unless ``trl_args`` asks: logs,
-            checkpoints).
-        trl_args: Further ``GRPOConfig`` fields (`grpo_args`): e.g. ``use_vllm``, ``vllm_mode``,
-            ``bf16``, ``save_strategy``, ``logging_steps``, ``report_to``.
-        engine: A `rlvr_lib.rollout.RolloutEngine` to roll out with instead of TRL's generation
-            (e.g. a `KVCacheEngine` over ``model``); default `TRLEngine`.
+        config: The run's settings; validated.
+        model, tokenizer: The initial policy; loaded from ``config.policy`` when omitted.
+        output_dir: TRL's ``output_dir``.
+        trl_args: Further ``GRPOConfig`` fields (`grpo_args`).
+        engine: A `rlvr_lib.rollout.RolloutEngine` instead of TRL's generation; default `TRLEngine`.
         callbacks: Extra ``transformers.TrainerCallback`` objects.
 
-    Attributes:
-        core: The native `Trainer` whose step machinery and loss this backend runs (its ``method``,
-            ``reference``, ``optimizer``, ``scheduler``, ``train_problems``, ``world``).
-        method: ``core.method``.
-        history: One dict of native metrics per RL step (``Trainer.step``'s keys).
-
-    Raises:
-        ValueError: A combination the backend cannot host (`check_hostable`), a bad ``trl_args`` key,
-            or a bad config value.
+    Attributes: ``core`` (the native `Trainer` whose step and loss run), ``method``, ``history`` (per RL step).
+    Raises ValueError on what `check_hostable` refuses, a bad ``trl_args`` key or a bad config value.
     """
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, output_dir: str,
@@ -515,11 +464,7 @@ class MethodGRPOTrainer(GRPOTrainer):
 
     # ------------------------------------------------------------------ what TRL's loop calls
     def train(self, resume_from_checkpoint=None, **kwargs):
-        """TRL's training loop for ``config.steps`` RL steps; returns TRL's ``TrainOutput``.
-
-        Raises:
-            ValueError: ``resume_from_checkpoint`` is given (TRL's checkpoints lack the method's state).
-        """
+        """TRL's training loop for ``config.steps`` RL steps; ValueError on ``resume_from_checkpoint``."""
         if resume_from_checkpoint:
             raise ValueError(f"TRL backend: resume_from_checkpoint is not hosted: TRL's checkpoints do not hold "
                              f"method {self.method.name!r}'s state nor the RL step; train anew, or use the "
@@ -527,15 +472,10 @@ class MethodGRPOTrainer(GRPOTrainer):
         return super().train(**kwargs)
 
     def training_step(self, model, inputs, num_items_in_batch=None) -> torch.Tensor:
-        """One TRL optimizer step's backward: the loss of one minibatch of the RL step.
+        """One TRL optimizer step's backward: the loss (detached) of one minibatch of the RL step.
 
-        At the RL step's first optimizer step, rolls out, rewards and computes the advantages
-        (`_begin_rl_step`). The minibatch's gradients are the native loop's (`Trainer.minibatch_backward`:
-        per weight sample, this process's rows weighted by their share, summed over processes; sharded,
-        the whole minibatch in chunks). TRL then clips and steps.
-
-        Returns:
-            The minibatch's loss (detached), which TRL logs as ``loss``.
+        The RL step's first optimizer step rolls out and computes advantages (`_begin_rl_step`); the gradients are
+        `Trainer.minibatch_backward`'s.
         """
         cfg, core = self.config, self.core
         per_step = cfg.inner_epochs * cfg.minibatches

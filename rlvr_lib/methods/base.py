@@ -2,34 +2,19 @@
 
 The trainer (``rlvr_lib.trainer``) never names a paper. A method overrides only the hooks it needs (each
 default is plain GRPO), declares its settings as an ``Options`` dataclass and registers a preset with
-`rlvr_lib.methods.registry.register_method`; no trainer edit is needed.
+`rlvr_lib.methods.registry.register_method`; no trainer edit is needed. The hooks decide:
 
-========================  ==============================================  ==================================
-hook                      what it decides                                 used by
-========================  ==============================================  ==================================
-``Options``               the method's validated settings                 every method with settings
-``hints``                 the hint appended to each rollout's prompt      NudgeRL (hint pool), POPE
-``weight_samples``,       weight samples per step (the G rollouts split   3PO (IVON posterior samples)
-``perturbed``             among them), ``perturbed(model, k, train)``
-``rewards``               rewards (verifier or intrinsic)                 VIGOR, INTUITOR, DAPO
-``keep_groups``,          which groups to train on, cap on refills        DAPO (dynamic sampling)
-``refill_rounds``
-``advantages``            advantages from rewards and group/hint          NudgeRL (inter/intra), Dr.GRPO
-``before_update``         per-row side data in ``batch.extras``           3PO Seq-MIS, NudgeRL
-``policy_loss``           the per-token surrogate                         KL-Cov, Clip-Cov, 3PO Seq-MIS
-``anchor``                the per-token reference anchor (KL)             SAGE (shaped KL, logs q)
-``extra_loss``            added loss terms (distillation, entropy)        NudgeRL, EntReg
-``sampling_temperature``  sampling temperature of a step                  Polaris
-``make_optimizer``        the optimizer                                   3PO (IVON)
-``tuning_lr``,            the lr an lr-tuning grid scales                 3PO (IVON's lr)
-``with_tuning_lr``
-``on_step_start``,        per-step method state (seeded generators,       Clip-Cov, SAGE, Polaris
-``on_step_end``           latches)
-``state_dict``            the method state a checkpoint keeps             Polaris, 3PO (IVON step count)
-========================  ==============================================  ==================================
+* ``hints``: the hint appended to each rollout's prompt; ``sampling_temperature``: a step's temperature;
+* ``weight_samples``, ``perturbed(model, k, train)``: weight samples per step (the G rollouts split among them);
+* ``rewards``; ``keep_groups``, ``refill_rounds``: which groups to train on (dynamic sampling);
+* ``advantages``; ``before_update``: per-row side data in ``batch.extras``;
+* ``policy_loss``: the per-token surrogate; ``anchor``: the per-token reference anchor (KL);
+  ``extra_loss``: added loss terms;
+* ``make_optimizer``; ``tuning_lr``, ``with_tuning_lr``: the lr an lr-tuning grid scales;
+* ``on_step_start``, ``on_step_end``: per-step method state; ``state_dict``: what a checkpoint keeps.
 
 Randomness: only from generators keyed by (seed, step, stream) (:meth:`Method.generator`), never global.
-How the four methods use the hooks, and composition: docs/methods/base.md.
+Which method uses which hook, and composition: docs/methods/base.md.
 """
 
 from __future__ import annotations
@@ -61,27 +46,15 @@ def _take(value, rows: torch.Tensor, row_list: list[int]):
 class StepBatch:
     """What the hooks see of one training step (``N = prompts * G`` rollouts), or of a minibatch of it.
 
-    Every per-row field is sliced together by :meth:`select`, so a loss hook
-    that receives a minibatch sees its rows' data lined up, whatever the
-    shuffle. ``problems`` is per group and is never sliced (``group_index``
-    indexes it).
+    Per-row fields are sliced together by :meth:`select`; ``problems`` (one per group) is never sliced.
 
     Attributes:
-        problems: The step's problems, one per group.
-        group_index: ``(N,)`` long, the problem (group) of each rollout.
-        hint_index: ``(N,)`` long, index of the rollout's hint in its
-            problem's hint list, ``-1`` for none.
+        group_index, hint_index, weight_index: ``(N,)`` long: the row's group, hint (``-1``: none), weight sample.
         hints: ``N`` hint strings or ``None``.
         rollouts: The engine's `Rollouts` (prompt-major), prompts as rolled out (hint included).
-        verdicts: The verifier's verdict per rollout (always computed, also
-            for intrinsic rewards, so accuracy is logged honestly).
-        weight_index: ``(N,)`` long, the weight sample (``perturbed`` index) that rolled each row out.
-        plain_prompt_ids, plain_prompt_mask: ``(N, P0)`` long, the hint-free
-            prompt of each row (``problem.prompt_with(None)``), left-padded as
-            the engine pads; the same tensors as the rollouts' prompt when no
-            row has a hint.
-        rewards: ``(N,)`` float rewards, once computed.
-        advantages: ``(N,)`` float advantages, once computed.
+        verdicts: The verifier's verdict per rollout (always computed).
+        plain_prompt_ids, plain_prompt_mask: ``(N, P0)`` long, the hint-free prompt of each row, left-padded.
+        rewards, advantages: ``(N,)`` float, once computed.
         ref_logprobs: ``(N, T)`` reference log-probs of the completion tokens, when ``kl_coef > 0``.
         extras: Per-row tensors a method adds (first dimension ``N``), sliced with the rows.
     """
@@ -121,11 +94,7 @@ class StepBatch:
         return len(self.group_index)
 
     def select(self, rows) -> "StepBatch":
-        """The batch restricted to ``rows`` (indices or a bool mask over the N rows), in that order.
-
-        Every per-row field and every ``extras`` tensor is sliced; ``problems``
-        and group ids are kept, so ``group_index`` still indexes ``problems``.
-        """
+        """The batch restricted to ``rows`` (indices or a bool mask over the N rows), in that order."""
         rows = torch.as_tensor(rows)
         if rows.dtype == torch.bool:
             if rows.shape != (len(self),):
@@ -139,11 +108,7 @@ class StepBatch:
 
     @classmethod
     def concat(cls, batches: list["StepBatch"]) -> "StepBatch":
-        """Stack batches of different sampling rounds; group ids are offset so they stay distinct.
-
-        ``rollouts.prompt_index`` keeps each round's own numbering (the trainer reads ``group_index``).
-        Fields computed per step (advantages, reference log-probs, extras) must not be set yet.
-        """
+        """Stack batches of different sampling rounds, offsetting group ids; per-step fields must not be set yet."""
         if len(batches) == 1:
             return batches[0]
         from rlvr_lib.rollout import Rollouts
@@ -199,37 +164,27 @@ class NoOptions(ConfigBase):
 class Method:
     """GRPO (DeepSeekMath, arXiv 2402.03300): every hook at its default. Subclasses override what their paper changes.
 
-    A_i = (r_i - mean_g r) / (std_g r + eps) over each prompt's group of G
-    rollouts; per token the PPO-clip surrogate -min(rho A, clip(rho, 1 - eps_low,
-    1 + eps_high) A) plus beta times the configured KL estimator against the
-    reference policy, aggregated by ``loss_agg``.
-
-    Args:
-        config: The trainer config (`rlvr_lib.trainer_config.TrainerConfig`).
-            ``config.method_options`` is parsed into ``self.options``, an
-            instance of the class attribute ``Options`` (a frozen `ConfigBase`
-            dataclass: unknown keys and bad values raise ``ValueError`` naming
-            the option, the value and what is allowed).
+    A_i = (r_i - mean_g r) / (std_g r + eps) over each prompt's group of G rollouts; per token the PPO-clip
+    surrogate -min(rho A, clip(rho, 1 - eps_low, 1 + eps_high) A) plus beta times the configured KL estimator
+    against the reference policy, aggregated by ``loss_agg``. ``config.method_options`` is parsed into
+    ``self.options`` (an instance of ``Options``).
     """
 
     Options: ClassVar[type[ConfigBase]] = NoOptions
     uses_verifier_reward: ClassVar[bool] = True
-    """Whether the reward reads the verifier. True (default): a verifier that raises stops the step, as it
-    always did. False (VIGOR, INTUITOR: intrinsic rewards): the trainer catches a verifier's exception, warns
-    once, and records that completion's verdict as ``"unverified"`` (`rlvr_lib.tasks.UNVERIFIED`, reward NaN),
-    which accuracy metrics leave out; the training signal does not depend on it."""
+    """Whether the reward reads the verifier; False (intrinsic rewards): a verifier that raises gives
+    the verdict ``"unverified"`` (reward NaN) and training goes on.
+    """
 
     reads_parameters: ClassVar[bool] = False
-    """Whether a hook reads or writes the parameters themselves rather than only calling the model (3PO's IVON
-    weight samples, VIGOR's per-completion gradients). On a sharded (FSDP) launch, where each process holds a
-    shard of every parameter (`rlvr_lib.distributed`), the trainer then re-gathers the weights around each
-    ``perturbed`` scope and gives ``rewards`` a plain view of the gathered weights (`World.unsharded`)."""
+    """Whether a hook reads or writes the parameters themselves (IVON samples, per-completion gradients):
+    on a sharded launch the trainer then gathers the weights around ``perturbed`` and ``rewards``.
+    """
 
     credits_hint_free: ClassVar[bool] = False
-    """Whether hinted rollouts are trained as completions of the hint-free prompt. True: after sampling, the
-    trainer puts each row on ``batch.plain_prompt_ids`` and re-scores its behaviour log-probs there (no weight
-    has moved yet), so reference log-probs, PPO ratios and the loss all read the hint-free prompt (the oracle
-    arm, `rlvr_lib.methods.oracle`: a forced branch credited to x0)."""
+    """Whether hinted rollouts are trained as completions of the hint-free prompt (re-scored on
+    ``batch.plain_prompt_ids``; `rlvr_lib.methods.oracle`).
+    """
 
     def __init__(self, config):
         self.config = config
@@ -263,34 +218,21 @@ class Method:
 
     @contextlib.contextmanager
     def perturbed(self, model: torch.nn.Module, index: int, train: bool = False) -> Iterator[None]:
-        """Scope in which ``model`` has the weights of sample ``index`` of this step.
+        """Scope in which ``model`` has the weights of sample ``index`` of this step (default: as they are).
 
-        The trainer enters it for rollouts (``train=False``) and, in the update,
-        once per minibatch and weight sample present in it, around that
-        sample's forward, loss and backward (``train=True``); one gradient clip
-        and one ``optimizer.step()`` follow per minibatch. Default: the weights
-        as they are.
+        Entered for rollouts (``train=False``) and, in the update, around each weight sample's forward and backward.
         """
         yield
 
     # -- credit assignment ------------------------------------------------------------
     def rewards(self, batch: StepBatch, model: torch.nn.Module) -> torch.Tensor:
-        """``(N,)`` rewards; default: the verifier's.
-
-        Per sampling round, before the round's groups are joined: on several processes
-        (`rlvr_lib.distributed`) each process rewards its own groups, so rewards must not
-        depend on other groups (batch-level statistics belong in ``advantages``).
-        """
+        """``(N,)`` rewards; default: the verifier's. Per process and round: must not depend on other groups."""
         return torch.tensor([v.reward for v in batch.verdicts], dtype=torch.float32)
 
     def keep_groups(self, batch: StepBatch) -> torch.Tensor | None:
-        """``(M,)`` bool over the batch's groups: True = train on it (dynamic sampling).
+        """``(M,)`` bool over the batch's groups: True = train on it; ``None`` (default) keeps all.
 
-        Called once per sampling round, after rewards and before advantages. The
-        default ``None`` keeps every group and turns dynamic sampling off (one
-        round, no ``dynamic_*`` metrics): plain GRPO. When a mask is returned, the
-        trainer refills dropped groups from fresh prompts for up to
-        :meth:`refill_rounds` rounds (see ``Trainer._collect``).
+        Dropped groups are refilled from fresh prompts for up to :meth:`refill_rounds` rounds.
         """
         return None
 
@@ -303,43 +245,27 @@ class Method:
         return {}
 
     def advantages(self, batch: StepBatch) -> torch.Tensor:
-        """``(N,)`` advantages from the configured estimator (default GRPO mean/std).
-
-        Every estimator takes ``(rewards, group_index, hint_index=..., **options)``.
-        """
+        """``(N,)`` advantages from the configured estimator (default GRPO mean/std)."""
         estimator = get_advantage_estimator(self.config.advantage)
         return estimator(batch.rewards, batch.group_index, hint_index=batch.hint_index,
                          **self.advantage_options())
 
     def before_update(self, batch: StepBatch, model: torch.nn.Module) -> None:
-        """Called once per step before the update, with the rows to train on; put per-row data in ``batch.extras``.
-
-        On one process that is the whole batch; on several (`rlvr_lib.distributed`) this
-        process's share of its groups, so per-row work (forwards) is split among the processes.
-        """
+        """Called once per step before the update with this process's rows to train on; fills ``batch.extras``."""
 
     # -- loss (each hook gets the minibatch as a StepBatch) ------------------------------
     def policy_loss(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor,
                     mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
         """Per-token surrogate ``(n, T)`` and its stats; default PPO-clip against the rollout log-probs.
 
-        Args:
-            batch: The minibatch (``batch.rollouts.logprobs`` are the behaviour log-probs,
-                ``batch.advantages`` the advantages).
-            logp: ``(n, T)`` log-probs under the current weights (with gradient).
-            entropy: ``(n, T)`` token entropies (with gradient).
-            mask: ``(n, T)`` float completion mask.
+        ``logp``, ``entropy``: ``(n, T)`` with gradient; ``mask``: ``(n, T)`` float completion mask.
         """
         return ppo_clip_loss(logp, batch.rollouts.logprobs, batch.advantages, mask,
                              eps_low=self.config.eps_low, eps_high=self.config.eps_high)
 
     def anchor(self, batch: StepBatch, logp: torch.Tensor, entropy: torch.Tensor,
                mask: torch.Tensor) -> tuple[torch.Tensor, dict]:
-        """Per-token anchor ``(n, T)`` to the reference (``batch.ref_logprobs``) and its stats.
-
-        Scaled by ``kl_coef`` in the loop, which logs its masked mean as ``kl``.
-        Default: the configured KL estimator.
-        """
+        """Per-token anchor ``(n, T)`` to ``batch.ref_logprobs`` and its stats; scaled by ``kl_coef``, logged as ``kl``."""
         return kl_penalty(logp, batch.ref_logprobs, self.config.kl_estimator), {}
 
     def extra_loss(self, batch: StepBatch, model, logp, entropy, mask) -> tuple[torch.Tensor | float, dict]:
@@ -368,10 +294,7 @@ class Method:
         self.step = step
 
     def on_step_end(self, step: int, metrics: dict) -> None:
-        """Called after each step with its logged metrics (e.g. to latch a temperature).
-
-        Keys a method adds to ``metrics`` here are logged with the step.
-        """
+        """Called after each step with its logged metrics; keys added to ``metrics`` are logged."""
 
     def state_dict(self) -> dict:
         return {}

@@ -92,30 +92,13 @@ class DAPOOptions(ConfigBase):
 class DAPO(Method):
     """DAPO (arXiv 2503.14476): clip-higher, token-level loss, overlong shaping, dynamic sampling.
 
-    * Clip-higher: rho clipped to [1 - 0.2, 1 + 0.28] (preset ``eps_low``/``eps_high``).
-    * Token-level aggregation: sum_it m_it L_it / sum_it m_it (preset ``loss_agg="token_mean"``).
-    * No KL (preset ``kl_coef=0``).
-    * Overlong reward shaping, added to the verifier reward (``rewards`` hook), with
-      L_max = ``max_new_tokens`` and L_cache = option ``overlong_cache``:
-      R_len(L) = 0 for L <= L_max - L_cache, (L_max - L_cache - L) / L_cache on the
-      last L_cache tokens, so a truncated completion (L = L_max) gets -1. With the
-      testbed's 48-token budget the default cache of 8 starts the ramp at 40
-      tokens (the testbed's solution traces are 11-37 characters, 12-38 tokens with
-      EOS, so a well-formed solution is never penalised). ``overlong_cache=0`` turns
-      shaping off (only L > L_max would be punished, which cannot happen).
-      DAPO's verifier reward is +-1; ours is 1/0, so the -1 is relatively twice
-      as strong.
-    * Dynamic sampling (``keep_groups``): a group whose completions are all
-      correct or all incorrect is dropped (DAPO filters on accuracy, as its
-      recipe's ``filter_groups.metric=acc``; the length shaping does not rescue a
-      group) and refilled from fresh prompts, for at most option
-      ``max_refill_rounds`` rounds; each round draws a whole ``prompts_per_step``
-      batch as DAPO over-samples. At the cap the step trains on what was kept and
-      logs a warning. Logged: ``dynamic_refill_rounds``, ``dynamic_dropped_groups``,
-      ``dynamic_kept_groups``, ``dynamic_completions`` (every round's rollouts). Option ``dynamic_sampling=False`` turns it off.
+    * Clip-higher: rho clipped to [1 - 0.2, 1 + 0.28]; token-level aggregation sum_it m_it L_it / sum_it m_it; no KL.
+    * Overlong shaping added to the verifier reward, L_max = ``max_new_tokens``, L_cache = ``overlong_cache``:
+      R_len(L) = 0 for L <= L_max - L_cache, (L_max - L_cache - L) / L_cache on the last L_cache tokens.
+    * Dynamic sampling: groups all correct or all incorrect are dropped and refilled from fresh prompts, for at
+      most ``max_refill_rounds`` rounds.
 
-    Options: ``overlong_cache`` (int tokens in [0, max_new_tokens], default 8),
-    ``max_refill_rounds`` (int >= 0, default 3), ``dynamic_sampling`` (bool, default True).
+    Options: ``overlong_cache`` (default 8), ``max_refill_rounds`` (default 3), ``dynamic_sampling`` (default True).
     """
 
     Options = DAPOOptions
@@ -157,20 +140,9 @@ class EntropyRegOptions(ConfigBase):
 
 
 class EntropyReg(Method):
-    """Entropy regularisation: loss = L_PG - alpha * H, H the aggregated token entropy.
+    """Entropy regularisation (the 3PO baseline, arXiv 2608.09805): loss = L_PG - alpha * H, no KL.
 
-    H = aggregate_loss(entropy, mask, loss_agg) (the mean token entropy for
-    ``token_mean``; aggregated like the policy loss), added through
-    ``extra_loss`` and logged as ``entropy_bonus``. The 3PO baseline (arXiv
-    2608.09805), no KL; option ``alpha`` (>= 0), default 1e-3 as the 3PO paper
-    states (its run script ``verl/recipes/run_rl.sh`` sets
-    ``ENTROPY_COEF=5e-3`` for ``grpo_entloss``).
-
-    Scale on the testbed: the tiny policy's per-token entropy is about 0.1-1 nats
-    (most tokens of a trace are determined by the numbers), so alpha = 1e-3
-    adds at most ~1e-3 to a loss whose advantage-weighted terms are O(1): a weak
-    bonus that barely moves the entropy in a short run. Raise it (1e-2 to 1e-1)
-    to see the regulariser act.
+    H = aggregate_loss(entropy, mask, loss_agg), logged as ``entropy_bonus``. Option ``alpha`` (>= 0, default 1e-3).
     """
 
     Options = EntropyRegOptions
@@ -208,21 +180,10 @@ class PolarisFixedOptions(PolarisOptions):
 class Polaris(Method):
     """"Polaris" as 3PO ran it (arXiv 2608.09805): a one-way sampling-temperature latch.
 
-    T_step = T_base (``config.temperature``, 1.0) until the step's mean token
-    entropy H_t (the logged ``entropy``) falls below ``entropy_fraction`` x H_0,
-    H_0 the entropy of the first step; from the next step on T = ``t_high``
-    (1.2), for good: the latch fires once and never releases (3PO code:
-    ``adaptive_temperature`` with ``temp_high=1.2``, ``low_ent_ratio=0.5``).
-    Entropies are measured at the step's sampling temperature, so H_t and H_0
-    are comparable until the latch fires. H_0 and the latch step are method
-    state, kept by checkpoints (``state_dict``); the firing is logged (a
-    ``logging`` INFO line) and every step logs ``polaris_latched``: 1 when that step
-    sampled at ``t_high`` (so 0 on the step whose entropy fires the latch). The
-    log-probs of the PPO ratio use the step's temperature, as rollouts do.
+    T_step = T_base until the step's mean token entropy H_t < ``entropy_fraction`` x H_0 (H_0: the first step's);
+    from the next step on T = ``t_high``, for good. H_0 and the latch step are checkpointed; logs ``polaris_latched``.
 
-    Options: ``mode`` ("latch" or "fixed": T = ``t_high`` from the first step),
-    ``t_high`` (> 0, default 1.2), ``entropy_fraction`` (in (0, 1), default 0.5).
-    No KL (preset), as 3PO's GRPO.
+    Options: ``mode`` ("latch" or "fixed"), ``t_high`` (default 1.2), ``entropy_fraction`` (default 0.5).
     """
 
     Options = PolarisOptions
@@ -262,10 +223,7 @@ class Polaris(Method):
 
 
 class PolarisFixed(Polaris):
-    """Polaris's plain alternative: sampling temperature ``t_high`` (1.2) from the first step.
-
-    `Polaris` with option ``mode`` defaulting to "fixed" (arXiv 2608.09805 baseline family).
-    """
+    """Polaris's plain alternative (arXiv 2608.09805): temperature ``t_high`` (1.2) from the first step."""
 
     Options = PolarisFixedOptions
 
@@ -273,29 +231,9 @@ class PolarisFixed(Polaris):
 class ActorOldLogprobs:
     """Mixin: the old log-probs of the policy loss are the training policy's own, as verl's actor computes them.
 
-    The default ``policy_loss`` takes the rollout engine's log-probs as the old
-    policy's. They differ from the training forward's by float rounding (up to
-    ~6e-6 per token on the testbed), so on the on-policy pass ``logp - old_logp``
-    is noise, not 0: |logp - old_logp| (KL-Cov's penalty) then has a gradient
-    sign(noise) x grad logp on every selected token, and Clip-Cov's ratio is not
-    exactly 1. verl (the authors' and 3PO's framework) recomputes the old
-    log-probs with the actor before the update, so there the term is 0 on the
-    on-policy pass. Here, per RL step:
-
-    * until the step's first ``optimizer.step()`` (the on-policy pass: the
-      first minibatch of the first epoch), old_logp = ``logp.detach()``, the
-      training forward itself, so log-ratio = 0 exactly: KL-Cov's penalty and
-      its gradient are exactly 0 (d|x|/dx at 0 is 0 in autograd), the ratio 1;
-    * after it (later minibatches and epochs), old_logp = the pre-update policy's
-      log-probs, one no-grad teacher-forced forward of the step's rows at the
-      step's temperature before the update (``before_update``, in
-      ``batch.extras["old_logprobs"]``; only computed when the config takes more
-      than one optimizer step per RL step), as verl's ``compute_log_prob``
-      (the model in the mode the trainer leaves it in before the update, eval;
-      the testbed's policy has no dropout, so the modes agree).
-
-    Optimizer steps are counted by a step hook on the optimizer the method
-    builds (``make_optimizer``). Put it first among the bases.
+    Until the step's first ``optimizer.step()``, old_logp = ``logp.detach()`` (log-ratio exactly 0); after it, the
+    pre-update policy's log-probs from one no-grad forward in ``before_update`` (``batch.extras["old_logprobs"]``).
+    Put it first among the bases.
     """
 
     EXTRA = "old_logprobs"
@@ -343,18 +281,9 @@ class KLCovOptions(ConfigBase):
 class KLCov(ActorOldLogprobs, Method):
     """KL-Cov (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
 
-    Per token, cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's
-    tokens; loss_t = -rho_t A_t + ``kl_cov_coef`` * |logp_t - old_logp_t| on the
-    k = max(1, floor(``k_frac`` x n_tokens)) tokens of largest cov_t (no PPO
-    clip; ``rlvr_lib.algos.kl_cov_loss``). ``k_frac`` is a FRACTION of tokens,
-    default 2e-4 (0.02%), the setting PAPERS.md lists for arXiv 2505.22617;
-    3PO's ``grpo_klcov`` script runs ``KL_COV_RATIO=0.2`` percent, i.e.
-    ``k_frac=2e-3`` (pass it in ``method_options`` to run that). On the testbed
-    a step has ~10^3 completion tokens, so either fraction penalises
-    ``max(1, floor(k_frac x n))`` = 1-2 tokens per minibatch. No KL anchor
-    (preset). Old log-probs: the training policy's (`ActorOldLogprobs`, as verl),
-    so on the on-policy pass the penalty and its gradient are exactly 0.
-    Logged: ``kl_cov_frac``, ``abs_log_ratio``.
+    cov_t = (logp_t - mean logp) * (A_t - mean A) over the batch's tokens; loss_t = -rho_t A_t +
+    ``kl_cov_coef`` * |logp_t - old_logp_t| on the k = max(1, floor(``k_frac`` x n_tokens)) tokens of largest cov_t
+    (no PPO clip). No KL anchor. Logged: ``kl_cov_frac``, ``abs_log_ratio``.
 
     Options: ``k_frac`` (in (0, 1], default 2e-4), ``kl_cov_coef`` (>= 0, default 1).
     """
@@ -383,20 +312,9 @@ class ClipCovOptions(ConfigBase):
 class ClipCov(ActorOldLogprobs, Method):
     """Clip-Cov (arXiv 2505.22617): PPO-clip with the gradient of a few high-covariance tokens detached.
 
-    Candidates: tokens with ``lb`` < cov_t < ``ub`` (cov_t as in `KLCov`) that
-    PPO did not clip already; a uniformly random subset of
-    max(1, floor(``clip_frac`` x n_tokens)) of them keeps its loss value but
-    contributes no gradient (``rlvr_lib.algos.clip_cov_loss``). ``clip_frac`` is
-    a FRACTION of tokens: the default 2e-4 = 0.02% (the authors'
-    ``clip_cov_ratio``), with lb 1 and ub 5. The random subset is drawn from a
-    torch generator reseeded at every step from (seed, step) (``on_step_start``),
-    so runs and resumed runs are deterministic. The clip range is the config's
-    (0.2/0.2); the authors and 3PO's ``grpo_clipcov`` set clip_ratio_low = high = 1
-    (no PPO clip besides Clip-Cov). On the testbed's single on-policy pass
-    (``inner_epochs=1``, ``minibatches=1``) rho = 1 and the clip range is moot;
-    with more passes set ``eps_high=1.0`` (``eps_low`` must stay < 1). Old
-    log-probs: the training policy's (`ActorOldLogprobs`, as verl), so the
-    on-policy ratio is exactly 1. No KL (preset). Logged: ``clip_cov_frac``.
+    Among tokens with ``lb`` < cov_t < ``ub`` not already clipped, a random max(1, floor(``clip_frac`` x n_tokens))
+    keep their loss value but no gradient; the generator is reseeded from (seed, step). No KL. Logged:
+    ``clip_cov_frac``.
 
     Options: ``clip_frac`` (in (0, 1], default 2e-4), ``lb`` (default 1.0), ``ub`` (> lb, default 5.0).
     """
@@ -422,12 +340,9 @@ class ClipCov(ActorOldLogprobs, Method):
 
 # ------------------------------------------------------------------------------ POPE
 def oracle_prefix(trace: str, ratio: float, max_tokens: int) -> str:
-    """The first ``min(max_tokens, max(1, ceil(ratio * len(trace))))`` characters of ``trace``.
+    """The first ``min(max_tokens, max(1, ceil(ratio * len(trace))))`` characters of ``trace`` ("" for "").
 
-    Lengths are counted in characters, which are the tokens of the testbed's
-    byte-level tokenizer (for a subword tokenizer a character cap is stricter
-    than the same token cap). ``ceil`` is taken after rounding ``ratio * len``
-    to 9 decimals, so 0.15 x 40 gives 6, not 7. An empty trace gives "".
+    ``ratio * len`` is rounded to 9 decimals before ``ceil`` (0.15 x 40 gives 6).
     """
     if not trace:
         return ""
@@ -453,24 +368,11 @@ class POPEOptions(ConfigBase):
 class POPE(Method):
     """POPE, privileged oracle-prefix rollouts, as NudgeRL's comparison ran it (arXiv 2605.15726).
 
-    For a share ``share`` (0.5) of the step's prompts, chosen at random
-    (round(share x M) of the M prompts, from the step's stateless hint RNG),
-    the first ``ratio`` (15%) of the problem's oracle solution, at most
-    ``max_prefix_tokens`` (512) tokens (`oracle_prefix`), is put in the prompt
-    as a partial solution; all G rollouts of such a prompt see it (hint index
-    0; the others -1). The completion is still a full solution, verified as
-    usual, and the loss is taken on the prompt the rollout saw.
+    For round(share x M) of the step's M prompts, the first ``ratio`` of the oracle solution (at most
+    ``max_prefix_tokens``, `oracle_prefix`) goes in the prompt as a hint seen by all G rollouts. Preset: NudgeRL's
+    configuration, :data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS`.
 
-    The hint goes through ``Problem.prompt_with`` like any hint (whitespace folded), e.g.
-    ``48*51=? hint: round:``: on the testbed 15% of an oracle trace is its strategy's name. The default
-    ``label`` is empty, since a label the policy never saw makes it write malformed completions
-    (measurements: docs/methods/baselines.md).
-
-    Options: ``share`` (in [0, 1], default 0.5), ``ratio`` (in (0, 1], default
-    0.15), ``max_prefix_tokens`` (int >= 1, default 512), ``label`` (str, default "").
-    Preset: NudgeRL's configuration, :data:`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS` (no KL, eps 0.2/0.2,
-    top_p 0.95, G = 8, two optimizer steps per generation batch, cosine lr after a 5% warm-up), as the
-    NudgeRL authors run POPE@8 beside NudgeRL@8.
+    Options: ``share`` (default 0.5), ``ratio`` (default 0.15), ``max_prefix_tokens`` (default 512), ``label`` ("").
     """
 
     Options = POPEOptions
@@ -507,19 +409,9 @@ class Intuitor(Method):
     r_i = SC(y_i) = (1/|y_i|) sum_t KL(U || pi_theta(. | x, y_<t))
         = (1/|y_i|) sum_t [logsumexp(z_t) - mean_v z_t - log V],
 
-    z_t the logits of the current policy (temperature 1) at the position that
-    predicts completion token t, EOS included; computed under ``no_grad`` in one
-    teacher-forced forward over prompt + completion (`completion_logits`, in
-    chunks of ``forward_batch_size`` rows; `rlvr_lib.rewards.self_certainty_rewards`).
-    Advantages are GRPO's group normalisation of r. The verifier still runs, so
-    ``accuracy`` is logged honestly, but it never enters the reward
-    (``reward_mean`` is the mean self-certainty, in nats); a verifier that raises
-    does not stop training (``uses_verifier_reward = False``). VIGOR's (arXiv 2605.09920) baseline, at VIGOR's
-    configuration: preset :data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS` (TRL's k3 KL at
-    beta 0.01, G = 8, cosine lr after a 10% linear warm-up), so that INTUITOR and VIGOR differ only by the
-    reward (and VIGOR's rank shaping of it). The INTUITOR authors' own settings: docs/methods/baselines.md.
-
-    Options: ``forward_batch_size`` (int >= 1, default 64; memory only, the result does not depend on it).
+    z_t the current policy's logits (temperature 1) predicting completion token t, EOS included, under ``no_grad``.
+    GRPO's group advantages of r; the verifier only logs ``accuracy``. Preset: VIGOR's configuration,
+    :data:`rlvr_lib.methods.vigor.VIGOR_SETTINGS`. Option ``forward_batch_size`` (default 64; memory only).
     """
 
     Options = IntuitorOptions

@@ -97,11 +97,7 @@ def hook_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, list[str]]]:
 
 
 def hook_owners(names: tuple[str, ...]) -> dict[str, str | None]:
-    """Per exclusive family, the one component that overrides it (``None``: GRPO's default).
-
-    Raises:
-        ValueError: two components override one family; the message names the hook(s) and both methods.
-    """
+    """Per exclusive family, the one component that overrides it (``None``: GRPO's default); ValueError on two."""
     conflicts = hook_conflicts(names)
     if conflicts:
         family, claimed = next(iter(conflicts.items()))
@@ -121,11 +117,7 @@ def _ticks(hooks) -> str:
 # ----------------------------------------------------------------------------- options
 @dataclass(frozen=True)
 class ComposedOptions(ConfigBase):
-    """Base of a composite's ``Options``: one field per component, holding that component's ``Options``.
-
-    ``from_dict({"nudgerl": {...}, "sage": {...}})`` validates each part with the component's
-    own ``Options`` (errors name the component); a component left out gets its defaults.
-    """
+    """Base of a composite's ``Options``: one field per component, validated by that component's ``Options``."""
 
     COMPONENTS: ClassVar[dict[str, type]] = {}
 
@@ -328,8 +320,7 @@ def _claims(name: str) -> tuple[dict, float | None]:
 def merged_claims(names: tuple[str, ...], claims=None):
     """The components' claims merged: (preset, per-component options, tuned lrs, conflicts ``{key: {name: value}}``).
 
-    ``claims(name) -> (preset, tuned lr)`` gives each component's claims (default: its registered preset and lr); a
-    study passes its own calibrated presets (`rlvr_lib.study.testbed.calibrated_claims`).
+    ``claims(name) -> (preset, tuned lr)``; default: the registered preset and lr.
     """
     claims_of = claims or _claims
     preset: dict = {}
@@ -363,12 +354,7 @@ def preset_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
 
 
 def composite_preset(names: tuple[str, ...], resolve: dict) -> tuple[dict, float | None]:
-    """The composite's preset and tuned lr (docs/methods/compose.md, "Preset"); ``resolve`` settles conflicts.
-
-    Raises:
-        ValueError: two components fix one key to different values and ``resolve`` does not set it; the
-            message names every such key with each method's value.
-    """
+    """The composite's preset and tuned lr; ``resolve`` settles conflicts (else ValueError naming each key)."""
     preset, options, tuned, conflicts = merged_claims(names)
     unresolved = {k: v for k, v in conflicts.items() if k not in resolve}
     if unresolved:
@@ -401,22 +387,12 @@ def _check_names(names: tuple[str, ...]) -> None:
 
 
 def compose(*names: str, **resolve) -> str:
-    """Register the composite of the methods ``names`` (in this hook order) and return its name, ``"a+b"``.
+    """Register the composite of the methods ``names`` (in this hook order) and return its name, ``"+".join(names)``.
 
-    Args:
-        *names: Two or more registered, non-composite method names; their order is the order of the
-            combined hooks.
-        **resolve: `TrainerConfig` fields that settle the presets' conflicts (they win over every preset).
-
-    Returns:
-        ``"+".join(names)``, registered: ``method_config(name, ...)`` builds its config. Composing the same
-        names again returns it (without ``resolve``, or with the same preset).
-
-    Raises:
-        ValueError: fewer than two names, a name repeated, unknown or composite; two components override
-            one exclusive hook family (the message names the hook and both methods); a key of ``resolve``
-            is not a `TrainerConfig` field; the name is registered with another preset.
-        PresetConflict: (a ``ValueError``) the presets conflict on a key ``resolve`` does not set.
+    ``resolve``: `TrainerConfig` fields that settle the presets' conflicts. Composing the same names again returns
+    the name. Raises ValueError on fewer than two, repeated, unknown or composite names, two owners of an exclusive
+    hook family, an unknown ``resolve`` key or another preset under the name; `PresetConflict` on an unresolved
+    preset conflict.
     """
     names = tuple(names)
     _check_names(names)
@@ -446,15 +422,8 @@ def compose(*names: str, **resolve) -> str:
 def ensure_registered(name: str, *, preset: bool = False, given=frozenset()) -> None:
     """Register the composite ``name`` (``"a+b"``) if it is not registered yet; other names: do nothing.
 
-    One of `rlvr_lib.methods.registry.NAME_RESOLVERS`: `TrainerConfig` (``preset=False``) and `method_config`
-    (``preset=True``, ``given`` its overrides) call it through `rlvr_lib.methods.registry.resolve_name`. A pair
-    whose presets conflict is registered with those keys left out (docs/methods/compose.md, "Preset"); with
-    ``preset=True`` a conflicting key not in ``given`` is raised (`PresetConflict`).
-
-    Raises:
-        ValueError: a component is unknown, or two override one exclusive hook family.
-        PresetConflict: ``preset=True`` and the presets conflict on a key no `compose` call chose
-            and ``given`` lacks.
+    One of `rlvr_lib.methods.registry.NAME_RESOLVERS`. Conflicting preset keys are left out; with ``preset=True`` a
+    conflicting key not in ``given`` raises `PresetConflict`. ValueError on an unknown component or two owners.
     """
     if SEPARATOR not in name:
         return
@@ -487,13 +456,9 @@ NAME_RESOLVERS.append(ensure_registered)
 
 # ----------------------------------------------------------------------------- the pair table
 def pair_table(names: tuple[str, ...]) -> str:
-    """The Markdown table of which pairs of ``names`` compose, from the rules `compose` applies (registers nothing).
+    """The Markdown table of which pairs of ``names`` compose, by `compose`'s rules (registers nothing).
 
-    README's table is this output for the study's methods (`rlvr_lib.study.papers.pair_table_names`; a test holds
-    them equal).
-
-    Raises:
-        ValueError: ``names`` is not a sequence of at least two registered method names.
+    README's table is this output for the study's methods. ValueError unless ``names`` holds two or more methods.
     """
     if isinstance(names, str) or len(names) < 2:
         raise ValueError(f"names={names!r} is invalid: must be a sequence of at least two registered method names")

@@ -73,24 +73,13 @@ class NudgeRLOptions(ConfigBase):
 class NudgeRL(Method):
     """NudgeRL (arXiv 2605.15726, code tally0818/NudgeRL): hint-nudged rollouts, inter/intra credit, distillation.
 
-    Formulas: the module docstring; behaviour in full: docs/methods/nudgerl.md.
+    Formulas: the module docstring. ``hints``: the first (or H random) hints of the task's pool C(x0), R rollouts
+    each, ``(-1, None)`` for a dropped hint; ``extra_loss``: ``lambda_distill`` x L_distill. Preset:
+    :data:`NUDGERL_SETTINGS`.
 
-    ``hints``: per problem x0, the task's hint pool C(x0) = ``get_task(config.task).hints(x0)``, empty hints
-    skipped; the first H (``"first"``) or H drawn without replacement every step (``"random"``), R rollouts
-    each, laid out hint by hint as ``(pool index, hint)``, or ``(-1, None)`` for a no-hint rollout. Dropout
-    uniforms are drawn first, so runs differing only in ``p_drop`` are coupled; randomness comes only from
-    the trainer's ``rng``. ``extra_loss``: ``lambda_distill`` x L_distill, one extra teacher-forced forward
-    of the hinted rows with a nonzero advantage under ``batch.plain_prompt_ids``.
-
-    Preset: :data:`NUDGERL_SETTINGS` (the authors' ``configs/train_config.yaml``). Compare with GRPO at the
-    same settings (``method_config("grpo", **NUDGERL_SETTINGS)``).
-
-    Options: ``hints_per_problem`` (int >= 1, default 2), ``rollouts_per_hint``
-    (int >= 1 or None = G / hints_per_problem; default None; H x R must equal G), ``hint_selection``
-    ("first" or "random", default "first"), ``p_drop`` (in [0, 1], default
-    0.5), ``dropout_unit`` ("rollout" or "hint", default "rollout"), ``lam``
-    (>= 0, default 1.1), ``adv_eps`` (>= 0, default 1e-5), ``lambda_distill``
-    (>= 0, default 0.1), ``distill_rows`` ("all" or "hinted", default "all").
+    Options: ``hints_per_problem`` (2), ``rollouts_per_hint`` (None = G / H; H x R = G), ``hint_selection``
+    ("first" or "random"), ``p_drop`` (0.5), ``dropout_unit`` ("rollout" or "hint"), ``lam`` (1.1), ``adv_eps``
+    (1e-5), ``lambda_distill`` (0.1), ``distill_rows`` ("all" or "hinted").
     """
 
     Options = NudgeRLOptions
@@ -231,12 +220,9 @@ class NudgeRL(Method):
 NUDGERL_SETTINGS = {"kl_coef": 0.0, "eps_low": 0.2, "eps_high": 0.2, "temperature": 1.0, "top_p": 0.95,
                     "group_size": 8, "loss_agg": "seq_mean_token_mean", "minibatches": 2,
                     **paper_schedule("nudgerl")}
-"""The `TrainerConfig` fields NudgeRL's runs share (the authors' ``configs/train_config.yaml``, every method of
-their table): no KL, eps 0.2/0.2, temperature 1.0, top_p 0.95, G = 8, TRL's "grpo" loss, two optimizer steps
-per generation batch (``minibatches=2``: TRL's ``generation_batch_size`` 8 over ``per_device_train_batch_size``
-4, so the second step is off-policy and the PPO clip can bind), cosine lr decay after a linear warm-up over 5%
-of the optimizer steps (``warmup_ratio`` 0.05). Its GRPO@8 comparator takes them too
-(``method_config("grpo", **NUDGERL_SETTINGS)``)."""
+"""NudgeRL's runs' `TrainerConfig` fields (the authors' ``configs/train_config.yaml``): no KL, eps 0.2/0.2,
+temperature 1.0, top_p 0.95, G = 8, two optimizer steps per generation batch, cosine lr after a 5% warm-up.
+"""
 
 NUDGERL_LR = 2e-5
 """NudgeRL's lr (the authors' config: cosine, LoRA r = 32): the ``nudgerl`` and ``pope`` presets'."""

@@ -1,20 +1,13 @@
 """Oracle exploration: GRPO in which some rollouts of each target problem are forced onto a known strategy.
 
-The gate of the testbed's discovery regime (`rlvr_lib.study.regimes.discovery_gate`): what a method could gain if
-its exploration always reached the rare strategy on the problems that need it. For every problem whose ``family``
-is ``target_family``, the last ``forced`` of its G rollouts are sampled with the strategy's hint (``hint``: the
-pretraining hint, which the policy follows), and all rollouts are *credited to the hint-free prompt*
-(``credits_hint_free``): the trainer scores the forced completions under the plain prompt x0, behaviour
-log-probs included, so they enter GRPO's group, its PPO ratio and its KL anchor as if the policy had sampled
-them from x0 (the forced branch is the one off-policy choice, as when a first token is forced)::
+For every problem of ``target_family``, the last ``forced`` of its G rollouts are sampled with ``hint`` and all
+are credited to the hint-free prompt x0 (``credits_hint_free``)::
 
     A_i = (r_i - mean_G r) / (std_G r + eps)      over the G rollouts of x0, forced ones included
     L   = GRPO's loss on log pi(y_i | x0)
 
-Not a paper's method: an upper-reference arm, privileged (it reads which problems are targets), for the discovery
-premise of NudgeRL (arXiv 2605.15726) and 3PO (arXiv 2608.09805), on GRPO (DeepSeekMath, arXiv 2402.03300).
-Preset: GRPO's; the study runs it at GRPO's testbed calibration and tuned lr (`rlvr_lib.study.testbed.LR_SHARED`: the
-arm differs from GRPO only in the forced rollouts).
+Not a paper's method: a privileged upper-reference arm for the discovery premise of NudgeRL (arXiv 2605.15726)
+and 3PO (arXiv 2608.09805), on GRPO (DeepSeekMath, arXiv 2402.03300). Preset: GRPO's.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """The method registry: name -> (hook class, `TrainerConfig` preset, description).
 
-``build_method(config)`` gives the hook object the trainer calls;
-``rlvr_lib.methods.method_config("grpo", steps=50)`` (`rlvr_lib.methods.presets`)
-a validated config. Modules that define methods import `register_method` from
-here and register at import time; `rlvr_lib.methods` imports them all. This
-module imports no other part of the package but `rlvr_lib.config`: the
-trainer config checks its method name against :data:`METHODS`, so the
-registry sits below it (presets, which build configs, sit above both).
+``build_method(config)`` gives the hook object the trainer calls; modules that define methods call
+`register_method` at import time. It imports nothing of the package but `rlvr_lib.config`, so that
+`TrainerConfig` can check method names against :data:`METHODS`.
 """
 
 from __future__ import annotations
@@ -22,12 +18,7 @@ __all__ = ["METHODS", "MethodSpec", "build_method", "register_method", "resolve_
 
 @dataclass(frozen=True)
 class MethodSpec:
-    """A registered method: its hook class, preset, one-line description and docstring.
-
-    ``doc`` states the method's formula and the paper it comes from: the hook
-    class's docstring, or the preset's own where the method is a preset of a
-    class that other names share (e.g. ``grpo_no_kl``: `Method` with ``kl_coef=0``).
-    """
+    """A registered method: its hook class, preset, one-line description and ``doc`` (formula and paper)."""
 
     cls: type
     preset: dict = field(default_factory=dict)
@@ -46,16 +37,9 @@ _SEALED = False
 
 def register_method(name: str, cls: type, description: str = "", *, doc: str | None = None,
                     tuned_lr: float | None = None, **preset) -> None:
-    """Register ``name`` -> (hook class, TrainerConfig overrides).
+    """Register ``name`` -> (hook class, TrainerConfig overrides); ``doc`` defaults to ``cls.__doc__``.
 
-    ``doc`` (cleaned with `inspect.cleandoc`) defaults to ``cls.__doc__``: a
-    method that is a preset of a shared hook class passes its own. ``tuned_lr``: see `MethodSpec.tuned_lr`.
-
-    The preset's keys are checked against `TrainerConfig`'s fields when a
-    config is built from it (`rlvr_lib.methods.presets.method_config`).
-
-    Raises:
-        ValueError: ``name`` is taken.
+    Raises ValueError when ``name`` is taken.
     """
     if name in METHODS:
         raise ValueError(f"method {name!r} is already registered")
@@ -87,9 +71,7 @@ so the registry and the trainer config stay below the modules that build methods
 def resolve_name(name, *, preset: bool = False, given=()) -> None:
     """Let each of :data:`NAME_RESOLVERS` register ``name`` if it describes a method not registered yet.
 
-    ``preset=True`` (`rlvr_lib.methods.presets.method_config`): the caller builds from the method's
-    preset, overriding the keys ``given``, so a resolver must refuse a name whose preset it cannot
-    settle without them.
+    With ``preset=True`` a resolver refuses a name whose preset it cannot settle without the keys ``given``.
     """
     if isinstance(name, str):
         for resolver in NAME_RESOLVERS:
@@ -109,15 +91,9 @@ def build_method(config):
 
 
 def resolved_method_options(config) -> dict:
-    """Every option of ``config.method``'s options class, its defaults filled in (JSON form).
+    """Every option of ``config.method``'s options class, defaults filled in (JSON form), as run records store it.
 
-    A run's cache key holds ``config.method_options`` as given, so changing an
-    option's default does not change the key; run records store this dict, and
-    `rlvr_lib.study.pipeline.train_and_evaluate` refuses a cached run trained under
-    other option values.
-
-    Raises:
-        ValueError: unknown method or invalid ``method_options``.
+    Raises ValueError on an unknown method or invalid ``method_options``.
     """
     if config.method not in METHODS:
         raise unknown_method(config.method)

@@ -181,11 +181,9 @@ class DAPOBranchOptions(BranchOptions, DAPOOptions):
 
 # ------------------------------------------------------------------------------ the anchor
 def guide_stats(q: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The guide's diagnostics over the completion tokens (``mask``), as 0-d tensors.
+    """The guide's diagnostics over the completion tokens (``mask``), as 0-d tensors (never NaN).
 
-    ``sage_q_mean`` mean q; ``sage_q_shaped_frac`` share with q != 1;
-    ``sage_q_raised_frac`` share with q > 1; ``sage_entropy_raised`` mean
-    entropy where q > 1, 0.0 when no token has q > 1 (never NaN).
+    ``sage_q_mean``, ``sage_q_shaped_frac`` (q != 1), ``sage_q_raised_frac`` (q > 1), ``sage_entropy_raised``.
     """
     m = mask.bool()
     n = m.sum().clamp(min=1)
@@ -201,13 +199,7 @@ def guide_stats(q: torch.Tensor, entropy: torch.Tensor, mask: torch.Tensor) -> d
 
 
 class ShapedAnchor:
-    """Mixin that gives a `Method` SAGE's anchor hook (see the module docstring).
-
-    The guide is ``Options.GUIDE``, its options ``Options.guide_kwargs(step,
-    config.steps)``; the guide's generator is ``self.generator(step, _STREAM)``,
-    reseeded at every step (``on_step_start``). Put it first among the bases:
-    ``class X(ShapedAnchor, SomeMethod)``.
-    """
+    """Mixin that gives a `Method` SAGE's anchor hook, guide ``Options.GUIDE``; put it first among the bases."""
 
     _STREAM = 0x5A6E  # keeps the guide's seeds apart from the trainer's streams
 
@@ -245,12 +237,8 @@ class ShapedAnchor:
 class SAGE(ShapedAnchor, Method):
     """SAGE with the branch guide (arXiv 2605.18864): GRPO whose anchor reference is q * pi_ref.
 
-    q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max), H_t the current
-    policy's token entropy; anchor_t = kl_penalty(logp_t, ref_logp_t + log q_t,
-    kl_estimator), the authors' k3 anchor (:data:`SAGE_ANCHOR`; compare with ``grpo_k3``).
-
-    Options: ``tau`` (nats >= 0, default the paper's 1.2, :data:`AUTHORS_TAU`), ``gamma`` (>= 0,
-    default 0.3), ``q_min`` (in (0, 1], 0.6), ``q_max`` (>= 1, 1.4).
+    q_t = clamp(1 + gamma * max(H_t - tau, 0), q_min, q_max); anchor_t = kl_penalty(logp_t, ref_logp_t + log q_t,
+    kl_estimator). Options: ``tau`` (default 1.2, :data:`AUTHORS_TAU`), ``gamma`` (0.3), ``q_min`` (0.6), ``q_max`` (1.4).
     """
 
     Options = BranchOptions
@@ -260,14 +248,9 @@ class SAGEToken(ShapedAnchor, Method):
     """SAGE with the token guide (arXiv 2605.18864): q from the sampled token's normalised surprisal.
 
     Per sequence, w_t = minmax-normalised -log p_t (quantile-clipped),
-    q_t = clamp(1 + alpha * w_t + sigma * w_t * xi_t, q_min, q_max), xi ~ N(0, 1)
-    from the method's generator; alpha and sigma follow `guide_schedule` over
-    ``config.steps``.
-
-    Options: ``alpha_start`` 0.3, ``alpha_end`` 0.1, ``sigma_start`` 0.25,
-    ``sigma_end`` 0.1 (all >= 0), ``quantile`` (in [0, 0.5), 0.05),
-    ``num_cycles`` (int >= 1, 8), ``decay_rate`` (in [0, 1], 0.9), ``q_min``,
-    ``q_max`` (0.6, 1.4).
+    q_t = clamp(1 + alpha * w_t + sigma * w_t * xi_t, q_min, q_max), xi ~ N(0, 1); alpha, sigma follow
+    `guide_schedule`. Options: ``alpha_start`` 0.3, ``alpha_end`` 0.1, ``sigma_start`` 0.25, ``sigma_end`` 0.1,
+    ``quantile`` 0.05, ``num_cycles`` 8, ``decay_rate`` 0.9, ``q_min``, ``q_max`` (0.6, 1.4).
     """
 
     Options = TokenGuideOptions
@@ -276,13 +259,9 @@ class SAGEToken(ShapedAnchor, Method):
 class SAGERandom(ShapedAnchor, Method):
     """SAGE with the random guide (arXiv 2605.18864): the control with no signal in q.
 
-    q_t = clamp(1 + sigma * xi_t, q_min, q_max) on a Bernoulli(eps) subset of
-    tokens, else 1, from the method's generator; eps and sigma follow
-    `guide_schedule` over ``config.steps``.
-
-    Options: ``eps_start`` 0.1, ``eps_end`` 0.0 (in [0, 1]), ``sigma_start``
-    0.15, ``sigma_end`` 0.05 (>= 0), ``num_cycles`` (8), ``decay_rate`` (0.9),
-    ``q_min``, ``q_max`` (0.6, 1.4).
+    q_t = clamp(1 + sigma * xi_t, q_min, q_max) on a Bernoulli(eps) subset of tokens, else 1. Options:
+    ``eps_start`` 0.1, ``eps_end`` 0.0, ``sigma_start`` 0.15, ``sigma_end`` 0.05, ``num_cycles`` 8,
+    ``decay_rate`` 0.9, ``q_min``, ``q_max`` (0.6, 1.4).
     """
 
     Options = RandomGuideOptions
@@ -291,21 +270,16 @@ class SAGERandom(ShapedAnchor, Method):
 class DAPOBranch(ShapedAnchor, DAPO):
     """SAGE's "DAPO + Branch" (arXiv 2605.18864): `DAPO`'s hooks with the branch-guided anchor.
 
-    Preset (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`): SAGE's "DAPO" as the authors run it, TRL's
-    ``loss_type="dapo"``: token-level mean loss sum_it m_it L_it / sum_it m_it, clip 0.2/0.2, no dynamic
-    sampling, no overlong shaping (options off), plus beta * shaped anchor (k3 at the authors' beta).
-    The full DAPO recipe (clip-higher 0.28, overlong shaping, dynamic sampling) with the anchor is
-    :data:`FULL_DAPO_BRANCH`'s overrides. Options: DAPO's and the branch guide's (see `SAGE`).
+    Preset (:data:`SAGE_DAPO` + :data:`SAGE_ANCHOR`): TRL's ``loss_type="dapo"``, token-level mean loss
+    sum_it m_it L_it / sum_it m_it, clip 0.2/0.2, plus beta * shaped anchor; the full DAPO recipe is
+    :data:`FULL_DAPO_BRANCH`'s overrides.
     """
 
     Options = DAPOBranchOptions
 
 
 class BNPOLossBranch(ShapedAnchor, Method):
-    """SAGE's "BNPO + Branch" (arXiv 2605.18864): the ``bnpo_loss`` preset (token-mean loss) with the branch-guided anchor.
-
-    :data:`SAGE_ANCHOR` (k3 at the authors' beta). Options: the branch guide's (see `SAGE`).
-    """
+    """SAGE's "BNPO + Branch" (arXiv 2605.18864): ``bnpo_loss`` (token-mean loss) with the branch-guided anchor."""
 
     Options = BranchOptions
 
@@ -316,14 +290,8 @@ def base_token_entropies(model, tokenizer, *, problems: int = 600, samples: int 
                          max_new_tokens: int = 48, batch_size: int = 512) -> torch.Tensor:
     """A policy's token entropies (nats) over the completion tokens of its own rollouts, 1-D float64 on CPU.
 
-    Rollouts: ``samples`` completions of each of the first ``problems`` of
-    ``family`` (``task.family_problems(family, n, seed=0)`` with ``n =
-    min(problems, task.family_capacity(family))``, the trainer's training pool
-    for ``problems = train_pool_size``), sampled at
-    ``temperature`` with sampling seed ``seed`` (`KVCacheEngine`). Entropies:
-    H_t = -sum_v p_v log p_v of the policy at ``temperature``, teacher-forced
-    on those completions (`sequence_logprobs`), every completion token (EOS
-    included), in rollout order.
+    ``samples`` completions of each of the first ``problems`` of ``family`` at ``temperature``;
+    H_t = -sum_v p_v log p_v teacher-forced on them, EOS included, in rollout order.
     """
     from rlvr_lib.rollout import KVCacheEngine, SamplingParams, sequence_logprobs
     from rlvr_lib.tasks import get_task
@@ -353,14 +321,7 @@ def base_token_entropies(model, tokenizer, *, problems: int = 600, samples: int 
 
 
 def calibrate_tau(model, tokenizer, *, quantile: float = 0.9, **sample) -> float:
-    """tau by the rule of docs/methods/sage.md: a quantile of the policy's own token entropies.
-
-    Returns the ``quantile`` (linear interpolation; default 0.9) of
-    :func:`base_token_entropies` ``(model, tokenizer, **sample)``, in nats.
-    With the defaults (the ``train`` family's problems x 32 samples, seed 0,
-    temperature 1, 48 tokens) on the embedded tiny policy this is the
-    computation behind the testbed's tau (0.240 -> 0.24, `rlvr_lib.study.testbed.TESTBED_TAU`).
-    """
+    """tau by the rule of docs/methods/sage.md: the ``quantile`` (default 0.9) of :func:`base_token_entropies`, in nats."""
     check_range("quantile", quantile, 0.0, 1.0)
     return float(torch.quantile(base_token_entropies(model, tokenizer, **sample), quantile))
 

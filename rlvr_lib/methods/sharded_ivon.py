@@ -1,26 +1,15 @@
 """IVON on FSDP2 shards: the pieces `rlvr_lib.methods.threepo._SummedIVON` needs when its parameters are DTensors.
 
-``ivon-opt`` (0.1.3) keeps one flat vector per parameter group (momentum, Hessian) and flattens the whole
-parameters to draw and add its noise, which a sharded ``DTensor`` refuses. On a sharded launch
-(`rlvr_lib.distributed`, ``fully_shard``) every parameter is ``Shard(0)`` on a 1-D mesh: process ``r`` of ``W``
-holds rows ``[r c, min((r + 1) c, d0))`` with ``c = ceil(d0 / W)`` (``torch.chunk``'s split, FSDP2's), i.e. one
-contiguous block of the flattened parameter. So IVON runs on the local blocks, elementwise as before:
+Every parameter is ``Shard(0)`` on a 1-D mesh: process ``r`` of ``W`` holds rows ``[r c, min((r + 1) c, d0))``,
+``c = ceil(d0 / W)``, one contiguous block of the flattened parameter, so IVON runs on the local blocks:
 
 * its flat buffers hold this process's elements only, parameter by parameter in group order;
-* the noise equals the unsharded draw: every process draws the group's whole noise stream with the same RNG
-  state (``torch.randn(N)`` of ``ivon.IVON._sample_params``) in chunks of :data:`NOISE_CHUNK` values and keeps
-  the slices of its blocks (:func:`streamed_noise`): memory of one chunk, time of the whole draw (the draw is
-  repeated on each process, as the sharded update is);
-* statistics over all weights (clipped share, mean step, mean sigma) are summed over the processes
-  (:func:`global_sums`);
-* a checkpoint holds the unsharded layout (:func:`gather_flat`, :func:`local_flat`), the one-process
-  ``state_dict``'s.
+* the noise equals the unsharded draw: each process draws the group's whole stream in chunks of
+  :data:`NOISE_CHUNK` and keeps its slices (:func:`streamed_noise`, :func:`noise_chunks`);
+* statistics over all weights are summed over the processes (:func:`global_sums`);
+* a checkpoint holds the unsharded layout (:func:`gather_flat`, :func:`local_flat`).
 
-On the CPU a chunked draw equals the whole draw bit for bit when every chunk but the last is a multiple of 16
-values and the last holds at least 16 (torch's CPU normal sampler fills 16 values at a time and redraws a
-short tail as the last 16): :func:`noise_chunks` cuts so; the tests check the equality, and a 2-process sharded
-3PO step equals the one-process step. On CUDA the chunks are independent normal draws from the same stream
-(the right distribution, not the one-process bits).
+Why the chunked draw is bit-identical on CPU: docs/methods/threepo.md.
 """
 
 from __future__ import annotations
@@ -53,9 +42,7 @@ def local(p: torch.Tensor) -> torch.Tensor:
 def shard_range(p: torch.Tensor) -> tuple[int, int]:
     """``[a, b)``: the elements of ``p.flatten()`` this process holds (all of them for a plain tensor).
 
-    Raises:
-        ValueError: a DTensor that is not ``Shard(0)`` on a 1-D mesh, or whose local block is not the rows
-            ``torch.chunk`` gives this process (the layout FSDP2's ``fully_shard`` makes).
+    Raises ValueError for a DTensor that is not ``Shard(0)`` on a 1-D mesh in ``torch.chunk``'s layout.
     """
     if not hasattr(p, "placements"):
         return 0, p.numel()

@@ -71,7 +71,7 @@ AUTHORS_IVON_LR = 1.0
 AUTHORS_CLIP_RADIUS = 1e-3
 """The authors' clip radius (a real model passes it); `calibrate_threepo`'s first round starts from it."""
 NOISE_RATIO_ESS = 1.6e8
-"""The earlier rule's ESS (:func:`calibrate_ess`: the authors' noise / weight-std ratio), kept for comparison."""
+"""The noise-ratio rule's ESS (:func:`calibrate_ess`: the authors' noise / weight-std ratio)."""
 NOISE_SCALES = (0.0, 1.0)
 """The allowed ``noise_scale`` values: 1 (IVON's posterior noise) or 0 (none: IVON's mean update, for tests)."""
 _NOISE_SCALE_MUST = ("0.0 (no noise: IVON's mean update, for tests) or 1.0 (IVON's posterior noise); "
@@ -86,22 +86,12 @@ def initial_sigma(ess: float, hess_init: float, weight_decay: float) -> float:
 
 def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, clip_radius: float,
                     rescale_lr: bool = True) -> float:
-    """The IVON lr whose largest per-weight step equals ``config_lr`` (the rule: docs/methods/threepo.md).
-
-    IVON's mean update moves a weight by ``lr_eff * clip(., -c, c)`` with
-    ``lr_eff = lr * (hess_init + wd)`` under ``rescale_lr`` (``lr`` otherwise)
-    and ``c`` = ``clip_radius``, at most ``lr_eff * c``. Setting that equal to
-    ``config_lr``::
+    """The IVON lr whose largest per-weight step ``lr_eff * c`` equals ``config_lr``::
 
         lr = config_lr / ((hess_init + wd) * c)     (rescale_lr)
         lr = config_lr / c                          (no rescale_lr)
 
-    E.g. ``matched_ivon_lr(1e-6, 1e-3, 1e-6, 1e-3)`` = 0.999 (the authors' 1.0,
-    paired with their GRPO's AdamW lr 1e-6); at the testbed's 1e-4: 99.9.
-
-    Raises:
-        ValueError: on a non-positive ``config_lr``, ``hess_init`` or
-            ``clip_radius`` or a negative ``weight_decay``.
+    Raises ValueError on a non-positive ``config_lr``, ``hess_init`` or ``clip_radius`` or a negative ``weight_decay``.
     """
     check_range("config_lr", config_lr, 0.0, None, lo_open=True)
     check_range("hess_init", hess_init, 0.0, None, lo_open=True)
@@ -112,26 +102,12 @@ def matched_ivon_lr(config_lr: float, hess_init: float, weight_decay: float, cli
 
 def mean_step_matched_ivon_lr(ivon_lr: float, ivon_mean_step: float, adamw_mean_step: float,
                               digits: int = 3) -> float:
-    """The IVON lr whose *mean* per-weight step equals AdamW's, from one measurement of both at ``ivon_lr``.
-
-    :func:`matched_ivon_lr` equalises the largest per-weight step. When most
-    weights sit at IVON's clip bound, its mean step is close to that bound while
-    AdamW's mean step is well below its lr, so IVON moves the weights further
-    on average. IVON's mean update is ``lr_eff * clip(.)`` with ``lr_eff``
-    proportional to ``lr`` and a clip bound that does not depend on ``lr``,
-    so along a given trajectory its step is proportional to ``lr``::
+    """The IVON lr whose *mean* per-weight step equals AdamW's, from one measurement of both at ``ivon_lr``::
 
         lr_mean = ivon_lr * adamw_mean_step / ivon_mean_step
 
-    with both mean steps measured on the same steps of the same config
-    (`rlvr_lib.study.probes.weight_steps.weight_step_profile`). It is exact for the
-    measured steps only: at ``lr_mean`` the trajectory, hence the share of
-    clipped weights, changes (measure it again to check). Rounded to
-    ``digits`` significant figures so that the run's cache key does not
-    depend on the last bits of a measurement.
-
-    Raises:
-        ValueError: on a non-positive lr or step, or ``digits < 1``.
+    rounded to ``digits`` significant figures (derivation: docs/methods/threepo.md). Raises ValueError on a
+    non-positive lr or step, or ``digits < 1``.
     """
     check_range("ivon_lr", ivon_lr, 0.0, None, lo_open=True)
     check_range("ivon_mean_step", ivon_mean_step, 0.0, None, lo_open=True)
@@ -153,13 +129,7 @@ def _round_up(x: float, digits: int) -> float:
 
 @dataclass(frozen=True)
 class RegimeCalibration:
-    """What :func:`calibrate_clip_and_lr` picks and what it predicts on the measured update ratios.
-
-    ``clip_radius`` and ``lr`` are the picks; ``clipped_share`` is the share of
-    measured |u| above ``clip_radius``; ``ivon_mean_step`` the mean |delta theta|
-    IVON takes at the picks on the measured |u| (equal to ``adamw_mean_step`` up
-    to the lr's rounding).
-    """
+    """:func:`calibrate_clip_and_lr`'s picks (``clip_radius``, ``lr``) and its predictions on the measured |u|."""
 
     clip_radius: float
     lr: float
@@ -173,13 +143,9 @@ class RegimeCalibration:
 def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float, *,
                           max_clipped: float = MAX_CLIPPED_SHARE, hess_init: float = 1e-3, weight_decay: float = 1e-6,
                           rescale_lr: bool = True, digits: int = 3) -> RegimeCalibration:
-    """3PO's regime rule: clip_radius from IVON's measured per-weight updates, then the IVON lr.
+    """3PO's regime rule: clip_radius from IVON's measured |u| (pooled, 1-D), then the IVON lr.
 
-    Input: |u| (:func:`update_ratio`) of every weight at every measured IVON
-    step after the warm-up, pooled (1-D), and AdamW's mean per-weight step
-    |delta theta| on the same steps of the ``grpo`` preset
-    (`rlvr_lib.study.probes.weight_steps.weight_step_profile`). With the n pooled values
-    sorted, v_(1) <= ... <= v_(n):
+    With the n pooled values sorted, v_(1) <= ... <= v_(n)::
 
         clip_radius = v_(k) rounded UP to ``digits`` significant figures,
                       k = ceil((1 - max_clipped) n)     (so at most max_clipped of them exceed it)
@@ -188,14 +154,8 @@ def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float
         lr          = lr_eff / (hess_init + wd)         with ``rescale_lr`` (lr_eff without)
                       rounded to ``digits`` significant figures.
 
-    The clip radius does not enter the posterior noise 1 / sqrt(ess (h + wd)),
-    so the noise the ESS rule set is unchanged. Exact for the measured steps
-    only: at the picks the trajectory changes; measure again to check
-    (`rlvr_lib.study.probes.ivon_regime.calibrate_threepo` does, with ``rounds``).
-
-    Raises:
-        ValueError: on an empty, non-1-D or non-finite ``abs_update_ratio``, a negative value in it,
-            ``max_clipped`` outside (0, 1), a non-positive ``adamw_mean_step``, or ``digits < 1``.
+    Raises ValueError on an empty, non-1-D, negative or non-finite ``abs_update_ratio``, ``max_clipped`` outside
+    (0, 1), a non-positive ``adamw_mean_step``, or ``digits < 1``.
     """
     check_range("max_clipped", max_clipped, 0.0, 1.0, lo_open=True, hi_open=True)
     check_range("adamw_mean_step", adamw_mean_step, 0.0, None, lo_open=True)
@@ -224,14 +184,9 @@ def calibrate_clip_and_lr(abs_update_ratio: torch.Tensor, adamw_mean_step: float
 
 
 def weight_matrix_std(model: torch.nn.Module) -> float:
-    """Std of every entry of ``model``'s trainable weight matrices pooled (parameters with ``ndim >= 2``).
+    """Pooled std of ``model``'s trainable weight matrices (``ndim >= 2``, tied weights once).
 
-    ``std_W = sqrt(sum_i (w_i - mean)^2 / (n - 1))`` over the ``n`` entries of
-    the embeddings and linear projections (tied weights counted once); norm
-    gains and biases are left out (see docs/methods/threepo.md).
-
-    Raises:
-        ValueError: when the model has no trainable parameter with two or more dimensions.
+    ``std_W = sqrt(sum_i (w_i - mean)^2 / (n - 1))``. Raises ValueError when there is no such parameter.
     """
     mats = [p.detach().flatten().double() for p in model.parameters() if p.requires_grad and p.ndim >= 2]
     if not mats:
@@ -253,15 +208,10 @@ def calibrated_ess(model: torch.nn.Module, ratio: float, hess_init: float, weigh
 
 def calibrate_ess(model: torch.nn.Module, *, reference_std: float = REFERENCE_WEIGHT_STD,
                   reference_ess: float = AUTHORS_ESS, hess_init: float = 1e-3, weight_decay: float = 1e-6) -> float:
-    """The testbed ESS by the noise-ratio rule (docs/methods/threepo.md): the authors' noise/weight-std ratio on ``model``.
+    """The ESS by the noise-ratio rule: the authors' noise/weight-std ratio on ``model``.
 
-    ``ratio = initial_sigma(reference_ess, h0, wd) / reference_std`` (the
-    authors': 1.0e-3 / 0.02 = 0.050), then :func:`calibrated_ess`; with equal
-    ``h0`` and ``wd`` this is ``reference_ess * (reference_std / std_W)^2``.
-    With the defaults on the shipped tiny policy: 1.58e8 (:data:`NOISE_RATIO_ESS`).
-
-    Raises:
-        ValueError: on a non-positive ``reference_std`` or ``reference_ess``.
+    ``ratio = initial_sigma(reference_ess, h0, wd) / reference_std``, then :func:`calibrated_ess`; with equal ``h0``
+    and ``wd``, ``reference_ess * (reference_std / std_W)^2``. Raises ValueError on a non-positive reference.
     """
     check_range("reference_std", reference_std, 0.0, None, lo_open=True)
     check_range("reference_ess", reference_ess, 0.0, None, lo_open=True)
@@ -270,15 +220,9 @@ def calibrate_ess(model: torch.nn.Module, *, reference_std: float = REFERENCE_WE
 
 
 class _SummedIVON(ivon.IVON):
-    """``ivon.IVON`` whose step uses the sum, not the mean, of the gradients recorded since the last step.
+    """``ivon.IVON`` stepping on the sum (not the mean) of the gradients recorded since the last step.
 
-    The trainer already weights each weight sample's loss by its share of the
-    minibatch; summing makes the recorded gradient the minibatch's. ``noise_scale``
-    (one of :data:`NOISE_SCALES`) scales the drawn noise: 1 leaves IVON's, 0 gives
-    the mean weights exactly. The update itself is IVON's.
-
-    On FSDP2 shards (DTensor parameters, a sharded launch) IVON runs on each process's blocks of the weights,
-    its noise equal to the unsharded draw and its statistics summed over the processes
+    ``noise_scale`` (:data:`NOISE_SCALES`) scales the drawn noise. On FSDP2 shards IVON runs per process's blocks
     (`rlvr_lib.methods.sharded_ivon`); :meth:`gathered_state_dict` gives the one-process ``state_dict``.
     """
 
@@ -490,11 +434,8 @@ def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Te
                  beta1: float, step: int, debias: bool = True) -> torch.Tensor:
     """IVON's per-weight update before the clip, u = (mom / debias + wd * m) / (h + wd) (``ivon.IVON._update``).
 
-    IVON moves each mean weight by ``-lr_eff * clip(u, -c, c)`` (``lr_eff = lr * (hess_init + wd)``
-    under ``rescale_lr``, ``c`` = ``clip_radius``), with the momentum and ``h`` already updated by the
-    step, ``m`` the mean weights before it, and ``debias = 1 - beta1**step`` (``step`` = IVON's
-    ``current_step`` after the increment; 1 without debiasing). A weight is *clipped* when
-    ``|u| > c``: it then moves by ``lr_eff * c`` whatever its gradient's size, the sign-descent regime.
+    IVON moves each mean weight by ``-lr_eff * clip(u, -c, c)``; ``debias = 1 - beta1**step``. A weight is
+    *clipped* when ``|u| > c``.
     """
     scale = 1.0 - beta1 ** step if debias else 1.0
     return (momentum / scale + weight_decay * param_avg) / (hess + weight_decay)
@@ -504,12 +445,7 @@ def update_ratio(momentum: torch.Tensor, hess: torch.Tensor, param_avg: torch.Te
 class ThreePOOptions(ConfigBase):
     """3PO settings; the defaults are the authors' (ESS 1e9, clip_radius 1e-3, lr 1.0, rescale_lr, hess_init 1e-3).
 
-    A small model calibrates ``ess``, ``clip_radius`` and ``lr`` (the rules: docs/methods/threepo.md; the testbed's:
-    `rlvr_lib.study.testbed`). ``lr=None`` is the first
-    rule, "matched": :func:`matched_ivon_lr` of the trainer config's ``lr``
-    (IVON's largest per-weight step equals it; 0.999, the authors' 1.0, at the
-    authors' GRPO lr 1e-6).
-    ``noise_scale`` is 1.0 or 0.0 (:data:`NOISE_SCALES`).
+    ``lr=None``: :func:`matched_ivon_lr` of the trainer's lr. ``noise_scale`` is 1.0 or 0.0 (:data:`NOISE_SCALES`).
     """
 
     samples: int = 2            # M (m3po) / N (c3po); b3po always uses 1
@@ -555,8 +491,7 @@ class ThreePOOptions(ConfigBase):
 class B3PO(Method):
     """B3PO (arXiv 2608.09805): one IVON posterior sample per step; rollouts and gradient at it.
 
-    theta_hat = m + z / sqrt(ess (h + wd)), z ~ N(0, I), each step; the G rollouts and GRPO's
-    loss (no KL) at theta_hat; IVON updates (m, h) from that gradient (see the module docstring).
+    theta_hat = m + z / sqrt(ess (h + wd)), z ~ N(0, I); GRPO's loss (no KL) at theta_hat; IVON updates (m, h).
     """
 
     reads_parameters = True  # IVON samples and perturbs the weights
@@ -671,25 +606,12 @@ def learn_hessian_init(optimizer: _SummedIVON, model: torch.nn.Module, *, steps:
                        beta2: float = 0.97, policy: str | None = None, seed: int = 0) -> dict[str, float]:
     """Learn IVON's diagonal Hessian on the policy's own SFT objective, the mean weights left unchanged.
 
-    ``steps`` IVON steps, exactly as in RL but with ``lr = 0`` and IVON's ``beta2`` set to ``beta2``:
-    per step j, a batch of ``batch_size`` pairs of the policy's pretraining mixture
-    (`rlvr_lib.policy.pretrain.PretrainingMixture` of the config in the checkpoint's
-    ``pretrain_log.json``; ``None`` = that config's ``batch_size``) and one weight sample ``m + sigma z``
-    (``sampled_params(train=True)``, noise from the global RNG forked by ``(seed, HESS_INIT_STREAM, j)``),
-    the gradient of the pretraining loss (mean NLL per label token, `rlvr_lib.policy.pretrain.sft_loss`,
-    no gradient clipping) at it, then ``optimizer.step()``: IVON's update of ``h`` from the "price"
-    estimate ``f = ess * (h + wd) * noise * g`` (see docs/methods/threepo.md). With ``lr = 0`` the mean
-    update is ``m - 0 * clip(.)``, so ``m`` is bit-identical. Afterwards the optimizer is fresh apart
-    from ``h``: momentum zeroed, ``current_step`` 0 (momentum debiasing restarts), lr and ``beta2``
-    restored, no gradient left. The SFT data generator is seeded by ``(seed, HESS_INIT_STREAM)``.
+    ``steps`` IVON steps with ``lr = 0``: each a batch of the policy's pretraining mixture, one weight sample
+    ``m + sigma z`` and the SFT loss's gradient at it; IVON updates ``h`` from ``f = ess * (h + wd) * noise * g``.
+    Afterwards only ``h`` is kept (momentum zeroed, ``current_step`` 0).
 
-    Returns:
-        ``{"hess_init_steps", "hess_init_sft_loss" (mean over the steps, at the weight samples),
-        "hess_init_mean_h" (mean learnt h), "hess_init_mean_sigma" (mean posterior std after)}``.
-
-    Raises:
-        ValueError: when ``steps`` < 1 or when the policy's SFT data are unknown (``policy`` is not ``None``,
-            the embedded tiny policy, nor a directory written by `rlvr_lib.policy.pretrain.pretrain`).
+    Returns ``{"hess_init_steps", "hess_init_sft_loss", "hess_init_mean_h", "hess_init_mean_sigma"}``.
+    Raises ValueError when ``steps`` < 1 or the policy's SFT data are unknown.
     """
     import numpy as np
 
@@ -733,11 +655,7 @@ def learn_hessian_init(optimizer: _SummedIVON, model: torch.nn.Module, *, steps:
 
 
 def sample_disagreement(batch: StepBatch) -> float:
-    """Share of groups whose weight slices' majority strategies (``verdict.strategy``) are not all equal.
-
-    Groups with a single weight slice count as agreeing; ties within a slice
-    are broken by the first strategy seen. NaN-free: 0.0 for one sample.
-    """
+    """Share of groups whose weight slices' majority strategies (``verdict.strategy``) differ (0.0 for one sample)."""
     slices: dict[int, dict[int, Counter]] = {}
     for g, k, v in zip(batch.group_index.tolist(), batch.weight_index.tolist(), batch.verdicts):
         slices.setdefault(g, {}).setdefault(k, Counter())[getattr(v, "strategy", None)] += 1
@@ -780,37 +698,15 @@ class C3POOptions(ThreePOOptions):
 class C3PO(B3PO):
     """C3PO (arXiv 2608.09805): N samples split each group, advantage over the pooled G, sequence importance weights.
 
-    Rollouts: slice k (G/N rollouts of every group) at weight sample k (``perturbed(model, k)``, keyed by
-    ``(seed, step, STREAM, k)``); advantages over the pooled group of G (the configured estimator).
+    Slice k (G/N rollouts of every group) is rolled out at weight sample k; advantages over the pooled group of G.
+    ``scheme="authors"``: one fresh training draw ``theta_t`` for the whole update, old log-probs at it, and::
 
-    ``scheme="authors"`` (the preset, as the authors' code runs it: ``verl/recipes/run_rl.sh`` with
-    ``EXPLORATION_M`` > 1, their ``ray_trainer.py`` and verl's sequence-level rollout correction):
+        log rho_i = sum_t mask_it * (log pi_t(y_it) - log pi_k(y_it))
+        w_i       = min(rho_i, C)                           (C = ``seq_mis_threshold``, 2; detached)
+        loss_it   = w_i * ppo_clip_loss_it(r_it),   r_it = pi_theta(y_it) / pi_t(y_it)
 
-    * one fresh draw ``theta_t = m + sigma z_t`` for the whole training pass (every row, every chunk, every optimizer
-      step of the RL step), keyed by ``(seed, step, TRAIN_STREAM)`` independently of the rollout draws;
-    * the PPO ratio's old log-probs are the training draw's, computed once before the update (``before_update``, no
-      gradient): ``r_it = pi_theta(y_it) / pi_t(y_it)`` (verl recomputes ``old_log_prob`` with the actor);
-    * each row's loss is weighted by its sequence's truncated importance ratio between the training draw and the
-      draw k that rolled it out::
-
-          log rho_i = sum_t mask_it * (log pi_t(y_it) - log pi_k(y_it))
-          w_i       = min(rho_i, C)                           (C = ``seq_mis_threshold``, 2; detached)
-          loss_it   = w_i * ppo_clip_loss_it(r_it)
-
-      logged as ``seq_is_truncated_frac`` (rows with rho > C) and ``seq_is_weight_mean``. ``seq_mis=False`` drops
-      ``w`` (the ``c3po-no-seq-mis`` ablation) and keeps the training draw.
-
-    ``_SummedIVON`` sums the per-scope gradients at the one draw: the minibatch's gradient at ``theta_t``
-    (docs/methods/threepo.md).
-
-    ``scheme="per_chunk"`` (the committed records' form, kept to measure the difference): chunk k's gradient at its
-    own rollout draw k, old log-probs the rollout's, and the weight between the MEAN policy and draw k, masked (not
-    truncated) above C: ``log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))``,
-    ``w_i = rho_i * 1[rho_i <= C]``, logged as ``seq_mis_masked_frac`` and ``seq_mis_ratio_mean`` (the share
-    masked in the runs: docs/methods/threepo.md).
-
-    Primary control of every 3PO claim: the same preset with ``method_options={"noise_scale": 0.0}`` (IVON's mean
-    update, no noise), beside GRPO.
+    ``seq_mis=False`` drops ``w``. ``scheme="per_chunk"`` (the committed records' form): chunk k's gradient at draw
+    k, ``log rho_i = sum_t mask_it * (log pi_m(y_it) - log pi_k(y_it))``, ``w_i = rho_i * 1[rho_i <= C]``.
     """
 
     Options: ClassVar[type[ConfigBase]] = C3POOptions

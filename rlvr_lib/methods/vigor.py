@@ -68,19 +68,9 @@ EMPTY_MARGIN = 1e-3
 
 def empty_below_group_min(scores: torch.Tensor, empty: torch.Tensor, group_index: torch.Tensor,
                           margin: float = EMPTY_MARGIN) -> torch.Tensor:
-    """``scores`` with every empty row set to ``min - margin``, min over its group's NON-empty rows.
+    """``scores`` ``(N,)`` with every ``empty`` ``(N,)`` row set to ``min - margin``, min over its group's non-empty rows.
 
-    An empty completion (no token in its mask) has no NLL to differentiate, so
-    its score means nothing (a zero gradient would score best); the authors'
-    code ranks it below every scored completion of its group. A group with no
-    scored completion gives its empty rows ``-margin`` (they then tie, ranked
-    in row order). The other rows keep their scores, whatever the empty rows held (NaN included).
-
-    Args:
-        scores: ``(N,)`` float.
-        empty: ``(N,)`` bool.
-        group_index: ``(N,)`` long group id.
-        margin: >= 0.
+    A group with no scored completion gives its empty rows ``-margin``; other rows keep their scores.
     """
     check_range("margin", margin, 0.0)
     out = scores.clone()
@@ -95,15 +85,8 @@ def empty_below_group_min(scores: torch.Tensor, empty: torch.Tensor, group_index
 def correct_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
     """``(groups, G)`` float: row g holds group g's correctness in score order (column 0 = highest score).
 
-    Ties keep the rollout order (a stable sort); groups in ascending id order.
-
-    Args:
-        scores: ``(N,)`` float.
-        correct: ``(N,)`` bool or 0/1 (NaN: unknown, kept as NaN).
-        group_index: ``(N,)`` long; every group must have the same size G.
-
-    Raises:
-        ValueError: on groups of different sizes.
+    ``scores``, ``correct`` (NaN: unknown) and ``group_index`` are ``(N,)``; ties keep rollout order.
+    Raises ValueError on groups of different sizes.
     """
     groups = torch.unique(group_index)
     sizes = {int((group_index == g).sum()) for g in groups.tolist()}
@@ -118,13 +101,7 @@ def correct_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: to
 
 
 def accuracy_by_rank(scores: torch.Tensor, correct: torch.Tensor, group_index: torch.Tensor) -> torch.Tensor:
-    """``(G,)`` accuracy of the completions ranked 1..G by score within their group (1 = highest), over groups.
-
-    VIGOR's "rank vs accuracy" figure: if the score tracks correctness, the
-    curve falls with the rank. The mean over groups of `correct_by_rank`,
-    NaN entries of ``correct`` (unverified completions) left out; NaN for a
-    rank with no verified completion.
-    """
+    """``(G,)`` accuracy of the completions ranked 1..G by score within their group, NaN ``correct`` left out."""
     return correct_by_rank(scores, correct, group_index).nanmean(0)
 
 
@@ -180,11 +157,9 @@ class VIGOR(Method):
 
 
 VIGOR_SETTINGS = {"kl_coef": 0.01, "kl_estimator": "k3", "group_size": 8, **paper_schedule("vigor")}
-"""The `TrainerConfig` fields VIGOR's runs share (the authors' TRL config): TRL's k3 KL at beta 0.01, G = 8,
-cosine lr decay after a linear warm-up over 10% of the optimizer steps (the authors' ``warmup_ratio``). Its
-verifier-reward GRPO comparator takes them too (``method_config("grpo", **VIGOR_SETTINGS)``), so only the
-reward differs, and so does INTUITOR, VIGOR's other comparator (its preset is them:
-`rlvr_lib.methods.baselines`)."""
+"""VIGOR's runs' `TrainerConfig` fields (the authors' TRL config): k3 KL at beta 0.01, G = 8, cosine lr
+after a 10% linear warm-up; its GRPO and INTUITOR comparators take them too.
+"""
 
 VIGOR_LR = 2e-6
 """VIGOR's lr (the authors' config): the ``vigor`` and ``intuitor`` presets'."""

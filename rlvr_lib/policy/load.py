@@ -27,11 +27,9 @@ checkout's path; ``None`` is the embedded tiny policy. A name here takes precede
 
 
 def resolve_policy_path(name_or_path: str | Path | None) -> str:
-    """``None`` means the embedded tiny policy, a name of :data:`POLICY_NAMES` this package's checkpoint of it;
-    anything else is passed to transformers.
+    """``None``: the embedded tiny policy; a name of :data:`POLICY_NAMES`: this package's checkpoint; else as given.
 
-    Raises:
-        FileNotFoundError: the embedded policy, or a named one, is not built (naming the command that builds it).
+    Raises FileNotFoundError (naming the command that builds it) when a named policy is not built.
     """
     if name_or_path is None:
         if not (TINY_POLICY_DIR / "config.json").exists():
@@ -49,12 +47,7 @@ def resolve_policy_path(name_or_path: str | Path | None) -> str:
 
 
 def policy_fingerprint(name_or_path: str | Path | None) -> str:
-    """What a cached result depends on: a content hash of a local checkpoint, else the hub name.
-
-    Hashes ``config.json`` and the weight files (``*.safetensors``, ``*.bin``)
-    of a local directory, so retraining the embedded policy changes every cache
-    key built from it and no run of the old policy is read back as a new one.
-    """
+    """What a cached result depends on: a hash of a local checkpoint's ``config.json`` and weight files, else the hub name."""
     path = Path(resolve_policy_path(name_or_path))
     if not path.is_dir():
         return str(name_or_path)
@@ -72,17 +65,9 @@ def load_policy(
     device: str | torch.device | None = None,
     dtype: torch.dtype | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
-    """Load a causal LM and its tokenizer.
+    """Load a causal LM and its tokenizer (pad token: EOS when none); ``name_or_path=None`` loads the tiny policy.
 
-    Args:
-        name_or_path: Hub name or local directory; ``None`` loads the embedded
-            tiny policy shipped in this package.
-        device: Where to put the model (default: CUDA when available, else CPU).
-        dtype: Parameter dtype (default float32; pass bfloat16 for real models on GPU).
-
-    Returns:
-        ``(model, tokenizer)``; the tokenizer has a pad token (EOS when the
-        checkpoint defines none).
+    ``device`` defaults to CUDA when available; ``dtype`` to float32. Returns ``(model, tokenizer)``.
     """
     path = resolve_policy_path(name_or_path)
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -1,27 +1,10 @@
 """Pretraining (SFT) of the embedded tiny policy on a skewed mixture of strategies.
 
-The base policy must show what the papers start from: a dominant strategy that
-often fails, rarer strategies that work where it fails, hints that steer, and a
-long tail of correct samples. So the SFT data is the testbed's pretraining
-pool (``"sft"``, `rlvr_lib.tasks.arithmetic.split_of`: 80% of the problems
-outside evaluation; the other 20% are the RL training pool, so RL prompts are
-as new to the policy as evaluation problems) with oracle traces whose strategy
-is drawn from ``PRETRAIN_STRATEGY_PRIOR`` (independent of the problem; ``split``
-dominant, ``round`` rare), and a share of prompts carry a hint: mostly the
-name of the trace's strategy (so hints steer), sometimes a distractor word with
-a strategy from the prior (so unhelpful hints are ignored). A strategy hint
-names a strategy from ``PRETRAIN_HINT_PRIOR``, so the rare strategy is practised
-when nudged toward but stays rare unhinted (the premise of NudgeRL: hints unlock
-modes the policy can execute but seldom samples). With ``hold_out_fact`` (the
-default) no example multiplies by 9 (``9*b``, ``90*b`` or ``a*9``, for any
-``b``; see `rlvr_lib.tasks.arithmetic`): a problem whose example would is
-redrawn, so that on round-only items the rare strategy is the one that works;
-the pretraining pool holds no problem whose trace needs one of the scattered
-unseen products (`rlvr_lib.tasks.arithmetic.unseen_fact`).
-The loss is next-token cross-entropy on completion tokens only.
-
-Deterministic for a seed on CPU; resumable: a state file is written every
-``save_every`` steps and picked up by the next call with the same config.
+The SFT data are the testbed's ``"sft"`` pool (`rlvr_lib.tasks.arithmetic.split_of`) with oracle traces whose
+strategy is drawn from ``PRETRAIN_STRATEGY_PRIOR`` (``split`` dominant, ``round`` rare); a share of prompts
+carry a hint, mostly naming the trace's strategy (drawn from ``PRETRAIN_HINT_PRIOR``), sometimes a distractor.
+With ``hold_out_fact`` no example multiplies by 9. The loss is next-token cross-entropy on completion tokens
+only. Deterministic for a seed on CPU; resumable every ``save_every`` steps. Why: docs/study/testbed.md.
 """
 
 from __future__ import annotations
@@ -66,26 +49,17 @@ class PretrainConfig(ConfigBase):
     """Pretraining settings (the defaults rebuild the shipped checkpoint).
 
     Attributes:
-        seed: Fixes data order, initialisation and everything else.
-        steps: Optimizer steps.
-        batch_size: Examples per step.
-        lr: Peak AdamW learning rate (linear warm-up, cosine decay to 10%).
-        warmup_steps: Warm-up length.
-        weight_decay: AdamW weight decay.
+        seed, steps, batch_size: Data order and initialisation; optimizer steps; examples per step.
+        lr, warmup_steps, weight_decay: Peak AdamW lr (linear warm-up, cosine decay to 10%), warm-up, decay.
         hint_share: Share of prompts that carry a hint.
         distractor_share: Share of hinted prompts whose hint names no strategy.
         strategy_prior: Probability of (direct, split, round) traces on unhinted prompts.
-        hint_prior: Probability that a strategy hint names (direct, split, round): how much
-            each strategy is practised beyond its unhinted share.
-        sub_share: Share of examples from the subtraction skill (`rlvr_lib.tasks.subtraction`,
-            its ``"sft"`` pool), the out-of-task skill RL never trains.
+        hint_prior: Probability that a strategy hint names (direct, split, round).
+        sub_share: Share of examples from the subtraction skill (`rlvr_lib.tasks.subtraction`).
         hidden_size, num_layers, num_heads, intermediate_size: Model shape.
         save_every: Steps between resumable state files.
-        hold_out_fact: Never show a product by 9 (``9*b``, ``90*b``, ``a*9``, any ``b``;
-            `rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
-        round_only_rare_share: Share of ``round`` among the unhinted traces of round-only items (None: the
-            prior's; the rest become ``direct``). Design d3 of the discovery regime (`rlvr_lib.tasks.discovery`)
-            lowers it so the base policy seldom samples ``round`` where only it works; hinted examples are kept.
+        hold_out_fact: Never show a product by 9 (`rlvr_lib.tasks.arithmetic.uses_held_out_fact`).
+        round_only_rare_share: Share of ``round`` among unhinted traces of round-only items (None: the prior's).
     """
 
     seed: int = 0
@@ -134,19 +108,13 @@ POLICY_SIZES: dict[str, dict] = {
     "tiny": {},
     "small": {"hidden_size": 192, "intermediate_size": 768},
 }
-"""Model shapes pretrained here: ``"tiny"`` is the shipped policy (`PretrainConfig`'s defaults, 0.62M parameters
-with its 259-token vocabulary); ``"small"`` doubles its width (hidden 96 -> 192, MLP 384 -> 768; 4 layers and 4
-heads kept), 2.41M parameters, 3.91x the tiny policy (the target was about 4x). Width rather than depth: the same FLOPs,
-fewer sequential ops per token on a CPU. Everything else (data, steps, batch, lr schedule, seed) is the tiny policy's, so the two differ in size only;
-a size whose policy misses the testbed's calibration targets is reported so, not retuned toward them."""
+"""Model shapes pretrained here: ``"tiny"`` (the shipped policy, `PretrainConfig`'s defaults, 0.62M parameters)
+and ``"small"`` (width doubled: hidden 192, MLP 768; 2.41M parameters); all else equal.
+"""
 
 
 def size_config(size: str, **overrides) -> PretrainConfig:
-    """The `PretrainConfig` of model size ``size`` (`POLICY_SIZES`), with ``overrides`` (e.g. ``seed``, ``steps``).
-
-    Raises:
-        ValueError: an unknown size, naming the known ones; or an invalid override.
-    """
+    """The `PretrainConfig` of model size ``size`` (`POLICY_SIZES`) with ``overrides``; ValueError on an unknown size."""
     if size not in POLICY_SIZES:
         raise ValueError(f"size={size!r} is invalid: must be one of {sorted(POLICY_SIZES)}")
     return PretrainConfig(**{**POLICY_SIZES[size], **overrides})
@@ -229,11 +197,7 @@ class PretrainingMixture:
 
 
 def sft_loss(model, pairs, tokenizer) -> torch.Tensor:
-    """The pretraining loss of a batch from :meth:`PretrainingMixture.batch`: mean next-token NLL per label token.
-
-    ``sum(token_loss_sum(chunk)) / n_labels`` over the completion tokens (and EOS) of all pairs; short (direct)
-    and long (split/round) traces go in separate micro-batches (less padding, same value).
-    """
+    """Mean next-token NLL per label token of a :meth:`PretrainingMixture.batch`: ``sum(token_loss_sum(chunk)) / n_labels``."""
     n_labels = sum(len(c) + 1 for _, c in pairs)
     device = next(model.parameters()).device
     loss = 0.0
@@ -244,12 +208,7 @@ def sft_loss(model, pairs, tokenizer) -> torch.Tensor:
 
 
 def pretraining_config(policy_dir: str | Path) -> PretrainConfig:
-    """The `PretrainConfig` a checkpoint was pretrained with, read from its ``pretrain_log.json``.
-
-    Raises:
-        ValueError: when ``policy_dir`` has no ``pretrain_log.json`` (not a policy written by :func:`pretrain`,
-            so its SFT data are unknown).
-    """
+    """The `PretrainConfig` in ``policy_dir``'s ``pretrain_log.json`` (ValueError when there is none)."""
     log = Path(policy_dir) / "pretrain_log.json"
     if not log.is_file():
         raise ValueError(f"policy_dir={str(policy_dir)!r} is invalid: must be a checkpoint written by "
@@ -290,11 +249,9 @@ def lr_at(step: int, config: PretrainConfig) -> float:
 
 
 def pretrain(config: PretrainConfig, out_dir: str | Path, *, progress: bool = True) -> dict:
-    """Train the tiny policy and save it (model + tokenizer) to ``out_dir``.
+    """Train the tiny policy and save it (model + tokenizer) to ``out_dir``; resumes a same-config state file.
 
-    Resumes from ``out_dir/.pretrain_state.pt`` when that file exists and was
-    written with the same config. Returns the training log written to
-    ``out_dir/pretrain_log.json``.
+    Returns the training log written to ``out_dir/pretrain_log.json``.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

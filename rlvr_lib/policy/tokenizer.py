@@ -1,13 +1,6 @@
-"""Character-level tokenizer for the embedded tiny policy, built with `tokenizers`.
+"""Character-level tokenizer for the embedded tiny policy: a byte-level BPE with no merges in the Qwen2 layout.
 
-One token per byte: a byte-level BPE with no merges, in exactly the layout of
-the Qwen2 tokenizer (`transformers.Qwen2Tokenizer`: NFC, Qwen2's split regex,
-byte-level pre-tokenizer and decoder). That matters: for a checkpoint whose
-``config.json`` says ``qwen2``, ``AutoTokenizer.from_pretrained(dir)`` rebuilds
-the tokenizer as a `Qwen2Tokenizer` from the saved vocabulary and merges, so
-any other layout would load as a different tokenizer. Ids 0-2 are ``<pad>``,
-``<eos>``, ``<unk>``; then the characters the testbed uses; then every other
-byte, so no input is ever dropped.
+Ids 0-2 are ``<pad>``, ``<eos>``, ``<unk>``; then the testbed's characters; then every other byte.
 """
 
 from __future__ import annotations
