@@ -1,21 +1,9 @@
 """Sequence-level advantage estimators of the GRPO family, and group-level reward helpers.
 
-Layout: N rollouts, one scalar reward each. ``group_index`` (N,) integer says
-which prompt a rollout belongs to; ids need not be contiguous or sorted.
-Group statistics are vectorised (``torch.unique`` + ``index_add_``).
-
-Every estimator has the one signature
-``fn(rewards, group_index, hint_index=None, **options) -> (N,)``: the hint
-of each rollout is passed to all of them (only NudgeRL's ``"hint"``
-estimator, :func:`hint_advantages`, reads it;
-the others ignore it), and estimator-specific settings (``eps``, NudgeRL's
-``lam``, ...) are keyword options. They return detached float advantages
-(rewards are treated as constants).
-Conventions shared by all of them:
-
-* a group whose rewards are all equal gets advantage exactly 0;
-* a group of one rollout gets advantage 0 (never NaN).
-"""
+N rollouts, one scalar reward each; ``group_index`` (N,) integer prompt ids (any order). Every estimator is
+``fn(rewards, group_index, hint_index=None, **options) -> (N,)`` detached; only NudgeRL's ``"hint"`` reads
+``hint_index``. A group of equal rewards, or of one rollout, gets advantage exactly 0.
+Details and the authors' code's gaps: docs/library/algos.md."""
 
 from __future__ import annotations
 
@@ -85,11 +73,7 @@ def _group_mean(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
 
 
 def _center(x: Tensor, inv: Tensor, n_groups: int) -> Tensor:
-    """x - group mean, exactly 0 on groups whose values are all equal.
-
-    (Floating-point means of equal non-dyadic values, e.g. 0.1, can differ from
-    them in the last bit; zero-variance groups are common and must give 0.)
-    """
+    """x - group mean, exactly 0 on groups whose values are all equal."""
     centred = x - _group_mean(x, inv, n_groups)[inv]
     gmax = x.new_zeros(n_groups).scatter_reduce(0, inv, x, "amax", include_self=False)
     gmin = x.new_zeros(n_groups).scatter_reduce(0, inv, x, "amin", include_self=False)
@@ -121,23 +105,10 @@ def _prepare(rewards: object, group_index: object, name: str = "rewards") -> tup
 # --------------------------------------------------------------------------
 def grpo_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                     eps: float = 1e-6, normalize_std: bool = True) -> Tensor:
-    """GRPO group-normalised advantage (DeepSeekMath, arXiv 2402.03300).
+    """GRPO advantage (DeepSeekMath, arXiv 2402.03300), (N,)::
 
-    A_i = (r_i - mean_g) / (std_g + eps)    (normalize_std=True)
-    A_i = r_i - mean_g                      (normalize_std=False, i.e. Dr.GRPO)
-
-    std_g is the UNBIASED sample std (torch.std default, as TRL and verl use).
-    A group of one, or of equal rewards, gets 0.
-
-    Args:
-        rewards: (N,) rewards.
-        group_index: (N,) integer prompt id of each rollout.
-        eps: >= 0, added to the std.
-        normalize_std: divide by the group std.
-
-    Returns:
-        (N,) advantages.
-    """
+        A_i = (r_i - mean_g) / (std_g + eps)    (normalize_std=True; std_g unbiased, as TRL and verl)
+        A_i = r_i - mean_g                      (normalize_std=False, i.e. Dr.GRPO)"""
     r, inv, n_groups = _prepare(rewards, group_index)
     check_range("eps", eps, 0.0)
     centred = _center(r, inv, n_groups)
@@ -148,51 +119,21 @@ def grpo_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | N
 
 
 def dr_grpo_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None) -> Tensor:
-    """Dr.GRPO advantage (arXiv 2503.20783): A_i = r_i - mean_g (no std division).
-
-    Args:
-        rewards: (N,); group_index: (N,) integer.
-
-    Returns:
-        (N,) advantages; 0 for a group of one.
-    """
+    """Dr.GRPO advantage (arXiv 2503.20783): A_i = r_i - mean_g (no std division); (N,)."""
     return grpo_advantages(rewards, group_index, normalize_std=False)
 
 
 def hint_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                     lam: float = 1.1, eps: float = 1e-5) -> Tensor:
-    """NudgeRL inter/intra-hint advantage (arXiv 2605.15726).
+    """NudgeRL inter/intra-hint advantage (arXiv 2605.15726), (N,).
 
-    Within a prompt group g, rollout i was generated with hint z(i),
-    or with no hint (``hint_index == -1``, the dropped hints):
+    In prompt group g, rollout i has hint z(i) (``hint_index`` local to the group) or none (-1)::
 
         hinted:      A_i = (r_i - mean_{g,z(i)}) + lam * (mean_{g,z(i)} - mean_g)
         no hint:     A_i = r_i - mean_g
+        A_hat_i = (A_i - mean_g(A)) / (std_g(A) + eps)      (POPULATION std, as the authors' code)
 
-    then all rollouts of the group are normalised together:
-
-        A_hat_i = (A_i - mean_g(A)) / (std_g(A) + eps)
-
-    with the POPULATION std (``unbiased=False``, as in the authors' code; this
-    differs from :func:`grpo_advantages`). Hint ids are local to a group: the
-    same id in two groups means two different sub-groups.
-
-    Monotonicity: for hinted i, A_i = c_i + (lam - 1) * mean_{z(i)}(c) with
-    c = r - mean_g. For binary rewards and lam in [0, 2], |lam - 1| <= 1 and
-    the sub-group means differ by at most the reward gap, so within a group a
-    higher reward never gets a lower advantage (the paper's claim). For
-    continuous rewards the claim can fail (e.g. lam = 0).
-
-    Args:
-        rewards: (N,) rewards.
-        group_index: (N,) integer prompt id.
-        hint_index: (N,) integer hint id >= 0, or -1 for "no hint".
-        lam: inter-hint weight (paper: 1.1), >= 0.
-        eps: >= 0, added to the std.
-
-    Returns:
-        (N,) advantages; 0 for a group of one or of equal rewards.
-    """
+    ``lam`` >= 0 (paper: 1.1)."""
     r, inv, n_groups = _prepare(rewards, group_index)
     if hint_index is None:
         raise ValueError("hint_advantages needs hint_index= (N,): the hint of each rollout, -1 for none")
@@ -216,28 +157,11 @@ def hint_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | N
 
 def rank_advantages(scores: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                     eps: float = 1e-4) -> Tensor:
-    """VIGOR rank-shaped advantage (arXiv 2605.09920; authors' code ZJUSCL/VIGOR).
+    """VIGOR rank-shaped advantage (arXiv 2605.09920; authors' code ZJUSCL/VIGOR), (N,)::
 
-    Within each group of size G, rank the scores by a stable ascending argsort
-    (1 = worst, G = best; tied scores are ranked in row order, the earlier row
-    lower, as the authors' code, which argsorts the group's scores) and map
-    linearly to [-1, +1]:
-
-        rank_i = 1 + position of row i in the group's stable ascending sort
+        rank_i = 1 + position of row i in the group's stable ascending sort of ``scores``
         u_i = 2 * (rank_i - 1) / (G - 1) - 1       (u_i = 0 when G = 1)
-
-    then apply the GRPO normalisation (unbiased std): (u - mean_g(u)) / (std_g(u) + eps).
-    Ranking removes outliers in the raw scores (VIGOR's gradient-norm reward).
-    Every group's u is a permutation of the same G values, ties included.
-
-    Args:
-        scores: (N,) scores, higher is better.
-        group_index: (N,) integer prompt id.
-        eps: >= 0 (paper: 1e-4).
-
-    Returns:
-        (N,) advantages.
-    """
+        A_i = (u_i - mean_g(u)) / (std_g(u) + eps)  (unbiased std; paper eps 1e-4)"""
     s, inv, n_groups = _prepare(scores, group_index, name="scores")
     check_range("eps", eps, 0.0)
     # Two stable sorts: by score, then by group; rows end up grouped, ascending in score, ties in row order.
@@ -256,42 +180,15 @@ def rank_advantages(scores: Tensor, group_index: Tensor, hint_index: Tensor | No
 def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tensor | None = None, *,
                          min_value: float = 0.0,
                          max_value: float = 1.0, max_weight: float = 1e6) -> Tensor:
-    """BNPO Beta-normalised advantage (arXiv 2506.02864; authors' code changyi7231/BNPO).
+    """BNPO Beta-normalised advantage (arXiv 2506.02864; authors' code changyi7231/BNPO), (N,).
 
-    For binary rewards, the per-prompt success rate p = E[R | q] is modelled as
-    Beta-distributed over prompts. With rewards rescaled to [0, 1]
-    (R = (r - min_value) / (max_value - min_value)) and p_g the group mean:
+    With R = (r - min_value) / (max_value - min_value), p_g the group mean and f the Beta(alpha, beta) density::
 
-        A_i = (R_i - p_g) / f(p_g; alpha, beta)
+        A_i = (R_i - p_g) / f(p_g; alpha, beta),   alpha = 1 + a/3,  beta = 1 + b/3
+        mu = mean(p), var = unbiased var(p), k = mu (1 - mu) / var - 1,  a = k mu,  b = k (1 - mu)
 
-    with f the Beta(alpha, beta) density. The variance-minimising parameters
-    are alpha = 1 + a/3, beta = 1 + b/3, where (a, b) is the method-of-moments
-    Beta fit of the batch's p_g values:
-
-        mu = mean(p), var = unbiased var(p), k = mu (1 - mu) / var - 1
-        a = k mu,  b = k (1 - mu)
-
-    alpha and beta are clamped to >= 1 (as in the authors' code), 1/f is
-    clamped to <= ``max_weight`` (f -> 0 at p in {0, 1} where R - p = 0 anyway).
-    alpha = beta = 1 gives f = 1, i.e. Dr.GRPO; alpha = beta = 3/2 gives
-    f proportional to sqrt(p (1 - p)), i.e. GRPO for binary rewards.
-
-    Decisions where the authors' code is silent or degenerate:
-      * groups of one get advantage 0 and are left out of the moment fit
-        (the authors' code gives them p = 0);
-      * with fewer than two groups of size >= 2, or var = 0, the fit is
-        undefined and alpha = beta = 1 is used (A = R - p);
-      * the advantage decomposition for multi-part rewards is not implemented.
-
-    Args:
-        rewards: (N,) rewards in [min_value, max_value] (binary in the paper).
-        group_index: (N,) integer prompt id.
-        min_value, max_value: reward range, min_value < max_value.
-        max_weight: > 0, cap on 1/f.
-
-    Returns:
-        (N,) advantages, in units of the rescaled reward.
-    """
+    alpha, beta >= 1; 1/f <= ``max_weight``. Groups of one get 0 and are left out of the fit; with fewer than two
+    groups of size >= 2 or var = 0, alpha = beta = 1."""
     r, inv, n_groups = _prepare(rewards, group_index)
     check_range("max_value", max_value)
     check_range("min_value", min_value, None, max_value, hi_open=True)
@@ -324,23 +221,11 @@ def bnpo_beta_advantages(rewards: Tensor, group_index: Tensor, hint_index: Tenso
 # DAPO helpers (arXiv 2503.14476)
 # --------------------------------------------------------------------------
 def overlong_reward_shaping(lengths: Tensor, max_len: int, cache_len: int) -> Tensor:
-    """DAPO soft overlong punishment (arXiv 2503.14476), a penalty to ADD to the reward.
+    """DAPO soft overlong punishment (arXiv 2503.14476), (N,) in [-1, 0], to ADD to the reward::
 
-        R(L) = 0                                   if L <= max_len - cache_len
-             = ((max_len - cache_len) - L) / cache_len   if max_len - cache_len < L <= max_len
-             = -1                                  if L > max_len
-
-    i.e. a linear ramp from 0 to -1 over the last ``cache_len`` tokens.
-
-    Args:
-        lengths: (N,) non-negative completion lengths L (integer or float).
-        max_len: maximum length L_max, > 0.
-        cache_len: length of the punishment buffer L_cache, 0 <= cache_len <= max_len
-            (0: no ramp, -1 only beyond max_len).
-
-    Returns:
-        (N,) float penalties in [-1, 0].
-    """
+        R(L) = 0                                          if L <= max_len - cache_len
+             = ((max_len - cache_len) - L) / cache_len    if max_len - cache_len < L <= max_len
+             = -1                                         if L > max_len"""
     lengths = _check_values("lengths", lengths)
     if (lengths < 0).any():
         raise ValueError(f"lengths must be >= 0, got min {float(lengths.min())}")
@@ -353,18 +238,7 @@ def overlong_reward_shaping(lengths: Tensor, max_len: int, cache_len: int) -> Te
 
 
 def dynamic_sampling_keep_mask(rewards: Tensor, group_index: Tensor) -> Tensor:
-    """DAPO dynamic sampling filter (arXiv 2503.14476).
-
-    True for rollouts whose group has non-identical rewards (they carry a
-    learning signal); groups of all-equal rewards, including groups of one,
-    are dropped (and refilled by the sampler).
-
-    Args:
-        rewards: (N,); group_index: (N,) integer.
-
-    Returns:
-        bool (N,).
-    """
+    """DAPO dynamic sampling (arXiv 2503.14476): bool (N,), True where the group's rewards are not all equal."""
     r, inv, n_groups = _prepare(rewards, group_index)
     gmax = r.new_zeros(n_groups).scatter_reduce(0, inv, r, "amax", include_self=False)
     gmin = r.new_zeros(n_groups).scatter_reduce(0, inv, r, "amin", include_self=False)

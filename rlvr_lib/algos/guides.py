@@ -1,25 +1,16 @@
 """SAGE guides and the shaped KL anchor (arXiv 2605.18864; authors' code tally0818/SAGE).
 
-SAGE keeps the reverse-KL anchor but replaces pi_ref by q * pi_ref with a
-per-token guide q > 0 that is large on under-explored plausible choices. Per
-sampled token (authors' code): shaped anchor log-prob = ref_logp + log q, used
-in the k3 estimator (:func:`shaped_kl`) and added to the loss as beta * kl
-(beta = 0.05).
-
-Guides return q (not log q), detached, clamped to [q_min, q_max]
+SAGE replaces pi_ref in the reverse-KL anchor by q * pi_ref with a per-token guide q > 0, large on
+under-explored plausible choices: shaped anchor log-prob = ref_logp + log q, in the k3 estimator
+(:func:`shaped_kl`), loss term beta * kl (beta = 0.05). Guides return q, detached, clamped to [q_min, q_max]
 (default [0.6, 1.4]):
 
-* :func:`branch_guide` (main variant): q = 1 + gamma * relu(H - tau), H the
-  current policy's token entropy.
-* :func:`token_guide`: q rises with the per-sequence normalised surprisal -log p.
+* :func:`branch_guide` (main variant): q = 1 + gamma * relu(H - tau), H the current policy's token entropy;
+* :func:`token_guide`: q rises with the per-sequence normalised surprisal -log p;
 * :func:`random_guide`: random perturbation of q on a random subset of tokens.
 
-:func:`shaped_anchor` applies any KL estimator of `rlvr_lib.algos.kl` to the
-shaped reference ref_logp + log q; with ``"k3"`` it is :func:`shaped_kl`.
-
-The token and random guides' magnitudes follow a cosine schedule with warm
-restarts in the authors' code: see :func:`guide_schedule`.
-"""
+:func:`shaped_anchor` applies any estimator of `rlvr_lib.algos.kl` to ref_logp + log q; the token and random
+guides follow :func:`guide_schedule`. Gradients of the shaped anchor: docs/methods/sage.md."""
 
 from __future__ import annotations
 
@@ -50,20 +41,9 @@ _MAX_LOG_RATIO = 20.0  # same safety clamp as rlvr_lib.algos.kl
 
 def branch_guide(entropy: Tensor, *, gamma: float = 0.3, tau: float = 1.2,
                  q_min: float = 0.6, q_max: float = 1.4) -> Tensor:
-    """SAGE branch-level guide: q_t = clamp(1 + gamma * relu(H_t - tau), q_min, q_max).
+    """q_t = clamp(1 + gamma * relu(H_t - tau), q_min, q_max), detached, shape of ``entropy`` (N, T).
 
-    Raises the anchor at high-entropy "branching" tokens, leaves deterministic
-    steps (H <= tau) at q = 1. H is the entropy of the CURRENT policy (same
-    forward pass as the log-probs), detached. Defaults are the paper's
-    (gamma 0.3, tau 1.2 nats, [0.6, 1.4]).
-
-    Args:
-        entropy: (N, T) token entropies in nats.
-        gamma: >= 0; tau: entropy threshold; q_min, q_max: 0 < q_min <= q_max.
-
-    Returns:
-        q, same shape as ``entropy``, detached.
-    """
+    H is the current policy's entropy; defaults are the paper's (gamma 0.3, tau 1.2 nats, [0.6, 1.4])."""
     entropy = _check_float_tensor("entropy", entropy)
     check_range("gamma", gamma, 0.0)
     check_range("tau", tau)
@@ -75,29 +55,14 @@ def branch_guide(entropy: Tensor, *, gamma: float = 0.3, tau: float = 1.2,
 def token_guide(logp: Tensor, mask: Tensor, *, alpha: float = 0.3, sigma: float = 0.25,
                 q_min: float = 0.6, q_max: float = 1.4, quantile: float = 0.05,
                 generator: torch.Generator | None = None) -> Tensor:
-    """SAGE token-level guide: q rises with normalised surprisal.
-
-    Per sequence, over its unmasked tokens (authors' "minmax" normalisation):
+    """SAGE token guide, q (N, T) detached; per sequence over unmasked tokens ("minmax")::
 
         s_t = -logp_t
-        lo, hi = quantile(s, quantile), quantile(s, 1 - quantile)   (linear interpolation)
-        w_t = (clamp(s_t, lo, hi) - lo) / max(hi - lo, 1e-6)          in [0, 1]
+        lo, hi = quantile(s, quantile), quantile(s, 1 - quantile)
+        w_t = (clamp(s_t, lo, hi) - lo) / max(hi - lo, 1e-6)
         q_t = clamp(1 + alpha * w_t + sigma * w_t * xi_t, q_min, q_max),  xi_t ~ N(0, 1)
 
-    Masked positions get q = 1. In the authors' code alpha anneals 0.3 -> 0.1 and
-    sigma 0.25 -> 0.1 (:func:`guide_schedule`); sigma = 0 makes it deterministic.
-
-    Args:
-        logp: (N, T) log-probs of the sampled tokens (current policy), detached here.
-        mask: (N, T) 0/1.
-        alpha, sigma: >= 0.
-        q_min, q_max: 0 < q_min <= q_max.
-        quantile: outlier clip level in [0, 0.5).
-        generator: for the noise xi.
-
-    Returns:
-        q (N, T), detached.
-    """
+    Masked positions get q = 1; ``quantile`` in [0, 0.5)."""
     logp = _check_float_tensor("logp", logp, ndim=2)
     m = _check_mask(mask, logp.shape)
     check_range("alpha", alpha, 0.0)
@@ -119,25 +84,10 @@ def token_guide(logp: Tensor, mask: Tensor, *, alpha: float = 0.3, sigma: float 
 def random_guide(shape: Sequence[int], generator: torch.Generator | None = None, *, eps: float = 0.1,
                  sigma: float = 0.15, q_min: float = 0.6, q_max: float = 1.4,
                  dtype: torch.dtype | None = None, device: torch.device | str | None = None) -> Tensor:
-    """SAGE random guide: q_t = 1 + sigma * xi_t on a random subset of tokens, else 1.
+    """SAGE random guide of ``shape``::
 
         perturb_t ~ Bernoulli(eps),  xi_t ~ N(0, 1)
-        q_t = clamp(perturb_t ? 1 + sigma * xi_t : 1, q_min, q_max)
-
-    In the authors' code eps anneals 0.1 -> 0 and sigma 0.15 -> 0.05
-    (:func:`guide_schedule`). Masked tokens do not matter downstream (the loss
-    is masked).
-
-    Args:
-        shape: output shape, e.g. (N, T).
-        generator: torch.Generator for reproducibility (its device is used if ``device`` is None).
-        eps: perturbation probability in [0, 1]; sigma: >= 0.
-        q_min, q_max: 0 < q_min <= q_max.
-        dtype, device: of the result (default float32 / the generator's device or CPU).
-
-    Returns:
-        q with the given shape.
-    """
+        q_t = clamp(perturb_t ? 1 + sigma * xi_t : 1, q_min, q_max)"""
     shape = tuple(int(d) for d in shape)
     if any(d < 0 for d in shape):
         raise ValueError(f"shape must have non-negative sizes, got {shape}")
@@ -155,28 +105,12 @@ def random_guide(shape: Sequence[int], generator: torch.Generator | None = None,
 
 def guide_schedule(step: int, *, max_steps: int, start: float, end: float, num_cycles: int = 8,
                    decay_rate: float = 0.9) -> float:
-    """Cosine annealing with warm restarts used by SAGE's token and random guides.
+    """Cosine annealing with warm restarts (SAGE's token and random guides)::
 
-    The run is cut into ``num_cycles`` cycles of length C = max(1, max_steps // num_cycles).
-    Within a cycle the value goes from the cycle's start to ``end`` along a half
-    cosine; each restart multiplies the start by ``decay_rate`` (at most
-    num_cycles - 1 times):
-
-        c = min(step // C, num_cycles - 1),  t = (step mod C) / C
+        C = max(1, max_steps // num_cycles),  c = min(step // C, num_cycles - 1),  t = (step mod C) / C
         value = end + (start * decay_rate**c - end) * 0.5 * (1 + cos(pi * t))
 
-    Authors' settings: token guide alpha 0.3 -> 0.1, sigma 0.25 -> 0.1;
-    random guide eps 0.1 -> 0.0, sigma 0.15 -> 0.05; 8 cycles, decay 0.9.
-
-    Args:
-        step: 0-based training step, >= 0.
-        max_steps: total steps, >= 1.
-        start, end: value at the start of the first cycle / at the end of each cycle.
-        num_cycles: >= 1; decay_rate: >= 0.
-
-    Returns:
-        the scheduled value (float).
-    """
+    Authors': token alpha 0.3 -> 0.1, sigma 0.25 -> 0.1; random eps 0.1 -> 0, sigma 0.15 -> 0.05; 8 cycles, decay 0.9."""
     step = check_int("step", step, 0)
     max_steps = check_int("max_steps", max_steps, 1)
     num_cycles = check_int("num_cycles", num_cycles, 1)
@@ -190,23 +124,12 @@ def guide_schedule(step: int, *, max_steps: int, start: float, end: float, num_c
 
 
 def shaped_kl(logp: Tensor, ref_logp: Tensor, log_q: Tensor) -> Tensor:
-    """SAGE shaped-anchor KL, k3 form, per sampled token.
+    """SAGE shaped-anchor KL, k3 form, (N, T) not masked, from ``logp``, ``ref_logp``, ``log_q`` (N, T)::
 
         D_t = (ref_logp_t + log q_t) - logp_t
         kl_t = exp(D_t) - D_t - 1            (>= 0, zero iff pi_theta = q * pi_ref on the token)
 
-    With log q = 0 this is the k3 estimator of KL(pi_theta || pi_ref). The
-    log-ratio is clamped to [-20, 20] before exp. ``ref_logp`` and ``log_q``
-    are constants (detached). Add ``beta * kl`` to the per-token loss.
-
-    Args:
-        logp: (N, T) current-policy log-probs of the sampled tokens.
-        ref_logp: (N, T) reference log-probs of the same tokens.
-        log_q: (N, T) log of the guide (e.g. ``torch.log(q)``).
-
-    Returns:
-        (N, T) tensor; not masked.
-    """
+    Log-ratio clamped to [-20, 20]; ``ref_logp`` and ``log_q`` are detached."""
     logp = _check_float_tensor("logp", logp)
     _check_float_tensor("ref_logp", ref_logp)
     _check_float_tensor("log_q", log_q)
@@ -216,37 +139,14 @@ def shaped_kl(logp: Tensor, ref_logp: Tensor, log_q: Tensor) -> Tensor:
 
 
 def shaped_anchor(logp: Tensor, ref_logp: Tensor, q: Tensor, estimator: str = "k3") -> Tensor:
-    """SAGE's shaped anchor with any KL estimator: the estimator against the reference q * pi_ref.
+    """Any KL estimator against the shaped reference q * pi_ref, (N, T) not masked::
 
         shaped_ref_t = ref_logp_t + log q_t
         anchor_t     = kl_penalty(logp_t, shaped_ref_t, estimator)
 
-    ``estimator`` is a key of `rlvr_lib.algos.kl.KL_ESTIMATORS`; its log-ratio
-    clamp ([-20, 20]) applies to shaped_ref - logp. With ``"k3"`` this is
-    :func:`shaped_kl` (the authors' code) bit for bit; with ``"reverse"`` the
-    value is k3's and the gradient as used is the reverse KL(pi_theta || q pi_ref)'s
-    (d/dlogp = logp - ref_logp - log q). For a guide that depends only on the
-    prefix (q_t the same for every candidate y_t, as the branch guide's), the
-    ``"reverse"`` anchor's extra term -log q_t grad logp(y_t) has expectation 0
-    under y_t ~ pi: null in expectation, the unshaped anchor plus noise; with
-    ``"k3"`` (d/dlogp = 1 - q r) the expected gradient is q_t times the
-    unshaped one (`rlvr_lib.methods.sage`). Where q = 1, log q = 0 and
-    ref_logp + 0 = ref_logp exactly, so the result equals
-    ``kl_penalty(logp, ref_logp, estimator)`` bit for bit (values and gradients).
-    q and ref_logp are constants (detached): the guide never carries gradient.
-
-    Args:
-        logp: (N, T) current-policy log-probs of the sampled tokens (carries the gradient).
-        ref_logp: (N, T) reference log-probs of the same tokens.
-        q: (N, T) guide, > 0 everywhere (the guides clamp it to [q_min, q_max]).
-        estimator: KL estimator name.
-
-    Returns:
-        (N, T) tensor; not masked.
-
-    Raises:
-        ValueError: on mismatched shapes, a non-positive or non-finite q, or an unknown estimator.
-    """
+    ``"k3"`` equals :func:`shaped_kl` bit for bit; where q = 1 it equals ``kl_penalty(logp, ref_logp, estimator)``
+    bit for bit. q (N, T) > 0 and ref_logp are detached. Raises ValueError on mismatched shapes, a non-positive or
+    non-finite q, or an unknown estimator."""
     logp = _check_float_tensor("logp", logp)
     _check_float_tensor("ref_logp", ref_logp)
     q = _check_float_tensor("q", q)

@@ -59,74 +59,39 @@ def _check_pair(logp: Tensor, ref_logp: Tensor) -> tuple[Tensor, Tensor]:
 
 
 def _straight_through(value: Tensor, surrogate: Tensor) -> Tensor:
-    """``value`` in the forward pass, ``surrogate``'s gradient in the backward pass.
-
-    ``surrogate - surrogate.detach()`` is exactly zero for finite values, so the
-    result equals ``value`` bit for bit.
-    """
+    """``value`` in the forward pass (bit for bit), ``surrogate``'s gradient in the backward pass."""
     return value.detach() + (surrogate - surrogate.detach())
 
 
 def _k1(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k1 = logp - ref_logp = log(1/r).
-
-    VALUE: unbiased for the reverse KL(pi_theta || pi_ref); can be negative,
-    high variance. GRADIENT AS USED: d/dlogp = 1, so E_theta[grad logp] = 0 -
-    it exerts no pull towards pi_ref in expectation (only noise).
-    """
+    """k1 = logp - ref_logp = log(1/r). VALUE: KL(pi || ref), unbiased. GRADIENT AS USED: zero in expectation."""
     return logp - ref_logp
 
 
 def _k2(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k2 = 0.5 * (logp - ref_logp)^2 = 0.5 * (log r)^2.
-
-    VALUE: a biased (low-variance, >= 0) estimate of the reverse
-    KL(pi_theta || pi_ref). GRADIENT AS USED: d/dlogp = log(pi_theta / pi_ref),
-    so E_theta[log(pi_theta/pi_ref) grad logp] = grad KL(pi_theta || pi_ref):
-    exactly the reverse KL's gradient.
-    """
+    """k2 = 0.5 * (log r)^2. VALUE: KL(pi || ref), biased, >= 0. GRADIENT AS USED: d/dlogp = log(pi/pi_ref), the reverse KL's."""
     return 0.5 * (logp - ref_logp) ** 2
 
 
 def _k3(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """k3 = r - log r - 1, r = pi_ref / pi_theta (GRPO's / verl's "low_var_kl").
-
-    VALUE: unbiased for the reverse KL(pi_theta || pi_ref), >= 0.
-    GRADIENT AS USED: d/dlogp = 1 - r, so E_theta[(1 - r) grad logp]
-    = grad KL(pi_ref || pi_theta): the FORWARD KL's gradient, not the reverse
-    KL's its value estimates. Use ``"reverse"`` for the reverse KL's gradient.
-    The log-ratio is clamped to [-20, 20] before exp.
-    """
+    """k3 = r - log r - 1 (GRPO's "low_var_kl"). VALUE: KL(pi || ref), unbiased. GRADIENT AS USED: 1 - r, the FORWARD KL's."""
     log_r = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     return torch.exp(log_r) - log_r - 1.0
 
 
 def forward_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Sampled-token forward-KL penalty KL(pi_ref || pi_theta), samples from pi_theta.
+    """Forward-KL penalty KL(pi_ref || pi_theta) on tokens sampled from pi_theta (SAGE's "forward KL" anchor).
 
-    VALUE. With w = pi_ref / pi_theta = exp(ref_logp - logp):
-    KL(pi_ref || pi_theta) = E_ref[log w] = E_theta[w log w]. Since
-    E_theta[w - 1] = 0, subtracting it keeps the estimator unbiased and makes
-    every term non-negative (w log w - w + 1 >= 0, zero iff w = 1), which lowers
-    the variance - the forward analogue of k3:
+    VALUE, with w = pi_ref / pi_theta = exp(ref_logp - logp) (log-ratio clamped to [-20, 20])::
 
-        value_t = w_t * log w_t - (w_t - 1)
+        value_t = w_t * log w_t - (w_t - 1)          (unbiased, >= 0)
 
-    GRADIENT AS USED: k3's, the forward KL's (differentiating value_t itself would give neither KL's
-    gradient; docs/library/kl.md), the value unchanged bit for bit:
+    GRADIENT AS USED: k3's, the forward KL's, the value unchanged bit for bit::
 
         forward_t = value_t.detach() + (k3_t - k3_t.detach()),   k3_t = w_t - log w_t - 1,
-        d forward_t / d logp_t = 1 - w_t,   E_theta[(1 - w) grad logp] = grad KL(pi_ref || pi_theta).
+        d forward_t / d logp_t = 1 - w_t,   E_theta[(1 - w) grad logp] = grad KL(pi_ref || pi_theta)
 
-    The log-ratio is clamped to [-20, 20] before exp. SAGE's (arXiv 2605.18864) "forward KL" anchor.
-
-    Args:
-        logp: (N, T) log-probs of sampled tokens under pi_theta.
-        ref_logp: (N, T) log-probs of the same tokens under pi_ref.
-
-    Returns:
-        (N, T) tensor.
-    """
+    ``logp``, ``ref_logp``: (N, T); returns (N, T)."""
     logp, ref_logp = _check_pair(logp, ref_logp)
     log_w = (ref_logp - logp).clamp(-_MAX_LOG_RATIO, _MAX_LOG_RATIO)
     w = torch.exp(log_w)
@@ -135,30 +100,14 @@ def forward_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
 
 
 def reverse_kl_penalty(logp: Tensor, ref_logp: Tensor) -> Tensor:
-    """Sampled-token reverse-KL penalty KL(pi_theta || pi_ref), samples from pi_theta.
+    """Reverse-KL penalty KL(pi_theta || pi_ref), the KL the GRPO papers write, on tokens sampled from pi_theta.
 
-    This is the KL the GRPO papers write down ("KL(pi_theta || pi_ref)"), with
-    both its value and its gradient.
+    VALUE: k3's, r - log r - 1, unbiased, >= 0. GRADIENT AS USED: k2's, the reverse KL's::
 
-    VALUE: k3's, r - log r - 1 with r = pi_ref / pi_theta: unbiased for
-    KL(pi_theta || pi_ref), >= 0 per token (Schulman 2020).
+        reverse_t = k3_t.detach() + (k2_t - k2_t.detach()),   k2_t = 0.5 * (logp_t - ref_logp_t)^2,
+        d reverse_t / d logp_t = log(pi_theta / pi_ref)
 
-    GRADIENT AS USED: k2's,
-
-        reverse_t = k3_t.detach() + (k2_t - k2_t.detach()),
-        k2_t = 0.5 * (logp_t - ref_logp_t)^2,
-        d reverse_t / d logp_t = logp_t - ref_logp_t = log(pi_theta / pi_ref),
-
-    and E_theta[log(pi_theta/pi_ref) grad logp] = grad KL(pi_theta || pi_ref),
-    the reverse KL's gradient (k3 alone would give the forward KL's).
-
-    Args:
-        logp: (N, T) log-probs of sampled tokens under pi_theta.
-        ref_logp: (N, T) log-probs of the same tokens under pi_ref.
-
-    Returns:
-        (N, T) tensor.
-    """
+    ``logp``, ``ref_logp``: (N, T); returns (N, T)."""
     logp, ref_logp = _check_pair(logp, ref_logp)
     return _straight_through(_k3(logp, ref_logp), _k2(logp, ref_logp))
 
@@ -184,35 +133,12 @@ def get_kl_estimator(name: str) -> Callable[[Tensor, Tensor], Tensor]:
 
 
 def kl_penalty(logp: Tensor, ref_logp: Tensor, kind: str = "k3") -> Tensor:
-    """Per-token KL penalty against a reference policy, on sampled tokens.
+    """Per-token KL penalty ``(N, T)`` (not masked) of ``logp`` (N, T) against constant ``ref_logp`` (N, T).
 
-    With r = pi_ref / pi_theta. "Value" is what the mean over pi_theta samples
-    estimates; "gradient" is the expected gradient of ``kl_coef * penalty`` as
-    used in the loss (autograd through ``logp`` only). See the module docstring.
-
-    kind:
-      * ``"k1"``: logp - ref_logp. Value: KL(pi_theta || pi_ref), unbiased.
-        Gradient: zero in expectation.
-      * ``"k2"``: 0.5 * (logp - ref_logp)^2. Value: KL(pi_theta || pi_ref), biased.
-        Gradient: the reverse KL(pi_theta || pi_ref)'s.
-      * ``"k3"``: exp(ref_logp - logp) - (ref_logp - logp) - 1 (log-ratio clamped
-        to [-20, 20]). Value: KL(pi_theta || pi_ref), unbiased, >= 0.
-        Gradient: the FORWARD KL(pi_ref || pi_theta)'s.
-      * ``"reverse"``: k3's value with k2's gradient, see :func:`reverse_kl_penalty`.
-        Value: KL(pi_theta || pi_ref), unbiased, >= 0. Gradient: the reverse KL's.
-      * ``"forward"``: r log r - (r - 1) with k3's gradient, see
-        :func:`forward_kl_penalty`. Value: KL(pi_ref || pi_theta), unbiased, >= 0.
-        Gradient: the forward KL's.
-      * ``"none"``: zeros. Gradient: zero.
-
-    Args:
-        logp: (N, T) current-policy log-probs of the sampled tokens (carries the gradient).
-        ref_logp: (N, T) reference log-probs of the same tokens (treated as constant).
-        kind: a key of :data:`KL_ESTIMATORS`.
-
-    Returns:
-        (N, T) tensor; not masked.
-    """
+    ``kind`` (r = pi_ref / pi_theta; value / expected gradient of ``kl_coef * penalty``):
+    ``"k1"`` logp - ref_logp: reverse KL / zero; ``"k2"`` 0.5 (logp - ref_logp)^2: reverse KL (biased) /
+    reverse KL's; ``"k3"`` r - log r - 1: reverse KL / FORWARD KL's; ``"reverse"``: k3's value, reverse KL's
+    gradient; ``"forward"`` r log r - (r - 1): forward KL / forward KL's; ``"none"``: zeros."""
     fn = get_kl_estimator(kind)
     logp, ref_logp = _check_pair(logp, ref_logp)
     return fn(logp, ref_logp)

@@ -1,19 +1,9 @@
 """Policy-gradient surrogate losses and loss aggregation (GRPO family).
 
-Layout: N sequences, per-token tensors of shape (N, T), right-padded, with a
-0/1 ``mask`` (N, T) (float or bool). Advantages are (N,) (one per sequence,
-broadcast over its tokens) or (N, T).
-
-Every policy loss here has the signature
-``fn(logp, old_logp, advantages, mask, **kwargs) -> (per_token_loss, stats)``
-where ``per_token_loss`` is (N, T), zero at masked positions, and ``stats``
-is a dict of detached 0-dim tensors computed over unmasked tokens. Reduce the
-per-token loss with :func:`aggregate_loss`.
-
-The small tensor-validation helpers at the top are shared by the other modules
-of ``rlvr_lib.algos`` (kl, regularizers, guides); scalar arguments are checked
-with :mod:`rlvr_lib.validation`.
-"""
+Per-token tensors are (N, T), right-padded, with a 0/1 ``mask`` (N, T); advantages are (N,) or (N, T).
+Every loss is ``fn(logp, old_logp, advantages, mask, **kwargs) -> (per_token_loss (N, T), stats)``, zero at
+masked positions, stats detached 0-dim over unmasked tokens; reduce with :func:`aggregate_loss`. The tensor
+checks at the top are shared by the other ``rlvr_lib.algos`` modules."""
 
 from __future__ import annotations
 
@@ -108,32 +98,11 @@ LOSS_AGG_MODES = ("seq_mean_token_mean", "token_mean", "seq_mean_token_sum_norm"
 
 def aggregate_loss(per_token_loss: Tensor, mask: Tensor, mode: str, *,
                    normalizer: float | None = None) -> Tensor:
-    """Reduce a per-token loss (N, T) to a scalar.
+    """Reduce a per-token loss ``L`` (N, T) under mask ``m`` to a 0-dim tensor (masked entries never read).
 
-    Modes (only unmasked tokens count; ``L`` is the per-token loss, ``m`` the mask):
-
-    * ``"seq_mean_token_mean"`` (GRPO, arXiv 2402.03300):
-      mean_i [ sum_t m_it L_it / max(1, sum_t m_it) ]. The outer mean runs over
-      all N sequences; a zero-length completion contributes 0 (as TRL does).
-    * ``"token_mean"`` (DAPO, arXiv 2503.14476; SAGE's code calls this "bnpo"):
-      sum_it m_it L_it / D with D = sum_it m_it (at least 1), or D = ``normalizer``
-      when given (e.g. the token count of the whole batch under gradient
-      accumulation).
-    * ``"seq_mean_token_sum_norm"`` (Dr.GRPO, arXiv 2503.20783):
-      sum_it m_it L_it / (N * normalizer), with ``normalizer`` a constant such as
-      the maximum completion length; required for this mode.
-
-    Masked positions are never read, so NaN/inf padding cannot leak.
-
-    Args:
-        per_token_loss: (N, T) float.
-        mask: (N, T) 0/1, float or bool.
-        mode: one of :data:`LOSS_AGG_MODES`.
-        normalizer: positive constant, see the modes above.
-
-    Returns:
-        0-dim tensor.
-    """
+    * ``"seq_mean_token_mean"`` (GRPO): mean_i [ sum_t m_it L_it / max(1, sum_t m_it) ] over all N;
+    * ``"token_mean"`` (DAPO; SAGE's "bnpo"): sum_it m_it L_it / D, D = max(1, sum_it m_it) or ``normalizer``;
+    * ``"seq_mean_token_sum_norm"`` (Dr.GRPO): sum_it m_it L_it / (N * normalizer), ``normalizer`` required."""
     per_token_loss = _check_float_tensor("per_token_loss", per_token_loss, ndim=2)
     m = _check_mask(mask, per_token_loss.shape)
     check_choice("mode", mode, LOSS_AGG_MODES)
@@ -169,31 +138,13 @@ def _clip_regions(ratio: Tensor, adv: Tensor, eps_low: float, eps_high: float) -
 
 def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                   eps_low: float = 0.2, eps_high: float = 0.2) -> tuple[Tensor, dict[str, Tensor]]:
-    """PPO clipped surrogate per token (PPO arXiv 1707.06347; clip-higher from DAPO arXiv 2503.14476).
+    """PPO clipped surrogate per token (arXiv 1707.06347; clip-higher from DAPO arXiv 2503.14476)::
 
-    rho_t = exp(logp_t - old_logp_t)
-    loss_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
+        rho_t = exp(logp_t - old_logp_t)
+        loss_t = -min(rho_t * A, clip(rho_t, 1 - eps_low, 1 + eps_high) * A)
 
-    ``old_logp`` and ``advantages`` are treated as constants (detached).
-
-    Stats (detached, over unmasked tokens):
-      * ``clip_frac_low``: fraction with A < 0 and rho < 1 - eps_low (clipped branch active).
-      * ``clip_frac_high``: fraction with A > 0 and rho > 1 + eps_high.
-      * ``approx_kl``: mean of the k3 estimator of KL(pi_old || pi_theta) on
-        tokens sampled from pi_old: (rho - 1) - log rho (non-negative, unbiased).
-      * ``ratio_mean``: mean rho.
-
-    Args:
-        logp: (N, T) log-probs of the sampled tokens under the current policy.
-        old_logp: (N, T) log-probs under the policy that sampled them.
-        advantages: (N,) or (N, T).
-        mask: (N, T) 0/1.
-        eps_low: lower clip range, in [0, 1).
-        eps_high: upper clip range, >= 0.
-
-    Returns:
-        (per_token_loss (N, T), zero at masked positions; stats dict).
-    """
+    Stats: ``clip_frac_low`` (A < 0, rho < 1 - eps_low), ``clip_frac_high`` (A > 0, rho > 1 + eps_high),
+    ``approx_kl`` = mean (rho - 1) - log rho (k3 of KL(pi_old || pi_theta)), ``ratio_mean``."""
     logp, old_logp, m = _check_logps(logp, old_logp, mask)
     adv = _seq_advantages(advantages, logp.shape)
     check_range("eps_low", eps_low, 0.0, 1.0, hi_open=True)
@@ -221,20 +172,7 @@ def ppo_clip_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
 # covariance-based entropy control: KL-Cov / Clip-Cov (arXiv 2505.22617)
 # --------------------------------------------------------------------------
 def token_covariance(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
-    """Per-token centred covariance term of arXiv 2505.22617 (KL-Cov / Clip-Cov).
-
-    cov_t = (logp_t - mean(logp)) * (A_t - mean(A)), with both means taken over
-    the unmasked tokens of the whole batch (A broadcast to tokens first).
-    Computed on detached inputs; zero at masked positions.
-
-    Args:
-        logp: (N, T) log-probs of the sampled tokens (current policy).
-        advantages: (N,) or (N, T).
-        mask: (N, T) 0/1.
-
-    Returns:
-        (N, T) tensor.
-    """
+    """cov_t = (logp_t - mean(logp)) * (A_t - mean(A)) over the batch's unmasked tokens (arXiv 2505.22617); (N, T)."""
     logp = _check_float_tensor("logp", logp, ndim=2)
     m = _check_mask(mask, logp.shape)
     adv = _seq_advantages(advantages, logp.shape).expand_as(logp)
@@ -245,31 +183,13 @@ def token_covariance(logp: Tensor, advantages: Tensor, mask: Tensor) -> Tensor:
 
 def kl_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor, *,
                 k_frac: float = 2e-4, kl_coef: float = 1.0) -> tuple[Tensor, dict[str, Tensor]]:
-    """KL-Cov policy loss (arXiv 2505.22617, "The Entropy Mechanism of RL for Reasoning LMs").
+    """KL-Cov policy loss (arXiv 2505.22617)::
 
-    loss_t = -rho_t * A_t                          (unclipped surrogate)
-             + kl_coef * |logp_t - old_logp_t|     on the k tokens of largest cov_t
+        loss_t = -rho_t * A_t + kl_coef * |logp_t - old_logp_t|  on the k tokens of largest cov_t
+        k = max(1, floor(k_frac * n_tokens))
 
-    with cov_t from :func:`token_covariance` and
-    k = max(1, floor(k_frac * n_tokens)), n_tokens = number of unmasked tokens
-    (the authors' rounding). ``k_frac`` is a FRACTION: 2e-4 = 0.02% of tokens.
-
-    Default k_frac = 2e-4, the one default of the library (``KLCov``'s option,
-    the registry text), as verl's ``kl_cov_ratio`` and PAPERS.md; kl_coef = 1.
-    The authors' 7B scripts (and 3PO's ``grpo_klcov``) run 2e-3
-    (``k_percent=0.2`` percent): pass it explicitly.
-
-    Stats: ``kl_cov_frac`` (fraction of tokens penalised), ``abs_log_ratio``
-    (mean |logp - old_logp|), ``ratio_mean``.
-
-    Args:
-        logp, old_logp: (N, T); advantages: (N,) or (N, T); mask: (N, T) 0/1.
-        k_frac: fraction in (0, 1].
-        kl_coef: >= 0.
-
-    Returns:
-        (per_token_loss (N, T), stats dict).
-    """
+    ``k_frac`` is a FRACTION (default 2e-4 = 0.02%, as verl and PAPERS.md; the authors' 7B scripts run 2e-3).
+    Stats: ``kl_cov_frac``, ``abs_log_ratio``, ``ratio_mean``."""
     logp, old_logp, m = _check_logps(logp, old_logp, mask)
     adv = _seq_advantages(advantages, logp.shape)
     check_range("k_frac", k_frac, 0.0, 1.0, lo_open=True)
@@ -301,27 +221,10 @@ def kl_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
 def clip_cov_mask(logp: Tensor, advantages: Tensor, mask: Tensor, *, clip_frac: float = 2e-4,
                   lb: float = 1.0, ub: float = 5.0, generator: torch.Generator | None = None,
                   exclude: Tensor | None = None) -> Tensor:
-    """Tokens whose gradient Clip-Cov detaches (arXiv 2505.22617).
+    """Bool (N, T): tokens whose gradient Clip-Cov detaches (arXiv 2505.22617).
 
-    Candidates: unmasked tokens with lb < cov_t < ub (cov_t from
-    :func:`token_covariance`), minus ``exclude``. A uniformly random subset of
-    min(#candidates, max(1, floor(clip_frac * n_tokens))) candidates is chosen,
-    n_tokens = number of unmasked tokens. ``clip_frac`` is a FRACTION:
-    2e-4 = 0.02% of tokens. Defaults (2e-4, lb 1, ub 5) are the authors'.
-
-    In the authors' code tokens already clipped by PPO are excluded; pass them
-    as ``exclude`` (:func:`clip_cov_loss` does).
-
-    Args:
-        logp: (N, T); advantages: (N,) or (N, T); mask: (N, T) 0/1.
-        clip_frac: fraction in (0, 1].
-        lb, ub: covariance window, lb < ub.
-        generator: torch.Generator for the random subset (reproducibility).
-        exclude: optional (N, T) 0/1 of tokens that may not be chosen.
-
-    Returns:
-        bool (N, T), True where the gradient is to be detached.
-    """
+    A uniform random subset of min(#candidates, max(1, floor(clip_frac * n_tokens))) of the unmasked tokens with
+    lb < cov_t < ub, minus ``exclude``. Defaults (2e-4, lb 1, ub 5) are the authors'."""
     logp = _check_float_tensor("logp", logp, ndim=2)
     m = _check_mask(mask, logp.shape)
     check_range("clip_frac", clip_frac, 0.0, 1.0, lo_open=True)
@@ -347,19 +250,9 @@ def clip_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tens
                   eps_low: float = 0.2, eps_high: float = 0.2, clip_frac: float = 2e-4,
                   lb: float = 1.0, ub: float = 5.0,
                   generator: torch.Generator | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Clip-Cov policy loss (arXiv 2505.22617).
+    """Clip-Cov (arXiv 2505.22617): :func:`ppo_clip_loss` with :func:`clip_cov_mask`'s tokens detached (not PPO-clipped ones).
 
-    The PPO-clip loss of :func:`ppo_clip_loss`, with the gradient of the tokens
-    chosen by :func:`clip_cov_mask` detached (tokens already clipped by PPO are
-    not eligible). The detached tokens keep their loss value but contribute no
-    gradient (the authors multiply them by 0: same gradient).
-
-    Stats: those of :func:`ppo_clip_loss` plus ``clip_cov_frac`` (fraction of
-    unmasked tokens detached).
-
-    Returns:
-        (per_token_loss (N, T), stats dict).
-    """
+    Stats: :func:`ppo_clip_loss`'s plus ``clip_cov_frac``."""
     loss, stats = ppo_clip_loss(logp, old_logp, advantages, mask, eps_low=eps_low, eps_high=eps_high)
     m = _check_mask(mask, logp.shape)
     with torch.no_grad():

@@ -1,21 +1,10 @@
 """Exploration diagnostics: dead groups, rescued / lost groups, outcome rates, lengths.
 
-* 3PO (arXiv 2608.09805) Fig. 3: paired against GRPO on the same prompts,
-  how many zero-advantage groups a method *rescues* (gives a learning
-  signal) versus *loses*; and the rates of degenerate (malformed) and
-  incorrect rollouts (Polaris buys malformed ones, entropy regularisation
-  incorrect ones).
-* NudgeRL (arXiv 2605.15726): the share of groups with no reward variance,
-  which GRPO cannot learn from (``A_i = 0`` for all ``i``); DAPO's dynamic
-  sampling drops exactly these groups.
-* Completion lengths (VIGOR: length hacking without ``sqrt(T)``;
-  INTUITOR's length drift).
-* Where a training curve flattens (:func:`plateau_step`), which sets how long
-  the full profile trains.
+* 3PO (arXiv 2608.09805) Fig. 3: groups a method rescues / loses against GRPO, and the malformed / wrong rates.
+* NudgeRL (arXiv 2605.15726): the share of groups with no reward variance (``A_i = 0`` for all ``i``).
+* Completion lengths (VIGOR's length hacking; INTUITOR's length drift), and :func:`plateau_step`.
 
-All functions take numpy arrays, torch tensors or plain sequences and never
-modify their input.
-"""
+Inputs may be numpy arrays, torch tensors or sequences; none is modified."""
 
 from __future__ import annotations
 
@@ -92,24 +81,10 @@ def _group_spread(rewards: np.ndarray, group_index: Any) -> np.ndarray:
 def zero_advantage_fraction(rewards: Any, group_index: Any = None, *, atol: float = 0.0) -> float:
     """Share of groups whose rewards are all equal (so every GRPO advantage is 0).
 
-    A group ``g`` is zero-advantage when ``max_{i in g} r_i - min_{i in g} r_i <= atol``;
-    then ``A_i = (r_i - mean(r)) / (std(r) + eps) = 0`` for all its rollouts
-    (NudgeRL, 3PO Fig. 3; DAPO dynamic sampling drops such groups).
-
-    Args:
-        rewards: either 1-D ``(N,)`` with ``group_index`` giving each
-            rollout's group id (any hashable values, groups may differ in
-            size), or 2-D ``(n_groups, G)`` with ``group_index=None``.
-            numpy, torch or a sequence.
-        group_index: 1-D ``(N,)`` group ids, or ``None`` for 2-D ``rewards``.
-        atol: tolerance on the spread, ``>= 0`` (0: exact equality).
-
-    Returns:
-        ``(# zero-advantage groups) / (# groups)``.
-
-    Raises:
-        ValueError: on empty / non-finite rewards, a shape mismatch or a bad ``atol``.
-    """
+    Group ``g`` is zero-advantage when ``max_{i in g} r_i - min_{i in g} r_i <= atol``, so
+    ``A_i = (r_i - mean(r)) / (std(r) + eps) = 0``. ``rewards``: ``(N,)`` with ``group_index (N,)`` (any ids,
+    any sizes), or ``(n_groups, G)`` with ``group_index=None``. Raises ValueError on empty / non-finite rewards,
+    a shape mismatch or a bad ``atol``."""
     atol = check_range("atol", atol, 0)
     if group_index is None:
         r = _as_rewards("rewards", rewards, ndim=(2,))
@@ -123,26 +98,10 @@ def zero_advantage_fraction(rewards: Any, group_index: Any = None, *, atol: floa
 def dead_group_mask(
     rewards_by_group: Sequence[Any], *, criterion: str = "zero_advantage", atol: float = 0.0, success_threshold: float = 0.5
 ) -> np.ndarray:
-    """Whether each group gives GRPO no learning signal ("dead").
+    """Bool ``(n_groups,)``: whether each group is dead.
 
-    * ``"zero_advantage"``: ``max(r) - min(r) <= atol`` (all-correct and
-      all-wrong groups alike; 3PO Fig. 3).
-    * ``"all_zero"``: no rollout succeeds, ``max(r) <= success_threshold``
-      (unsolved groups only; an all-correct group is alive).
-
-    Args:
-        rewards_by_group: sequence of 1-D reward arrays (groups may differ in size).
-        criterion: ``"zero_advantage"`` or ``"all_zero"``.
-        atol: tolerance for ``"zero_advantage"``.
-        success_threshold: a rollout succeeds iff ``r > success_threshold``
-            (``"all_zero"``; 0.5 suits 0/1 and -1/+1 rewards).
-
-    Returns:
-        bool array ``(n_groups,)``.
-
-    Raises:
-        ValueError: on no groups, an empty / non-finite group or a bad option.
-    """
+    ``"zero_advantage"``: ``max(r) - min(r) <= atol`` (3PO Fig. 3); ``"all_zero"``: ``max(r) <= success_threshold``
+    (unsolved only). Raises ValueError on no groups, an empty / non-finite group or a bad option."""
     check_choice("criterion", criterion, CRITERIA)
     atol = check_range("atol", atol, 0)
     check_range("success_threshold", success_threshold)
@@ -159,19 +118,10 @@ def dead_group_mask(
 
 @dataclass(frozen=True)
 class RescuedLostGroups:
-    """Paired comparison of dead groups, method vs baseline (3PO Fig. 3).
+    """Paired dead-group comparison, method vs baseline (3PO Fig. 3).
 
-    Attributes:
-        criterion: definition of a dead group (see :func:`dead_group_mask`).
-        n_groups: prompts compared (present in both runs).
-        dead_base, dead_other: dead groups under the baseline / the method.
-        rescued: dead under the baseline, alive under the method.
-        lost: alive under the baseline, dead under the method.
-        net: ``rescued - lost``.
-        rescued_rate, lost_rate: ``rescued / n_groups``, ``lost / n_groups``.
-        rescued_of_dead: ``rescued / dead_base`` (NaN if ``dead_base == 0``).
-        lost_of_alive: ``lost / (n_groups - dead_base)`` (NaN if no alive group).
-    """
+    ``net = rescued - lost``; ``rescued_rate = rescued / n_groups``; ``lost_rate = lost / n_groups``;
+    ``rescued_of_dead = rescued / dead_base``; ``lost_of_alive = lost / (n_groups - dead_base)`` (NaN on 0)."""
 
     criterion: str
     n_groups: int
@@ -206,39 +156,15 @@ def rescued_lost_groups(
     atol: float = 0.0,
     success_threshold: float = 0.5,
 ) -> RescuedLostGroups:
-    """Groups rescued and lost by a method, paired with a baseline on the same prompts.
+    """Groups rescued and lost by a method, paired with a baseline on the same prompts (3PO Fig. 3).
 
-    Definition used (3PO Fig. 3, default ``criterion="zero_advantage"``): a
-    group is the G rollouts of one prompt; it is *dead* when all its rewards
-    are equal (``max - min <= atol``), so every GRPO advantage is 0. For each
-    prompt ``x`` present in both runs::
+    For each prompt ``x`` in both runs (``dead`` per :func:`dead_group_mask`)::
 
         rescued(x) = dead_base(x) and not dead_other(x)
         lost(x)    = not dead_base(x) and dead_other(x)
 
-    i.e. a zero-advantage group under the baseline (GRPO) that has non-zero
-    advantage under the method is rescued, and the reverse is lost.
-    With ``criterion="all_zero"`` dead means *unsolved*
-    (``max r <= success_threshold``): rescued = no success under the
-    baseline and at least one under the method, lost = the reverse;
-    all-correct groups then count as alive.
-
-    Args:
-        base_rewards_by_prompt: ``{prompt_id: rewards (G,)}`` of the baseline
-            run, or a sequence of groups aligned by position.
-        other_rewards_by_prompt: the same for the method. Both must cover the
-            same prompts; group sizes may differ (GRPO@8 vs GRPO@32).
-        criterion: ``"zero_advantage"`` or ``"all_zero"``.
-        atol: spread tolerance (``"zero_advantage"``).
-        success_threshold: success iff ``r > success_threshold`` (``"all_zero"``).
-
-    Returns:
-        :class:`RescuedLostGroups`.
-
-    Raises:
-        ValueError: when the two runs do not cover the same prompts, on an
-            empty input, or on a bad group / option.
-    """
+    Inputs: ``{prompt_id: rewards (G,)}`` or groups aligned by position; group sizes may differ.
+    Raises ValueError when the runs cover different prompts, or on an empty input or a bad group / option."""
     base = _as_groups("base_rewards_by_prompt", base_rewards_by_prompt)
     other = _as_groups("other_rewards_by_prompt", other_rewards_by_prompt)
     if not base:
@@ -274,21 +200,7 @@ def rescued_lost_groups(
 
 
 def outcome_rates(statuses: Sequence[Any]) -> dict[str, float]:
-    """Fractions of ``"correct"``, ``"wrong"``, ``"malformed"`` and ``"timeout"`` rollouts (3PO Fig. 3).
-
-    ``rate[s] = |{i : status_i = s}| / N``; the four rates sum to 1 (3PO's three
-    classes, plus the grading time-outs that are none of them).
-
-    Args:
-        statuses: N verifier statuses: strings from :data:`STATUSES` (or
-            enum members whose ``.value`` is one).
-
-    Returns:
-        ``{"correct": ..., "wrong": ..., "malformed": ..., "timeout": ...}``.
-
-    Raises:
-        ValueError: on an empty input or an unknown status.
-    """
+    """``rate[s] = |{i : status_i = s}| / N`` for correct / wrong / malformed / timeout (3PO Fig. 3); sums to 1."""
     if isinstance(statuses, str) or not hasattr(statuses, "__len__"):
         raise ValueError(f"statuses={statuses!r:.80} is not valid: must be a sequence of statuses")
     if len(statuses) == 0:
@@ -303,21 +215,7 @@ def outcome_rates(statuses: Sequence[Any]) -> dict[str, float]:
 
 
 def length_stats(lengths: Any) -> dict[str, float]:
-    """Mean, median and 90th percentile of completion lengths (tokens or characters).
-
-    ``p90`` uses linear interpolation between order statistics
-    (``numpy.percentile`` default): for sorted ``x_(0..N-1)``, position
-    ``0.9 (N - 1)``.
-
-    Args:
-        lengths: 1-D, N >= 1 non-negative finite numbers (numpy, torch or sequence).
-
-    Returns:
-        ``{"n": N, "mean": ..., "median": ..., "p90": ...}``.
-
-    Raises:
-        ValueError: on an empty / non-1-D input or a negative / non-finite length.
-    """
+    """``{"n", "mean", "median", "p90"}`` of lengths (``p90``: numpy's linear interpolation at ``0.9 (N - 1)``)."""
     arr = _as_rewards("lengths", lengths, ndim=(1,))
     if np.any(arr < 0):
         raise ValueError(f"lengths contains {arr[arr < 0][0]}: lengths must be >= 0")
@@ -330,29 +228,13 @@ def length_stats(lengths: Any) -> dict[str, float]:
 
 
 def plateau_step(values: Any, *, window: int = 20, rel_drop: float = 0.1) -> int | None:
-    """The first step by which a falling curve (e.g. training entropy) has flattened.
+    """The step by which a falling curve has flattened, or ``None`` (still falling: train longer).
 
-    With ``m_j`` the mean of window ``j`` (steps ``[j w, (j+1) w)``), the
-    curve has flattened at the end of the first window whose mean falls by
-    less than ``rel_drop`` of the first window's mean::
+    With ``m_j`` the mean of window ``j`` (steps ``[j w, (j+1) w)``; NaN / None skipped)::
 
         j* = min{j >= 1 : m_{j-1} - m_j < rel_drop * m_0},   step = (j* + 1) * w
 
-    NaN / None values (steps where the metric was not logged) are skipped
-    within their window.
-
-    Args:
-        values: One value per step, in step order.
-        window: ``w``, steps per window (``>= 1``).
-        rel_drop: Threshold as a share of the first window's mean (``> 0``).
-
-    Returns:
-        The step count after which the curve is flat, or ``None`` when no
-        window qualifies (still falling at the end: train longer).
-
-    Raises:
-        ValueError: on fewer than two full windows, or bad ``window``/``rel_drop``.
-    """
+    Raises ValueError on fewer than two full windows or a bad ``window`` / ``rel_drop``."""
     check_range("rel_drop", rel_drop, 0, None, lo_open=True)
     if not isinstance(window, (int, np.integer)) or isinstance(window, bool) or window < 1:
         raise ValueError(f"window={window!r} is invalid: must be an integer >= 1")

@@ -1,33 +1,22 @@
 """Reasoning-mode diversity of sampled traces (scikit-learn clustering).
 
-NudgeRL (arXiv 2605.15726) Fig. 1 counts the *reasoning modes* per problem: the
-number of clusters among a problem's sampled traces. SAGE (arXiv 2605.18864) T2
-reports the frequency of reasoning patterns, whose spread :func:`strategy_entropy`
-summarises.
+NudgeRL (arXiv 2605.15726) Fig. 1 counts the *reasoning modes* per problem (clusters among a problem's
+sampled traces); SAGE (arXiv 2605.18864) T2 reports pattern frequencies, summarised by :func:`strategy_entropy`.
 
-Pipeline::
-
-    texts --(strip the leading "<name>:" tag, lowercase, digits -> "0",
-    digit runs -> one "0")--> TF-IDF char n-grams (L2 rows) --> agglomerative
-    (cosine, average linkage, threshold) or KMeans (k by silhouette)
-
-For problem ``p`` with ``n_p`` samples and mode shares ``s_{p,m}``::
+Pipeline: strip the leading ``"<name>:"`` tag, lowercase, digits -> ``"0"`` (digit runs -> one ``"0"``) -> TF-IDF
+char n-grams (L2 rows) -> agglomerative (cosine, average linkage, threshold) or KMeans (k by silhouette).
+For problem ``p`` with mode shares ``s_{p,m}``::
 
     count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|
 
-Departures (PAPERS.md does not state the papers' clustering; see also docs/departures.md):
+Departures (PAPERS.md does not state the papers' clustering; see docs/departures.md):
 
-1. the strategy tag is stripped (``strip_tag=True``), else the tag alone recovers
-   the labels and the measurement is circular;
-2. digits are masked and digit runs collapsed (``mask_digits``,
-   ``collapse_numbers``), so clusters follow the steps, not the numbers;
-3. mode counts default to agglomerative clustering (threshold 0.3, calibrated on
-   the arithmetic testbed): it can return one mode and does not over-split;
-4. counts and ARI come from one clustering pooled over all problems
-   (:func:`modes_and_ari`).
+1. the strategy tag is stripped (``strip_tag=True``), else the measurement is circular;
+2. digits are masked and digit runs collapsed, so clusters follow the steps, not the numbers;
+3. mode counts default to agglomerative clustering (threshold 0.3, calibrated on the testbed);
+4. counts and ARI come from one clustering pooled over all problems (:func:`modes_and_ari`).
 
-Why each choice, and the distances it was calibrated on: docs/library/diversity.md.
-"""
+Why each choice, and the distances it was calibrated on: docs/library/diversity.md."""
 
 from __future__ import annotations
 
@@ -99,36 +88,12 @@ def _check_int_pair(name: str, pair: Any, lo: int, first: str, second: str) -> t
 
 
 def digit_mask(text: str, *, collapse_numbers: bool = False) -> str:
-    """Map every decimal digit to ``"0"``: ``"47*86=4042"`` -> ``"00*00=0000"``.
-
-    With ``collapse_numbers=True`` every maximal run of digits becomes one
-    ``"0"`` (``"47*86=4042"`` -> ``"0*0=0"``), so number lengths are dropped too.
-    """
+    """Digits -> ``"0"`` (``"47*86=4042"`` -> ``"00*00=0000"``); ``collapse_numbers``: digit runs -> one ``"0"``."""
     return (_NUMBER if collapse_numbers else _DIGIT).sub("0", text)
 
 
 def strip_strategy_tag(text: str) -> str:
-    """Remove the leading strategy tag: ``"split: 40*86+7*86=..."`` -> ``"40*86+7*86=..."``.
-
-    Exactly what is removed: one match, at the very start of ``text``, of the
-    regular expression ``\\A\\s*[^\\W\\d_][\\w-]*:\\s*``, i.e. optional
-    leading whitespace, then a *word* (a letter followed by any letters,
-    digits, ``_`` or ``-``; any name, not only ``direct`` / ``split`` /
-    ``round``; any case), then a colon, then the whitespace that follows it.
-    Nothing else is touched:
-
-    * only the first tag goes (``"split: round: 1"`` -> ``"round: 1"``);
-    * text that does not start with such a word is returned unchanged: no
-      tag (``"#4042"``), a colon not right after the first word
-      (``"split 4: x"``), or a number before the colon (``"47*86: x"``);
-    * a trace that is only a tag (``"direct:"``) becomes ``""``.
-
-    Args:
-        text: one trace.
-
-    Returns:
-        ``text`` without its leading tag.
-    """
+    r"""Remove one leading tag matching ``\A\s*[^\W\d_][\w-]*:\s*``: ``"split: 40*86+..."`` -> ``"40*86+..."``."""
     return _TAG.sub("", text, count=1)
 
 
@@ -161,34 +126,11 @@ def build_vectorizer(
     strip_tag: bool = True,
     **tfidf_kwargs: Any,
 ) -> TfidfVectorizer:
-    """An unfitted :class:`~sklearn.feature_extraction.text.TfidfVectorizer` for traces.
+    """An unfitted ``TfidfVectorizer`` for traces (sklearn defaults, L2 rows).
 
-    TF-IDF with sklearn defaults: ``tfidf(t, d) = tf(t, d) * (ln((1+N)/(1+df(t))) + 1)``,
-    rows L2-normalised, so Euclidean distance between rows is
-    ``sqrt(2 - 2 cos)``.
-
-    Args:
-        analyzer: ``"char_wb"`` (default: char n-grams inside word
-            boundaries), ``"char"`` or ``"word"``.
-        ngram_range: ``(min_n, max_n)`` with ``1 <= min_n <= max_n``.
-        mask_digits: map every digit to ``"0"`` before vectorising.
-        collapse_numbers: with ``mask_digits``, map every run of digits to
-            one ``"0"``, so number lengths stop being features too
-            (``40*6+7*6`` and ``40*86+7*86`` get the same shape). Ignored when
-            ``mask_digits=False``. Why both are on: docs/library/diversity.md.
-        lowercase: lowercase before vectorising.
-        strip_tag: remove the leading strategy tag (:func:`strip_strategy_tag`)
-            before anything else, so the features never see the strategy's
-            name (default). ``False`` keeps the tag (for comparison).
-        **tfidf_kwargs: passed to ``TfidfVectorizer`` (e.g. ``min_df``,
-            ``max_features``, ``sublinear_tf``); ``preprocessor`` is refused
-            (it is built from ``strip_tag`` / ``mask_digits`` /
-            ``collapse_numbers`` / ``lowercase``).
-
-    Raises:
-        ValueError: on an unknown analyzer, a bad ``ngram_range``, a
-            ``preprocessor`` keyword or a keyword ``TfidfVectorizer`` lacks.
-    """
+    ``tfidf(t, d) = tf(t, d) * (ln((1+N)/(1+df(t))) + 1)``; Euclidean row distance ``sqrt(2 - 2 cos)``.
+    ``analyzer`` is ``"char_wb"``, ``"char"`` or ``"word"``; ``**tfidf_kwargs`` go to ``TfidfVectorizer`` except
+    ``preprocessor`` (built from the flags). Raises ValueError on a bad option."""
     check_choice("analyzer", analyzer, _ANALYZERS)
     _check_int_pair("ngram_range", ngram_range, 1, "min_n", "max_n")
     if "preprocessor" in tfidf_kwargs:
@@ -224,23 +166,9 @@ def featurize_traces(
     strip_tag: bool = True,
     **tfidf_kwargs: Any,
 ) -> sp.csr_matrix:
-    """TF-IDF features of traces, fitted on ``texts`` themselves.
+    """TF-IDF features of ``texts`` (fitted on them): sparse CSR ``(N, V)``, rows L2-normalised.
 
-    Args:
-        texts: N trace strings.
-        strip_tag: remove each trace's leading strategy tag before
-            featurising (default): see :func:`strip_strategy_tag`.
-        analyzer, ngram_range, mask_digits, collapse_numbers, lowercase,
-            **tfidf_kwargs: see :func:`build_vectorizer`.
-
-    Returns:
-        Sparse CSR matrix of shape ``(N, V)``, rows L2-normalised (an empty
-        trace gives an all-zero row).
-
-    Raises:
-        ValueError: on an empty / non-string input, bad vectoriser options, or
-            when no text yields any n-gram (empty vocabulary).
-    """
+    Raises ValueError on empty / non-string input, bad options or an empty vocabulary."""
     texts = _check_texts("texts", texts)
     vec = build_vectorizer(
         analyzer=analyzer,
@@ -291,42 +219,13 @@ def cluster_features(
     distance_threshold: float = 0.3,
     silhouette_sample_size: int | None = 2000,
 ) -> np.ndarray:
-    """Cluster feature rows into reasoning modes.
+    """Cluster feature rows ``X (N, V)`` into reasoning modes; int64 labels ``(N,)``, 0 = largest cluster.
 
-    ``"kmeans"``: for each ``k`` in ``[k_min, k_max]`` (clamped to
-    ``min(k_max, D, N - 1)`` with ``D`` the number of distinct rows) fit
-    ``KMeans(k, n_init=10, random_state=seed)`` and keep the ``k`` with the
-    highest silhouette ``s = mean_i (b_i - a_i) / max(a_i, b_i)`` (Euclidean,
-    i.e. monotone in cosine for L2 rows). Silhouette cannot score one
-    cluster, so this never returns fewer than 2 clusters for ``D >= 2``.
-
-    ``"agglomerative"``: ``AgglomerativeClustering(metric="cosine",
-    linkage="average", distance_threshold=t)``: merge until the mean cosine
-    distance between clusters exceeds ``t``; the number of clusters (1 or
-    more) follows from ``t``, ``k_range`` is not used. The default
-    ``t = 0.3`` is calibrated on the arithmetic testbed's default features
-    (docs/library/diversity.md); recalibrate it for other features and trace
-    formats. Needs the dense ``N x N`` distance matrix (``8 N^2`` bytes).
-
-    Degenerate inputs: ``D < 2`` distinct rows -> one cluster; ``N = 2`` and
-    ``D = 2`` (silhouette undefined) -> two clusters under kmeans.
-
-    Args:
-        X: feature matrix ``(N, V)`` (sparse or dense), e.g. from :func:`featurize_traces`.
-        method: ``"kmeans"`` or ``"agglomerative"``.
-        k_range: ``(k_min, k_max)``, ``2 <= k_min <= k_max`` (kmeans only).
-        seed: KMeans / silhouette-subsampling seed.
-        distance_threshold: cosine-distance threshold in ``(0, 2]`` (agglomerative only).
-        silhouette_sample_size: rows used to score silhouette when ``N`` is
-            larger (``None``: all); keeps the ``O(N^2)`` cost bounded.
-
-    Returns:
-        int64 labels of shape ``(N,)``, numbered ``0..K-1`` by decreasing
-        cluster size.
-
-    Raises:
-        ValueError: on a bad method, ``k_range``, threshold or matrix.
-    """
+    ``"kmeans"``: ``k`` in ``k_range`` (clamped to ``min(k_max, D, N - 1)``, ``D`` distinct rows) maximising the
+    silhouette ``s = mean_i (b_i - a_i) / max(a_i, b_i)``; never fewer than 2 clusters for ``D >= 2``.
+    ``"agglomerative"``: cosine, average linkage, merge until cluster distance exceeds ``distance_threshold``
+    (in ``(0, 2]``); dense ``N x N`` distances (``8 N^2`` bytes). ``D < 2`` -> one cluster.
+    Raises ValueError on a bad method, ``k_range``, threshold or matrix."""
     check_choice("method", method, CLUSTER_METHODS)
     k_min, k_max = _check_int_pair("k_range", k_range, 2, "k_min", "k_max")
     check_int("seed", seed, 0)
@@ -389,21 +288,7 @@ def cluster_traces(
     strip_tag: bool = True,
     **featurize_kwargs: Any,
 ) -> np.ndarray:
-    """Reasoning-mode labels of traces: :func:`featurize_traces` then :func:`cluster_features`.
-
-    Args:
-        texts: N trace strings.
-        k_range, method, seed, distance_threshold, silhouette_sample_size:
-            see :func:`cluster_features`.
-        strip_tag: cluster the traces without their leading strategy tag
-            (default; :func:`strip_strategy_tag`). ``False``: with it.
-        **featurize_kwargs: see :func:`featurize_traces` (``analyzer``,
-            ``ngram_range``, ``mask_digits``, ...).
-
-    Returns:
-        int64 labels of shape ``(N,)`` (0 = largest cluster). Fewer than two
-        distinct texts (after tag stripping and masking) -> all zeros.
-    """
+    """Mode labels of traces: :func:`featurize_traces` then :func:`cluster_features`; int64 ``(N,)``."""
     texts = _check_texts("texts", texts)
     X = featurize_traces(texts, strip_tag=strip_tag, **featurize_kwargs)
     return cluster_features(
@@ -421,16 +306,8 @@ def cluster_traces(
 
 @dataclass(frozen=True)
 class ModeCounts:
-    """Result of :func:`mode_counts_per_problem`.
-
-    Attributes:
-        counts: int array ``(P,)``, modes present in each problem's samples.
-        histogram: ``{m: fraction of problems with exactly m modes}`` for
-            ``m = 1..max(counts)`` (and ``0`` when ``min_share`` left a problem
-            with none); fractions sum to 1 (NudgeRL Fig. 1).
-        n_modes: number of clusters found on the pooled traces.
-        labels_by_problem: per problem, the global mode id of each sample.
-    """
+    """Result of :func:`mode_counts_per_problem`: ``counts (P,)``, ``histogram`` {m: share of problems}, ``n_modes``
+    (pooled clusters) and ``labels_by_problem`` (global mode ids)."""
 
     counts: np.ndarray
     histogram: dict[int, float]
@@ -485,41 +362,11 @@ def mode_counts_per_problem(
     strip_tag: bool = True,
     **featurize_kwargs: Any,
 ) -> ModeCounts:
-    """Number of reasoning modes among each problem's samples (NudgeRL Fig. 1).
+    """Modes among each problem's samples (NudgeRL Fig. 1), from one clustering of the pooled traces.
 
-    The featuriser and the clustering are fitted ONCE on the pooled traces of
-    all problems, so mode ids mean the same thing in every problem.
-    Malformed samples (garbage) form modes of their own: drop them first
-    (verifier status) or raise ``min_share``. Then for
-    problem ``p`` with ``n_p`` samples and mode shares
-    ``s_{p,m} = |{j : label_{p,j} = m}| / n_p``::
-
-        count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|
-
-    To report mode counts together with their agreement with strategy
-    labels, use :func:`modes_and_ari` (same clustering for both).
-
-    Args:
-        texts_by_problem: P lists of trace strings, each non-empty.
-        min_share: in ``[0, 1]``; count only modes holding at least this
-            share of the problem's samples (0 = every mode present).
-        method: ``"agglomerative"`` (default here, unlike
-            :func:`cluster_traces`: it can find a single mode, and it does not
-            over-split on slips) or ``"kmeans"``.
-        k_range, seed, distance_threshold, silhouette_sample_size: see
-            :func:`cluster_features`.
-        strip_tag: cluster the traces without their leading strategy tag
-            (default, so modes are never counted from the strategy's name;
-            :func:`strip_strategy_tag`). ``False``: the tagged measurement.
-        **featurize_kwargs: see :func:`featurize_traces`.
-
-    Returns:
-        :class:`ModeCounts`.
-
-    Raises:
-        ValueError: on no problems, an empty problem, a non-string trace or
-            ``min_share`` outside ``[0, 1]``.
-    """
+    ``count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|`` with ``s_{p,m} = |{j : label_{p,j} = m}| / n_p``.
+    Malformed samples form modes of their own: drop them first or raise ``min_share``.
+    Raises ValueError on no problems, an empty problem, a non-string trace or ``min_share`` outside ``[0, 1]``."""
     per = _check_texts_by_problem(texts_by_problem)
     labels, labels_by_problem, counts, histogram = _pooled_modes(
         per,
@@ -557,55 +404,11 @@ def modes_and_ari(
     strip_tag: bool = True,
     **featurize_kwargs: Any,
 ) -> dict[str, Any]:
-    """Mode counts per problem AND their ARI against strategy labels, from ONE clustering.
+    """Mode counts per problem and their ARI against strategy labels, from ONE pooled clustering.
 
-    The traces of all problems are pooled, featurised and clustered once
-    (exactly as :func:`mode_counts_per_problem`); from those cluster labels:
-
-    * ``count_p`` = number of distinct clusters among problem ``p``'s traces
-      (those holding at least ``min_share`` of them), as in
-      :func:`mode_counts_per_problem`;
-    * ``ari_vs_strategy`` = ``adjusted_rand_score`` between the pooled
-      strategy labels and the SAME pooled cluster labels (all traces, whatever
-      ``min_share``).
-
-    Pooled, so that the ARI rates the very partition whose per-problem
-    restriction gives the counts (why, and what that guarantees:
-    docs/library/diversity.md).
-
-    Args:
-        texts_by_problem: P non-empty lists of trace strings.
-        labels_by_problem: P lists of strategy labels (any hashable; compared
-            as ``str``, so ``None`` is a label of its own), with the same
-            lengths as ``texts_by_problem``.
-        min_share: see :func:`mode_counts_per_problem` (counts only).
-        method: ``"agglomerative"`` (default) or ``"kmeans"``.
-        k_range, seed, distance_threshold, silhouette_sample_size: see
-            :func:`cluster_features`.
-        strip_tag: cluster without the strategy tag (default;
-            :func:`strip_strategy_tag`); ``False`` for the tagged (close to
-            circular) measurement.
-        **featurize_kwargs: see :func:`featurize_traces`.
-
-    Returns:
-        JSON-ready dict::
-
-            mean_modes         mean of count_p over problems
-            histogram          {m: share of problems with exactly m modes}
-            n_modes            clusters in the pooled clustering
-            counts             [count_p for each problem]
-            ari_vs_strategy    float, or None when the labels hold fewer
-                               than two distinct values (ARI undefined)
-            tag_free           strip_tag (True: the tag was not seen)
-            n_traces           number of pooled traces
-            labels_by_problem  per problem, the cluster id of each trace
-                               (0 = largest cluster), so both numbers can be
-                               recomputed
-
-    Raises:
-        ValueError: on bad texts (as :func:`mode_counts_per_problem`), labels
-            not shaped like the texts, or bad clustering options.
-    """
+    Returns a JSON-ready dict: ``mean_modes``, ``histogram``, ``n_modes``, ``counts``, ``ari_vs_strategy`` (None
+    when labels hold fewer than two values), ``tag_free``, ``n_traces``, ``labels_by_problem``.
+    Labels are compared as ``str``. Raises ValueError on bad texts, mis-shaped labels or bad options."""
     per = _check_texts_by_problem(texts_by_problem)
     if isinstance(labels_by_problem, str) or not isinstance(labels_by_problem, Sequence):
         raise ValueError(
@@ -655,26 +458,10 @@ def modes_and_ari(
 def mode_ari(
     texts: Sequence[str], labels: Sequence[Hashable], *, strip_tag: bool = True, **cluster_kwargs: Any
 ) -> float:
-    """Adjusted Rand index between unsupervised modes and known strategy labels.
+    """ARI between :func:`cluster_traces` modes (its own clustering) and strategy labels.
 
-    ``ARI = (RI - E[RI]) / (max RI - E[RI])`` (Hubert & Arabie 1985; sklearn
-    ``adjusted_rand_score``): 1 = same partition, about 0 = chance. Checks
-    that the clusters of :func:`cluster_traces` recover the testbed's
-    strategies before mode counts are trusted. This clusters on its own, with
-    :func:`cluster_traces`' defaults (KMeans): for an ARI that rates the very
-    clustering the mode counts come from, use :func:`modes_and_ari`.
-
-    Args:
-        texts: N traces.
-        labels: N strategy labels (any hashable, e.g. ``"split"``).
-        strip_tag: cluster without the leading strategy tag (default). The
-            testbed's labels are read from that tag, so ``strip_tag=False``
-            makes the ARI close to circular (tag-only features score 1.0).
-        **cluster_kwargs: passed to :func:`cluster_traces`.
-
-    Raises:
-        ValueError: if the lengths differ or the inputs are empty.
-    """
+    ``ARI = (RI - E[RI]) / (max RI - E[RI])`` (Hubert & Arabie 1985): 1 = same partition, about 0 = chance.
+    Raises ValueError if lengths differ or inputs are empty."""
     texts = _check_texts("texts", texts)
     if isinstance(labels, str) or not isinstance(labels, (Sequence, np.ndarray)):
         raise ValueError(f"labels={labels!r:.80} is not valid: must be a sequence of N={len(texts)} labels")
@@ -685,15 +472,7 @@ def mode_ari(
 
 
 def strategy_entropy(labels: Sequence[Hashable]) -> float:
-    """Shannon entropy, in nats, of the empirical label distribution.
-
-    ``H = -sum_s p_s ln p_s`` with ``p_s`` the share of label ``s``; 0 for a
-    single label, ``ln S`` for ``S`` equally frequent labels (SAGE T2 pattern
-    frequencies; NudgeRL strategy spread).
-
-    Raises:
-        ValueError: on an empty input or an unhashable label.
-    """
+    """Entropy in nats of the label distribution: ``H = -sum_s p_s ln p_s`` (SAGE T2; NudgeRL strategy spread)."""
     if isinstance(labels, str) or not isinstance(labels, (Sequence, np.ndarray)):
         raise ValueError(f"labels={labels!r:.80} is not valid: must be a sequence of hashable labels")
     if len(labels) == 0:
@@ -706,16 +485,7 @@ def strategy_entropy(labels: Sequence[Hashable]) -> float:
 
 
 def distinct_fraction(texts: Sequence[str], *, mask_digits: bool = False) -> float:
-    """Share of distinct strings: ``|set(texts)| / N``.
-
-    Args:
-        texts: N strings.
-        mask_digits: compare after mapping digits to ``"0"`` (distinct shapes
-            rather than distinct strings).
-
-    Raises:
-        ValueError: on an empty input or a non-string element.
-    """
+    """Share of distinct strings ``|set(texts)| / N`` (``mask_digits``: of distinct digit shapes)."""
     texts = _check_texts("texts", texts)
     if mask_digits:
         texts = [digit_mask(t) for t in texts]

@@ -1,24 +1,12 @@
-"""Unbiased pass@k (Chen et al. 2021, "Evaluating Large Language Models
-Trained on Code", arXiv 2107.03374, Codex paper, eq. 1 and Fig. 3).
+"""Unbiased pass@k (Chen et al. 2021, arXiv 2107.03374, eq. 1).
 
-With ``n`` samples of which ``c`` are correct, the probability that a random
-``k``-subset of the samples holds at least one correct sample is::
+With ``n`` samples of which ``c`` are correct::
 
     pass@k = 1 - C(n - c, k) / C(n, k)
-
-The binomial coefficients overflow a float long before the ratio does (for
-``n = 1024``, ``C(1024, 512)`` is about 4.5e306), so the ratio is computed as a
-product of ``c`` factors, each in ``[0, 1]``::
-
     C(n - c, k) / C(n, k) = prod_{i = n - c + 1}^{n} (1 - k / i)
 
-which is exactly 0 as soon as ``n - c < k`` (the factor for ``i = k`` is 0),
-i.e. pass@k = 1 when every ``k``-subset must contain a correct sample.
-
-pass@1 reduces to the mean correctness ``c / n`` (NudgeRL and 3PO report
-pass@1 / mean@8 this way); SAGE's pass@256 and VIGOR's greedy pass@1 use the
-same estimator with other ``n`` and ``k``.
-"""
+The product form avoids overflow (``C(1024, 512)`` is about 4.5e306) and is exactly 0 when ``n - c < k``.
+pass@1 = ``c / n`` (NudgeRL, 3PO); SAGE's pass@256 and VIGOR's greedy pass@1 use other ``n`` and ``k``."""
 
 from __future__ import annotations
 
@@ -44,22 +32,7 @@ AVERAGE_KEY = "average"
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
-    """Unbiased pass@k estimate for one problem (Chen et al. 2021, eq. 1).
-
-    ``pass@k = 1 - C(n-c, k) / C(n, k) = 1 - prod_{i=n-c+1}^{n} (1 - k/i)``,
-    and exactly 1.0 when ``n - c < k``.
-
-    Args:
-        n: number of samples drawn for the problem, ``n >= 1``.
-        c: number of correct samples, ``0 <= c <= n``.
-        k: budget, ``1 <= k <= n``.
-
-    Returns:
-        The estimate in ``[0, 1]``.
-
-    Raises:
-        ValueError: if an argument is not an integer or is out of its range.
-    """
+    """``1 - prod_{i=n-c+1}^{n} (1 - k/i)`` for one problem; ``1 <= k <= n``, ``0 <= c <= n``, else ValueError."""
     n = check_int("n", n, 1)
     c = check_int("c", c, 0, n)
     k = check_int("k", k, 1, n)
@@ -83,23 +56,7 @@ def _as_counts(name: str, values: Any, n: int) -> np.ndarray:
 
 
 def pass_at_k_array(n: int, c_array: Any, k: int) -> np.ndarray:
-    """Vectorised :func:`pass_at_k` over many problems with the same ``n``.
-
-    Uses the suffix products ``S_c = prod_{i=n-c+1}^{n} (1 - k/i)`` for all
-    ``c = 0..n`` at once (one ``cumprod`` of length ``n``), then
-    ``pass@k[j] = 1 - S_{c_array[j]}``. ``S_c`` is exactly 0 for ``n - c < k``.
-
-    Args:
-        n: samples per problem, ``n >= 1``.
-        c_array: array-like of correct counts, any shape, integers in ``[0, n]``.
-        k: budget, ``1 <= k <= n``.
-
-    Returns:
-        float64 array of the same shape as ``c_array``.
-
-    Raises:
-        ValueError: on a bad ``n``/``k`` or a count that is not an integer in ``[0, n]``.
-    """
+    """:func:`pass_at_k` for counts ``c_array`` (any shape, same ``n``), via ``S_c = prod_{i=n-c+1}^{n} (1 - k/i)``."""
     n = check_int("n", n, 1)
     k = check_int("k", k, 1, n)
     counts = _as_counts("c_array", c_array, n)
@@ -111,10 +68,7 @@ def pass_at_k_array(n: int, c_array: Any, k: int) -> np.ndarray:
 
 
 def default_ks(n: int) -> list[int]:
-    """Default budgets for ``n`` samples: all powers of two ``<= n``, plus ``n``.
-
-    Example: ``default_ks(12) == [1, 2, 4, 8, 12]``.
-    """
+    """Powers of two ``<= n``, plus ``n``: ``default_ks(12) == [1, 2, 4, 8, 12]``."""
     n = check_int("n", n, 1)
     ks = [1 << p for p in range(n.bit_length()) if (1 << p) <= n]
     if ks[-1] != n:
@@ -153,24 +107,9 @@ def _check_ks(ks: Iterable[int] | None, n: int) -> list[int]:
 
 
 def pass_at_k_curve(correct: Any, ks: Iterable[int] | None = None) -> dict[int, float]:
-    """Mean unbiased pass@k over problems, for each budget ``k``.
+    """``{k: (1/P) sum_p pass@k(n, c_p, k)}`` for ``correct`` ``(P, n)`` 0/1 (SAGE T1, NudgeRL T1).
 
-    ``curve[k] = (1/P) sum_p pass@k(n, c_p, k)`` with ``c_p`` the number of
-    correct samples of problem ``p`` (SAGE T1 pass@1 / pass@256; NudgeRL T1
-    pass@1 = mean correctness).
-
-    Args:
-        correct: array-like of shape ``(P, n)``, bool or 0/1 (numpy or torch):
-            ``correct[p, j]`` is whether sample ``j`` of problem ``p`` is right.
-        ks: budgets, each in ``[1, n]``; default :func:`default_ks` ``(n)``.
-
-    Returns:
-        ``{k: mean pass@k}`` with ``k`` ascending.
-
-    Raises:
-        ValueError: on a non-2-D / empty matrix, a value other than 0/1, or a
-            ``k`` outside ``[1, n]``.
-    """
+    Raises ValueError on a non-2-D / empty matrix, a value other than 0/1, or ``k`` outside ``[1, n]``."""
     arr = _as_correct_matrix("correct", correct)
     n = arr.shape[1]
     counts = arr.sum(axis=1)
@@ -180,26 +119,10 @@ def pass_at_k_curve(correct: Any, ks: Iterable[int] | None = None) -> dict[int, 
 def per_family_pass_at_k(
     correct_by_family: Mapping[str, Any], ks: Iterable[int] | None = None
 ) -> dict[str, dict[int, float]]:
-    """pass@k per problem family, plus their unweighted average.
+    """pass@k per family ``{family: (P_f, n_f)}`` plus ``"average"``: ``(1/F) sum_f out[f][k]`` (the papers' avg).
 
-    ``out[family] = pass_at_k_curve(correct_by_family[family], ks)`` and
-    ``out["average"][k] = (1/F) sum_f out[f][k]`` -- each family (benchmark)
-    counts once whatever its size, as the papers' "avg" columns do (NudgeRL
-    T1 over AIME24/AIME25/AMC23/MATH500-L5/APEX; SAGE T1; VIGOR "Math avg").
-
-    Args:
-        correct_by_family: ``{family: (P_f, n_f) 0/1 matrix}``; families may
-            have different numbers of problems and of samples.
-        ks: budgets; each must be ``<= n_f`` for every family. Default:
-            :func:`default_ks` of the smallest ``n_f`` (so every family has them).
-
-    Returns:
-        ``{family: {k: pass@k}, ..., "average": {k: mean over families}}``.
-
-    Raises:
-        ValueError: on an empty mapping, a family named ``"average"``, or any
-            error of :func:`pass_at_k_curve`.
-    """
+    Default ``ks``: :func:`default_ks` of the smallest ``n_f``. Raises ValueError on an empty mapping or a family
+    named ``"average"``."""
     if not isinstance(correct_by_family, Mapping) or len(correct_by_family) == 0:
         raise ValueError(
             f"correct_by_family={correct_by_family!r} is not valid: must be a non-empty mapping family -> matrix"

@@ -1,17 +1,9 @@
-"""Evaluate a policy on testbed families: pass@k, strategies, diversity, outcomes.
+"""Evaluate a policy on a task's families: pass@k, strategies, diversity, outcomes.
 
-What every paper table needs from one evaluation, computed once per policy:
-pass@k for every k <= n (SAGE T1, NudgeRL T1), per family and averaged over the
-in-distribution families; strategy frequencies and their entropy (SAGE T2);
-reasoning modes per problem from unsupervised clustering (NudgeRL Fig 1) with
-its agreement (ARI) with the testbed's strategy labels; outcome rates and
-lengths (3PO Fig 3).
-
-The problems, the verifier, the strategy labels, the in-distribution /
-out-of-distribution split and the families evaluated by default come from the
-task named by ``EvalSpec.task`` (`rlvr_lib.tasks.get_task`; ``"arith"``, the
-multiplication testbed, by default).
-"""
+Per policy, once: pass@k for every k <= n per family and averaged over the in-distribution families (SAGE T1,
+NudgeRL T1); strategy frequencies and entropy (SAGE T2); reasoning modes per problem and their ARI with the
+strategy labels (NudgeRL Fig 1); outcome rates and lengths (3PO Fig 3). Problems, verifier, labels and default
+families come from the task ``EvalSpec.task`` (``"arith"`` by default). More: docs/library/evaluation.md."""
 
 from __future__ import annotations
 
@@ -34,43 +26,11 @@ AVERAGE = "average"
 class EvalSpec(ConfigBase):
     """What an evaluation measures.
 
-    Attributes:
-        families: Families of the task to evaluate; its in-distribution ones
-            (``task.eval_families``) among them are averaged (all of them when
-            none is). ``None`` (the default) takes the task's
-            ``default_eval_families`` when the spec is built (the arithmetic
-            testbed's: its evaluation, rare-strategy and OOD families), so
-            `to_dict` and the hash always hold the families evaluated. A copy
-            keeps them: ``spec.replace(task=other, families=None)`` takes the
-            other task's.
-        problems_per_family: Problems per family.
-        samples: Samples per problem (pass@k for k up to this).
-        temperature, top_p, max_new_tokens: Sampling.
-        seed: Sampling seed (problems are the family's fixed draw).
-        group_size: G for the zero-advantage fraction.
-        diversity_problems, diversity_samples: Subset clustered for reasoning modes
-            (clustering is quadratic in the number of traces).
-        hints_per_problem: 0 (default) samples from the plain prompt; H > 0
-            splits each problem's samples evenly over the first H hints of the
-            task's hint pool (`sample_with_hints`: NudgeRL's "nudged" sampling,
-            its Fig 1). Left out of `to_dict` while 0, like ``task``.
-        task: Registered task name (`rlvr_lib.tasks.task_names`). Left out of
-            `to_dict` (and so of the hash) while it is the default ``"arith"``,
-            so specs and run ids from before the field existed are unchanged.
-        greedy: Argmax decoding through the rollout engine (``SamplingParams(greedy=True)``):
-            VIGOR's "greedy pass@1" (arXiv 2605.09920). Greedy decoding is deterministic, so it
-            gives ONE sample per problem: ``samples`` and ``group_size`` must then be 1 and
-            ``temperature`` / ``top_p`` their defaults 1.0 (one spelling: they are not used).
-            pass@1 is then the share of problems whose greedy completion is correct. Left out of
-            `to_dict` while False, so specs and run ids from before the field existed are
-            unchanged.
-
-    mean@k (3PO's mean@8; NudgeRL's "pass@1 = mean correctness" over 128 samples) is the
-    mean correctness over the k = ``samples`` samples of a problem, averaged over problems:
-    exactly the unbiased pass@1 estimate from k samples, ``pass_at_k["1"]`` of each summary
-    (`rlvr_lib.eval.passk`: pass@1 = c / n). `rlvr_lib.study.summaries.mean_at_k` reads it
-    from records under that name.
-    """
+    ``families=None`` takes the task's ``default_eval_families`` when the spec is built; the in-distribution ones
+    (``task.eval_families``) are averaged. ``hints_per_problem`` H > 0 splits samples over the first H hints
+    (NudgeRL's nudged sampling). ``greedy``: one argmax sample per problem (VIGOR's greedy pass@1; ``samples`` and
+    ``group_size`` 1). ``task``, ``hints_per_problem`` and ``greedy`` are left out of `to_dict` at their defaults.
+    mean@k (3PO's mean@8) is ``pass_at_k["1"]`` over ``samples`` samples: pass@1 = c / n."""
 
     families: tuple[str, ...] | None = None
     problems_per_family: int = 200
@@ -122,12 +82,7 @@ class EvalSpec(ConfigBase):
 
 
 def diversity(samples: ScoredSamples, n_problems: int, n_samples: int, seed: int = 0) -> dict:
-    """Reasoning modes per problem among well-formed samples, and their ARI with the strategy labels.
-
-    Both come from one tag-free clustering (`modes_and_ari`): the traces are
-    clustered with their strategy tag removed, so the agreement with the labels
-    is earned by the bodies of the traces, not read off the tag.
-    """
+    """Modes per problem among well-formed samples and their ARI with strategy labels, from one tag-free `modes_and_ari`."""
     texts, labels = [], []
     for p in range(min(n_problems, len(samples.problems))):
         keep = [j for j in range(min(n_samples, samples.statuses.shape[1])) if samples.statuses[p, j] != MALFORMED]
@@ -174,19 +129,8 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
 def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
     """Evaluate the engine's policy on every family of ``spec``.
 
-    Problems are ``task.family_problems(family, spec.problems_per_family,
-    seed=0)`` and every completion is scored by ``task.verify``, where ``task =
-    get_task(spec.task)``; with ``spec.hints_per_problem`` > 0 the samples are
-    nudged by the task's hints (`sample_with_hints`); with ``spec.greedy`` each
-    problem gets its one argmax completion (the engine's greedy decoding).
-
-    Returns:
-        ``{"families": {name: summary}, "average": {"pass_at_k": ..., ...}}``
-        where the average is the unweighted mean over the task's
-        in-distribution families (``task.eval_families``) evaluated, or over
-        all evaluated families when none of them is (as the papers' "avg"
-        columns); OOD and other families are reported, not averaged.
-    """
+    Returns ``{"families": {name: summary}, "average": {...}}``, the average unweighted over the task's
+    in-distribution families evaluated (all of them when none is)."""
     task = get_task(spec.task)
     params = SamplingParams(n=spec.samples, temperature=spec.temperature, top_p=spec.top_p,
                             max_new_tokens=spec.max_new_tokens, seed=spec.seed, greedy=spec.greedy)

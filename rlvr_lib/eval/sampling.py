@@ -1,9 +1,4 @@
-"""Sample completions for problems and score them with a verifier.
-
-The one place where evaluation meets a rollout engine: everything downstream
-(pass@k, strategy frequencies, diversity, calibration, notebooks) works on the
-`ScoredSamples` arrays this returns.
-"""
+"""Sample completions for problems and score them with a verifier (into `ScoredSamples`)."""
 
 from __future__ import annotations
 
@@ -23,17 +18,8 @@ Verifier = Callable[[Problem, object], Verdict]
 class ScoredSamples:
     """``n`` scored samples for each of ``P`` problems; arrays are ``(P, n)``.
 
-    Attributes:
-        problems: The problems, in order.
-        hints: The hint appended to each problem's prompt (``None``: none), or
-            for `sample_with_hints` the tuple of hints its samples were split over.
-        texts: Completion texts, ``texts[p][j]``.
-        rewards: Verifier rewards.
-        statuses: ``"correct"`` / ``"wrong"`` / ``"malformed"`` / ``"timeout"`` (`rlvr_lib.tasks.STATUSES`).
-        strategies: Parsed strategy label or ``None``.
-        lengths: Completion lengths in tokens (EOS included).
-        truncated: Whether the completion hit ``max_new_tokens``.
-    """
+    ``hints``: per problem the hint appended (or, from `sample_with_hints`, the tuple of hints); ``statuses`` as in
+    `rlvr_lib.tasks.STATUSES`; ``lengths`` in tokens (EOS included); ``truncated``: hit ``max_new_tokens``."""
 
     problems: list[Problem]
     hints: list[str | None | tuple[str | None, ...]]
@@ -81,17 +67,7 @@ def sample_and_score(
     hints: Sequence[str | None] | str | None = None,
     verifier: Verifier = verify,
 ) -> ScoredSamples:
-    """Sample ``params.n`` completions per problem and verify each.
-
-    Args:
-        engine: A rollout engine.
-        problems: Problems to solve.
-        params: Sampling parameters (``n`` samples per problem).
-        hints: One hint for all problems, one per problem, or ``None``.
-        verifier: ``(problem, completion) -> Verdict``; never raises on model
-            output. The default is the arithmetic testbed's; for another task
-            pass its verifier, ``get_task(name).verify`` (as `evaluate_policy` does).
-    """
+    """Sample ``params.n`` completions per problem and score each with ``verifier`` (default: the testbed's)."""
     problems = list(problems)
     if not problems:
         raise ValueError("problems is empty: give at least one problem")
@@ -125,21 +101,10 @@ def sample_with_hints(
     *,
     verifier: Verifier = verify,
 ) -> ScoredSamples:
-    """Nudged sampling: a problem's ``params.n`` samples split evenly over its first H hints.
+    """Nudged sampling (NudgeRL Fig 1): sample ``j`` of a problem uses hint ``j % H``, H = ``hints_per_problem``.
 
-    NudgeRL's sampling without hint dropout (arXiv 2605.15726, Fig 1 "nudged"
-    sampling): with H = ``hints_per_problem`` and pool ``hints(problem)``
-    (empty hints skipped, as `rlvr_lib.methods.nudgerl.NudgeRL` does), sample
-    ``j`` of a problem is generated from its prompt with hint ``j % H``: the
-    hints are interleaved, so any first ``m`` samples (e.g. the subset that
-    `rlvr_lib.eval.diversity` clusters) hold every hint's samples in equal
-    shares (to within one). A problem with fewer than H hints samples its
-    missing slots without a hint. ``hints[p]`` is the tuple of the H hints
-    (``None`` for a missing one): sample ``j`` used ``hints[p][j % H]``.
-
-    Raises:
-        ValueError: ``hints_per_problem`` is not a positive int dividing ``params.n``.
-    """
+    Missing hints sample without one; ``hints[p][j % H]`` records it. Raises ValueError unless H is a positive int
+    dividing ``params.n``."""
     problems = list(problems)
     if not problems:
         raise ValueError("problems is empty: give at least one problem")

@@ -1,29 +1,14 @@
 """Temperature vs weight noise at the strategy branch (3PO Fig 1, arXiv 2608.09805).
 
-3PO's argument for exploring in weight space: a sampling temperature ``T``
-rescales the logits, ``p_T = softmax(z / T)``, a strictly increasing map of
-each logit, so the *order* of the next-token candidates never changes with
-``T`` (only how peaked they are); a posterior weight sample
-``theta_hat = m + sigma * z`` (IVON's, ``z ~ N(0, I)``) changes the logits
-themselves and can reorder them. On the testbed the decision that matters is
-the strategy branch, the first completion token (``d`` / ``s`` / ``r`` of
-``direct`` / ``split`` / ``round``).
+A temperature rescales the logits, ``p_T = softmax(z / T)``, a strictly increasing map of each logit, so the
+order of candidates never changes with ``T``; a weight sample ``theta_hat = m + sigma * z`` (IVON's,
+``z ~ N(0, I)``) changes the logits and can reorder them. On the testbed the decision is the strategy branch,
+the first completion token.
 
-:func:`branch_reorder` measures, per prompt, whether the order of the top-k
-candidate tokens at the branch differs from the mean policy's at ``T = 1``:
-
-* under each temperature ``T`` (``log_softmax(z / T)``, mean weights): the
-  share is 0 by construction, which the measurement checks;
-* under each of ``N`` weight samples ``m + sigma * z_n`` (every trainable
-  parameter, as IVON perturbs them; ``z_n`` from a seeded generator, the
-  global RNG untouched; the weights are restored bit for bit).
-
-The pieces are public: :func:`branch_logits` (the ``(P, V)`` logits of the
-first completion token, prompts encoded exactly as the rollout engine
-encodes them), :func:`weight_sample` (a context manager that sets
-``m + sigma * z``), :func:`order_changed` (the comparison), and
-:func:`strategy_tokens` (the first token of each strategy label).
-"""
+:func:`branch_reorder` measures, per prompt, whether the top-k order of candidate tokens differs from the mean
+policy's at ``T = 1``, under each temperature (0 by construction, which it checks) and under ``N`` weight samples
+(every trainable parameter; seeded generator; weights restored bit for bit). Parts: :func:`branch_logits`
+``(P, V)``, :func:`weight_sample`, :func:`order_changed`, :func:`strategy_tokens`."""
 
 from __future__ import annotations
 
@@ -40,12 +25,7 @@ __all__ = ["BranchReorder", "branch_logits", "branch_reorder", "order_changed", 
 
 
 def strategy_tokens(tokenizer, strategies: Sequence[str]) -> list[int]:
-    """The first token id of each strategy label (``tokenizer.encode(s)[0]``), the branch candidates.
-
-    Raises:
-        ValueError: on no strategies, a label that encodes to nothing, or two
-            labels that share their first token (the branch could not tell them apart).
-    """
+    """First token id of each strategy label; ValueError on none, an empty encoding or a shared first token."""
     if isinstance(strategies, str) or not strategies:
         raise invalid("strategies", strategies, "a non-empty sequence of strategy labels")
     ids = []
@@ -61,18 +41,9 @@ def strategy_tokens(tokenizer, strategies: Sequence[str]) -> list[int]:
 
 @torch.no_grad()
 def branch_logits(model, tokenizer, prompts: Sequence[str], *, batch_size: int = 256) -> torch.Tensor:
-    """Logits of the first completion token of each prompt: ``(P, V)`` float64 on CPU.
+    """Logits ``z_p`` of the first completion token of each prompt: ``(P, V)`` float64 on CPU.
 
-    Prompts are left-padded as the rollout engine encodes them
-    (`KVCacheEngine.encode_prompts`); one forward of the prompt alone
-    (`completion_forward` with a one-token completion, which is not attended)
-    gives the logits ``z_p`` at the position that predicts the first
-    completion token. The model is put in ``eval()`` mode for the forward and
-    its mode restored.
-
-    Raises:
-        ValueError: on no prompts or a bad ``batch_size``.
-    """
+    Prompts are left-padded as ``KVCacheEngine.encode_prompts`` does; the model's train/eval mode is restored."""
     from rlvr_lib.rollout import KVCacheEngine
     from rlvr_lib.rollout.logprobs import completion_forward
 
@@ -97,17 +68,10 @@ def branch_logits(model, tokenizer, prompts: Sequence[str], *, batch_size: int =
 
 @contextlib.contextmanager
 def weight_sample(model, sigma: float, generator: torch.Generator) -> Iterator[None]:
-    """Inside: every trainable parameter set to ``m + sigma * z`` (``z ~ N(0, I)`` from ``generator``).
+    """Context: every trainable parameter set to ``m + sigma * z``, ``z ~ N(0, I)`` from ``generator``.
 
-    ``m`` is the parameter on entry; on exit it is restored exactly (a copy,
-    not a subtraction). ``z`` is drawn parameter by parameter in
-    ``model.parameters()`` order, in float32 on CPU, then moved to the
-    parameter's device and dtype, so a generator state gives the same sample
-    on any device. ``sigma = 0`` leaves the weights unchanged.
-
-    Raises:
-        ValueError: on a negative or non-finite ``sigma``.
-    """
+    ``z`` is drawn per parameter in float32 on CPU (same sample on any device); ``m`` is restored exactly on exit.
+    Raises ValueError on a negative or non-finite ``sigma``."""
     sigma = check_range("sigma", sigma, 0.0)
     params = [p for p in model.parameters() if p.requires_grad]
     saved = [p.detach().clone() for p in params]
@@ -125,26 +89,10 @@ def weight_sample(model, sigma: float, generator: torch.Generator) -> Iterator[N
 
 def order_changed(reference: torch.Tensor, other: torch.Tensor, tokens: Sequence[int] | None = None,
                   k: int = 1) -> torch.Tensor:
-    """Whether the top-k order of the candidate tokens differs between two score tensors, per row.
+    """``(P,)`` bool: row ``p`` changed iff ``order(reference)[p, :k] != order(other)[p, :k]``.
 
-    With ``c`` the candidate ids (``tokens``, or the whole vocabulary) and
-    ``order(x) = argsort(x[:, c], descending, stable)``, row ``p`` changed iff
-    ``order(reference)[p, :k] != order(other)[p, :k]`` anywhere: ``k = 1``
-    compares the top candidate, ``k = len(c)`` the full ranking.
-
-    Args:
-        reference: ``(P, V)`` scores (logits or log-probs) of the reference.
-        other: ``(P, V)`` scores to compare.
-        tokens: Candidate token ids (distinct), or ``None`` for all ``V``.
-        k: How many leading ranks must agree, ``1 <= k <= len(c)``.
-
-    Returns:
-        ``(P,)`` bool tensor.
-
-    Raises:
-        ValueError: on shapes that differ or are not 2-D, repeated or
-            out-of-range tokens, or a bad ``k``.
-    """
+    ``order(x) = argsort(x[:, c], descending, stable)`` with ``c`` = ``tokens`` (or all ``V``); ``reference`` and
+    ``other`` are ``(P, V)``; ``1 <= k <= len(c)``. Raises ValueError on bad shapes, tokens or ``k``."""
     if reference.ndim != 2 or reference.shape != other.shape:
         raise invalid("other", f"<tensor of shape {tuple(other.shape)}>",
                       f"a 2-D tensor of the reference's shape {tuple(reference.shape)}")
@@ -163,16 +111,10 @@ def order_changed(reference: torch.Tensor, other: torch.Tensor, tokens: Sequence
 
 @dataclass(frozen=True)
 class BranchReorder:
-    """What :func:`branch_reorder` measured (numpy arrays; ``P`` prompts, ``C`` candidates).
+    """What :func:`branch_reorder` measured (``P`` prompts, ``C`` candidates, ``N`` samples).
 
-    Attributes:
-        weight: ``(N, P)`` bool, order changed under weight sample ``n``.
-        temperature: ``(len(temperatures), P)`` bool, order changed at temperature ``T``.
-        probs: ``(P, C)`` candidate probabilities of the mean policy at ``T = 1``.
-        weight_probs: ``(N, P, C)`` the same under each weight sample.
-        temperature_probs: ``(len(temperatures), P, C)`` the same at each temperature.
-        temperatures, sigma, k, tokens: The settings measured.
-    """
+    ``weight (N, P)`` and ``temperature (len(temperatures), P)`` bool (order changed); ``probs (P, C)`` at the mean,
+    ``weight_probs (N, P, C)``, ``temperature_probs (len(temperatures), P, C)``."""
 
     weight: np.ndarray
     temperature: np.ndarray
@@ -191,25 +133,14 @@ class BranchReorder:
         return out
 
     def closest_prompt(self) -> int:
-        """Index of the prompt whose mean-policy branch is closest to a tie: ``argmin_p log(q_p1 / q_p2)``.
-
-        ``q_p1 >= q_p2`` are prompt ``p``'s two largest candidate probabilities
-        (``probs``); ties go to the first prompt. Needs two or more candidates.
-        """
+        """Prompt closest to a tie: ``argmin_p log(q_p1 / q_p2)`` over the two largest candidate probabilities."""
         if self.probs.shape[1] < 2:
             raise invalid("tokens", list(self.tokens), "two or more candidates to compare the top two")
         top2 = np.sort(self.probs, axis=1)[:, -2:]
         return int(np.argmin(np.log(top2[:, 1]) - np.log(top2[:, 0])))
 
     def candidate_mass(self) -> dict[str, float]:
-        """Mean probability mass of the candidates: ``{"mean", "weight", "T=<t>": mean of sum_c probs}``.
-
-        ``"mean"`` at the mean weights, ``"weight"`` over weight samples and
-        prompts, ``"T=<t>"`` at each temperature.
-
-        A weight sample that "reorders" the branch by breaking the policy
-        (the candidates lose their mass to other tokens) shows here.
-        """
+        """Mean candidate mass ``sum_c probs``: ``{"mean", "weight", "T=<t>"}`` (a sample that breaks the policy shows here)."""
         out = {"mean": float(self.probs.sum(-1).mean()), "weight": float(self.weight_probs.sum(-1).mean())}
         out.update({f"T={t:g}": float(p.sum(-1).mean()) for t, p in zip(self.temperatures, self.temperature_probs)})
         return out
@@ -218,33 +149,11 @@ class BranchReorder:
 def branch_reorder(model, tokenizer, prompts: Sequence[str], *, sigma: float, samples: int = 8,
                    temperatures: Sequence[float] = (0.6, 1.0, 1.4), tokens: Sequence[int] | None = None,
                    k: int = 1, seed: int = 0, batch_size: int = 256) -> BranchReorder:
-    """Does the branch decision's ranking change under temperatures, and under weight samples? (3PO Fig 1)
+    """Does the branch ranking change under temperatures, and under weight samples? (3PO Fig 1)
 
-    Reference: the mean weights' log-probs at ``T = 1``,
-    ``r_p = log_softmax(z_p)``. At temperature ``T``:
-    ``log_softmax(z_p / T)``; under weight sample ``n``: ``log_softmax(z_p^(n))``
-    with ``z^(n)`` the logits at ``m + sigma * eps_n``, ``eps_n ~ N(0, I)``
-    drawn from ``torch.Generator().manual_seed(seed)`` (samples in order).
-    Each is compared with the reference by :func:`order_changed` over the
-    candidate ``tokens`` (e.g. :func:`strategy_tokens`) and top ``k``.
-
-    Args:
-        model, tokenizer: The policy (left unchanged).
-        prompts: ``P`` prompt strings (e.g. ``problem.prompt``).
-        sigma: Per-weight noise std (e.g. IVON's initial ``1 / sqrt(ess * (h0 + wd))``), >= 0.
-        samples: ``N`` weight samples, >= 1.
-        temperatures: Temperatures to compare, each > 0.
-        tokens: Candidate ids (``None``: the whole vocabulary).
-        k: Leading ranks compared (1: the top candidate).
-        seed: Seed of the noise generator, >= 0.
-        batch_size: Prompts per forward.
-
-    Returns:
-        :class:`BranchReorder`; ``.shares()`` gives the shares of prompts.
-
-    Raises:
-        ValueError: on a bad argument (see :func:`order_changed` for ``tokens`` and ``k``).
-    """
+    Reference ``r_p = log_softmax(z_p)``; temperature: ``log_softmax(z_p / T)``; sample ``n``:
+    ``log_softmax(z_p^(n))`` at ``m + sigma * eps_n``, ``eps_n ~ N(0, I)`` from
+    ``torch.Generator().manual_seed(seed)``; each compared by :func:`order_changed`. Returns :class:`BranchReorder`."""
     sigma = check_range("sigma", sigma, 0.0)
     samples = check_int("samples", samples, 1)
     seed = check_int("seed", seed, 0)

@@ -1,23 +1,14 @@
 """Rollout data types and the engine protocol.
 
-A rollout engine turns ``M`` prompts into ``N = M * n`` completions together
-with everything a GRPO-style trainer needs: token ids, masks, and the
-log-probability of each sampled token under the sampling policy.
-
-Conventions shared by every engine (transformers, KV-cached sampler, vLLM):
+An engine turns ``M`` prompts into ``N = M * n`` completions with token ids, masks and the log-prob of each
+sampled token under the sampling policy. Conventions of every engine:
 
 * **Prompt-major order**: row ``i * n + j`` is sample ``j`` of prompt ``i``.
-* **Padding**: prompts are LEFT-padded (so ``[prompt; completion]`` is
-  contiguous), completions RIGHT-padded. Pad positions carry the pad id and
-  mask 0.
-* **EOS**: a completion that stopped keeps its EOS token (mask 1 on it), so
-  the trainer learns to stop; nothing after the first EOS is kept.
-* **Log-probs**: ``log softmax(logits / temperature)[token]`` of the raw
-  model logits, without top-p renormalisation -- exactly what
-  :func:`rlvr_lib.rollout.logprobs.sequence_logprobs` recomputes with the same
-  temperature. Greedy decoding reports temperature-1 log-probs. 0 on padding.
-* Tensors are returned on CPU (use :meth:`Rollouts.to` to move them).
-"""
+* **Padding**: prompts LEFT-padded, completions RIGHT-padded; pad positions carry the pad id and mask 0.
+* **EOS**: a stopped completion keeps its EOS (mask 1); nothing after the first EOS is kept.
+* **Log-probs**: ``log softmax(logits / temperature)[token]`` of the raw logits, no top-p renormalisation (what
+  :func:`rlvr_lib.rollout.logprobs.sequence_logprobs` recomputes); greedy reports temperature 1; 0 on padding.
+* Tensors are returned on CPU."""
 
 from __future__ import annotations
 
@@ -36,23 +27,8 @@ FINISH_REASONS = ("stop", "length")
 
 @dataclass(frozen=True)
 class SamplingParams:
-    """How to sample completions.
-
-    Attributes:
-        n: Completions per prompt (the GRPO group size G), ``>= 1``.
-        temperature: Softmax temperature, ``> 0``. Use ``greedy=True`` for
-            argmax decoding (temperature 0 is rejected to keep one spelling).
-        top_p: Nucleus mass in ``(0, 1]``; 1 disables nucleus sampling.
-        max_new_tokens: Maximum completion length in tokens, ``>= 1``.
-        seed: Seed of the sampling RNG; the same seed, prompts, model and
-            engine settings give the same rollouts (bit for bit on CPU).
-        greedy: Argmax decoding; ``temperature`` and ``top_p`` are then
-            ignored and log-probs are reported at temperature 1.
-
-    Raises:
-        ValueError: On construction, naming the field, the value and the
-            allowed range, when a value is out of range or of the wrong type.
-    """
+    """How to sample completions: ``n`` >= 1 (group size G), ``temperature`` > 0, ``top_p`` in ``(0, 1]``,
+    ``max_new_tokens`` >= 1, ``seed``, ``greedy`` (argmax; temperature and top_p ignored). ValueError when out of range."""
 
     n: int = 1
     temperature: float = 1.0
@@ -85,11 +61,7 @@ class SamplingParams:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "SamplingParams":
-        """Build from :meth:`to_dict` output.
-
-        Raises:
-            ValueError: If ``data`` has a key that is not a field.
-        """
+        """Build from :meth:`to_dict` output; ValueError on an unknown key."""
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(data) - names)
         if unknown:
@@ -108,27 +80,11 @@ def _pad_to(t: torch.Tensor, width: int, value: int | float, left: bool) -> torc
 
 @dataclass
 class Rollouts:
-    """A batch of ``N`` sampled completions.
+    """A batch of ``N`` sampled completions, prompt-major; ``P`` padded prompt width, ``T`` completion width.
 
-    ``N = len(prompts) * n`` in prompt-major order (prompt 0's ``n`` samples
-    first). ``P`` is the padded prompt width, ``T`` the padded completion width.
-
-    Attributes:
-        prompt_index: ``(N,)`` long -- index of each row's prompt in the list
-            given to the engine.
-        prompt_ids: ``(N, P)`` long -- prompt tokens, LEFT-padded with the pad id.
-        prompt_mask: ``(N, P)`` long -- 1 on real prompt tokens.
-        completion_ids: ``(N, T)`` long -- completion tokens, RIGHT-padded with
-            the pad id; includes the EOS token when one was produced.
-        completion_mask: ``(N, T)`` long -- 1 on real completion tokens, EOS
-            included; a row's ones form a prefix.
-        logprobs: ``(N, T)`` float -- ``log softmax(logits / temperature)`` at
-            the sampled token (no top-p renormalisation); 0 on padding.
-        texts: ``N`` decoded completions, special tokens stripped.
-        finish_reasons: ``N`` strings, ``"stop"`` (EOS produced) or
-            ``"length"`` (``max_new_tokens`` reached).
-        pad_token_id: Id used for padding, kept so :meth:`concat` can re-pad.
-    """
+    ``prompt_index (N,)``; ``prompt_ids``, ``prompt_mask`` ``(N, P)`` LEFT-padded; ``completion_ids``,
+    ``completion_mask`` ``(N, T)`` RIGHT-padded (EOS included, ones a prefix); ``logprobs (N, T)`` float
+    (0 on padding); ``texts``; ``finish_reasons`` (``"stop"`` / ``"length"``); ``pad_token_id``."""
 
     prompt_index: torch.Tensor
     prompt_ids: torch.Tensor
@@ -193,17 +149,7 @@ class Rollouts:
         return ("prompt_index", "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "logprobs")
 
     def select(self, indices: Sequence[int] | torch.Tensor | slice) -> "Rollouts":
-        """Return the subset of rows ``indices`` (in that order).
-
-        Padding widths ``P`` and ``T`` are kept as they are.
-
-        Args:
-            indices: Row indices (list, 1-D long tensor, boolean mask of
-                length ``N``) or a slice.
-
-        Returns:
-            A new :class:`Rollouts` with ``len(indices)`` rows.
-        """
+        """The rows ``indices`` (list, long tensor, bool mask or slice) in that order; widths kept."""
         if isinstance(indices, slice):
             idx = torch.arange(len(self))[indices]
         else:
@@ -224,22 +170,7 @@ class Rollouts:
 
     @classmethod
     def concat(cls, parts: Sequence["Rollouts"]) -> "Rollouts":
-        """Stack rollouts row-wise, re-padding prompts (left) and completions (right).
-
-        ``prompt_index`` values are kept as they are (they refer to each
-        part's own prompt list; offset them yourself if the parts came from
-        different prompt lists).
-
-        Args:
-            parts: One or more :class:`Rollouts` with the same pad id.
-
-        Returns:
-            A :class:`Rollouts` with ``sum(len(p) for p in parts)`` rows, prompt
-            width ``max P`` and completion width ``max T``.
-
-        Raises:
-            ValueError: If ``parts`` is empty or pad ids differ.
-        """
+        """Stack ``parts`` row-wise, re-padding to the widest ``P`` and ``T``; ``prompt_index`` kept as is. ValueError if empty or pad ids differ."""
         parts = list(parts)
         if not parts:
             raise ValueError("Rollouts.concat needs at least one part, got 0")
@@ -265,31 +196,12 @@ class Rollouts:
 
 @runtime_checkable
 class RolloutEngine(Protocol):
-    """Anything that samples completions for prompts.
-
-    Implementations: :class:`rlvr_lib.rollout.kvcache.KVCacheEngine` (the
-    trainer's default), :class:`rlvr_lib.rollout.hf.HFEngine` (``generate``) and
-    :class:`rlvr_lib.rollout.vllm_engine.VLLMEngine` (vLLM, GPU extra).
-    Engines must follow the conventions of this module's docstring.
-    """
+    """Anything that samples completions for prompts, under this module's conventions (KVCacheEngine, HFEngine, VLLMEngine)."""
 
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        """Sample ``params.n`` completions for each prompt.
-
-        Args:
-            prompts: ``M`` prompt strings (already formatted, e.g. chat template
-                applied).
-            params: Sampling parameters.
-
-        Returns:
-            :class:`Rollouts` with ``N = M * params.n`` rows, prompt-major.
-        """
+        """:class:`Rollouts` with ``N = M * params.n`` rows for ``M`` formatted prompts, prompt-major."""
         ...
 
     def encode_prompts(self, prompts: Sequence[str]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ids, mask)``, ``(M, P)`` long: the prompts left-padded exactly as :meth:`generate` encodes them.
-
-        The trainer scores completions under prompts other than the ones rolled
-        out (the hint-free prompt of a hinted rollout) with these.
-        """
+        """``(ids, mask)``, ``(M, P)`` long: the prompts left-padded exactly as :meth:`generate` encodes them."""
         ...

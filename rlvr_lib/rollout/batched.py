@@ -1,14 +1,9 @@
-"""What every local (in-process) rollout engine shares.
+"""What every in-process rollout engine shares: encoding, micro-batches, seeding, and the Rollouts.
 
-:class:`BatchedEngine` encodes prompts, expands each ``n`` times in
-prompt-major order, cuts the rows into micro-batches of ``batch_size``,
-left-pads each micro-batch, runs the subclass's ``_sample_chunk`` under a
-seeded, gradient-free, eval-mode context, and turns the raw generated tokens
-into a :class:`~rlvr_lib.rollout.base.Rollouts` (mask after the first EOS,
-pad, decode). Subclasses only decode: :class:`~rlvr_lib.rollout.hf.HFEngine`
-with ``model.generate``, :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine`
-with its own static-KV-cache loop.
-"""
+:class:`BatchedEngine` expands prompts ``n`` times (prompt-major), cuts micro-batches of ``batch_size``,
+left-pads them and runs the subclass's ``_sample_chunk`` seeded, gradient-free and in eval mode, then masks
+after the first EOS, pads and decodes. Subclasses only decode (HFEngine, KVCacheEngine).
+More: docs/rollout/engines.md."""
 
 from __future__ import annotations
 
@@ -35,28 +30,10 @@ def _as_id_list(value) -> list[int]:
 
 
 class BatchedEngine:
-    """Base of the in-process engines (see the module docstring).
+    """Base of the in-process engines; the same seed, prompts, model and ``batch_size`` give the same rollouts.
 
-    Determinism: sampling runs inside ``torch.random.fork_rng`` seeded with
-    ``params.seed``, so the global RNG is untouched and the same seed gives the
-    same rollouts (bit for bit on CPU) for the same prompts, model and
-    ``batch_size`` (micro-batch composition changes the random stream).
-
-    Args:
-        model: A causal LM on any device; inputs are moved to its device.
-        tokenizer: Its tokenizer (a ``PreTrainedTokenizerBase``); not mutated.
-        batch_size: Maximum number of sequences decoded together (memory
-            bound). Prompts are expanded ``n`` times and cut into micro-batches
-            in prompt-major order.
-        eos_token_id: Token id(s) that end a completion. Default: the
-            tokenizer's EOS plus the model generation config's EOS id(s).
-        add_special_tokens: Passed to the tokenizer when encoding prompts
-            (e.g. adds BOS for Llama-style tokenizers).
-        progress: Show a tqdm bar over micro-batches.
-
-    Raises:
-        ValueError: If ``batch_size < 1`` or no EOS id can be found.
-    """
+    ``eos_token_id`` defaults to the tokenizer's EOS plus the generation config's. Raises ValueError if
+    ``batch_size < 1`` or no EOS id is found."""
 
     def __init__(
         self,
@@ -91,19 +68,9 @@ class BatchedEngine:
     def _sample_chunk(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Decode one left-padded micro-batch.
+        """Decode one micro-batch ``(B, P)``: ``(generated, logprobs)``, each ``(B, L)``, ``L <= params.max_new_tokens``.
 
-        Args:
-            prompt_ids: ``(B, P)`` long on the model's device, LEFT-padded.
-            prompt_mask: ``(B, P)`` 0/1 on the model's device.
-            params: Sampling parameters.
-
-        Returns:
-            ``(generated, logprobs)``: ``(B, L)`` sampled ids and their
-            ``(B, L)`` float32 log-probs (convention of :mod:`.base`), any
-            device, ``L <= params.max_new_tokens``. Tokens after a row's first
-            EOS are ignored; a row without EOS must have ``L == max_new_tokens``.
-        """
+        Tokens after a row's first EOS are ignored; a row without EOS must have ``L == max_new_tokens``."""
         raise NotImplementedError
 
     @contextlib.contextmanager
@@ -181,22 +148,7 @@ class BatchedEngine:
 
     # --------------------------------------------------------------------- API
     def generate(self, prompts: Sequence[str], params: SamplingParams) -> Rollouts:
-        """Sample ``params.n`` completions per prompt.
-
-        Args:
-            prompts: ``M`` prompt strings, already formatted (chat template
-                applied by the caller). Each must encode to >= 1 token.
-            params: Sampling parameters.
-
-        Returns:
-            :class:`Rollouts` on CPU with ``N = M * params.n`` rows in
-            prompt-major order; ``P`` = longest prompt, ``T`` = longest
-            completion (``<= params.max_new_tokens``).
-
-        Raises:
-            ValueError: If ``prompts`` is a bare string or a prompt encodes
-                to zero tokens.
-        """
+        """:class:`Rollouts` on CPU with ``N = M * params.n`` rows, prompt-major; ValueError on a bare string or an empty prompt."""
         if isinstance(prompts, str):
             raise ValueError("prompts must be a sequence of strings, got a single str")
         if not isinstance(params, SamplingParams):

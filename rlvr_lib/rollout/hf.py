@@ -1,10 +1,4 @@
-"""The reference rollout engine: ``transformers`` ``model.generate``.
-
-The trainer's default is the faster :class:`~rlvr_lib.rollout.kvcache.KVCacheEngine`;
-this one is the baseline it is tested and benchmarked against. Works with any ``AutoModelForCausalLM`` on CPU or CUDA. See
-:mod:`rlvr_lib.rollout.base` for the conventions of the returned
-:class:`~rlvr_lib.rollout.base.Rollouts`.
-"""
+"""The reference rollout engine on ``transformers``' ``model.generate`` (the baseline of KVCacheEngine)."""
 
 from __future__ import annotations
 
@@ -24,18 +18,7 @@ LogprobMode = Literal["stream", "output_logits"]
 
 
 class _LogprobRecorder:
-    """Logits processor that records sampling log-probs one step at a time.
-
-    ``generate`` calls its logits processors with the raw float32 logits of
-    step ``k`` and ``input_ids`` holding the prompt plus the ``k`` tokens
-    sampled so far. User processors run before the temperature / top-p
-    warpers (``GenerationMixin._get_logits_processor``), and
-    :class:`HFEngine` makes sure no other processor runs before them, so the
-    ``scores`` seen here are the raw logits. At step ``k + 1`` the token
-    sampled at step ``k`` is known and its log-prob is gathered from the kept
-    log-softmax of step ``k``. Memory is ``O(B * V)`` instead of the
-    ``O(B * T * V)`` of ``output_logits=True``.
-    """
+    """Logits processor recording sampling log-probs step by step from the raw logits: memory ``O(B * V)``."""
 
     def __init__(self, prompt_width: int, temperature: float) -> None:
         self.prompt_width = prompt_width
@@ -54,11 +37,7 @@ class _LogprobRecorder:
         return scores
 
     def finish(self, generated: torch.Tensor) -> torch.Tensor:
-        """Return ``(B, L)`` log-probs of the ``L`` generated tokens.
-
-        Handles ``generate`` having run (and then undone) extra steps, as its
-        deferred stop check does on CUDA.
-        """
+        """``(B, L)`` log-probs of the ``L`` generated tokens (extra undone steps of ``generate`` dropped)."""
         length = generated.shape[1]
         steps = self.steps[:length]
         if len(steps) < length:
@@ -71,33 +50,10 @@ class _LogprobRecorder:
 
 
 class HFEngine(BatchedEngine):
-    """Rollout engine built on ``transformers``' ``model.generate``.
+    """Rollout engine on ``model.generate``, under a neutral ``generation_config`` during each call.
 
-    Sampling is fully specified by :class:`SamplingParams`: during each call
-    the model's own ``generation_config`` is swapped for a neutral one, so a
-    saved ``generation_config.json`` (``top_k=20``, ``repetition_penalty``,
-    ``min_p``, ...) cannot silently change the sampling distribution or the
-    reported log-probs; ``top_k=0`` disables the library's hidden top-k=50
-    default.
-
-    Determinism, micro-batching and the other constructor arguments are
-    those of :class:`~rlvr_lib.rollout.batched.BatchedEngine`.
-
-    Args:
-        model: A causal LM (``PreTrainedModel`` with ``GenerationMixin``).
-        tokenizer: Its tokenizer.
-        logprob_mode: ``"stream"`` (default) records log-probs step by step
-            with a logits processor, memory ``O(batch * vocab)``;
-            ``"output_logits"`` asks ``generate`` for all raw logits
-            (``output_logits=True``), memory ``O(batch * T * vocab)``. Both
-            give the same numbers.
-        **engine_kwargs: ``batch_size``, ``eos_token_id``,
-            ``add_special_tokens``, ``progress`` (see ``BatchedEngine``).
-
-    Raises:
-        ValueError: If ``batch_size < 1``, no EOS id can be found, or
-            ``logprob_mode`` is unknown.
-    """
+    ``logprob_mode``: ``"stream"`` (:class:`_LogprobRecorder`, ``O(batch * vocab)``) or ``"output_logits"``
+    (``O(batch * T * vocab)``), same numbers. Raises ValueError on a bad ``batch_size``, no EOS or an unknown mode."""
 
     def __init__(self, model, tokenizer, *, logprob_mode: LogprobMode = "stream", **engine_kwargs) -> None:
         check_choice("HFEngine.logprob_mode", logprob_mode, ("stream", "output_logits"))

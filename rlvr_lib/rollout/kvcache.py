@@ -1,28 +1,19 @@
 """A fast in-process rollout engine: batched sampling over a preallocated KV cache.
 
-:class:`KVCacheEngine` does less work per token than ``model.generate`` and fewer
-tokens (``results/bench/rollout.json``):
+:class:`KVCacheEngine` does less work per token than ``model.generate``, and fewer tokens:
 
-* static KV cache: per layer ``(B, kv_heads, P + max_new_tokens, head_dim)``,
-  prompts left-padded so every row writes the same column; pad columns masked;
+* static KV cache, per layer ``(B, kv_heads, P + max_new_tokens, head_dim)``, prompts left-padded;
 * each distinct prompt prefilled once (a group's G rows share it);
 * finished rows dropped (once a quarter have stopped), early exit at all-EOS;
-* a lean decoder for the Llama family (``llama``, ``mistral``, ``qwen2``, ``qwen3``
-  without sliding windows) on the model's own modules, q/k/v and gate/up fused;
-  any other causal LM falls back to its own ``forward`` with its own KV cache.
+* a lean decoder for the Llama family (q/k/v and gate/up fused); other causal LMs use their own ``forward``.
 
-Positions are ``cumsum(mask) - 1`` as in ``generate`` and
-:func:`~rlvr_lib.rollout.logprobs.sequence_logprobs`, so reported log-probs equal a
-teacher-forced recomputation (float noise) and greedy decoding reproduces
-:class:`~rlvr_lib.rollout.hf.HFEngine` token for token.
-
-Sampling at step ``t`` with raw logits ``z_t`` (float32)::
+Positions are ``cumsum(mask) - 1``, so reported log-probs equal a teacher-forced recomputation and greedy
+decoding reproduces :class:`~rlvr_lib.rollout.hf.HFEngine`. Sampling at step ``t`` with raw logits ``z_t``::
 
     logp_t = log_softmax(z_t / T)            (reported, never top-p renormalised)
     y_t ~ softmax(top_p_filter(logp_t))      (argmax of z_t when greedy; T = 1 is reported)
 
-Why each piece saves time: docs/rollout/kvcache.md.
-"""
+Why each piece saves time: docs/rollout/kvcache.md."""
 
 from __future__ import annotations
 
@@ -44,18 +35,7 @@ FAST_PATH_MODES = ("auto", "never")
 
 
 def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus filtering: keep the smallest set of most likely tokens with mass >= ``top_p``.
-
-    Token ``v`` (in descending probability order) is kept iff the mass of the
-    tokens ranked before it is ``< top_p``; the most likely token is always kept.
-
-    Args:
-        logp: ``(B, V)`` log-probabilities (normalised).
-        top_p: Nucleus mass in ``(0, 1]``; 1 returns ``logp`` unchanged.
-
-    Returns:
-        ``(B, V)``: ``logp`` with the removed tokens set to ``-inf``.
-    """
+    """``(B, V)`` ``logp`` with tokens outside the nucleus set to ``-inf``: token ``v`` is kept iff the mass ranked before it is ``< top_p``."""
     if top_p >= 1.0:
         return logp
     sorted_logp, order = logp.sort(dim=-1, descending=True)
@@ -67,28 +47,12 @@ def top_p_filter(logp: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def _sample(logp: torch.Tensor) -> torch.Tensor:
-    """One draw per row from ``softmax(logp)`` by the exponential race.
-
-    ``argmax_v p_v / E_v`` with ``E_v ~ Exp(1)`` i.i.d. is distributed as
-    ``p`` (the smallest of independent ``Exp(p_v)`` clocks ``E_v / p_v`` rings
-    with probability ``p_v``). It is the algorithm ``torch.multinomial`` uses for
-    one draw without replacement, minus its input checks (reductions over
-    ``(B, V)`` at every step).
-
-    Args:
-        logp: ``(B, V)`` log-probabilities, ``-inf`` for excluded tokens.
-
-    Returns:
-        ``(B,)`` long token ids.
-    """
+    """One draw per row from ``softmax(logp)`` ``(B, V)``: ``argmax_v p_v / E_v``, ``E_v ~ Exp(1)``; ``(B,)`` long."""
     return (logp.exp() / torch.empty_like(logp).exponential_()).argmax(-1)
 
 
 def _rms_norm(norm: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """``norm(x)`` for a Llama-style RMSNorm, as one fused op in float32 (the module's 5 ops otherwise).
-
-    ``w * x / sqrt(mean(x^2) + eps)``; other dtypes or norm layouts call the module.
-    """
+    """Llama RMSNorm ``w * x / sqrt(mean(x^2) + eps)`` fused in float32; other dtypes or layouts call the module."""
     eps = getattr(norm, "variance_epsilon", None)
     weight = getattr(norm, "weight", None)
     if x.dtype != torch.float32 or eps is None or weight is None or weight.dtype != torch.float32:
@@ -121,13 +85,7 @@ def _lean_supported(model) -> bool:
 
 
 class _LeanDecoder:
-    """Prefill + one-token steps of a Llama-family model over a static KV cache.
-
-    The q/k/v projections (and the MLP's gate/up projections) are fused into
-    one matmul each, from weights concatenated once per micro-batch (so a
-    trainer's updates are always seen). Rows that have finished can be
-    dropped (:meth:`keep_rows`), so late steps only compute live rows.
-    """
+    """Prefill + one-token steps of a Llama-family model over a static KV cache, q/k/v and gate/up fused per micro-batch."""
 
     def __init__(self, model, batch: int, width: int, device, dtype) -> None:
         self.model = model
@@ -159,11 +117,7 @@ class _LeanDecoder:
         return weight, bias, [m.out_features for m in linears]
 
     def keep_rows(self, rows: torch.Tensor) -> None:
-        """Keep only cache rows ``rows`` (indices into the current batch).
-
-        Only the written columns are copied: rows are dropped (and a group's
-        prompt expanded to its G rows) early, when most of the cache is still empty.
-        """
+        """Keep only cache rows ``rows`` (indices into the current batch), copying only written columns."""
         def select(cache: torch.Tensor) -> torch.Tensor:
             kept = cache.new_empty((len(rows),) + cache.shape[1:])
             kept[:, :, :self.filled] = cache[:, :, :self.filled].index_select(0, rows)
@@ -208,10 +162,7 @@ class _LeanDecoder:
         return mlp.down_proj(mlp.act_fn(gate) * up)
 
     def forward(self, ids: torch.Tensor, positions: torch.Tensor, start: int, mask: torch.Tensor) -> torch.Tensor:
-        """Run ``ids`` ``(B, L)`` written at cache columns ``start..start+L-1``; return last-position logits.
-
-        ``mask`` is ``(B, 1, L, start + L)`` boolean (True = attend).
-        """
+        """Last-position logits of ``ids`` ``(B, L)`` written at columns ``start..start+L-1``; ``mask`` ``(B, 1, L, start + L)`` bool."""
         x = self.body.embed_tokens(ids)
         cos, sin = self.body.rotary_emb(x, positions)
         for i, layer in enumerate(self.body.layers):
@@ -257,27 +208,10 @@ class _ModelStepper:
 
 
 class KVCacheEngine(BatchedEngine):
-    """Rollout engine with a static KV cache and minimal per-token work (module docstring).
+    """Rollout engine with a static KV cache and minimal per-token work; HFEngine's contract and greedy tokens.
 
-    Same contract as :class:`~rlvr_lib.rollout.hf.HFEngine` (see
-    :mod:`rlvr_lib.rollout.base`); under greedy decoding the tokens are
-    HFEngine's. Sampled rollouts for a seed are deterministic; they usually
-    match HFEngine's (both draw by the exponential race from the same seeded
-    stream) but are not guaranteed to: dropping finished rows changes the
-    stream's later draws.
-
-    Args:
-        model, tokenizer: A causal LM and its tokenizer.
-        fast_path: ``"auto"`` (lean decoder when the model is of a type in
-            :data:`LEAN_MODEL_TYPES` with the expected layout, else the
-            model's own forward) or ``"never"`` (always the model's forward).
-        **engine_kwargs: ``batch_size``, ``eos_token_id``,
-            ``add_special_tokens``, ``progress`` (see
-            :class:`~rlvr_lib.rollout.batched.BatchedEngine`).
-
-    Raises:
-        ValueError: On a bad ``batch_size``/``fast_path`` or no EOS id.
-    """
+    ``fast_path``: ``"auto"`` (lean decoder for :data:`LEAN_MODEL_TYPES`) or ``"never"``. ``**engine_kwargs``: see
+    :class:`~rlvr_lib.rollout.batched.BatchedEngine`. Raises ValueError on a bad ``batch_size`` / ``fast_path`` or no EOS id."""
 
     def __init__(self, model, tokenizer, *, fast_path: str = "auto", **engine_kwargs) -> None:
         check_choice("KVCacheEngine.fast_path", fast_path, FAST_PATH_MODES)

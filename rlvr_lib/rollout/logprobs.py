@@ -1,11 +1,8 @@
 """Teacher-forced log-probabilities of completions under a causal LM.
 
-This is the trainer's side of the rollout contract: the log-probs an engine
-returns at sampling time are what :func:`sequence_logprobs` recomputes (with
-the same temperature) from the same ids, up to floating-point noise.
-
-How the forward avoids the full log-softmax: docs/rollout/logprobs.md.
-"""
+The trainer's side of the rollout contract: an engine's sampling log-probs are what :func:`sequence_logprobs`
+recomputes from the same ids at the same temperature, up to floating-point noise.
+How the forward avoids the full log-softmax: docs/rollout/logprobs.md."""
 
 from __future__ import annotations
 
@@ -20,21 +17,7 @@ __all__ = ["LOGPROB_KERNELS", "completion_forward", "plain_lm_head", "position_i
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
-    """Position ids for left-padded sequences.
-
-    ``cumsum(mask) - 1`` clamped at 0, so the first real token of every row has
-    position 0 whatever its padding. This is what ``transformers``'
-    ``generate`` builds from the attention mask
-    (``GenerationMixin._prepare_position_ids_for_generation``), whereas a plain
-    ``forward`` without ``position_ids`` (Qwen2 in transformers 5) uses
-    ``arange(L)`` and would shift the rotary positions of left-padded rows.
-
-    Args:
-        attention_mask: ``(N, L)`` 0/1 mask.
-
-    Returns:
-        ``(N, L)`` long position ids.
-    """
+    """``(N, L)`` long position ids ``clamp(cumsum(mask) - 1, min=0)`` for a left-padded ``(N, L)`` mask (as ``generate``)."""
     return (attention_mask.long().cumsum(dim=-1) - 1).clamp(min=0)
 
 
@@ -58,15 +41,7 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling",
 
 
 def plain_lm_head(model: torch.nn.Module) -> tuple[torch.nn.Module, torch.nn.Linear] | None:
-    """``(decoder, lm_head)`` when ``model``'s logits are exactly ``lm_head(decoder(...).last_hidden_state)``.
-
-    True of the usual ``*ForCausalLM`` (Llama, Qwen, Mistral, GPT-2, ...): a
-    ``nn.Linear`` output embedding and a decoder returned by ``get_decoder()``
-    (or the ``transformer`` attribute), with no logit soft-capping or scaling in
-    the config. ``None`` otherwise: the caller then uses the model's logits. ``None`` too for a model sharded
-    by FSDP (`rlvr_lib.distributed.World.shard_model`): its root holds the output embedding and gathers it only
-    in its own forward, which calling the decoder and the head apart would skip.
-    """
+    """``(decoder, lm_head)`` when the logits are exactly ``lm_head(decoder(...).last_hidden_state)``, else ``None`` (FSDP too)."""
     from torch.distributed.fsdp import FSDPModule
 
     if isinstance(model, FSDPModule):
@@ -98,26 +73,10 @@ def completion_forward(
     *,
     decoder: torch.nn.Module | None = None,
 ) -> torch.Tensor:
-    """The teacher-forced forward shared by every log-prob computation.
+    """The teacher-forced forward over ``[prompt; completion[:, :-1]]``, mask ``[prompt_mask; completion_mask]``.
 
-    One pass over ``[prompt; completion[:, :-1]]`` (the last completion token
-    predicts nothing) with attention mask ``[prompt_mask; completion_mask]``
-    and position ids ``cumsum(mask) - 1`` (clamped at 0), so left padding does
-    not shift positions; only the ``T`` positions that predict completion
-    tokens are returned (``logits_to_keep`` when the model supports it).
-
-    Args:
-        model: A causal LM.
-        prompt_ids, prompt_mask: ``(N, P)``, LEFT-padded, ``P >= 1``.
-        completion_ids, completion_mask: ``(N, T)``, RIGHT-padded, ``T >= 1``.
-        decoder: If given (from :func:`plain_lm_head`), run it instead of the
-            model and return hidden states instead of logits.
-
-    Returns:
-        ``(N, T, V)`` logits in the model's dtype, or ``(N, T, H)`` hidden
-        states when ``decoder`` is given; position ``t`` predicts completion
-        token ``t``.
-    """
+    Prompts ``(N, P)`` LEFT-padded, completions ``(N, T)`` RIGHT-padded; positions ``cumsum(mask) - 1``.
+    Returns ``(N, T, V)`` logits, or ``(N, T, H)`` hidden states with ``decoder``; position ``t`` predicts token ``t``."""
     t_len = completion_ids.shape[1]
     input_ids = torch.cat([prompt_ids, completion_ids[:, :-1]], dim=1)
     attention_mask = torch.cat([prompt_mask, completion_mask[:, :-1]], dim=1).long()
@@ -143,52 +102,17 @@ def sequence_logprobs(
     length_buckets: int = 4,
     share_prompts: bool = True,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Per-token log-probs (and entropies) of completions, teacher-forced.
+    """Per-token log-probs (and entropies) of completions, teacher-forced; gradients flow to the parameters.
 
-    :func:`completion_forward` (no prompt logits); with a plain linear head (:func:`plain_lm_head`)
-    the chunked :func:`rlvr_lib.kernels.logprob_entropy`, so the float32 ``(tokens, vocab)``
-    log-softmax is never materialised. Gradients flow to the parameters; the caller picks the
-    mode and ``torch.no_grad()``. Details: docs/rollout/logprobs.md.
-
-    Formulas, for completion token ``y_t`` with logits ``z_t``::
+    For completion token ``y_t`` with logits ``z_t``::
 
         logp[n, t]    = log softmax(z_t / temperature)[y_t]
         entropy[n, t] = -sum_v p_v log p_v,  p = softmax(z_t / temperature)
 
-    Args:
-        model: A causal LM returning ``.logits`` (e.g. ``Qwen2ForCausalLM``).
-        prompt_ids: ``(N, P)`` long, LEFT-padded, ``P >= 1``.
-        prompt_mask: ``(N, P)`` 0/1, 1 on real prompt tokens.
-        completion_ids: ``(N, T)`` long, RIGHT-padded.
-        completion_mask: ``(N, T)`` 0/1, 1 on real completion tokens.
-        temperature: Temperature dividing the logits, ``> 0``.
-        with_entropy: Also return per-token entropies.
-        kernel: One of :data:`LOGPROB_KERNELS`: ``"auto"`` (Triton on CUDA,
-            else the chunked torch kernel; the logits path for heads that are
-            not a plain linear layer), a kernel backend (``"torch"``,
-            ``"triton"``, ``"naive"``) or ``"logits"``.
-        length_buckets: Rows are sorted by completion length and run in up to
-            this many forward passes, each trimmed to its own longest prompt
-            and completion, so padding costs little compute (``>= 1``; each
-            bucket holds at least 8 rows). The outputs, and gradients through
-            them, are those of one pass up to float rounding.
-        share_prompts: When rows repeat prompts (a group's G completions), run
-            each distinct prompt once, with gradients, and attend every row's
-            completion to its prompt's keys and values
-            (:class:`_SharedPrompts`); models whose cache is not a plain
-            ``DynamicCache`` (sliding windows, recurrent layers) or that return
-            none take the one-pass path. Same outputs and gradients up to
-            float rounding.
-
-    Returns:
-        ``(logp, entropy)``: ``logp`` is ``(N, T)`` float32, 0 where
-        ``completion_mask`` is 0; ``entropy`` is ``(N, T)`` float32 (0 on
-        padding) if ``with_entropy`` else ``None``.
-
-    Raises:
-        ValueError: On inconsistent shapes, an empty prompt width, a
-            non-positive temperature or an unknown ``kernel``.
-    """
+    Prompts ``(N, P)`` LEFT-padded (``P >= 1``), completions ``(N, T)`` RIGHT-padded. ``kernel``: one of
+    :data:`LOGPROB_KERNELS`. ``length_buckets`` (>= 1) and ``share_prompts`` change cost, not results (up to
+    rounding). Returns ``(logp, entropy)``, each ``(N, T)`` float32, 0 on padding (``entropy`` None unless
+    ``with_entropy``). Raises ValueError on inconsistent shapes, ``P = 0``, temperature <= 0 or an unknown kernel."""
     check_range("temperature", temperature, 0, lo_open=True)
     check_choice("kernel", kernel, LOGPROB_KERNELS)
     if prompt_ids.dim() != 2 or prompt_ids.shape != prompt_mask.shape:
@@ -235,21 +159,12 @@ _MIN_BUCKET_ROWS = 8
 
 
 class _SharedPrompts:
-    """Each distinct prompt of a batch run once; its rows reuse the prompt's keys, values and last output.
-
-    In RL batches a group's G completions share one prompt, so
-    :func:`completion_forward` would encode every prompt G times. Here the
-    distinct prompts go through the model once (with gradients when enabled:
-    the rows' losses reach the prompt positions through the cache), and each
-    row's completion attends to a copy of its prompt's keys and values:
+    """Each distinct prompt run once; its rows reuse the prompt's keys, values and last output::
 
         out[n, 0]  = prompt_pass[u(n), last]            (predicts completion token 0)
         out[n, 1:] = completion_pass(completion[n, :-1] | cache[u(n)])
 
-    with ``u(n)`` the distinct prompt of row ``n``, the mask
-    ``[prompt_mask; completion_mask]`` and positions ``cumsum(mask) - 1`` as in
-    :func:`completion_forward`, so the outputs equal one pass up to float rounding.
-    """
+    ``u(n)`` the distinct prompt of row ``n``; equal to one pass up to float rounding."""
 
     def __init__(self, outputs: torch.Tensor, layers: list, prompt_mask: torch.Tensor, inverse: torch.Tensor,
                  run: torch.nn.Module, keep_logits: bool, cache_kw: str) -> None:

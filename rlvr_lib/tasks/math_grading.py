@@ -1,26 +1,17 @@
-"""`MathTask`'s grading policy on top of math-verify, and the worker process that applies it.
+r"""`MathTask`'s grading policy on top of math-verify, and the worker process that applies it.
 
 `grade` decides one completion against one gold answer:
 
-* final answer: what math-verify extracts (``\\boxed{}`` or "final answer is",
-  then "answer ...", then the last expression, as ``math_verify.parse``);
-  nothing extracted -> ``malformed``;
-* equivalence: ``math_verify.verify``, except that a decimal answer means the
-  exact rational it writes unless the gold answer is a decimal (then matched at
-  its own decimal places), and several values against a one-value gold answer
-  are ``wrong``;
-* hedges: another non-equivalent value after the final answer, introduced by a
-  hedge word (``or``, ``maybe``, ...), makes the completion ``wrong``;
-* past the time budget: ``timeout`` (reward 0), never ``wrong`` or ``malformed``.
+* final answer: what math-verify extracts (``\boxed{}`` or "final answer is", then "answer ...", then the last
+  expression); nothing extracted -> ``malformed``;
+* equivalence: ``math_verify.verify``, except that a decimal means the exact rational it writes unless the gold
+  answer is a decimal (then matched at its own places), and several values against one are ``wrong``;
+* hedges: another non-equivalent value after the final answer, after a hedge word (``or``, ``maybe``, ...) -> ``wrong``;
+* past the time budget: ``timeout`` (reward 0).
 
-math-verify bounds its work with ``signal.alarm`` (main thread only), so grading
-runs in worker processes (`serve`, started by `rlvr_lib.tasks.worker_pool.WorkerPool`)
-with their own interval timer; the parent kills a worker that does not answer.
-This module imports nothing from ``rlvr_lib`` (the worker runs it as a plain
-script); its status strings are `rlvr_lib.tasks.base`'s (a test holds them equal).
-
-The policy and the worker design in full: docs/tasks/math_grading.md.
-"""
+Grading runs in worker processes (`serve`, via `rlvr_lib.tasks.worker_pool.WorkerPool`) with their own
+interval timer, since math-verify's ``signal.alarm`` works on the main thread only. This module imports nothing
+from ``rlvr_lib``. The policy and the worker design: docs/tasks/math_grading.md."""
 
 from __future__ import annotations
 
@@ -52,8 +43,7 @@ _HEADER = struct.Struct(">I")
 
 
 class _Deadline(BaseException):
-    """Raised by the worker's interval timer. A BaseException, so math-verify's and sympy's
-    ``except Exception`` handlers cannot swallow it."""
+    """Raised by the worker's interval timer; a BaseException, so ``except Exception`` handlers cannot swallow it."""
 
 
 # --------------------------------------------------------------------------- extraction
@@ -69,8 +59,7 @@ def _regexes():
 
 
 def _matches(text: str) -> list:
-    """Every match of math-verify's answer regexes, in the order ``math_verify.parse`` tries them:
-    by priority, then rightmost end first, then leftmost start."""
+    """Every match of math-verify's answer regexes, in ``math_verify.parse``'s order."""
     found = []
     for patterns, target in _regexes():
         for pattern, priority in patterns:
@@ -81,12 +70,7 @@ def _matches(text: str) -> list:
 
 
 def final_answer(text: str) -> tuple[list, int]:
-    """``(parsed, end)``: what ``math_verify.parse(text)`` returns, and where its match ends in ``text``.
-
-    Mirrors ``math_verify.parser.extract_target_from_pred`` with parse's defaults
-    (``any_match`` extraction, ``first_match`` string fallback), keeping the
-    match position that the hedge check needs. ``([], len(text))`` when nothing matches.
-    """
+    """``(parsed, end)``: what ``math_verify.parse(text)`` returns and where its match ends (``([], len(text))`` if none)."""
     from math_verify.parser import extract_match
 
     fallbacks, fallback_end = [], len(text)
@@ -138,12 +122,7 @@ def gold_decimals(answer: str, gold) -> int | None:
 
 
 def exact(value):
-    """``value`` with every decimal replaced by the exact rational it writes (``0.333333`` -> 333333/1000000).
-
-    math-verify compares a decimal with a number after rounding both to six
-    places, which accepts ``0.333333`` for 1/3 and ``1.414214`` for sqrt(2); an
-    exact rational only equals what it equals.
-    """
+    """``value`` with every decimal replaced by the exact rational it writes (``0.333333`` -> 333333/1000000)."""
     import sympy
 
     if not isinstance(value, (sympy.Basic, sympy.MatrixBase)):
@@ -173,11 +152,7 @@ def _same(gold, predicted, decimals: int | None) -> bool:
 
 
 def grade(answer: str, completion: str) -> tuple[str, str]:
-    """``(status, reason)`` of ``completion`` against the gold ``answer`` under the grading policy.
-
-    No time limit of its own (`grade_within` adds one); never raises on a string
-    completion except for the time-out exception of `grade_within`.
-    """
+    """``(status, reason)`` of ``completion`` against the gold ``answer``; no time limit of its own (`grade_within`)."""
     gold = parsed_gold(answer)
     predicted, end = final_answer(completion)
     if not predicted:
@@ -202,8 +177,7 @@ def grade(answer: str, completion: str) -> tuple[str, str]:
 
 @contextlib.contextmanager
 def wall_clock_limit(budget_s: float) -> Iterator[None]:
-    """Raise `_Deadline` in the body after ``budget_s`` seconds of wall-clock time (``SIGALRM``; main thread only,
-    which a worker's request loop is). Also used by the reasoning-gym worker (`rlvr_lib.tasks.rg_grading`)."""
+    """Raise `_Deadline` after ``budget_s`` seconds of wall-clock time (``SIGALRM``; main thread only)."""
     def expire(signum, frame):
         raise _Deadline
 
@@ -217,11 +191,7 @@ def wall_clock_limit(budget_s: float) -> Iterator[None]:
 
 
 def grade_within(answer: str, completion: str, budget_s: float) -> tuple[str, str]:
-    """`grade` stopped after ``budget_s`` seconds of wall-clock time (``timeout``); main thread only.
-
-    Any other exception from math-verify or sympy on model output is an answer
-    the grader cannot read: ``malformed``, with the exception's type.
-    """
+    """`grade` with a ``budget_s`` wall-clock limit (``timeout``); an exception of math-verify or sympy is ``malformed``."""
     try:
         with wall_clock_limit(budget_s):
             return grade(answer, completion)
@@ -265,12 +235,7 @@ def read_frame(fd: int) -> dict | None:
 
 
 def serve() -> None:
-    """The worker loop: read ``{"answer", "completion", "budget_s"}``, reply ``{"status", "reason"}``.
-
-    Replies ``{"ready": true}`` once math-verify is imported and warmed up, so
-    the parent never counts start-up against a grading budget. Exits at end of
-    input.
-    """
+    """The worker loop: read ``{"answer", "completion", "budget_s"}``, reply ``{"status", "reason"}``; ``{"ready": true}`` once warm."""
     import resource
 
     replies = os.dup(1)

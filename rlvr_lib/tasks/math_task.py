@@ -1,30 +1,13 @@
-"""Math problems from any Hugging Face `datasets` source, graded by math-verify.
+r"""Math problems from any Hugging Face `datasets` source, graded by math-verify.
 
-The real-benchmark side of the task registry: the papers evaluate on MATH-500
-(NudgeRL reports its Level-5 subset, "MATH500-L5"; SAGE and 3PO the whole
-set) next to AIME and AMC, and train on DAPO-Math-17k. `MathTask` reads any
-such set, from the Hub (``"HuggingFaceH4/MATH-500"``) or from local JSON,
-JSONL or Parquet files, with configurable question / answer / level fields;
-its families are splits or filters of it (``level == 5``). Completions are
-graded with ``math_verify.parse`` + ``math_verify.verify`` under the grading
-policy of `rlvr_lib.tasks.math_grading` (README, "MathTask grading policy"), so
-``\\boxed{\\frac12}``, ``0.5`` and ``\\frac{1}{2}`` are the same answer while
-``0.333333`` is not 1/3, in worker processes that keep the time limit on any
-thread.
+`MathTask` reads a set from the Hub or from local JSON, JSONL or Parquet files, with configurable question /
+answer / level fields; its families are splits or filters of it (``level == 5``). Completions are graded by
+``math_verify`` under `rlvr_lib.tasks.math_grading`'s policy in worker processes, so ``\boxed{\frac12}``,
+``0.5`` and ``\frac{1}{2}`` agree while ``0.333333`` is not 1/3.
 
-Registered here:
-
-* ``"math_sample"``: `SAMPLE_PATH`, 35 original MATH-style problems shipped
-  with the package (levels 1-5, seven subjects), so tests and laptops can run
-  the real-data path offline. Families: ``train`` (levels 1-3), ``test``
-  (levels 4-5), ``level_5``, ``all``.
-* ``"math500"``: MATH-500 from the Hub (`math500_task`); families
-  ``math500`` (all 500) and ``math500_l5`` (level 5). Loaded on first use,
-  so it needs the network (or the Hub cache) only then.
-
-The papers' other sets (DAPO-Math-17k, MATH's training set, AIME 2024/2025, AMC 2023 and the
-``math_eval`` suite) are registered in `rlvr_lib.tasks.math_datasets`.
-"""
+Registered here: ``"math_sample"`` (`SAMPLE_PATH`, 35 shipped MATH-style problems; families ``train``,
+``test``, ``level_5``, ``all``) and ``"math500"`` (MATH-500 from the Hub; ``math500``, ``math500_l5``). The
+papers' other sets: `rlvr_lib.tasks.math_datasets`. More: docs/tasks/math_task.md."""
 
 from __future__ import annotations
 
@@ -53,8 +36,7 @@ def _grading_pool() -> WorkerPool:
 
 
 LOG_QUOTE_CHARS = 200
-"""math-verify's warnings quote the whole completion (a timeout on a 32k-character one logs all of it);
-they are cut to this many characters."""
+"""math-verify's warnings quote the whole completion; they are cut to this many characters."""
 
 
 class _ShortWarnings(logging.Filter):
@@ -98,16 +80,7 @@ Source = Union[str, Path, Mapping[str, Union[str, Path, Sequence[Union[str, Path
 
 @dataclass(frozen=True)
 class MathFamily:
-    """One family of a `MathTask`: the rows of a split that pass every filter.
-
-    Args:
-        split: Split of the source (a single local file is split ``"train"``;
-            MATH-500 on the Hub has only ``"test"``).
-        where: ``{column: allowed}``: a row is kept when, for every column,
-            its value equals ``allowed`` or, for a list/tuple/set, one of its
-            items. Values compare exactly (MATH-500's ``level`` is the int 5,
-            the MATH train set's the string ``"Level 5"``).
-    """
+    """One family of a `MathTask`: the rows of ``split`` whose every ``where`` column equals (or is among) the allowed value(s)."""
 
     split: str = "train"
     where: Mapping[str, Any] = field(default_factory=dict)
@@ -167,55 +140,14 @@ def _load_arguments(source: Source) -> tuple[str, Any]:
 
 
 class MathTask(PromptedTask):
-    """Final-answer math problems from a `datasets` source, graded by math-verify (a `Task`).
+    r"""Final-answer math problems from a `datasets` source, graded by math-verify (a `Task`).
 
-    Serves the papers' math evaluations (MATH-500 and its Level-5 subset in
-    NudgeRL, SAGE and 3PO) and any math training set with a question and a
-    final answer per row. ``Problem.question`` is ``template`` filled with the
-    row's question (through the tokenizer's chat template when asked, see
-    `PromptFormat`); ``Problem.answer`` is the row's answer (as read by
-    ``answer_extractor`` when given); the oracle trace
-    is the row's solution when ``solution_field`` is given, else
-    ``\\boxed{<answer>}``. Splits load lazily, on the first draw from one of
-    their families, so registering and configuring a task costs nothing.
-
-    Grading (`verify`, in a `WorkerPool` process; policy: docs/tasks/math_grading.md): not a string,
-    longer than ``max_completion_chars`` or no answer extracted -> ``malformed``; not equivalent,
-    several values, or a hedged alternative -> ``wrong``; past ``timeout_s`` -> ``timeout``; else
-    ``correct`` (reward 1; every other status 0).
-
-    Args:
-        name: Registry name; also the prefix of every problem uid.
-        source: A Hub dataset name, a local ``.json``/``.jsonl``/``.parquet``
-            file (split ``"train"``), or ``{split: path or paths}``.
-        families: ``{family name: MathFamily}``.
-        eval_families: In-distribution evaluation families.
-        ood_families: Out-of-distribution evaluation families.
-        hub_config: Configuration name of a Hub dataset (``load_dataset(name=...)``).
-        question_field, answer_field: Columns of the question and the final answer.
-        level_field: Column of the difficulty (``Problem.difficulty``), or
-            ``None``: every problem's difficulty is ``"unknown"``.
-        solution_field: Column of a worked solution used as the oracle trace, or ``None``.
-        template: Prompt template with one ``"{question}"``.
-        tokenizer, use_chat_template: See `PromptFormat`.
-        timeout_s: Wall-clock seconds for grading one completion (parsing and every comparison);
-            a worker that has not answered `HARD_MARGIN_S` later is killed.
-        max_completion_chars: Longer completions are ``malformed`` without parsing.
-        hint_pool: Anything with ``hints(problem) -> list[str]`` (e.g.
-            `rlvr_lib.tasks.LMHintPool` for NudgeRL); ``None``: no hints.
-        question_extractor: ``None`` (the question column's value as text) or a function of that value
-            returning the question text (e.g. DAPO-Math-17k's chat-message list, `rlvr_lib.tasks.math_datasets`).
-        answer_extractor: ``None`` (the answer column's value as text; an integral float such as ``27.0``
-            is written ``27``) or a function of that value returning the gold answer, or ``None`` when the
-            row has none (e.g. the last ``\\boxed{}`` of a MATH solution). Rows without a gold answer are
-            left out of every family (their count is logged).
-        dedupe: Keep only the first row of each distinct question text (DAPO-Math-17k repeats each problem).
-
-    Raises:
-        ValueError: a bad argument (the message names it and what is allowed);
-            at the first draw of a family, a missing column, a row the extractors cannot read
-            (naming the row, the column and the error), or an empty family.
-    """
+    ``Problem.question`` is ``template`` filled with the row's question (see `PromptFormat`); ``Problem.answer`` the
+    row's answer; the oracle trace the ``solution_field`` or ``\boxed{<answer>}``. Splits load on first draw.
+    Grading (`verify`; docs/tasks/math_grading.md): not a string, longer than ``max_completion_chars`` or no answer
+    -> ``malformed``; not equivalent, several values or hedged -> ``wrong``; past ``timeout_s`` -> ``timeout``;
+    else ``correct`` (reward 1, else 0). Rows without a gold answer are left out. Raises ValueError on a bad
+    argument, and at a family's first draw on a missing column, an unreadable row or an empty family."""
 
     strategies: tuple[str, ...] = ()
 
@@ -280,8 +212,7 @@ class MathTask(PromptedTask):
         return self._splits[split]
 
     def _prepared(self, split: str, rows: list[dict]) -> list[dict]:
-        """``rows`` with their question (`QUESTION_KEY`) and gold answer (`ANSWER_KEY`) read by the extractors;
-        rows without a gold answer, and with ``dedupe`` repeated questions, left out."""
+        """``rows`` with question (`QUESTION_KEY`) and gold answer (`ANSWER_KEY`); no-answer rows (and duplicates with ``dedupe``) left out."""
         kept, seen, unanswered, repeated = [], set(), 0, 0  # unanswered: no gold answer or no question
         for index, row in enumerate(rows):
             question = self._extract("question_extractor", self.question_field, split, index, row)
@@ -301,7 +232,7 @@ class MathTask(PromptedTask):
         return kept
 
     def _extract(self, attr: str, field_name: str, split: str, index: int, row: Mapping[str, Any]) -> str | None:
-        """One row's question or answer text (``attr``: which extractor), as the class docstring says."""
+        """One row's question or answer text (``attr``: which extractor)."""
         value, extractor = row[field_name], getattr(self, attr)
         if extractor is None:
             return None if value is None else _as_text(value)
@@ -342,11 +273,7 @@ class MathTask(PromptedTask):
         return len(self._family_members(family))
 
     def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
-        """``n`` distinct rows of ``family`` in a seeded random order (same arguments, same list).
-
-        Raises:
-            ValueError: unknown family, ``n`` not in ``[1, family_capacity]``, or a negative seed.
-        """
+        """``n`` distinct rows of ``family`` in a seeded random order; ValueError on an unknown family, a bad ``n`` or seed."""
         members = self._family_members(family)
         check_int("n", n, 1, len(members))
         check_int("seed", seed, 0)
@@ -373,15 +300,9 @@ class MathTask(PromptedTask):
 
     # ----------------------------------------------------------------- grading
     def verify(self, problem: Problem, completion: object) -> Verdict:
-        """Grade ``completion`` against ``problem.answer`` (see the class docstring).
+        """Grade ``completion`` against ``problem.answer`` within ``timeout_s`` + `HARD_MARGIN_S`; never raises on model output.
 
-        Never raises on model output and returns within ``timeout_s`` plus
-        `HARD_MARGIN_S` seconds on any thread or process (the grading runs in a
-        worker process, `rlvr_lib.tasks.math_grading`).
-
-        Raises:
-            RuntimeError: no grading worker can start (math-verify missing): the environment, not the completion.
-        """
+        RuntimeError when no grading worker can start (math-verify missing)."""
         if isinstance(completion, str) and type(completion) is not str:
             completion = str.__str__(completion)  # a str subclass is graded by its characters, not its methods
         rejected = check_completion(completion, self.max_completion_chars)
@@ -425,12 +346,7 @@ def math_sample_task(name: str = "math_sample", **options) -> MathTask:
 
 
 def math500_task(name: str = "math500", **options) -> MathTask:
-    """MATH-500 from the Hub: families ``math500`` (all 500) and ``math500_l5`` (NudgeRL's MATH500-L5).
-
-    ``options`` go to `MathTask`, e.g. a chat-formatted variant for an instruct model::
-
-        register_task("math500_chat", lambda: math500_task("math500_chat", tokenizer=tok, use_chat_template=True))
-    """
+    """MATH-500 from the Hub: families ``math500`` (all 500) and ``math500_l5``; ``options`` go to `MathTask`."""
     families = {"math500": MathFamily("test"), "math500_l5": MathFamily("test", {"level": 5})}
     return MathTask(name, MATH500_SOURCE, families, eval_families=("math500", "math500_l5"),
                     solution_field="solution", **options)

@@ -1,11 +1,7 @@
 """Prompt formatting and completion guards shared by the data-set tasks (`MathTask`, `ReasoningGymTask`).
 
-A task turns a raw question into ``Problem.question`` once, when it draws the
-problem; the rollout then uses ``Problem.prompt_with(hint)``, which appends
-an optional hint and the newline that ends the prompt. `PromptFormat` makes
-``Problem.question`` either from a plain template or, when asked and the
-tokenizer has one, through the tokenizer's chat template.
-"""
+`PromptFormat` makes ``Problem.question`` once, at draw time, from a plain template or the tokenizer's chat
+template; the rollout then uses ``Problem.prompt_with(hint)``."""
 
 from __future__ import annotations
 
@@ -24,28 +20,12 @@ MAX_COMPLETION_CHARS = 32_000
 
 
 class PromptFormat:
-    """Builds ``Problem.question`` from a raw question.
+    """Builds ``Problem.question``: ``template`` with ``"{question}"`` replaced (plain substitution).
 
-    The raw question replaces ``"{question}"`` in ``template`` (plain string
-    substitution, so LaTeX braces need no escaping). With
-    ``use_chat_template=True`` and a tokenizer that has a chat template, the
-    filled template becomes the user turn of
-    ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``, and one
-    trailing newline is dropped so that ``Problem.prompt`` (question + ``"\\n"``)
-    is exactly the chat-formatted text. A tokenizer without a chat template
-    falls back to the plain template, with a warning. A NudgeRL hint
-    (``Problem.prompt_with(hint)``) is appended to the last line of the
-    question, which under a chat template is the assistant header.
-
-    Args:
-        template: Contains ``"{question}"`` exactly once.
-        tokenizer: A ``transformers`` tokenizer; needed only for the chat template.
-        use_chat_template: Format through the tokenizer's chat template.
-
-    Raises:
-        ValueError: ``template`` is not a string with one ``"{question}"``, or
-            ``use_chat_template`` is set without a tokenizer.
-    """
+    With ``use_chat_template`` (and a tokenizer that has one) the filled template is the user turn of
+    ``apply_chat_template(..., add_generation_prompt=True)`` minus one trailing newline; without a chat template it
+    falls back to the plain template, with a warning. Raises ValueError on a template without exactly one
+    ``"{question}"``, or ``use_chat_template`` without a tokenizer."""
 
     def __init__(self, template: str, tokenizer=None, use_chat_template: bool = False):
         check(isinstance(template, str) and template.count(QUESTION_SLOT) == 1, "template", template,

@@ -1,25 +1,12 @@
 """Procedural reasoning tasks from the ``reasoning_gym`` package, graded by each data set's own scorer.
 
-SAGE tests out of distribution on Knights and Knaves (after math training,
-GRPO degrades there while SAGE holds): `ReasoningGymTask` serves that
-setting, and any other of reasoning-gym's ~100 generators, as a `Task`. A
-family is a named configuration of the generator (e.g. the number of
-people in a Knights-and-Knaves puzzle); a draw is a fixed, seeded slice of
-``reasoning_gym.create_dataset(name, seed=..., size=...)``, and a completion
-is graded by the data set's ``score_answer`` on the extracted final answer.
-
-Answer format (what the default prompt asks for): the final answer inside
-``<answer>...</answer>``; the last complete pair counts. Failing that, the
-text after the last ``answer:`` (any case) up to the end of its line.
-
-Scoring runs in worker processes (`rlvr_lib.tasks.rg_grading`, on the
-`WorkerPool` that `MathTask` grades with), so its time limit holds on any
-thread: a scorer stuck on a pathological answer (``7**7**9`` handed to
-``sympy.parse_expr``) gives ``timeout``, and the caller gets its verdict
-within ``timeout_s`` plus `HARD_MARGIN_S` seconds.
-
-Registered here: ``"rg_knights_knaves"`` (`knights_knaves_task`).
-"""
+`ReasoningGymTask` serves SAGE's out-of-distribution Knights-and-Knaves test, and any other reasoning-gym
+generator, as a `Task`: a family is a named generator configuration, a draw a fixed seeded slice of
+``reasoning_gym.create_dataset(name, seed=..., size=...)``, and a completion is graded by ``score_answer`` on
+its final answer: the last complete ``<answer>...</answer>``, else the text after the last ``answer:`` (any
+case) to the end of its line. Scoring runs in worker processes (`rlvr_lib.tasks.rg_grading`), so a verdict
+comes within ``timeout_s`` + `HARD_MARGIN_S` on any thread. Registered: ``"rg_knights_knaves"``.
+More: docs/tasks/reasoning_gym.md."""
 
 from __future__ import annotations
 
@@ -54,12 +41,7 @@ def _scoring_pool() -> WorkerPool:
 
 
 def extract_final_answer(completion: str) -> str | None:
-    """The final answer of ``completion`` (see the module docstring), or ``None`` when there is none.
-
-    Linear in the completion's length: the tag pair is located with ``rfind``
-    before ``reasoning_gym.utils.extract_answer`` reads it (run on the whole
-    text, its regex is quadratic in the number of unclosed ``<answer>`` tags).
-    """
+    """The final answer of ``completion`` (module docstring), or ``None``; linear in its length."""
     from reasoning_gym.utils import extract_answer
 
     end = completion.rfind(_CLOSE)
@@ -76,38 +58,11 @@ def extract_final_answer(completion: str) -> str | None:
 class ReasoningGymTask(PromptedTask):
     """A reasoning-gym generator as a `Task`: families are named generator configurations.
 
-    Serves SAGE's out-of-distribution Knights-and-Knaves evaluation (and any
-    reasoning-gym data set as a training or evaluation task). Family ``f``
-    drawn with ``seed`` reads the virtual data set ``create_dataset(dataset,
-    seed=s, size=capacity, **families[f])`` with ``s`` a fixed hash of
-    ``(f, seed)``, item by item from index 0, skipping repeated questions, so
-    a draw is fixed by ``(family, n, seed)``. ``Problem.operands`` is
-    ``(family, dataset seed, index)``; the oracle trace is ``<answer>{answer}</answer>``.
-
-    Grading (`verify`, in a worker process, `rlvr_lib.tasks.rg_grading`): not a string, too long
-    or no final answer -> ``malformed``; ``score_answer`` below 1, raising or killing its worker
-    -> ``wrong``; past ``timeout_s`` -> ``timeout``; 1 -> ``correct`` (reward 1; else 0).
-    Draws, problems and grading in full: docs/tasks/reasoning_gym.md.
-
-    Args:
-        name: Registry name; also the prefix of every problem uid.
-        dataset: A reasoning-gym data set name (``reasoning_gym.factory.DATASETS``).
-        families: ``{family name: {config field: value}}``; the fields are the
-            data set's config fields other than ``seed`` and ``size``
-            (``{}`` = its defaults). Each is checked by building the data set.
-        eval_families: In-distribution evaluation families.
-        ood_families: Out-of-distribution evaluation families.
-        capacity: Virtual size of every family's data set (the largest draw).
-        template: Prompt template with one ``"{question}"``.
-        tokenizer, use_chat_template: See `PromptFormat`.
-        timeout_s: Wall-clock seconds ``score_answer`` may take; a worker that has not answered
-            `HARD_MARGIN_S` later is killed.
-        max_completion_chars: Longer completions are ``malformed`` without reading them.
-        hint_pool: Anything with ``hints(problem) -> list[str]``; ``None``: no hints.
-
-    Raises:
-        ValueError: a bad argument; the message names it and what is allowed.
-    """
+    Family ``f`` drawn with ``seed`` reads ``create_dataset(dataset, seed=s, size=capacity, **families[f])``,
+    ``s`` a fixed hash of ``(f, seed)``, from index 0, skipping repeated questions. ``Problem.operands`` is
+    ``(family, dataset seed, index)``; the oracle trace ``<answer>{answer}</answer>``. Grading: not a string, too
+    long or no final answer -> ``malformed``; ``score_answer`` below 1, raising or killing its worker -> ``wrong``;
+    past ``timeout_s`` -> ``timeout``; 1 -> ``correct`` (reward 1, else 0). ValueError on a bad argument."""
 
     strategies: tuple[str, ...] = ()
 
@@ -197,12 +152,7 @@ class ReasoningGymTask(PromptedTask):
         return self.capacity
 
     def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
-        """The first ``n`` distinct puzzles of ``family``'s data set for ``seed`` (same arguments, same list).
-
-        Raises:
-            ValueError: unknown family, ``n`` not in ``[1, capacity]``, a
-                negative seed, or fewer than ``n`` distinct puzzles in the data set.
-        """
+        """The first ``n`` distinct puzzles of ``family`` for ``seed``; ValueError on an unknown family, a bad ``n`` or seed, or too few puzzles."""
         check_choice("family", family, list(self.families))
         check_int("n", n, 1, self.capacity)
         check_int("seed", seed, 0)
@@ -234,16 +184,9 @@ class ReasoningGymTask(PromptedTask):
 
     # ----------------------------------------------------------------- grading
     def verify(self, problem: Problem, completion: object) -> Verdict:
-        """Score the final answer with the data set's ``score_answer`` (see the class docstring).
+        """Score the final answer with ``score_answer`` in a worker; never raises on model output.
 
-        Never raises on model output and returns within ``timeout_s`` plus
-        `HARD_MARGIN_S` seconds on any thread (the scorer runs in a worker
-        process, `rlvr_lib.tasks.rg_grading`).
-
-        Raises:
-            RuntimeError: no scoring worker can start, or it cannot rebuild the
-                data set's scorer: the environment, not the completion.
-        """
+        RuntimeError when no worker can start or rebuild the scorer (the environment, not the completion)."""
         if isinstance(completion, str) and type(completion) is not str:
             completion = str.__str__(completion)  # a str subclass is graded by its characters, not its methods
         rejected = check_completion(completion, self.max_completion_chars)
@@ -287,10 +230,7 @@ KNIGHTS_KNAVES_FAMILIES = {
 
 
 def knights_knaves_task(name: str = "rg_knights_knaves", **options) -> ReasoningGymTask:
-    """Knights and Knaves (SAGE's OOD test): train on 3 people; evaluate on 2 and 3; 5 people is the OOD family.
-
-    ``options`` go to `ReasoningGymTask`.
-    """
+    """Knights and Knaves (SAGE's OOD test): train on 3 people, evaluate on 2 and 3, OOD on 5; ``options`` go to `ReasoningGymTask`."""
     return ReasoningGymTask(name, "knights_knaves", KNIGHTS_KNAVES_FAMILIES, eval_families=("ppl2", "ppl3"),
                             ood_families=("ppl5",), **options)
 

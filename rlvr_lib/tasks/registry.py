@@ -1,29 +1,11 @@
 """The `Task` protocol and the task registry.
 
-A task is everything the trainer and the evaluation need to know about a set
-of verifiable problems: its families (named problem draws), which of them are
-in-distribution evaluation suites and which are out-of-distribution, which it
-evaluates by default, the strategy labels its verifier reports, how to draw problems, the verifier, and
-strategy hints for NudgeRL-style nudging. The arithmetic testbed is registered
-as ``"arith"`` (`ArithmeticTask`) and is the default everywhere.
-
-How to add a task (a real data set, another procedural testbed):
-
-1. Write a class with the attributes and methods of `Task` (no base class
-   needed: `Task` is a structural ``typing.Protocol``); ``verify`` must never
-   raise on model output, ``hints`` may return ``[]``.
-2. ``register_task("name", MyTask)`` (a class or zero-argument factory, built
-   lazily on first use; or an instance), e.g. at import of your module.
-3. Pass ``task="name"`` to the configs: ``EvalSpec(task="name")`` evaluates
-   the task's ``default_eval_families`` (or give ``families=(...)``), and the
-   trainer's config.
-
-`get_task` builds a task once and caches the instance in `TASKS`; it checks
-that the built object satisfies `Task`, that its ``name`` is the registered
-name, that its evaluation, OOD and default evaluation families are among its
-``families`` and that the default evaluation names at least one
-(`register_task` makes the same checks at once on an instance).
-"""
+A task is what the trainer and the evaluation need of a set of verifiable problems: its families, which are
+in-distribution and out-of-distribution evaluation suites, which it evaluates by default, its strategy labels,
+how to draw problems, the verifier, and NudgeRL-style hints. The arithmetic testbed is ``"arith"``
+(`ArithmeticTask`), the default everywhere. To add one: a class with `Task`'s members, then
+``register_task("name", MyTask)`` and ``task="name"`` in the configs (docs/tasks/registry.md).
+`get_task` builds a task once, caches it in `TASKS` and checks it (`register_task` checks an instance at once)."""
 
 from __future__ import annotations
 
@@ -51,21 +33,10 @@ DEFAULT_TASK = "arith"
 
 @runtime_checkable
 class Task(Protocol):
-    """A set of verifiable problems with its verifier (structural protocol).
+    """A set of verifiable problems with its verifier (structural protocol; ``isinstance`` checks members only).
 
-    Any object with these attributes and methods is a task; ``isinstance(obj,
-    Task)`` checks that they are present (not their types or signatures).
-
-    Attributes:
-        name: The name the task is registered under.
-        families: Every valid family name, training families included.
-        eval_families: In-distribution evaluation families (averaged in reports).
-        ood_families: Out-of-distribution evaluation families (reported, not averaged).
-        default_eval_families: The families `EvalSpec` evaluates when it is
-            given the task and no ``families`` (non-empty).
-        strategies: Strategy labels the verifier can report in
-            ``Verdict.strategy`` (may be empty).
-    """
+    ``eval_families`` are averaged in reports, ``ood_families`` reported only; ``default_eval_families``
+    (non-empty) are what `EvalSpec` evaluates without ``families``; ``strategies`` may be empty."""
 
     name: str
     families: tuple[str, ...]
@@ -75,11 +46,7 @@ class Task(Protocol):
     strategies: tuple[str, ...]
 
     def family_problems(self, family: str, n: int, seed: int = 0) -> list[Problem]:
-        """A fixed draw of ``n`` distinct problems of ``family`` (same arguments, same list).
-
-        Raises:
-            ValueError: unknown family, or ``n`` above `family_capacity`.
-        """
+        """A fixed draw of ``n`` distinct problems of ``family``; ValueError on an unknown family or ``n`` too large."""
         ...
 
     def family_capacity(self, family: str) -> int:
@@ -98,8 +65,7 @@ class Task(Protocol):
 TaskFactory = Callable[[], Task]
 
 TASKS: dict[str, Union[Task, TaskFactory, type]] = {}
-"""Registered tasks by name: a factory (class or zero-argument callable) until
-`get_task` first builds it, the built instance after that."""
+"""Registered tasks by name: a factory until `get_task` first builds it, the instance after."""
 
 
 def task_names() -> list[str]:
@@ -108,21 +74,9 @@ def task_names() -> list[str]:
 
 
 def register_task(name: str, task: Union[Task, TaskFactory, type]) -> Union[Task, TaskFactory, type]:
-    """Register a task under ``name``.
+    """Register ``task`` (an instance, or a class / zero-argument factory built on first use) as ``name``; returns ``task``.
 
-    Args:
-        name: Registry key; the built task's ``name`` must equal it.
-        task: A `Task` instance, or a class / zero-argument callable that
-            builds one (called once, on the first `get_task`).
-
-    Returns:
-        ``task`` unchanged.
-
-    Raises:
-        ValueError: ``name`` is not a non-empty string, is already registered,
-            ``task`` is neither a `Task` nor callable, or an instance fails
-            the checks `get_task` makes on a built task.
-    """
+    Raises ValueError on a bad or taken name, a task neither a `Task` nor callable, or an instance failing `get_task`'s checks."""
     if not isinstance(name, str) or not name:
         raise ValueError(f"name={name!r} is not valid: must be a non-empty string")
     if name in TASKS:
@@ -136,11 +90,7 @@ def register_task(name: str, task: Union[Task, TaskFactory, type]) -> Union[Task
 
 
 def unregister_task(name: str) -> None:
-    """Remove ``name`` from the registry (tests; plugins reloaded under the same name).
-
-    Raises:
-        ValueError: ``name`` is not registered.
-    """
+    """Remove ``name`` from the registry; ValueError if it is not registered."""
     _check_registered(name)
     del TASKS[name]
 
@@ -156,21 +106,12 @@ def _built(entry: object) -> bool:
 
 
 def task_version(name: str) -> str | None:
-    """The design version of task ``name`` (its optional ``version`` attribute), or ``None``.
-
-    Cache keys hold it beside the policy hash: a task whose pools change under the same name and
-    policy (the testbed's ``TESTBED_VERSION``) never reads back a run of its earlier design.
-    """
+    """The design version of task ``name`` (its optional ``version``), or ``None``; cache keys hold it."""
     return getattr(get_task(name), "version", None)
 
 
 def get_task(name: str) -> Task:
-    """The task registered as ``name``, built on first use and cached.
-
-    Raises:
-        ValueError: ``name`` is not registered (the message lists the
-            registered names), or the built object is not a valid `Task`.
-    """
+    """The task registered as ``name``, built on first use and cached; ValueError (listing names) if unknown or invalid."""
     _check_registered(name)
     entry = TASKS[name]
     if _built(entry):
@@ -205,15 +146,7 @@ def _check_task(name: str, task: object) -> None:
 
 
 class ArithmeticTask:
-    """The procedural multiplication testbed (`rlvr_lib.tasks.arithmetic`) as a `Task`.
-
-    Delegates to the module functions, so ``get_task("arith").family_problems(f, n, s)
-    == family_problems(f, n, s)`` and likewise for ``verify``. Hints come from
-    `TaskHintPool` with its defaults unless another pool is given.
-
-    Args:
-        hint_pool: Anything with ``hints(problem) -> list[str]``.
-    """
+    """The multiplication testbed (`rlvr_lib.tasks.arithmetic`) as a `Task`, delegating to its functions; hints from `TaskHintPool`."""
 
     name = "arith"
     version = arithmetic.TESTBED_VERSION

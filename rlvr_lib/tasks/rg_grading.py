@@ -1,29 +1,11 @@
 """The worker process that scores `ReasoningGymTask` answers with reasoning-gym's ``score_answer``.
 
-A data set's scorer runs arbitrary parsing on model output (several call
-``sympy.parse_expr``, where ``7**7**9`` computes for minutes inside C code).
-So scoring runs in worker processes (`rlvr_lib.tasks.worker_pool.WorkerPool`,
-the pool `MathTask` grades with): the worker's own interval timer stops a
-scorer looping in Python at the budget (the worker survives), and the parent
-kills a worker that has not answered shortly after. The caller's thread never
-depends on signals.
-
-A request names the data set, its configuration (``repr`` of the config
-mapping, read back with ``ast.literal_eval`` so tuples stay tuples) and the
-data set's seed and size, from which the worker rebuilds the scorer (cached),
-and carries the item itself, pickled: some generators are not reproducible
-across processes (``polynomial_multiplication`` depends on the string hash
-seed), so the worker does not regenerate the item. The pickle comes from the
-parent process that started the worker, never from model output. The reply is
-``{"status", "score", "reason"}`` with status ``correct``, ``wrong``,
-``timeout`` or ``error`` (the scorer could not be rebuilt: the environment,
-not the answer).
-
-Run as a plain script (``WorkerPool`` runs it with ``runpy``), it imports
-nothing from ``rlvr_lib`` (the installed package may be another checkout);
-the length-prefixed framing and the wall-clock limit come from the sibling
-``math_grading.py``, loaded by path.
-"""
+Scorers parse model output arbitrarily (``sympy.parse_expr`` on ``7**7**9``), so scoring runs in
+`rlvr_lib.tasks.worker_pool.WorkerPool` processes with their own interval timer. A request names the data set,
+its config (``repr``, read with ``ast.literal_eval``), seed and size (the scorer is rebuilt and cached) and
+carries the item pickled by the parent (never model output). Reply ``{"status", "score", "reason"}``, status
+``correct``, ``wrong``, ``timeout`` or ``error`` (scorer not rebuilt). Run as a plain script, importing nothing
+from ``rlvr_lib``; framing and time limit come from the sibling ``math_grading.py``. More: docs/tasks/reasoning_gym.md."""
 
 from __future__ import annotations
 
@@ -54,12 +36,7 @@ def _dataset(name: str, config: str, seed: int, size: int):
 
 
 def score_within(request: dict) -> dict:
-    """The reply to one scoring request, with ``score_answer`` stopped after ``request["budget_s"]`` seconds.
-
-    Main thread only (it uses ``SIGALRM``). A scorer that raises on the answer
-    gives ``wrong`` (the answer's fault, as reasoning-gym's own scorers treat
-    unparseable answers); one that runs past the budget gives ``timeout``.
-    """
+    """The reply to one request, ``score_answer`` stopped after ``request["budget_s"]``; a raising scorer gives ``wrong``."""
     scorer = _dataset(request["dataset"], request["config"], int(request["seed"]), int(request["size"])).score_answer
     entry = pickle.loads(base64.b64decode(request["entry"]))
     budget_s = float(request["budget_s"])
@@ -86,10 +63,7 @@ def _math_grading():
 
 
 def serve() -> None:
-    """The worker loop: one reply per request; ``{"ready": true}`` first, once reasoning-gym is imported.
-
-    Exits at end of input.
-    """
+    """The worker loop: ``{"ready": true}`` once reasoning-gym is imported, then one reply per request; exits at end of input."""
     import resource
 
     read_frame, write_frame = _math_grading().read_frame, _math_grading().write_frame

@@ -1,24 +1,17 @@
-"""Which strategy solves which problem, measured on the shipped policy (testbed v7).
+"""Which strategy solves which problem, measured on the shipped policy: the *strategy profile*.
 
-The oracle traces say which products a strategy's steps need, but not whether the policy gets them right:
-the tiny policy misses some products it was shown and composes some it never saw. So the testbed's two
-strategy-dependent pools are defined by a measurement of the base policy, the *strategy profile*: for every
-in-distribution problem of the RL and evaluation splits, the number of correct samples out of
-``PROFILE_SAMPLES`` hinted samples per strategy (a sample counts when it follows the hint and is correct;
-`rlvr_lib.study.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib.study calibrate --profile``).
-It is shipped beside the checkpoint (``PROFILE_FILE``) with the hash of the policy it was measured on, and
-a test holds that hash equal to the shipped policy's.
+For every in-distribution problem of the RL and evaluation splits, the number of correct samples out of
+``PROFILE_SAMPLES`` hinted samples per strategy (one counts when it follows the hint and is correct;
+`rlvr_lib.study.calibration.measure_strategy_profile`, written by ``python -m rlvr_lib.study calibrate
+--profile``), shipped beside the checkpoint (``PROFILE_FILE``) with the hash of its policy.
 
-* The RL pool keeps the problems on which the rare strategy never succeeded (`rare_never_solves`). Why:
-  under a reverse-KL anchor the optimum is ``pi ∝ pi_ref exp(r / beta)`` (SAGE), so every strategy keeps
-  mass in proportion to ``pi_ref`` times its success, and an anchor strong enough to bind keeps the rare
-  strategy wherever it earns reward (testbed v4-v5: at beta 0.2 the rare strategy survived). Only a
-  strategy that earns no reward on the RL pool is driven out at a binding beta.
-* ``rare_mix`` holds the evaluation problems only the rare strategy solves (`only_rare_solves`): the other
-  strategies never succeeded and the rare one succeeded at least ``RARE_MIX_MIN_SUCCESSES`` times. Its
-  prompts look like the RL pool's (first factors ending in 1-8); nothing in them says the rare strategy is
-  needed.
-"""
+* The RL pool keeps the problems on which the rare strategy never succeeded (`rare_never_solves`): under a
+  reverse-KL anchor the optimum is ``pi ∝ pi_ref exp(r / beta)`` (SAGE), so only a strategy without reward on
+  the RL pool is driven out at a binding beta.
+* ``rare_mix`` holds the evaluation problems only the rare strategy solves (`only_rare_solves`, at least
+  ``RARE_MIX_MIN_SUCCESSES`` times).
+
+Why it is measured, and what the testbed showed before: docs/tasks/arithmetic.md."""
 
 from __future__ import annotations
 
@@ -45,11 +38,7 @@ def problem_key(a: int, b: int) -> str:
 
 @functools.cache
 def load_profile(path: str | None = None) -> dict:
-    """The strategy profile as written by `rlvr_lib.study.calibration.write_strategy_profile` (cached per path).
-
-    Raises:
-        FileNotFoundError: no profile at ``path`` (default ``PROFILE_FILE``), with the command that writes it.
-    """
+    """The strategy profile (cached per path); FileNotFoundError, naming the command that writes it, if absent."""
     file = Path(path) if path else PROFILE_FILE
     if not file.exists():
         raise FileNotFoundError(
@@ -59,11 +48,7 @@ def load_profile(path: str | None = None) -> dict:
 
 
 def successes(a: int, b: int) -> dict[str, int]:
-    """Correct hinted samples per strategy of ``a*b`` in the shipped profile.
-
-    Raises:
-        KeyError: ``a*b`` is not profiled (the profile holds the in-distribution RL and evaluation problems).
-    """
+    """Correct hinted samples per strategy of ``a*b`` in the profile; KeyError if ``a*b`` is not profiled."""
     profile = load_profile()
     counts = profile["counts"].get(problem_key(a, b))
     if counts is None:

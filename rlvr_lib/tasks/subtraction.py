@@ -1,26 +1,15 @@
 """The testbed's second skill: three-digit subtraction, seen in pretraining and never in RL.
 
-Why it exists. SAGE's Knights-and-Knaves test and VIGOR's math-to-code transfer
-measure what RL on one skill does to a *different* skill the base policy has,
-while ``ood_shift`` is the same multiplication on unseen operands. Subtraction
-of two three-digit numbers is that different skill here: the policy is
-pretrained on it (`rlvr_lib.policy.pretrain`, ``sub_share``), no RL training
-pool holds it, and its evaluation family ``sub_ood`` is the out-of-task row of
-the papers' transfer claims.
-
-It has the multiplication task's three strategies, chosen at the same branch
-token, so hints, strategy parsing and diversity measures apply unchanged::
+The out-of-task skill of the papers' transfer claims (SAGE's Knights and Knaves, VIGOR's math-to-code): its
+family ``sub_ood`` is evaluated, no RL pool holds it. Same three strategies at the same branch token::
 
     734-258=?
     direct: #476
     split: 734-200-58=534-58=476 #476        (take the hundreds, then the rest)
     round: 734-260+2=474+2=476 #476          (round b up to a multiple of ten, add back)
 
-Difficulty is the number of borrows a column subtraction of ``a - b`` needs
-(``easy`` none, ``medium`` one, ``hard`` two). Problems are split 50/50 into a
-pretraining pool (``"sft"``) and an evaluation pool (``"eval"``) by a fixed
-hash (`split_of`); there is no RL pool.
-"""
+Difficulty: borrows of the column subtraction (``easy`` 0, ``medium`` 1, ``hard`` 2). Pools: 50/50 ``"sft"`` /
+``"eval"`` by a fixed hash (`split_of`). Why: docs/tasks/arithmetic.md."""
 
 from __future__ import annotations
 
@@ -121,11 +110,7 @@ def problem_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
 
 
 def verify(problem: Problem, completion: object) -> Verdict:
-    """Check a subtraction completion step by step; never raises on model output.
+    """Check a subtraction completion (the multiplication verifier's grammar and statuses); never raises on model output.
 
-    The grammar, statuses and reasons are the multiplication verifier's
-    (`rlvr_lib.tasks.arithmetic.verify`), with the strategies' first steps of
-    this skill: ``split`` starts ``a-H-r`` (``H`` the hundreds of ``b``),
-    ``round`` starts ``a-U+d`` (``U`` = ``b`` rounded up to a multiple of ten).
-    """
+    First steps: ``split`` ``a-H-r`` (``H`` the hundreds of ``b``), ``round`` ``a-U+d`` (``U`` = ``b`` rounded up to ten)."""
     return verify_format(problem, completion, lambda strategy: expected_first_step(*problem.operands, strategy))

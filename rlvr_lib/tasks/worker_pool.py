@@ -1,21 +1,9 @@
 """Reusable worker processes answering one request at a time within a wall-clock limit.
 
-Why processes: math-verify's time limits are ``signal.alarm`` calls that only
-work in a main thread, and a thread cannot be stopped from outside. A worker
-process owns its main thread (so its own timers work) and can be killed, so a
-caller on any thread gets an answer or a time-out within the limit it asks for.
-
-Protocol (`rlvr_lib.tasks.math_grading`): length-prefixed JSON over the
-worker's stdin and stdout; the worker first sends ``{"ready": true}``, then
-one reply per request, and exits at end of input.
-
-A `WorkerPool` keeps idle workers for reuse (a request costs two pipe trips,
-not a process start), starts one more when every worker is busy (one per
-concurrent caller), and kills a worker that misses its limit, starting a
-replacement at once so its start-up overlaps the caller's other work. After a
-``fork`` the child starts its own workers (the parent's pipes are not its to
-use).
-"""
+A worker owns its main thread (so ``signal.alarm`` works) and can be killed, so a caller on any thread gets an
+answer or a time-out. Protocol (`rlvr_lib.tasks.math_grading`): length-prefixed JSON over stdin/stdout;
+``{"ready": true}`` first, one reply per request, exit at end of input. A `WorkerPool` reuses idle workers,
+starts one per concurrent caller, and replaces a killed worker at once; a forked child starts its own."""
 
 from __future__ import annotations
 
@@ -33,9 +21,7 @@ from rlvr_lib.tasks.math_grading import read_frame, write_frame
 __all__ = ["HARD_MARGIN_S", "WorkerDied", "WorkerPool", "WorkerTimeout", "shared_pool"]
 
 HARD_MARGIN_S = 2.0
-"""Seconds past ``timeout_s`` before a grading worker that has not answered is killed. The worker's own
-timer stops a grading at ``timeout_s`` (and survives); this margin is for work no signal interrupts
-(a loop inside C code) and for a loaded machine's scheduling."""
+"""Seconds past ``timeout_s`` before an unanswering worker is killed (for work no signal interrupts, and load)."""
 STARTUP_TIMEOUT_S = 120.0
 """How long a new worker may take to import and warm up (a loaded machine can be slow); not part of any limit."""
 
@@ -122,13 +108,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """Worker processes running ``script``'s request loop; safe to call from any thread.
-
-    Args:
-        script: The worker's script (its ``__main__`` serves requests).
-        max_idle: Idle workers kept for reuse; more are closed when they finish.
-        needs: What the worker imports, named in the error when a worker cannot start.
-    """
+    """Worker processes running ``script``'s request loop (thread-safe); ``max_idle`` kept; ``needs`` named on start failure."""
 
     def __init__(self, script: Path, max_idle: int = 8, needs: str = "math-verify"):
         self.script = Path(script)
@@ -155,15 +135,9 @@ class WorkerPool:
         worker.close()
 
     def request(self, message: dict, limit_s: float) -> dict:
-        """The reply to ``message`` from an idle (or new) worker within ``limit_s`` seconds of sending it.
+        """The reply to ``message`` within ``limit_s`` of sending it (start-up not counted).
 
-        A worker's start-up does not count against ``limit_s``.
-
-        Raises:
-            WorkerTimeout: no reply in time (the worker was killed and a replacement started).
-            WorkerDied: the worker exited while handling the message (e.g. killed for memory).
-            RuntimeError: a new worker could not start at all (the environment, not the message).
-        """
+        Raises WorkerTimeout (worker killed, replaced), WorkerDied, or RuntimeError when no worker can start."""
         worker = self._checkout()
         worker.ensure_ready()
         try:
@@ -194,11 +168,7 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_pool(script: Path, needs: str = "math-verify") -> WorkerPool:
-    """The process's one `WorkerPool` for ``script``, made on first use and shared by every caller.
-
-    A request carries everything the worker needs (the gold answer, the data
-    set's name and seed), so every task of a kind shares its workers.
-    """
+    """The process's one `WorkerPool` for ``script``, made on first use and shared by every caller."""
     script = Path(script).resolve()
     with _SHARED_LOCK:
         if script not in _SHARED:
