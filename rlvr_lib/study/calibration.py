@@ -1,27 +1,19 @@
 """Static calibration of the testbed: can the base policy show the exploration bottleneck?
 
-Measures a policy on the fixed evaluation split and checks the targets that
-make the testbed meaningful for the four papers (whether GRPO then
-*does* sharpen and lose the rare strategy is `rlvr_lib.study.dynamics`):
+Measures a policy on the fixed evaluation split and checks the targets (whether GRPO then *does* sharpen is
+`rlvr_lib.study.dynamics`):
 
-* a long tail: mean pass@1 over in-distribution families in [0.15, 0.45] and
-  pass@256 >= 2 x pass@1;
-* mode skew: the pretraining-dominant strategy >= 60% of unhinted samples, the
-  rare one <= 10%;
-* the dominant strategy is the best on the RL pool: its success rate on the
-  ``train`` family >= 1.5x the rare strategy's (so reward reinforces it);
+* a long tail: mean in-distribution pass@1 in [0.15, 0.45] and pass@256 >= 2 x pass@1;
+* mode skew: the dominant strategy >= 60% of unhinted samples, the rare one <= 10%;
+* the dominant strategy's success on the ``train`` family >= 1.5x the rare strategy's;
 * steerable: every strategy hint followed >= 80% of the time;
 * GRPO's dead groups: 30-80% of training prompts have all G=8 rewards equal;
 * degeneration when hot: malformed <= 10% at T=1.0 and >= 30% at T=2.0;
-* where only the rare strategy works (``rare_mix``): pass@1 <= 0.10 while
-  pass@256 >= 0.60 (the base reaches those problems at large k), and there the
-  rare strategy is >= 3x as accurate as each other one;
-* the in-distribution families ordered by difficulty: pass@1 falls from
-  ``easy_mix`` to ``hardest_mix``.
+* ``rare_mix``: pass@1 <= 0.10, pass@256 >= 0.60, the rare strategy >= 3x as accurate as each other;
+* in-distribution pass@1 falls from ``easy_mix`` to ``hardest_mix``.
 
-Strategy success rates are measured on hinted samples (the hint forces the
-strategy; only samples that used it count), because the rare strategy is too
-rare unhinted to measure.
+Strategy success rates are measured on hinted samples (the rare strategy is too rare unhinted). Reasons:
+docs/study/testbed.md ("The static calibration").
 """
 
 from __future__ import annotations
@@ -61,17 +53,11 @@ class CalibrationConfig(ConfigBase):
 
     Attributes:
         problems_per_family: Evaluation problems per family (targets need >= 200).
-        samples: Unhinted samples per problem at T=1 (pass@k up to this k) outside ``wide_families``.
-        wide_samples: Unhinted samples per problem in ``wide_families`` (the pass@256 targets).
-        wide_families: Families measured with ``wide_samples``.
-        hint_problems: Problems per family used for hint following.
-        hint_samples: Samples per (problem, hint).
-        hot_samples: Samples per problem at T=2.
-        hot_temperature: The "too hot" temperature.
+        samples: Unhinted samples per problem at T=1 outside ``wide_families``.
+        wide_samples, wide_families: Samples per problem for the pass@256 targets, and where.
+        hint_problems, hint_samples: Problems per family and samples per (problem, hint) for hint following.
+        hot_samples, hot_temperature: Samples per problem at the "too hot" temperature.
         group_size: G for the zero-advantage fraction.
-        max_new_tokens: Completion budget.
-        seed: Sampling seed.
-        families: Families to measure.
     """
 
     problems_per_family: int = 200

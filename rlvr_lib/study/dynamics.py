@@ -1,8 +1,8 @@
 """Dynamics calibration: does GRPO on the testbed show the bottleneck the four papers fix?
 
 GRPO (``grpo``, anchored) and ``grpo_no_kl`` are trained for several seeds, evaluated against the base policy at
-each step count of :data:`STEP_CANDIDATES` (stated before measuring), and checked against the targets of the
-papers' premise (`dynamics_targets`; SAGE, NudgeRL and 3PO all start from it):
+each step count of :data:`STEP_CANDIDATES`, and checked against the targets of the papers' premise
+(`dynamics_targets`):
 
 1. ``pass_at_1_gain``: in-distribution pass@1 rises by >= 0.05, paired interval above 0;
 2. ``rare_pass_at_256_drop``: on ``rare_mix`` base pass@256 - GRPO's >= 0.05, interval above 0 (Yue et al., 2025);
@@ -14,12 +14,8 @@ papers' premise (`dynamics_targets`; SAGE, NudgeRL and 3PO all start from it):
 7. ``kl_binds``: KL(anchored || base) <= 0.5 x KL(``grpo_no_kl`` || base), both by `rlvr_lib.eval.reference_kl`.
 
 A target is met when its point value, and its 95% interval where it names one, meet the bound. ``chosen_steps``
-is the smallest candidate meeting every gating target (:func:`full_profile_steps`). The anchor's beta is tried
-over :data:`KL_COEF_CANDIDATES` in order; the first that meets every gating target is the testbed's
-(`rlvr_lib.study.testbed.TESTBED_KL_COEF`). One run per (method, seed) trains to the largest candidate and is
-evaluated at each on the way.
-
-The targets' reasons, the report's layout and the beta calibration: docs/study/dynamics.md.
+is the smallest candidate meeting every gating target; the anchor's beta is the first of
+:data:`KL_COEF_CANDIDATES` that does (`rlvr_lib.study.testbed.TESTBED_KL_COEF`). Reasons: docs/study/dynamics.md.
 """
 
 from __future__ import annotations
@@ -56,14 +52,11 @@ class DynamicsConfig(ConfigBase):
     """What the dynamics calibration trains and measures.
 
     Attributes:
-        seeds: Training seeds of each method.
-        base_seeds: Sampling seeds of the base policy's evaluations (the second one is the resampling null).
-        step_candidates: Step counts evaluated, increasing (the first at which every target holds is chosen).
-        prompts_per_step, group_size: GRPO's batch (the full profile's).
-        problems_per_family, samples: The main evaluation (the full profile's: every family).
+        base_seeds: Sampling seeds of the base evaluations (the second is the resampling null).
+        step_candidates: Step counts evaluated, increasing.
         wide_problems, wide_samples: The pass@256 evaluation of ``rare_mix`` and the in-distribution families.
-        kl_problems, kl_samples: Prompts (in-distribution, ``hardest_mix`` first) and samples of the KL measurement.
-        kl_coefs: The anchored arm's candidate betas, increasing, tried in order (`KL_COEF_CANDIDATES`).
+        kl_problems, kl_samples: Prompts (``hardest_mix`` first) and samples of the KL measurement.
+        kl_coefs: The anchored arm's candidate betas, increasing, tried in order.
         policy: Initial policy (``None``: the shipped tiny policy).
     """
 
@@ -134,21 +127,14 @@ def _target(value: float | None, bound: str, met: bool, interval: Sequence[float
 
 
 def gain_target(rl: np.ndarray, base: np.ndarray, *, at_least: float) -> dict:
-    """``mean(rl) - mean(base) >= at_least`` with the paired interval's lower end above 0.
-
-    ``rl`` ``(S_a, P)`` and ``base`` ``(S_b, P)`` per-seed, per-problem scores in [0, 1]
-    (`rlvr_lib.study.stats.paired_difference_ci`).
-    """
+    """``mean(rl) - mean(base) >= at_least``, paired interval above 0 (``(S_a, P)``, ``(S_b, P)`` in [0, 1])."""
     ci = paired_difference_ci(rl, base, bounds=(0, 1))
     return _target(ci["mean"], f">= {at_least}, interval above 0", ci["mean"] >= at_least and ci["ci_low"] > 0,
                    (ci["ci_low"], ci["ci_high"]))
 
 
 def crossover_k(base_curve: Mapping[int, float], rl_curve: Mapping[int, float]) -> int | None:
-    """The smallest k at which the base's pass@k is at least the RL policy's, or ``None``.
-
-    Both curves are ``{k: pass@k}`` on the same problems and ks (e.g. powers of two up to 256).
-    """
+    """The smallest k at which the base's pass@k is at least the RL policy's (``{k: pass@k}`` each), or ``None``."""
     ks = sorted(base_curve)
     if ks != sorted(rl_curve):
         raise invalid("rl_curve", sorted(rl_curve), f"a curve on the base curve's ks {ks}")
@@ -181,9 +167,8 @@ def fall_ratio(before: Sequence[float], after: Sequence[float]) -> float:
 def rescued_lost_vs_null(base_counts: np.ndarray, null_counts: np.ndarray, rl_counts: Sequence[np.ndarray]) -> dict:
     """Problems lost and rescued by the RL runs against one base evaluation, and the resampling null.
 
-    ``lost``/``rescued`` are the means over RL seeds of `rlvr_lib.study.stats.rescued_lost_counts`
-    (base -> run); ``null`` is the flips per direction between two base evaluations
-    (``(rescued + lost) / 2`` of base -> second base). ``excess_lost = lost - null``.
+    ``lost`` / ``rescued``: means over RL seeds of `rescued_lost_counts` (base -> run); ``null = (rescued + lost) / 2``
+    of base -> second base; ``excess_lost = lost - null``.
     """
     per_seed = [rescued_lost_counts(base_counts, c) for c in rl_counts]
     null = rescued_lost_counts(base_counts, null_counts)
@@ -196,10 +181,7 @@ def rescued_lost_vs_null(base_counts: np.ndarray, null_counts: np.ndarray, rl_co
 
 
 def lost_target(stats: Mapping[str, Any], *, ratio: float = 3.0, gates: bool = True) -> dict:
-    """Lost beyond the null at least ``ratio`` x rescued: ``excess_lost >= ratio * rescued`` and ``excess_lost > 0``.
-
-    Every rescued problem is counted as real (none is discounted by the null), so the test is conservative.
-    """
+    """``excess_lost >= ratio * rescued`` and ``excess_lost > 0`` (every rescued problem counted: conservative)."""
     excess, rescued = stats["excess_lost"], stats["rescued"]
     value = excess / rescued if rescued > 0 else (float("inf") if excess > 0 else 0.0)
     return _target(min(value, 1e6), f"(lost - null) / rescued >= {ratio}", excess > 0 and excess >= ratio * rescued,
@@ -222,12 +204,9 @@ def dynamics_targets(
     """Every dynamics target at one step count (module docstring).
 
     Args:
-        base, base_wide: The base policy's main and wide evaluations (`evaluate_policy` results), one per
-            sampling seed (two or more of each); the first is the reference, the second the resampling null.
+        base, base_wide: The base's main and wide evaluations, one per sampling seed (>= 2; the second is the null).
         rl, rl_wide: The RL policy's, one per training seed.
-        kl_anchored, kl_unanchored: Per-token KL to the base of the anchored and the unanchored runs, per seed.
-        samples, wide_samples: Samples per problem of the main and the wide evaluations.
-        rare_strategy: The rare strategy's label.
+        kl_anchored, kl_unanchored: Per-token KL to the base of the two runs, per seed.
     """
     if len(base) < 2 or len(base_wide) < 2 or not rl or len(rl_wide) != len(rl):
         raise invalid("base/rl", (len(base), len(base_wide), len(rl), len(rl_wide)),
@@ -358,11 +337,8 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
 def measure_dynamics(config: DynamicsConfig = DynamicsConfig(), *, root=None) -> dict:
     """Run (or read from the cache) the dynamics calibration and check the targets per step count.
 
-    The anchored arm is trained at each of ``config.kl_coefs`` in order until one beta meets every gating
-    target at some step count. ``kl_coef``, ``summary`` and the curves are that beta's (or the last one's);
-    ``targets`` and ``reported`` are its gating and reported targets at ``chosen_steps`` (when no step count
-    qualifies, at the largest candidate); ``search`` lists every beta tried with its targets at every step count;
-    ``processors`` the processor models its runs were made on.
+    Betas ``config.kl_coefs`` are tried in order until one meets every gating target; ``targets`` / ``reported``
+    are at ``chosen_steps`` (else the largest candidate); ``search`` lists every beta tried.
     """
     from rlvr_lib.study.pipeline import evaluate_base
     from rlvr_lib.policy.load import policy_fingerprint
@@ -465,14 +441,11 @@ def write_dynamics(report: Mapping[str, Any], path: str | Path) -> Path:
 
 
 def full_profile_steps(path: str | Path | None = None, *, policy: str | None = None) -> int:
-    """The full profile's GRPO step count: `chosen_steps` of the dynamics calibration of the shipped policy.
-
-    Reads ``results/testbed/dynamics.json`` (or ``path``). The notebooks' full profiles train for this many
-    steps (the smallest pre-stated candidate at which every dynamics target holds).
+    """The full profile's GRPO step count: ``chosen_steps`` of ``results/testbed/dynamics.json`` (or ``path``).
 
     Raises:
-        ValueError: when the file is missing, was measured on another policy than ``policy`` (``None``: the
-            shipped one; compared by content hash) or another testbed version, or no candidate met every target.
+        ValueError: when the file is missing, measured on another policy (content hash) or testbed version, or no
+            candidate met every target.
     """
     from rlvr_lib.policy.load import policy_fingerprint
 

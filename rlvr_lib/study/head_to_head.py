@@ -1,24 +1,18 @@
-"""Notebook 07's rules, stated once before any of its runs: equal compute, which arms, the pairs' settings, each
-method beside its own paper's comparator, each pass@1 claim under its paper's protocol, and the map.
+"""Notebook 07's rules, stated once before any of its runs (docs/study/head_to_head.md).
 
 * :class:`Budget` -- every arm: ``steps x prompts_per_step x group_size`` completions and ``steps`` optimizer
-  steps (``minibatches = inner_epochs = 1``; DAPO keeps its filter, not its refills); extra forwards are
-  reported as wall time, not budgeted.
-* :func:`select_arms` -- GRPO, the best two of notebook 02's baselines, the best 3PO variant (:data:`FALLBACK`
-  before their records exist), NudgeRL, SAGE, VIGOR and every pair that composes (:func:`composable_pairs`), with
-  :func:`pair_settings`: ``kl_coef`` the largest, ``lr`` the smallest, the 3PO variant's schedule, any other
-  conflict refused.
-* :func:`own_comparators` -- each method's arm with only its mechanism undone (:class:`Comparator`); an effect
-  against GRPO is the method's only where its own comparator shows it too (:func:`attribution`).
-* :func:`protocol_plan` -- each ``*-beats-grpo`` / ``*-beats-own`` row read under its source paper's pass@1
-  protocol (`rlvr_lib.study.protocols`); an arm such a row reads is trained here with every evaluation it needs.
-* :func:`gain_growth` -- per method, ``mean(small gains) - mean(tiny gains)`` of the per-seed gain over GRPO on
-  the second model size (:data:`SCALE_POLICY`), Welch t interval.
-* :func:`gain_map` -- per-problem pass@k gain over GRPO per quartile bucket of the base's per-problem pass@1,
-  paired seeds x problems bootstrap; a bucket *helps* / *hurts* only when its whole interval is above / below 0.
+  steps (``minibatches = inner_epochs = 1``; DAPO keeps its filter, not its refills).
+* :func:`select_arms` -- GRPO, the best two of notebook 02's baselines, the best 3PO variant, NudgeRL, SAGE,
+  VIGOR and every pair that composes, with :func:`pair_settings`: ``kl_coef`` the largest, ``lr`` the smallest,
+  the 3PO variant's schedule, any other conflict refused.
+* :func:`own_comparators` -- each method's arm with only its mechanism undone; an effect against GRPO is the
+  method's only where its own comparator shows it too (:func:`attribution`).
+* :func:`protocol_plan` -- each ``*-beats-grpo`` / ``*-beats-own`` row under its paper's pass@1 protocol.
+* :func:`gain_growth` -- ``mean(small gains) - mean(tiny gains)`` of per-seed gains over GRPO, Welch t interval.
+* :func:`gain_map` -- per-problem pass@k gain over GRPO per quartile bucket of the base's pass@1, paired
+  seeds x problems bootstrap; a bucket *helps* / *hurts* only when its whole interval is above / below 0.
 
-Not from a paper: the equal-compute comparison is this study's. Each rule's full statement, the pair settings'
-reasons, the protocol evaluations each arm carries and their cost: docs/study/head_to_head.md.
+Not from a paper: the equal-compute comparison is this study's.
 """
 
 from __future__ import annotations
@@ -63,13 +57,10 @@ variant)."""
 BASELINE_CANDIDATES = tuple(n for n in BASELINES if n != "grpo_k2")
 """Notebook 02's baselines the pass@1 pick is made from (``grpo_k2`` is its identity check, not a baseline)."""
 FALLBACK = {"pass1": "dapo", "wide": "grpo_forward_kl", "threepo": "b3po"}
-"""The quick profile's arms while notebooks 02 and 04 have no full-profile records: DAPO (it exercises the
-refill rule), forward-KL GRPO (the SAGE paper's pass@256 row, and notebook 02 gives it the wide evaluation), and
-B3PO (the cheapest variant). A smoke test of the notebook, not a selection."""
+"""The quick profile's arms while notebooks 02 and 04 have no full-profile records (a smoke test, not a selection)."""
 SHARED = {**{n: "baselines" for n in ("grpo", *BASELINES_WITH_WIDE)}, "sage": "sage"}
-"""Arms another notebook trains with the wide evaluation (the experiment prefix of its folder): notebook 02's
-GRPO and wide-evaluated baselines, notebook 05's SAGE. :func:`home` reads them there when the budget leaves
-their config as that notebook's."""
+"""Arms another notebook trains with the wide evaluation (its folder's experiment prefix); :func:`home` reads them
+there."""
 
 
 def _refill_free(name: str) -> dict:
@@ -85,9 +76,7 @@ def _refill_free(name: str) -> dict:
 
 @dataclass(frozen=True)
 class Budget:
-    """The compute every arm of notebook 07 gets: ``steps`` generation batches of ``prompts_per_step`` x
-    ``group_size`` completions, one optimizer step each (the module docstring says how methods are brought to it).
-    """
+    """Compute per arm: ``steps`` batches of ``prompts_per_step x group_size``, one optimizer step each."""
 
     steps: int
     prompts_per_step: int
@@ -102,11 +91,7 @@ class Budget:
         return {"completions": self.steps * self.prompts_per_step * self.group_size, "optimizer_steps": self.steps}
 
     def overrides(self, name: str) -> dict[str, Any]:
-        """The `TrainerConfig` fields that put method ``name`` (a composite too) at this budget.
-
-        The shared sizes, one optimizer step per batch, and for a method with dynamic sampling its refill
-        rounds set to 0 (inside its preset's ``method_options``; a composite's per component).
-        """
+        """The `TrainerConfig` fields that put method ``name`` (a composite too) at this budget (no refills)."""
         check(name in METHODS or SEPARATOR in name, "name", name, "a registered method or a composite 'a+b'")
         out: dict[str, Any] = dict(steps=self.steps, prompts_per_step=self.prompts_per_step,
                                    group_size=self.group_size, minibatches=1, inner_epochs=1)
@@ -125,7 +110,7 @@ class Budget:
         """Each record's `compute_spent` against :meth:`spent`, exactly; returns the budget.
 
         Raises:
-            ValueError: naming the arm ``label``, the seed, and each count that differs (spent vs budget).
+            ValueError: naming the arm ``label``, the seed, and each count that differs.
         """
         want = self.spent()
         check(len(records) > 0, f"arm {label!r}: records", records, "one or more run records")
@@ -139,15 +124,9 @@ class Budget:
 
 
 def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = None) -> str:
-    """The experiment prefix an arm is read from: its :data:`SHARED` notebook's when the budget's config of it is
-    that notebook's (``calibrated_config(name, steps, prompts_per_step, group_size)``: the same cache key, so the
-    same record) and notebook 07 asks it for no evaluation that notebook does not run, else ``"head_to_head"``
-    (trained here).
-
-    ``protocols``: the protocol evaluations notebook 07's pass@1 rows need of the arm
-    (:meth:`ProtocolPlan.extra_specs`). The :data:`SHARED` notebooks run the main and the wide evaluation only (they
-    are part of a run's cache key), so an arm with any protocol evaluation is trained here, its own copy with every
-    evaluation it is read under (the module docstring's rule), and the home notebook's record is left as it is."""
+    """The experiment prefix an arm is read from: its :data:`SHARED` notebook's when the budget's config is that
+    notebook's and ``protocols`` (:meth:`ProtocolPlan.extra_specs`) asks nothing more, else ``"head_to_head"``.
+    """
     if name not in SHARED or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
@@ -157,14 +136,12 @@ def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = N
 
 # ----------------------------------------------------------------------------- arm selection
 def records_by_name(experiment: str, names: Sequence[str], root=None) -> dict[str, list]:
-    """``{name: records}`` of ``experiment``'s runs named ``names`` on the shipped policy and testbed
-    (``load_runs(..., current=True)``): what :func:`select_arms` reads (older testbeds' records left out)."""
+    """``{name: records}`` of ``experiment``'s runs named ``names`` on the shipped policy and testbed."""
     return {n: load_runs(experiment, root, name=n, current=True) for n in names}
 
 
 def mean_pass(records: Sequence, k: int = 1, family: str | None = None, label: str | None = None) -> float:
-    """Mean over seeds of a run's stored pass@k: the in-distribution average, or ``family``'s; of its extra
-    evaluation ``label`` (e.g. the wide one) when given."""
+    """Mean over seeds of a run's stored pass@k (in-distribution, ``family``'s, or extra evaluation ``label``'s)."""
     check(len(records) > 0, "records", records, "one or more run records")
     values = []
     for r in records:
@@ -184,16 +161,13 @@ def select_arms(nb02: Mapping[str, Sequence], nb04: Mapping[str, Sequence], *, k
                 rare_family: str = "rare_mix", seeds: int = 1, fallback: bool = False) -> dict[str, Any]:
     """Notebook 07's selected arms from notebook 02's and 04's records (``{name: records}``), by the module's rules.
 
-    A candidate with fewer than ``seeds`` records counts as missing (its notebook has not finished it), so a
-    selection never depends on which seeds happened to be done.
+    A candidate with fewer than ``seeds`` records counts as missing.
 
     Returns:
         ``{"pass1": baseline, "wide": baseline, "threepo": variant, "source": "records" | "fallback"}``.
 
     Raises:
-        PrerequisitesMissing: a candidate is missing and ``fallback`` is False (the full profile): the message
-            names the missing arms and the notebooks to finish first; `make reproduce` reports the notebook as
-            waiting and runs it again next time.
+        PrerequisitesMissing: a candidate is missing and ``fallback`` is False (names the notebooks to finish first).
     """
     seeds = check_int("seeds", seeds, 1)
     missing = ([n for n in BASELINE_CANDIDATES if len(nb02.get(n) or ()) < seeds]
@@ -213,8 +187,7 @@ def select_arms(nb02: Mapping[str, Sequence], nb04: Mapping[str, Sequence], *, k
 
 # ----------------------------------------------------------------------------- pairs
 def composable_pairs(methods: Sequence[str]) -> list[tuple[str, str]]:
-    """The pairs of ``methods`` (in their order) whose hooks compose: no exclusive hook family overridden by
-    both (`rlvr_lib.methods.compose.hook_conflicts`, the rule `pair_table` shows)."""
+    """The pairs of ``methods`` (in order) whose hooks compose (`rlvr_lib.methods.compose.hook_conflicts`)."""
     return [(a, b) for a, b in combinations(methods, 2) if not hook_conflicts((a, b))]
 
 
@@ -224,8 +197,7 @@ def _tuned_lr(name: str) -> float | None:
 
 
 def pair_settings(a: str, b: str) -> dict[str, Any]:
-    """The `TrainerConfig` keys on which the testbed presets of ``a`` and ``b`` disagree
-    (`rlvr_lib.study.testbed.calibrated_conflicts`), settled by the module's rules.
+    """The `TrainerConfig` keys on which the testbed presets of ``a`` and ``b`` disagree, settled by the module's rules.
 
     Raises:
         ValueError: a conflicting key no rule covers (named, with each method's value).
@@ -247,10 +219,9 @@ def pair_settings(a: str, b: str) -> dict[str, Any]:
 
 
 def pair_name(a: str, b: str) -> str:
-    """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return its name (``"a+b"``).
-
-    A composite with a 3PO component trains in its own calibrated IVON regime
-    (`rlvr_lib.study.probes.ivon_regime.composite_regime`): refused while it has none."""
+    """Register the composite of ``a`` then ``b`` with :func:`pair_settings` and return ``"a+b"``; refused for a 3PO
+    pair with no calibrated IVON regime.
+    """
     from rlvr_lib.study.probes.ivon_regime import composite_regime
 
     threepo = next((n for n in (a, b) if n in THREEPO_VARIANTS), None)
@@ -265,26 +236,20 @@ def pair_name(a: str, b: str) -> str:
 
 
 def better_component(pair: str, means: Mapping[str, float]) -> str:
-    """The component of ``pair`` (``"a+b"``) with the higher mean (``means`` per name); a tie: the first
-    alphabetically. The comparator of "the pair beats its better component"."""
+    """The component of ``pair`` (``"a+b"``) with the higher mean in ``means`` (tie: first alphabetically)."""
     return pick_best({n: means[n] for n in pair.split(SEPARATOR)})
 
 
 # ----------------------------------------------------------------------------- each method's own comparator
 @dataclass(frozen=True)
 class Comparator:
-    """An arm a method's arm stands beside besides plain GRPO: its paper's own comparator.
-
-    The comparator's config is the method arm's config at the budget with only ``replace``'s fields changed
-    (:meth:`config`; ``method_options`` merged into the arm's): every other setting, the lr included, is the arm's,
-    so the difference between the two reads only ``mechanism``.
+    """A method's own paper's comparator: the method's arm at the budget with only ``replace``'s fields changed.
 
     Attributes:
         label: The run's label (its cache name).
         replace: The `TrainerConfig` fields that differ from the arm's, with the comparator's values.
-        mechanism: What the difference between arm and comparator is, in words (what a statement against it reads).
-        home: The experiment prefix of the notebook that trains the same config under the same label with the wide
-            evaluation (its records are read there, as :func:`home` does for the arms), or None.
+        mechanism: What the difference reads, in words.
+        home: The experiment prefix of a notebook that trains the same config with the wide evaluation, or None.
     """
 
     label: str
@@ -310,8 +275,7 @@ class Comparator:
         return frozenset(self.replace)
 
     def config(self, arm: TrainerConfig) -> TrainerConfig:
-        """``arm`` with ``replace``'s fields (``method_options``: the arm's as written, updated with these), at the
-        testbed's calibration of the comparator's method (`rlvr_lib.study.testbed.train_from_key`)."""
+        """``arm`` with ``replace``'s fields (``method_options`` merged), at the comparator's testbed calibration."""
         written = key_train(arm)
         changes = dict(self.replace)
         if "method_options" in changes:
@@ -319,8 +283,7 @@ class Comparator:
         return config_from_key({**written, **changes})
 
     def check(self, arm: TrainerConfig, comparator: TrainerConfig) -> dict[str, tuple]:
-        """The fields where ``arm`` and ``comparator`` differ (:func:`config_difference`); they must be exactly
-        :meth:`named`.
+        """The fields where ``arm`` and ``comparator`` differ; they must be exactly :meth:`named`.
 
         Raises:
             ValueError: naming the comparator and each field that differs unnamed, or named and equal.
@@ -333,20 +296,9 @@ class Comparator:
 
 
 def own_comparators(key: str, name: str) -> tuple[Comparator, ...]:
-    """Method ``key``'s own paper's comparators (:data:`METHOD_ARMS`; ``name``: the arm's registered method, for
-    ``"threepo"`` the selected variant), each the arm with one mechanism undone (:class:`Comparator`):
-
-    * NudgeRL: GRPO at NudgeRL's settings (`rlvr_lib.methods.nudgerl.NUDGERL_SETTINGS`, at the budget's one
-      optimizer step per batch): the method and its hint advantage replaced, so the hints, context dropout, the
-      inter/intra advantage and the distillation are what differ (PAPERS.md: "GRPO@8" of NudgeRL's T1).
-    * SAGE: ``grpo_k3``, GRPO with SAGE's k3 anchor and no guide (notebook 05's comparator, read there): the
-      guide q alone (PAPERS.md: SAGE's T1 GRPO row).
-    * 3PO: the variant without weight noise (``noise_scale`` 0: the same IVON step at the mean weights; notebook 04's
-      ``ivon-no-noise`` for B3PO), and GRPO at 3PO's settings (`rlvr_lib.methods.threepo.THREEPO_SETTINGS`: no KL,
-      3PO's warm-up; the method replaced by ``grpo_no_kl``, AdamW; notebook 04's ``grpo-3po-settings``): the weight
-      noise alone, and IVON with its noise against AdamW (PAPERS.md: 3PO's T1 GRPO row).
-    * VIGOR: GRPO with the verifier at VIGOR's settings (`rlvr_lib.methods.vigor.VIGOR_SETTINGS`: k3 at 0.01, its
-      cosine schedule) and VIGOR's lr: the reward alone (PAPERS.md: VIGOR's "GT-reward" row).
+    """Method ``key``'s own paper's comparators (``name``: its registered method), each the arm with one mechanism
+    undone: NudgeRL -- GRPO at NudgeRL's settings; SAGE -- ``grpo_k3``; 3PO -- the variant without noise and GRPO at
+    3PO's settings; VIGOR -- GRPO with the verifier at VIGOR's settings and lr (docs/study/head_to_head.md).
     """
     check(key in METHOD_ARMS, "key", key, f"one of {METHOD_ARMS}")
     check(name in METHODS, "name", name, "a registered method")
@@ -366,15 +318,12 @@ def own_comparators(key: str, name: str) -> tuple[Comparator, ...]:
 
 
 def paper_comparator(key: str, name: str) -> Comparator:
-    """The comparator method ``key``'s paper reports its headline row against (its ``*-beats-own`` claim's):
-    the last of :func:`own_comparators` (for 3PO its GRPO at 3PO's settings, the paper's T1 GRPO row; the
-    noise-free control is a measurement)."""
+    """The comparator method ``key``'s headline row is against: the last of :func:`own_comparators`."""
     return own_comparators(key, name)[-1]
 
 
 def comparator_config(name: str, comparator: Comparator, budget: Budget, seed: int = 0) -> TrainerConfig:
-    """The comparator's config beside method ``name``'s arm at ``budget`` (:meth:`Comparator.config` of
-    ``calibrated_config(name, **budget.overrides(name))``), checked to differ from it in the named fields only."""
+    """The comparator's config beside ``name``'s arm at ``budget``, checked to differ in the named fields only."""
     arm = calibrated_config(name, **budget.overrides(name), seed=seed)
     out = comparator.config(arm)
     comparator.check(arm, out)
@@ -382,8 +331,7 @@ def comparator_config(name: str, comparator: Comparator, budget: Budget, seed: i
 
 
 def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[str, dict[str, Any]]:
-    """``(method, overrides)`` for `rlvr_lib.study.arms.Arms.train`: ``calibrated_config(method, **overrides,
-    seed=s)`` is :func:`comparator_config` at seed ``s`` (every field given, so no preset or tuned lr moves it)."""
+    """``(method, overrides)`` for `Arms.train` whose config at seed ``s`` is :func:`comparator_config`'s."""
     config = comparator_config(name, comparator, budget)
     overrides = {f.name: getattr(config, f.name) for f in fields(config) if f.name not in ("method", "seed")}
     return config.method, overrides
@@ -391,11 +339,7 @@ def comparator_run(name: str, comparator: Comparator, budget: Budget) -> tuple[s
 
 def comparator_home(name: str, comparator: Comparator, budget: Budget,
                     protocols: Mapping[str, EvalSpec] | None = None) -> str:
-    """Where a comparator's records are read: its :attr:`~Comparator.home` notebook's prefix when the config
-    beside ``name``'s arm at ``budget`` is that notebook's (``calibrated_config(method, steps, prompts_per_step,
-    group_size)``: the same cache key) and ``protocols`` (the protocol evaluations notebook 07 asks of it,
-    :meth:`ProtocolPlan.extra_specs`) is empty, else ``"head_to_head"`` (trained here, with the wide evaluation
-    and those protocol evaluations), as :func:`home`."""
+    """Where a comparator's records are read: its home notebook's prefix or ``"head_to_head"``, as :func:`home`."""
     if comparator.home is None or comparator.method is None or protocols:
         return "head_to_head"
     plain = dict(steps=budget.steps, prompts_per_step=budget.prompts_per_step, group_size=budget.group_size, seed=0)
@@ -418,8 +362,7 @@ def record_config(records: Sequence) -> TrainerConfig:
 
 
 def config_difference(a: TrainerConfig, b: TrainerConfig) -> dict[str, tuple]:
-    """``{field: (a's value, b's value)}`` for every `TrainerConfig` field but ``seed`` where ``a`` and ``b``
-    differ as written (`rlvr_lib.study.testbed.key_train`: the calibrated options left out), in field order."""
+    """``{field: (a's value, b's value)}`` for every `TrainerConfig` field but ``seed`` where ``a`` and ``b`` differ."""
     a, b = (TrainerConfig.from_dict(key_train(c)) for c in (a, b))
     return {f.name: (getattr(a, f.name), getattr(b, f.name)) for f in fields(a)
             if f.name != "seed" and getattr(a, f.name) != getattr(b, f.name)}
@@ -439,12 +382,9 @@ class Comparison:
     """One row of the map and the guide: arm ``arm`` against ``versus``, what the difference between them reads.
 
     Attributes:
-        arm: The arm's row label (``"SAGE"``).
-        versus: The comparator's label (``"GRPO"``, ``"grpo_k3"``).
         role: A key of :data:`ROLES`.
-        reads: The difference it reads, in words (:func:`compare` writes it from the two arms' configs).
-        method: The method whose mechanism an ``"own"`` comparison isolates (the arm of a ``"grpo"`` comparison
-            it is set beside); None when the arm has no own comparator (a baseline, a pair).
+        reads: The difference it reads, in words (from the two arms' configs).
+        method: The method whose mechanism an ``"own"`` comparison isolates, or None.
     """
 
     arm: str
@@ -465,11 +405,8 @@ class Comparison:
 
 def compare(arm: str, arm_records: Sequence, versus: str, versus_records: Sequence, *,
             comparator: Comparator | None = None, method: str | None = None) -> Comparison:
-    """The :class:`Comparison` of two arms from their records' configs (:func:`record_config`).
-
-    Against ``comparator`` (an own comparator: role ``"own"``), the configs must differ in its named fields only
-    (:meth:`Comparator.check`) and the row reads its mechanism; else (role ``"grpo"``) it reads every field where
-    the configs differ: the method and each setting its preset changes from GRPO's.
+    """The :class:`Comparison` of two arms from their records' configs (role ``"own"`` against ``comparator``,
+    checked by :meth:`Comparator.check`; else ``"grpo"``, reading every field that differs).
     """
     diff = config_difference(record_config(arm_records), record_config(versus_records))
     if comparator is not None:
@@ -481,8 +418,7 @@ def compare(arm: str, arm_records: Sequence, versus: str, versus_records: Sequen
 
 
 def comparison_map(levels: Any, scores: Mapping[str, Any], comparisons: Sequence[Comparison], edges=None):
-    """:func:`gain_map` of every comparison (its ``arm``'s scores against its ``versus``' scores, rows named by its
-    :attr:`~Comparison.label`), on one set of bucket edges (default: the quartiles of ``levels``)."""
+    """:func:`gain_map` of every comparison (rows named by :attr:`~Comparison.label`), on one set of bucket edges."""
     import pandas as pd
 
     edges = bucket_edges(levels) if edges is None else np.asarray(edges, dtype=float)
@@ -502,16 +438,11 @@ CLAIMS_MODULE = "nb07_head_to_head"
 
 @dataclass(frozen=True)
 class ProtocolPlan:
-    """Which paper's evaluation protocol each of notebook 07's pass@1 claims is read under, and so which protocol
-    evaluations each arm carries (the module docstring's rule).
+    """Which paper's evaluation protocol each of notebook 07's pass@1 claims is read under.
 
     Attributes:
-        rows: ``{claim id: (arm, versus, protocol name)}``: each pass@1 claim of the claims module
-            (``PROTOCOL_ROWS`` of `rlvr_lib.study.claims.nb07_head_to_head`), the cache labels of the two arms it
-            compares (``"grpo"``, a method's registered name, or an own comparator's label) and the protocol of its
-            ``source`` paper (`rlvr_lib.study.protocols.claim_protocol`).
-        evaluations: ``{protocol name: ProtocolEvaluation}`` of every protocol a row is read under, at the notebook's
-            main evaluation and profile (the scaling rule, `rlvr_lib.study.protocols.SCALING_RULE`).
+        rows: ``{claim id: (arm, versus, protocol name)}``.
+        evaluations: ``{protocol name: ProtocolEvaluation}`` at the notebook's main evaluation and profile.
     """
 
     rows: Mapping[str, tuple[str, str, str]]
@@ -531,14 +462,11 @@ class ProtocolPlan:
         return tuple(sorted({p for a, b, p in self.rows.values() if arm in (a, b)}))
 
     def extra_specs(self, arm: str) -> dict[str, EvalSpec]:
-        """``{label: spec}``: the protocol evaluations arm ``arm`` carries as extra evaluations
-        (`rlvr_lib.study.pipeline.train_and_evaluate`'s ``extra_specs``), one per protocol it is read under whose
-        evaluation is not the main one (SAGE's is: :meth:`ProtocolEvaluation.extra_specs` gives nothing)."""
+        """``{label: spec}``: the protocol evaluations ``arm`` carries as extra evaluations (none for the main one)."""
         return {label: spec for p in self.protocols(arm) for label, spec in self.evaluations[p].extra_specs().items()}
 
     def base_evaluations(self) -> dict[str, ProtocolEvaluation]:
-        """The protocols the base policy is evaluated under besides its main evaluation (those with an extra
-        evaluation; the base policy's main evaluation measures the others)."""
+        """The protocols the base policy is evaluated under besides its main evaluation."""
         return {p: e for p, e in self.evaluations.items() if e.extra_specs()}
 
     def evaluation(self, claim: str) -> ProtocolEvaluation:
@@ -547,10 +475,11 @@ class ProtocolPlan:
         return self.evaluations[self.rows[claim][2]]
 
     def versus(self, claim: str, records: Mapping[str, Sequence], families: Sequence[str]) -> dict:
-        """Claim ``claim``'s paired difference under its protocol: the protocol's pass@1 (mean@k) of its arm minus
-        its versus' (:meth:`ProtocolEvaluation.versus`, a paired bootstrap over seeds x problems). ``records``:
-        ``{arm label: records}``; an arm's records must carry the protocol's evaluation (else a ValueError names
-        the run and the evaluation it lacks)."""
+        """Claim ``claim``'s paired difference under its protocol (arm minus versus, bootstrap over seeds x problems).
+
+        Raises:
+            ValueError: an arm's records lack the protocol's evaluation (names the run and the evaluation).
+        """
         protocol = self.evaluation(claim)
         arm, versus, _ = self.rows[claim]
         for label in (arm, versus):
@@ -558,11 +487,9 @@ class ProtocolPlan:
         return protocol.versus(records[arm], records[versus], families)
 
     def cost(self, seeds: int, base_seeds: Sequence[int]) -> dict[str, dict[str, int]]:
-        """What the protocol evaluations sample, per protocol: ``evaluations`` (each arm that carries it x
-        ``seeds``, and the base policy's :meth:`ProtocolEvaluation.base_seeds`) and ``completions``
-        (evaluations x families x problems per family x samples). The main evaluation's count per evaluation is
-        ``main``, for scale: a protocol evaluation costs about its share of the main evaluation's sampling time
-        (no clustering). Protocols with no extra evaluation (SAGE's) cost nothing and are left out."""
+        """Per protocol with extra evaluations: ``evaluations`` (arms x ``seeds`` plus the base's), ``completions``
+        (evaluations x families x problems x samples) and the main evaluation's count ``main``, for scale.
+        """
         seeds = check_int("seeds", seeds, 1)
         out = {}
         for p, e in self.base_evaluations().items():
@@ -583,15 +510,11 @@ class ProtocolPlan:
 
 
 def protocol_plan(method_names: Mapping[str, str], base_spec: EvalSpec, profile: str) -> ProtocolPlan:
-    """Notebook 07's :class:`ProtocolPlan`: every pass@1 claim of the claims module (its ``PROTOCOL_ROWS``:
-    ``{claim id: (method key, "grpo" | "own")}``) with its arms' cache labels (a method key's registered name in
-    ``method_names``, e.g. ``{"threepo": "b3po"}``; ``"own"``: the method's :func:`paper_comparator`'s label) and
-    its source paper's protocol (`rlvr_lib.study.protocols.claim_protocol`), each protocol at ``base_spec`` (the
-    notebook's main evaluation) and ``profile`` (`rlvr_lib.study.protocols.ProtocolEvaluation.of`).
+    """Notebook 07's :class:`ProtocolPlan` from the claims module's ``PROTOCOL_ROWS``, ``method_names`` and ``profile``.
 
     Raises:
-        ValueError: on ``method_names`` that do not name every method of :data:`METHOD_ARMS`, an unknown profile,
-            or a claim the claims module declares no protocol for.
+        ValueError: on ``method_names`` missing a method of :data:`METHOD_ARMS`, an unknown profile, or a claim
+            with no declared protocol.
     """
     from rlvr_lib.study.claims.nb07_head_to_head import PROTOCOL_ROWS
 
@@ -626,20 +549,16 @@ def _bucket_label(low: float, high: float) -> str:
 def gain_map(levels: Any, runs: Mapping[str, Any], reference: Any, edges: Any | None = None):
     """Each run's per-problem gain over ``reference`` in each bucket of ``levels``: the "when does it help" map.
 
-    Bucket ``b`` holds the problems with ``edges[b-1] < level <= edges[b]`` (the first: ``level <= edges[0]``,
-    the last: ``level > edges[-1]``; labelled ``"(lo, hi]"``, ``"<= hi"`` and ``"> lo"``); ``edges`` defaults
-    to :func:`bucket_edges` (quartiles). A bucket no problem falls in (tied quartiles, e.g. many problems the base
-    policy never solves) is left out. Per run and bucket: ``paired_difference_ci(run[:, in b], reference[:, in b],
-    bounds=(0, 1))``, mean gain and interval.
+    Bucket ``b``: ``edges[b-1] < level <= edges[b]`` (edges default :func:`bucket_edges`, quartiles; empty buckets
+    left out); per run and bucket ``paired_difference_ci(run[:, in b], reference[:, in b], bounds=(0, 1))``.
 
     Args:
-        levels: ``(P,)`` the property per problem (e.g. the base policy's pass@1, mean over its sampling seeds).
-        runs: ``{name: (S, P) scores}`` (per-seed, per-problem pass@k on the same problems).
-        reference: ``(S_ref, P)`` scores of the comparator (GRPO).
+        levels: ``(P,)`` the property per problem.
+        runs: ``{name: (S, P) scores}``.
+        reference: ``(S_ref, P)`` scores of the comparator.
 
     Returns:
-        ``pandas.DataFrame`` with ``run``, ``bucket`` (its label), ``problems``, ``mean``, ``ci_low``,
-        ``ci_high``, one row per run and non-empty bucket.
+        ``pandas.DataFrame``: ``run``, ``bucket``, ``problems``, ``mean``, ``ci_low``, ``ci_high``.
     """
     import pandas as pd
 
@@ -679,24 +598,12 @@ def _bucket_reading(low: float, high: float) -> str:
 def map_summary(gains, prop: str = "the base policy's per-problem pass@1", metric: str = "pass@1",
                 beside: Mapping[str, Mapping[str, Mapping[str, float]]] | None = None,
                 comparisons: Sequence[Comparison] | None = None) -> str:
-    """The map of :func:`gain_map` in markdown, for the notebook and (through a hidden comment) README's guide.
-
-    One bullet per run: each bucket's gain over its comparator and its reading (:data:`HELPS` when the whole 95%
-    interval is above 0, :data:`HURTS` when wholly below, else :data:`NO_DIFFERENCE`); then
-    ``<!-- when-map {...} -->``, the same numbers as JSON, in their order (``property``, ``metric``, ``runs: {run:
-    [{bucket, problems, mean, ci_low, ci_high, reading}]}``, ``beside``, and with ``comparisons`` a
-    ``comparisons: {run: {arm, versus, role, reads, method}}``), which :func:`find_map` reads back from the
-    executed notebook for `rlvr_lib.study.report`.
+    """The map of :func:`gain_map` in markdown, one bullet per run, then a ``<!-- when-map {...} -->`` JSON comment
+    that :func:`find_map` reads back (format: docs/study/head_to_head.md).
 
     Args:
-        beside: measures read beside the map, ``{label: {run: interval}}`` (an interval: ``mean``, ``ci_low``,
-            ``ci_high``), each a signed difference whose 0 means "no difference from the comparator" (notebook 07:
-            the ``rare_mix`` pass@256 gap of every arm, the growth of each method's gain with size); each value is
-            read as the buckets are. A run may have such a measure and no bucket (a baseline or a pair).
-        comparisons: the :class:`Comparison` each run is (notebook 07: every method against GRPO
-            and against its paper's own comparator): every run of the map and beside it must be one's
-            :attr:`~Comparison.label`, and the guide names the comparator and the difference each statement reads.
-            None: every run is against GRPO (the map as notebook 07 wrote it before).
+        beside: ``{label: {run: interval}}``, signed differences read as the buckets are.
+        comparisons: The :class:`Comparison` each run is; None: every run against GRPO.
     """
     runs: dict[str, list[dict]] = {}
     for _, row in gains.iterrows():
@@ -740,8 +647,7 @@ def signed_interval(v: Mapping[str, float]) -> str:
 
 
 def find_map(text: str) -> dict | None:
-    """The map :func:`map_summary` wrote into ``text`` (e.g. an executed notebook's outputs); the last one if
-    several, None if none."""
+    """The map :func:`map_summary` wrote into ``text`` (the last one), or None."""
     found = _MAP_COMMENT.findall(text)
     return json.loads(found[-1]) if found else None
 
@@ -763,8 +669,7 @@ def _versus(data: Mapping[str, Any], run: str) -> str:
 
 
 def _measures(data: Mapping[str, Any], run: str) -> dict[str, dict]:
-    """``{measure: interval with its reading}`` of one run: each bucket (``"<metric> in bucket <b>"``) and each
-    measure beside the map."""
+    """``{measure: interval with its reading}`` of one run: each bucket and each measure beside the map."""
     out = {f"{data['metric']} in bucket {b['bucket']}": b for b in data["runs"].get(run, ())}
     return out | {label: values[run] for label, values in data.get("beside", {}).items() if run in values}
 
@@ -772,12 +677,8 @@ def _measures(data: Mapping[str, Any], run: str) -> dict[str, dict]:
 def attribution(data: Mapping[str, Any], run: str) -> list[str]:
     """What of a ``"grpo"`` comparison's shown effects its method's own comparators attribute to the method.
 
-    For each measure (bucket or measure beside the map) where arm-vs-GRPO reads *helps* or *hurts*, the same
-    measure against each of the method's ``"own"`` comparisons (same ``method``): all read the same way -- the
-    method's mechanism shows it (attributed); all read no difference -- it is **not attributed** to the method: the
-    own comparator, which shares every setting but the mechanism, shows it too, so what the arm's settings change
-    from GRPO's does it; else (opposite readings, or some not measured) each is said as it reads. Empty for a run
-    that is not a ``"grpo"`` comparison or whose method has no own comparison on the map.
+    Per measure that reads *helps* / *hurts* against GRPO: attributed when every own comparison reads the same,
+    **not attributed** when all read no difference, else each said as it reads (docs/study/head_to_head.md).
     """
     comps = data.get("comparisons", {})
     mine = comps.get(run)
@@ -812,15 +713,9 @@ def attribution(data: Mapping[str, Any], run: str) -> list[str]:
 
 
 def guide(data: Mapping[str, Any]) -> list[str]:
-    """"Which method for which situation", one markdown bullet per run, read off a map (:func:`map_summary`'s
-    data): the buckets where the run's gain over its comparator is shown (:data:`HELPS`), those where its loss is
-    shown (:data:`HURTS`), and how many show neither; then each measure beside the map with its reading. A sentence
-    per run, no judgement beyond the intervals.
-
-    On a map with ``comparisons`` each bullet first names its comparator and the difference it
-    reads (plain GRPO: the method with every setting it changes; the method's own paper's comparator: its
-    mechanism alone), and a bullet against GRPO ends with :func:`attribution`: which of its effects the method's
-    own comparators attribute to the method, and which not."""
+    """"Which method for which situation": one markdown bullet per run, read off :func:`map_summary`'s data
+    (buckets shown helping / hurting, measures beside the map, and :func:`attribution` against GRPO).
+    """
     _check_map(data)
     comps = data.get("comparisons")
     lines = []
@@ -859,11 +754,9 @@ def guide(data: Mapping[str, Any]) -> list[str]:
 
 
 def guide_summary(data: Mapping[str, Any]) -> str:
-    """The map in one paragraph, for a reader who reads no further: which runs gain over their comparator in some
-    bucket and which lose in some; then, per measure beside the map, the runs above 0 (largest first), below 0
-    (most negative first) and how many show no difference; on a map with ``comparisons``, last, the effects against
-    GRPO that the methods' own comparators do not attribute to them (:func:`attribution`). Built from the readings
-    only, as :func:`guide`."""
+    """The map in one paragraph: runs that gain / lose in some bucket, each measure beside the map, and the
+    effects not attributed to their methods (:func:`attribution`).
+    """
     _check_map(data)
 
     def names(found: list[str]) -> str:
@@ -901,8 +794,8 @@ SCALE_POLICY = "small"
 
 
 def scale_policy(profile: str) -> str | None:
-    """The policy notebook 07's second-size arms train: :data:`SCALE_POLICY` at the full profile; at the quick
-    profile ``None``, the tiny policy standing in (CI has no second size: a smoke run of the code, not a size).
+    """The policy of notebook 07's second-size arms: :data:`SCALE_POLICY` at the full profile, ``None`` (the tiny one)
+    at the quick.
 
     Raises:
         PrerequisitesMissing: at the full profile before ``make second-size`` has built the policy.
@@ -920,8 +813,7 @@ def scale_policy(profile: str) -> str | None:
 
 
 def seed_gains(method: Sequence, grpo: Sequence) -> dict[int, float]:
-    """``{seed: method's in-distribution pass@1 minus GRPO's}`` over the seeds both arms have (records matched by
-    seed: each pair shares its prompts' draw and its initial sampling)."""
+    """``{seed: method's in-distribution pass@1 minus GRPO's}`` over the seeds both arms have."""
     mine = {r.seed: mean_pass([r]) for r in method}
     theirs = {r.seed: mean_pass([r]) for r in grpo}
     common = sorted(set(mine) & set(theirs))
@@ -930,15 +822,12 @@ def seed_gains(method: Sequence, grpo: Sequence) -> dict[int, float]:
 
 
 def gain_growth(tiny: Sequence[float], small: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
-    """``mean(small) - mean(tiny)`` of per-seed gains, with Welch's t interval (unequal variances).
+    """``mean(small) - mean(tiny)`` of per-seed gains, with Welch's t interval (``ttest_ind(..., equal_var=False)``).
 
-    ``scipy.stats.ttest_ind(small, tiny, equal_var=False).confidence_interval(confidence)``: the
-    Welch-Satterthwaite degrees of freedom. With fewer than two values on either side there is no interval
-    (``n`` 1: `rlvr_lib.study.stats.has_interval` is false, a claims row reads it as unresolved).
+    No interval with fewer than two values on a side.
 
     Returns:
-        An interval dict: ``mean``, ``ci_low``, ``ci_high``, ``n`` (the smaller side), ``n_tiny``, ``n_small``,
-        ``method``.
+        ``mean``, ``ci_low``, ``ci_high``, ``n`` (the smaller side), ``n_tiny``, ``n_small``, ``method``.
     """
     from scipy import stats
 

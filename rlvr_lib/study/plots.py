@@ -77,19 +77,9 @@ _PALETTE = "colorblind"
 
 # ------------------------------------------------------------------ saving
 def figure_path(experiment: str, name: str, root: str | Path | None = None) -> Path:
-    """Returns ``<results root>/<experiment>/figures/<name>.png``.
+    """Returns ``<results root>/<experiment>/figures/<name>.png`` (the folder is created on save).
 
-    The folder is not created here; :func:`save_figure` (and every ``path=``
-    of this module) creates it.
-
-    Args:
-        experiment: Experiment (folder) name, as for
-            :func:`rlvr_lib.study.runs.run_dir`.
-        name: Figure name without extension, file-name safe (letters,
-            digits and ``. _ + = @ -``, not starting with a symbol, not ending
-            in ``.png``), e.g. ``"training_accuracy"``.
-        root: Results root; default from
-            :func:`rlvr_lib.study.runs.results_root`.
+    ``name``: file-name safe (letters, digits and ``. _ + = @ -``, not starting with a symbol, no ``.png``).
 
     Raises:
         ValueError: if ``experiment`` or ``name`` is not file-name safe.
@@ -104,25 +94,11 @@ def figure_path(experiment: str, name: str, root: str | Path | None = None) -> P
 
 
 def save_figure(fig: Figure, path: str | Path, *, dpi: int = 150) -> Path:
-    """Saves ``fig`` to ``path`` atomically, creating parent folders.
-
-    The image is written to a temporary file in the same folder and moved
-    over ``path`` with ``os.replace``: a reader never sees a half-written
-    file, a failed save leaves an older file at ``path`` untouched, and no
-    temporary file is left behind.
-
-    Args:
-        fig: The figure.
-        path: Output file; the suffix picks the format (``.png`` when there is
-            none).
-        dpi: Resolution for raster formats.
-
-    Returns:
-        The path written.
+    """Saves ``fig`` to ``path`` atomically (temporary file + ``os.replace``), creating parent folders; returns the
+    path.
 
     Raises:
-        ValueError: if ``fig`` is not a matplotlib Figure or the suffix is not
-            a format matplotlib writes.
+        ValueError: if ``fig`` is not a matplotlib Figure or the suffix is not a format matplotlib writes.
     """
     if not isinstance(fig, Figure):
         raise ValueError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
@@ -185,11 +161,7 @@ def _colors(n: int) -> list:
 
 
 def _style(panel: int, pos: int) -> tuple[Any, Any]:
-    """(colour, line style) of the ``pos``-th label of panel ``panel``.
-
-    Colour by position, style shifted by panel: within a panel both differ
-    from line to line, and across up to six panels no pair repeats.
-    """
+    """(colour, line style) of the ``pos``-th label of panel ``panel``: no pair repeats across up to six panels."""
     n = MAX_LINES_PER_PANEL
     return _colors(n)[pos], LINESTYLES[(pos + panel) % n]
 
@@ -208,11 +180,7 @@ def _split_labels(
     labels: Sequence[Any], max_per_panel: int, split: bool, groups: Sequence[Sequence[Any]] | None,
     reference: Any = None,
 ) -> list[list[Any]]:
-    """Labels per panel: the caller's ``groups``, one panel, or near-equal consecutive chunks.
-
-    A ``reference`` label comes first in every panel (and counts towards
-    ``max_per_panel``).
-    """
+    """Labels per panel: ``groups``, one panel, or near-equal chunks; ``reference`` first in every panel."""
     check_int("max_per_panel", max_per_panel, 1, MAX_LINES_PER_PANEL)
     if reference is not None:
         check(reference in labels, "reference", reference, f"None or one of the labels {list(labels)}")
@@ -264,11 +232,7 @@ def _split_labels(
 
 
 def _seed_note(counts: Mapping[Any, int], what: str, band: str | None) -> tuple[dict[Any, str], str]:
-    """Legend labels and a title line saying over how many seeds ``what`` is taken.
-
-    When every label has the same number of seeds the title says it once;
-    otherwise each legend label carries its ``(n=...)``.
-    """
+    """Legend labels and a title line saying over how many seeds ``what`` is taken."""
     ns = set(counts.values())
     if len(ns) == 1:
         n = ns.pop()
@@ -363,13 +327,7 @@ def _grouped_bars(ax: Axes, groups: Mapping[Any, Mapping[Any, float]], categorie
 
 # ----------------------------------------------------------------- pass@k
 def _pass_at_k_points(label: Any, seeds: list[Mapping], confidence: float) -> tuple[list[tuple], bool]:
-    """Sorted ``(k, mean, low, high)`` of one label and whether it has an interval.
-
-    One dict of floats: no interval. One dict of ``{"mean", "ci_low",
-    "ci_high"}`` dicts: the given interval. A list of float dicts (one per
-    seed): mean and Student-t interval over the seeds that have the ``k``
-    (``None``/NaN values are skipped).
-    """
+    """Sorted ``(k, mean, low, high)`` of one label and whether it has an interval (per-seed lists: Student-t)."""
     if len(seeds) == 1:
         points, has_band = [], False
         for k, v in seeds[0].items():
@@ -407,44 +365,19 @@ def plot_pass_at_k(
     groups: Sequence[Sequence[str]] | None = None,
     reference: str | None = None,
 ) -> Figure:
-    """pass@k against k (log2 axis), one line per label, with intervals.
+    """pass@k against k (log2 axis), one line per label, with intervals clipped to [0, 1].
 
-    Each label's value is one of
-
-    * ``{k: pass@k}`` -- one curve, no interval;
-    * ``{k: {"mean": m, "ci_low": lo, "ci_high": hi}}`` -- e.g. from
-      :func:`rlvr_lib.study.stats.aggregate_seeds`; the interval is shaded;
-    * ``[{k: pass@k}, ...]`` -- one curve per seed; drawn as the mean with a
-      shaded Student-t interval over the seeds.
-
-    ``k`` may be an int or an int-like string (JSON keys). Bands are clipped
-    to [0, 1]. More than ``max_per_panel`` labels are split over panels side
-    by side with a shared y axis (see module docstring).
+    A label's value is ``{k: pass@k}`` (no interval), ``{k: {"mean", "ci_low", "ci_high"}}``, or a list of per-seed
+    ``{k: pass@k}`` (mean and Student-t band); ``k`` may be an int-like string.
 
     Args:
-        curves: ``{label: curve}``, e.g. one label per method (with
-            ``"base"``), per family, or ``"before"``/``"after"``.
-        title: Figure title (axes title when one panel); a line saying what
-            the lines and bands are is added when a label has several seeds.
-        ax: Axes to draw into (one per panel); a new figure when None.
-        path: Also save the figure there (see :func:`figure_path`).
-        confidence: Level of the interval computed from per-seed curves.
-        max_per_panel: At most this many lines per panel, in [1, 6].
-        split: With more labels than ``max_per_panel``: split them over
-            panels (True) or raise ``ValueError`` (False).
-        groups: Labels of each panel, chosen by hand (overrides ``split``).
-        reference: A label drawn first in every panel, dark grey and solid
-            (e.g. ``"base"``); it counts towards ``max_per_panel``.
-
-    Returns:
-        The figure (one line per label and panel; one band per label with an
-        interval).
+        curves: ``{label: curve}``.
+        ax: Axes to draw into, one per panel; a new figure when None.
+        max_per_panel, split, groups, reference: The panel rules of the module docstring.
 
     Raises:
-        ValueError: if ``curves`` is empty, holds an empty curve, a ``k``
-            that is not a positive integer or a malformed interval, if the
-            labels do not fit and ``split`` is False, or ``ax`` does not hold
-            one Axes per panel.
+        ValueError: on empty curves, a bad ``k`` or interval, labels that do not fit with ``split`` False, or
+            ``ax`` not one Axes per panel.
     """
     per_label = _check_per_seed("curves", curves)
     check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
@@ -483,24 +416,15 @@ def plot_strategy_freq(
     path: str | Path | None = None,
     strategies: Sequence[str] | None = None,
 ) -> Figure:
-    """Strategy shares: grouped bars (strategies on x, one bar per label), or with
-    more than ``MAX_LINES_PER_PANEL`` labels one stacked horizontal bar per label.
+    """Strategy shares: grouped bars (``len(freqs) * len(strategies)``), or one stacked bar per label past
+    :data:`MAX_LINES_PER_PANEL` labels.
 
     Args:
-        freqs: ``{label: {strategy: share}}``; a strategy missing from a label
-            counts as share 0.
-        title: Axes title.
-        ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there (see :func:`figure_path`).
-        strategies: Order of the strategies on x; default: order of first
-            appearance in ``freqs``.
-
-    Returns:
-        The figure (``len(freqs) * len(strategies)`` bars).
+        freqs: ``{label: {strategy: share}}``; a missing strategy counts as 0.
+        strategies: Order on x; default first appearance.
 
     Raises:
-        ValueError: if ``freqs`` is empty or holds an empty dict, or
-            ``strategies`` is empty.
+        ValueError: if ``freqs`` is empty or holds an empty dict, or ``strategies`` is empty.
     """
     _check_nested("freqs", freqs)
     if strategies is None:
@@ -537,19 +461,7 @@ def plot_hint_follow(
     path: str | Path | None = None,
     target: float | None = None,
 ) -> Figure:
-    """Bar chart of the hint-follow rate per hinted strategy.
-
-    Args:
-        follow: ``{strategy: rate}``, the share of hinted samples that used
-            the hinted strategy.
-        title: Axes title.
-        ax: Axes to draw into; a new figure when None.
-        path: Also save the figure there (see :func:`figure_path`).
-        target: Draw a dashed horizontal line at this rate (the testbed's
-            calibration asks for 0.8); no line when None.
-
-    Returns:
-        The figure (one bar per strategy, one line when ``target`` is set).
+    """Bar chart of the hint-follow rate per hinted strategy (``{strategy: rate}``), dashed line at ``target``.
 
     Raises:
         ValueError: if ``follow`` is empty or ``target`` is outside [0, 1].
@@ -573,19 +485,10 @@ def plot_hint_follow(
 
 # ------------------------------------------------------- reasoning modes
 def final_mode_histogram(final: Mapping[str, Any]) -> dict[int, float]:
-    """Mode histogram of one run's evaluation, averaged over its families.
-
-    Args:
-        final: A run record's ``final`` dict (``final["average"]["families"]``
-            names the families; each ``final["families"][f]["diversity"]
-            ["histogram"]`` is ``{n_modes: fraction of problems}``).
-
-    Returns:
-        ``{n_modes: mean fraction over the families}``, a count missing from
-        a family read as 0, sorted by ``n_modes``.
+    """Mode histogram of one run's ``final``, averaged over its families: ``{n_modes: mean fraction}`` (missing: 0).
 
     Raises:
-        ValueError: if ``final`` lacks those entries.
+        ValueError: if ``final`` lacks ``average.families`` or a family's ``diversity.histogram``.
     """
     try:
         fams = list(final["average"]["families"])
@@ -615,38 +518,16 @@ def plot_mode_histogram(
 ) -> Figure:
     """Fraction of problems with 1, 2, ... distinct reasoning modes (NudgeRL Fig. 1).
 
-    A label's value is one histogram ``{n_modes: fraction}`` (one run) or a
-    list of them, one per seed (see :func:`final_mode_histogram`); with
-    several seeds the bar is the mean over the seeds, a count missing from a
-    seed counting as 0, with a Student-t error bar clipped to [0, 1]. The
-    title says over how many seeds the bars are taken ("one run" when each
-    label has a single histogram). More than ``max_per_panel`` labels are
-    split over panels (see module docstring).
+    A label's value is one histogram ``{n_modes: fraction}`` or a list per seed (mean, missing counts as 0, with a
+    Student-t error bar clipped to [0, 1]).
 
     Args:
-        hists: ``{label: histogram or [histogram per seed]}``; ``n_modes`` may
-            be an int or an int-like string.
-        title: Figure title (axes title when one panel).
-        ax: Axes to draw into (one per panel); a new figure when None.
-        path: Also save the figure there (see :func:`figure_path`).
-        confidence: Level of the error bars.
-        max_per_panel: At most this many labels (bar groups) per panel, in
-            [1, 6].
-        split: With more labels than ``max_per_panel``: split them over
-            panels (True) or raise ``ValueError`` (False).
-        groups: Labels of each panel, chosen by hand (overrides ``split``).
-        reference: A label drawn first in every panel, dark grey and solid
-            (e.g. ``"base"``); it counts towards ``max_per_panel``.
-
-    Returns:
-        The figure (per panel, one bar per label and mode count present in
-        any label).
+        hists: ``{label: histogram or [histogram per seed]}``.
+        max_per_panel, split, groups, reference: The panel rules of the module docstring.
 
     Raises:
-        ValueError: if ``hists`` is empty, holds an empty histogram or an
-            ``n_modes`` that is not a positive integer, if the labels do not
-            fit and ``split`` is False, or ``ax`` does not hold one Axes per
-            panel.
+        ValueError: on an empty input, a bad ``n_modes``, labels that do not fit with ``split`` False, or ``ax``
+            not one Axes per panel.
     """
     per_label = _check_per_seed("hists", hists)
     check_range("confidence", confidence, 0, 1, lo_open=True, hi_open=True)
@@ -786,62 +667,27 @@ def plot_training_curves(
     groups: Sequence[Sequence[str]] | None = None,
     reference: str | None = None,
 ) -> Figure:
-    """Training metrics against step: a grid with one row per metric and one
-    column per group of at most ``max_per_panel`` labels.
+    """Training metrics against step: one row per metric, one column per group of at most ``max_per_panel`` labels.
 
-    Each label is one line per panel; a label with several seeds is drawn as
-    the per-step mean with a shaded Student-t confidence band (the formula of
-    :func:`rlvr_lib.study.stats.aggregate_seeds`) clipped to the metric's
-    valid range. Smoothing, when asked for, is applied to each seed's curve
-    before the mean and band are taken, and is named in every panel's title
-    ("no smoothing" by default). Rows lacking a metric or holding
-    ``None``/NaN for it are skipped, so metrics logged every few steps work.
-    A panel's y axis is shared along its row (same metric), so columns
-    compare directly; the legend of a column sits to the right of its top
-    panel.
-
-    Prefer ``"accuracy"`` over ``"reward_mean"`` when comparing methods:
-    INTUITOR's reward is a self-certainty score (~11), not a rate.
+    A label with several seeds is the per-step mean with a Student-t band (as
+    :func:`rlvr_lib.study.stats.aggregate_seeds`) clipped to the metric's range; rows without the metric are
+    skipped; y axes shared along a row.
 
     Args:
-        histories: ``{label: history}`` where a history is the trainer's list
-            of per-step dicts (one run) or a list of such lists (one per seed).
-        metrics: A key of the step dicts, or several (one row each).
-        title: Figure title; a line saying what lines and bands are follows.
-        axes: Axes to draw into, one per (metric, panel) in row-major order
-            (all panels of the first metric, then the second, ...); a new
-            figure when None.
-        path: Also save the figure there (see :func:`figure_path`).
-        confidence: Level of the band, in (0, 1).
-        x: Key of the x value in each step dict.
-        smoothing: ``None`` (default: raw per-step values), ``("ema",
-            alpha)`` -- exponential moving average ``s_t = alpha * s_{t-1} +
-            (1 - alpha) * v_t`` started at the first value, alpha in (0, 1),
-            named "EMA <alpha>" -- or ``("rolling", w)`` -- trailing mean of
-            the last ``w`` logged values (fewer at the start), named "rolling
-            mean over <w> logged steps".
-        bounds: Range the bands are clipped to: ``None`` (default) uses
-            :data:`METRIC_BOUNDS` (``[0, 1]`` for rates, ``[0, inf)`` for
-            entropy, ...; other metrics unclipped); a pair ``(lo, hi)`` applies
-            to every metric; a dict ``{metric: (lo, hi) or None}`` sets some
-            metrics (None: no clipping), the rest from :data:`METRIC_BOUNDS`.
-        max_per_panel: At most this many lines per panel, in [1, 6].
-        split: With more labels than ``max_per_panel``: split them over
-            panel columns (True) or raise ``ValueError`` (False).
-        groups: Labels of each panel column, chosen by hand (overrides
-            ``split``).
-        reference: A label drawn first in every panel, dark grey and solid
-            (e.g. ``"grpo"``); it counts towards ``max_per_panel``.
+        histories: ``{label: history or [history per seed]}`` (the trainer's per-step dicts).
+        metrics: A step-dict key, or several (one row each).
+        axes: One per (metric, panel), row-major; a new figure when None.
+        smoothing: ``None``, ``("ema", alpha)`` -- ``s_t = alpha * s_{t-1} + (1 - alpha) * v_t`` -- or
+            ``("rolling", w)`` -- trailing mean of the last ``w`` logged values; applied per seed first.
+        bounds: ``None`` (:data:`METRIC_BOUNDS`), a ``(lo, hi)`` for all, or ``{metric: (lo, hi) or None}``.
+        max_per_panel, split, groups, reference: The panel rules of the module docstring.
 
     Returns:
         The figure (``len(metrics) * n_panels`` axes).
 
     Raises:
-        ValueError: if ``histories`` or ``metrics`` is empty or malformed, a
-            row lacks ``x``, a metric is absent from a label's history, a
-            bound pair is not ``lo < hi``, ``smoothing`` is malformed, the
-            labels do not fit and ``split`` is False, or ``axes`` does not
-            hold one Axes per (metric, panel).
+        ValueError: on empty or malformed inputs, a row lacking ``x``, a missing metric, a bad bound or smoothing,
+            labels that do not fit with ``split`` False, or ``axes`` of the wrong count.
     """
     if not isinstance(histories, Mapping) or not histories:
         raise ValueError(f"histories must be a non-empty dict {{label: history}}, got {histories!r:.80}")
@@ -906,11 +752,7 @@ def plot_rank_accuracy(
     """Accuracy of the completion at each reward rank (VIGOR's rank-vs-accuracy figure).
 
     Args:
-        rows: ``{label: (units, G) array}``: each unit's correctness (or
-            accuracy) at ranks 1..G, e.g. a group's `correct_by_rank` row or a
-            seed's logged ``vigor_acc_rank_r``; at most ``MAX_LINES_PER_PANEL`` labels.
-        title, ax, path: As the other plots.
-        confidence: Level of the Student-t band over units.
+        rows: ``{label: (units, G) array}`` of correctness at ranks 1..G; Student-t band over units.
 
     Raises:
         ValueError: on no labels, too many, or a label whose array is not 2-D with >= 2 ranks.
@@ -944,14 +786,8 @@ def plot_grad_norm_vs_length(
 ) -> Figure:
     """``||g||`` and ``sqrt(T) ||g||`` against completion length T, log-log (VIGOR's length figure).
 
-    One panel per quantity; each label's completions are binned by length
-    quantiles (`GradNormProfile.by_length`) and drawn at the bin's mean T, with
-    a dotted reference slope of -1/2 (``||g|| ~ T^-1/2``) in the first panel.
-
-    Args:
-        profiles: ``{label: GradNormProfile}``, at most ``MAX_LINES_PER_PANEL``.
-        title, path: As the other plots.
-        bins: Length-quantile bins per label.
+    Per label, completions binned by length quantiles (`GradNormProfile.by_length`), with a reference slope -1/2
+    (``||g|| ~ T^-1/2``).
     """
     check(isinstance(profiles, Mapping) and 0 < len(profiles) <= MAX_LINES_PER_PANEL, "profiles",
           f"{type(profiles).__name__}", f"a dict of 1 to {MAX_LINES_PER_PANEL} labels")

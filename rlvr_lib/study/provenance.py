@@ -1,30 +1,18 @@
 """Stale run records: which committed records were made by code or data that has changed since.
 
-Runs are cached by their config hash (:func:`rlvr_lib.study.runs.cached_run`), so a change to the training
-loop that keeps the config hash silently reuses records made by older code. This module checks, without
-retraining, every record against the commit it was made at (``git_commit``): a record is *stale* when a file
-on its code path differs between that commit and ``rev`` (HEAD), and the change is *declared* when every commit
-that touched that file in between is listed in the reviewed file :data:`DECLARATIONS` as result-neutral for
-it. A record whose commit is ``None`` or not in the history has *unknown* provenance and counts as stale.
+Runs are cached by their config hash, so a change to the training loop that keeps the hash silently reuses
+records made by older code. Each record is checked against the commit it was made at (``git_commit``): it is
+*stale* when a file on its code path differs between that commit and ``rev`` (HEAD), *declared* when every
+commit that touched that file in between is listed in :data:`DECLARATIONS` as result-neutral for it, and
+*unknown* (counted stale) when its commit is ``None`` or not in the history.
 
-The code path is a conservative superset computed statically at ``rev``: the closure of the ``rlvr_lib``
-modules imported (every ``import`` statement, at module level or inside a function, parsed with `ast`, plus
-the parent packages Python runs) from the modules that make an experiment's runs (:data:`RUN_ENTRIES`),
-without the presentation modules of :data:`NOT_ON_PATH`, and the shipped policy and the task data
-(:data:`DATA_PATHS`). Because the closure is read at ``rev``, a module deleted or renamed since a record
-shows as its importer's change, and a renamed file as an added one: a rename is a change unless declared.
-Imports through `importlib` with computed names are not seen (the one such import on a run's path, the
-claims registries, is presentation: :data:`NOT_ON_PATH`). A Python file whose code is the same at both
-commits once its string statements (docstrings) are dropped (comments are not in the syntax tree) is not a
-change, and a commit that changes only those needs no declaration; a merge needs one only where it resolved
-a conflict with code of its own. What the cache key already holds (a preset's lr or beta, an option's default,
-which ``pipeline._check_method_options`` compares on load) cannot make a record stale unseen, but it is on the
-path all the same: such a commit is declared with that reason. Each experiment's record is checked against its
-own path (:data:`RUN_ENTRIES`); an experiment with none is an error, so a new table cannot go unchecked.
+The code path, read statically at ``rev``: the closure of ``rlvr_lib`` modules imported from
+:data:`RUN_ENTRIES` (every ``import``, parsed with `ast`), without :data:`NOT_ON_PATH`, plus :data:`DATA_PATHS`.
+A change to docstrings or comments only is not a change; a merge counts only where it resolved a conflict.
+Why this superset and what it misses: docs/study/README.md ("Provenance of records").
 
-``python -m rlvr_lib.study.provenance`` prints, per notebook, its records, the stale ones and the undeclared
-ones, and exits 1 when a record a committed table reads is stale without a declaration; ``make test`` runs
-the same check (``tests/test_provenance.py``).
+``python -m rlvr_lib.study.provenance`` prints, per notebook, its records, the stale and the undeclared ones, and
+exits 1 when a record a committed table reads is stale without a declaration (``tests/test_provenance.py``).
 """
 
 from __future__ import annotations
@@ -67,9 +55,7 @@ SUPPORTING = {s.experiment: s.label for s in papers.SUPPORTING}
 """Experiments that feed the study indirectly: listed by the check, never failing it."""
 
 NOT_ON_PATH = frozenset({"rlvr_lib.study.claims", "rlvr_lib.study.claims.tables"})
-"""Modules a run's path imports that compute nothing a record's numbers depend on. `pipeline` imports
-``claims.record_extra`` only to store the claim rows' fingerprints in ``record.extra["claims"]``
-(provenance metadata); following that edge would put every notebook's claim rows on every run's path."""
+"""Modules a run's path imports that compute nothing a record's numbers depend on (claim-row fingerprints)."""
 
 DATA_PATHS = ("rlvr_lib/policy/checkpoints/tiny-mul", "rlvr_lib/tasks/data")
 """The shipped policy (weights, tokenizer, strategy profile) and the task data, relative to the root."""
@@ -173,16 +159,10 @@ def _parents(name: str) -> list[str]:
 
 def import_closure(entries: Iterable[str], source: Mapping[str, str], *, package: str = PACKAGE,
                    skip: Iterable[str] = NOT_ON_PATH) -> dict[str, str]:
-    """The modules of ``package`` that importing ``entries`` can run, with their files.
+    """The modules of ``package`` that importing ``entries`` can run: ``{module: repository path}``.
 
-    Args:
-        entries: Dotted module names to start from, e.g. ``"rlvr_lib.study.pipeline"``.
-        source: ``{repository path: text}`` of the package's ``.py`` files (at the revision checked).
-        package: Top-level package; imports outside it (numpy, torch, the standard library) are not followed.
-        skip: Modules not followed (:data:`NOT_ON_PATH`).
-
-    Returns:
-        ``{module: repository path}``.
+    ``source``: ``{repository path: text}`` of the package's ``.py`` files at the revision; ``skip``: modules not
+    followed.
 
     Raises:
         ValueError: an entry module is not in ``source``.
@@ -288,10 +268,8 @@ def _code_of(repo: Path, shas: Sequence[str]) -> dict[str, Optional[str]]:
 def commits_touching(repo: Path, commit: str, rev: str, paths: Sequence[str]) -> dict[str, list[str]]:
     """``{path: commits in (commit, rev] that changed it, newest first}`` for the files under ``paths``.
 
-    A commit that changes only the docstrings, comments or layout of a ``.py`` file does not count for it, nor
-    one to a Markdown file (a model card beside the weights).
-    A merge counts for a path only where its own content differs from every parent's (git's dense combined
-    diff, ``--cc``: a conflict resolved by hand); a clean merge brings nothing its parents' commits did not.
+    Docstring-, comment- or layout-only changes to ``.py`` files and Markdown files do not count; a merge counts
+    only where its content differs from every parent's (``--cc``).
     """
     changes = []  # (commit, path, old blob or None for a merge, new blob)
     sha = None
@@ -327,17 +305,15 @@ def _merge_changed(repo: Path, merge: str, path: str) -> bool:
 
 # ------------------------------------------------------------ declarations
 def load_declarations(path: Path, repo: Path = REPO_ROOT) -> dict[str, dict[str, Any]]:
-    """Reads and validates the reviewed list of result-neutral commits.
-
-    The file is ``{"about": str, "commits": [{"commit": <40 hex>, "paths": [repo paths] | "all",
-    "reason": str}, ...]}``: each commit, with the files it touched that it is declared neutral for, and why.
+    """Reads and validates :data:`DECLARATIONS`: ``{"about", "commits": [{"commit", "paths": [...] | "all",
+    "reason"}]}``.
 
     Returns:
         ``{commit: entry}``; ``{}`` when the file does not exist.
 
     Raises:
-        ValueError: an unknown key, a commit that is not 40 lowercase hex digits or not in the history, a
-            duplicate, a path the commit did not touch, or an empty reason; the message names the value.
+        ValueError: an unknown key, a bad or unknown commit, a duplicate, a path the commit did not touch, or an
+            empty reason (named).
     """
     path = Path(path)
     if not path.exists():
@@ -402,9 +378,9 @@ def record_status(repo: Path, commit: Optional[str], rev: str, paths: Sequence[s
 
 
 def table_records(root: Path) -> list[tuple[str, str, Any]]:
-    """``(notebook, experiment, record)`` for every record a committed table reads (each notebook of the manifest,
-    `rlvr_lib.study.papers.NOTEBOOKS`: its own experiment and the rows it shares from another), then the
-    :data:`SUPPORTING` experiments'."""
+    """``(notebook, experiment, record)`` for every record a committed table reads
+    (`rlvr_lib.study.papers.NOTEBOOKS`), then the :data:`SUPPORTING` experiments'.
+    """
     from rlvr_lib.study.runs import load_runs
 
     out = []
@@ -421,21 +397,11 @@ def stale_records(root: str | Path | None = None, *, repo: str | Path | None = N
                   records: Optional[Sequence[tuple[str, str, Any]]] = None,
                   entries: Optional[Mapping[str, Sequence[str]]] = None, data: Sequence[str] = DATA_PATHS,
                   declarations: str | Path | None = None) -> list[dict[str, Any]]:
-    """Checks every record against the commit it was made at.
-
-    Args:
-        root: Results root (default :func:`rlvr_lib.study.runs.results_root`).
-        repo: The git repository (default: this checkout).
-        rev: The revision records are checked against.
-        records: ``(notebook, experiment, record)`` triples, a record having ``run_id`` and ``git_commit``
-            (default :func:`table_records`).
-        entries: Per experiment, the modules that make its runs (default :data:`RUN_ENTRIES`).
-        data: Data files and folders on every record's path (default :data:`DATA_PATHS`).
-        declarations: The result-neutral list (default ``repo /`` :data:`DECLARATIONS`).
+    """Checks every record (default :func:`table_records`) against the commit it was made at.
 
     Returns:
-        One dict per record: ``notebook``, ``experiment``, ``run_id``, ``commit``, ``gating`` (a table reads
-        it), and :func:`record_status`'s ``status``, ``changed`` and ``undeclared``.
+        One dict per record: ``notebook``, ``experiment``, ``run_id``, ``commit``, ``gating`` (a table reads it),
+        and :func:`record_status`'s ``status``, ``changed`` and ``undeclared``.
 
     Raises:
         ValueError: an experiment without entry modules, or an invalid declarations file.

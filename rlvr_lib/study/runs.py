@@ -1,30 +1,14 @@
 """Run records on disk: the run cache, provenance, the strict-JSON form of results.
 
-A *run* is one call of a function (train + evaluate, usually) under one
-config and one seed. :func:`cached_run` stores it as
-``results/<experiment>/<run_id>.json`` with ``run_id =
-f"{name}-{config_hash}-s{seed}"``; calling it again with the same experiment,
-name, config and seed loads the stored record instead of recomputing, which
-is how an interrupted ``make reproduce`` resumes. Records are written
-atomically (temp file in the same folder, then ``os.replace``;
-:mod:`rlvr_lib.files`), so a run that is killed midway leaves no partial
-record behind. Each record says where and with what it ran
-(:func:`machine`, :func:`git_commit`).
+A *run* is one call of a function (train + evaluate, usually) under one config and one seed.
+:func:`cached_run` stores it as ``results/<experiment>/<run_id>.json`` with
+``run_id = f"{name}-{config_hash}-s{seed}"``, atomically, and loads it instead of recomputing when called again
+(how an interrupted ``make reproduce`` resumes); each record says where and with what it ran (:func:`machine`,
+:func:`git_commit`).
 
-JSON conventions for records (:func:`jsonable`): numpy scalars/arrays and torch tensors are
-converted to Python numbers/lists; dataclasses to dicts; **NaN and +-inf are
-written as ``null``** so every record is strict JSON that any tool (pandas,
-``jq``, a browser) reads. A metric read back as ``None`` therefore means
-"not finite" (or absent); :func:`rlvr_lib.study.stats.aggregate_seeds` refuses it rather than
-silently dropping a seed.
-
-The results root is, in order: the ``root`` argument, the environment
-variable ``RLVR_RESULTS_DIR``, ``<repo>/results`` when the package runs from
-a checkout (the folder above ``rlvr_lib/`` has ``pyproject.toml``), else
-``./results``.
-
-Below :mod:`rlvr_lib.study.stats`, which reads values in this form, and below the claims tables
-(:mod:`rlvr_lib.study.claims.tables`), which check row ids with :data:`NAME_RE`.
+Records are strict JSON (:func:`jsonable`): **NaN and +-inf are written as ``null``**, so a metric read back as
+``None`` means "not finite" (or absent). The results root: the ``root`` argument, ``RLVR_RESULTS_DIR``,
+``<repo>/results`` in a checkout, else ``./results``. Details: docs/study/README.md ("The run cache").
 """
 
 from __future__ import annotations
@@ -82,11 +66,7 @@ FINISHED = "finished"
 
 # ------------------------------------------------------------------- JSON
 def jsonable(value: Any) -> Any:
-    """Converts a result value to strict-JSON Python objects.
-
-    numpy scalars/arrays and torch tensors become numbers/lists, dataclasses
-    dicts, tuples/sets lists, paths strings, mapping keys strings; NaN and
-    +-inf become ``None``.
+    """Converts a result value to strict-JSON Python objects (NaN and +-inf become ``None``).
 
     Raises:
         TypeError: for an object with no JSON form.
@@ -140,13 +120,7 @@ def _check_name(kind: str, value: str) -> None:
 
 
 def run_dir(experiment: str, root: str | Path | None = None, *, create: bool = False) -> Path:
-    """Returns ``<results root>/<experiment>``.
-
-    Args:
-        experiment: Experiment name, e.g. ``"nudgerl_t1_main"``; file-name safe.
-        root: Results root; default from :func:`results_root`.
-        create: Create the folder if it does not exist.
-    """
+    """Returns ``<results root>/<experiment>`` (``experiment`` file-name safe), created when ``create``."""
     _check_name("experiment", experiment)
     d = results_root(root) / experiment
     if create:
@@ -168,10 +142,7 @@ def cpu_model() -> str:
 
 
 def machine() -> dict[str, Any]:
-    """Where a run ran: processor model, torch threads (when torch is imported), CPU count, and with what:
-    the Python version and the installed versions of the libraries the numbers depend on
-    (:data:`rlvr_lib.lockfile.KEY_PACKAGES`; ``None`` for one not installed): a record made outside the
-    lock still says what it ran with."""
+    """Where a run ran (processor, torch threads, CPUs) and with what (Python, :data:`KEY_PACKAGES` versions)."""
     import platform
     import sys
 
@@ -212,23 +183,12 @@ class RunRecord:
     """One finished run as stored in ``results/<experiment>/<run_id>.json``.
 
     Attributes:
-        experiment: Experiment (folder) name.
-        name: Run name within the experiment, e.g. ``"grpo-g8"``.
         run_id: ``f"{name}-{config_hash}-s{seed}"``; also the file stem.
-        config: The config as a JSON dict.
         config_hash: :func:`rlvr_lib.config.hash_jsonable` of ``config``.
         config_type: Class name of the config (``"dict"`` for a plain dict).
-        seed: The run's seed.
         status: ``"finished"`` (only finished runs are written).
-        version: ``rlvr_lib.__version__`` that produced the run.
-        git_commit: Commit of the checkout, or ``None`` when unknown.
-        started: UTC ISO-8601 timestamp.
-        finished: UTC ISO-8601 timestamp.
-        wall_time_s: Seconds the run took: spent in the run function, plus, for a run resumed from a
-            checkpoint, what the interrupted processes had spent up to it (``extra["resumed"]``).
-        history: Metric history, one dict per logged step.
-        final: Final evaluation metrics.
-        extra: Anything else worth keeping (diagnostics, per-problem data).
+        wall_time_s: Seconds in the run function, plus earlier processes' for a resumed run.
+        history, final, extra: Per-step metrics, final evaluation, anything else.
     """
 
     experiment: str
@@ -292,39 +252,19 @@ def cached_run(
 ) -> RunRecord:
     """Runs ``fn`` once per (experiment, name, config, seed) and caches the record.
 
-    If ``<root>/<experiment>/<run_id>.json`` exists, has status
-    ``"finished"`` and the same config hash and seed, it is loaded and
-    returned without calling ``fn``. Otherwise ``fn()`` is called and its
-    result written atomically; if ``fn`` raises, nothing is written and the
-    exception propagates.
-
-    Processes that share a results root (notebooks run side by side, e.g.
-    ``reproduce --workers 2``) compute each run once: the computation holds an
-    exclusive lock on the hidden file ``<root>/<experiment>/.<run_id>.lock``
-    (``fcntl.flock``, released by the operating system if the process dies),
-    and a process that waited for it loads the record the other one wrote.
+    A finished record with the same config hash and seed is loaded without calling ``fn``; else ``fn()`` runs and
+    its result is written atomically (nothing when it raises). Processes sharing a root compute each run once (an
+    ``fcntl.flock`` on ``<root>/<experiment>/.<run_id>.lock``).
 
     Args:
-        experiment: Experiment (folder) name.
-        name: Run name, file-name safe, e.g. ``"c3po-n4"``.
-        config: The run's config (a :class:`ConfigBase` or a JSON-able dict);
-            only its hash decides cache hits.
-        seed: The run's seed. ``fn`` is responsible for using it.
-        fn: Zero-argument callable returning ``(history, final)`` or
-            ``(history, final, extra)``: a list of metric dicts, a dict of
-            final metrics and optionally a dict of extras. A resumed run says so
-            in its extras, ``{RESUMED: {"at_step": k, "earlier_s": t}}``
-            (`rlvr_lib.trainer.Trainer.resumed`; ``None`` when not resumed): ``t``,
-            the seconds earlier processes spent on it, is added to ``wall_time_s``.
-        force: Recompute and overwrite even if a finished record exists.
-        root: Results root; default from :func:`results_root`.
-        extra: Extras stored with the record (merged under ``fn``'s extras).
-        one_processor: Before computing, refuse (`check_one_processor`) when the experiment holds records of
-            the same policy and testbed made on another processor model: the tables' runs.
+        fn: Returns ``(history, final)`` or ``(history, final, extra)``; ``extra[RESUMED]`` =
+            ``{"at_step": k, "earlier_s": t}`` adds ``t`` to ``wall_time_s``.
+        force: Recompute and overwrite a finished record.
+        extra: Extras stored with the record (merged under ``fn``'s).
+        one_processor: Refuse (:func:`check_one_processor`) to mix processor models in the experiment.
 
     Returns:
-        The stored (or loaded) :class:`RunRecord`; values are as read back
-        from JSON (NaN appears as ``None``) whether computed now or cached.
+        The stored (or loaded) :class:`RunRecord`, as read back from JSON.
     """
     _check_name("name", name)
     seed = check_int("seed", seed)
@@ -360,9 +300,7 @@ def cached_run(
 
 
 class PrerequisitesMissing(RuntimeError):
-    """Runs a notebook reads from another notebook's cache are not all there yet (e.g. notebook 07 before 02
-    and 04 have finished). `rlvr_lib.study.reproduce` reports such a notebook as *waiting*, not failed: it keeps
-    no executed copy and runs it again next time."""
+    """Runs a notebook reads from another notebook's cache are not all there yet (reported as *waiting*, not failed)."""
 
 
 MIXED_PROCESSORS_ENV = "RLVR_ALLOW_MIXED_PROCESSORS"
@@ -372,12 +310,8 @@ RESUMED = "resumed"
 
 
 def check_one_processor(folder: Path, config: Mapping[str, Any]) -> None:
-    """Refuses to add a run made on this processor model to ``folder`` when its records of the same policy and
-    testbed (``policy_sha`` and ``task_version`` of ``config``) were made on another model.
-
-    Two models round floats differently, so the same seed trains another trajectory on each and a table mixing
-    them is not reproducible seed by seed (the report marks such a table). Setting the environment variable
-    ``RLVR_ALLOW_MIXED_PROCESSORS=1`` allows it. Only a computation is refused: cached records load anywhere.
+    """Refuses a run made on this processor model in ``folder`` when its records of the same policy and testbed were
+    made on another model (``RLVR_ALLOW_MIXED_PROCESSORS=1`` allows it; cached records load anywhere).
 
     Raises:
         ValueError: naming the folder, its processor models and this one.
@@ -464,17 +398,10 @@ def named_policy_shas() -> dict[str, str]:
 
 def load_runs(experiment: str, root: str | Path | None = None, *, name: str | None = None,
               current: bool = False) -> list[RunRecord]:
-    """Loads every run record of an experiment, sorted by (name, seed, run_id).
+    """Loads every run record of an experiment, sorted by (name, seed, run_id); non-records skipped, ``[]`` without a
+    folder.
 
-    JSON files in the folder that are not run records (no ``run_id`` key,
-    e.g. summaries) are skipped. A missing folder gives ``[]``.
-
-    Args:
-        experiment: Experiment (folder) name.
-        root: Results root; default from :func:`results_root`.
-        name: Keep only runs with this name.
-        current: Keep only runs measured on the shipped policy and testbed (`measured_on` ==
-            `current_testbed`), leaving out records of older ones still in the folder.
+    ``name`` keeps one run name; ``current`` keeps runs measured on the shipped policy and testbed.
     """
     d = run_dir(experiment, root)
     if not d.is_dir():
@@ -494,11 +421,7 @@ def load_runs(experiment: str, root: str | Path | None = None, *, name: str | No
 
 
 def runs_frame(records: Sequence[RunRecord]):
-    """One row per run: ``name``, ``seed``, ``config_hash``, ``run_id`` and the ``final`` metrics as columns.
-
-    Returns:
-        ``pandas.DataFrame``.
-    """
+    """A ``pandas.DataFrame``, one row per run: ``name``, ``seed``, ``config_hash``, ``run_id``, ``final`` metrics."""
     import pandas as pd
 
     rows = [

@@ -1,23 +1,18 @@
 """Every interval of the study, paired comparisons, rescued / lost problems: one home.
 
 * :func:`bootstrap_ci` -- percentile bootstrap over a 1-D sample (seeds), clipped to the metric's range.
-* :func:`hierarchical_bootstrap_ci` -- seeds x problems bootstrap of the mean of an ``(S, P)`` score matrix
-  (one evaluation, ``S = 1``, still gets an interval).
+* :func:`hierarchical_bootstrap_ci` -- seeds x problems bootstrap of the mean of an ``(S, P)`` score matrix.
 * :func:`paired_difference_ci` -- ``mean(A) - mean(B)`` on the same problems: each side's seeds resampled
   independently, the problems jointly.
 * :func:`rescued_lost_counts`, :func:`rescued_lost_null` -- per-problem solved / rescued / lost against a
   reference, and what resampling alone produces.
 * :func:`strategy_shares`, :func:`per_problem_scores`, :func:`eval_counts` -- shares with intervals, the
   ``(S, P)`` matrices and count vectors from stored evaluations.
-* :func:`aggregate_seeds` -- mean and Student-t interval ``mean +- t_{n-1} s / sqrt(n)`` over seeds, for
-  unbounded metrics and curves; :func:`passk_ci`, :func:`seed_ci` -- the summary tables' intervals.
+* :func:`aggregate_seeds` -- mean and Student-t interval ``mean +- t_{n-1} s / sqrt(n)`` over seeds.
 
-Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n", "method"}``; :func:`format_ci`
-formats it, :func:`has_interval` says whether it carries one. Resampling uses ``np.random.default_rng(seed)``:
-the same inputs and ``seed`` give the same interval. With 3 seeds no interval supports a confident seed-level
-claim (the bootstrap covers a normal mean about 74% of the time).
-
-Why not a t-interval for everything, and the simulated coverage of each interval: docs/study/stats.md.
+Every interval is a dict with at least ``{"mean", "ci_low", "ci_high", "n", "method"}`` (:func:`format_ci`,
+:func:`has_interval`); resampling uses ``np.random.default_rng(seed)``. Coverage with 3 seeds, and why not a
+t-interval for everything: docs/study/stats.md.
 """
 
 from __future__ import annotations
@@ -80,11 +75,7 @@ def _short(arr: np.ndarray) -> Any:
 
 
 def _as_float_array(name: str, values: Any, ndim: int) -> np.ndarray:
-    """Validates a non-empty ``ndim``-D array of finite real numbers and returns it as float64.
-
-    ``None`` entries (NaN written to JSON reads back as ``None``) are rejected
-    as not finite.
-    """
+    """Validates a non-empty ``ndim``-D array of finite real numbers (``None`` rejected) and returns it as float64."""
     if hasattr(values, "detach"):  # torch tensor
         values = values.detach().cpu().numpy()
     if ndim == 1 and np.ndim(values) == 0:
@@ -147,25 +138,12 @@ def _clip(lo: float, hi: float, bounds: Optional[tuple[float, float]]) -> tuple[
 
 # ----------------------------------------------------------- interval dicts
 def has_interval(agg: Mapping[str, Any]) -> bool:
-    """Whether an interval dict carries an interval at all.
-
-    A dict has one when it was resampled over at least two units: ``n >= 2``
-    seeds, or ``n_problems >= 2`` problems (the seeds x problems and paired
-    bootstraps here, where a single evaluation still varies over problems). A
-    single seed's value (``n == 1`` and no ``n_problems``) has none: its
-    ``ci_low == ci_high == mean`` is a measurement, not a certainty.
-    """
+    """Whether an interval dict carries an interval: ``n >= 2`` seeds or ``n_problems >= 2`` problems resampled."""
     return int(agg.get("n", 1)) >= 2 or int(agg.get("n_problems", 1)) >= 2
 
 
 def format_ci(agg: Mapping[str, Any], fmt: str = ".3f") -> str:
-    """Formats an interval dict as ``"mean [lo, hi]"``.
-
-    Takes :func:`aggregate_seeds` dicts and the bootstraps' (:func:`bootstrap_ci`,
-    the seeds x problems and paired bootstraps). A dict without an interval
-    (:func:`has_interval` false: one seed, no problems resampled) gives
-    ``"mean (n=1)"``.
-    """
+    """Formats an interval dict as ``"mean [lo, hi]"``, or ``"mean (n=1)"`` without an interval."""
     if not has_interval(agg):
         return f"{agg['mean']:{fmt}} (n={agg.get('n', 1)})"
     return f"{agg['mean']:{fmt}} [{agg['ci_low']:{fmt}}, {agg['ci_high']:{fmt}}]"
@@ -183,38 +161,24 @@ def bootstrap_ci(
 ) -> dict[str, Any]:
     """Percentile bootstrap interval of the mean (or median) over a 1-D sample, e.g. seeds.
 
-    With ``x`` of length ``n``, draw ``B = n_resamples`` resamples
-    ``x*_b = (x_{i_1}, ..., x_{i_n})``, ``i_j ~ Uniform{1..n}`` with
-    replacement, compute ``T_b = statistic(x*_b)`` and report::
+    ``B`` resamples ``x*_b`` of ``x`` with replacement, ``T_b = statistic(x*_b)``::
 
         [ci_low, ci_high] = [q_{(1-confidence)/2}(T), q_{(1+confidence)/2}(T)]
 
-    (``np.quantile``, linear interpolation), clipped to ``bounds``. With few values it is too narrow (3 seeds:
-    about 75% coverage at 95%): read a 3-seed interval as a description of the seeds (docs/study/stats.md).
+    clipped to ``bounds``. Too narrow with few values (docs/study/stats.md).
 
     Args:
-        values: 1-D array-like of shape ``(n,)``, finite numbers (one per seed).
-        confidence: Two-sided level in ``(0, 1)``.
-        n_resamples: ``B``, number of bootstrap resamples (``>= 1``).
-        seed: Seed of ``np.random.default_rng``; same inputs and seed, same interval.
-        bounds: ``(lo, hi)`` range of the metric, e.g. ``(0, 1)`` for rates:
-            every value must lie in it and the interval is clipped to it.
-        statistic: ``"mean"`` or ``"median"`` (see :data:`STATISTICS`).
+        values: ``(n,)`` finite numbers (one per seed).
+        bounds: ``(lo, hi)`` range of the metric; every value must lie in it.
+        statistic: ``"mean"`` or ``"median"`` (:data:`STATISTICS`).
 
     Returns:
-        ``{"mean", "ci_low", "ci_high", "n", "std", "se", "method"}``:
-        ``mean`` is the point estimate of ``statistic`` on ``values`` (the
-        median when ``statistic="median"``; the key keeps its name so every
-        interval dict reads alike), ``std`` the sample standard deviation
-        (``ddof=1``; 0 for one value), ``se`` the standard deviation of the
-        ``B`` bootstrap statistics, ``method`` e.g. ``"percentile bootstrap
-        over seeds (B=10000)"``. With ``n == 1`` there is no interval:
-        ``ci_low == ci_high == mean``, ``se == 0`` and ``method`` says so.
+        ``{"mean", "ci_low", "ci_high", "n", "std", "se", "method"}``; ``mean`` is the statistic's value, ``se``
+        the std of the ``B`` statistics; with ``n == 1`` no interval.
 
     Raises:
-        ValueError: on empty, non-1-D or non-finite ``values``, values
-            outside ``bounds``, ``confidence`` outside ``(0, 1)``, ``n_resamples < 1``
-            or an unknown ``statistic``.
+        ValueError: on bad ``values``, values outside ``bounds``, or a bad ``confidence`` / ``n_resamples`` /
+            ``statistic``.
     """
     x = _as_float_array("values", values, 1)
     confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
@@ -242,30 +206,16 @@ def bootstrap_ci(
 
 
 def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[str, Any]:
-    """Mean and Student-t confidence interval over per-seed values.
+    """Mean and Student-t interval over per-seed values: ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` (ddof=1).
 
-    ``half = t_{(1+confidence)/2, n-1} * s / sqrt(n)`` with ``s`` the sample
-    standard deviation (ddof=1). With ``n == 1`` there is no interval:
-    ``std`` is 0 and ``ci_low == ci_high == mean``; read such a row as a
-    single measurement, not a certainty.
-
-    For unbounded metrics (lengths, entropies) and training curves. For rates prefer :func:`bootstrap_ci` with
-    ``bounds=(0, 1)``, :func:`hierarchical_bootstrap_ci` with per-problem results and
-    :func:`paired_difference_ci` for two methods on the same problems (why: docs/study/stats.md).
-
-    Args:
-        values: One number per seed (lists, numpy arrays, tensors all work).
-        confidence: Two-sided confidence level in (0, 1).
+    For unbounded metrics and curves; for rates use the bootstraps (docs/study/stats.md). With ``n == 1`` no
+    interval.
 
     Returns:
-        ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``: numbers as
-        Python floats/int, ``method`` ``"Student-t over seeds"`` (or
-        ``"single value: no interval (n=1)"``), as the bootstraps' interval
-        dicts carry, for :func:`rlvr_lib.study.claims.tables.claims_table`.
+        ``{"mean", "ci_low", "ci_high", "n", "std", "method"}``.
 
     Raises:
-        ValueError: if ``values`` is empty or holds a non-finite value or
-            ``None`` (a NaN written to JSON reads back as ``None``).
+        ValueError: if ``values`` is empty or holds a non-finite value or ``None``.
     """
     from scipy import stats
 
@@ -289,11 +239,7 @@ def aggregate_seeds(values: Sequence[float], confidence: float = 0.95) -> dict[s
 
 
 def _weights(rng: np.random.Generator, size: int, count: int) -> np.ndarray:
-    """``(count, size)`` bootstrap weights: how often each of ``size`` units is drawn in ``size`` draws, over ``size``.
-
-    Row ``b`` is ``multinomial(size, 1/size) / size``, built from uniform
-    indices and one ``bincount`` (much faster than ``rng.multinomial``).
-    """
+    """``(count, size)`` bootstrap weights, row ``b`` = ``multinomial(size, 1/size) / size`` (via one ``bincount``)."""
     idx = rng.integers(0, size, size=(count, size))
     idx += size * np.arange(count)[:, None]
     return np.bincount(idx.ravel(), minlength=count * size).reshape(count, size) / size
@@ -307,45 +253,22 @@ def hierarchical_bootstrap_ci(
     seed: int = 0,
     bounds: Optional[tuple[float, float]] = None,
 ) -> dict[str, Any]:
-    """Bootstrap over seeds x problems of the mean of a seeds-by-problems matrix.
+    """Bootstrap over seeds x problems of the mean of a seeds-by-problems matrix (Owen 2007).
 
-    ``X`` has shape ``(S, P)``: ``X[s, p]`` is the score of seed ``s``'s
-    evaluation on problem ``p`` (per-problem pass@k, or correct fraction
-    ``c/n``), the same ``P`` problems for every seed. Each resample draws
-    ``S`` seeds with replacement and, independently, ``P`` problems with
-    replacement -- one problem draw shared by all seeds, since the problems
-    are shared -- and takes the mean of the resampled ``S x P`` matrix::
+    ``X`` is ``(S, P)``; each resample draws ``S`` seeds and, independently, ``P`` problems (one draw shared by all
+    seeds)::
 
         T_b = (1 / (S P)) sum_{i, j} X[s_i, p_j] = w_b^T X v_b
 
-    with ``w_b = multinomial(S, 1/S) / S`` and ``v_b = multinomial(P, 1/P) / P``
-    (how often each seed / problem is drawn).
-    The interval is the percentile interval of ``T`` (as :func:`bootstrap_ci`),
-    clipped to ``bounds``. The point estimate is ``X.mean()``.
-
-    The two-way ("pigeonhole", Owen 2007) bootstrap: other seeds *and* another draw of problems. With ``S == 1``
-    only problems vary. Problems are one pool: pass families of equal size (as :func:`per_problem_scores`
-    does). Its coverage with few seeds: docs/study/stats.md.
-
-    Args:
-        per_seed_per_problem: array-like of shape ``(S, P)``, finite numbers.
-        confidence: Two-sided level in ``(0, 1)``.
-        n_resamples: ``B``, number of resamples (``>= 1``).
-        seed: Seed of ``np.random.default_rng``.
-        bounds: ``(lo, hi)`` range of the scores, e.g. ``(0, 1)``; the
-            interval is clipped to it.
+    ``w_b = multinomial(S, 1/S) / S``, ``v_b = multinomial(P, 1/P) / P``; percentile interval of ``T`` clipped to
+    ``bounds``; point estimate ``X.mean()``.
 
     Returns:
-        ``{"mean", "ci_low", "ci_high", "n", "n_problems", "std", "se",
-        "method"}``: ``n = S`` seeds, ``n_problems = P``, ``std`` the standard
-        deviation (``ddof=1``) of the ``S`` per-seed means (0 for one seed),
-        ``se`` the standard deviation of the bootstrap means, ``method`` e.g.
-        ``"bootstrap over seeds x problems (S=3, P=800, B=10000)"``. With
-        ``S == P == 1`` there is no interval (``ci_low == ci_high == mean``).
+        ``{"mean", "ci_low", "ci_high", "n" (S), "n_problems" (P), "std", "se", "method"}``; no interval when
+        ``S == P == 1``.
 
     Raises:
-        ValueError: on a non-2-D, empty or non-finite matrix, values outside
-            ``bounds``, or a bad ``confidence``/``n_resamples``/``seed``.
+        ValueError: on a non-2-D, empty or non-finite matrix, values outside ``bounds``, or a bad setting.
     """
     X = _as_float_array("per_seed_per_problem", per_seed_per_problem, 2)
     confidence, n_resamples, seed = _check_common(confidence, n_resamples, seed)
@@ -383,43 +306,20 @@ def paired_difference_ci(
 ) -> dict[str, Any]:
     """Paired bootstrap interval of ``mean(a) - mean(b)`` for two methods on the same problems.
 
-    ``A`` is ``(S_a, P)`` and ``B`` is ``(S_b, P)``: per-seed, per-problem
-    scores of two methods, with column ``p`` the same problem in both (check
-    the ``uids``; :func:`per_problem_scores` does). Each resample draws
-    ``S_a`` seeds of ``A`` and ``S_b`` seeds of ``B`` with replacement,
-    independently (the methods' seeds are unrelated runs), and one draw of
-    ``P`` problems shared by both (paired)::
+    ``A`` ``(S_a, P)``, ``B`` ``(S_b, P)``, column ``p`` the same problem; seeds resampled independently per side,
+    problems jointly::
 
         D_b = (w_b^T A - u_b^T B) v_b
 
-    with seed weights ``w_b``, ``u_b`` and problem weights ``v_b`` as in
-    :func:`hierarchical_bootstrap_ci`. Pairing removes the problem
-    difficulty the two methods share, so the interval is much narrower
-    than the difference of two unpaired intervals. A single evaluation on
-    either side (e.g. the base policy, ``S_b = 1``) is fine: then only its
-    problems are resampled. The point estimate is ``A.mean() - B.mean()``.
-
-    Args:
-        a: array-like ``(S_a, P)`` of finite scores (the method).
-        b: array-like ``(S_b, P)`` of finite scores (the comparison, e.g. base or GRPO).
-        confidence: Two-sided level in ``(0, 1)``.
-        n_resamples: Number of resamples (``>= 1``).
-        seed: Seed of ``np.random.default_rng``.
-        bounds: ``(lo, hi)`` range of the *scores* (e.g. ``(0, 1)`` for
-            rates); the difference interval is clipped to ``(lo - hi, hi - lo)``,
-            i.e. ``(-1, 1)`` for rates.
+    (weights as in :func:`hierarchical_bootstrap_ci`); point estimate ``A.mean() - B.mean()``; clipped to
+    ``(lo - hi, hi - lo)``.
 
     Returns:
-        ``{"mean", "ci_low", "ci_high", "mean_a", "mean_b", "n", "n_a", "n_b",
-        "n_problems", "se", "method"}``: ``mean`` the difference,
-        ``n = min(S_a, S_b)``, ``method`` e.g. ``"paired bootstrap over
-        problems, seeds within each method (S_a=3, S_b=1, P=800, B=10000)"``.
-        With ``P == 1`` and one seed on both sides there is no interval.
+        ``{"mean", "ci_low", "ci_high", "mean_a", "mean_b", "n" (min(S_a, S_b)), "n_a", "n_b", "n_problems",
+        "se", "method"}``.
 
     Raises:
-        ValueError: on non-2-D, empty or non-finite inputs, a different
-            number of problems (columns) in ``a`` and ``b``, values outside
-            ``bounds``, or a bad ``confidence``/``n_resamples``/``seed``.
+        ValueError: on bad inputs, different numbers of columns, values outside ``bounds``, or a bad setting.
     """
     A = _as_float_array("a", a, 2)
     B = _as_float_array("b", b, 2)
@@ -459,25 +359,14 @@ def strategy_shares(
     strategies: Optional[Sequence[str]] = None,
     **bootstrap_kwargs: Any,
 ) -> dict[str, dict[str, Any]]:
-    """Per-strategy shares with percentile bootstrap intervals over seeds, in ``[0, 1]``.
-
-    ``out[s] = bootstrap_ci([f_1[s], ..., f_S[s]], bounds=(0, 1))`` for each
-    strategy ``s``, where ``f_i`` is seed ``i``'s ``strategy_freq`` dict
-    (``evaluate_policy(...)["average"]["strategy_freq"]`` or a family's).
+    """Per-strategy shares over seeds: ``out[s] = bootstrap_ci([f_1[s], ..., f_S[s]], bounds=(0, 1))``.
 
     Args:
-        freqs_per_seed: One ``{strategy: share}`` mapping per seed (shares in ``[0, 1]``).
-        strategies: Strategies to report, in order; default the keys of the
-            first mapping (with the testbed: its strategies and ``"none"``).
-        **bootstrap_kwargs: ``confidence``, ``n_resamples``, ``seed`` for
-            :func:`bootstrap_ci` (``bounds`` is always ``(0, 1)``).
-
-    Returns:
-        ``{strategy: interval dict}`` as :func:`bootstrap_ci` returns.
+        freqs_per_seed: One ``{strategy: share}`` mapping per seed (``strategy_freq``).
+        strategies: Strategies to report (default the first mapping's keys).
 
     Raises:
-        ValueError: on no seeds, a seed lacking a requested strategy, a
-            share outside ``[0, 1]``, or bad bootstrap arguments.
+        ValueError: on no seeds, a seed lacking a strategy, a share outside ``[0, 1]``, or bad bootstrap arguments.
     """
     if isinstance(freqs_per_seed, Mapping) or not isinstance(freqs_per_seed, Sequence) or not freqs_per_seed:
         raise invalid("freqs_per_seed", freqs_per_seed, "a non-empty sequence of {strategy: share} mappings, one per seed")
@@ -515,31 +404,19 @@ def rescued_lost_counts(
 ) -> dict[str, int]:
     """Problems solved, rescued and lost between two evaluations on the same problems.
 
-    With ``c_p`` (before) and ``d_p`` (after) the numbers of correct samples
-    on problem ``p`` (``correct_counts`` of an evaluation record; same
-    problems in the same order)::
+    With ``c_p`` (before) and ``d_p`` (after) correct samples on problem ``p``::
 
         solved_before = #{p : c_p > 0}      solved_after = #{p : d_p > 0}
         rescued       = #{p : c_p = 0 < d_p}
         lost          = #{p : c_p > 0 = d_p}
         net           = rescued - lost = solved_after - solved_before
 
-    "Solved" means at least one of the evaluation's samples is correct, i.e.
-    pass@n > 0. Even two evaluations of the *same* policy rescue and lose
-    problems by sampling alone: compare against :func:`rescued_lost_null`.
-
     Args:
-        counts_before: ``(P,)`` non-negative integer counts (e.g. the base policy).
-        counts_after: ``(P,)`` counts of the other evaluation (e.g. a trained run).
-        uids_before, uids_after: Optional problem ids of each (``uids`` of the
-            records); when both are given they must be equal, element by element.
-
-    Returns:
-        ``{"n_problems", "solved_before", "solved_after", "rescued", "lost", "net"}`` (ints).
+        counts_before, counts_after: ``(P,)`` non-negative integer counts.
+        uids_before, uids_after: Optional problem ids; when both are given they must be equal.
 
     Raises:
-        ValueError: on counts that are not 1-D non-negative integers, different
-            lengths, or different ``uids``.
+        ValueError: on counts that are not 1-D non-negative integers, different lengths, or different ``uids``.
     """
     c = _as_counts("counts_before", counts_before)
     d = _as_counts("counts_after", counts_after)
@@ -563,24 +440,10 @@ def rescued_lost_counts(
 def rescued_lost_null(base_a: Any, base_b: Any, **uids: Any) -> dict[str, Any]:
     """Rescued / lost counts from resampling alone: two evaluations of one policy with different sampling seeds.
 
-    ``rescued_lost_counts(base_a, base_b)`` where both are ``correct_counts`` of the
-    *same* policy (e.g. the base model evaluated with ``EvalSpec.seed`` 0 and
-    1) on the same problems. Any rescued or lost problem here is sampling
-    noise of an ``n``-sample evaluation (problems with a small success rate
-    get 0 or a few correct samples by chance). The two directions are
-    symmetric in expectation, so ``flips_per_direction = (rescued + lost) / 2``
-    is the number of rescued (or lost) problems a run would show against the
-    reference with no change in the policy at all. It is an approximate
-    null: it measures the reference policy's noise; a trained policy with
-    other per-problem success rates flips a different number of problems.
-
-    Args:
-        base_a, base_b: ``(P,)`` counts of the two evaluations.
-        **uids: ``uids_before`` / ``uids_after`` as in :func:`rescued_lost_counts`.
+    ``flips_per_direction = (rescued + lost) / 2``: an approximate null (docs/study/stats.md).
 
     Returns:
-        :func:`rescued_lost_counts`'s keys plus ``"flips_per_direction"`` (float) and
-        ``"method"`` (``"two evaluations of the reference, different sampling seeds"``).
+        :func:`rescued_lost_counts`'s keys plus ``"flips_per_direction"`` and ``"method"``.
     """
     out: dict[str, Any] = dict(rescued_lost_counts(base_a, base_b, **uids))
     out["flips_per_direction"] = (out["rescued"] + out["lost"]) / 2.0
@@ -599,20 +462,10 @@ def _evaluation(name: str, evaluation: Any) -> Mapping[str, Any]:
 
 
 def eval_counts(evaluation: Any, families: Sequence[str]) -> tuple[np.ndarray, list[str]]:
-    """Per-problem correct counts and problem ids of one evaluation, families concatenated in order.
-
-    Args:
-        evaluation: An :func:`rlvr_lib.eval.policy_eval.evaluate_policy`
-            result (``record.final``) or a run record holding one.
-        families: Families to take, in order, e.g. ``["easy_mix", "medium_mix"]``
-            or ``record.final["average"]["families"]`` for the averaged ones.
-
-    Returns:
-        ``(counts, uids)``: int array ``(P,)`` and the ``P`` problem ids,
-        ``P`` the sum of the families' problem counts.
+    """Per-problem correct counts and problem ids of one evaluation, ``families`` in order: ``(counts (P,), uids)``.
 
     Raises:
-        ValueError: on a missing family or an evaluation without ``correct_counts``/``uids``.
+        ValueError: on a missing family or an evaluation without ``correct_counts`` / ``uids``.
     """
     final = _evaluation("evaluation", evaluation)
     if isinstance(families, str) or not families:
@@ -634,15 +487,10 @@ def eval_counts(evaluation: Any, families: Sequence[str]) -> tuple[np.ndarray, l
 
 
 def seed_counts(evaluations: Sequence[Any], families: Sequence[str]) -> tuple[list[np.ndarray], list[str]]:
-    """Each seed's :func:`eval_counts` over ``families``, checked to be on the same problems.
-
-    Returns:
-        ``(counts, uids)``: one int array ``(P,)`` per evaluation, in order,
-        and the ``P`` problem ids they share.
+    """Each seed's :func:`eval_counts` over ``families``: ``(list of (P,) counts, uids)``.
 
     Raises:
-        ValueError: on an evaluation whose problem ids differ from ``evaluations[0]``'s,
-            or one :func:`eval_counts` refuses.
+        ValueError: on an evaluation whose problem ids differ from the first's, or as :func:`eval_counts`.
     """
     rows, uids0 = [], None
     for i, ev in enumerate(evaluations):
@@ -663,29 +511,13 @@ def per_problem_scores(
     samples: int,
     k: int = 1,
 ) -> tuple[np.ndarray, list[str]]:
-    """The ``(S, P)`` matrix of per-problem pass@k, one row per seed's evaluation.
+    """The ``(S, P)`` matrix of per-problem pass@k, one row per seed's evaluation: ``(X, uids)``.
 
-    ``X[s, p] = pass@k(n=samples, c=correct_counts_s[p], k)`` (Chen et al.
-    unbiased estimator, :func:`rlvr_lib.eval.passk.pass_at_k_array`; for
-    ``k = 1`` this is the correct fraction ``c/n``), over the problems of
-    ``families`` concatenated. The mean of a row over one family is that
-    family's stored ``pass_at_k[k]``; over equal-sized families (the
-    testbed's 200 each) the mean of a row is the family average.
-
-    Args:
-        evaluations: One evaluation per seed (``record.final`` dicts or run
-            records) on the same problems.
-        families: Families to take, in order.
-        samples: ``n``, samples per problem of the evaluations
-            (``record.config["eval"]["samples"]``).
-        k: Budget, ``1 <= k <= samples``.
-
-    Returns:
-        ``(X, uids)``: float array ``(S, P)`` in ``[0, 1]`` and the problem ids.
+    ``X[s, p] = pass@k(n=samples, c=correct_counts_s[p], k)`` (Chen et al., :func:`pass_at_k_array`; ``c/n`` at
+    ``k = 1``) over ``families`` concatenated.
 
     Raises:
-        ValueError: on no evaluations, evaluations on different problems
-            (``uids`` differ), counts above ``samples``, or a bad ``k``.
+        ValueError: on no evaluations, different ``uids``, counts above ``samples``, or a bad ``k``.
     """
     from rlvr_lib.eval.passk import pass_at_k_array
 

@@ -1,28 +1,12 @@
 """Run records summarised for tables and claims: what every notebook and the README compute.
 
-A *run* is one method's run records, one per seed (`rlvr_lib.study.runs.RunRecord`
-or anything with ``.final`` / ``.history``; the base policy is a run whose
-records are its evaluations with different sampling seeds). These helpers turn
-runs into numbers with the interval method named, so notebooks only call them:
+A *run* is one method's records, one per seed (anything with ``.final`` / ``.history``; the base policy's are its
+evaluations with different sampling seeds). Every number carries its interval method
+(:data:`~rlvr_lib.study.stats.PASSK_INTERVAL`, :data:`~rlvr_lib.study.stats.SEED_INTERVAL`); ``passk_ci``,
+``seed_ci``, ``RANGES`` and the interval names are re-exported from `rlvr_lib.study.stats`. mean@k, the metric
+an evaluation protocol reads, is ``(1/P) sum_p (1/k) sum_j correct[p, j]`` (:func:`mean_at_k`).
 
-* :func:`seed_values`, :func:`train_metric` -- one value per seed, from the
-  final evaluation or from the end of training;
-* :func:`mean_pass_curve` -- the seed-mean pass@k curve;
-* :func:`per_problem_shares` -- the ``(S, P)`` matrix of a strategy's share per
-  problem, the paired counterpart of `per_problem_scores` for strategy claims;
-* :func:`summary_row`, :func:`family_table` -- table cells, ``"mean [lo, hi]"``;
-* :func:`extra_evaluation` -- a run's extra evaluation (``train_and_evaluate(...,
-  extra_specs=...)``) as records every helper here takes.
-* :func:`mean_at_k`, :func:`per_problem_mean_at_k` -- mean@k (3PO's mean@8, NudgeRL's "pass@1 = mean
-  correctness" over its samples, VIGOR's greedy pass@1 at k = 1): the mean correctness over a problem's k
-  samples, averaged over problems; the metric an evaluation protocol reads (`rlvr_lib.study.protocols`).
-
-Interval methods (named in :data:`~rlvr_lib.study.stats.PASSK_INTERVAL` and
-:data:`~rlvr_lib.study.stats.SEED_INTERVAL`): pass@k and shares bootstrap seeds x
-problems (`passk_ci`, `hierarchical_bootstrap_ci`); everything measured once per
-seed bootstraps seeds (`seed_ci`, `bootstrap_ci`). The intervals live in
-`rlvr_lib.study.stats` (one home); ``passk_ci``, ``seed_ci``, ``RANGES``
-and the interval names are still importable from here.
+Notes on each helper: docs/study/README.md ("Summaries of run records").
 """
 
 from __future__ import annotations
@@ -78,14 +62,7 @@ def _logged(record: Any, key: str) -> list[float]:
 
 
 def train_metric(records: Sequence[Any], key: str = "accuracy", last: int = 10) -> np.ndarray:
-    """Per seed, the mean of the last ``last`` logged values of a training metric.
-
-    ``accuracy`` rather than ``reward_mean`` compares methods whose rewards
-    have other scales (intrinsic rewards). Steps where the metric was not
-    logged (``None``/NaN) are skipped.
-
-    Returns:
-        ``(S,)`` float array.
+    """Per seed, the mean of the last ``last`` logged values of a training metric (unlogged steps skipped): ``(S,)``.
 
     Raises:
         ValueError: on no records, a bad ``last``, or a run with no logged value of ``key``.
@@ -101,18 +78,10 @@ def train_metric(records: Sequence[Any], key: str = "accuracy", last: int = 10) 
 
 
 def train_change(records: Sequence[Any], key: str = "accuracy", window: int = 10) -> np.ndarray:
-    """Per seed, the mean of the last ``window`` logged values of a training metric minus that of the first ``window``.
-
-    How a curve drifts over training (VIGOR's dynamics: INTUITOR's
-    reward-accuracy correlation falls and its length grows). Steps where the
-    metric was not logged are skipped, as in :func:`train_metric`.
-
-    Returns:
-        ``(S,)`` float array.
+    """Per seed, mean of the last ``window`` logged values of a metric minus that of the first ``window``: ``(S,)``.
 
     Raises:
-        ValueError: on no records, a bad ``window``, or a run with fewer than
-            ``2 * window`` logged values of ``key`` (the windows would overlap).
+        ValueError: on no records, a bad ``window``, or fewer than ``2 * window`` logged values.
     """
     window = check_int("window", window, 1)
     out = []
@@ -127,9 +96,6 @@ def train_change(records: Sequence[Any], key: str = "accuracy", window: int = 10
 
 def window_metrics(records: Sequence[Any], keys: Sequence[str], steps: range) -> np.ndarray:
     """``(S, K)``: per seed, the mean of each of ``keys`` over the logged steps whose ``"step"`` is in ``steps``.
-
-    E.g. VIGOR's ``vigor_acc_rank_1..G`` around step 10 (the paper's
-    rank-vs-accuracy figure). Steps where a key was not logged are skipped.
 
     Raises:
         ValueError: on no records or keys, or a run with no logged value of a key in ``steps``.
@@ -157,16 +123,10 @@ def mean_pass_curve(records: Sequence[Any], family: Optional[str] = None) -> dic
 
 
 def per_problem_shares(evaluations: Sequence[Any], families: Sequence[str], strategy: str) -> np.ndarray:
-    """``(S, P)`` matrix of ``strategy``'s share of each problem's samples, one row per seed's evaluation.
-
-    ``X[s, p] = n_{s,p}(strategy) / n_{s,p}`` from the ``strategy_counts`` an
-    evaluation stores per problem (``"none"`` counts samples with no parsable
-    strategy). Problems are the families' concatenated, as in `per_problem_scores`,
-    so two runs' matrices pair column by column.
+    """``(S, P)`` matrix ``X[s, p] = n_{s,p}(strategy) / n_{s,p}`` from each evaluation's ``strategy_counts``.
 
     Raises:
-        ValueError: on evaluations without ``strategy_counts``, an unknown
-            strategy, or evaluations on different problems.
+        ValueError: on evaluations without ``strategy_counts``, an unknown strategy, or different problems.
     """
     rows, uids0 = [], None
     for i, ev in enumerate(_records("evaluations", evaluations)):
@@ -192,13 +152,7 @@ def per_problem_shares(evaluations: Sequence[Any], families: Sequence[str], stra
 
 def per_problem_strategy_entropy(evaluations: Sequence[Any], families: Sequence[str],
                                  strategies: Sequence[str]) -> np.ndarray:
-    """``(S, P)`` matrix of each problem's first-token strategy entropy, in nats.
-
-    ``H[s, p] = -sum_k q_k ln q_k`` with ``q_k`` strategy ``k``'s share of the
-    problem's samples that name a strategy (`per_problem_shares`, renormalised
-    over ``strategies``; 0 when none does): the within-problem spread the
-    papers say RLVR narrows (SAGE T2, NudgeRL's modes per problem).
-    """
+    """``(S, P)`` per-problem strategy entropy (nats): ``H[s, p] = -sum_k q_k ln q_k``, ``q`` over named strategies."""
     shares = np.stack([per_problem_shares(evaluations, families, s) for s in strategies])  # (K, S, P)
     total = shares.sum(axis=0, keepdims=True)
     q = np.divide(shares, total, out=np.zeros_like(shares), where=total > 0)
@@ -214,17 +168,11 @@ def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Opti
 
 
 def summary_row(records: Sequence[Any], ks: Sequence[int], *, families: Optional[Sequence[str]] = None) -> dict[str, Any]:
-    """One table row: pass@k (seeds x problems) and per-seed metrics (seeds), each ``{mean, ci_low, ci_high, ...}``.
-
-    Args:
-        records: One run's records (one per seed).
-        ks: pass@k budgets to show.
-        families: Families pass@k is taken over (default: the evaluation's
-            in-distribution ones, ``final["average"]["families"]``).
+    """One table row: pass@k (seeds x problems) and per-seed metrics (seeds), each an interval dict.
 
     Returns:
-        ``{"pass@k": ci, ..., "strategy entropy", "modes/problem", "malformed",
-        "length", "train accuracy (last 10)"}``; the last only for trained runs.
+        ``{"pass@k": ci, ..., "strategy entropy", "modes/problem", "malformed", "length",
+        "train accuracy (last 10)"}``; the last only for trained runs.
     """
     records = _records("records", records)
     fams = list(families or _evaluation("records[0]", records[0])["average"]["families"])
@@ -238,12 +186,7 @@ def summary_row(records: Sequence[Any], ks: Sequence[int], *, families: Optional
 
 
 def family_table(runs: Mapping[str, Sequence[Any]], families: Sequence[str], k: int = 1):
-    """pass@k per family (columns) and run (rows), each cell a seeds x problems interval.
-
-    Returns:
-        ``pandas.DataFrame`` of interval dicts (format with
-        `rlvr_lib.study.stats.format_ci`); its ``attrs["interval"]`` names the method.
-    """
+    """pass@k per family (columns) and run (rows): a ``pandas.DataFrame`` of seeds x problems interval dicts."""
     import pandas as pd
 
     table = pd.DataFrame({name: {f: passk_ci(recs, [f], k) for f in families} for name, recs in runs.items()}).T
@@ -253,8 +196,7 @@ def family_table(runs: Mapping[str, Sequence[Any]], families: Sequence[str], k: 
 
 def _with_yardsticks(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], null: Optional[Sequence[Any]],
                      pairs: Any) -> dict[str, dict]:
-    """``pairs(run_seeds, reference_seeds)`` per run, plus the reference against itself (next seed) and the
-    sampling null (two sampling seeds of one policy): the rows of `rescued_lost`-style tables."""
+    """``pairs(run_seeds, reference_seeds)`` per run, plus the reference against itself and the sampling null."""
     rows = {name: pairs(_records(f"runs[{name!r}]", recs), reference) for name, recs in runs.items()}
     if len(reference) >= 2:
         rows["reference vs itself (other seed)"] = pairs(reference[1:], reference[:-1])
@@ -268,26 +210,13 @@ def _with_yardsticks(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any]
 
 def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], families: Sequence[str], *,
                  null: Optional[Sequence[Any]] = None):
-    """Problems rescued and lost against a reference run, seed by seed, with two yardsticks.
+    """Problems rescued and lost against a reference run, seed ``i`` against seed ``i``, with two yardsticks.
 
-    For each run, seed ``i`` is compared with the reference's seed ``i``
-    (:func:`~rlvr_lib.study.stats.rescued_lost_counts` over the problems of
-    ``families``: rescued = unsolved by the reference in its ``n`` samples,
-    solved by the run; lost = the reverse) and the counts are averaged over
-    the ``min(S_run, S_ref)`` pairs. Two rows show what such counts are
-    without any difference between methods:
-
-    * ``"<reference> vs itself (other seed)"``: reference seed ``i`` against
-      seed ``i + 1`` (training and sampling noise; needs two reference seeds);
-    * ``"sampling null"``: two evaluations of one policy with different
-      sampling seeds (``null``, e.g. the base policy's), the noise of an
-      ``n``-sample evaluation alone.
-
-    A method rescues problems only where its ``rescued`` clearly exceeds both.
+    Counts (:func:`~rlvr_lib.study.stats.rescued_lost_counts`) averaged over ``min(S_run, S_ref)`` pairs; yardstick
+    rows: the reference against itself (seed ``i`` vs ``i + 1``) and the ``"sampling null"`` of ``null``.
 
     Returns:
-        ``pandas.DataFrame`` indexed by run with ``pairs``, ``solved_ref``,
-        ``solved``, ``rescued``, ``lost``, ``net`` (means over pairs).
+        ``pandas.DataFrame`` by run: ``pairs``, ``solved_ref``, ``solved``, ``rescued``, ``lost``, ``net``.
     """
     import pandas as pd
 
@@ -308,21 +237,15 @@ def rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any], fa
 
 
 def case_study(reference: Sequence[Any], run: Sequence[Any], family: str) -> dict[str, Any]:
-    """The problem of ``family`` that ``run`` solves most often where ``reference`` does not (a fixed rule).
-
-    NudgeRL Fig 4's case study, picked by a rule written before looking: the
-    problem maximising ``mean_s c_run[s, p] - mean_s c_ref[s, p]`` (``c`` the
-    number of correct samples of the seed's evaluation), ties broken by the
-    family's problem order. Both runs must be evaluated on the same problems.
+    """The problem of ``family`` maximising ``mean_s c_run[s, p] - mean_s c_ref[s, p]`` (NudgeRL Fig 4; ties: problem
+    order).
 
     Returns:
-        ``{"uid", "gap", "samples", "reference": side, "run": side}`` where a
-        side is ``{"correct": [per seed], "strategy_counts": {strategy: mean
-        over seeds}}``.
+        ``{"uid", "gap", "samples", "reference": side, "run": side}``, a side
+        ``{"correct": [per seed], "strategy_counts": {strategy: mean}}``.
 
     Raises:
-        ValueError: on runs without per-problem counts, on different problems,
-            or an unknown family.
+        ValueError: on runs without per-problem counts, on different problems, or an unknown family.
     """
     sides = {}
     for label, records in (("reference", reference), ("run", run)):
@@ -346,16 +269,10 @@ def case_study(reference: Sequence[Any], run: Sequence[Any], family: str) -> dic
 
 
 def per_problem_modes(evaluations: Sequence[Any], families: Sequence[str]) -> np.ndarray:
-    """``(S, P)`` matrix of reasoning modes per clustered problem, one row per seed's evaluation.
-
-    From each family's ``diversity["counts"]`` (tag-free clustering of the
-    first ``diversity_problems`` problems, `rlvr_lib.eval.policy_eval.diversity`),
-    families concatenated in order. Use with `hierarchical_bootstrap_ci`,
-    e.g. on ``X == 1`` for the share of single-mode problems (NudgeRL Fig 1).
+    """``(S, P)`` matrix of reasoning modes per clustered problem, from each family's ``diversity["counts"]``.
 
     Raises:
-        ValueError: on evaluations whose clustered problem counts differ (a
-            problem with only malformed samples is not clustered).
+        ValueError: on evaluations whose clustered problem counts differ.
     """
     rows = []
     for i, ev in enumerate(_records("evaluations", evaluations)):
@@ -369,20 +286,12 @@ def per_problem_modes(evaluations: Sequence[Any], families: Sequence[str]) -> np
 
 
 def train_decline(records: Sequence[Any], key: str = "accuracy", window: int = 10) -> np.ndarray:
-    """Per seed, how far a training curve falls from its peak: ``max_w m_w - m_last`` (NudgeRL Fig 3).
+    """Per seed, how far a training curve falls from its peak: ``max_w m_w - m_last`` (NudgeRL Fig 3): ``(S,)``.
 
-    ``m_w`` is the mean of ``key`` over the logged steps of window ``w``
-    (consecutive, non-overlapping windows of ``window`` steps; a last partial
-    window is merged into the one before), ``m_last`` the last window's. 0
-    when the curve ends at its peak; a run that "rises then declines" has a
-    clearly positive value.
-
-    Returns:
-        ``(S,)`` float array.
+    ``m_w``: mean of ``key`` over window ``w`` of ``window`` steps (a last partial window merged into the one before).
 
     Raises:
-        ValueError: on no records, a bad ``window``, or a run with fewer than
-            two windows of logged ``key``.
+        ValueError: on no records, a bad ``window``, or fewer than two windows of logged ``key``.
     """
     check_int("window", window, 1)
     out = []
@@ -400,13 +309,7 @@ def train_decline(records: Sequence[Any], key: str = "accuracy", window: int = 1
 
 @dataclass(frozen=True)
 class ExtraEvaluation:
-    """One run record's extra evaluation, shaped as a record for the helpers of this module.
-
-    Attributes:
-        name, run_id, seed, history: The trained run's (``run_id`` with ``:<label>`` appended).
-        config: ``{"eval": the extra spec's dict}`` (what :func:`passk_ci` reads ``samples`` from).
-        final: The extra evaluation, in the format of ``record.final``.
-    """
+    """A record's extra evaluation shaped as a record (``run_id`` + ``:<label>``, ``config = {"eval": spec}``)."""
 
     name: str
     run_id: str
@@ -417,13 +320,7 @@ class ExtraEvaluation:
 
 
 def extra_evaluation(records: Sequence[Any], label: str) -> list[ExtraEvaluation]:
-    """Each record's extra evaluation ``label`` (`train_and_evaluate(..., extra_specs={label: spec})`), as records.
-
-    Record ``r`` gives ``ExtraEvaluation(final=r.extra["evals"][label],
-    config={"eval": r.config["extra_evals"][label]}, history=r.history, ...)``,
-    which :func:`per_problem_scores`, :func:`summary_row`, :func:`family_table`,
-    :func:`passk_ci`, :func:`per_problem_shares` and :func:`rescued_lost` take
-    wherever they take a run's records.
+    """Each record's extra evaluation ``label`` as an :class:`ExtraEvaluation`, which every helper here takes.
 
     Raises:
         ValueError: on no records, or a record without an extra evaluation ``label``.
@@ -442,19 +339,13 @@ def extra_evaluation(records: Sequence[Any], label: str) -> list[ExtraEvaluation
 
 
 def mean_at_k(correct: Any) -> float:
-    """mean@k of a ``(P, k)`` correctness matrix: ``(1/P) sum_p (1/k) sum_j correct[p, j]``.
+    """mean@k of a ``(P, k)`` 0/1 correctness matrix: ``(1/P) sum_p (1/k) sum_j correct[p, j]``.
 
-    The mean accuracy over each problem's ``k`` samples, averaged over the ``P`` problems: 3PO's mean@8
-    (arXiv 2608.09805, "eval mean@8 at temperature 0.6"), NudgeRL's pass@1 "= mean correctness" over 128
-    samples (arXiv 2605.15726) and, with ``k = 1`` greedy samples, VIGOR's greedy pass@1 (arXiv 2605.09920).
-    It equals the unbiased pass@1 estimate from ``k`` samples (Chen et al. 2021: pass@1 = c / n), so an
-    evaluation's ``pass_at_k["1"]`` is its mean@k with ``k = spec.samples``.
-
-    Args:
-        correct: ``(P, k)`` array of 0/1 (or bool) per problem and sample, ``P, k >= 1``.
+    3PO's mean@8 (arXiv 2608.09805), NudgeRL's pass@1 (arXiv 2605.15726), VIGOR's greedy pass@1 at ``k = 1``
+    (arXiv 2605.09920); equal to the unbiased pass@1 ``c / n``.
 
     Raises:
-        ValueError: on an array that is not 2-D with at least one row and column, or a value other than 0/1.
+        ValueError: on an array that is not 2-D and non-empty, or a value other than 0/1.
     """
     x = np.asarray(correct)
     if x.ndim != 2 or x.shape[0] < 1 or x.shape[1] < 1:
@@ -467,11 +358,7 @@ def mean_at_k(correct: Any) -> float:
 
 
 def per_problem_mean_at_k(records: Sequence[Any], families: Sequence[str]) -> np.ndarray:
-    """``(S, P)`` per-seed, per-problem mean@k of records: ``correct_counts / k``, ``k`` the records' samples.
-
-    ``k = record.config["eval"]["samples"]`` (every record must have the same); the mean of a row is that seed's
-    :func:`mean_at_k` over ``families`` (their problems concatenated, as `per_problem_scores`: pair two runs with
-    `paired_difference_ci`). Use it on `extra_evaluation` records to read a protocol's evaluation.
+    """``(S, P)`` per-seed, per-problem mean@k: ``correct_counts / k``, ``k = config["eval"]["samples"]``.
 
     Raises:
         ValueError: on no records, records with different sample counts, or a missing family.
@@ -485,19 +372,7 @@ def per_problem_mean_at_k(records: Sequence[Any], families: Sequence[str]) -> np
 
 
 def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np.ndarray:
-    """``(S, P)`` 0/1 matrix: does each problem's evaluation group have a non-zero GRPO advantage? (3PO Fig 3)
-
-    With rewards 1 (correct) / 0 (wrong or malformed) and ``c_{s,p}`` correct
-    of the ``n`` samples of seed ``s``'s evaluation on problem ``p`` (one group
-    of ``n``), ``X[s, p] = 1[0 < c_{s,p} < n]``: 0 for an all-wrong or
-    all-correct ("zero-advantage", dead) group. Problems are the families'
-    concatenated, as in `per_problem_scores`, so two runs pair column by
-    column; ``n`` is ``config["eval"]["samples"]`` of the first record.
-    For two runs A and B,
-    ``mean(X_A) - mean(X_B) = (rescued - lost) / P`` averaged over seed
-    pairs, with rescued = dead under B and alive under A
-    (`rlvr_lib.eval.diagnostics.rescued_lost_groups`); use it with
-    `paired_difference_ci`.
+    """``(S, P)`` 0/1 matrix ``X[s, p] = 1[0 < c_{s,p} < n]``: a non-zero GRPO advantage in the group (3PO Fig 3).
 
     Raises:
         ValueError: on no records, a missing family, or evaluations on different problems.
@@ -510,26 +385,14 @@ def per_problem_alive(evaluations: Sequence[Any], families: Sequence[str]) -> np
 
 def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Sequence[Any],
                                 families: Sequence[str], *, null: Optional[Sequence[Any]] = None):
-    """Zero-advantage groups rescued and lost against a reference run, seed by seed (3PO Fig 3).
-
-    As :func:`rescued_lost`, with 3PO's definition of a dead group: the ``n``
-    evaluation samples of a problem form one group, dead when all its rewards
-    are equal (all wrong or all correct: every GRPO advantage is 0). Seed
-    ``i`` of a run is compared with the reference's seed ``i``
-    (`rlvr_lib.eval.diagnostics.rescued_lost_groups`, ``criterion=
-    "zero_advantage"``: rescued = dead under the reference, alive under the
-    run; lost = the reverse), and counts are averaged over the
-    ``min(S_run, S_ref)`` pairs. The yardstick rows are :func:`rescued_lost`'s:
-    the reference against itself (seed ``i`` vs ``i + 1``) and two sampling
-    seeds of ``null``.
+    """Zero-advantage groups rescued and lost against a reference run, seed by seed (3PO Fig 3), as
+    :func:`rescued_lost`.
 
     Returns:
-        ``pandas.DataFrame`` indexed by run with ``pairs``, ``dead_ref``,
-        ``dead``, ``rescued``, ``lost``, ``net`` (means over pairs).
+        ``pandas.DataFrame`` by run: ``pairs``, ``dead_ref``, ``dead``, ``rescued``, ``lost``, ``net``.
 
     Raises:
-        ValueError: on no records, a missing family, evaluations on different
-            problems, or a ``null`` with fewer than two evaluations.
+        ValueError: on no records, a missing family, different problems, or a ``null`` with < 2 evaluations.
     """
     import pandas as pd
 
@@ -559,19 +422,12 @@ def zero_advantage_rescued_lost(runs: Mapping[str, Sequence[Any]], reference: Se
 
 
 def train_outcome_rates(records: Sequence[Any], last: Optional[int] = None) -> dict[str, np.ndarray]:
-    """Per seed, the training rollouts' outcome rates: correct, malformed ("degenerate") and incorrect (3PO Fig 3).
-
-    From each logged step's ``accuracy`` (a_t) and ``malformed_rate`` (m_t)::
+    """Per seed, the training rollouts' outcome rates (3PO Fig 3), over the last ``last`` steps logging both::
 
         correct = mean_t a_t,  malformed = mean_t m_t,  incorrect = mean_t (1 - a_t - m_t)
 
-    over the last ``last`` steps that logged both (all of them when ``None``).
-    Every method logs the two rates, so ``incorrect`` (well-formed but wrong;
-    grading time-outs, reward 0, fall here too) is available for runs that do
-    not log an ``incorrect_rate`` of their own.
-
     Returns:
-        ``{"correct": (S,), "malformed": (S,), "incorrect": (S,)}`` float arrays.
+        ``{"correct": (S,), "malformed": (S,), "incorrect": (S,)}``.
 
     Raises:
         ValueError: on no records, a bad ``last``, or a run with no step logging both rates.

@@ -1,25 +1,16 @@
 """Check committed numbers: recompute a seeded sample of committed runs at HEAD and compare.
 
-Runs are cached by their config (`rlvr_lib.study.runs.cached_run`), so a change to the loop that keeps a
-config's hash reuses records made by older code, and `make reproduce` on a fresh clone recomputes nothing.
-`verify` draws a few committed full-profile runs per notebook (a seeded draw, printed, so anyone can repeat
-it), retrains and re-evaluates each from its stored config with the code at HEAD into a scratch folder
-(never ``results/``), and compares the recomputed record with the committed one:
+`verify` draws a few committed full-profile runs per notebook (a seeded, printed draw), retrains and
+re-evaluates each from its stored config at HEAD into a scratch folder (never ``results/``), and compares:
 
-* **same processor model** as the record's: bit for bit -- the training history (wall-clock timings left
-  out), the final evaluation and every extra evaluation must be equal;
-* **another processor model**: float rounding differs, so a 200-step run follows another trajectory (the
-  same GRPO run ends at pass@1 .531 on one and .542 on another). Each metric ``m`` of the final (and extra)
-  evaluations' average must then lie within ``1.96 * sqrt(2) * sd_m`` of the record's, where ``sd_m`` is the
-  seed-to-seed standard deviation of ``m`` over the committed seeds of the same arm: the 95% range of the
-  difference between two independent seeds. An arm with one committed seed has no such spread and its
-  runs are reported as unverifiable on another processor.
+* **same processor model**: bit for bit -- history (timings left out), final and extra evaluations equal;
+* **another processor model**: each metric ``m`` of the evaluations' average within ``1.96 * sqrt(2) * sd_m``
+  of the record's, ``sd_m`` the seed-to-seed standard deviation over the arm's committed seeds (unverifiable
+  with one seed).
 
-Only the two kinds of records the notebooks' tables are made of are drawn: trained runs
-(`rlvr_lib.study.pipeline.train_and_evaluate`, a config with ``"train"``) and base-policy evaluations
-(`rlvr_lib.study.pipeline.evaluate_base`, a config with ``"policy"``), of the shipped policy and testbed.
-The summary (date, commit, seed, every comparison) is written to ``results/verification.json``, which the
-report renders under README's results.
+Only trained runs (config with ``"train"``) and base-policy evaluations (``"policy"``) are drawn. The summary is
+written to ``results/verification.json``, rendered under README's results. Why: docs/study/reproduce.md
+("Verifying committed numbers").
 """
 
 from __future__ import annotations
@@ -55,10 +46,9 @@ def _kind(record: RunRecord) -> str | None:
 
 
 def verifiable_records(root: str | Path | None = None) -> dict[str, list[RunRecord]]:
-    """The records `verify` can recompute, by notebook: each notebook's own trained runs and base evaluations on
-    the shipped testbed, of the shipped policy or of a named policy built here (the second model size); not the
-    rows it shares from another notebook (those are drawn there).
-    `rlvr_lib.study.provenance.table_records` lists every record a table reads, shared rows included."""
+    """The records `verify` can recompute, by notebook: its own trained runs and base evaluations on the shipped
+    testbed (shipped or named policy), not rows shared from another notebook.
+    """
     shipped, version = current_testbed()
     policies = {shipped, *named_policy_shas()}  # the second model size's runs too, where it is built
     return {notebook: [r for r in load_runs(experiment, root) if _kind(r) and measured_on(r)[1] == version
@@ -67,10 +57,7 @@ def verifiable_records(root: str | Path | None = None) -> dict[str, list[RunReco
 
 
 def draw_sample(by_notebook: Mapping[str, Sequence[RunRecord]], per_notebook: int, seed: int) -> list[RunRecord]:
-    """``per_notebook`` records of each notebook (all of them when it has fewer), drawn with ``seed``.
-
-    The draw depends only on the seed and the sorted run ids, so it is the same on every machine.
-    """
+    """``per_notebook`` records of each notebook (all when fewer), drawn with ``seed`` from the sorted run ids."""
     if per_notebook < 1:
         raise invalid("sample", per_notebook, "a count >= 1 of runs per notebook")
     rng = random.Random(seed)
@@ -145,10 +132,7 @@ def _first_difference(a: Any, b: Any, path: str = "") -> str | None:
 
 
 def seed_tolerances(record: RunRecord, root: str | Path | None = None) -> dict[str, dict[str, float]] | None:
-    """Per evaluation and metric, ``TOLERANCE_Z x`` the sd over the committed seeds of ``record``'s arm.
-
-    Returns ``None`` when the arm (same experiment, name and config but the seed) has fewer than 2 seeds.
-    """
+    """Per evaluation and metric, ``TOLERANCE_Z x`` the sd over ``record``'s arm's committed seeds (None below 2)."""
     def same_arm(r: RunRecord) -> bool:
         strip = lambda c: {k: ({kk: vv for kk, vv in v.items() if kk != "seed"} if isinstance(v, dict) else v)  # noqa: E731
                            for k, v in c.items()}
@@ -205,17 +189,12 @@ def verify(per_notebook: int = 1, seed: int = 0, *, root: str | Path | None = No
     """Recompute `draw_sample`'s runs at HEAD into ``scratch`` and compare each with its record.
 
     Args:
-        per_notebook: Runs drawn per notebook.
-        seed: The draw's seed (printed and stored, so the draw can be repeated).
-        root: Results root of the committed records (default ``results/``).
-        scratch: Where the recomputed runs go (default ``<repo>/.verify/``, git-ignored; an interrupted
-            verification resumes there). Never the results root.
+        scratch: Where the recomputed runs go (default ``<repo>/.verify/``, resumable); never the results root.
         write: Store the summary as ``<root>/verification.json``.
 
     Returns:
-        The summary: ``date``, ``commit``, ``processor``, ``seed``, ``per_notebook``, ``runs`` (one dict per
-        drawn run: notebook, experiment, run_id, its processor, the comparison) and ``matches`` /
-        ``mismatches`` / ``unverifiable`` counts.
+        ``date``, ``commit``, ``processor``, ``seed``, ``per_notebook``, ``runs`` (one dict per drawn run) and
+        ``matches`` / ``mismatches`` / ``unverifiable`` counts.
     """
     root = results_root(root)
     scratch = Path(scratch) if scratch is not None else root.parent / ".verify"

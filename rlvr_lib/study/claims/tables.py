@@ -1,17 +1,13 @@
 """Claims tables: each paper claim's verdict at our scale, from its 95% interval.
 
-:func:`claims_table` builds a notebook's table from its rows (the pre-registered rows of
-:mod:`rlvr_lib.study.claims` with the notebook's measurements), :func:`verdict` reads one row's interval
-against its threshold, :func:`min_effect` is the minimum-effect rule; :func:`measurements_table` and
+:func:`claims_table` builds a notebook's table from its pre-registered rows, :func:`verdict` reads one row's
+interval against its threshold, :func:`min_effect` is the minimum-effect rule; :func:`measurements_table` and
 :func:`instrument_checks` hold the rows that are not paper claims; :func:`claims_summary` writes the markdown a
-notebook opens its results with and :func:`find_claims_headline` / :func:`find_claims_counts` read it back for
-README's scorecard (:mod:`rlvr_lib.study.report`). Moved here from the run-cache module.
+notebook opens with, read back by :func:`find_claims_headline` / :func:`find_claims_counts` for README.
 
-Every row names its regime and the premise it needs (the rule is in :mod:`rlvr_lib.study.claims`):
-a row whose premise is measured absent on its regime (`rlvr_lib.study.regime_premises.premise_status`) gets
-:data:`PREMISE_ABSENT` instead of its interval's verdict, which stays beside it (``verdict_if_premise``) with the
-premise's measurement (``premise``); headlines and the scorecard count it apart. Headlines written before it (four
-verdicts, in executed notebooks not re-run since) are still read.
+A row whose premise is measured absent on its regime gets :data:`PREMISE_ABSENT` instead of its interval's
+verdict (kept in ``verdict_if_premise``); headlines and the scorecard count it apart. Rules:
+docs/study/claims.md.
 """
 
 from __future__ import annotations
@@ -120,9 +116,7 @@ _MEASUREMENT_KEYS = frozenset({"id", "measurement", "ours", "expect", "than", "m
 
 def _premise(where: str, row: Mapping[str, Any],
              regimes: Optional[Mapping[str, Any]]) -> tuple[str, Optional[bool], str]:
-    """(regime, present, shown) of a row: its ``regime`` and ``premise`` checked, the premise's status on the
-    regime (`rlvr_lib.study.regime_premises.premise_status`: True, False or None when not measured yet) and the text of
-    the ``premise`` column: the premise, its status and its measurement."""
+    """(regime, present, shown) of a row: its premise's status on its regime (True, False, None) and its text."""
     from rlvr_lib.study.regime_premises import PREMISES, premise_status
     from rlvr_lib.tasks.discovery import REGIMES
 
@@ -141,13 +135,7 @@ def _premise(where: str, row: Mapping[str, Any],
 
 @functools.lru_cache(maxsize=1)
 def _claims_table_class():
-    """``ClaimsTable``: a ``pandas.DataFrame`` whose notebook/console display never shortens cells.
-
-    pandas cuts cells to ``display.max_colwidth`` (50) characters in
-    ``repr`` and in notebooks' HTML, which hid the end of long claims; this
-    subclass shows every cell (and every column) whole whatever the options. Built on first use so
-    importing this module does not import pandas.
-    """
+    """``ClaimsTable``: a ``pandas.DataFrame`` whose display never shortens cells (built on first use)."""
     import pandas as pd
 
     class ClaimsTable(pd.DataFrame):
@@ -193,16 +181,13 @@ def _interval(where: str, ours: Any, bounds: Any = None, aggregate: Optional[Cal
 def verdict(agg: Mapping[str, Any], expect: str, than: float = 0.0, margin: Optional[float] = None) -> str:
     """The verdict of one test: ``"reproduced"``, ``"contradicted"`` or ``"unresolved"``.
 
-    One-sided (``expect`` ``">"``; ``"<"`` mirrored): reproduced when the whole interval lies beyond ``than``
-    (``ci_low > than``), contradicted when the whole interval lies on the other side (``ci_high < than``),
-    unresolved when it touches or straddles ``than``. Equivalence (``expect="within"``): reproduced when the
-    whole interval lies strictly inside ``(than - margin, than + margin)``, contradicted when it lies wholly
-    outside that band (entirely above or entirely below it), unresolved otherwise. A measurement without an
-    interval (:func:`has_interval` false: one seed, no problems resampled) is always unresolved.
+    ``">"`` (``"<"`` mirrored): reproduced when ``ci_low > than``, contradicted when ``ci_high < than``.
+    ``"within"``: reproduced when the interval lies inside ``(than - margin, than + margin)``, contradicted when
+    wholly outside. Unresolved otherwise, and always without an interval.
 
     Raises:
-        ValueError: on an ``expect`` not in :data:`EXPECTS`, a non-finite ``than``, or a ``within`` test
-            without a positive ``margin``.
+        ValueError: on an ``expect`` not in :data:`EXPECTS`, a non-finite ``than``, or ``within`` without a positive
+            ``margin``.
     """
     check_choice("expect", expect, EXPECTS)
     than = check_range("than", than)
@@ -235,16 +220,13 @@ def _paper_effect(where: str, effect: Any) -> tuple[str, Optional[tuple[str, flo
 
 
 def min_effect(paper_from: float, paper_to: float, level: float) -> Optional[float]:
-    """The minimum effect a claim must show, from the paper's effect (the rule written once).
+    """The minimum effect a claim must show, from the paper's effect.
 
-    The paper's relative change ``rel = (paper_to - paper_from) / |paper_from|``. When it is large
-    (``|rel| >= LARGE_EFFECT``, 20%) the claim needs at least a quarter of it (``EFFECT_FRACTION``) relative
-    to our comparator's level: ``EFFECT_FRACTION * rel * |level|`` (signed like the paper's change), where
-    ``level`` is our measured value of the side the paper's ``from`` stands for (e.g. our base policy's pass@1
-    for "base -> method"). A small paper effect sets no minimum (None): 0 stays the threshold.
+    ``rel = (paper_to - paper_from) / |paper_from|``; when ``|rel| >= LARGE_EFFECT`` the minimum is
+    ``EFFECT_FRACTION * rel * |level|`` (``level``: our value of the paper's ``from`` side), else None.
 
     Raises:
-        ValueError: when ``paper_from`` is 0 (no relative change) or a value is not finite.
+        ValueError: when ``paper_from`` is 0 or a value is not finite.
     """
     for name, v in (("paper_from", paper_from), ("paper_to", paper_to), ("level", level)):
         check_range(name, v)
@@ -279,13 +261,7 @@ def _threshold(where: str, expect: str, than: float, effect: Optional[tuple], le
 
 def _check_rows(kind: str, rows: Sequence[Mapping[str, Any]], ids_key: str = "id",
                 aggregate: Optional[Callable[..., Mapping[str, Any]]] = None) -> None:
-    """Ids unique; no measurement tested by two one-sided rows of opposite sides.
-
-    The rule for two-sided claims: a claim that a value stays near another ("matches", "no gain", "keeps") is
-    one row with ``expect="within"`` and a ``margin``. Two one-sided rows with opposite ``expect`` on the same
-    measurement (equal mean and interval) are its two halves, each of which holds whenever the value is far
-    off on the other side, so the table refuses them; so it does two rows with the same ``id``.
-    """
+    """Ids unique; no measurement tested by two one-sided rows of opposite sides (use one ``"within"`` row)."""
     seen: dict[str, int] = {}
     sides: dict[tuple, tuple[int, str]] = {}
     for i, row in enumerate(rows):
@@ -344,46 +320,17 @@ def claims_table(
 ):
     """Builds a notebook's claims table: each paper claim's verdict at our scale.
 
-    Each row is a mapping with:
-        ``id`` (str): the claim's id, unique in the table (the pre-registered rows of
-            :mod:`rlvr_lib.study.claims` carry it).
-        ``claim`` (str): the paper's claim in words; ``source``: the paper (one of :data:`PAPER_NAMES`);
-            ``paper``: where the paper states it (table, figure, text).
-        ``paper_effect``: the paper's effect as ``(metric, from, to)``, e.g. ``("pass@1", .227, .266)`` with
-            ``from`` the comparator's number, or a str when the paper gives no number.
-        ``ours``: the measurement of ``claim``'s quantity (usually a difference): an interval dict (from
-            :mod:`rlvr_lib.study.stats`, e.g. ``aggregate_seeds``), per-seed values (aggregated by
-            ``bootstrap_ci`` with the row's ``bounds``, or ``aggregate``), or one number (no interval).
-        ``expect``: ``">"`` / ``"<"`` with ``than`` (default 0), or ``"within"`` with ``margin`` (> 0): an
-            equivalence claim ("matches", "no gain", "keeps", "stable"), see :func:`verdict`. Two one-sided
-            rows on one measurement with opposite sides are refused (:func:`_check_rows`).
-        ``level`` (number): our value of the side the paper's ``from`` stands for; required when the paper's
-            effect is large, whose minimum effect (:func:`min_effect`) then replaces ``than`` when stricter;
-            also gives ``our_effect`` (our relative change, ``mean / level``).
-        ``against``: what the row compares with, one of :data:`AGAINST`. Rows against ``base``, a fixed
-            ``threshold`` or a weaker ``baseline`` need ``reference``: the same test on GRPO (an interval dict;
-            shown with its verdict), or a str saying why there is none (e.g. the row is GRPO's own). A row
-            reproduced whose reference is also reproduced is ``not specific``: any RL run passes it.
-        ``bounds`` (optional): see ``ours``.
-        ``regime``: the regime the row is measured on (`rlvr_lib.tasks.discovery.REGIMES`); ``premise``: the
-            premise it needs (`rlvr_lib.study.regime_premises.PREMISES`); both required.
-    Any other keys (e.g. ``note``, ``changed``) become extra columns. ``regimes``: the regimes' measurements
-    `rlvr_lib.study.regime_premises.premise_status` reads (default: `rlvr_lib.study.regime_premises.load_regimes`).
+    Each row: ``id``, ``claim``, ``source`` (one of :data:`PAPER_NAMES`), ``paper``, ``paper_effect``
+    (``(metric, from, to)`` or a str), ``ours`` (an interval dict, per-seed values or a number), ``expect``
+    (``">"`` / ``"<"`` with ``than``, or ``"within"`` with ``margin``), ``level`` (required for a large paper effect:
+    :func:`min_effect`), ``against`` (one of :data:`AGAINST`) with ``reference`` where required, optional
+    ``bounds``, and ``regime`` and ``premise``; other keys become extra columns. Field rules: docs/study/claims.md.
 
     Returns:
-        A ``ClaimsTable`` (a ``pandas.DataFrame`` that shows cells whole) with :data:`CLAIMS_COLUMNS`, then the
-        extra columns. ``threshold`` shows the tested side (``"> 0.010"``, ``"within 0 +- 0.010"``, with
-        ``(min effect)`` when :func:`min_effect` set it); ``verdict`` is one of :data:`VERDICTS`:
-        :data:`PREMISE_ABSENT` when the row's premise is measured absent on its regime, else the interval's
-        verdict, which ``verdict_if_premise`` always shows; ``premise`` the premise with its measurement
-        ("premise not measured" while it is not: the interval's verdict stands).
+        A ``ClaimsTable`` with :data:`CLAIMS_COLUMNS`, then the extra columns; ``verdict`` one of :data:`VERDICTS`.
 
     Raises:
-        ValueError: naming the row, the field, its value and what is allowed: a missing field, a bad
-            ``expect``/``than``/``margin``/``source``/``against``/``paper_effect``, a large paper effect
-            without ``level``, a paper change against ``expect``'s side, a row given ``holds`` (instrument
-            checks go to :func:`instrument_checks`), a missing ``reference``, duplicate ids, or the one-sided
-            halves of a two-sided claim.
+        ValueError: naming the row, the field, its value and what is allowed.
     """
     _check_rows("claims_table", rows, aggregate=aggregate)
     if regimes is None:  # read once for the table, not once per row
@@ -443,12 +390,8 @@ def measurements_table(
 ):
     """Additional measurements: tests no paper states, with verdicts but never counted.
 
-    Rows as in :func:`claims_table` with ``measurement`` (the repository's own reading, in words) instead of
-    ``claim``, and no ``source``, ``paper``, ``paper_effect``, ``against``, ``reference`` or ``level``; ``regime``
-    and ``premise`` are required and read as there (:data:`PREMISE_ABSENT`).
-
-    Returns:
-        A ``ClaimsTable`` with :data:`MEASUREMENT_COLUMNS` then the extra keys.
+    Rows as :func:`claims_table`'s with ``measurement`` instead of ``claim`` and no paper fields; ``regime`` and
+    ``premise`` required. Returns a ``ClaimsTable`` with :data:`MEASUREMENT_COLUMNS` then the extra keys.
     """
     _check_rows("measurements_table", rows, aggregate=aggregate)
     if regimes is None:  # read once for the table, not once per row
@@ -473,11 +416,9 @@ def measurements_table(
 
 
 def instrument_checks(rows: Sequence[Mapping[str, Any]]):
-    """Instrument checks: rows that cannot fail by construction, measurements of the
-    instrument and identity checks, shown with whether they pass; never counted among paper claims.
+    """Instrument checks (rows that cannot fail by construction), never counted among paper claims.
 
-    Each row: ``id``, ``check`` (in words), ``kind`` (one of :data:`CHECK_KINDS`), ``value`` (what was
-    measured: a number, an interval dict or a str) and ``passes`` (bool).
+    Each row: ``id``, ``check``, ``kind`` (one of :data:`CHECK_KINDS`), ``value`` and ``passes`` (bool).
     """
     out = []
     seen = set()
@@ -506,11 +447,9 @@ def verdict_counts(table) -> dict[str, int]:
 
 
 def claims_headline(counts: Mapping[str, int]) -> str:
-    """The count :func:`claims_summary` opens with, e.g.
-    ``"3 reproduced, 1 contradicted, 5 unresolved, 2 not specific, 4 premise absent of 15 claims"``.
-
-    Counts without a :data:`PREMISE_ABSENT` key (read back from a headline written before premises were checked, which
-    had no such verdict) give the four-verdict headline they came from."""
+    """The count :func:`claims_summary` opens with, e.g. ``"3 reproduced, 1 contradicted, 5 unresolved, 2 not
+    specific, 4 premise absent of 15 claims"`` (the four-verdict form without a :data:`PREMISE_ABSENT` key).
+    """
     shown = VERDICTS if PREMISE_ABSENT in counts else TESTED
     n = sum(int(counts.get(v, 0)) for v in shown)
     return ", ".join(f"{int(counts.get(v, 0))} {v}" for v in shown) + f" of {n} claims"
@@ -536,9 +475,7 @@ def find_claims_headline(text: str) -> str | None:
 
 
 def find_claims_counts(text: str) -> dict[str, dict[str, int]]:
-    """Per paper, the verdict counts of every :func:`claims_summary` in ``text``, summed (the scorecard's data,
-    read from the machine-readable comment each summary carries; one written before premises were checked counts no
-    :data:`PREMISE_ABSENT`)."""
+    """Per paper, the verdict counts of every :func:`claims_summary` in ``text``, summed (hidden comments)."""
     totals: dict[str, dict[str, int]] = {}
     for blob in _SCORECARD.findall(text):
         for paper, counts in json.loads(blob).items():
@@ -560,10 +497,7 @@ OPENING_TAG = "claims-opening"
 
 
 def opening_summary(outputs: str) -> str | None:
-    """What an executed notebook opens with: each claims table's headline (the first line of
-    :func:`claims_summary`) and its reading (:func:`claims_reading`, with what the testbed cannot say), copied in
-    order from the notebook's own outputs (``outputs``: :func:`notebook_outputs`); None for a notebook with no
-    claims table."""
+    """Each claims table's headline and :func:`claims_reading`, from a notebook's ``outputs``; None without one."""
     parts = []
     for block in outputs.split("\n"):
         if _CLAIMS_HEADLINE.match(block) or block.startswith(("**Reading.**", "**What the testbed cannot say.**")):
@@ -601,12 +535,8 @@ def _regimes_line(table) -> str:
 def claims_summary(table) -> str:
     """A markdown summary of a claims table, for the top of a notebook's results.
 
-    One line counting the five verdicts (the headline README quotes), a hidden comment with the counts per
-    paper (read by :func:`find_claims_counts` for README's scorecard), the chance count (how many
-    ``reproduced`` the rows whose premise is not absent would give at the one-sided 2.5% level if every effect
-    sat on its threshold), the rows' regimes and premises, then one bullet per claim: its verdict, our number and
-    threshold, the paper's effect, GRPO's reference, its regime and premise (for ``premise absent``, with the
-    verdict its interval would have had).
+    The headline, a hidden comment with the counts per paper, the chance count, the rows' regimes and premises, then
+    one bullet per claim (docs/study/claims.md).
     """
     counts = verdict_counts(table)
     per_paper: dict[str, dict[str, int]] = {}
@@ -638,14 +568,7 @@ TESTBED_LIMITS = ("The testbed is a 0.62M-parameter policy pretrained here on pr
 
 
 def claims_reading(table, limits: str) -> str:
-    """A short reading of a claims table in words, for the top of a notebook's results.
-
-    Built from the table alone, so it cannot drift from the numbers: the regimes the rows are measured on, per
-    verdict the claims it holds, the contradicted ones with our value beside the paper's effect (where the testbed
-    disagrees with the paper), the rows whose premise is absent with the premise's measurement and what their
-    intervals alone would read, then what the testbed cannot say: :data:`TESTBED_LIMITS` and the notebook's
-    ``limits`` (`rlvr_lib.study.claims.Registry.limits`).
-    """
+    """A short reading of a claims table in words, built from the table alone (docs/study/claims.md)."""
     check(isinstance(limits, str) and limits.strip(), "limits", limits,
           "the notebook's own words on what the testbed cannot say (Registry.limits)")
     groups = {v: [row for _, row in table.iterrows() if row["verdict"] == v] for v in VERDICTS}

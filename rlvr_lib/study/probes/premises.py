@@ -1,22 +1,16 @@
 """The premises of the four methods, measured on a policy before any method runs (reported, not gates).
 
-1. NudgeRL (arXiv 2605.15726, Fig 1) -- :func:`single_strategy_share`: expected share of problems on which
-   ``k = 8`` naive samples all show one strategy (exact, hypergeometric, from per-problem strategy counts).
-2. 3PO (arXiv 2608.09805, Fig 1) -- :func:`branch_flip_by_ess`: per ESS, the share of prompts whose top token at
-   the branch (first completion token) changes under ``w = m + sigma(ESS) z``; :func:`ess_by_flip_rule` (largest
-   ESS with 5-20% flips), :func:`noisy_rollout_quality` and :func:`ess_by_noise_rule` (the branch moves while the
-   policy holds; picks 3PO's training ESS).
-3. SAGE (arXiv 2605.18864) -- :func:`branch_entropy_percentiles`: percentiles of the token entropies of the
-   policy's own completions (the 90th is the rule behind SAGE's testbed tau), branch token against the rest.
+1. NudgeRL (arXiv 2605.15726, Fig 1) -- :func:`single_strategy_share`: share of problems on which ``k = 8``
+   naive samples all show one strategy (exact, hypergeometric).
+2. 3PO (arXiv 2608.09805, Fig 1) -- :func:`branch_flip_by_ess`: per ESS, the share of prompts whose top branch
+   token changes under ``w = m + sigma(ESS) z``; :func:`ess_by_noise_rule` picks 3PO's training ESS.
+3. SAGE (arXiv 2605.18864) -- :func:`branch_entropy_percentiles`: token-entropy percentiles, branch vs rest.
 4. VIGOR (arXiv 2605.09920) -- :func:`vigor_spearman`: Spearman correlation of ``S = -sqrt(T) ||g||`` with
-   correctness, pooled and within problems, bootstrap intervals over problems.
+   correctness, pooled and within problems.
 
-:func:`measure_premises` samples once and returns all four as one JSON-ready dict (notebook 00). Departures:
-the testbed's strategy label stands in for NudgeRL's clusters of traces; 3PO's noise formula and VIGOR's
-truncated-to-minimum rule are restated here (:func:`ivon_initial_sigma`, :func:`truncated_to_problem_min`) so
-this module sits below `rlvr_lib.methods`.
-
-Why each premise matters and how each is measured: docs/study/premises.md.
+:func:`measure_premises` returns all four as one JSON-ready dict (notebook 00). Departures: the testbed's
+strategy label stands in for NudgeRL's clusters of traces; 3PO's noise formula and VIGOR's truncation rule are
+restated here so this module sits below `rlvr_lib.methods`. Details: docs/study/premises.md.
 """
 
 from __future__ import annotations
@@ -58,20 +52,13 @@ __all__ = [
 ]
 
 DEFAULT_ESS_GRID: tuple[float, ...] = (1e9, 3e8, 1e8, 3e7, 1e7, 3e6, 1e6, 3e5, 1e5)
-"""ESS values measured by :func:`measure_premises`: 1e9 (the authors') down to 1e5 in half decades.
-
-With IVON's initial noise (:func:`ivon_initial_sigma`, hess_init 1e-3, wd
-1e-6) this is sigma_0 from 1.0e-3 to 0.10 per weight; on the shipped tiny
-policy before the testbed's calibration for the four papers the first flips appeared near ESS 3e6 and the policy
-broke (a third of the strategy tokens' mass lost) near 4e5
-(`rlvr_lib.methods.threepo`'s docstring)."""
+"""ESS values measured by :func:`measure_premises`: 1e9 (the authors') down to 1e5 in half decades."""
 
 DEFAULT_FLIP_BAND: tuple[float, float] = (0.05, 0.20)
 """The band of :func:`ess_by_flip_rule`: 5% to 20% of prompts change their top strategy token."""
 
 MAX_NOISY_MALFORMED = 0.1
-""":func:`ess_by_noise_rule`: largest malformed rate of rollouts at a weight sample (the static
-calibration's ``malformed_t1`` bound)."""
+""":func:`ess_by_noise_rule`: largest malformed rate of rollouts at a weight sample."""
 MIN_NOISY_ACCURACY_RATIO = 0.9
 """:func:`ess_by_noise_rule`: least accuracy of rollouts at a weight sample, as a share of the mean weights'."""
 
@@ -106,32 +93,19 @@ def _strategy_count_matrix(strategy_counts: Mapping[str, Sequence[int]]) -> tupl
 def single_strategy_probs(strategy_counts: Mapping[str, Sequence[int]], k: int = 8) -> np.ndarray:
     """Per problem, the probability that ``k`` of its samples all show one strategy: ``(P,)`` float64.
 
-    Problem ``p`` has ``n_p = sum_s c_{s,p}`` samples, ``c_{s,p}`` of them with
-    strategy ``s`` (``"none"``: no strategy parsed). Draw ``k`` of them without
-    replacement (uniformly, as ``k`` naive samples of the policy would be); all
-    ``k`` show the same strategy with probability (hypergeometric)::
+    Hypergeometric, ``c_{s,p}`` samples of strategy ``s`` among ``n_p = sum_s c_{s,p}`` (``"none"`` counts in
+    ``n_p`` only)::
 
         q_p = sum_{s != "none"} C(c_{s,p}, k) / C(n_p, k)
 
-    An unparsed sample shows no strategy, so a draw containing one does not
-    count as single-strategy (the ``"none"`` count enters ``n_p`` only).
-
-    ``C(c, k) / C(n, k)`` is the unbiased estimator of ``pi_s^k`` from ``n``
-    samples (the binomial's k-th factorial moment is ``n (n-1) .. (n-k+1) pi^k``),
-    so ``q_p`` estimates without bias the probability that ``k`` fresh
-    samples of the policy all show one strategy, ``sum_s pi_{s,p}^k``, as the
-    unbiased pass@k estimator does for pass@k; ``n > k`` samples only lower
-    its variance.
+    an unbiased estimate of ``sum_s pi_{s,p}^k`` (docs/study/premises.md).
 
     Args:
-        strategy_counts: ``{strategy: [count per problem]}``, the format
-            `rlvr_lib.eval.policy_eval.evaluate_policy` stores per family
-            (``"strategy_counts"``), ``"none"`` included.
+        strategy_counts: ``{strategy: [count per problem]}`` as `evaluate_policy` stores it, ``"none"`` included.
         k: Samples drawn, ``1 <= k <= n_p`` for every problem.
 
     Raises:
-        ValueError: on an empty or ragged mapping, a negative or non-integer
-            count, or ``k`` larger than some problem's number of samples.
+        ValueError: on an empty or ragged mapping, a bad count, or ``k`` above some ``n_p``.
     """
     labels, counts = _strategy_count_matrix(strategy_counts)
     k = check_int("k", k, 1)
@@ -147,18 +121,9 @@ def single_strategy_probs(strategy_counts: Mapping[str, Sequence[int]], k: int =
 
 
 def single_strategy_share(strategy_counts: Mapping[str, Sequence[int]], k: int = 8) -> float:
-    """NudgeRL's premise: expected share of problems where ``k`` naive samples show one strategy.
+    """NudgeRL's premise (Fig 1): expected share of problems where ``k`` naive samples show one strategy.
 
-    The mean over problems of :func:`single_strategy_probs`::
-
-        share = (1 / P) sum_p sum_{s != "none"} C(c_{s,p}, k) / C(n_p, k)
-
-    (NudgeRL Fig 1: naive sampling gives one reasoning mode on > 75% of
-    problems; here a strategy label stands for a mode, and an unparsed sample
-    shows no strategy.)
-
-    Raises:
-        ValueError: as :func:`single_strategy_probs`.
+        share = (1 / P) sum_p sum_{s != "none"} C(c_{s,p}, k) / C(n_p, k)      (mean of :func:`single_strategy_probs`)
     """
     return float(single_strategy_probs(strategy_counts, k).mean())
 
@@ -167,14 +132,8 @@ def single_strategy_share(strategy_counts: Mapping[str, Sequence[int]], k: int =
 def ivon_initial_sigma(ess: float, hess_init: float = 1e-3, weight_decay: float = 1e-6) -> float:
     """IVON's initial per-weight noise std at effective sample size ``ess``: ``1 / sqrt(ess * (h0 + wd))``.
 
-    3PO samples ``theta_hat = m + sigma z`` with ``sigma = 1 / sqrt(lambda (h + delta))``
-    (lambda the ESS, h IVON's Hessian estimate, initially ``hess_init``, delta
-    the weight decay; arXiv 2608.09805). The same formula as
-    `rlvr_lib.methods.threepo.initial_sigma`; the defaults are the authors'
-    ``hess_init`` 1e-3 and weight decay 1e-6, which the 3PO presets keep.
-
-    Raises:
-        ValueError: on a non-positive ``ess`` or ``hess_init`` or a negative ``weight_decay``.
+    As `rlvr_lib.methods.threepo.initial_sigma` (arXiv 2608.09805); defaults are the authors' ``hess_init`` 1e-3
+    and weight decay 1e-6.
     """
     ess = check_range("ess", ess, 0.0, lo_open=True)
     hess_init = check_range("hess_init", hess_init, 0.0, lo_open=True)
@@ -213,26 +172,13 @@ def _check_shares(shares_by_ess: Mapping[float, float]) -> dict[float, float]:
 
 def ess_by_flip_rule(shares_by_ess: Mapping[float, float],
                      band: tuple[float, float] = DEFAULT_FLIP_BAND) -> float | None:
-    """The ESS at which 3PO's premise is reported, by a rule fixed before measuring.
+    """The ESS at which 3PO's premise is reported: the LARGEST measured ESS with ``band[0] <= share <= band[1]``.
 
-    Rule: among the measured ESS values whose flip share lies in the band,
-    ``band[0] <= share <= band[1]`` (default 5% to 20% of prompts change their
-    top strategy token under one weight sample, :func:`branch_flip_by_ess`'s
-    ``share``), the LARGEST ESS (the least noise that moves the branch by that
-    much); ``None`` when no measured ESS is in the band. The measured values
-    are fixed before measuring too: :data:`DEFAULT_ESS_GRID` plus the
-    bisections of :func:`next_flip_ess` (``refine`` in
-    :func:`branch_flip_by_ess`). Less noise is preferred because a large noise
-    moves the branch by breaking the policy (see ``mass`` in
-    :func:`branch_flip_by_ess`).
-
-    Args:
-        shares_by_ess: ``{ess: share}``, ESS > 0, shares in ``[0, 1]``.
-        band: ``(lo, hi)`` with ``0 <= lo <= hi <= 1``.
+    ``share`` as in :func:`branch_flip_by_ess`; ``None`` when no measured ESS is in the band. The rule and the
+    grid are fixed before measuring (docs/study/premises.md).
 
     Raises:
-        ValueError: on an empty mapping, an ESS <= 0, a share outside
-            ``[0, 1]`` (or NaN), or a bad band.
+        ValueError: on an empty mapping, an ESS <= 0, a share outside ``[0, 1]`` or NaN, or a bad band.
     """
     lo, hi = _check_band(band)
     inside = [ess for ess, share in _check_shares(shares_by_ess).items() if lo <= share <= hi]
@@ -245,39 +191,19 @@ def ess_by_noise_rule(flips: Mapping[str, Any], quality: Mapping[str, Any],
                       min_accuracy_ratio: float = MIN_NOISY_ACCURACY_RATIO) -> dict[str, Any]:
     """3PO's training ESS on a policy: noise that moves the branch without breaking the policy.
 
-    An ESS *keeps the policy* when rollouts at its weight samples
-    (:func:`noisy_rollout_quality`) have
+    An ESS keeps the policy when its rollouts (:func:`noisy_rollout_quality`) have
 
         malformed_e <= max_malformed   and   accuracy_e >= min_accuracy_ratio * accuracy_mean
 
-    (the mean weights' accuracy on the same prompts). Then:
-
-    * the premise holds when some ESS both keeps the policy and has its flip
-      share in ``band`` (:func:`ess_by_flip_rule`'s band); the pick is the
-      largest such ESS (the least noise that moves the branch that much);
-    * otherwise the premise does not hold on this policy at any measured ESS,
-      and the pick is the SMALLEST ESS that keeps the policy (the most noise it
-      tolerates; on a grid, the next larger ESS broke it), so 3PO still trains
-      with as much exploration noise as the policy survives; ``None`` if no
-      measured ESS keeps it.
-
-    Why the flip rule alone is not enough (it broke the v7 policy): docs/study/premises.md.
-
-    Args:
-        flips: :func:`branch_flip_by_ess`'s result (``ess``, ``share``).
-        quality: :func:`noisy_rollout_quality`'s result on the same ESS values.
-        band: ``(lo, hi)`` flip-share band.
-        max_malformed: Bound on the malformed rate, in ``[0, 1]``.
-        min_accuracy_ratio: Bound on accuracy relative to the mean weights', in ``[0, 1]``.
+    The pick is the largest ESS that keeps the policy with its flip share in ``band`` (premise holds), else the
+    smallest ESS that keeps it (premise does not hold), else ``None``. Why: docs/study/premises.md.
 
     Returns:
-        ``{"chosen_ess", "premise_holds", "kept" (the ESS values that keep the
-        policy, largest first), "in_band" (those whose share is in the band),
-        "max_malformed", "min_accuracy_ratio", "rule"}``.
+        ``{"chosen_ess", "premise_holds", "kept" (largest first), "in_band", "max_malformed",
+        "min_accuracy_ratio", "rule"}``.
 
     Raises:
-        ValueError: on bounds outside ``[0, 1]``, a bad band, or ``quality``
-            not measured at every ESS of ``flips``.
+        ValueError: on bounds outside ``[0, 1]``, a bad band, or ``quality`` missing an ESS of ``flips``.
     """
     lo, hi = _check_band(band)
     max_malformed = check_range("max_malformed", max_malformed, 0.0, 1.0)
@@ -305,31 +231,17 @@ def noisy_rollout_quality(model, tokenizer, problems: Sequence, ess_values: Sequ
                           batch_size: int = 256) -> dict[str, Any]:
     """Accuracy and malformed rate of rollouts at weight samples, per ESS (what a B3PO group trains on).
 
-    For each ESS ``e`` and weight samples ``n = 1..N`` (``m + sigma_e eps_n``,
-    `weight_sample`; ``eps_n`` from ``torch.Generator().manual_seed(seed)`` in
-    order, the same draws as :func:`branch_flip_by_ess` with the same seed),
-    one completion per problem is sampled at sample ``n`` (sampling seed
-    ``seed + n``) and verified:
+    One completion per problem at each weight sample ``m + sigma_e eps_n`` (``eps_n`` as in
+    :func:`branch_flip_by_ess` with the same seed; sampling seed ``seed + n``)::
 
         accuracy_e  = mean_{n,p} 1[verdict_{n,p} = correct]
         malformed_e = mean_{n,p} 1[verdict_{n,p} = malformed]
 
-    and the same at the mean weights (``accuracy_mean``, ``malformed_mean``;
-    the same sampling seeds, no noise). The weights are restored exactly.
-
-    Args:
-        model, tokenizer: The policy.
-        problems: Problems with a ``prompt`` (``P`` of them).
-        ess_values: ESS values (> 0, distinct).
-        sigma_of_ess: ``ess -> sigma``.
-        verify: ``(problem, completion) -> Verdict`` (the task's verifier).
-        samples: ``N`` weight samples per ESS.
-        seed, temperature, max_new_tokens, batch_size: Noise and sampling.
+    and the same at the mean weights; the weights are restored exactly.
 
     Returns:
-        ``{"ess", "sigma", "accuracy", "malformed"}`` (lists aligned, largest
-        ESS first), ``"accuracy_mean"``, ``"malformed_mean"``, ``"samples"``,
-        ``"n_problems"``, ``"seed"``.
+        ``{"ess", "sigma", "accuracy", "malformed"}`` (largest ESS first), ``"accuracy_mean"``,
+        ``"malformed_mean"``, ``"samples"``, ``"n_problems"``, ``"seed"``.
 
     Raises:
         ValueError: on a bad grid, no problems, or a bad ``samples`` / ``seed``.
@@ -371,17 +283,10 @@ def noisy_rollout_quality(model, tokenizer, problems: Sequence, ess_values: Sequ
 
 def next_flip_ess(shares_by_ess: Mapping[float, float],
                   band: tuple[float, float] = DEFAULT_FLIP_BAND) -> float | None:
-    """The ESS to measure next when no measured ESS is in the band: a geometric bisection of the bracket.
+    """The ESS to measure next when none is in the band: ``sqrt(e_{j-1} * e_j)`` (the midpoint in log ESS).
 
-    With the measured ESS sorted largest first, ``e_j`` the largest ESS whose
-    share is above the band (``> band[1]``) and ``e_{j-1}`` the next larger
-    measured ESS (its share below the band, since none is in it)::
-
-        next = sqrt(e_{j-1} * e_j)        (the midpoint in log ESS)
-
-    ``None`` when an ESS is already in the band (:func:`ess_by_flip_rule`
-    has its answer), when no share is above the band (the grid's noise never
-    moves the branch enough), or when the largest ESS is already above it.
+    ``e_j`` is the largest ESS with share above the band and ``e_{j-1}`` the next larger measured one; ``None`` when
+    an ESS is in the band or there is no such bracket.
 
     Raises:
         ValueError: as :func:`ess_by_flip_rule`.
@@ -405,55 +310,28 @@ def branch_flip_by_ess(model, tokenizer, prompts: Sequence[str], ess_grid: Seque
                        seed: int = 0, batch_size: int = 256) -> dict[str, Any]:
     """3PO's premise: per ESS, the share of prompts whose top strategy token changes under weight noise.
 
-    Reference: the mean weights' branch log-probs ``r_p = log_softmax(z_p)``
-    (`branch_logits`: the logits that predict the first completion token).
-    For each ESS ``e`` with ``sigma_e = sigma_of_ess(e)`` and weight samples
-    ``n = 1..N`` (``m + sigma_e eps_n``, `weight_sample`; ``eps_n`` from
-    ``torch.Generator().manual_seed(seed)`` in order, so every ESS scales the
-    SAME draws: common random numbers along the grid), with
-    ``changed_{n,p}`` = the top candidate differs (`order_changed`, ``k = 1``):
+    Against the mean weights' branch log-probs ``r_p = log_softmax(z_p)``, for weight samples ``m + sigma_e eps_n``
+    (the same ``eps_n`` for every ESS) and ``changed_{n,p}`` = the top candidate differs::
 
         share_e     = (1 / (N P)) sum_{n,p} changed_{n,p}
-                      (the share of prompts whose top strategy token changes
-                      under one weight sample, as a B3PO rollout group sees it)
-        share_any_e = (1 / P) sum_p max_n changed_{n,p}     (changed by any of the N samples)
+        share_any_e = (1 / P) sum_p max_n changed_{n,p}
         mass_e      = mean_{n,p} sum_{c in candidates} p^(n)_{p,c}
 
-    ``mass`` falling below the mean policy's (``mass_mean``) means the noise
-    "reorders" the branch by breaking the policy, not by moving it between
-    strategies. The model's weights are restored exactly after each sample.
-
-    After the grid, up to ``refine`` more ESS values are measured, each
-    :func:`next_flip_ess` of everything measured so far (stopping once an ESS
-    is in ``band`` or there is no bracket), so that a coarse grid whose
-    shares jump over the band still gives :func:`ess_by_flip_rule` an answer.
+    then up to ``refine`` bisections (:func:`next_flip_ess`). Weights are restored exactly. Details:
+    docs/study/premises.md.
 
     Args:
-        model, tokenizer: The policy.
         prompts: ``P`` prompt strings.
-        ess_grid: ESS values (> 0, distinct).
-        sigma_of_ess: ``ess -> sigma`` (default :func:`ivon_initial_sigma`
-            with the authors' ``hess_init`` and weight decay).
+        sigma_of_ess: ``ess -> sigma`` (default :func:`ivon_initial_sigma`).
         samples: ``N`` weight samples per ESS.
-        refine: Bisection steps after the grid (>= 0).
-        band: The band of :func:`ess_by_flip_rule` the bisection aims at.
-        tokens: Candidate token ids; default the first tokens of
-            ``strategies`` (`strategy_tokens`).
-        strategies: Strategy labels (default the arithmetic testbed's) when
-            ``tokens`` is None.
-        seed: Noise seed.
-        batch_size: Prompts per forward.
+        tokens: Candidate token ids (default the first tokens of ``strategies``).
 
     Returns:
-        ``{"ess", "sigma", "share", "share_any", "mass"}`` (lists aligned,
-        sorted by ESS, largest first: the grid and the refinements),
-        ``"refined"`` (the ESS values the bisection added, in order),
-        ``"mass_mean"``, ``"samples"``, ``"n_prompts"``, ``"tokens"``, ``"seed"``.
+        ``{"ess", "sigma", "share", "share_any", "mass"}`` (largest ESS first), ``"refined"``, ``"mass_mean"``,
+        ``"samples"``, ``"n_prompts"``, ``"tokens"``, ``"seed"``.
 
     Raises:
-        ValueError: on a bad grid, a ``sigma_of_ess`` value that is not a
-            finite number >= 0, or a bad ``samples`` / ``refine`` / ``band`` /
-            ``seed`` / ``tokens``.
+        ValueError: on a bad grid, a ``sigma_of_ess`` value not finite >= 0, or a bad setting.
     """
     grid = _check_ess_grid(ess_grid)
     if not callable(sigma_of_ess):
@@ -530,12 +408,8 @@ def completion_entropies(model, rollouts, *, temperature: float = 1.0,
                          batch_size: int = 256) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-token entropies of sampled completions, teacher-forced: ``(entropy (N, T) float64, mask (N, T) bool)``.
 
-    ``H_{i,t} = -sum_v p_v log p_v`` with ``p = softmax(z_{i,t} / temperature)``,
-    ``z_{i,t}`` the logits that predict completion token ``t`` of row ``i``
-    (`rlvr_lib.rollout.sequence_logprobs`, the computation the trainer hands
-    SAGE's branch guide), in eval mode, on the model's device; 0 on padding.
-    Column 0 is the branch token (the first completion token, the strategy
-    choice on the testbed).
+    ``H_{i,t} = -sum_v p_v log p_v`` with ``p = softmax(z_{i,t} / temperature)``; 0 on padding; column 0 is the
+    branch token.
     """
     from rlvr_lib.rollout import sequence_logprobs
 
@@ -568,30 +442,20 @@ def _key(q: float) -> str:
 def entropy_percentiles(entropy: Any, mask: Any, percentiles: Sequence[float] = (50, 90, 99)) -> dict[str, Any]:
     """Percentiles of token entropies and the entropy at the branch token vs the others (SAGE's tau).
 
-    Over the completion tokens ``{(i, t): mask_{i,t}}`` (``np.percentile``,
-    linear interpolation, as ``torch.quantile`` in
-    `rlvr_lib.methods.sage.calibrate_tau`, whose rule sets the testbed's tau
-    to the 90th percentile):
-
         all[pq]          = percentile_q {H_{i,t}}
-        branch[pq]       = percentile_q {H_{i,0}}          (first completion token)
+        branch[pq]       = percentile_q {H_{i,0}}
         branch_mean      = mean_i H_{i,0},   other_mean = mean_{t >= 1, mask} H_{i,t}
         branch_above[pq] = share of rows with H_{i,0} > all[pq]
-                           (how often the branch guide with tau = all[pq] fires at the branch)
 
     Args:
         entropy: ``(N, T)`` entropies (nats), finite on masked-in tokens.
         mask: ``(N, T)`` 0/1, a prefix of ones per row (every row >= 1 token).
-        percentiles: Levels in ``[0, 100]``.
 
     Returns:
-        ``{"all": {pq: ...}, "branch": {pq: ...}, "branch_above": {pq: ...},
-        "branch_mean", "other_mean" (None without other tokens), "n_tokens",
-        "n_branch", "percentiles"}``.
+        ``{"all", "branch", "branch_above", "branch_mean", "other_mean", "n_tokens", "n_branch", "percentiles"}``.
 
     Raises:
-        ValueError: on shapes that differ or are not 2-D, a row without
-            tokens, a non-finite entropy where the mask is 1, or a bad percentile.
+        ValueError: on bad shapes, a row without tokens, a non-finite masked-in entropy, or a bad percentile.
     """
     ent = np.asarray(entropy.detach().cpu() if hasattr(entropy, "detach") else entropy, dtype=np.float64)
     m = np.asarray(mask.detach().cpu() if hasattr(mask, "detach") else mask).astype(bool)
@@ -625,18 +489,11 @@ def branch_entropy_percentiles(model, tokenizer, prompts: Sequence[str], samples
                                batch_size: int = 256) -> dict[str, Any]:
     """SAGE's premise: token-entropy percentiles of the policy's own completions, branch token vs the rest.
 
-    Samples ``samples`` completions per prompt (`KVCacheEngine`, seed
-    ``seed``, ``temperature``), computes their per-token entropies
-    (:func:`completion_entropies`, the quantity SAGE's branch guide
-    ``q = 1 + gamma relu(H - tau)`` reads) and summarises them with
-    :func:`entropy_percentiles`. SAGE's testbed tau is the 90th percentile of
-    this quantity on the ``train`` family at temperature 1
-    (`rlvr_lib.methods.sage`); its premise is that the branch tokens carry the
-    high entropies (``branch_above["p90"]`` well above 10%).
+    Samples, :func:`completion_entropies` (what the guide ``q = 1 + gamma relu(H - tau)`` reads), then
+    :func:`entropy_percentiles`; the premise is ``branch_above["p90"]`` well above 10%.
 
     Returns:
-        :func:`entropy_percentiles`' dict plus ``"samples"``, ``"seed"``,
-        ``"temperature"``.
+        :func:`entropy_percentiles`' dict plus ``"samples"``, ``"seed"``, ``"temperature"``.
     """
     check_range("temperature", temperature, 0.0, lo_open=True)
     qs = _check_percentiles(percentiles)
@@ -648,16 +505,9 @@ def branch_entropy_percentiles(model, tokenizer, prompts: Sequence[str], samples
 
 # ------------------------------------------------------------------------------ VIGOR
 def score_correctness_spearman(scores: Any, correct: Any) -> float:
-    """Spearman's rank correlation of scores with correctness (``scipy.stats.spearmanr``).
+    """Spearman's rank correlation of scores with correctness: ``rho = Pearson(rank(scores), rank(correct))``.
 
-    ``rho = Pearson(rank(scores), rank(correct))``, ties at their mean rank.
-    NaN-safe: pairs where either value is NaN are dropped (unverified
-    completions), and the result is NaN (no warning) when fewer than two pairs
-    remain or either side is constant (e.g. every completion correct).
-
-    Args:
-        scores: Scores, any shape.
-        correct: Correctness (bool or 0/1, NaN: unknown), the same shape.
+    NaN pairs are dropped; NaN when fewer than two pairs remain or either side is constant.
 
     Raises:
         ValueError: on shapes that differ or non-numeric values.
@@ -681,12 +531,7 @@ def score_correctness_spearman(scores: Any, correct: Any) -> float:
 
 
 def truncated_to_problem_min(scores: np.ndarray, truncated: np.ndarray) -> np.ndarray:
-    """``(P, n)`` scores with each truncated completion set to its problem's minimum score (VIGOR's rule).
-
-    As `rlvr_lib.methods.vigor.truncated_to_group_min` with a problem's ``n``
-    samples as the group: ``S_{p,j} <- min_j' S_{p,j'}`` where completion
-    ``j`` hit ``max_new_tokens``.
-    """
+    """``(P, n)`` scores with each truncated completion set to its problem's minimum: ``S_{p,j} <- min_j' S_{p,j'}``."""
     scores = np.asarray(scores, dtype=np.float64)
     truncated = np.asarray(truncated, dtype=bool)
     check(scores.ndim == 2 and truncated.shape == scores.shape, "truncated",
@@ -698,10 +543,7 @@ def truncated_to_problem_min(scores: np.ndarray, truncated: np.ndarray) -> np.nd
 def vigor_scores(model, rollouts, *, sqrt_len: bool = True, impl: str = "auto", batch_size: int = 64) -> np.ndarray:
     """VIGOR's score of each rollout, ``S = -sqrt(T) ||g||`` (``-||g||`` without ``sqrt_len``): ``(N,)`` float64.
 
-    ``g`` is the gradient of the completion's mean token NLL at the model's
-    weights (`rlvr_lib.rewards.grad_norm_scores`, the reward VIGOR trains on;
-    the weights and their ``.grad`` are left untouched), in chunks of
-    ``batch_size`` rows (memory only).
+    ``g``: gradient of the completion's mean token NLL (`rlvr_lib.rewards.grad_norm_scores`); weights untouched.
     """
     from rlvr_lib.rewards import grad_norm_scores
 
@@ -722,36 +564,20 @@ def vigor_spearman(scores: Any, correct: Any, truncated: Any = None, *, confiden
                    n_resamples: int = 2000, seed: int = 0) -> dict[str, Any]:
     """VIGOR's premise: does the score rank correct completions above wrong ones at the base?
 
-    With ``S_{p,j}`` the score of sample ``j`` of problem ``p`` (truncated
-    samples at their problem's minimum, :func:`truncated_to_problem_min`, as in
-    training) and ``c_{p,j}`` its correctness:
+    * ``pooled``: ``rho = spearman({S_{p,j}}, {c_{p,j}})`` over every sample, percentile bootstrap over problems;
+    * ``within``: mean over mixed problems of ``rho_p = spearman(S_{p,.}, c_{p,.})``, `bootstrap_ci` over problems.
 
-    * ``pooled``: ``rho = spearman({S_{p,j}}, {c_{p,j}})`` over every sample
-      (:func:`score_correctness_spearman`); interval: percentile bootstrap over
-      problems (``B`` resamples of ``P`` problems with replacement, all of a
-      problem's samples together, rho recomputed; resamples where rho is
-      undefined are dropped).
-    * ``within``: ``rho_p = spearman(S_{p,.}, c_{p,.})`` on each problem whose
-      samples are neither all correct nor all wrong (only those give the
-      score something to rank, and VIGOR's advantage only uses ranks within a
-      group); mean over those problems with `rlvr_lib.study.stats.bootstrap_ci`
-      over problems. This is the one that matters for training: the pooled
-      rho also mixes problem difficulty with the score's level.
+    Truncated samples take their problem's minimum (:func:`truncated_to_problem_min`).
 
     Args:
-        scores, correct: ``(P, n)`` arrays (correct: bool or 0/1).
-        truncated: ``(P, n)`` bool, or None (no truncation).
-        confidence, n_resamples, seed: Of the bootstrap intervals.
+        scores, correct: ``(P, n)`` arrays; truncated: ``(P, n)`` bool or None.
 
     Returns:
-        ``{"pooled": {"mean", "ci_low", "ci_high", "n", "n_problems", "method"},
-        "within": {... as bootstrap_ci, plus "n_problems"} or None when no
-        problem is mixed, "n_mixed", "n_problems", "accuracy", "truncated_frac"}``;
-        undefined values are None.
+        ``{"pooled", "within" (None when no problem is mixed), "n_mixed", "n_problems", "accuracy",
+        "truncated_frac"}``; undefined values are None.
 
     Raises:
-        ValueError: on arrays that are not ``(P, n)`` of one shape, or a bad
-            bootstrap setting.
+        ValueError: on arrays that are not ``(P, n)`` of one shape, or a bad bootstrap setting.
     """
     s = np.asarray(scores, dtype=np.float64)
     c = np.asarray(correct, dtype=np.float64)
@@ -796,16 +622,7 @@ def vigor_score_correctness(model, tokenizer, problems: Sequence, samples: int =
                             impl: str = "auto", verifier: Callable | None = None, batch_size: int = 256,
                             grad_batch_size: int = 64, confidence: float = 0.95,
                             n_resamples: int = 2000) -> dict[str, Any]:
-    """Sample ``samples`` completions per problem, score them with VIGOR and correlate with the verifier.
-
-    Rollouts as :func:`branch_entropy_percentiles`'; scores by
-    :func:`vigor_scores`; correctness from ``verifier`` (default the
-    arithmetic testbed's `rlvr_lib.tasks.arithmetic.verify`); the statistics of
-    :func:`vigor_spearman` (bootstrap seed ``seed``).
-
-    Returns:
-        :func:`vigor_spearman`'s dict plus ``"samples"``, ``"sqrt_len"``.
-    """
+    """Sample, score, verify: :func:`vigor_spearman`'s dict plus ``"samples"``, ``"sqrt_len"``."""
     from rlvr_lib.tasks import CORRECT
     from rlvr_lib.tasks.arithmetic import verify
 
@@ -836,55 +653,14 @@ def measure_premises(model, tokenizer, problems: Sequence, *, task: str = "arith
                      n_resamples: int = 2000, batch_size: int = 256, grad_batch_size: int = 64) -> dict[str, Any]:
     """The four premises on one policy, from one sampling pass: a JSON-ready dict (notebook 00).
 
-    One set of rollouts, ``samples`` per problem at ``temperature`` (seed
-    ``seed``), verified by ``get_task(task).verify``, feeds:
-
-    * ``nudgerl``: :func:`single_strategy_share` of the per-problem strategy
-      counts at ``k`` (``share``), with a bootstrap interval over problems of
-      the per-problem probabilities (:func:`single_strategy_probs`), the
-      share of unparsed samples and the mean number of strategies seen among
-      the ``samples``;
-    * ``sage``: :func:`entropy_percentiles` of :func:`completion_entropies`
-      (over these problems: SAGE's tau rule reads the ``train`` family, so
-      pass its problems to see the percentiles that set tau);
-    * ``vigor``: :func:`vigor_spearman` of :func:`vigor_scores` on the first
-      ``vigor_problems`` problems (all by default: the gradient norms are the
-      costly part);
-
-    and on the problems' prompts (no sampling):
-
-    * ``threepo``: :func:`branch_flip_by_ess` over ``ess_grid`` (plus
-      ``reference_ess``, e.g. the testbed's training ESS, when given) with
-      ``weight_samples`` weight samples and up to ``refine`` bisections
-      towards ``band``, and the ESS chosen by :func:`ess_by_flip_rule` with
-      ``band`` (``chosen_ess``, ``None`` when no measured ESS is in the band)
-      with its shares (``at_chosen``) and those at ``reference_ess``; the
-      accuracy and malformed rate of rollouts at ``weight_samples`` weight
-      samples per measured ESS (:func:`noisy_rollout_quality`, ``quality``)
-      and 3PO's training ESS by :func:`ess_by_noise_rule` (``noise_rule``,
-      ``training_ess``, ``at_training``).
-
-    Args:
-        model, tokenizer: The policy (weights restored after the weight samples).
-        problems: Problems of ``task`` (e.g. ``task.family_problems(f, n)``).
-        task: Registered task name: verifier and strategy labels.
-        samples: Samples per problem (``>= k``).
-        k: NudgeRL's number of naive samples.
-        temperature, max_new_tokens, seed: Sampling.
-        ess_grid, sigma_of_ess, weight_samples, refine, band, reference_ess: 3PO (see above).
-        percentiles: SAGE's entropy percentiles.
-        vigor_problems: Problems scored by VIGOR (None: all).
-        vigor_impl, sqrt_len: VIGOR's gradient-norm implementation and score.
-        confidence, n_resamples: Bootstrap intervals (seed ``seed``).
-        batch_size, grad_batch_size: Rows per sampling / entropy forward and
-            per gradient-norm chunk (memory only).
+    One set of rollouts (``samples`` per problem) feeds ``nudgerl`` (:func:`single_strategy_share` at ``k``),
+    ``sage`` (:func:`entropy_percentiles`) and ``vigor`` (:func:`vigor_spearman` on the first ``vigor_problems``);
+    ``threepo`` uses the prompts only (:func:`branch_flip_by_ess`, :func:`ess_by_flip_rule`,
+    :func:`noisy_rollout_quality`, :func:`ess_by_noise_rule`). Details: docs/study/premises.md.
 
     Returns:
-        ``{"settings": {...}, "nudgerl": {...}, "threepo": {...}, "sage":
-        {...}, "vigor": {...}, "seconds": {part: wall seconds}, "machine":
-        {"cpu_model": ..., ...}}``; every value is JSON-serialisable;
-        ``seconds`` is the only part that varies between identical calls on
-        one machine.
+        ``{"settings", "nudgerl", "threepo", "sage", "vigor", "seconds", "machine"}``; only ``seconds`` varies
+        between identical calls.
 
     Raises:
         ValueError: on a bad argument (named, with the value and what is allowed).
