@@ -6,7 +6,8 @@ r"""`MathTask`'s grading policy on top of math-verify, and the worker process th
   expression); nothing extracted -> ``malformed``;
 * equivalence: ``math_verify.verify``, except that a decimal means the exact rational it writes unless the gold
   answer is a decimal (then matched at its own places), and several values against one are ``wrong``;
-* hedges: another non-equivalent value after the final answer, after a hedge word (``or``, ``maybe``, ...) -> ``wrong``;
+* hedges: any other value after the final answer (or between its boxes) that is not an equivalent restatement,
+  whatever the words around it -> ``wrong``; equivalent restatements in several boxes are one answer;
 * past the time budget: ``timeout`` (reward 0).
 
 Grading runs in worker processes (`serve`, via `rlvr_lib.tasks.worker_pool.WorkerPool`) with their own
@@ -30,14 +31,15 @@ CORRECT, WRONG, MALFORMED, TIMEOUT = "correct", "wrong", "malformed", "timeout"
 GOLD_UNPARSED = "the gold answer cannot be parsed"
 
 MAX_HEDGE_CANDIDATES = 20
-"""At most this many values after the final answer are compared with it (bounds the hedge check's cost)."""
+"""At most this many distinct values after the final answer are compared with it (bounds the hedge check's cost);
+a completion with more is ``wrong``, so a hedge cannot hide behind a run of restatements."""
 WORKER_MEMORY_BYTES = 4 << 30
 """Address-space limit of a grading worker: a huge power or expansion fails with MemoryError, not host swap."""
 DEFAULT_DECIMALS = 6
 """math-verify's own rounding, used for a decimal gold answer whose places cannot be read."""
 
-_HEDGE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|alternatively|otherwise|either|might|unsure|"
-                    r"not\s+sure|could\s+(?:also\s+)?be)\b", re.IGNORECASE)
+_BOX_COMMANDS = ("\\boxed", "\\fbox")
+_DOLLARS = re.compile(r"\\.|\$\$|\$", re.DOTALL)
 _DECIMAL_PLACES = re.compile(r"\d*\.(\d+)")
 _HEADER = struct.Struct(">I")
 
@@ -69,8 +71,8 @@ def _matches(text: str) -> list:
     return found
 
 
-def final_answer(text: str) -> tuple[list, int]:
-    """``(parsed, end)``: what ``math_verify.parse(text)`` returns and where its match ends (``([], len(text))`` if none)."""
+def _final(text: str) -> tuple[list, int, list]:
+    """``(parsed, end, parts)`` of the final answer: see `final_answer` and `_parts`."""
     from math_verify.parser import extract_match
 
     fallbacks, fallback_end = [], len(text)
@@ -82,22 +84,113 @@ def final_answer(text: str) -> tuple[list, int]:
                     fallback_end = -negative_end
                 fallbacks.append(fallback)
             if value is not None:
-                return [value, *fallbacks[:1]], -negative_end
-    return fallbacks[:1], fallback_end
+                return [value, *fallbacks[:1]], -negative_end, _parts(match, target)
+    return fallbacks[:1], fallback_end, []
 
 
-def _values_after(text: str) -> list:
-    """Every value math-verify can extract from ``text`` (each match on its own), at most `MAX_HEDGE_CANDIDATES`."""
+def final_answer(text: str) -> tuple[list, int]:
+    """``(parsed, end)``: what ``math_verify.parse(text)`` returns and where its match ends (``([], len(text))`` if none)."""
+    parsed, end, _ = _final(text)
+    return parsed, end
+
+
+def _closing_brace(text: str, opening: int, limit: int) -> int | None:
+    depth = 1
+    for i in range(opening + 1, limit):
+        if text[i] == "{":
+            depth += 1
+        elif text[i] == "}":
+            depth -= 1
+            if depth == 0:
+                return i
+    return None
+
+
+def box_spans(text: str, mode: str) -> list[tuple[int, int, int, int]]:
+    """The boxes whose contents ``latex2sympy2_extended``'s ``extract_boxed_content(text, mode)`` joins, left to right.
+
+    Each is ``(start, content_start, content_end, end)``: the ``\\boxed`` command, its content, and the index after the
+    closing brace. Mirrors that function's right-to-left search (``"last"``: a box joins the one after it when fewer
+    than 10 characters, or fewer than 70 with a separator and a different content, lie between them), keeping the
+    repeated boxes it deduplicates; a test holds the joined contents equal to its result."""
+    from latex2sympy2_extended.math_normalization import VALID_SEPARATOR_PATTERN
+
+    spans: list[tuple[int, int, int, int]] = []
+    contents: list[str] = []
+    current = limit = len(text)
+    while True:
+        found = [(text.rfind(command, 0, current), len(command)) for command in _BOX_COMMANDS]
+        start, length = max(found)
+        if start < 0:
+            break
+        brace = start + length
+        while brace < limit and text[brace].isspace():
+            brace += 1
+        if brace >= limit:
+            break
+        close = _closing_brace(text, brace, limit) if text[brace] == "{" else None
+        if close is None:  # an unclosed or brace-less last box: the rest of the text
+            if not spans:
+                spans.append((start, brace, len(text), len(text)))
+            break
+        content = text[brace + 1:close].strip()
+        if mode == "last" and spans:
+            between = text[close + 1:spans[-1][0]]
+            if not (len(between) < 10 or (contents[-1] != content and len(between) < 70
+                                          and VALID_SEPARATOR_PATTERN.search(between))):
+                break
+        if not contents or contents[-1] != content:
+            contents.append(content)
+        spans.append((start, brace + 1, close, close + 1))
+        limit = current = start
+    return spans[::-1]
+
+
+def _parts(match, target) -> list[tuple[int, int, int, int]]:
+    """The pieces of ``text`` that a final-answer match reads, left to right, as `box_spans` gives them: its boxes
+    (``\\boxed{}`` matches join close boxes, other LaTeX matches read every box inside them), else its LaTeX groups;
+    ``[]`` for a plain expression match."""
+    from math_verify import LatexExtractionConfig
+
+    if not isinstance(target, LatexExtractionConfig):
+        return []
+    parts = []
+    for name, value in match.groupdict().items():
+        kind = name.split("_")[1] if "_" in name else ""
+        if not value or not kind.startswith("latex"):
+            continue
+        offset = match.start(name)
+        if any(command in value for command in _BOX_COMMANDS):
+            boxes = box_spans(value, "last" if kind == "latexBoxed" else "all")
+            parts.extend(tuple(offset + i for i in box) for box in boxes)
+        else:
+            parts.append((offset, offset, match.end(name), match.end(name)))
+    return sorted(parts)
+
+
+def _open_dollars(text: str) -> str:
+    """The ``$`` or ``$$`` that ``text`` leaves open (``""`` if none): a piece cut after it starts inside that math."""
+    state = ""
+    for token in _DOLLARS.findall(text):
+        if token.startswith("\\"):
+            continue
+        state = "" if token == state else (state or token)
+    return state
+
+
+def _values_in(text: str, start: int, end: int) -> Iterator:
+    """Every value math-verify can extract from ``text[start:end]``, each match on its own (`_matches`).
+
+    The piece is read as if it started inside the math that ``text[:start]`` leaves open, so that its ``$`` pair as
+    in the whole text."""
     from math_verify.parser import extract_match
 
-    values = []
-    for *_, match, target in _matches(text):
+    opened = _open_dollars(text[:start])
+    piece = (opened + " " if opened else "") + text[start:end]
+    for *_, match, target in _matches(piece):
         value, _ = extract_match(match, target)
         if value is not None:
-            values.append(value)
-            if len(values) == MAX_HEDGE_CANDIDATES:
-                break
-    return values
+            yield value
 
 
 # --------------------------------------------------------------------------- comparison
@@ -151,10 +244,52 @@ def _same(gold, predicted, decimals: int | None) -> bool:
     return verify(list(gold), list(predicted), float_rounding=rounding, timeout_seconds=None)
 
 
+def _one_value(latex: str, decimals: int | None):
+    """The single value a box or LaTeX group holds, or ``None`` (nothing parsed, or several values)."""
+    from math_verify import parse
+
+    parsed = parse(f"\\boxed{{{latex}}}", parsing_timeout=None)
+    if not parsed or is_several(parsed[0]):
+        return None
+    return parsed[0] if decimals is not None else exact(parsed[0])
+
+
+def _restatements(completion: str, parts: list, decimals: int | None) -> list | None:
+    """``[value, latex]`` of the first part when several parts each hold one value, all equivalent; else ``None``."""
+    values = []
+    for _, content_start, content_end, _ in parts:
+        value = _one_value(completion[content_start:content_end], decimals)
+        if value is None or (values and not _same(values[:1], [value], decimals)):
+            return None
+        values.append(value)
+    first = parts[0]
+    return [values[0], completion[first[1]:first[2]]]
+
+
+def _hedge(completion: str, predicted: list, end: int, parts: list, decimals: int | None) -> str:
+    """The reason ``completion`` is hedged (``""`` if it is not): a value between the final answer's parts or after
+    it that is not equivalent to it, or more than `MAX_HEDGE_CANDIDATES` distinct values there."""
+    gaps = [(left[3], right[0]) for left, right in zip(parts, parts[1:])]
+    gaps.append((parts[-1][3] if parts else end, len(completion)))
+    seen: set[str] = set()
+    for start, stop in gaps:
+        for value in _values_in(completion, start, stop):
+            value = value if decimals is not None else exact(value)
+            key = str(value)
+            if key in seen:
+                continue
+            seen.add(key)
+            if len(seen) > MAX_HEDGE_CANDIDATES:
+                return f"hedged: more than {MAX_HEDGE_CANDIDATES} other values follow the final answer"
+            if not _same(predicted[:1], [value], decimals):
+                return f"hedged: another value ({key[:40]}) follows the final answer"
+    return ""
+
+
 def grade(answer: str, completion: str) -> tuple[str, str]:
     """``(status, reason)`` of ``completion`` against the gold ``answer``; no time limit of its own (`grade_within`)."""
     gold = parsed_gold(answer)
-    predicted, end = final_answer(completion)
+    predicted, end, parts = _final(completion)
     if not predicted:
         return MALFORMED, "no final answer found"
     if not gold:
@@ -162,16 +297,16 @@ def grade(answer: str, completion: str) -> tuple[str, str]:
     decimals = gold_decimals(answer, gold)
     if decimals is None:
         predicted = [exact(p) for p in predicted]
+    if is_several(predicted[0]) and not is_several(gold[0]) and len(parts) > 1:
+        one = _restatements(completion, parts, decimals)  # "\boxed{\frac12}, i.e. \boxed{\frac24}": one answer
+        predicted = one if one is not None else predicted
     if is_several(predicted[0]) and not is_several(gold[0]):
         return WRONG, "several answers where the gold answer is one value"
     if not _same(gold, predicted, decimals):
         return WRONG, "answer differs from the gold answer"
-    cue = _HEDGE.search(completion, end)
-    if cue is not None:
-        for value in _values_after(completion[cue.start():]):
-            value = value if decimals is not None else exact(value)
-            if not _same(predicted[:1], [value], decimals):
-                return WRONG, f"hedged: another answer follows the final one after {cue.group(0)!r}"
+    reason = _hedge(completion, predicted, end, parts, decimals)
+    if reason:
+        return WRONG, reason
     return CORRECT, ""
 
 
