@@ -602,7 +602,9 @@ def _answer(request, namespace, memory, emit):
         emit({"event": "memory", "reason": f"{request['call']}(): MemoryError"})
         return {"error": "MemoryError"}
     except BaseException as exc:  # noqa: BLE001 - SystemExit too: the call failed
-        return {"raise": type(exc).__name__, "reason": _describe(exc)}
+        kind = next((base.__name__ for base in (StopIteration, StopAsyncIteration, GeneratorExit)
+                     if isinstance(exc, base)), type(exc).__name__)  # a subclass is named by its protocol
+        return {"raise": kind, "reason": _describe(exc)}
     try:
         return {"ok": _encode(value)}
     except BaseException as exc:  # noqa: BLE001
@@ -613,9 +615,16 @@ class CandidateError(Exception):
     """Raised in the judge when a call into the program failed in a way that maps to no built-in exception."""
 
 
-# Exceptions a call into the program may raise in the judge: the built-in Exception subclasses, by name.
+# Exceptions that drive the judge's own control flow: raised by a proxy inside ``map``, ``filter``, ``zip``,
+# ``iter(f, sentinel)``, a ``for`` loop or a generator, they would end the test's iteration early (``all(...)`` of
+# an empty rest is True) instead of failing the test. A call into the program that raised one (by that name,
+# whatever its class) raises CandidateError, and the test it ran in fails even if the test caught that.
+_PROTOCOL_EXCEPTIONS = frozenset({"StopIteration", "StopAsyncIteration", "GeneratorExit"})
+# Exceptions a call into the program may raise in the judge: the built-in Exception subclasses, by name, less the
+# iteration protocol's.
 _EXCEPTIONS = {name: value for name, value in vars(builtins).items()
-               if isinstance(value, type) and issubclass(value, Exception)}
+               if isinstance(value, type) and issubclass(value, Exception) and name not in _PROTOCOL_EXCEPTIONS
+               and not issubclass(value, (StopIteration, StopAsyncIteration))}
 # Standard-library modules the judge imports itself when the program's namespace names them (the tests may use
 # a module the prompt imported); any other module name is left unbound.
 _JUDGE_MODULES = frozenset({
@@ -630,6 +639,7 @@ class _Remote:
 
     def __init__(self, channel, emit):
         self.channel, self.emit, self.broken = channel, emit, ""
+        self.protocol = ""  # why the current test fails whatever it catches: the program raised StopIteration...
 
     def fail(self, why):
         if not self.broken:
@@ -659,8 +669,16 @@ class _Remote:
                 raise CandidateError(f"{name}() returned something that is not plain data: {_describe(exc)}") \
                     from None
         if "raise" in answer:
-            kind, reason = str(answer["raise"]), str(answer.get("reason", ""))[:_REASON_CHARS]
-            raise _EXCEPTIONS.get(kind, CandidateError)(reason)
+            kind, reason = str(answer["raise"])[:_REASON_CHARS], str(answer.get("reason", ""))[:_REASON_CHARS]
+            if kind in _PROTOCOL_EXCEPTIONS:
+                why = f"{name}() raised {kind} (an iteration-protocol exception: a failure, never a loop's end)"
+                self.protocol = self.protocol or why
+                raise CandidateError(why)
+            try:
+                error = _EXCEPTIONS.get(kind, CandidateError)(reason)
+            except Exception:  # noqa: BLE001 - e.g. UnicodeDecodeError takes five arguments
+                error = CandidateError(f"{kind}: {reason}"[:_REASON_CHARS])
+            raise error
         raise CandidateError(str(answer.get("error", "a malformed answer"))[:_REASON_CHARS])
 
     def proxy(self, name):
@@ -673,10 +691,11 @@ class _Remote:
         return remote
 
 
-def _judge_namespace(names, remote):
+def _judge_namespace(names, remote, allowed=None):
     """The tests' namespace: the program's names as proxies, module imports or copies of plain data.
 
-    Names of built-ins are never taken from the program (it could rebind ``abs`` or ``len`` for the tests).
+    Names of built-ins are never taken from the program (it could rebind ``abs`` or ``len`` for the tests), nor,
+    when ``allowed`` is a list, any name outside it (the task's helpers then come from the setup, run here).
     """
     import importlib
     import keyword
@@ -685,9 +704,10 @@ def _judge_namespace(names, remote):
     if type(names) is not dict:
         return namespace
     reserved = set(dir(builtins))
+    allowed = None if allowed is None else frozenset(str(n) for n in allowed)
     for name, entry in list(names.items())[:_MAX_NAMES]:
         if (not name.isidentifier() or keyword.iskeyword(name) or name.startswith("__") or name in reserved
-                or type(entry) is not dict):
+                or type(entry) is not dict or (allowed is not None and name not in allowed)):
             continue
         if entry.get("callable") is True:
             namespace[name] = remote.proxy(name)
@@ -724,18 +744,24 @@ def _judge(job, emit, memory, channel):
         emit({"event": "crashed", "reason": "the program's process sent no report of the program"})
         return
     execute, compile_ = _make_executor(memory)
-    namespace = _judge_namespace(first.get("names"), remote)
+    namespace = _judge_namespace(first.get("names"), remote, job.get("program_names"))
     setup, tests = job["setup"], list(job["tests"])
+
+    def run(code):
+        remote.protocol = ""
+        failure = execute(code, namespace)
+        return ("error", remote.protocol) if failure is None and remote.protocol else failure
+
     failure = None
     if setup:
         code, why = compile_(setup, "<setup>")
-        failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
+        failure = ("error", f"does not compile: {why}") if code is None else run(code)
         if failure is not None:
             emit({"event": failure[0], "reason": f"setup: {failure[1]}"})
             return
     for index, test in enumerate(tests):
         code, why = compile_(test, f"<test {index}>")
-        failure = ("error", f"does not compile: {why}") if code is None else execute(code, namespace)
+        failure = ("error", f"does not compile: {why}") if code is None else run(code)
         if failure is not None and failure[0] == "memory":
             emit({"event": "memory", "reason": f"test {index}: MemoryError"})
         emit({"event": "test", "index": index, "passed": failure is None,

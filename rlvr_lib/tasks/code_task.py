@@ -8,6 +8,9 @@ A problem is a Python prompt (HumanEval's convention) with an entry point and te
 * ``malformed`` (0.0): the program does not compile, or the completion is not a string or too long;
 * ``wrong``: else; 0.0, or with ``partial_credit=True`` the fraction of tests passed (a violation scores 0).
 
+The prompt's own helpers (e.g. HumanEval's ``poly``) run in the judge (`prompt_prelude`), never the program's
+copies; `program_names_read` is what the tests take from the program (the entry point only, checked).
+
 Data: ``"humaneval"`` (164 problems; families ``all``, ``train``, ``eval``), ``"code_sample"``
 (``rlvr_lib/tasks/data/code_sample.jsonl``), and `jsonl_code_task` for any JSONL file with ``prompt``,
 ``entry_point`` and ``test`` or ``tests``. Verdicts, tests, data and cost: docs/tasks/code_task.md."""
@@ -15,11 +18,13 @@ Data: ``"humaneval"`` (164 problems; families ``all``, ``train``, ``eval``), ``"
 from __future__ import annotations
 
 import ast
+import builtins
 import dataclasses
 import gzip
 import hashlib
 import json
 import re
+import symtable
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence
 
@@ -33,7 +38,7 @@ from rlvr_lib.validation import check, check_choice, check_int, check_range, inv
 __all__ = [
     "ALL_FAMILY", "EVAL_FAMILY", "HUMANEVAL_STOP_SEQUENCES", "SAMPLE_PATH", "TRAIN_FAMILY",
     "CodeTask", "code_problem", "code_sample_task", "extract_program", "humaneval_problems", "humaneval_task",
-    "jsonl_code_task",
+    "jsonl_code_task", "program_names_read", "prompt_prelude",
     "read_jsonl", "split_check",
 ]
 
@@ -104,18 +109,92 @@ def _compiles(source: str) -> bool:
     return True
 
 
+# --------------------------------------------------------------------------- what the tests trust
+
+
+def prompt_prelude(prompt: str, entry_point: str) -> str:
+    """The prompt's code that the judge runs before the test code: its imports, helpers and constants.
+
+    Every top-level statement of the prompt but the entry point's definition and stubs (functions whose body is
+    only a docstring, ``pass`` or ``...``: the program writes those). So a test that calls a helper the prompt
+    defines (HumanEval's ``poly``, ``encode_cyclic``) calls the task's copy, whatever the program rebinds. A prompt
+    that does not parse (it ends at ``def f(x):``) contributes its part before ``def <entry_point>``, if that
+    parses, else nothing."""
+    for source in (prompt, _prompt_prefix(prompt, entry_point)):
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        kept = [s for s in tree.body if not _is_docstring(s) and not _binds_entry_or_stub(s, entry_point)]
+        return ast.unparse(ast.Module(body=kept, type_ignores=[])) + "\n" if kept else ""
+    return ""
+
+
+def _binds_entry_or_stub(statement: ast.stmt, entry_point: str) -> bool:
+    if isinstance(statement, ast.ClassDef):
+        return statement.name == entry_point
+    if not isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return False
+    stub = all(isinstance(s, ast.Pass) or (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))
+               for s in statement.body)
+    return statement.name == entry_point or stub
+
+
+def program_names_read(setup: str, tests: Sequence[str]) -> frozenset[str]:
+    """The global names ``setup`` and ``tests`` read that they never bind and that are not built-ins.
+
+    The judge can find those only in the program's namespace, so the program decides what they are; for a
+    sound task this is the entry point alone. Static (`symtable`): a name reached through ``globals()`` or
+    ``eval`` is not seen, which is why `CodeTask` also lets the judge bind nothing else of the program's.
+    Raises ValueError if a source does not compile."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for index, source in enumerate((setup, *tests)):
+        try:
+            table = symtable.symtable(source, "<tests>", "exec")
+        except (SyntaxError, ValueError) as exc:
+            raise invalid("setup" if index == 0 else f"tests[{index - 1}]", source[:80],
+                          f"Python source ({exc})") from None
+        _global_names(table, bound, read)
+    return frozenset(read - bound - set(dir(builtins)))
+
+
+def _global_names(table: symtable.SymbolTable, bound: set[str], read: set[str]) -> None:
+    at_module = table.get_type() == "module"
+    for symbol in table.get_symbols():
+        name = symbol.get_name()
+        if at_module:
+            if symbol.is_assigned() or symbol.is_imported() or symbol.is_namespace():
+                bound.add(name)
+            if symbol.is_referenced():
+                read.add(name)
+        elif symbol.is_global():
+            if symbol.is_declared_global() and symbol.is_assigned():
+                bound.add(name)
+            if symbol.is_referenced():
+                read.add(name)
+    for child in table.get_children():
+        _global_names(child, bound, read)
+
+
 # --------------------------------------------------------------------------- problems
 
 
 def code_problem(record: Mapping, where: str = "record") -> Problem:
     """A `Problem` from one HumanEval-style record: ``prompt``, ``entry_point``, ``test`` or ``tests``, optional
-    ``task_id`` and ``canonical_solution``; ``operands`` is ``(entry_point, setup, tests)``. ValueError names a bad field."""
+    ``task_id`` and ``canonical_solution``; ``operands`` is ``(entry_point, setup, tests)``, the setup starting
+    with `prompt_prelude`. ValueError names a bad field, or a test that reads a name only the program defines."""
     check(isinstance(record, Mapping), where, type(record).__name__, "a JSON object")
     prompt, entry_point = record.get("prompt"), record.get("entry_point")
     check(isinstance(prompt, str) and prompt.strip() != "", f"{where}.prompt", prompt, "a non-empty str")
     check(isinstance(entry_point, str) and _IDENTIFIER.fullmatch(entry_point) is not None,
           f"{where}.entry_point", entry_point, "a Python identifier")
     setup, tests = _tests_of(record, entry_point, where)
+    setup = prompt_prelude(prompt, entry_point) + setup
+    untrusted = sorted(program_names_read(setup, tests) - {entry_point})
+    check(not untrusted, f"{where}.test" if "test" in record else f"{where}.tests", untrusted,
+          f"tests that take nothing from the program but {entry_point!r} (these names are defined neither by the "
+          "prompt nor by the tests, so the program would define them)")
     uid = record.get("task_id", where)
     solution = record.get("canonical_solution", "")
     check(isinstance(uid, str) and uid != "", f"{where}.task_id", uid, "a non-empty str")
@@ -260,7 +339,7 @@ class CodeTask:
         """Run ``completion``'s program with ``problem``'s tests (what `verify` scores)."""
         entry_point, setup, tests = problem.operands
         program = extract_program(problem.prompt, completion, entry_point, self.stop_sequences)
-        return run_tests(program, tests, setup, self.sandbox)
+        return run_tests(program, tests, setup, self.sandbox, program_names=(entry_point,))
 
     def verify(self, problem: Problem, completion: object) -> Verdict:
         """Score one completion (see the module docstring). Never raises on model output."""

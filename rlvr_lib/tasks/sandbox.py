@@ -168,7 +168,7 @@ class SandboxResult:
 
 
 def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
-              config: SandboxConfig | None = None) -> SandboxResult:
+              config: SandboxConfig | None = None, program_names: Sequence[str] | None = None) -> SandboxResult:
     """Run ``program`` in one confined child, then ``setup`` and each test in a confined judge.
 
     A test is Python source (statements) that passes when it runs without
@@ -183,25 +183,34 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
         setup: Source run after the program and before the tests (e.g. the
             HumanEval ``check`` function and ``candidate = <entry point>``).
         config: Limits and layers; defaults to ``SandboxConfig()``.
+        program_names: The program's top-level names the judge binds for the setup and the tests (e.g. the
+            entry point only: every helper the tests call then comes from the trusted setup); ``None``: all.
 
     Returns:
         The `SandboxResult`; nothing the program does makes this raise.
 
     Raises:
-        ValueError: ``program`` or ``setup`` is not a str, or a test is not a str.
+        ValueError: ``program`` or ``setup`` is not a str, a test is not a str, or ``program_names`` is not
+            ``None`` or a sequence of identifiers.
         OSError: the child could not be started (no interpreter, no fds, no disk).
     """
     check(isinstance(program, str), "program", type(program).__name__, "a str")
     check(isinstance(setup, str), "setup", type(setup).__name__, "a str")
     tests = tuple(tests) if not isinstance(tests, str) else (tests,)
     check(all(isinstance(t, str) for t in tests), "tests", tests, "a sequence of str")
+    if program_names is not None:
+        check(not isinstance(program_names, (str, bytes)), "program_names", program_names,
+              "None or a sequence of identifiers (not one str)")
+        program_names = list(program_names)
+        check(all(isinstance(n, str) and n.isidentifier() for n in program_names), "program_names", program_names,
+              "None or a sequence of identifiers")
     config = SandboxConfig() if config is None else config
     workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=config.tmp_root)
     try:
         identity = _identity(config)
         if identity is not None:
             os.chown(workdir, identity["uid"], identity["gid"])
-        return _supervise(program, tests, setup, config, workdir, identity)
+        return _supervise(program, tests, setup, config, workdir, identity, program_names)
     finally:
         _remove_tree(workdir)
 
@@ -297,7 +306,7 @@ class _Streams:
 _EVENTS_CAP = 1 << 16  # the program's child reports "ready" and at most a few events
 
 
-def _supervise(program, tests, setup, config, workdir, identity) -> SandboxResult:
+def _supervise(program, tests, setup, config, workdir, identity, program_names=None) -> SandboxResult:
     """Start the program's child and the judge, joined by two pipes that the parent does not keep."""
     start = time.monotonic()
     nonce = secrets.token_hex(16)
@@ -322,7 +331,7 @@ def _supervise(program, tests, setup, config, workdir, identity) -> SandboxResul
         _send_job(candidate, _job("program", config, workdir, events_w, (calls_r, answers_w), nonce, identity,
                                   program=program))
         _send_job(judge, _job("judge", config, workdir, results_w, (answers_r, calls_w), nonce, None,
-                              setup=setup, tests=list(tests)))
+                              setup=setup, tests=list(tests), program_names=program_names))
         streams = _pump(candidate, judge, events_r, results_r, start + config.wall_s, config.max_output_bytes,
                         4096 + _RESULT_BYTES_PER_TEST * len(tests))
     finally:
