@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -125,7 +126,33 @@ def _train_config(args: argparse.Namespace):
     where["method"] = "--method" if args.method is not None else where.get("method", "--method")
     layers = [(args.config, file)] if args.config else []
     with flag_errors(where, "--set" if assignments else "--config" if args.config else "--method"):
-        return build_config(args.method, *layers, ("--set", assignments), ("command line", flags))
+        try:
+            return build_config(args.method, *layers, ("--set", assignments), ("command line", flags))
+        except ValueError as err:
+            _check_task_family(err, where, flags.get("task", assignments.get("task", file.get("task"))))
+            raise
+
+
+def _check_task_family(err: ValueError, where: dict, task: object) -> None:
+    """A `UsageError` of the layer that set the task when ``err`` is the default ``train_family`` (one no layer set)
+    that the task lacks: ``--task math500`` with a method whose training family is ``train``. Returns otherwise."""
+    if not str(err).startswith("TrainerConfig.train_family=") or "train_family" in where or "task" not in where:
+        return
+    from rlvr_lib.tasks import get_task
+
+    try:
+        found = get_task(str(task))
+    except (KeyError, ValueError):
+        return
+    families = list(found.families)
+    family = _TRAIN_FAMILY.match(str(err))
+    origin = f". {found.data_origin()}" if hasattr(found, "data_origin") else ""
+    raise UsageError(f"argument {where['task']}: task {task!r} has no family {family.group(1) if family else ''} "
+                     f"(the default train_family: no flag, file or --set gave one); its families are {families}: "
+                     f"pass e.g. --set train_family={families[0]}{origin}")
+
+
+_TRAIN_FAMILY = re.compile(r"TrainerConfig\.train_family=('[^']*'|\S+)")
 
 
 def _trl_args(args: argparse.Namespace, config) -> dict:

@@ -326,6 +326,14 @@ class MathTask(PromptedTask):
         """The hint pool's hints for ``problem``; ``[]`` without a pool."""
         return [] if self.hint_pool is None else list(self.hint_pool.hints(problem))
 
+    def data_origin(self) -> str:
+        """Where the rows come from, for a user's error message: the Hub (network or a cached copy), or local data."""
+        if self._data_files is None and not Path(self._load_path).is_dir():
+            return (f"Task {self.name!r} reads the Hugging Face Hub data set {self._load_path!r}: it needs the "
+                    f"network or a cached copy; for local data use --task math_sample, or a MathTask on local "
+                    f"files (docs/tasks/math_task.md)")
+        return f"Task {self.name!r} reads local data: {self.source!s}"
+
     def __repr__(self) -> str:
         return f"MathTask(name={self.name!r}, source={self.source!r}, families={list(self.families)})"
 
