@@ -1,0 +1,114 @@
+"""`make test` runs every stage (the lock print, pytest, nbval, the vLLM tests) whatever an earlier one returned,
+prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
+
+The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
+command line replaces with a short shell command writing its name to a file and exiting with a chosen code;
+``-o install`` keeps make from building the environment. The real suite never runs here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+REPO = Path(__file__).resolve().parents[1]
+STAGES = ("lock", "pytest", "nbval", "vllm")
+SUMMARY = re.compile(r"^make test: (\S+)\s+(passed|failed) \(exit code (\d+)\)$")
+
+
+def _env() -> dict[str, str]:
+    """This environment without a surrounding make's flags (the suite itself runs under `make test`)."""
+    return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
+
+
+def _make_test(commands: dict[str, str], *extra: str, **popen) -> subprocess.CompletedProcess | subprocess.Popen:
+    argv = ["make", "--no-print-directory", "-o", "install", *extra, "test",
+            *[f"TEST_{stage.upper()}_CMD={command}" for stage, command in commands.items()]]
+    if popen:
+        return subprocess.Popen(argv, cwd=REPO, env=_env(), text=True, **popen)
+    return subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
+
+
+def _stand_ins(ran: Path, codes) -> dict[str, str]:
+    return {stage: f"echo {stage} >> {ran}; exit {code}" for stage, code in zip(STAGES, codes)}
+
+
+@pytest.mark.parametrize("codes", [(0, 0, 0, 0), (0, 1, 0, 0), (2, 0, 0, 0), (0, 1, 3, 0), (0, 0, 0, 2),
+                                   (0, 0, 5, 0), (4, 3, 2, 1)])
+def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
+    ran = tmp_path / "ran"
+    done = _make_test(_stand_ins(ran, codes))
+    assert ran.read_text().split() == list(STAGES), done.stdout  # in order, each once, after any failure
+    lines = done.stdout.splitlines()
+    summary = [SUMMARY.match(line) for line in lines[-len(STAGES):]]
+    assert all(summary), done.stdout
+    assert [(m[1], m[2], int(m[3])) for m in summary] == [
+        (stage, "passed" if code == 0 else "failed", code) for stage, code in zip(STAGES, codes)]
+    assert sum(bool(SUMMARY.match(line)) for line in lines) == len(STAGES)  # one line each, at the end
+    assert (done.returncode == 0) == (max(codes) == 0), (done.returncode, done.stderr)
+    if max(codes):
+        assert "Error 1" in done.stderr  # make reports the target failed
+
+
+def test_each_stage_command_is_echoed_with_its_quotes_kept(tmp_path):
+    ran = tmp_path / "ran"
+    commands = _stand_ins(ran, (0, 0, 0, 0))
+    commands["pytest"] = f"echo \"it's\" a, b >> {ran}; exit 0"
+    done = _make_test(commands)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"== pytest: echo \"it's\" a, b >> {ran}; exit 0" in done.stdout.splitlines()
+    assert ran.read_text().splitlines() == ["lock", "it's a, b", "nbval", "vllm"]
+
+
+def test_the_stages_default_to_the_real_commands():
+    """Without stand-ins the stages are the lock print, the pytest suite, nbval on notebooks/ and test-vllm, in
+    this order (a dry run: make prints the recipe and runs none of it)."""
+    done = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "test"], cwd=REPO, env=_env(),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    text = done.stdout
+    needles = ["-m rlvr_lib.lockfile locks/", "-m pytest -n 2 -q tests", "--nbval-lax notebooks/",
+               "--no-print-directory test-vllm", "exit $failed"]
+    where = [text.find(needle) for needle in needles]
+    assert -1 not in where and where == sorted(where), text
+    for stage in STAGES:
+        assert f"stage $? {stage};" in text
+
+
+@pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
+def test_ctrl_c_stops_make_test_and_starts_no_later_stage(tmp_path, shell):
+    """A stage that catches SIGINT and exits (as pytest does on Ctrl-C, exit code 2) does not let the next stage
+    start: Ctrl-C still stops the whole target, under dash and under bash (which goes on after a child that
+    handled the signal itself unless told otherwise)."""
+    if not os.path.exists(shell):
+        pytest.skip(f"no {shell}")
+    ran = tmp_path / "ran"
+    commands = _stand_ins(ran, (0, 0, 0, 0))
+    commands["pytest"] = f"trap 'kill $$!; exit 2' INT; echo pytest >> {ran}; sleep 30 & wait"
+    proc = _make_test(commands, f"SHELL={shell}", start_new_session=True, stdout=subprocess.PIPE,
+                      stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 30
+        while "pytest" not in (ran.read_text() if ran.exists() else ""):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()[0]
+            time.sleep(0.05)
+        time.sleep(0.3)  # the stand-in is inside its wait
+        started = time.monotonic()
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends: the whole foreground group
+        output = proc.communicate(timeout=20)[0]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert proc.returncode != 0 and time.monotonic() - started < 15, output
+    time.sleep(0.5)
+    assert ran.read_text().split() == ["lock", "pytest"], output
