@@ -1,8 +1,7 @@
 """Records the hostile suite's outcomes per class; writes `results/hostile/suite.json` (README's reliability table).
 
-A pytest plugin registered by ``tests/conftest.py``. (Not a ``tests/hostile/conftest.py``: under the
-suite's rootdir-relative imports a second module named ``conftest`` would shadow ``tests/conftest.py``'s
-helpers, which test modules import as ``from conftest import ...``.)
+A pytest plugin registered by ``tests/conftest.py`` (``tests/hostile/conftest.py`` holds only the host checks' own-run
+fixtures, and puts ``tests/conftest.py`` back as the module ``conftest`` that test modules import from).
 
 Every test under ``tests/hostile/`` belongs to one class, taken from (first that applies):
 
