@@ -16,8 +16,14 @@ In order, before any untrusted code runs:
    the shared libraries; write only under the working directory; no TCP; no
    signals outside the sandbox;
 5. seccomp (x86_64): no new processes, execve, sockets, signals, ptrace, limit
-   raising, identity changes or file-metadata syscalls;
-6. a Python audit hook denying the same, reporting the first denial as ``violation``;
+   raising, identity changes, file-metadata syscalls, System V IPC, other
+   processes' priority/scheduling/affinity, sync; (program) the standard
+   extension modules are mapped first, then no new executable memory;
+6. a Python audit hook denying the same, reporting each denial as ``violation``;
+   its state is captured at install (`_make_audit_hook`).
+
+``_sandbox_runner.py --remove PATH`` instead removes a working directory (the
+caller's out-of-band clean-up, `remove_tree`).
 7. program: run it and answer calls; judge: run setup and tests, report each.
 
 A layer that could not be applied is listed in ``notes``; a failed privilege
@@ -204,7 +210,27 @@ _DENIED_SYSCALLS = {
     "fchownat": 260, "setxattr": 188, "lsetxattr": 189, "fsetxattr": 190, "removexattr": 197,
     "lremovexattr": 198, "fremovexattr": 199, "setxattrat": 463, "removexattrat": 466, "utime": 132,
     "utimes": 235, "futimesat": 261, "utimensat": 280, "file_setattr": 469,
+    # Objects that outlive the process or reach other processes. System V IPC (shared memory, message queues,
+    # semaphores) and POSIX message queues live in the kernel until removed; priority, scheduling, affinity and
+    # I/O priority can be set on any process of the same user (other sandboxes run as that user too); signals
+    # queued to another pid; another process's pages and robust futexes; sync/syncfs flush every file system.
+    "shmget": 29, "shmat": 30, "shmctl": 31, "shmdt": 67, "semget": 64, "semop": 65, "semctl": 66,
+    "semtimedop": 220, "msgget": 68, "msgsnd": 69, "msgrcv": 70, "msgctl": 71, "mq_open": 240, "mq_unlink": 241,
+    "mq_timedsend": 242, "mq_timedreceive": 243, "mq_notify": 244, "mq_getsetattr": 245,
+    "setpriority": 141, "sched_setparam": 142, "sched_setscheduler": 144, "sched_setaffinity": 203,
+    "sched_setattr": 314, "ioprio_set": 251, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+    "migrate_pages": 256, "move_pages": 279, "process_madvise": 440, "process_mrelease": 448,
+    "get_robust_list": 274, "sync": 162, "syncfs": 306, "flock": 73,
+    # Memory and resources the limits do not count (memfd pages are not in RLIMIT_AS; AIO contexts and inotify
+    # instances are counted host-wide or per user), a.out loading, and personality(READ_IMPLIES_EXEC), which would
+    # make later readable mappings executable behind the filter's back.
+    "memfd_create": 319, "memfd_secret": 447, "io_setup": 206, "inotify_init": 253, "inotify_init1": 294,
+    "uselib": 134, "personality": 135, "vhangup": 153, "lookup_dcookie": 212, "quotactl_fd": 443, "cachestat": 451,
 }
+# The program's process maps no new executable memory (no extension module, no shared library, no code written
+# to memory) once the filter is on: mmap/mprotect/pkey_mprotect asking for PROT_EXEC fail with EPERM.
+_EXEC_MAPPING_SYSCALLS = (9, 10, 329)  # mmap, mprotect, pkey_mprotect: prot is argument 2
+_PROT_EXEC = 0x4
 _LD_W_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06
 _RET_ALLOW, _RET_ERRNO, _RET_KILL_PROCESS = 0x7FFF0000, 0x00050000, 0x80000000
 _OFF_NR, _OFF_ARCH = 0, 4
@@ -214,8 +240,11 @@ def _arg_low(i):
     return 16 + 8 * i  # low 32 bits of argument i (little-endian seccomp_data)
 
 
-def _seccomp_program(pid):
-    """The BPF filter as (code, jt, jf, k) tuples; jump targets are labels resolved here."""
+def _seccomp_program(pid, exec_mappings=True):
+    """The BPF filter as (code, jt, jf, k) tuples; jump targets are labels resolved here.
+
+    ``exec_mappings=False``: mmap/mprotect/pkey_mprotect with PROT_EXEC fail too (the program's process).
+    """
     me, minus_me = pid & 0xFFFFFFFF, (-pid) & 0xFFFFFFFF
     prog = [
         (_LD_W_ABS, None, None, _OFF_ARCH),
@@ -229,7 +258,9 @@ def _seccomp_program(pid):
         (_JEQ, "prlimit", None, _NR["prlimit64"]),
         (_JEQ, "ioctl", None, _NR["ioctl"]),
     ]
-    prog += [(_JEQ, "eperm", None, nr) for nr in sorted(_DENIED_SYSCALLS.values())]
+    if not exec_mappings:
+        prog += [(_JEQ, "prot", None, nr) for nr in _EXEC_MAPPING_SYSCALLS]
+    prog += [(_JEQ, "eperm", None, nr) for nr in sorted(set(_DENIED_SYSCALLS.values()))]
     prog += [
         (_RET, None, None, _RET_ALLOW),
         "clone", (_LD_W_ABS, None, None, _arg_low(0)), (_JSET, "allow", "eperm", _CLONE_THREAD),
@@ -240,6 +271,8 @@ def _seccomp_program(pid):
         (_LD_W_ABS, None, None, _arg_low(2) + 4), (_JEQ, "allow", "eperm", 0),
         "ioctl", (_LD_W_ABS, None, None, _arg_low(1)),
         *[(_JEQ, "eperm", None, cmd) for cmd in _DENIED_IOCTLS],
+        (_RET, None, None, _RET_ALLOW),
+        "prot", (_LD_W_ABS, None, None, _arg_low(2)), (_JSET, "eperm", "allow", _PROT_EXEC),
         "allow", (_RET, None, None, _RET_ALLOW),
         "eperm", (_RET, None, None, _RET_ERRNO | _EPERM),
         "enosys", (_RET, None, None, _RET_ERRNO | _ENOSYS),
@@ -265,14 +298,14 @@ def _assemble(prog):
     return out
 
 
-def _seccomp():
+def _seccomp(exec_mappings=True):
     """Install the filter (x86_64); returns the active layer names."""
     if platform.machine() != "x86_64":
         raise OSError(_ENOSYS, f"the seccomp filter is written for x86_64, not {platform.machine()}")
     import struct
 
     ctypes, libc = _libc()
-    code = _seccomp_program(os.getpid())
+    code = _seccomp_program(os.getpid(), exec_mappings)
     raw = b"".join(struct.pack("=HBBI", *ins) for ins in code)
     buf = ctypes.create_string_buffer(raw, len(raw))
 
@@ -307,100 +340,157 @@ _DENIED_PREFIXES = ("socket.", "ctypes.", "http.client.", "urllib.", "ftplib.", 
 _DENIED_MODULES = frozenset({
     "ctypes", "_ctypes", "_posixsubprocess", "_xxsubinterpreters", "_xxinterpchannels", "_interpreters",
     "_interpqueues", "_interpchannels", "_testcapi", "_testinternalcapi", "_testmultiphase", "_posixshmem",
+    # C code that makes files or kernel objects with no audit event past the cap on files made: SQLite (ATTACH,
+    # VACUUM INTO), dbm, readline's history, POSIX semaphores (sem_open), OpenSSL's key log.
+    "_sqlite3", "_dbm", "_gdbm", "readline", "_multiprocessing", "_ssl",
 })
-# Events whose path arguments (by position) must lie in the working directory.
-_WRITE_PATH_EVENTS = {
-    "os.remove": (0,), "os.rename": (0, 1), "os.rmdir": (0,), "os.mkdir": (0,), "os.link": (0, 1),
-    "os.symlink": (1,), "os.truncate": (0,), "os.chdir": (0,), "os.mkfifo": (0,), "os.mknod": (0,),
-    "shutil.rmtree": (0,),
-}
+# Events whose path arguments (by position) must lie in the working directory; the second field: the event makes
+# a new directory entry (counted against the cap on entries made).
+_WRITE_PATH_EVENTS = (
+    ("os.remove", (0,), False), ("os.rename", (0, 1), False), ("os.rmdir", (0,), False), ("os.mkdir", (0,), True),
+    ("os.link", (0, 1), True), ("os.symlink", (1,), True), ("os.truncate", (0,), False), ("os.chdir", (0,), False),
+    ("os.mkfifo", (0,), True), ("os.mknod", (0,), True), ("shutil.rmtree", (0,), False),
+)
 # Events that read a directory or metadata: allowed in the working directory and the read roots.
-_READ_PATH_EVENTS = {"os.listdir": (0,), "os.scandir": (0,), "os.listxattr": (0,), "os.getxattr": (0,)}
+_READ_PATH_EVENTS = (("os.listdir", (0,)), ("os.scandir", (0,)), ("os.listxattr", (0,)), ("os.getxattr", (0,)))
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+_MAX_SYMLINKS = 40  # as the kernel's ELOOP
 
 
-class _Policy:
-    """Which paths the program may read and write (checked after resolving symlinks)."""
+def _make_audit_hook(workdir, read_roots, max_files_written, max_entries_made, report_fd, nonce,
+                     denied_modules=_DENIED_MODULES):
+    """The hook: raises PermissionError on a denied event, reporting each denial as a violation.
 
-    def __init__(self, workdir, read_roots, max_files_written):
-        self.workdir = os.path.realpath(workdir)
-        self.read_roots = tuple(os.path.realpath(r) for r in read_roots)
-        self.read_files = frozenset(_DEVICES_RW + _DEVICES_R)
-        self.write_files = frozenset(_DEVICES_RW)
-        self.writes_left = max_files_written
+    Its guard state is captured here, once, and nothing the program can reach can change it: the hook reads no
+    global name (not the deny lists, not a built-in, not ``os.path``); its free variables are immutable values
+    (str, int, tuples, frozensets) and C functions, and its two counters are ``itertools.count`` objects, which
+    only go up. A traceback through the hook shows the program that frame and its free variables, so the hook
+    calls no Python function (a function's ``__code__`` and closure cells can be rebound): it resolves paths
+    itself, with ``os.lstat``/``os.readlink``, and writes its report with ``os.write``.
+    """
+    import itertools
+    from _json import encode_basestring_ascii as quote  # C
 
-    @staticmethod
-    def resolve(path):
-        """The real path of a str/bytes/PathLike path; ``None`` for a file descriptor or ``None``."""
-        if path is None or isinstance(path, int):
-            return None
-        return os.path.realpath(os.fsdecode(path))
-
-    @staticmethod
-    def _under(path, root):
-        return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-    def may_write(self, real):
-        return real in self.write_files or self._under(real, self.workdir)
-
-    def may_read(self, real):
-        return (real in self.read_files or self._under(real, self.workdir)
-                or any(self._under(real, r) for r in self.read_roots))
-
-
-def _opens_for_writing(mode, flags):
-    if isinstance(mode, str):
-        return any(c in mode for c in "wax+")
-    return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
-
-
-def _make_audit_hook(policy, emit, denied_modules=_DENIED_MODULES):
-    """The hook: raises PermissionError on a denied event, reporting the first one as a violation."""
-    reported = []
-
-    def deny(event, detail):
-        if not reported:
-            reported.append(event)
-            emit({"event": "violation", "what": f"{event} {detail}".strip()[:_REASON_CHARS]})
-        raise PermissionError(f"sandbox: {event} is not allowed ({detail})"[:_REASON_CHARS])
-
-    def check_paths(event, args, positions, allowed):
-        for pos in positions:
-            if pos < len(args):
-                real = policy.resolve(args[pos])
-                if real is not None and not allowed(real):
-                    deny(event, real)
-
-    def check_open(args):
-        real = policy.resolve(args[0])
-        if real is None:
-            return
-        if _opens_for_writing(args[1] if len(args) > 1 else None, args[2] if len(args) > 2 else None):
-            if not policy.may_write(real):
-                deny("open", f"{real} for writing")
-            if real not in policy.write_files:
-                policy.writes_left -= 1
-                if policy.writes_left < 0:
-                    deny("open", "too many files opened for writing")
-        elif not policy.may_read(real):
-            deny("open", real)
+    workdir = os.path.realpath(workdir)
+    roots = tuple(os.path.realpath(r).rstrip(os.sep) + os.sep for r in read_roots)
+    work_prefix = workdir.rstrip(os.sep) + os.sep
+    devices_rw, devices_all = frozenset(_DEVICES_RW), frozenset(_DEVICES_RW + _DEVICES_R)
+    denied_events, denied_prefixes = frozenset(_DENIED_EVENTS), tuple(_DENIED_PREFIXES)
+    denied_modules = frozenset(denied_modules)
+    write_events = tuple(_WRITE_PATH_EVENTS)
+    write_names = frozenset(name for name, _, _ in write_events)
+    read_events = tuple(_READ_PATH_EVENTS)
+    read_names = frozenset(name for name, _ in read_events)
+    write_flags, max_links, limit = _WRITE_FLAGS, _MAX_SYMLINKS, _REASON_CHARS
+    writes, entries = itertools.count(), itertools.count()
+    head, tail = '{"event": "violation", "what": ', ', "nonce": ' + quote(str(nonce)) + "}\n"
+    lstat, readlink, getcwd, fspath, is_link = os.lstat, os.readlink, os.getcwd, os.fspath, _stat_is_link()
+    write, fsencoding = os.write, sys.getfilesystemencoding()
+    str_, bytes_, int_, tuple_, type_, len_, next_ = str, bytes, int, tuple, type, len, next
+    PermissionError_, OSError_, BaseException_ = PermissionError, OSError, BaseException
+    del itertools
 
     def hook(event, args):
+        if type_(event) is not str_:
+            return
+        denial, checks = "", ()  # checks: (path, "write" / "read" / "make")
         if event == "open":
-            check_open(args)
-        elif event in _DENIED_EVENTS or event.startswith(_DENIED_PREFIXES):
-            deny(event, "")
+            if not args or args[0] is None or type_(args[0]) is int_:
+                return
+            mode = args[1] if len_(args) > 1 else None
+            flags = args[2] if len_(args) > 2 else None
+            if type_(mode) is str_:
+                writing = "w" in mode or "a" in mode or "x" in mode or "+" in mode
+            else:
+                writing = type_(flags) is int_ and (flags & write_flags) != 0
+            checks = ((args[0], "open" if writing else "read"),)
+        elif event in denied_events or event.startswith(denied_prefixes):
+            denial = event
         elif event == "import":
-            if args and isinstance(args[0], str) and args[0].split(".")[0] in denied_modules:
-                deny("import", args[0])
-        elif event in _WRITE_PATH_EVENTS:
-            check_paths(event, args, _WRITE_PATH_EVENTS[event], policy.may_write)
-        elif event in _READ_PATH_EVENTS:
-            check_paths(event, args, _READ_PATH_EVENTS[event], policy.may_read)
-        elif event == "sqlite3.connect" and args and args[0] not in (":memory:", "", b":memory:"):
-            check_paths(event, args, (0,), policy.may_write)
+            if args and type_(args[0]) is str_ and args[0].split(".")[0] in denied_modules:
+                denial = "import " + args[0]
+        elif event in write_names:
+            for name, positions, makes in write_events:
+                if name == event:
+                    found = []
+                    for pos in positions:
+                        if pos < len_(args):
+                            found.append((args[pos], "make" if makes and pos == positions[-1] else "write"))
+                    checks = tuple_(found)
+        elif event in read_names:
+            checks = ((args[0], "read"),) if args else ()
+        elif event == "sqlite3.connect":
+            denial = event  # SQLite makes files (ATTACH, VACUUM INTO, journals) with no event of its own
+        for path, need in checks:
+            if denial:
+                break
+            if path is None or type_(path) is int_:
+                continue
+            # The real path: symbolic links resolved by lstat/readlink, ".." taken on what is resolved.
+            try:
+                path = fspath(path)
+                if type_(path) is bytes_:
+                    path = path.decode(fsencoding, "surrogateescape")
+                if type_(path) is not str_:
+                    denial = "a path that is not str or bytes"
+                    break
+                # getcwd() is already a real path: a relative path resolves from it, component by component.
+                pending, real, hops = path.split("/"), ("" if path.startswith("/") else getcwd().rstrip("/")), 0
+                pending.reverse()
+                while pending:
+                    part = pending.pop()
+                    if part == "" or part == ".":
+                        continue
+                    if part == "..":
+                        real = real[:real.rfind("/")] if "/" in real else ""
+                        continue
+                    candidate = real + "/" + part
+                    try:
+                        is_symlink = is_link(lstat(candidate).st_mode)
+                    except OSError_:
+                        is_symlink = False
+                    if not is_symlink:
+                        real = candidate
+                        continue
+                    hops += 1
+                    if hops > max_links:
+                        raise OSError_(40, "too many levels of symbolic links")
+                    target = readlink(candidate).split("/")
+                    if target and target[0] == "":
+                        real = ""
+                    target.reverse()
+                    pending.extend(target)
+                real = real or "/"
+            except BaseException_ as exc:  # noqa: BLE001 - a hostile __fspath__, a loop of links
+                denial = event + " (the path cannot be resolved: " + type_(exc).__name__ + ")"
+                break
+            inside = real == workdir or real.startswith(work_prefix)
+            if need == "read":
+                if not (inside or real in devices_all or real.startswith(roots)
+                        or (real + "/").startswith(roots)):
+                    denial = event + " " + real
+            elif not (inside or real in devices_rw):
+                denial = event + " " + real + (" for writing" if need == "open" else "")
+            elif need == "open" and real not in devices_rw and next_(writes) >= max_files_written:
+                denial = "open: too many files opened for writing"
+            elif need == "make" and next_(entries) >= max_entries_made:
+                denial = event + ": too many directories and links made"
+        if denial:
+            what = denial[:limit]
+            try:
+                write(report_fd, (head + quote(what) + tail).encode("ascii"))
+            except OSError_:
+                pass
+            raise PermissionError_("sandbox: " + what + " is not allowed")
 
     return hook
+
+
+def _stat_is_link():
+    """``stat.S_ISLNK``, the C function of ``_stat``."""
+    import _stat
+
+    return _stat.S_ISLNK
 
 
 # --------------------------------------------------------------------------- plain data between the two processes
@@ -819,6 +909,37 @@ def _drop_privileges(identity):
                      if keep_read else [])
 
 
+# Extension modules of the standard library the program's process never maps: memory access (ctypes), test
+# helpers, subinterpreters, C code that makes files or kernel objects without an audit event, terminals and
+# system databases. The rest are mapped before seccomp forbids new executable memory, so `import` finds them.
+_NEVER_MAPPED = ("_ctypes", "_test", "xxlimited", "_xx", "_posixshmem", "_multiprocessing", "_sqlite3", "_dbm",
+                 "_gdbm", "readline", "_ssl", "_curses", "_tkinter", "nis", "spwd", "ossaudiodev", "_crypt", "syslog")
+_MAX_ENTRIES_MADE = 512  # directories, links, FIFOs the program may make (audit layer); files: files_written
+
+
+def _preload_extensions():
+    """Map the standard library's extension modules (``lib-dynload``) without running them; returns notes.
+
+    After seccomp forbids PROT_EXEC mappings in the program's process, a later ``import math`` finds its shared
+    object already mapped (dlopen returns the same handle, nothing new is mapped); any other shared object (one
+    the program wrote, one in `_NEVER_MAPPED`, a copy of an allowed one under another name) cannot be loaded.
+    """
+    import importlib.machinery
+
+    ctypes, _ = _libc()
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    notes = []
+    for folder in [p for p in sys.path if p.endswith("lib-dynload") and os.path.isdir(p)]:
+        for name in sorted(os.listdir(folder)):
+            if not name.endswith(suffixes) or name.startswith(_NEVER_MAPPED):
+                continue
+            try:
+                ctypes.CDLL(os.path.join(folder, name), mode=os.RTLD_NOW | os.RTLD_LOCAL)
+            except OSError as exc:  # e.g. a module whose system library is missing: it cannot be imported anyway
+                notes.append(f"preload {name}: {_describe(exc)}"[:_REASON_CHARS])
+    return notes[:3]
+
+
 def _confine(job):
     """Apply every requested layer; returns (active layers, notes on layers that could not be applied, roots)."""
     layers, notes = ["rlimits", "session"], []
@@ -832,8 +953,11 @@ def _confine(job):
             # Running the program as root is not an option: end here, the parent reports a crash with this.
             os.write(2, f"sandbox: could not drop privileges: {_describe(exc)}\n".encode())
             os._exit(70)
+    program = job.get("role") == "program"
+    if program and job["seccomp"]:
+        notes += _preload_extensions()
     for name, wanted, apply in (("landlock", job["landlock"], lambda: _landlock(job["workdir"], roots)),
-                                ("seccomp", job["seccomp"], _seccomp)):
+                                ("seccomp", job["seccomp"], lambda: _seccomp(exec_mappings=not program))):
         if not wanted:
             continue
         try:
@@ -862,8 +986,10 @@ def main():
     if job["audit"]:
         # With seccomp, _posixsubprocess cannot fork or exec anyway: importing subprocess (asyncio does) is fine.
         denied_modules = _DENIED_MODULES - ({"_posixsubprocess"} if "seccomp" in layers else set())
-        policy = _Policy(job["workdir"], roots, job["limits"]["files_written"])
-        sys.addaudithook(_make_audit_hook(policy, emit, denied_modules))
+        sys.addaudithook(_make_audit_hook(job["workdir"], roots, job["limits"]["files_written"],
+                                          job["limits"].get("entries_made", _MAX_ENTRIES_MADE), job["report_fd"],
+                                          job["nonce"], denied_modules))
+        del denied_modules  # the hook holds its own copy; nothing of its state stays in this frame
         layers.append("audit")
     emit({"event": "ready", "layers": layers, "notes": notes})
     role = _judge if job["role"] == "judge" else _serve_program
@@ -879,5 +1005,84 @@ def main():
     os._exit(0)  # stdout/stderr are unbuffered (-u): nothing to flush
 
 
+# --------------------------------------------------------------------------- removing a working directory
+
+_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _empty_directory(fd):
+    """Unlink everything but the subdirectories in the open directory ``fd``; returns the subdirectories' names."""
+    import stat
+
+    try:
+        os.fchmod(fd, stat.S_IRWXU)  # the program may have made it read-only (or unreadable)
+    except OSError:
+        pass
+    with os.scandir(fd) as entries:
+        listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
+    for name, _ in (item for item in listed if not item[1]):
+        os.unlink(name, dir_fd=fd)
+    return [name for name, is_dir in listed if is_dir]
+
+
+def _open_subdirectory(name, parent_fd):
+    import stat
+
+    try:
+        os.chmod(name, stat.S_IRWXU, dir_fd=parent_fd)  # a directory the program made mode 000 cannot be opened
+    except OSError:
+        pass
+    return os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+
+
+def remove_tree(path):
+    """Remove ``path`` and whatever tree a program built in it; raises OSError if something stays.
+
+    Iterative, through directory descriptors: a tree of any depth (thousands of nested directories, paths far
+    beyond PATH_MAX) needs neither recursion nor long paths, and at most two descriptors are open at a time.
+    Directories made read-only or unreadable are made writable first; symbolic links are removed, never followed.
+    """
+    import stat
+
+    fd = None  # the one descriptor held between steps; closed on any failure too
+    try:
+        if not os.path.isdir(path) or os.path.islink(path):
+            return
+        os.chmod(path, stat.S_IRWXU)
+        fd = os.open(path, _DIRECTORY_FLAGS)
+        here, pending, above = "", _empty_directory(fd), []  # above: (name, pending) of each ancestor
+        while pending or above:
+            if pending:
+                name = pending.pop()
+                child = _open_subdirectory(name, fd)
+                os.close(fd)
+                above.append((here, pending))
+                fd, here, pending = child, name, _empty_directory(child)
+                continue
+            parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=fd)  # no symlink was followed: ".." is where we came from
+            os.close(fd)
+            fd = parent
+            os.rmdir(here, dir_fd=fd)
+            here, pending = above.pop()
+        os.close(fd)
+        fd = None
+        os.rmdir(path)
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+def _remove_main(path):
+    """``_sandbox_runner.py --remove PATH``: the caller's out-of-band clean-up (run as the caller, unconfined)."""
+    try:
+        remove_tree(path)
+    except OSError as exc:
+        os.write(2, f"could not remove {path}: {_describe(exc)}\n".encode("utf-8", "replace"))
+        os._exit(1)
+    os._exit(0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["--remove"] and len(sys.argv) == 3:
+        _remove_main(sys.argv[2])
     main()

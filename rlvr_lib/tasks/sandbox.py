@@ -44,7 +44,8 @@ from rlvr_lib.validation import check, is_int
 
 __all__ = [
     "CRASHED", "ERROR", "MEMORY", "OK", "OUTPUT_LIMIT", "STATUSES", "SYNTAX_ERROR", "TIMEOUT", "VIOLATION",
-    "UNPRIVILEGED_GID", "UNPRIVILEGED_UID", "SandboxConfig", "SandboxResult", "probe_layers", "run_tests",
+    "UNPRIVILEGED_GID", "UNPRIVILEGED_UID", "CLEANUP_WAIT_S", "SandboxConfig", "SandboxResult", "probe_layers",
+    "run_tests", "wait_for_removals",
 ]
 
 OK, SYNTAX_ERROR, ERROR, TIMEOUT = "ok", "syntax_error", "error", "timeout"
@@ -212,7 +213,7 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
             os.chown(workdir, identity["uid"], identity["gid"])
         return _supervise(program, tests, setup, config, workdir, identity, program_names)
     finally:
-        _remove_tree(workdir)
+        _remove_tree(workdir, CLEANUP_WAIT_S)
 
 
 def probe_layers(config: SandboxConfig | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -436,69 +437,65 @@ def _reap(proc: subprocess.Popen) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-_DIRECTORY_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+CLEANUP_WAIT_S = 3.0
+"""How long `run_tests` waits for its working directory's removal; what is left is removed in the background
+(`wait_for_removals`). A run takes at most its ``wall_s``, the two interpreters' start, and this."""
+_BACKGROUND: list[subprocess.Popen] = []  # removals still running after their wait
 
 
-def _empty_directory(fd: int) -> list[str]:
-    """Unlink everything but the subdirectories in the open directory ``fd``; returns the subdirectories' names."""
-    try:
-        os.fchmod(fd, stat.S_IRWXU)  # the program may have made it read-only (or unreadable)
-    except OSError:
-        pass
-    with os.scandir(fd) as entries:
-        listed = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
-    for name, _ in (item for item in listed if not item[1]):
-        os.unlink(name, dir_fd=fd)
-    return [name for name, is_dir in listed if is_dir]
+def wait_for_removals(timeout: float | None = None) -> bool:
+    """Wait until the working directories still being removed in the background are gone; returns whether they are."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for proc in list(_BACKGROUND):
+        try:
+            proc.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            return False
+    _reap_background()
+    return not _BACKGROUND
 
 
-def _open_subdirectory(name: str, parent_fd: int) -> int:
-    try:
-        os.chmod(name, stat.S_IRWXU, dir_fd=parent_fd)  # a directory the program made mode 000 cannot be opened
-    except OSError:
-        pass
-    return os.open(name, _DIRECTORY_FLAGS, dir_fd=parent_fd)
+def _reap_background() -> None:
+    for proc in list(_BACKGROUND):
+        if proc.poll() is not None:
+            _BACKGROUND.remove(proc)
+            _log_removal(proc)
 
 
-def _remove_tree(path: str) -> None:
-    """Remove the working directory and whatever tree the program built in it.
+def _log_removal(proc: subprocess.Popen) -> None:
+    why = proc.stderr.read().decode("utf-8", "replace").strip() if proc.stderr else ""
+    if proc.stderr:
+        proc.stderr.close()
+    if proc.returncode:
+        logger.warning("sandbox: could not remove a working directory (exit code %s): %s", proc.returncode, why)
 
-    Iterative, through directory descriptors: a tree of any depth (thousands of
-    nested directories, paths far beyond PATH_MAX) needs neither recursion nor
-    long paths, and at most two descriptors are open at a time. Directories the
-    program made read-only or unreadable are made writable first; symbolic links
-    are removed, never followed. A directory that still cannot be removed is
-    logged, not raised: the run's result stands, and a verifier must not fail on
-    what a program did.
+
+def _remove_tree(path: str, wait_s: float | None = None) -> bool:
+    """Remove the working directory and whatever tree the program built in it, out of band.
+
+    A separate process (``_sandbox_runner.py --remove``, as the caller, unconfined) removes it, iteratively and
+    through directory descriptors (any depth, no symlink followed, read-only and mode-000 levels made writable
+    first). The caller waits at most ``wait_s`` seconds (``None``: until done): a tree too large to remove in
+    time (a flood of directories or long symlinks) goes on being removed in the background, and the verdict is
+    not held up. A failure is logged, not raised: a verifier must not fail on what a program did.
+
+    Returns whether the removal finished within the wait.
     """
-    fd = None  # the one descriptor held between steps; closed on any failure too
+    _reap_background()
+    if not os.path.lexists(path):
+        return True
+    proc = subprocess.Popen([sys.executable, "-s", "-S", "-P", "-B", str(RUNNER), "--remove", path],
+                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                            env=_child_env(os.path.dirname(path) or "/"), close_fds=True, start_new_session=True)
     try:
-        if not os.path.isdir(path) or os.path.islink(path):
-            return
-        os.chmod(path, stat.S_IRWXU)
-        fd = os.open(path, _DIRECTORY_FLAGS)
-        here, pending, above = "", _empty_directory(fd), []  # above: (name, pending) of each ancestor
-        while pending or above:
-            if pending:
-                name = pending.pop()
-                child = _open_subdirectory(name, fd)
-                os.close(fd)
-                above.append((here, pending))
-                fd, here, pending = child, name, _empty_directory(child)
-                continue
-            parent = os.open("..", _DIRECTORY_FLAGS, dir_fd=fd)  # no symlink was followed: ".." is where we came from
-            os.close(fd)
-            fd = parent
-            os.rmdir(here, dir_fd=fd)
-            here, pending = above.pop()
-        os.close(fd)
-        fd = None
-        os.rmdir(path)
-    except OSError as exc:
-        logger.warning("sandbox: could not remove the working directory %s: %s", path, exc)
-    finally:
-        if fd is not None:
-            os.close(fd)
+        proc.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        logger.warning("sandbox: %s is still being removed after %.1f s; process %d goes on in the background",
+                       path, wait_s, proc.pid)
+        _BACKGROUND.append(proc)
+        return False
+    _log_removal(proc)
+    return True
 
 
 # --------------------------------------------------------------------------- the verdict

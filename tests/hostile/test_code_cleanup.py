@@ -8,7 +8,7 @@ import pytest
 
 from rlvr_lib.tasks import STATUSES, CodeTask
 from rlvr_lib.tasks.code_task import code_problem
-from rlvr_lib.tasks.sandbox import SandboxConfig
+from rlvr_lib.tasks.sandbox import SandboxConfig, wait_for_removals
 
 pytestmark = pytest.mark.hostile_class("sandbox cleanup", host=True)
 
@@ -59,6 +59,7 @@ def test_a_deep_tree_is_removed_and_verify_does_not_raise(sandbox_root, program)
     start = time.monotonic()
     verdict = task.verify(ADD, program)
     assert verdict.status in STATUSES and verdict.reward in (0.0, 1.0), verdict
+    assert wait_for_removals(60), "the working directory's removal did not finish"
     assert list(sandbox_root.iterdir()) == [], "the program's working directory was left on the host"
     assert time.monotonic() - start < 120
 
