@@ -188,6 +188,7 @@ def _naive(test: str, exception: type) -> bool:
     return True
 
 
+@pytest.mark.hostile_class("code iteration protocol", host=False)
 def test_the_protocol_tests_pass_on_a_right_add_and_are_forged_in_plain_python():
     result = run_tests(ADD_RIGHT, PROTOCOL_TESTS, config=LIMITS, program_names=("add",))
     assert result.all_passed, result
@@ -211,6 +212,7 @@ def test_iteration_protocol_exceptions_of_the_program_are_failures(name):
     assert result.outcomes[caught] is False, result  # a test that catches the failure fails all the same
 
 
+@pytest.mark.hostile_class("code iteration protocol", host=False)
 def test_the_protocol_tests_through_code_task():
     record = {"prompt": "def add(a, b):\n", "entry_point": "add", "task_id": "hostile/protocol",
               "tests": list(PROTOCOL_TESTS)}
@@ -282,6 +284,7 @@ def test_code_problem_refuses_tests_that_read_the_programs_names(tests, name):
     assert program_names_read(*bound.operands[1:]) == {"f"}  # a name a test binds itself is the test's
 
 
+@pytest.mark.hostile_class("code task helpers", host=False)
 def test_prompt_prelude_keeps_helpers_and_drops_the_entry_point_and_stubs():
     prelude = prompt_prelude(PROMPT, "apply")
     assert "def scale(" in prelude and "class Box" in prelude and "SCALE = 3" in prelude
