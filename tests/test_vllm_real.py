@@ -40,7 +40,7 @@ import torch
 
 vllm = pytest.importorskip("vllm", reason="vLLM is not installed in this environment (make test-vllm runs these)")
 
-from rlvr_lib.methods import method_config  # noqa: E402
+from rlvr_lib.study.testbed import calibrated_config as method_config  # noqa: E402  (the testbed's settings: tiny models)
 from rlvr_lib.policy import load_policy  # noqa: E402
 from rlvr_lib.rollout import KVCacheEngine, Rollouts, SamplingParams, VLLMEngine, sequence_logprobs  # noqa: E402
 from rlvr_lib.rollout.vllm_engine import cpu_attention_head_sizes  # noqa: E402
