@@ -62,3 +62,16 @@ def test_the_command_line_promotes_and_a_bad_folder_is_a_usage_error(roots, monk
     with pytest.raises(SystemExit) as exit_info:
         main(["promote", "nope_full", "--staging", str(staging), "--archive", "pre-x"])
     assert exit_info.value.code == 2
+
+
+def test_the_staged_gate_report_is_the_committed_gate_outcome():
+    """The recompute's staging root keeps the discovery gate's outcome beside the records it read; it is the file
+    ``regimes --gate`` wrote from them (results/testbed/discovery_gate.json), byte for byte, and it passed."""
+    from pathlib import Path
+
+    results = Path(__file__).resolve().parents[1] / "results"
+    staged = results / "recompute-58" / "testbed" / "discovery_gate.json"
+    if not staged.exists():
+        pytest.skip("no recompute is staged at this checkout")
+    assert staged.read_bytes() == (results / "testbed" / "discovery_gate.json").read_bytes()
+    assert json.loads(staged.read_text())["gate"]["passes"] is True
