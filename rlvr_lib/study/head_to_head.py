@@ -29,14 +29,14 @@ import numpy as np
 from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.methods import METHODS
 from rlvr_lib.methods.baselines import BASELINES
-from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, merged_claims, overrides, preset_conflicts
+from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrides, preset_conflicts
 from rlvr_lib.study import papers
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
 from rlvr_lib.study.protocols import SCALING_RULE, ProtocolEvaluation, claim_protocol
 from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
 from rlvr_lib.study.stats import paired_difference_ci
-from rlvr_lib.study.testbed import (calibrated_claims, calibrated_conflicts, config_from_key, key_train, calibrated_config,
-                                    tuned_lr)
+from rlvr_lib.study.testbed import (agreed_settings, calibrated_claims, calibrated_config, calibrated_conflicts,
+                                    config_from_key, key_train, tuned_lr)
 from rlvr_lib.trainer import compute_spent
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, check_int
@@ -228,10 +228,8 @@ def pair_name(a: str, b: str) -> str:
     regime = {"method_options": {threepo: composite_regime(f"{a}{SEPARATOR}{b}")}} if threepo else {}
     settled = pair_settings(a, b)
     # The papers' presets may disagree where the testbed's agree (lr, beta): the testbed's value settles those.
-    testbed = merged_claims((a, b), claims=calibrated_claims)[0]
-    agreed = {k: testbed[k] for k in preset_conflicts((a, b)) if k not in settled and k in testbed}
-    if "lr" in preset_conflicts((a, b)) and "lr" not in settled:
-        agreed["lr"] = next(lr for lr in (_tuned_lr(a), _tuned_lr(b)) if lr is not None)
+    agreed = agreed_settings((a, b))[0]
+    agreed = {k: agreed[k] for k in preset_conflicts((a, b)) if k in agreed and k not in settled}
     return compose(a, b, **settled, **agreed, **regime)
 
 

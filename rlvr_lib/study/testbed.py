@@ -29,10 +29,10 @@ from rlvr_lib.methods.registry import METHODS, unknown_method
 from rlvr_lib.trainer_config import TrainerConfig
 
 __all__ = ["ANCHORED", "CALIBRATION", "IVON_METHODS", "LEARNT_HESS_REGIME", "LEARNT_HESS_STEPS", "LR_SHARED",
-           "SAGE_ANCHOR", "TAU_METHODS", "TESTBED_CLIP_RADIUS",
-           "TESTBED_ESS", "TESTBED_IVON_LR", "TESTBED_KL_COEF", "TESTBED_LR", "TESTBED_TAU", "TUNED_LR", "calibration",
-           "calibrated_claims", "calibrated_conflicts", "config_from_key", "key_train", "calibrated_config",
-           "testbed_settings", "train_from_key", "tuned_lr"]
+           "SAGE_ANCHOR", "TAU_METHODS", "TESTBED_CLIP_RADIUS", "TESTBED_ESS", "TESTBED_IVON_LR", "TESTBED_KL_COEF",
+           "TESTBED_LR", "TESTBED_TAU", "TUNED_LR", "agreed_settings", "calibrated_claims", "calibrated_config",
+           "calibrated_conflicts", "calibration", "config_from_key", "key_train", "testbed_settings",
+           "train_from_key", "tuned_lr"]
 
 TESTBED_KL_COEF = 0.2
 """Beta of the KL anchor on the testbed: the first of 0.05, 0.1, 0.2, 0.4 at which GRPO meets every dynamics target,
@@ -167,6 +167,16 @@ def calibrated_conflicts(names: tuple[str, ...]) -> dict[str, dict[str, Any]]:
     return merged_claims(tuple(names), claims=calibrated_claims)[3]
 
 
+def agreed_settings(names: tuple[str, ...], *, tuned_lr: bool = True) -> tuple[dict[str, Any], dict[str, dict]]:
+    """``(agreed, conflicts)`` of a composite's components on the testbed: the keys their testbed presets agree on
+    (``lr``: their tuned lr when they agree and ``tuned_lr``), and the keys they set differently."""
+    preset, _, tuned, conflicts = merged_claims(tuple(names), claims=calibrated_claims)
+    agreed = {k: v for k, v in preset.items() if k not in conflicts}
+    if tuned_lr and tuned and "lr" not in conflicts:
+        agreed["lr"] = next(iter(set(tuned.values())))
+    return agreed, conflicts
+
+
 def _merge_options(name: str, written: Any) -> Any:
     """``method_options`` with the calibration's under the ones the arm wrote (``written``: the arm's, or the
     preset's when the arm wrote none)."""
@@ -200,15 +210,14 @@ def calibrated_config(name: str, *, tuned_lr: bool = True, **overrides) -> Train
     else:
         # A composite: the keys its components' testbed presets agree on; a key they set differently comes from
         # ``overrides`` or from the `compose` call that registered it (`rlvr_lib.study.head_to_head.pair_name`).
-        preset, _, tuned, conflicts = merged_claims(parts, claims=calibrated_claims)
+        agreed, conflicts = agreed_settings(parts, tuned_lr=tuned_lr)
         registered = METHODS[name].preset if name in METHODS else {}
         settled = {k: registered[k] for k in conflicts if k in registered}
         open_keys = sorted(k for k in conflicts if k not in overrides and k not in settled)
         if open_keys:
             raise ValueError(f"calibrated_config({name!r}): its components' testbed presets set different values of "
                              f"{open_keys} ({ {k: conflicts[k] for k in open_keys} }); pass them")
-        fields = {**{k: v for k, v in preset.items() if k not in conflicts}, **settled}
-        lr = None if "lr" in conflicts else next(iter(set(tuned.values())), None)
+        fields, lr = {**agreed, **settled}, None
         library = registered.get("method_options") if name in METHODS else merged_claims(parts)[1]
         written = overrides["method_options"] if "method_options" in overrides else (library or None)
     fields.pop("method_options", None)
