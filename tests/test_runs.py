@@ -13,7 +13,7 @@ import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.study.runs import (RESULTS_ENV, RESUMED, RunRecord, cached_run, cpu_model, current_testbed, git_commit,
+from rlvr_lib.study.runs import (CACHE_ONLY_ENV, RESULTS_ENV, RESUMED, CacheMiss, RunRecord, cached_run, cpu_model, current_testbed, git_commit,
                                  jsonable, load_runs, measured_on, results_root, run_dir, runs_frame)
 from rlvr_lib.study.stats import aggregate_seeds, format_ci
 
@@ -80,6 +80,25 @@ def test_cached_run_writes_record_then_hits_cache(tmp_path):
 
     cached_run("exp", "grpo-g8", Cfg(), 0, fn, root=tmp_path, force=True)
     assert fn.calls == 2
+
+
+def test_cache_only_serves_records_and_refuses_to_compute(tmp_path, monkeypatch):
+    fn = Counter()
+    rec = cached_run("exp", "grpo-g8", Cfg(), 0, fn, root=tmp_path)
+    monkeypatch.setenv(CACHE_ONLY_ENV, "1")
+    assert cached_run("exp", "grpo-g8", Cfg(), 0, fn, root=tmp_path) == rec and fn.calls == 1
+    with pytest.raises(CacheMiss, match=r"grpo-g8-.*-s1\.json does not exist.*seed 1"):
+        cached_run("exp", "grpo-g8", Cfg(), 1, fn, root=tmp_path)
+    with pytest.raises(CacheMiss, match="does not exist"):
+        cached_run("exp", "grpo-g8", Cfg(lr=0.2), 0, fn, root=tmp_path)
+    with pytest.raises(CacheMiss, match=r"would be recomputed \(force=True\)"):
+        cached_run("exp", "grpo-g8", Cfg(), 0, fn, root=tmp_path, force=True)
+    path = tmp_path / "exp" / f"{rec.run_id}.json"
+    path.write_text(path.read_text()[:40])  # truncated: would be recomputed
+    with pytest.raises(CacheMiss, match="stale or unreadable"):
+        cached_run("exp", "grpo-g8", Cfg(), 0, fn, root=tmp_path)
+    assert fn.calls == 1  # no refused run took a lock either: only the first run's is there
+    assert [p.name for p in (tmp_path / "exp").glob(".*.lock")] == [f".{rec.run_id}.lock"]
 
 
 def test_different_seed_or_config_is_a_different_run(tmp_path):

@@ -57,6 +57,9 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 RESULTS_ENV = "RLVR_RESULTS_DIR"
+CACHE_ONLY_ENV = "RLVR_CACHE_ONLY"
+"""``RLVR_CACHE_ONLY=1``: :func:`cached_run` serves finished records and raises :class:`CacheMiss` instead of computing
+(re-executing a full-profile notebook from the committed records, e.g. under nbval, must never start a training)."""
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
 """A file-name-safe name (experiments, runs, figures, claim ids): letters, digits and ``. _ + = @ -``, not
@@ -289,6 +292,11 @@ def cached_run(
 
     if not force and (rec := cached()) is not None:
         return rec
+    if os.environ.get(CACHE_ONLY_ENV) == "1":
+        why = ("would be recomputed (force=True)" if force else "is stale or unreadable") if path.exists() \
+            else "does not exist"
+        raise CacheMiss(f"{CACHE_ONLY_ENV}=1 and the run record {path} {why} (experiment {experiment!r}, run "
+                        f"{name!r}, seed {seed}): unset {CACHE_ONLY_ENV} to compute it, or commit the record")
     with file_lock(path.with_name(f".{run_id}.lock")) as waited:
         if waited:
             log.info("waited for another process computing %s", run_id)
@@ -297,6 +305,10 @@ def cached_run(
         if one_processor:
             check_one_processor(path.parent, cfg)
         return _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn, extra)
+
+
+class CacheMiss(RuntimeError):
+    """A run :func:`cached_run` would have to compute while ``RLVR_CACHE_ONLY=1``."""
 
 
 class PrerequisitesMissing(RuntimeError):
