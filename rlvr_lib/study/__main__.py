@@ -1,5 +1,5 @@
 """The study's command line: ``python -m rlvr_lib.study {calibrate,calibrate-threepo,tune-lr,plateau,testbed-config,
-reproduce,verify,report,bench,regimes,provenance} ...``.
+reproduce,verify,report,bench,regimes,provenance,what-changed} ...``.
 
 The first four measure the testbed and write under ``results/testbed/``; ``testbed-config`` writes a method's
 testbed calibration as a settings file for ``python -m rlvr_lib train --config``; the others run the study's own modules
@@ -300,6 +300,12 @@ def _provenance(argv: list[str]) -> int:
     return main(argv)
 
 
+def _what_changed(argv: list[str]) -> int:
+    from rlvr_lib.study.what_changed import main
+
+    return main(argv)
+
+
 MODULE_COMMANDS = {
     "reproduce": (_reproduce, "every notebook with papermill, resumably (python -m rlvr_lib.study.reproduce)"),
     "verify": (_verify, "recompute a sample of committed runs and compare (reproduce --verify)"),
@@ -307,6 +313,8 @@ MODULE_COMMANDS = {
     "bench": (_bench, "benchmarks against their baselines, written to results/bench (rlvr_lib.study.bench)"),
     "regimes": (_regimes, "notebook 08's regime designs and gate (rlvr_lib.study.regimes)"),
     "provenance": (_provenance, "which committed records are stale, and declared (rlvr_lib.study.provenance)"),
+    "what-changed": (_what_changed, "each notebook's claims verdicts, archived against recomputed, and the cause "
+                                    "(rlvr_lib.study.what_changed)"),
 }
 """Commands that run a study module's own command line with the remaining arguments (``--help``: its flags)."""
 
