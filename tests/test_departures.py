@@ -1,4 +1,5 @@
-"""docs/departures.md: one section per paper and a "Not run" section, and every path and notebook it cites exists."""
+"""The departures from the papers, on the papers' pages (docs/papers/): the common departures and "Not run" on the
+index, one numbered "Departures" list per paper on its page; every path, notebook and module the pages cite exists."""
 
 from __future__ import annotations
 
@@ -11,7 +12,12 @@ import pytest
 from rlvr_lib.study.claims.tables import PAPER_NAMES
 
 ROOT = Path(__file__).resolve().parents[1]
-DOC = ROOT / "docs" / "departures.md"
+PAGES = ROOT / "docs" / "papers"
+INDEX = PAGES / "index.md"
+PAPER_PAGES = {"NudgeRL": "nudgerl.md", "3PO": "3po.md", "SAGE": "sage.md", "VIGOR": "vigor.md"}
+"""Each paper's page, whose "Departures" section lists its departures."""
+OTHER_PAGES = ("grpo.md", "baselines.md", "head-to-head.md", "discovery.md")
+DEPARTURES = "Departures"
 NOT_RUN = "Not run"
 CITED_DIRS = ("rlvr_lib", "results", "configs", "notebooks", "tests", "docs")
 PATH_RE = re.compile(rf"(?<![\w./-])((?:{'|'.join(CITED_DIRS)})/[\w.*+/-]*[\w*])")
@@ -21,10 +27,32 @@ NOTEBOOK_NUMBER_RE = re.compile(r"[Nn]otebooks? (\d\d)(?:-(\d\d))?\b")
 DOTTED_RE = re.compile(r"`(rlvr_lib(?:\.\w+)+)`")
 
 
+class DOC:
+    """What the messages name: the papers' pages."""
+
+    name = "docs/papers/*.md"
+
+
+def departures_text() -> str:
+    """The papers' pages as one text whose level-2 sections are the index's ("Common departures", "Not run"), then
+    one per paper (its page's "Departures" section under the paper's name); every page follows under "The pages",
+    its headings demoted a level, so that the path, notebook and module checks read all of them."""
+    assert INDEX.is_file(), f"{INDEX} is missing"
+    parts = [INDEX.read_text(encoding="utf-8")]
+    for paper, page in PAPER_PAGES.items():
+        sections = _sections((PAGES / page).read_text(encoding="utf-8"))
+        assert DEPARTURES in sections, f"{page} has no '## {DEPARTURES}' section; sections: {list(sections)}"
+        parts.append(f"## {paper}\n{sections[DEPARTURES]}")
+    parts.append("## The pages")
+    for page in (*PAPER_PAGES.values(), *OTHER_PAGES):
+        assert (PAGES / page).is_file(), f"{PAGES / page} is missing"
+        parts.append(re.sub(r"^## ", "### ", (PAGES / page).read_text(encoding="utf-8"), flags=re.M))
+    return "\n".join(parts)
+
+
 @pytest.fixture(scope="module")
 def text() -> str:
-    assert DOC.is_file(), f"{DOC} is missing"
-    return DOC.read_text(encoding="utf-8")
+    return departures_text()
 
 
 def _sections(text: str) -> dict[str, str]:
@@ -39,7 +67,7 @@ def _numbered(body: str) -> list[int]:
 
 def test_one_section_per_paper_and_not_run(text):
     sections = _sections(text)
-    for name in (*PAPER_NAMES, NOT_RUN):
+    for name in ("Common departures", *PAPER_NAMES, NOT_RUN):
         assert name in sections, f"no '## {name}' section in {DOC.name}; sections: {list(sections)}"
         items = _numbered(sections[name])
         assert items, f"section {name!r} has no numbered item"
@@ -87,18 +115,21 @@ def test_cited_modules_and_names_exist(text):
     assert not missing, f"{DOC.name} names modules or attributes that do not exist: {missing}"
 
 
-def test_issue_references_are_open_markers_only(text):
-    """The only issue references are the "open (issue 56)" markers of departures whose fix has not landed."""
-    stray = re.sub(r"open \(issue 56\)", "", text)
-    assert not re.search(r"\bissues? #?\d+", stray, flags=re.I), re.findall(r".{0,40}\bissues? #?\d+", stray, flags=re.I)
-    assert "open (issue 56)" in text
+def test_no_issue_references(text):
+    """The pages say what was decided, not where it was asked: no issue numbers."""
+    assert not re.search(r"\bissues? #?\d+", text, flags=re.I), re.findall(r".{0,40}\bissues? #?\d+", text, flags=re.I)
+
+
+def test_the_pages_cite_nothing_outside_the_repository(text):
+    """The papers' summaries, settings and tables are on the pages: no reference to the workspace's PAPERS.md."""
+    assert "PAPERS.md" not in text
 
 
 # ------------------------------------------------------------------ every table and figure of PAPERS.md is accounted for
 PAPERS_MD = ROOT.parent / "shared" / "PAPERS.md"
 """The workspace's restatement of the four papers (its tables and figures; outside the repository, beside it)."""
 ITEM_ID_RE = re.compile(r"(T main|T\d+|Fig \d+|T)(?=[\s:,(]|$)")
-TAG_RE = re.compile(r"\[PAPERS\.md: ([^\]<]+)\]")  # "<paper>": the format, not a tag
+TAG_RE = re.compile(r"\[paper item: ([^\]<]+)\]")  # "<paper>": the format, not a tag
 ALIASES = {("VIGOR", "Raw ||g|| falls with length"): ("claim", "gradient norm vs length"),
            ("VIGOR", "Cost"): ("measurement", "cost-vigor")}
 """PAPERS.md entries whose rows name them in other words: the claim's ``paper`` field, or a measurement's id."""
@@ -146,7 +177,7 @@ def claim_items() -> set[tuple[str, str]]:
 
 
 def not_run_items(doc: str) -> list[tuple[str, str]]:
-    """``(paper, id)`` of every ``[PAPERS.md: <paper> <id>]`` tag of the "Not run" section."""
+    """``(paper, id)`` of every ``[paper item: <paper> <id>]`` tag of the "Not run" section."""
     tags = TAG_RE.findall(_sections(doc)[NOT_RUN])
     return [tuple(t.split(" ", 1)) for t in tags]
 
@@ -181,7 +212,7 @@ def test_papers_md_is_parsed_into_its_tables_and_figures(papers):
 def test_every_table_and_figure_of_papers_md_has_a_claim_row_or_is_listed_not_run(papers, text):
     assert not uncovered(papers, text), (
         f"PAPERS.md entries with neither a claim row (its paper field naming the table or figure) nor a "
-        f"'[PAPERS.md: <paper> <id>]' item in {DOC.name}'s '{NOT_RUN}' section: {uncovered(papers, text)}")
+        f"'[paper item: <paper> <id>]' item in {DOC.name}'s '{NOT_RUN}' section: {uncovered(papers, text)}")
     # the aliases name rows that exist
     rows = {(kind, value) for reg in _registries()
             for kind, value in [*(("claim", c.paper) for c in reg.claims), *(("measurement", m.id) for m in reg.measurements)]}
@@ -190,7 +221,7 @@ def test_every_table_and_figure_of_papers_md_has_a_claim_row_or_is_listed_not_ru
     extra = papers.replace("- Fig 5: eps_high sweep", "- Fig 9: a figure no row measures\n- Fig 5: eps_high sweep")
     assert uncovered(extra, text) == [("NudgeRL", "Fig 9")]
     # and one the page lists as not run passes it
-    listed = text.replace("[PAPERS.md: 3PO Fig 4]", "[PAPERS.md: 3PO Fig 4] [PAPERS.md: NudgeRL Fig 9]")
+    listed = text.replace("[paper item: 3PO Fig 4]", "[paper item: 3PO Fig 4] [paper item: NudgeRL Fig 9]")
     assert uncovered(extra, listed) == []
 
 
