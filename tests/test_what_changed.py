@@ -221,13 +221,18 @@ def test_render_and_write_page(tmp_path):
 
 def test_new_copy_found_in_notebooks_folder_at_the_full_profile_only(tmp_path):
     root = _study(tmp_path)
-    (root / "notebooks" / "full" / f"{NB}.ipynb").rename(tmp_path / "moved.ipynb")
+    earlier = root / "notebooks" / "full" / f"{NB}.ipynb"
     quick = _notebook(tmp_path / "notebooks" / f"{NB}.ipynb", [_html(NEW_ROWS, CLAIMS_COLUMNS)], profile="quick")
-    assert executed_notebooks(NB, ARCHIVE, root)[1] is None  # a quick-profile copy is not the recomputed one
+    assert executed_notebooks(NB, ARCHIVE, root)[1] == earlier  # a quick-profile copy is not the recomputed one
+    earlier.rename(tmp_path / "moved.ipynb")
+    assert executed_notebooks(NB, ARCHIVE, root)[1] is None
     assert "not recomputed yet (the new execution is not there yet)" in render(ARCHIVE, root)
     _notebook(quick, [_html(NEW_ROWS, CLAIMS_COLUMNS)], profile="full")
     assert executed_notebooks(NB, ARCHIVE, root)[1] == quick
     assert notebook_changes(NB, ARCHIVE, root) is not None
+    # archived by copying and not executed again yet: the same file on both sides is not a recomputation
+    quick.write_bytes((root / "archive" / ARCHIVE / "notebooks" / "full" / f"{NB}.ipynb").read_bytes())
+    assert executed_notebooks(NB, ARCHIVE, root)[1] is None and notebook_changes(NB, ARCHIVE, root) is None
 
 
 def test_bad_input_is_a_clear_error(tmp_path, capsys):

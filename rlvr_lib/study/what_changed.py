@@ -558,8 +558,9 @@ def executed_notebooks(stem: str, archive: str, root: str | Path | None = None,
     """``(archived executed copy, new executed copy)`` of notebook ``stem``, each None when not there.
 
     Archived: ``archive/<archive>/notebooks/full/<stem>.ipynb``, then ``archive/<archive>/notebooks/<stem>.ipynb``.
-    New: ``<root>/notebooks/full/<stem>.ipynb``, then ``<notebooks>/<stem>.ipynb`` when papermill executed it at
-    the full profile (``notebooks`` defaults to the ``notebooks/`` beside the results root).
+    New: ``<notebooks>/<stem>.ipynb`` when papermill executed it at the full profile (``notebooks`` defaults to the
+    ``notebooks/`` beside the results root), else ``<root>/notebooks/full/<stem>.ipynb``. A new copy identical to
+    the archived one (archived by copying, not executed again yet) is None.
 
     Raises:
         ValueError: on an archive that does not exist.
@@ -569,10 +570,12 @@ def executed_notebooks(stem: str, archive: str, root: str | Path | None = None,
     notebooks = Path(notebooks) if notebooks is not None else root.parent / "notebooks"
     old = next((p for p in (shelf / "notebooks" / "full" / f"{stem}.ipynb", shelf / "notebooks" / f"{stem}.ipynb")
                 if p.is_file()), None)
-    new = root / "notebooks" / "full" / f"{stem}.ipynb"
-    if not new.is_file():
-        new = notebooks / f"{stem}.ipynb"
-        new = new if new.is_file() and _profile(new) == "full" else None
+    new: Optional[Path] = notebooks / f"{stem}.ipynb"
+    if not (new.is_file() and _profile(new) == "full"):
+        new = root / "notebooks" / "full" / f"{stem}.ipynb"
+        new = new if new.is_file() else None
+    if old is not None and new is not None and old.read_bytes() == new.read_bytes():
+        new = None
     return old, new
 
 
