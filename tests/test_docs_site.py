@@ -39,8 +39,10 @@ def _nav_paths(nav) -> list[str]:
 
 
 def _doc_pages() -> set[str]:
-    """Every Markdown page under docs/ (docs/notebooks links to notebooks/, which holds none)."""
-    return {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")} - EXCLUDED
+    """Every Markdown page under docs/ (docs/notebooks links to notebooks/, which holds none); hidden files, which
+    MkDocs leaves out, are no page."""
+    pages = {p.relative_to(DOCS).as_posix() for p in DOCS.rglob("*.md")}
+    return {p for p in pages if not any(part.startswith(".") for part in p.split("/"))} - EXCLUDED
 
 
 def test_nav_lists_every_page_and_every_notebook_once():
@@ -48,7 +50,8 @@ def test_nav_lists_every_page_and_every_notebook_once():
     assert config["docs_dir"] == "docs" and config["strict"] is True
     nav = _nav_paths(config["nav"])
     assert len(nav) == len(set(nav)), sorted(p for p in nav if nav.count(p) > 1)
-    notebooks = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb")}
+    # A hidden notebook (papermill's file while it runs, a failed execution's copy) is no page: MkDocs leaves it out.
+    notebooks = {f"notebooks/{p.name}" for p in (ROOT / "notebooks").glob("*.ipynb") if not p.name.startswith(".")}
     assert notebooks, "notebooks/ holds no notebook"
     missing = (_doc_pages() | notebooks) - set(nav)
     assert not missing, f"pages and notebooks missing from mkdocs.yml's nav: {sorted(missing)}"
