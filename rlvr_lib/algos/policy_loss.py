@@ -188,7 +188,7 @@ def kl_cov_loss(logp: Tensor, old_logp: Tensor, advantages: Tensor, mask: Tensor
         loss_t = -rho_t * A_t + kl_coef * |logp_t - old_logp_t|  on the k tokens of largest cov_t
         k = max(1, floor(k_frac * n_tokens))
 
-    ``k_frac`` is a FRACTION (default 2e-4 = 0.02%, as verl and PAPERS.md; the authors' 7B scripts run 2e-3).
+    ``k_frac`` is a FRACTION (default 2e-4 = 0.02%, as verl and the KL-Cov paper; the authors' 7B scripts run 2e-3).
     Stats: ``kl_cov_frac``, ``abs_log_ratio``, ``ratio_mean``."""
     logp, old_logp, m = _check_logps(logp, old_logp, mask)
     adv = _seq_advantages(advantages, logp.shape)

@@ -9,7 +9,7 @@ For problem ``p`` with mode shares ``s_{p,m}``::
 
     count_p = |{m : s_{p,m} > 0 and s_{p,m} >= min_share}|
 
-Departures (PAPERS.md does not state the papers' clustering; see docs/departures.md):
+Departures (the papers do not state their clustering; see docs/papers/nudgerl.md):
 
 1. the strategy tag is stripped (``strip_tag=True``), else the measurement is circular;
 2. digits are masked and digit runs collapsed, so clusters follow the steps, not the numbers;

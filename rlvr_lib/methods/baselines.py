@@ -22,7 +22,7 @@ pope               oracle-prefix hints on half of the prompts                  N
 intuitor           reward = self-certainty, no verifier                        VIGOR
 =================  ==========================================================  =================
 
-Departures from the papers (details in docs/departures.md):
+Departures from the papers (details in docs/papers/baselines.md and each paper's page under docs/papers/):
 
 1. ``pope`` runs at NudgeRL's settings and ``intuitor`` at VIGOR's, as those papers' comparisons run
    them; INTUITOR's authors use beta 0.005 and a constant lr.

@@ -20,7 +20,7 @@ with ``c`` = ``clip_radius`` (``lr_eff = lr`` without ``rescale_lr``); IVON reco
 The options' defaults are the authors' (ESS 1e9, clip radius 1e-3, IVON lr 1.0, hess_init 1e-3); the testbed
 calibrates ESS, clip radius and IVON lr (`rlvr_lib.study.testbed`, by :func:`calibrate_clip_and_lr`).
 
-Departures from the paper (details in docs/departures.md, "3PO"):
+Departures from the paper (details in docs/papers/3po.md, "Departures"):
 
 1. ``lr=None`` matches IVON's largest per-weight step to the trainer's lr (:func:`matched_ivon_lr`).
 2. ``hess_init_steps > 0`` learns the Hessian init on the policy's own SFT data (the Fig 5 ablation's

@@ -16,9 +16,9 @@ Options: ``sqrt_len`` (bool, default True; False: the "without sqrt(T)" ablation
 ``"naive"`` or ``"vmap"``; default ``"auto"``: ghost norms where the model allows them, else the naive loop;
 equal values, `rlvr_lib.rewards.grad_norm`). ``config.advantage`` must be ``"rank"``.
 
-Departures from the paper (details in docs/departures.md, "VIGOR"):
+Departures from the paper (details in docs/papers/vigor.md, "Departures"):
 
-1. A truncated completion keeps its own score, as the authors' code (PAPERS.md: the group minimum); only
+1. A truncated completion keeps its own score, as the authors' code (the paper: the group minimum); only
    empty completions get ``min - 1e-3``.
 2. Completions are tens of tokens long, not hundreds, so length effects are measured over short outputs.
 

@@ -67,7 +67,7 @@ class EvalProtocol:
         samples: Samples per problem the paper draws; ``None`` where the paper does not state it.
         greedy: Argmax decoding (one sample per problem).
         metric: One of :data:`METRICS`.
-        source: The line of ``PAPERS.md`` the protocol comes from (verbatim).
+        source: The paper's statement of the protocol, verbatim from the study's summary of the paper (docs/papers/).
         not_stated: What the paper leaves unstated and what is used instead, in words.
     """
 

@@ -26,7 +26,7 @@ Pools (`split_of`, fixed hashes, never seed-dependent, disjoint): half the
 problems are evaluation; the rest splits 80/20 into pretraining (``"sft"``) and
 RL training (``"train"``).
 
-Why the testbed has this shape: docs/tasks/arithmetic.md; departures: docs/departures.md.
+Why the testbed has this shape: docs/tasks/arithmetic.md; departures: docs/papers/index.md.
 """
 
 from __future__ import annotations

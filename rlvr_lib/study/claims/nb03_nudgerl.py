@@ -12,7 +12,7 @@ _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in 
 # at temperature 0.7, scaled by the written rule); Fig 1's modes and Fig 4's pass@256 stay on temperature 1.0.
 PROTOCOL = "nudgerl"
 
-_GRPO_T1 = {8: 0.454, 16: 0.470, 32: 0.487, 64: 0.451}  # PAPERS.md, NudgeRL T1 (Qwen3-4B)
+_GRPO_T1 = {8: 0.454, 16: 0.470, 32: 0.487, 64: 0.451}  # NudgeRL T1, Qwen3-4B (docs/papers/nudgerl.md)
 _NUDGERL, _POPE = 0.489, 0.467
 EPS_HIGH = (0.20, 0.28, 0.32, 0.40)
 P_DROP = (0.0, 0.25, 0.75)

@@ -1,6 +1,6 @@
 """Notebook 04's pre-registered rows (3PO: T1, Figs 1, 3, 5, appendix ablations, cost).
 
-The paper's effects are T1's OLMo3-7B column (PAPERS.md); the Qwen2.5-Math-7B column is in ``paper``.
+The paper's effects are T1's OLMo3-7B column (docs/papers/3po.md); the Qwen2.5-Math-7B column is in ``paper``.
 """
 
 from rlvr_lib.methods.threepo import THREEPO_SETTINGS
@@ -16,7 +16,7 @@ _DISCOVERY, _RETENTION, _NONE = ({"regime": "retention", "premise": p} for p in 
 PROTOCOL = "3po"
 
 _T1 = {"grpo": 42.99, "entreg": 42.43, "polaris": 41.46, "kl_cov": 42.28, "b3po": 42.73, "m3po": 43.22,
-       "c3po": 44.04}  # PAPERS.md, 3PO T1, OLMo3-7B
+       "c3po": 44.04}  # 3PO T1, OLMo3-7B (docs/papers/3po.md)
 _QWEN = {"grpo": 45.36, "entreg": 42.98, "polaris": 45.78, "kl_cov": 45.12, "b3po": 46.20, "m3po": 46.39,
          "c3po": 46.88}
 _MATCH = "the margin of every 'matches' row of notebooks 04 and 05"
