@@ -318,3 +318,85 @@ def test_headlines_written_before_the_fifth_verdict_are_still_read():
     new = "**1 reproduced, 0 contradicted, 0 unresolved, 0 not specific, 2 premise absent of 3 claims** (chance)."
     assert find_claims_headline(old + "\n" + new) == ("1 reproduced, 1 contradicted, 24 unresolved, 0 not specific, "
                                                       "2 premise absent of 28 claims, over 2 claims tables")
+
+
+# ------------------------------------------------------------------ claims_rows: the numbers of a stored table
+def _notebook(tmp_path, *outputs):
+    import json
+
+    path = tmp_path / "09_made_up.ipynb"
+    path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": "", "outputs": list(outputs)}],
+                                "metadata": {}, "nbformat": 4, "nbformat_minor": 5}))
+    return path
+
+
+def test_claims_rows_reads_back_the_numbers_of_a_displayed_claims_table(tmp_path):
+    from rlvr_lib.study.claims.tables import claims_rows
+
+    table = claims_table([
+        _row("up", _ci(0.012, 0.034)),
+        _row("down", _ci(-0.25, -0.125), expect="<", than=-0.01, source="VIGOR"),
+        _row("flat", _ci(-0.004, 0.006), expect="within", margin=0.01),
+        _row("one-seed", {"mean": 0.375, "ci_low": 0.375, "ci_high": 0.375, "n": 1}),
+    ])
+    measured = measurements_table([dict(id="m", measurement="m", ours=_ci(0.1, 0.2), expect=">",
+                                        regime="retention", premise="none")])
+    html = lambda df: {"output_type": "execute_result", "data": {"text/html": df._repr_html_(),  # noqa: E731
+                                                                 "text/plain": repr(df)}}
+    rows = claims_rows(_notebook(tmp_path, html(table), html(measured)))  # the measurements table is not claims
+    assert [r["id"] for r in rows] == ["up", "down", "flat", "one-seed"]
+    up, down, flat, one = rows
+    assert up == {"notebook": "09_made_up", "id": "up", "claim": "claim up", "paper": "SAGE", "table": "T1",
+                  "our_effect": 0.023, "low": 0.012, "high": 0.034, "threshold": 0.0, "expect": ">", "margin": None,
+                  "verdict": "reproduced", "verdict_if_premise": "reproduced"}
+    assert (down["paper"], down["low"], down["high"], down["threshold"], down["expect"]) == (
+        "VIGOR", -0.25, -0.125, -0.01, "<")
+    assert (flat["threshold"], flat["expect"], flat["margin"], flat["verdict"]) == (0.0, "within", 0.01, "reproduced")
+    assert one["our_effect"] == 0.375 and np.isnan(one["low"]) and np.isnan(one["high"])
+
+
+def test_claims_rows_refuses_a_cut_table_and_a_file_that_is_no_notebook(tmp_path):
+    from rlvr_lib.study.claims.tables import claims_rows
+
+    table = claims_table([_row(f"c{i}") for i in range(4)])
+    with pd.option_context("display.max_rows", 2, "display.min_rows", 2):
+        cut = pd.DataFrame.to_html(table, max_rows=2)
+    with pytest.raises(ValueError, match=r"pandas cut the stored table short"):
+        claims_rows(_notebook(tmp_path, {"data": {"text/html": cut}}))
+    bad = tmp_path / "x.ipynb"
+    bad.write_text("not json")
+    with pytest.raises(ValueError, match=r"^notebook_path='.*x.ipynb' is invalid: must be an executed .ipynb file"):
+        claims_rows(bad)
+
+
+def _executed_notebooks():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    return sorted({*root.glob("notebooks/[0-9][0-9]_*.ipynb"), *root.glob("results/notebooks/full/[0-9][0-9]_*.ipynb")})
+
+
+@pytest.mark.parametrize("path", _executed_notebooks(), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_claims_rows_of_each_committed_notebook_match_its_scorecard_and_verdicts(path):
+    """The rows read back from a committed executed notebook are the ones its claims summary counts, per paper and
+    verdict, and each row's interval, read against its threshold, gives the verdict the table shows."""
+    from collections import Counter
+
+    from rlvr_lib.study.claims.tables import NOT_SPECIFIC, REPRODUCED, claims_rows, notebook_outputs
+
+    rows = claims_rows(path)
+    scorecard = find_claims_counts(notebook_outputs(path))
+    assert Counter((r["paper"], r["verdict"]) for r in rows) == Counter(
+        {(paper, v): n for paper, counts in scorecard.items() for v, n in counts.items() if n})
+    checked = 0
+    for r in rows:
+        if np.isnan(r["low"]):
+            continue
+        edges = [r["threshold"] + s * (r["margin"] or 0.0) for s in (-1, 1)]
+        if {r["low"], r["high"]} & set(edges):
+            continue  # rounded to 3 decimals onto the threshold: the shown numbers cannot say which side
+        agg = {"mean": r["our_effect"], "ci_low": r["low"], "ci_high": r["high"], "n": 2}
+        shown = REPRODUCED if r["verdict_if_premise"] == NOT_SPECIFIC else r["verdict_if_premise"]
+        assert verdict(agg, r["expect"], r["threshold"], r["margin"]) == shown, r
+        checked += 1
+    assert checked or not rows

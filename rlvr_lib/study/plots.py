@@ -1,5 +1,7 @@
-"""Figures for the notebooks: pass@k curves, strategy shares, hint following, training curves and reasoning-mode
-histograms.
+"""Figures for the notebooks: pass@k curves, strategy shares, hint following, training curves, reasoning-mode
+histograms, and the figures a reader looks for first: the claims forest plot (:func:`plot_claims_forest`), each
+arm's paired gain over GRPO (:func:`plot_paired_gain`) and the "when does it help" heatmap
+(:func:`plot_when_it_helps`).
 
 Every helper takes plain dicts (what :mod:`rlvr_lib.study.runs` records hold, JSON string keys such as ``"16"``
 included), returns the :class:`matplotlib.figure.Figure` and, given ``path``, saves it atomically through
@@ -8,8 +10,9 @@ included), returns the :class:`matplotlib.figure.Figure` and, given ``path``, sa
 
 Shared rules of the figures with many labels: at most :data:`MAX_LINES_PER_PANEL` (6) labels per panel (more are
 split over panels, ``split=False`` raises ``ValueError``, ``groups`` chooses panels, ``reference`` is drawn
-dark grey in every panel); seaborn's ``"colorblind"`` palette with distinct line styles (:data:`LINESTYLES`);
-legends outside the axes; bands over seeds are Student-t intervals
+solid in every panel); one fixed colour per method in every figure and panel (:data:`METHOD_COLORS`,
+:func:`method_color`; labels that name no method take seaborn's ``"colorblind"`` colours) and line styles by
+position in the panel (:data:`LINESTYLES`); every line in a legend, outside the axes; bands over seeds are Student-t intervals
 ``mean +- t_{n-1} s / sqrt(n)`` (:func:`rlvr_lib.study.stats.aggregate_seeds`) clipped to
 :data:`METRIC_BOUNDS`. A figure is detached from pyplot (``plt.close(fig)``) and never shown here: end a
 notebook cell with it to show it once.
@@ -20,6 +23,7 @@ The readability rules in full and how display works: docs/study/plots.md.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +32,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import seaborn as sns
 from matplotlib.axes import Axes
+from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
 from matplotlib.ticker import LogFormatter, NullLocator
 
@@ -37,19 +42,31 @@ from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 
 __all__ = [
     "DEFAULT_METRICS",
+    "FOREST_KEYS",
+    "GUIDE_COLOR",
+    "COMPOSITE_SEPARATOR",
     "LINESTYLES",
     "MAX_LINES_PER_PANEL",
+    "METHOD_COLORS",
     "METRIC_BOUNDS",
+    "OTHER_COLORS",
     "REFERENCE_COLOR",
+    "VERDICT_COLORS",
     "figure_path",
     "final_mode_histogram",
+    "method_color",
+    "plot_claims_forest",
     "plot_hint_follow",
     "plot_grad_norm_vs_length",
     "plot_mode_histogram",
+    "plot_paired_gain",
     "plot_pass_at_k",
+    "plot_pass_at_k_gap",
+    "plot_per_problem_scatter",
     "plot_rank_accuracy",
     "plot_strategy_freq",
     "plot_training_curves",
+    "plot_when_it_helps",
     "save_figure",
 ]
 
@@ -73,6 +90,80 @@ PASS_AT_K_BOUNDS = (0.0, 1.0)
 REFERENCE_COLOR = "0.2"
 _STYLE = "whitegrid"
 _PALETTE = "colorblind"
+
+#: One fixed colour per method (every registered method of :mod:`rlvr_lib.methods` and the base policy), the same in
+#: every figure: a paper's variants share its hue in shades (3PO greens, SAGE oranges, BNPO purples, DAPO browns),
+#: GRPO's estimator and KL variants are blues, cyans and greys, the base policy is the dark grey reference.
+#: tests/test_plots.py holds it complete against the registry and free of repeats.
+METHOD_COLORS: dict[str, str] = {
+    "base": "#333333",
+    "grpo": "#0173b2", "grpo_k1": "#17becf", "grpo_k2": "#08306b", "grpo_k3": "#4a6fe3", "grpo_no_kl": "#949494",
+    "grpo_forward_kl": "#a6761d", "dr_grpo": "#56b4e9",
+    "nudgerl": "#de8f05",
+    "b3po": "#029e73", "m3po": "#66c2a5", "c3po": "#00441b",
+    "sage": "#d55e00", "sage_random": "#fdae6b", "sage_token": "#7f2704",
+    "vigor": "#cc78bc", "intuitor": "#fb9a99",
+    "dapo": "#ca9161", "dapo_branch": "#8c510a",
+    "bnpo_beta": "#c2a5cf", "bnpo_loss": "#9970ab", "bnpo_loss_branch": "#762a83",
+    "entropy_reg": "#e7298a", "kl_cov": "#8172b3", "clip_cov": "#937860",
+    "polaris": "#b15928", "polaris_fixed": "#dfc27d", "pope": "#e6ab02", "oracle_explore": "#bcbd22",
+}
+#: How a composite's name joins its components (``rlvr_lib.methods.compose.SEPARATOR``).
+COMPOSITE_SEPARATOR = "+"
+_LABEL_SEPARATORS = "_@ ,:(/"  # what may follow a method's name in an arm label ("grpo-g8", "NudgeRL@8", "grpo, 8")
+
+
+def _single_method(text: str) -> str | None:
+    """The longest method name that ``text`` (lower case, ``-`` read as ``_``) is or starts with, then a separator."""
+    text = text.replace("-", "_")
+    found = [m for m in METHOD_COLORS if text == m or (text.startswith(m) and text[len(m)] in _LABEL_SEPARATORS)]
+    return max(found, key=len) if found else None
+
+
+def _method_of(label: Any) -> str | None:
+    """The method (or ``"a+b"`` composite) an arm label names, or None: see :func:`method_color`."""
+    text = str(label).strip().lower()
+    if COMPOSITE_SEPARATOR in text:
+        head = re.split(r"[@ ,:(/]", text, maxsplit=1)[0]
+        parts = [_single_method(part) for part in head.split(COMPOSITE_SEPARATOR)]
+        if len(parts) > 1 and all(p is not None and p != "base" for p in parts):
+            return COMPOSITE_SEPARATOR.join(parts)
+        return None
+    return _single_method(text)
+
+
+def method_color(label: Any) -> str:
+    """The fixed colour (hex) of the method an arm label names, from :data:`METHOD_COLORS`.
+
+    A label names a method when, in lower case with ``-`` read as ``_``, it is a method's name or starts with one
+    followed by one of ``_ @ space , : ( /`` (the longest name wins): ``"grpo-g8"``, ``"GRPO@8"``, ``"sage-k3"``,
+    ``"NudgeRL@8"``, ``"grpo_k2"``, ``"base-wide"``. A composite ``"a+b"`` (``"b3po+vigor"``) has the mean, in RGB,
+    of its components' colours: fixed, and between the two.
+
+    Raises:
+        ValueError: when the label names no method of :data:`METHOD_COLORS` (nor a composite of two).
+    """
+    method = _method_of(label)
+    if method is None:
+        raise invalid("label", label, f"an arm label naming a method (one of {sorted(METHOD_COLORS)}, optionally "
+                                      f"followed by one of {list(_LABEL_SEPARATORS)} and more, e.g. 'grpo-g8'), or a "
+                                      f"composite 'a{COMPOSITE_SEPARATOR}b' of two")
+    parts = method.split(COMPOSITE_SEPARATOR)
+    if len(parts) == 1:
+        return METHOD_COLORS[method]
+    return to_hex(np.mean([to_rgb(METHOD_COLORS[p]) for p in parts], axis=0))
+
+
+#: Colour of guide lines (a reference slope): a light grey no method has.
+GUIDE_COLOR = "0.7"
+#: Colours of the labels that name no method in a figure that shows methods (none is a method's colour).
+OTHER_COLORS: tuple[str, ...] = ("#a50026", "#313695", "#35978f", "#f46d43", "#5e4fa2", "#01665e")
+
+#: One fixed colour per claims-table verdict (:data:`rlvr_lib.study.claims.tables.VERDICTS`).
+VERDICT_COLORS: dict[str, str] = {
+    "reproduced": "#009e73", "contradicted": "#d55e00", "unresolved": "#7f7f7f", "not specific": "#e69f00",
+    "premise absent": "#b8b8b8",
+}
 
 
 # ------------------------------------------------------------------ saving
@@ -160,15 +251,23 @@ def _colors(n: int) -> list:
     return sns.color_palette(_PALETTE, n)
 
 
-def _style(panel: int, pos: int) -> tuple[Any, Any]:
-    """(colour, line style) of the ``pos``-th label of panel ``panel``: no pair repeats across up to six panels."""
-    n = MAX_LINES_PER_PANEL
-    return _colors(n)[pos], LINESTYLES[(pos + panel) % n]
+def _label_colors(labels: Sequence[Any], *, beside_methods: bool = False) -> dict[Any, Any]:
+    """Colour of each label of one figure: a method's label its :func:`method_color`; the other labels (a family,
+    a strategy, ``"ivon-no-noise"``) seaborn's ``"colorblind"`` colours in order, or :data:`OTHER_COLORS` (none a
+    method's colour) when the figure also shows a method (``beside_methods``: one not among the labels)."""
+    out = {label: method_color(label) for label in labels if _method_of(label) is not None}
+    spare = iter(OTHER_COLORS if out or beside_methods else _colors(max(len(labels), 1)))
+    for label in labels:
+        if label not in out:
+            out[label] = next(spare, REFERENCE_COLOR)
+    return out
 
 
-def _panel_styles(panel: int, labels: Sequence[Any], reference: Any = None) -> list[tuple[Any, Any]]:
-    """(colour, line style) of each label of a panel; the reference is dark grey and solid."""
-    return [(REFERENCE_COLOR, "-") if label == reference else _style(panel, j) for j, label in enumerate(labels)]
+def _panel_styles(labels: Sequence[Any], colors: Mapping[Any, Any], reference: Any = None) -> list[tuple[Any, Any]]:
+    """(colour, line style) of each label of a panel: its figure colour (``colors``, :func:`_label_colors`) and the
+    panel position's style; the reference solid (dark grey unless it is a method)."""
+    return [(colors[label] if _method_of(label) is not None else REFERENCE_COLOR, "-") if label == reference
+            else (colors[label], LINESTYLES[j % MAX_LINES_PER_PANEL]) for j, label in enumerate(labels)]
 
 
 def _legend_outside(ax: Axes, **kwargs: Any) -> None:
@@ -317,7 +416,9 @@ def _grouped_bars(ax: Axes, groups: Mapping[Any, Mapping[Any, float]], categorie
     n = len(groups)
     width = 0.8 / n
     x = np.arange(len(categories))
-    for i, (label, colour) in enumerate(zip(groups, _colors(n))):
+    colors = _label_colors(list(groups))
+    for i, label in enumerate(groups):
+        colour = colors[label]
         heights = [_num(groups[label].get(c, 0.0)) for c in categories]
         ax.bar(x + (i - (n - 1) / 2) * width, heights, width=width, color=colour, label=str(label))
     ax.set_xticks(x, [str(c) for c in categories])
@@ -390,8 +491,9 @@ def plot_pass_at_k(
     if any(band for _, band in points.values()) and all(n == 1 for n in counts.values()):
         note = "bands: the given intervals"
     all_k = sorted({p[0] for pts, _ in points.values() for p in pts})
-    for i, (panel_ax, labels) in enumerate(zip(axes, panels)):
-        for label, (colour, style) in zip(labels, _panel_styles(i, labels, reference)):
+    colors = _label_colors(list(per_label))
+    for panel_ax, labels in zip(axes, panels):
+        for label, (colour, style) in zip(labels, _panel_styles(labels, colors, reference)):
             pts, has_band = points[label]
             ks, mean, low, high = (np.array(v, dtype=float) for v in zip(*pts))
             panel_ax.plot(ks, mean, marker="o", markersize=4, color=colour, linestyle=style, label=names[label])
@@ -545,9 +647,10 @@ def plot_mode_histogram(
     names, note = _seed_note({lab: len(s) for lab, s in parsed.items()}, "bars",
                              f"error bars: {confidence:.0%} Student-t interval over seeds")
     x = np.arange(len(counts))
-    for i, (panel_ax, labels) in enumerate(zip(axes, panels)):
+    colors = _label_colors(list(per_label))
+    for panel_ax, labels in zip(axes, panels):
         width = 0.8 / len(labels)
-        for j, (label, (colour, _)) in enumerate(zip(labels, _panel_styles(i, labels, reference))):
+        for j, (label, (colour, _)) in enumerate(zip(labels, _panel_styles(labels, colors, reference))):
             mean, low, high = stats[label]
             yerr = None
             if len(parsed[label]) > 1:
@@ -722,11 +825,12 @@ def plot_training_curves(
 
     names, note = _seed_note({lab: len(r) for lab, r in runs.items()}, "lines",
                              f"bands: {confidence:.0%} Student-t interval over seeds")
+    colors = _label_colors(list(runs))
     for r, metric in enumerate(metrics):
         lo, hi = clip[metric] or (-math.inf, math.inf)
         for c, labels in enumerate(panels):
             ax = grid[r, c]
-            for label, (colour, style) in zip(labels, _panel_styles(c, labels, reference)):
+            for label, (colour, style) in zip(labels, _panel_styles(labels, colors, reference)):
                 xs, mean, low, high = _smoothed_band([_series(label, run, metric, x) for run in runs[label]], smooth,
                                                      confidence)
                 ax.plot(xs, mean, color=colour, linestyle=style, linewidth=1.4, label=names[label])
@@ -760,13 +864,14 @@ def plot_rank_accuracy(
     check(isinstance(rows, Mapping) and 0 < len(rows) <= MAX_LINES_PER_PANEL, "rows", f"{type(rows).__name__}",
           f"a dict of 1 to {MAX_LINES_PER_PANEL} labels")
     fig, ax = _target_axes(ax)
+    colors = _label_colors(list(rows))
     for j, (label, values) in enumerate(rows.items()):
         arr = np.asarray(values, dtype=float)
         check(arr.ndim == 2 and arr.shape[1] >= 2, f"rows[{label!r}]", arr.shape, "a (units, G) array, G >= 2")
         stats = [_mean_interval(arr[:, r], confidence) if len(arr) > 1 else (arr[0, r],) * 3
                  for r in range(arr.shape[1])]
         ranks = np.arange(1, arr.shape[1] + 1)
-        colour, style = _style(0, j)
+        colour, style = colors[label], LINESTYLES[j % MAX_LINES_PER_PANEL]
         ax.plot(ranks, [m for m, _, _ in stats], color=colour, linestyle=style, marker="o", label=f"{label} (n={len(arr)})")
         ax.fill_between(ranks, np.clip([lo for _, lo, _ in stats], 0, 1), np.clip([hi for _, _, hi in stats], 0, 1),
                         color=colour, alpha=0.15, linewidth=0)
@@ -794,15 +899,16 @@ def plot_grad_norm_vs_length(
     for label, profile in profiles.items():
         check(hasattr(profile, "by_length"), f"profiles[{label!r}]", type(profile).__name__, "a GradNormProfile")
     fig, axes = _panel_axes(None, 2, width=4.5, height=3.5, sharey=False)
+    colors = _label_colors(list(profiles))
     for j, (label, profile) in enumerate(profiles.items()):
         table = profile.by_length(bins)
-        colour, style = _style(0, j)
+        colour, style = colors[label], LINESTYLES[j % MAX_LINES_PER_PANEL]
         for ax, column in zip(axes, ("||g||", "sqrt(T) ||g||")):
             ax.plot(table["mean T"], table[column], color=colour, linestyle=style, marker="o", label=str(label))
     first = profiles[next(iter(profiles))].by_length(bins)
     t0, g0 = float(first["mean T"].iloc[0]), float(first["||g||"].iloc[0])
     ts = np.array([first["mean T"].min(), first["mean T"].max()])
-    axes[0].plot(ts, g0 * (ts / t0) ** -0.5, color=REFERENCE_COLOR, linestyle=":", label="slope -1/2")
+    axes[0].plot(ts, g0 * (ts / t0) ** -0.5, color=GUIDE_COLOR, linestyle=":", label="slope -1/2")
     for ax, column in zip(axes, ("||g||", "sqrt(T) ||g||")):
         ax.set_xscale("log")
         ax.set_yscale("log")
@@ -836,18 +942,21 @@ def plot_pass_at_k_gap(
     fig, axes = _new_figure(2, width=5.0, height=3.5)
     left, right = axes[0]
     x = [int(k) for k in ks]
-    left.plot(x, [_num(base[k]) for k in ks], color="0.25", linestyle="-", marker="o", label="base")
+    colors = _label_colors(["base", *runs])
+    left.plot(x, [_num(base[k]) for k in ks], color=colors["base"], linestyle="-", marker="o", label="base")
     for i, (label, curve) in enumerate(runs.items()):
-        color, style = _style(0, i)
+        color, style = colors[label], LINESTYLES[(i + 1) % MAX_LINES_PER_PANEL]
         left.plot(x, [_num(curve[k]) for k in ks], color=color, linestyle=style, marker="o", label=str(label))
         right.plot(x, [_num(base[k]) - _num(curve[k]) for k in ks], color=color, linestyle=style, marker="o",
                    label=str(label))
-    right.axhline(0.0, color="0.5", linewidth=0.8)
+    right.axhline(0.0, color="0.5", linewidth=0.8, label="0: base = run")
     for ax, ylabel in ((left, "pass@k"), (right, "base - run")):
         ax.set_xscale("log", base=2)
-        ax.set_xlabel("k")
+        ax.set_xticks(x, [str(k) for k in x])
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.set_xlabel("k (log2 scale)")
         ax.set_ylabel(ylabel)
-    _legend_outside(right)
+    _legend_outside(right, handles=[*left.lines, right.lines[-1]])  # every line of both panels, the base's too
     return _finish(fig, title, path)
 
 
@@ -872,10 +981,277 @@ def plot_per_problem_scatter(
     fig, ax = _target_axes(None, width=4.5, height=4.5)
     below, above = int((y < x).sum()), int((y > x).sum())
     ax.scatter(x, y, s=14, alpha=0.6, color=_colors(1)[0], label=f"{below} below, {above} above the diagonal")
-    ax.plot([0, 1], [0, 1], color="0.5", linewidth=0.8)
+    ax.plot([0, 1], [0, 1], color="0.5", linewidth=0.8, label="diagonal: y = x")
     ax.set_xlim(-0.02, 1.02)
     ax.set_ylim(-0.02, 1.02)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.legend(loc="upper left", fontsize="small")
     return _finish(fig, title, path, ax=None)
+
+
+# ------------------------------------------------ claims, gains over GRPO, when it helps
+FOREST_KEYS = ("notebook", "id", "claim", "paper", "our_effect", "low", "high", "threshold", "verdict")
+"""The keys each row of :func:`plot_claims_forest` needs (:func:`rlvr_lib.study.claims.tables.claims_rows` writes
+them, with ``expect`` and ``margin``)."""
+_SYMLOG_ABOVE = 1.0  # a forest panel whose values reach past +-1 gets a symmetric-log x axis
+
+
+def _finite(where: str, value: Any) -> float:
+    check(is_real(value) and math.isfinite(float(value)), where, value, "a finite number")
+    return float(value)
+
+
+def _interval_ends(where: str, row: Mapping[str, Any], low_key: str, high_key: str) -> tuple[float, float]:
+    """``(low, high)`` of a row: both finite with ``low <= high``, or both None / NaN (no interval)."""
+    low, high = (math.nan if row[k] is None else row[k] for k in (low_key, high_key))
+    ok = is_real(low) and is_real(high) and (
+        (math.isnan(float(low)) and math.isnan(float(high)))
+        or (math.isfinite(float(low)) and math.isfinite(float(high)) and float(low) <= float(high)))
+    check(ok, f"{where}: ({low_key}, {high_key})", (low, high),
+          "two finite numbers with low <= high, or both None / NaN (no interval)")
+    return float(low), float(high)
+
+
+def _xerr(effects: Sequence[float], lows: Sequence[float], highs: Sequence[float]) -> np.ndarray:
+    """Asymmetric error lengths ``[effect - low, high - effect]``; 0 where there is no interval."""
+    e, lo, hi = (np.asarray(v, dtype=float) for v in (effects, lows, highs))
+    return np.nan_to_num(np.array([e - lo, hi - e]), nan=0.0).clip(min=0.0)
+
+
+def _check_forest_rows(rows: Any) -> list[dict[str, Any]]:
+    from rlvr_lib.study.claims.tables import EXPECTS, VERDICTS
+
+    ok = isinstance(rows, Sequence) and not isinstance(rows, (str, bytes)) and len(rows) > 0
+    check(ok, "rows", f"{type(rows).__name__}", f"a non-empty list of dicts with keys {list(FOREST_KEYS)}")
+    out = []
+    for i, row in enumerate(rows):
+        where = f"rows[{i}]"
+        check(isinstance(row, Mapping), where, f"{type(row).__name__}", f"a dict with keys {list(FOREST_KEYS)}")
+        missing = [k for k in FOREST_KEYS if k not in row]
+        check(not missing, f"{where}: keys", sorted(row), f"a dict with {missing} as well")
+        check(row["verdict"] in VERDICTS, f"{where}: verdict", row["verdict"], f"one of {list(VERDICTS)}")
+        effect = _finite(f"{where}: our_effect", row["our_effect"])
+        low, high = _interval_ends(where, row, "low", "high")
+        expect, margin = row.get("expect"), row.get("margin")
+        check(expect is None or expect in EXPECTS, f"{where}: expect", expect, f"None or one of {list(EXPECTS)}")
+        if expect == "within":
+            check(is_real(margin) and float(margin) > 0, f"{where}: margin", margin, "a number > 0 (expect='within')")
+        out.append({**row, "our_effect": effect, "low": low, "high": high,
+                    "threshold": _finite(f"{where}: threshold", row["threshold"]),
+                    "margin": float(margin) if expect == "within" else None})
+    return out
+
+
+def _forest_axes(ax: Axes | Sequence[Axes] | None, sizes: Sequence[int]) -> tuple[Figure, list[Axes]]:
+    """One Axes per group of a forest, stacked, each as tall as its rows: new, or the caller's (one per group)."""
+    if ax is not None:
+        return _panel_axes(ax, len(sizes), width=0, height=0)
+    with sns.axes_style(_STYLE):
+        fig, axes = plt.subplots(len(sizes), 1, figsize=(8.0, 0.24 * sum(sizes) + 0.55 * len(sizes) + 0.8),
+                                 squeeze=False, layout="constrained", gridspec_kw={"height_ratios": list(sizes)})
+    plt.close(fig)
+    return fig, list(axes[:, 0])
+
+
+def plot_claims_forest(
+    rows: Sequence[Mapping[str, Any]],
+    ax: Axes | Sequence[Axes] | None = None,
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """Claims forest plot: each claim's effect with its 95% interval against its threshold, coloured by verdict.
+
+    One panel per ``notebook`` (in order of first appearance; its title names the notebook and the papers of its
+    rows), one row per claim, y tick labels the claim ids. The effect is a dot with a horizontal error bar
+    ``[low, high]`` in the :data:`VERDICT_COLORS` colour of its verdict (no bar without an interval), the threshold
+    a black ``|`` (an equivalence claim, ``expect="within"``, also has grey ``|`` at ``threshold +- margin``), 0 a
+    thin grey line. Effects are in each claim's own units, so each panel has its own x axis: linear, or
+    symmetric-log (linear within +-0.05) when one of its values passes +-1. One legend, beside the first panel,
+    counts the verdicts over all rows.
+
+    Args:
+        rows: ``[{notebook, id, claim, paper, our_effect, low, high, threshold, verdict}, ...]`` (:data:`FOREST_KEYS`;
+            optional ``expect`` and ``margin``), e.g. :func:`rlvr_lib.study.claims.tables.claims_rows`; ``low`` and
+            ``high`` None or NaN for a claim without an interval.
+        ax: One Axes per notebook of ``rows``; a new figure sized to the rows when None.
+
+    Returns:
+        The figure.
+
+    Raises:
+        ValueError: on no rows, a row missing a key, a verdict not in ``VERDICTS``, a non-finite effect or
+            threshold, ``low > high``, one interval end missing, or ``ax`` not one Axes per notebook.
+    """
+    rows = _check_forest_rows(rows)
+    groups: dict[Any, list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault(row["notebook"], []).append(row)
+    fig, axes = _forest_axes(ax, [len(g) for g in groups.values()])
+    names = {v: f"{v} ({sum(r['verdict'] == v for r in rows)})" for v in VERDICT_COLORS}
+    for panel, (notebook, mine) in zip(axes, groups.items()):
+        ys = range(len(mine))
+        panel.axvline(0.0, color="0.6", linewidth=0.8, label="0")
+        for verdict, colour in VERDICT_COLORS.items():
+            these = [(y, r) for y, r in zip(ys, mine) if r["verdict"] == verdict]
+            if these:
+                effects = [r["our_effect"] for _, r in these]
+                panel.errorbar(effects, [y for y, _ in these],
+                               xerr=_xerr(effects, [r["low"] for _, r in these], [r["high"] for _, r in these]),
+                               fmt="o", markersize=4, color=colour, ecolor=colour, elinewidth=1.6, capsize=2,
+                               label=names[verdict], zorder=3)
+        panel.plot([r["threshold"] for r in mine], list(ys), linestyle="none", marker="|", markersize=11,
+                   markeredgewidth=1.6, color="black", label="threshold", zorder=4)
+        within = [(y, r) for y, r in zip(ys, mine) if r.get("margin") is not None]
+        if within:
+            panel.plot([r["threshold"] + s * r["margin"] for _, r in within for s in (-1, 1)],
+                       [y for y, _ in within for _ in (-1, 1)], linestyle="none", marker="|", markersize=11,
+                       markeredgewidth=1.2, color="0.45", label="equivalence margin (within)", zorder=4)
+        values = [v for r in mine for v in (r["our_effect"], r["low"], r["high"], r["threshold"]) if math.isfinite(v)]
+        if max(abs(v) for v in values) > _SYMLOG_ABOVE:
+            panel.set_xscale("symlog", linthresh=0.05, linscale=2.0)
+            lo, hi = panel.get_xlim()
+            ticks = [t for t in (-100, -10, -1, -0.1, 0, 0.1, 1, 10, 100) if lo <= t <= hi]
+            panel.set_xticks(ticks, [f"{t:g}" for t in ticks])
+            panel.xaxis.set_minor_locator(NullLocator())
+        panel.set_yticks(list(ys), [str(r["id"]) for r in mine], fontsize="small")
+        panel.set_ylim(len(mine) - 0.5, -0.5)  # first row on top
+        panel.grid(axis="y", visible=False)
+        papers = ", ".join(dict.fromkeys(str(r["paper"]) for r in mine))
+        panel.set_title(f"{notebook} ({papers})", loc="left", fontsize="medium", fontweight="bold")
+    axes[-1].set_xlabel("effect, 95% interval and threshold (each claim's units; a symmetric-log axis is linear "
+                        "within +-0.05)")
+    handles = {}
+    for panel in axes:
+        for handle, label in zip(*panel.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    order = [*names.values(), "threshold", "equivalence margin (within)", "0"]
+    labels = sorted(handles, key=order.index)
+    _legend_outside(axes[0], handles=[handles[lab] for lab in labels], labels=labels, fontsize="small")
+    return _finish(fig, title, path)  # the figure's title: each panel's names its notebook
+
+
+def plot_paired_gain(
+    gains: Mapping[str, Mapping[str, float]],
+    ax: Axes | None = None,
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """Each arm's paired gain over GRPO: a dot and its 95% interval per arm, one row each, 0 (GRPO) dashed.
+
+    Args:
+        gains: ``{arm: {"mean", "low", "high"}}``; ``"ci_low"`` / ``"ci_high"`` are read in place of ``"low"`` /
+            ``"high"``, so :func:`rlvr_lib.study.stats.paired_difference_ci`'s dicts go in as they are. Arms are
+            coloured by :func:`method_color` where they name a method.
+
+    Raises:
+        ValueError: on no arms, an arm without a finite mean, or a bad interval.
+    """
+    check(isinstance(gains, Mapping) and len(gains) > 0, "gains", f"{type(gains).__name__}",
+          "a non-empty dict {arm: {'mean', 'low', 'high'}}")
+    parsed = {}
+    for arm, gain in gains.items():
+        where = f"gains[{arm!r}]"
+        check(isinstance(gain, Mapping) and "mean" in gain, where, gain,
+              "a dict with 'mean' and 'low', 'high' (or 'ci_low', 'ci_high')")
+        keys = ("low", "high") if "low" in gain or "high" in gain else ("ci_low", "ci_high")
+        check(all(k in gain for k in keys), where, gain,
+              "a dict with 'mean' and 'low', 'high' (or 'ci_low', 'ci_high')")
+        parsed[arm] = (_finite(f"{where}: mean", gain["mean"]), *_interval_ends(where, gain, *keys))
+    fig, ax = _target_axes(ax, width=6.0, height=0.4 * len(parsed) + 1.3)
+    colors = _label_colors(list(parsed), beside_methods=True)  # GRPO's colour is the 0 line's
+    ax.axvline(0.0, color=METHOD_COLORS["grpo"], linestyle="--", linewidth=1.0, label="GRPO (0)")
+    for j, (arm, (mean, low, high)) in enumerate(parsed.items()):
+        ax.errorbar([mean], [j], xerr=_xerr([mean], [low], [high]), fmt="o", markersize=6, color=colors[arm],
+                    elinewidth=2, capsize=3, label=str(arm))
+    ax.set_yticks(range(len(parsed)), [str(a) for a in parsed])
+    ax.set_ylim(len(parsed) - 0.5, -0.5)
+    ax.grid(axis="y", visible=False)
+    ax.set_xlabel("paired gain over GRPO (mean, 95% interval)")
+    _legend_outside(ax, fontsize="small")
+    return _finish(fig, title, path, ax)
+
+
+def _map_frame(table: Any) -> tuple[Any, dict[str, str]]:
+    """``(rows of run, bucket, problems, mean, ci_low, ci_high; words)`` of a gain map, from either form."""
+    import pandas as pd
+
+    need = ["run", "bucket", "mean", "ci_low", "ci_high"]
+    if isinstance(table, pd.DataFrame):
+        missing = [c for c in need if c not in table.columns]
+        check(not missing, "table", f"DataFrame with columns {list(table.columns)}",
+              f"head_to_head.gain_map's frame: columns {need} (missing {missing})")
+        return table, {}
+    ok = isinstance(table, Mapping) and isinstance(table.get("runs"), Mapping) and table["runs"]
+    check(ok, "table", f"{type(table).__name__}",
+          "head_to_head.gain_map's DataFrame or head_to_head.find_map's dict (with a non-empty 'runs')")
+    frame = pd.DataFrame([{"run": run, **b} for run, buckets in table["runs"].items() for b in buckets])
+    missing = [c for c in need if c not in frame.columns]
+    check(not missing, "table['runs']", f"buckets with keys {list(frame.columns)}", f"buckets with {need}")
+    return frame, {k: str(table[k]) for k in ("metric", "property") if k in table}
+
+
+def plot_when_it_helps(
+    table: Any,
+    ax: Axes | None = None,
+    title: str | None = None,
+    path: str | Path | None = None,
+) -> Figure:
+    """The "when does it help" map as a heatmap: one row per comparison, one column per bucket, cell = mean gain.
+
+    Diverging colours centred at 0 (seaborn's ``"vlag"``: blue below, red above, symmetric range); each cell
+    annotated ``+mean`` and ``[low, high]``, bold where the whole 95% interval excludes 0 (the bucket *helps* or
+    *hurts*); empty cells (a bucket a row lacks) blank. Row labels take the colour of the method their arm names
+    (:func:`method_color`, the text before ``" vs "``); column labels carry the bucket's problem count.
+
+    Args:
+        table: :func:`rlvr_lib.study.head_to_head.gain_map` / ``comparison_map``'s DataFrame (``run``, ``bucket``,
+            ``mean``, ``ci_low``, ``ci_high``, optional ``problems``), or the dict
+            :func:`rlvr_lib.study.head_to_head.find_map` reads back from a notebook (``runs``, ``metric``,
+            ``property``).
+
+    Raises:
+        ValueError: on another input, missing columns, a non-finite mean, or a bad interval.
+    """
+    frame, words = _map_frame(table)
+    runs = list(dict.fromkeys(frame["run"]))
+    buckets = list(dict.fromkeys(frame["bucket"]))
+    check(runs, "table", "no rows", "a map with at least one (run, bucket) cell")
+    means = np.full((len(runs), len(buckets)), np.nan)
+    cells: dict[tuple[int, int], tuple[float, float, float]] = {}
+    problems: dict[str, set] = {b: set() for b in buckets}
+    for _, r in frame.iterrows():
+        i, j = runs.index(r["run"]), buckets.index(r["bucket"])
+        where = f"table: run {r['run']!r}, bucket {r['bucket']!r}"
+        check((i, j) not in cells, where, "twice", "one cell per (run, bucket)")
+        mean = _finite(f"{where}: mean", r["mean"])
+        cells[i, j] = (mean, *_interval_ends(where, r, "ci_low", "ci_high"))
+        means[i, j] = mean
+        if "problems" in r and r["problems"] is not None and not _missing(r["problems"]):
+            problems[r["bucket"]].add(int(r["problems"]))
+    vmax = float(np.nanmax(np.abs(means))) or 1e-9
+    fig, ax = _target_axes(ax, width=1.7 * len(buckets) + 3.5, height=0.55 * len(runs) + 1.6)
+    metric = words.get("metric", "gain")
+    sns.heatmap(means, ax=ax, cmap="vlag", center=0.0, vmin=-vmax, vmax=vmax, mask=np.isnan(means),
+                linewidths=0.5, linecolor="white", cbar_kws={"label": f"{metric} gain over the comparator"})
+    for (i, j), (mean, low, high) in cells.items():
+        excludes = low > 0 or high < 0
+        ax.text(j + 0.5, i + 0.5, f"{mean:+.3f}\n[{low:.3f}, {high:.3f}]" if math.isfinite(low) else f"{mean:+.3f}",
+                ha="center", va="center", fontsize="x-small", fontweight="bold" if excludes else "normal",
+                color="white" if abs(mean) > 0.6 * vmax else "black")
+    ax.set_xticks(np.arange(len(buckets)) + 0.5,
+                  [f"{b}\n({problems[b].pop()} problems)" if len(problems[b]) == 1 else str(b) for b in buckets],
+                  rotation=0)
+    ax.set_yticks(np.arange(len(runs)) + 0.5, [str(r) for r in runs], rotation=0)
+    for label, run in zip(ax.get_yticklabels(), runs):
+        arm = str(run).split(" vs ")[0]
+        if _method_of(arm) is not None:
+            label.set_color(method_color(arm))
+    ax.set_xlabel(f"bucket of {words['property']}" if "property" in words else "bucket")
+    note = "cell: mean gain [95% interval]; bold: the interval excludes 0 (helps above, hurts below)"
+    return _finish(fig, _join_title(title, note), path, ax)
+
+
+def _missing(value: Any) -> bool:
+    """True for None and NaN (a DataFrame's missing cell)."""
+    return value is None or (is_real(value) and math.isnan(float(value)))

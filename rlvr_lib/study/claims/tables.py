@@ -46,6 +46,7 @@ __all__ = [
     "TESTBED_LIMITS",
     "claims_headline",
     "claims_reading",
+    "claims_rows",
     "claims_summary",
     "claims_table",
     "notebook_outputs",
@@ -609,6 +610,109 @@ def measurements_summary(table) -> str:
                 f"{row['regime']}, premise {row['premise']}"
               for _, row in table.iterrows()]
     return "\n".join(lines)
+
+
+_CLAIMS_HEAD = ("", "id", "claim", "source", "paper")
+"""The first header cells of a stored claims table's HTML (the index column, then :data:`CLAIMS_COLUMNS`)."""
+_NUMBER = r"-?(?:\d+(?:\.\d*)?|\.\d+)(?:e[-+]?\d+)?|nan"
+_OURS = re.compile(rf"({_NUMBER}) (?:\[({_NUMBER}), ({_NUMBER})\]|\(n=\d+\))")
+_THRESHOLD = re.compile(rf"(>|<|within) ({_NUMBER})(?: \+- ({_NUMBER}))?(?: \([^()]*\))?")
+
+
+def _html_tables(html: str) -> list[list[list[str]]]:
+    """The tables of an HTML fragment (a pandas ``_repr_html_``), each as its rows of cell texts (entities decoded)."""
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self):
+            super().__init__(convert_charrefs=True)
+            self.tables: list[list[list[str]]] = []
+            self.row: Optional[list[str]] = None
+            self.cell: Optional[list[str]] = None
+
+        def handle_starttag(self, tag, attrs):
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr" and self.tables:
+                self.row = []
+            elif tag in ("td", "th") and self.row is not None:
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None and self.row is not None:
+                self.row.append("".join(self.cell).strip())
+                self.cell = None
+            elif tag == "tr" and self.row is not None:
+                self.tables[-1].append(self.row)
+                self.row = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    parser = Tables()
+    parser.feed(html)
+    parser.close()
+    return parser.tables
+
+
+def _float(text: Optional[str]) -> float:
+    return math.nan if text is None else float(text)
+
+
+def claims_rows(notebook_path) -> list[dict[str, Any]]:
+    """The rows of every claims table an executed notebook stores, as numbers (what a claims forest plot draws).
+
+    Reads the HTML display of each :func:`claims_table` in the notebook's outputs (a table whose columns start as
+    :data:`CLAIMS_COLUMNS`; measurement and instrument tables are skipped) and parses its ``ours`` (``"mean [low,
+    high]"``, or ``"mean (n=1)"`` without an interval) and ``threshold`` (``"> t"``, ``"< t"`` or ``"within t +-
+    m"``, with an optional note such as ``"(min effect)"``) cells. The numbers are the shown ones, rounded as the
+    table rounds them (3 decimals).
+
+    Returns:
+        One dict per row in table order: ``notebook`` (the file's stem), ``id``, ``claim``, ``paper`` (the paper's
+        name, the table's ``source``: one of :data:`PAPER_NAMES`), ``table`` (the paper's table or figure, its
+        ``paper`` column), ``our_effect`` (the mean), ``low`` and ``high`` (NaN without an interval),
+        ``threshold``, ``expect`` (one of :data:`EXPECTS`), ``margin`` (None unless ``"within"``), ``verdict`` and
+        ``verdict_if_premise``.
+
+    Raises:
+        ValueError: when the file is not a notebook, a stored table is cut short (pandas' ``...`` rows), or a cell
+            does not parse, naming the notebook, the row and the cell.
+    """
+    path = Path(notebook_path)
+    try:
+        cells = json.loads(path.read_text())["cells"]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"notebook_path={str(path)!r} is invalid: must be an executed .ipynb file ({e})") from None
+    out: list[dict[str, Any]] = []
+    for cell in cells:
+        for output in cell.get("outputs", []):
+            html = output.get("data", {}).get("text/html", "")
+            html = "".join(html) if isinstance(html, list) else html
+            if "<th>claim</th>" not in html:
+                continue
+            for table in _html_tables(html):
+                if not table or tuple(table[0][:len(_CLAIMS_HEAD)]) != _CLAIMS_HEAD:
+                    continue
+                head = table[0]
+                for cells_ in table[1:]:
+                    where = f"{path.name}: claims table row {cells_[:2]!r}"
+                    check(len(cells_) == len(head) and "..." not in cells_[1:3], where, cells_,
+                          f"a full row of the {len(head)} columns {head[1:]} (pandas cut the stored table short)")
+                    row = dict(zip(head, cells_))
+                    ours = _OURS.fullmatch(row["ours"])
+                    check(ours is not None, f"{where}: ours", row["ours"], "'mean [low, high]' or 'mean (n=N)'")
+                    test = _THRESHOLD.fullmatch(row["threshold"])
+                    check(test is not None, f"{where}: threshold", row["threshold"],
+                          "'> t', '< t' or 'within t +- m', optionally followed by a note in parentheses")
+                    check(row["verdict"] in VERDICTS, f"{where}: verdict", row["verdict"], f"one of {VERDICTS}")
+                    out.append({"notebook": path.stem, "id": row["id"], "claim": row["claim"],
+                                "paper": row["source"], "table": row["paper"], "our_effect": float(ours[1]),
+                                "low": _float(ours[2]), "high": _float(ours[3]), "threshold": float(test[2]),
+                                "expect": test[1], "margin": None if test[3] is None else float(test[3]),
+                                "verdict": row["verdict"], "verdict_if_premise": row.get("verdict_if_premise")})
+    return out
 
 
 def render_markdown(df) -> str:
