@@ -400,3 +400,14 @@ def test_claims_rows_of_each_committed_notebook_match_its_scorecard_and_verdicts
         assert verdict(agg, r["expect"], r["threshold"], r["margin"]) == shown, r
         checked += 1
     assert checked or not rows
+
+
+def test_claims_rows_of_a_table_equal_those_of_its_stored_display(tmp_path):
+    from rlvr_lib.study.claims.tables import claims_rows
+
+    table = claims_table([_row(f"c{i}", _ci(0.01 * i, 0.02 * i + 0.01)) for i in range(70)])  # past pandas' 60 rows
+    stored = _notebook(tmp_path, {"data": {"text/html": table.to_html()}})
+    assert claims_rows(table, notebook="09_made_up") == claims_rows(stored)
+    assert len(claims_rows(table, notebook="x")) == 70
+    with pytest.raises(ValueError, match=r"^notebook=None is invalid: must be a name for the rows of a claims table"):
+        claims_rows(table)

@@ -660,14 +660,19 @@ def _float(text: Optional[str]) -> float:
     return math.nan if text is None else float(text)
 
 
-def claims_rows(notebook_path) -> list[dict[str, Any]]:
+def claims_rows(notebook_path, notebook: Optional[str] = None) -> list[dict[str, Any]]:
     """The rows of every claims table an executed notebook stores, as numbers (what a claims forest plot draws).
 
     Reads the HTML display of each :func:`claims_table` in the notebook's outputs (a table whose columns start as
     :data:`CLAIMS_COLUMNS`; measurement and instrument tables are skipped) and parses its ``ours`` (``"mean [low,
     high]"``, or ``"mean (n=1)"`` without an interval) and ``threshold`` (``"> t"``, ``"< t"`` or ``"within t +-
     m"``, with an optional note such as ``"(min effect)"``) cells. The numbers are the shown ones, rounded as the
-    table rounds them (3 decimals).
+    table rounds them (3 decimals). ``notebook_path`` may also be a claims table itself (a notebook drawing its own
+    table before it is stored): its HTML is read the same way.
+
+    Args:
+        notebook_path: An executed ``.ipynb`` file, or a :func:`claims_table`.
+        notebook: The rows' ``notebook``; default the file's stem (required for a table).
 
     Returns:
         One dict per row in table order: ``notebook`` (the file's stem), ``id``, ``claim``, ``paper`` (the paper's
@@ -680,38 +685,43 @@ def claims_rows(notebook_path) -> list[dict[str, Any]]:
         ValueError: when the file is not a notebook, a stored table is cut short (pandas' ``...`` rows), or a cell
             does not parse, naming the notebook, the row and the cell.
     """
-    path = Path(notebook_path)
-    try:
-        cells = json.loads(path.read_text())["cells"]
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"notebook_path={str(path)!r} is invalid: must be an executed .ipynb file ({e})") from None
+    if hasattr(notebook_path, "to_html") and hasattr(notebook_path, "columns"):
+        check(isinstance(notebook, str) and notebook, "notebook", notebook, "a name for the rows of a claims table")
+        path, htmls = Path(f"{notebook}.ipynb"), [notebook_path.to_html()]
+    else:
+        path = Path(notebook_path)
+        try:
+            cells = json.loads(path.read_text())["cells"]
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"notebook_path={str(path)!r} is invalid: must be an executed .ipynb file or a claims "
+                             f"table ({e})") from None
+        htmls = [o.get("data", {}).get("text/html", "") for cell in cells for o in cell.get("outputs", [])]
+    name = path.stem if notebook is None else notebook
     out: list[dict[str, Any]] = []
-    for cell in cells:
-        for output in cell.get("outputs", []):
-            html = output.get("data", {}).get("text/html", "")
-            html = "".join(html) if isinstance(html, list) else html
-            if "<th>claim</th>" not in html:
+    for html in htmls:
+        html = "".join(html) if isinstance(html, list) else html
+        if "<th>claim</th>" not in html:
+            continue
+        for table in _html_tables(html):
+            if not table or tuple(table[0][:len(_CLAIMS_HEAD)]) != _CLAIMS_HEAD:
                 continue
-            for table in _html_tables(html):
-                if not table or tuple(table[0][:len(_CLAIMS_HEAD)]) != _CLAIMS_HEAD:
-                    continue
-                head = table[0]
-                for cells_ in table[1:]:
-                    where = f"{path.name}: claims table row {cells_[:2]!r}"
-                    check(len(cells_) == len(head) and "..." not in cells_[1:3], where, cells_,
-                          f"a full row of the {len(head)} columns {head[1:]} (pandas cut the stored table short)")
-                    row = dict(zip(head, cells_))
-                    ours = _OURS.fullmatch(row["ours"])
-                    check(ours is not None, f"{where}: ours", row["ours"], "'mean [low, high]' or 'mean (n=N)'")
-                    test = _THRESHOLD.fullmatch(row["threshold"])
-                    check(test is not None, f"{where}: threshold", row["threshold"],
-                          "'> t', '< t' or 'within t +- m', optionally followed by a note in parentheses")
-                    check(row["verdict"] in VERDICTS, f"{where}: verdict", row["verdict"], f"one of {VERDICTS}")
-                    out.append({"notebook": path.stem, "id": row["id"], "claim": row["claim"],
-                                "paper": row["source"], "table": row["paper"], "our_effect": float(ours[1]),
-                                "low": _float(ours[2]), "high": _float(ours[3]), "threshold": float(test[2]),
-                                "expect": test[1], "margin": None if test[3] is None else float(test[3]),
-                                "verdict": row["verdict"], "verdict_if_premise": row.get("verdict_if_premise")})
+            head = table[0]
+            for cells_ in table[1:]:
+                where = f"{path.name}: claims table row {cells_[:2]!r}"
+                check(len(cells_) == len(head) and "..." not in cells_[1:3], where, cells_,
+                      f"a full row of the {len(head)} columns {head[1:]} (pandas cut the stored table short)")
+                row = dict(zip(head, cells_))
+                ours = _OURS.fullmatch(row["ours"])
+                check(ours is not None, f"{where}: ours", row["ours"], "'mean [low, high]' or 'mean (n=N)'")
+                test = _THRESHOLD.fullmatch(row["threshold"])
+                check(test is not None, f"{where}: threshold", row["threshold"],
+                      "'> t', '< t' or 'within t +- m', optionally followed by a note in parentheses")
+                check(row["verdict"] in VERDICTS, f"{where}: verdict", row["verdict"], f"one of {VERDICTS}")
+                out.append({"notebook": name, "id": row["id"], "claim": row["claim"],
+                            "paper": row["source"], "table": row["paper"], "our_effect": float(ours[1]),
+                            "low": _float(ours[2]), "high": _float(ours[3]), "threshold": float(test[2]),
+                            "expect": test[1], "margin": None if test[3] is None else float(test[3]),
+                            "verdict": row["verdict"], "verdict_if_premise": row.get("verdict_if_premise")})
     return out
 
 
