@@ -3,6 +3,9 @@
 The blocks carry their own checks (the method's advantages against its formula, the task's verifier on a right and a
 wrong answer, two training steps on the embedded policy); this test also checks what they leave behind, so a block
 that stops checking fails here. The method and the task they register are unregistered afterwards.
+
+The papers' pages (docs/papers/): each has its sections, links its notebook, names its claims module and says how
+many claims and measurements that module pre-registered, as the module does; its departures are numbered 1..n.
 """
 
 from __future__ import annotations
@@ -83,3 +86,38 @@ def test_extending_page_runs_and_its_method_and_task_behave(restored_registries)
         assert row["hard_group_factor"] == pytest.approx(1 + 2.0 * (1 - row["reward_mean"]), abs=1e-6)
     model, before = namespace["model"], namespace["before"]
     assert any(not torch.equal(before[k], v) for k, v in model.state_dict().items())
+
+
+# ------------------------------------------------------------------ the papers' pages name their notebook and claims
+PAPER_PAGES = {"grpo.md": "nb01_grpo", "baselines.md": "nb02_baselines", "nudgerl.md": "nb03_nudgerl",
+               "3po.md": "nb04_3po", "sage.md": "nb05_sage", "vigor.md": "nb06_vigor",
+               "head-to-head.md": "nb07_head_to_head", "discovery.md": "nb08_discovery"}
+"""Each reproduction's page under docs/papers/ and the claims module of its notebook."""
+COUNTS_RE = re.compile(r"The (\d+) pre-registered claims(?:(?:,| and) (\d+) measurements?)?")
+SECTIONS = ("## The idea", "## Our translation", "## Settings", "## The paper's tables we reproduce",
+            "## Claims and figures", "## Departures")
+
+
+@pytest.mark.parametrize("page, module", sorted(PAPER_PAGES.items()))
+def test_each_paper_page_names_its_notebook_and_claims_module_as_they_are(page, module):
+    import importlib
+
+    text = (ROOT / "docs" / "papers" / page).read_text(encoding="utf-8")
+    for heading in SECTIONS:
+        assert re.search(rf"^{re.escape(heading)}$", text, flags=re.M), f"{page} has no '{heading}' section"
+    registry = importlib.import_module(f"rlvr_lib.study.claims.{module}").REGISTRY
+    assert f"`rlvr_lib/study/claims/{module}.py`" in text, f"{page} does not name its claims module {module}"
+    assert f"../notebooks/{registry.notebook}.ipynb" in text, f"{page} does not link notebook {registry.notebook}"
+    assert (ROOT / "notebooks" / f"{registry.notebook}.ipynb").is_file()
+    counts = COUNTS_RE.search(text)
+    assert counts, f"{page} does not say how many claims its notebook pre-registered"
+    assert int(counts.group(1)) == len(registry.claims), (page, counts.group(0), len(registry.claims))
+    assert int(counts.group(2) or 0) == len(registry.measurements), (page, counts.group(0), len(registry.measurements))
+    departures = text.split("\n## Departures\n", 1)[1]
+    numbers = [int(n) for n in re.findall(r"^(\d+)\. ", departures, flags=re.M)]
+    assert numbers and numbers == list(range(1, len(numbers) + 1)), f"{page}'s departures are not numbered 1..n"
+
+
+def test_every_paper_page_is_checked():
+    pages = {p.name for p in (ROOT / "docs" / "papers").glob("*.md")} - {"index.md"}
+    assert pages == set(PAPER_PAGES), pages ^ set(PAPER_PAGES)
