@@ -416,3 +416,127 @@ def test_reproduce_puts_the_opening_on_executed_and_skipped_copies(notebooks, fa
     assert rp.reproduce("quick", only=["claims"], notebooks_dir=src, out_dir=out, echo=None)["claims"]["status"] == "ran"
     assert nbformat.read(str(out / "quick" / "claims.ipynb"), as_version=4).cells[1].source.startswith("## At a glance")
     assert not nbformat.read(str(src / "claims.ipynb"), as_version=4).cells[1].source.startswith("## At")  # source kept
+
+
+# ------------------------------------------- where executed copies go (issue 59 item 3)
+@pytest.fixture
+def committed(tmp_path, monkeypatch):
+    """``tmp_path/results`` stands for the committed results root and ``tmp_path/nbs`` for ``<repo>/notebooks``;
+    papermill is replaced by a copy that injects the parameters cell as papermill does (its own function)."""
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    root, src = tmp_path / "results", tmp_path / "nbs"
+    src.mkdir(exist_ok=True)
+    monkeypatch.setenv("RLVR_RESULTS_DIR", str(root))  # the results root is the committed one
+    monkeypatch.setattr(rp, "_committed_results_root", lambda: root)
+    monkeypatch.setattr(rp, "_default_notebooks_dir", lambda: src)
+    monkeypatch.setattr(rp, "_default_out_dir", lambda: root / "notebooks")
+    monkeypatch.setattr(rp, "ensure_kernel", lambda name: None)
+    behaviour = {"fail": False, "calls": []}
+
+    def execute_notebook(input_path, output_path, parameters=None, **kwargs):
+        behaviour["calls"].append((Path(input_path).name, Path(output_path).parent))
+        nb = parameterize_notebook(load_notebook_node(str(input_path)), parameters)
+        nb.metadata["papermill"] = {"parameters": parameters, "end_time": "2024-01-01T00:00:00", "exception": None}
+        nb.cells[-1].outputs = [nbformat.v4.new_output("stream", text=f"ran at {parameters['profile']}\n")]
+        nbformat.write(nb, output_path)
+        if behaviour["fail"]:
+            raise RuntimeError("CacheMiss: no record")
+
+    monkeypatch.setattr(papermill, "execute_notebook", execute_notebook)
+    _write_notebook(src / "ok.ipynb", "print(profile)")
+    return root, src, behaviour
+
+
+def test_executed_dir_is_the_notebooks_folder_for_the_committed_full_profile_only(committed, tmp_path, monkeypatch):
+    root, src, _ = committed
+    assert rp.executed_dir("full") == src and rp.executed_copy("03_x") == src / "03_x.ipynb"
+    assert rp.executed_dir("quick") == root / "notebooks" / "quick"
+    staged = root / "recompute-58"  # a recompute's staging root: its copies stay under it, never over notebooks/
+    monkeypatch.setenv("RLVR_RESULTS_DIR", str(staged))
+    assert rp.executed_dir("full") == staged / "notebooks" / "full"
+    assert rp.executed_copy("03_x.ipynb") == staged / "notebooks" / "full" / "03_x.ipynb"
+    assert rp.executed_dir("full", root=tmp_path / "other") == tmp_path / "other" / "notebooks" / "full"
+    with pytest.raises(ValueError, match="profile"):
+        rp.executed_dir("medium")
+
+
+def test_the_full_profile_executes_in_place_and_keeps_its_manifest_under_results(committed):
+    root, src, behaviour = committed
+    res = rp.reproduce("full", echo=None)
+    assert res["ok"]["status"] == "ran" and res["ok"]["output"] == str((src / "ok.ipynb").resolve())
+    executed = nbformat.read(str(src / "ok.ipynb"), as_version=4)
+    assert rp.stored_profile(src / "ok.ipynb") == "full"
+    assert [c.metadata.get("tags") for c in executed.cells][:2] == [["parameters"], ["injected-parameters"]]
+    assert executed.cells[-1].outputs[0]["text"] == "ran at full\n"
+    manifest = json.loads((root / "notebooks" / "full" / rp.MANIFEST).read_text())["notebooks"]
+    assert manifest["ok"]["status"] == "ok" and not (root / "notebooks" / "full" / "ok.ipynb").exists()
+    assert sorted(p.name for p in src.iterdir()) == ["ok.ipynb"]  # no temporary file left
+    # the injected cell is the execution's, not the source's: the notebook is up to date, not changed
+    assert rp.reproduce("full", echo=None)["ok"]["status"] == "skipped"
+    # executed again in place (papermill replaces its injected cell): still one injected cell
+    assert rp.reproduce("full", echo=None, force=True)["ok"]["status"] == "ran"
+    tags = [c.metadata.get("tags", []) for c in nbformat.read(str(src / "ok.ipynb"), as_version=4).cells]
+    assert sum("injected-parameters" in t for t in tags) == 1
+    # the quick smoke run reads the full copy and writes under results/notebooks/quick/, never over notebooks/
+    assert rp.reproduce("quick", echo=None)["ok"]["status"] == "ran"
+    assert rp.stored_profile(root / "notebooks" / "quick" / "ok.ipynb") == "quick"
+    assert rp.stored_profile(src / "ok.ipynb") == "full"
+    assert [where for _, where in behaviour["calls"]] == [src.resolve()] * 2 + [(root / "notebooks" / "quick").resolve()]
+
+
+def test_a_failed_execution_in_place_keeps_the_stored_notebook(committed):
+    root, src, behaviour = committed
+    stored = (src / "ok.ipynb").read_bytes()
+    behaviour["fail"] = True
+    res = rp.reproduce("full", echo=None)
+    assert res["ok"]["status"] == "failed" and "CacheMiss" in res["ok"]["error"]
+    assert (src / "ok.ipynb").read_bytes() == stored  # never replaced by a failed execution
+    failed = src / ".ok.failed.ipynb"
+    assert res["ok"]["output"] == str(failed.resolve()) and rp.stored_profile(failed) == "full"
+    assert [p.stem for p in rp._notebooks_in(src)] == ["ok"]  # the failed copy is not a notebook to run
+    behaviour["fail"] = False
+    assert rp.reproduce("full", echo=None)["ok"]["status"] == "ran"  # a failure is tried again
+
+
+def test_notebook_hash_leaves_out_the_cells_an_execution_adds(tmp_path):
+    from papermill.iorw import load_notebook_node
+    from papermill.parameterize import parameterize_notebook
+
+    from rlvr_lib.study.claims.tables import OPENING_TAG
+
+    source = _write_notebook(tmp_path / "a.ipynb", "x = 1")
+    nb = parameterize_notebook(load_notebook_node(str(source)), {"profile": "full"})
+    nb.cells.insert(0, nbformat.v4.new_markdown_cell("claims", metadata={"tags": [OPENING_TAG]}))
+    nbformat.write(nb, str(tmp_path / "b.ipynb"))
+    assert rp.notebook_hash(tmp_path / "b.ipynb") == rp.notebook_hash(source)
+    nb.cells[-1].source = "x = 2"  # a code change still changes it
+    nbformat.write(nb, str(tmp_path / "b.ipynb"))
+    assert rp.notebook_hash(tmp_path / "b.ipynb") != rp.notebook_hash(source)
+
+
+def test_stored_profile_and_the_command_line_listing(committed, tmp_path, capsys, monkeypatch):
+    root, src, _ = committed
+    _write_notebook(src / "two.ipynb", "print(2)")
+    with pytest.raises(ValueError, match="not executed by papermill"):
+        rp.stored_profile(src / "two.ipynb")
+    rp.reproduce("full", only=["ok"], echo=None)
+    nb = nbformat.read(str(src / "two.ipynb"), as_version=4)
+    nb.metadata["papermill"] = {"parameters": {}}  # executed by papermill without parameters: the default, quick
+    nbformat.write(nb, str(src / "two.ipynb"))
+    assert (rp.stored_profile(src / "ok.ipynb"), rp.stored_profile(src / "two.ipynb")) == ("full", "quick")
+    monkeypatch.chdir(tmp_path)
+    assert rp.main(["--stored", "full"]) == 0 and capsys.readouterr().out.split() == ["nbs/ok.ipynb"]
+    assert rp.main(["--stored", "quick"]) == 0 and capsys.readouterr().out.split() == ["nbs/two.ipynb"]
+
+
+def test_full_execution_prefers_the_in_place_copy_and_falls_back_to_the_earlier_one(committed):
+    root, src, _ = committed
+    earlier = root / "notebooks" / "full" / "ok.ipynb"
+    assert rp.full_execution("ok") is None  # the stored copy is not an execution yet, no earlier one
+    earlier.parent.mkdir(parents=True)
+    earlier.write_text("{}")
+    assert rp.full_execution("ok") == earlier  # waiting for its records: the earlier full execution is shown
+    rp.reproduce("full", echo=None)
+    assert rp.full_execution("ok") == src / "ok.ipynb"

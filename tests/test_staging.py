@@ -75,3 +75,33 @@ def test_the_staged_gate_report_is_the_committed_gate_outcome():
         pytest.skip("no recompute is staged at this checkout")
     assert staged.read_bytes() == (results / "testbed" / "discovery_gate.json").read_bytes()
     assert json.loads(staged.read_text())["gate"]["passes"] is True
+
+
+def test_promote_copies_the_committed_full_copy_that_is_also_the_notebook(roots, tmp_path, monkeypatch):
+    """At the committed results root the full-profile execution is ``notebooks/<stem>.ipynb`` (executed in place):
+    promote archives a copy and leaves the notebook where a reader opens it; a notebook still stored at the quick
+    profile has its earlier full execution under ``notebooks/full/``, which is moved as before."""
+    import nbformat
+
+    from rlvr_lib.study import reproduce
+
+    root, staging = roots
+    src = tmp_path / "nbs"
+    src.mkdir()
+    monkeypatch.setattr(reproduce, "_committed_results_root", lambda: root)
+    monkeypatch.setattr(reproduce, "_default_notebooks_dir", lambda: src)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
+    nb.metadata["papermill"] = {"parameters": {"profile": "full"}, "end_time": "2026-01-01T00:00:00"}
+    nbformat.write(nb, str(src / "03_nudgerl.ipynb"))
+    nb.metadata["papermill"] = {"parameters": {}, "end_time": "2026-01-01T00:00:00"}  # stored at the quick profile
+    nbformat.write(nb, str(src / "01_grpo.ipynb"))
+    stored = (src / "03_nudgerl.ipynb").read_bytes()
+    moves = promote(["sage_full"], staging, "pre-x", notebooks=["03_nudgerl", "01_grpo"], root=root)
+    shelf = root / "archive" / "pre-x" / "notebooks" / "full"
+    assert moves[-2:] == [(src / "03_nudgerl.ipynb", shelf / "03_nudgerl.ipynb"),
+                          (root / "notebooks" / "full" / "01_grpo.ipynb", shelf / "01_grpo.ipynb")]
+    assert (shelf / "03_nudgerl.ipynb").read_bytes() == stored == (src / "03_nudgerl.ipynb").read_bytes()
+    assert (shelf / "01_grpo.ipynb").exists() and not (root / "notebooks" / "full" / "01_grpo.ipynb").exists()
+    assert (src / "01_grpo.ipynb").exists()  # the quick copy stays: the notebook is executed in place next
+    with pytest.raises(ValueError, match="notebook"):
+        promote(["grpo_baseline_full"], staging, "pre-y", notebooks=["../x"], root=root)

@@ -1,11 +1,22 @@
 """Run every notebook with papermill, resumably: ``python -m rlvr_lib.study.reproduce``.
 
 ``make reproduce`` calls this with ``--profile full``. Each ``notebooks/*.ipynb`` (sorted by name) is executed
-with ``profile`` injected into ``<out>/<profile>/<name>.ipynb``; one status line per notebook; exit status 1
-when any notebook failed (the others still run).
+with ``profile`` injected; one status line per notebook; exit status 1 when any notebook failed (the others still
+run). Where the executed copy goes (:func:`executed_dir`):
+
+* the full profile on the committed results root (``<repo>/results``, no ``RLVR_RESULTS_DIR``): **in place**,
+  ``notebooks/<name>.ipynb`` -- the copy a reader opens is the full-profile execution of the committed records,
+  and nbval re-executes it from them (``RLVR_CACHE_ONLY=1``, `make test`);
+* any other profile or results root (the quick smoke run, a recompute's staging root): ``<root>/notebooks/<profile>/``
+  (``results/notebooks/quick/``, ``results/recompute-58/notebooks/full/``), never over ``notebooks/``;
+* ``--out OUT``: ``OUT/<profile>/``.
+
+The manifest (the record of executions) is ``<out>/<profile>/manifest.json`` in every case
+(``results/notebooks/full/manifest.json`` for the committed full copies).
 
 * A notebook is skipped when its executed copy finished without error and neither its hash (cell types,
-  sources and tags: :func:`notebook_hash`) nor ``rlvr_lib.__version__`` changed (``<out>/<profile>/manifest.json``);
+  sources and tags, without papermill's injected parameters and the claims opening: :func:`notebook_hash`) nor
+  ``rlvr_lib.__version__`` changed (``<out>/<profile>/manifest.json``);
   its runs resume through `rlvr_lib.study.runs.cached_run`.
 * The executed copy is written to a hidden temporary file and moved into place with ``os.replace``; a failed
   notebook is kept and runs again next time; one that stops on `rlvr_lib.study.runs.PrerequisitesMissing` is
@@ -38,10 +49,12 @@ from rlvr_lib import __version__
 from rlvr_lib.cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
 from rlvr_lib.validation import check_choice, check_int
 
-__all__ = ["PROFILES", "ensure_kernel", "main", "notebook_hash", "open_with_claims", "reproduce"]
+__all__ = ["PROFILES", "ensure_kernel", "executed_copy", "executed_dir", "full_execution", "main", "notebook_hash",
+           "open_with_claims", "reproduce", "stored_profile"]
 
 PROFILES = ("quick", "full")
 MANIFEST = "manifest.json"
+INJECTED_TAG = "injected-parameters"
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 
@@ -59,11 +72,87 @@ def _default_out_dir() -> Path:
     return results_root() / "notebooks"
 
 
+def _committed_results_root() -> Path:
+    """The results root the committed records live in: ``<repo>/results`` in a checkout, else ``./results``
+    (`rlvr_lib.study.runs.results_root` without ``RLVR_RESULTS_DIR``)."""
+    if (_PACKAGE_PARENT / "pyproject.toml").exists():
+        return _PACKAGE_PARENT / "results"
+    return Path.cwd() / "results"
+
+
+def executed_dir(profile: str, root: str | Path | None = None, notebooks_dir: str | Path | None = None) -> Path:
+    """The folder of the executed copies at ``profile`` for the results root ``root``.
+
+    The full profile on the committed results root is executed in place: the folder is ``notebooks_dir``
+    (default ``<repo>/notebooks``), so the notebook a reader opens shows the committed records. Any other profile
+    or root (a recompute's staging root, ``RLVR_RESULTS_DIR``) keeps its copies under ``<root>/notebooks/<profile>/``.
+
+    Args:
+        profile: ``"quick"`` or ``"full"``.
+        root: The results root (default: `rlvr_lib.study.runs.results_root`).
+        notebooks_dir: The source notebooks' folder (default ``<repo>/notebooks``).
+
+    Raises:
+        ValueError: an unknown ``profile``.
+    """
+    from rlvr_lib.study.runs import results_root
+
+    check_choice("profile", profile, PROFILES)
+    root = results_root(root)
+    if profile == "full" and root.resolve() == _committed_results_root().resolve():
+        return Path(notebooks_dir) if notebooks_dir is not None else _default_notebooks_dir()
+    return root / "notebooks" / profile
+
+
+def stored_profile(path: str | Path) -> str:
+    """The profile a stored notebook was executed at: papermill's ``profile`` parameter, ``"quick"`` (the
+    notebooks' default) when papermill injected none.
+
+    Raises:
+        ValueError: ``path`` is not a notebook papermill executed (no ``papermill`` metadata).
+    """
+    import nbformat
+
+    meta = nbformat.read(str(path), as_version=4).metadata.get("papermill")
+    if meta is None:
+        raise ValueError(f"{path}: not executed by papermill (no papermill metadata); execute it with "
+                         f"`python -m rlvr_lib.study.reproduce --profile full --only {Path(path).stem}`")
+    return meta.get("parameters", {}).get("profile", "quick")
+
+
+def full_execution(name: str, root: str | Path | None = None) -> Path | None:
+    """The full-profile execution of notebook ``name`` that a reader is shown, or None.
+
+    :func:`executed_copy` when it is one (``notebooks/<name>.ipynb`` at the committed results root). A notebook
+    whose code reads records a recompute has not delivered yet keeps its quick execution in ``notebooks/``; its
+    earlier full execution then stays at ``<root>/notebooks/full/<name>.ipynb`` until the records land and the
+    notebook is executed in place (`python -m rlvr_lib.study.reproduce --only NAME --force`).
+    """
+    from rlvr_lib.study.runs import results_root
+
+    executed = executed_copy(name, root)
+    earlier = results_root(root) / "notebooks" / "full" / executed.name
+    if executed != earlier and executed.exists():
+        with contextlib.suppress(ValueError):  # a notebook no papermill run wrote is no execution
+            if stored_profile(executed) == "full":
+                return executed
+    return earlier if earlier.exists() else None
+
+
+def executed_copy(name: str, root: str | Path | None = None, profile: str = "full") -> Path:
+    """The executed copy of notebook ``name`` (a stem, e.g. ``"03_nudgerl"``) at ``profile`` for results root
+    ``root``: ``notebooks/<name>.ipynb`` for the committed full profile, else under ``<root>/notebooks/<profile>/``
+    (:func:`executed_dir`)."""
+    return executed_dir(profile, root) / f"{Path(name).stem}.ipynb"
+
+
 def notebook_hash(path: str | Path) -> str:
     """sha256 of what a notebook runs: each cell's type, source and tags.
 
-    Outputs, execution counts and other metadata are left out, so re-executing
-    a notebook in place does not change its hash.
+    Outputs, execution counts and other metadata are left out, and so are the
+    cells the execution adds (papermill's ``injected-parameters`` cell and the
+    claims opening, :func:`open_with_claims`), so a notebook executed in place
+    has the hash of its source.
 
     Args:
         path: The ``.ipynb`` file.
@@ -73,8 +162,12 @@ def notebook_hash(path: str | Path) -> str:
     """
     import nbformat
 
+    from rlvr_lib.study.claims.tables import OPENING_TAG
+
     nb = nbformat.read(str(path), as_version=4)
-    cells = [[c.cell_type, c.source, sorted(c.get("metadata", {}).get("tags", []))] for c in nb.cells]
+    added = {INJECTED_TAG, OPENING_TAG}
+    cells = [[c.cell_type, c.source, sorted(tags)] for c in nb.cells
+             if not added & set(tags := c.get("metadata", {}).get("tags", []))]
     return hashlib.sha256(json.dumps(cells, sort_keys=True).encode()).hexdigest()
 
 
@@ -183,6 +276,11 @@ def _error_text(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def _notebooks_in(folder: Path) -> list[Path]:
+    """The notebooks of ``folder``, by name; hidden ones (an execution's temporary file) are not notebooks."""
+    return sorted(p for p in folder.glob("*.ipynb") if not p.name.startswith("."))
+
+
 def _select(notebooks: list[Path], only: Sequence[str] | None) -> list[Path]:
     if only is None:
         return notebooks
@@ -195,7 +293,12 @@ def _select(notebooks: list[Path], only: Sequence[str] | None) -> list[Path]:
 
 
 def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> None:
-    """Runs ``source`` into ``target`` through a temp file; moves it into place unless interrupted."""
+    """Runs ``source`` into ``target`` through a temp file; moves it into place unless interrupted.
+
+    A failed run keeps papermill's annotated copy for the reader at ``target``; executed in place (``target`` is
+    ``source``), at ``.<name>.failed.ipynb`` beside it instead, so the stored notebook is never replaced by a failed
+    execution.
+    """
     import papermill
 
     tmp = target.with_name(f".{target.stem}.running.ipynb")
@@ -215,7 +318,8 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
     except Exception as exc:
         # a failed run: keep papermill's annotated copy for the reader (a waiting one has nothing to show)
         if tmp.exists() and not _stopping() and not _waiting(exc):
-            os.replace(tmp, target)
+            in_place = target.resolve() == source.resolve()
+            os.replace(tmp, target.with_name(f".{target.stem}.failed.ipynb") if in_place else target)
             moved = True
         raise
     finally:
@@ -273,7 +377,10 @@ def reproduce(
         notebooks_dir: Folder of the source notebooks; default
             ``<repo>/notebooks``.
         out_dir: Root of the executed copies, written to
-            ``<out_dir>/<profile>/``; default ``<results root>/notebooks``.
+            ``<out_dir>/<profile>/``; default: :func:`executed_dir` (in place
+            in ``notebooks_dir`` for the full profile on the committed results
+            root, else ``<results root>/notebooks/<profile>``). The manifest is
+            ``<out_dir or results root/notebooks>/<profile>/manifest.json``.
         kernel: Jupyter kernel name; ``python3`` is installed for this
             interpreter if missing (:func:`ensure_kernel`).
         force: Run every selected notebook even if it is up to date.
@@ -294,10 +401,12 @@ def reproduce(
     src_dir = Path(notebooks_dir) if notebooks_dir is not None else _default_notebooks_dir()
     if not src_dir.is_dir():
         raise ValueError(f"notebooks_dir={str(src_dir)!r} is not a folder")
-    notebooks = _select(sorted(src_dir.glob("*.ipynb")), only)
-    dest = (Path(out_dir) if out_dir is not None else _default_out_dir()).resolve() / profile
+    notebooks = _select(_notebooks_in(src_dir), only)
+    records = (Path(out_dir) if out_dir is not None else _default_out_dir()).resolve() / profile
+    dest = records if out_dir is not None else executed_dir(profile, notebooks_dir=src_dir).resolve()
+    records.mkdir(parents=True, exist_ok=True)
     dest.mkdir(parents=True, exist_ok=True)
-    manifest_path = dest / MANIFEST
+    manifest_path = records / MANIFEST
     manifest = _load_manifest(manifest_path)
     say = echo or (lambda _line: None)
     if notebooks:
@@ -336,8 +445,10 @@ def reproduce(
                              "output": None}
             say(f"{prefix} waiting -- {error[len(WAITING_PREFIX):]}")
             return
+        failed_copy = target.with_name(f".{target.stem}.failed.ipynb")
+        output = failed_copy if error and target.parent == src_dir.resolve() else target
         results[name] = {"status": "failed" if error else "ran", "seconds": seconds, "error": error,
-                         "output": str(target) if target.exists() else None}
+                         "output": str(output) if output.exists() else None}
         _update_manifest(manifest_path, profile, name, {
             "source_sha256": digest,
             "rlvr_lib_version": __version__,
@@ -491,6 +602,18 @@ def _verify(parser, args) -> int:
     return 1 if summary["mismatches"] else 0
 
 
+def _print_stored(parser, args) -> int:
+    """``--stored PROFILE``: the notebooks of the notebooks folder stored at ``PROFILE``, one path a line."""
+    src_dir = Path(args.notebooks_dir) if args.notebooks_dir is not None else _default_notebooks_dir()
+    try:
+        chosen = [path for path in _select(_notebooks_in(src_dir), args.only) if stored_profile(path) == args.stored]
+    except ValueError as exc:
+        parser.error(str(exc))
+    for path in chosen:
+        print(os.path.relpath(path))
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = OneLineParser(
@@ -500,12 +623,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", nargs="+", metavar="NAME", help="notebook names to run (default: all)")
     parser.add_argument("--notebooks-dir", type=existing_folder, default=None,
                         help="source notebooks (default: <repo>/notebooks)")
-    parser.add_argument("--out", default=None, help="executed copies go to OUT/PROFILE (default: results/notebooks)")
+    parser.add_argument("--out", default=None,
+                        help="executed copies go to OUT/PROFILE (default: the full profile in place in notebooks/, "
+                             "quick to results/notebooks/quick; under a staging RLVR_RESULTS_DIR, ROOT/notebooks/PROFILE)")
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--force", action="store_true", help="re-run notebooks that are up to date")
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
     parser.add_argument("--workers", type=int_at_least(1), default=1,
                         help="notebooks executed at once, each with cores // workers threads (default 1)")
+    parser.add_argument("--stored", choices=PROFILES, default=None,
+                        help="instead of running notebooks, print the notebooks (one path a line) whose stored "
+                             "execution in the notebooks folder is at this profile (make test's nbval stage)")
     parser.add_argument("--verify", action="store_true",
                         help="instead of running notebooks, recompute a seeded sample of committed runs at HEAD and "
                              "compare them with their records (rlvr_lib.study.verify)")
@@ -516,11 +644,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.verify:
         return _verify(parser, args)
+    if args.stored is not None:
+        return _print_stored(parser, args)
     try:  # checked before reproduce() creates OUT/PROFILE
         check_out_folder("--out", args.out)
         with flag_errors({"only": "--only"}, "--only"):
             src_dir = Path(args.notebooks_dir) if args.notebooks_dir is not None else _default_notebooks_dir()
-            _select(sorted(src_dir.glob("*.ipynb")), args.only)
+            _select(_notebooks_in(src_dir), args.only)
     except UsageError as exc:
         parser.error(str(exc))
     # `kill` is how a background reproduction is stopped (a shell's background job ignores Ctrl-C's SIGINT):

@@ -2,9 +2,11 @@
 
 A recompute of committed notebooks writes every run under a staging results root (``RLVR_RESULTS_DIR``, e.g.
 ``results/recompute-58``), so no new run reads a previous record and no table reads a new one before its notebook is
-complete. :func:`promote` then moves the notebook's experiment folders into ``results/`` (the previous ones, and the
-previous executed copy of the notebook, to ``results/archive/<archive>/``, never read again); the notebook is then
-executed from the cache (``python -m rlvr_lib.study.reproduce --only NAME``) and README rendered again.
+complete. :func:`promote` then moves the notebook's experiment folders into ``results/`` (the previous ones to
+``results/archive/<archive>/``, never read again) and archives the previous executed copy of the notebook there too
+(``notebooks/NAME.ipynb``, the committed full-profile execution, is copied: it is also the notebook's source); the
+notebook is then executed from the cache (``python -m rlvr_lib.study.reproduce --only NAME --force``, in place) and
+README rendered again.
 
 ``python -m rlvr_lib.study.staging promote --staging STAGING_ROOT --archive NAME EXPERIMENT...``
 """
@@ -17,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rlvr_lib.study.reproduce import full_execution
 from rlvr_lib.study.runs import results_root
 from rlvr_lib.validation import check, invalid
 
@@ -37,12 +40,15 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
         experiments: Folder names under ``staging`` (e.g. ``"grpo_baseline_full"``).
         staging: The staging results root the recompute wrote to.
         archive: Name of the archive under ``<root>/archive/`` that receives the previous folders.
-        notebooks: Notebook stems whose executed full-profile copies (``notebooks/full/<stem>.ipynb``) move to the
-            archive too (the notebook is then executed again on the promoted records).
+        notebooks: Notebook stems whose executed full-profile copies go to the archive too, as
+            ``<archive>/notebooks/full/<stem>.ipynb`` (the notebook is then executed again on the promoted records).
+            The copy is `rlvr_lib.study.reproduce.full_execution`'s: ``notebooks/<stem>.ipynb`` at the committed
+            results root, copied, as it is the notebook's source too; else the one under ``<root>/notebooks/full/``
+            (any other root, or a notebook still stored at the quick profile), moved.
         root: The results root (default: `results_root`).
 
     Returns:
-        Every ``(source, destination)`` move, in order.
+        Every ``(source, destination)`` move (or copy, for an executed copy kept in place), in order.
 
     Raises:
         ValueError: a folder name that is not a plain name, a staged folder that is missing or empty, or an archive
@@ -63,15 +69,23 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
             check(not (shelf / name).exists(), "archive", archive, f"an archive without {name} yet")
             plan.append((current, shelf / name))
         plan.append((staged, current))
+    copies = set()  # executed copies that are also their notebook's source: copied, never moved
     for stem in notebooks:
-        executed = root / "notebooks" / "full" / f"{stem}.ipynb"
-        if executed.exists():
+        if not stem or "/" in stem or stem in (".", ".."):
+            raise invalid("notebook", stem, "a notebook stem, e.g. 03_nudgerl")
+        executed = full_execution(stem, root)
+        if executed is not None:
             target = shelf / "notebooks" / "full" / f"{stem}.ipynb"
             check(not target.exists(), "archive", archive, f"an archive without notebook {stem} yet")
             plan.append((executed, target))
+            if executed.parent != root / "notebooks" / "full":
+                copies.add(executed)
     for source, destination in plan:
         destination.parent.mkdir(parents=True, exist_ok=True)
-        shutil.move(str(source), str(destination))
+        if source in copies:
+            shutil.copy2(source, destination)
+        else:
+            shutil.move(str(source), str(destination))
     return plan
 
 
@@ -82,7 +96,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("experiments", nargs="+")
     p.add_argument("--staging", required=True, help="the staging results root")
     p.add_argument("--archive", required=True, help="the archive's name under results/archive/")
-    p.add_argument("--notebooks", nargs="*", default=(), help="notebook stems whose executed copies are archived")
+    p.add_argument("--notebooks", nargs="*", default=(),
+                   help="notebook stems whose executed full-profile copies are archived (notebooks/STEM.ipynb is copied)")
     args = parser.parse_args(argv)
     try:
         moves = promote(args.experiments, args.staging, args.archive, notebooks=args.notebooks)
