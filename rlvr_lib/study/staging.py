@@ -5,8 +5,9 @@ A recompute of committed notebooks writes every run under a staging results root
 complete. :func:`promote` then moves the notebook's experiment folders into ``results/`` (the previous ones to
 ``results/archive/<archive>/``, never read again) and archives the previous executed copy of the notebook there too
 (``notebooks/NAME.ipynb``, the committed full-profile execution, is copied: it is also the notebook's source); the
-notebook is then executed from the cache (``python -m rlvr_lib.study.reproduce --only NAME --force``, in place) and
-README rendered again.
+notebook is then executed in place from the cache with the Makefile's CPU settings (``make notebooks``, or
+``RLVR_CACHE_ONLY=1`` and ``NB_ENV`` before ``python -m rlvr_lib.study.reproduce --only NAME --force``), so nbval's
+re-execution in ``make test`` matches it, and README rendered again.
 
 ``python -m rlvr_lib.study.staging promote --staging STAGING_ROOT --archive NAME EXPERIMENT...``
 """
