@@ -529,6 +529,10 @@ def test_stored_profile_and_the_command_line_listing(committed, tmp_path, capsys
     monkeypatch.chdir(tmp_path)
     assert rp.main(["--stored", "full"]) == 0 and capsys.readouterr().out.split() == ["nbs/ok.ipynb"]
     assert rp.main(["--stored", "quick"]) == 0 and capsys.readouterr().out.split() == ["nbs/two.ipynb"]
+    _write_notebook(src / "three.ipynb", "print(3)")  # never executed: nbval could not say at which profile
+    with pytest.raises(SystemExit) as exit_info:
+        rp.main(["--stored", "full"])
+    assert exit_info.value.code == 2 and "three.ipynb: not executed by papermill" in capsys.readouterr().err
 
 
 def test_full_execution_prefers_the_in_place_copy_and_falls_back_to_the_earlier_one(committed):
