@@ -10,7 +10,11 @@ and :meth:`World.gather_batch` joins the whole batch everywhere. Each process tr
 
     loss_p = (n_p / n) * loss(rows of p),   grad = sum_p grad loss_p     (:meth:`World.summed_gradients`)
 
-and loss statistics are averaged with the same weights (:meth:`World.weighted_means`).
+and loss statistics are averaged over the processes (:meth:`World.weighted_means`) with per-statistic weights:
+a mean over completion tokens (entropy, KL, ...) by each process's token count, so the result is the token sum over
+the token count of the whole minibatch; any other statistic by the loss share above. The step's other metrics
+(:meth:`World.merge_metrics`) are kept where the processes agree; counts over a process's rows are summed and other
+numbers averaged by each process's number of rows.
 
 Sharded (FSDP2, ``ACCELERATE_USE_FSDP=true``; ``World.sharded``): parameters, gradients and optimizer state
 are split (:meth:`World.shard_model`); every process computes the whole minibatch's loss in
@@ -26,7 +30,7 @@ import math
 import os
 import weakref
 from dataclasses import dataclass
-from typing import Any, ContextManager, Iterable, Iterator
+from typing import Any, ContextManager, Iterable, Iterator, Mapping
 
 import numpy as np
 import torch
@@ -217,8 +221,12 @@ class World:
         elif optimizer is not None:
             set_optimizer_state_dict(model, optimizer, optim_state, options=options)
 
-    def weighted_means(self, records: list[tuple[float, dict[str, float]]]) -> list[dict[str, float]]:
-        """Per record ``(weight, stats)``, ``sum_r w_r s_r[key] / sum_r w_r`` over the processes that logged ``key``."""
+    def weighted_means(self, records: list[tuple[float | Mapping[str, float], dict[str, float]]]
+                       ) -> list[dict[str, float]]:
+        """Per record ``(weight, stats)``, ``sum_r w_r s_r[key] / sum_r w_r`` over the processes that logged ``key``
+        (`weighted_mean`: ``weight`` a number, or per key; a key logged by one process keeps its value).
+
+        One process: the records' stats as they are."""
         if not self.distributed:
             return [stats for _, stats in records]
         gathered = self.gather(records)
@@ -227,13 +235,21 @@ class World:
             means.append(weighted_mean([ranks[i] for ranks in gathered]))
         return means
 
-    def merge_metrics(self, metrics: dict) -> dict:
-        """One step's metrics, the same on every process: agreed values kept, ``time_*`` the slowest, numbers averaged."""
+    def merge_metrics(self, metrics: dict, *, rows: int = 1, summed: Iterable[str] = ()) -> dict:
+        """One step's metrics, the same on every process: agreed values kept, ``time_*`` the slowest, the keys in
+        ``summed`` (counts over this process's rows) summed, other numbers averaged weighted by each process's
+        ``rows`` (its number of trained rows). Sharded, every process trains on the whole batch: ``summed`` is not
+        summed and the weights are equal. One process: ``metrics`` itself."""
         if not self.distributed:
             return metrics
-        gathered = self.gather(metrics)
-        keys = dict.fromkeys(key for m in gathered for key in m)
-        return {key: _merge(key, [m[key] for m in gathered if key in m]) for key in keys}
+        if isinstance(rows, bool) or not isinstance(rows, int) or rows < 0:
+            raise ValueError(f"merge_metrics: rows must be an int >= 0, got {rows!r}")
+        summed = frozenset() if self.sharded else frozenset(summed)
+        gathered = self.gather((rows, metrics))
+        keys = dict.fromkeys(key for _, m in gathered for key in m)
+        return {key: _merge(key, [m[key] for _, m in gathered if key in m], [n for n, m in gathered if key in m],
+                            summed=key in summed)
+                for key in keys}
 
 
 _PLAIN_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
@@ -252,16 +268,27 @@ def _same(a: Any, b: Any) -> bool:
     return a == b or (isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b))
 
 
-def _merge(key: str, values: list) -> Any:
-    """One metric from its per-process values (see `World.merge_metrics`)."""
+def _merge(key: str, values: list, weights: list[float] | None = None, *, summed: bool = False) -> Any:
+    """One metric from its per-process values (see `World.merge_metrics`): the sum of numbers when ``summed`` (equal
+    or not: each counts its own rows); else agreed values kept, else (numbers only) the largest for ``time_*``, else
+    the mean of the non-NaN values weighted by
+    ``weights`` (default equal; equal too when the non-NaN values' weights are all 0)."""
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+    if summed and numbers:
+        return sum(values)
     if all(_same(v, values[0]) for v in values):
         return values[0]
-    if not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+    if not numbers:
         return values[0]
     if key.startswith("time_"):
         return max(values)
-    finite = [float(v) for v in values if not math.isnan(v)]
-    return float(np.mean(finite)) if finite else float("nan")
+    finite = [(float(v), 1.0 if weights is None else float(w))
+              for v, w in zip(values, weights or values) if not math.isnan(v)]
+    if not finite:
+        return float("nan")
+    if sum(w for _, w in finite) <= 0:  # no process that logged it trained a row: equal weights
+        finite = [(v, 1.0) for v, _ in finite]
+    return sum(v * w for v, w in finite) / sum(w for _, w in finite)
 
 
 @contextlib.contextmanager
@@ -327,13 +354,27 @@ def _summed_gradients(params: list[torch.nn.Parameter]) -> Iterator[None]:
         p.grad = grad if before is None else before.add_(grad)
 
 
-def weighted_mean(entries: Iterable[tuple[float, dict[str, float]]]) -> dict[str, float]:
-    """Per key, ``sum w s[key] / sum w`` over the ``(w, stats)`` entries with ``w > 0`` that hold the key
-    (the processes of `World.weighted_means`, or the chunks of a sharded update)."""
-    entries = [(w, stats) for w, stats in entries if w > 0]
-    keys = dict.fromkeys(key for _, stats in entries for key in stats)
-    return {key: sum(w * s[key] for w, s in entries if key in s) / sum(w for w, s in entries if key in s)
-            for key in keys}
+def weighted_mean(entries: Iterable[tuple[float | Mapping[str, float], dict[str, float]]]) -> dict[str, float]:
+    """Per key, ``sum w s[key] / sum w`` over the ``(w, stats)`` entries that hold the key with weight ``w > 0``
+    (the processes of `World.weighted_means`, or the chunks of a sharded update).
+
+    ``w`` is one weight for every key of its entry, or a mapping with a weight per key of ``stats`` (a token mean
+    weighted by its token count, other stats by their loss share); a key that one entry alone holds keeps its
+    value as it is. Raises ValueError when a mapping lacks a key of its stats.
+    """
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for w, stats in entries:
+        for key, value in stats.items():
+            if isinstance(w, Mapping):
+                if key not in w:
+                    raise ValueError(f"weighted_mean: the weights {sorted(w)} lack the stat {key!r}")
+                weight = w[key]
+            else:
+                weight = w
+            if weight > 0:
+                pairs.setdefault(key, []).append((weight, value))
+    return {key: p[0][1] if len(p) == 1 else sum(w * v for w, v in p) / sum(w for w, _ in p)
+            for key, p in pairs.items()}
 
 
 def local_rows(rows: torch.Tensor, index: torch.Tensor | None) -> torch.Tensor:

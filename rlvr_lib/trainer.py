@@ -40,7 +40,7 @@ from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.files import atomic_file
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.trainer_config import TrainerConfig
-from rlvr_lib.rollout import Rollouts, SamplingParams, build_engine, sequence_logprobs
+from rlvr_lib.rollout import ENGINES, Rollouts, SamplingParams, build_engine, sequence_logprobs
 from rlvr_lib.schedules import lr_scheduler
 from rlvr_lib.tasks import CORRECT, MALFORMED, TIMEOUT, UNVERIFIED, Verdict, get_task
 
@@ -49,6 +49,13 @@ logger = logging.getLogger(__name__)
 
 TIMING_PREFIX = "time_"
 """History columns that measure wall-clock time (``time_rollout``, ``time_step``, ...), not the run."""
+
+
+TOKEN_MEAN_STATS = frozenset({"entropy", "kl", "clip_frac_low", "clip_frac_high", "approx_kl", "ratio_mean",
+                              "kl_cov_frac", "abs_log_ratio", "clip_cov_frac"})
+"""Loss stats that are means over a minibatch's completion tokens (the trainer's ``entropy`` and ``kl``, the
+policy losses' of `rlvr_lib.algos`; a method adds its own in ``Method.token_mean_stats``): with several processes,
+or a sharded update's chunks, each is reduced as the token sum over the token count of the whole minibatch."""
 
 
 def untimed(history: list[dict]) -> list[dict]:
@@ -313,7 +320,7 @@ class Trainer:
             kept = _rollout_metrics([batch])
             metrics.update({f"kept_{k}": kept[k] for k in ("reward_mean", "accuracy", "zero_adv_frac")})
         self.method.on_step_end(step, metrics)
-        metrics = self.world.merge_metrics(metrics)
+        metrics = self.world.merge_metrics(metrics, rows=len(local), summed=self.method.summed_metrics)
         self.history.append(metrics)
         self.step_count += 1
         if cfg.checkpoint_every and self.checkpoint_dir and self.step_count % cfg.checkpoint_every == 0:
@@ -411,7 +418,8 @@ class Trainer:
 
         Per weight sample k, forward, loss and backward inside ``method.perturbed(model, k, train=True)`` on this
         process's rows, weighted by their share of the minibatch (rows, or tokens for ``token_mean``), so the summed
-        gradients are the whole minibatch's. Returns per weight sample its stats averaged over the processes.
+        gradients are the whole minibatch's. Returns per weight sample its stats averaged over the processes (token
+        means by their token counts, the others by those shares: `_stat_weights`).
         """
         minibatch = local.select(local_rows(rows, local_index))
         samples = batch.weight_index[rows].unique().tolist()
@@ -428,13 +436,13 @@ class Trainer:
                     if len(samples) > 1 or self.world.distributed:
                         loss = loss * self._share(part, rows, lengths)
                     loss.backward()
-            records.append((self._share(part, sample_rows, lengths), stats))
+            records.append((self._stat_weights(part, self._share(part, sample_rows, lengths), stats), stats))
         return self.world.weighted_means(records)
 
     def _chunked_backward(self, part: StepBatch, rows: torch.Tensor, lengths: torch.Tensor,
                           temperature: float) -> dict[str, float]:
         """Loss and backward of ``part`` in chunks of ``rollout_batch_size`` rows, each weighted by its share of
-        ``rows`` (sharded world); returns the chunks' stats averaged with those shares.
+        ``rows`` (sharded world); returns the chunks' stats averaged with those shares (token means: by tokens).
         """
         chunks = torch.arange(len(part)).split(self.config.rollout_batch_size)
         weighted = []
@@ -443,8 +451,16 @@ class Trainer:
             loss, stats = self._loss(piece, temperature)
             share = self._share(piece, rows, lengths)
             (loss * share).backward()
-            weighted.append((share, stats))
+            weighted.append((self._stat_weights(piece, share, stats), stats))
         return weighted_mean(weighted)
+
+    def _stat_weights(self, part: StepBatch, share: float, stats: dict[str, float]) -> dict[str, float]:
+        """Per key of ``part``'s ``stats``, its weight when reduced with other processes' or chunks' (`weighted_mean`):
+        ``part``'s completion-token count for a token mean (`TOKEN_MEAN_STATS`, ``method.token_mean_stats``), so
+        the result is the token sum over the token count; ``share`` (its share of the loss) for any other."""
+        tokens = float(part.rollouts.completion_mask.sum())
+        token_means = TOKEN_MEAN_STATS | self.method.token_mean_stats
+        return {key: tokens if key in token_means else share for key in stats}
 
     def _share(self, part: StepBatch, whole: torch.Tensor, lengths: torch.Tensor) -> float:
         """``part``'s weight in the loss of the rows ``whole``: its share of tokens for ``token_mean``, else of rows."""
@@ -520,13 +536,13 @@ class Trainer:
             if not prev.exists():
                 raise CheckpointError(f"{bad}; there is no previous checkpoint {prev} to resume from: "
                                       f"delete {path} to start over") from bad
-            warnings.warn(f"{bad}; resuming from the previous checkpoint {prev} instead", RuntimeWarning,
-                          stacklevel=2)
             try:
                 state = read_checkpoint(prev)
-            except CheckpointError as worse:
+            except CheckpointError as worse:  # no warning first: the error alone says it all
                 raise CheckpointError(f"{bad}; and the previous checkpoint is unusable too: {worse}; "
                                       f"delete {path} and {prev} to start over") from worse
+            warnings.warn(f"{bad}; resuming from the previous checkpoint {prev} instead", RuntimeWarning,
+                          stacklevel=2)
             path = prev
         if state["config"] != self.config.to_dict():
             raise ValueError(f"checkpoint {path} was written by a different config; remove it or change checkpoint_dir")
@@ -560,8 +576,9 @@ class Trainer:
 def check_shardable(config: TrainerConfig) -> None:
     """Refuses, in a sharded world, what FSDP cannot host: ``config.engine == "vllm"`` (ValueError)."""
     if config.engine == "vllm":
+        others = " or ".join(repr(name) for name in ENGINES if name != "vllm")
         raise ValueError("engine='vllm' cannot run on a sharded (FSDP) launch: its weight sync reads the whole "
-                         "parameters; use engine 'kv' or 'hf'")
+                         f"parameters; use engine {others} (--engine {ENGINES[0]})")
 
 
 class CheckpointError(ValueError):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rlvr_lib.methods import METHODS, Method, build_method, compose, method_config, register_method
-from rlvr_lib.methods.compose import COMBINED, DERIVED, EXCLUSIVE, component_config, overrides, pair_table
+from rlvr_lib.methods.compose import COMBINED, DERIVED, EXCLUSIVE, UNITED, component_config, overrides, pair_table
 from rlvr_lib.methods.registry import resolved_method_options
 from rlvr_lib.trainer import Trainer, untimed
 from rlvr_lib.trainer_config import TrainerConfig
@@ -99,7 +99,7 @@ def ab():
 # ----------------------------------------------------------------------------- hook order and ownership
 def test_the_tables_cover_every_hook_of_method_once():
     hooks = {n for n in vars(Method) if not n.startswith("_")} - {"Options", "name", "generator"}
-    listed = [h for family in EXCLUSIVE.values() for h in family] + list(COMBINED) + list(DERIVED)
+    listed = [h for family in EXCLUSIVE.values() for h in family] + list(COMBINED) + list(DERIVED) + list(UNITED)
     assert sorted(listed) == sorted(hooks)
 
 

@@ -186,6 +186,17 @@ class Method:
     ``batch.plain_prompt_ids``; `rlvr_lib.methods.oracle`).
     """
 
+    token_mean_stats: ClassVar[frozenset[str]] = frozenset()
+    """Keys of its loss-hook stats (``policy_loss``, ``anchor``, ``extra_loss``) that are means over the
+    minibatch's completion tokens, besides the trainer's own (`rlvr_lib.trainer.TOKEN_MEAN_STATS`): reduced
+    across processes as token sums over token counts. Read only with several processes.
+    """
+
+    summed_metrics: ClassVar[frozenset[str]] = frozenset()
+    """Keys it logs (``on_step_end``) that count over the rows ``before_update`` got: summed across processes
+    (each trains on its own rows) rather than averaged. Read only with several processes.
+    """
+
     def __init__(self, config):
         self.config = config
         try:

@@ -68,6 +68,9 @@ COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on
 DERIVED: tuple[str, ...] = ("reads_parameters",)
 """Class attributes a composite takes from all its components: true when any component's is."""
 
+UNITED: tuple[str, ...] = ("token_mean_stats", "summed_metrics")
+"""Class attributes (sets of metric keys) a composite takes from all its components: their union."""
+
 _CLASS_ATTRS = ("uses_verifier_reward", "credits_hint_free")
 _CLASSMETHODS = ("tuning_lr", "with_tuning_lr")
 
@@ -281,7 +284,9 @@ def _composite_class(names: tuple[str, ...], owners: dict[str, str | None]) -> t
     """The `Composite` subclass of ``names``: delegates owned exclusive hooks, runs the combined ones."""
     body: dict[str, Any] = {"COMPONENTS": names, "OWNERS": owners, "Options": _options_class(names),
                             "__doc__": _composite_doc(names, owners), "__module__": __name__,
-                            **{attr: any(getattr(METHODS[n].cls, attr) for n in names) for attr in DERIVED}}
+                            **{attr: any(getattr(METHODS[n].cls, attr) for n in names) for attr in DERIVED},
+                            **{attr: frozenset().union(*(getattr(METHODS[n].cls, attr) for n in names))
+                               for attr in UNITED}}
     for family, owner in owners.items():
         if owner is None:
             continue

@@ -83,6 +83,7 @@ class NudgeRL(Method):
     """
 
     Options = NudgeRLOptions
+    summed_metrics = frozenset({"nudge_mixed_groups", "nudge_solved_only_hinted", "nudge_solved_only_none"})
 
     def __init__(self, config):
         super().__init__(config)

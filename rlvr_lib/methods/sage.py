@@ -202,6 +202,7 @@ class ShapedAnchor:
     """Mixin that gives a `Method` SAGE's anchor hook, guide ``Options.GUIDE``; put it first among the bases."""
 
     _STREAM = 0x5A6E  # keeps the guide's seeds apart from the trainer's streams
+    token_mean_stats = frozenset({"sage_kl_unshaped", "sage_q_mean", "sage_q_shaped_frac", "sage_q_raised_frac"})
 
     def __init__(self, config):
         super().__init__(config)
