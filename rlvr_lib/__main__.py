@@ -15,18 +15,42 @@ The study's commands (calibrate, calibrate-threepo, tune-lr, plateau, reproduce,
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
 import sys
 from pathlib import Path
+from typing import Iterator
 
-from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, run_command, check_model, check_out_file,
-                                 check_out_folder, existing_file, flag_errors, number_in)
+from rlvr_lib.cli_checks import (OneLineParser, UsageError, run_command, check_model, check_out_file, check_out_folder,
+                                 existing_file, flag_errors, int_at_least, number_in)
 from rlvr_lib.backends import BACKENDS
 
 STUDY_COMMANDS = ("calibrate", "calibrate-threepo", "tune-lr", "plateau", "reproduce", "verify", "report", "bench",
                   "regimes", "provenance")
 """Commands of ``python -m rlvr_lib.study`` (named here, not imported: the library never imports the study)."""
+
+
+INT_FLAGS: dict[str, tuple[int, int]] = {
+    "pretrain --seed": (0, 2**32 - 1), "pretrain --steps": (1, 10_000_000),
+    "train --steps": (1, 1_000_000),
+    "evaluate --problems": (1, 1_000_000), "evaluate --samples": (1, 100_000), "evaluate --group-size": (1, 100_000),
+    "evaluate --max-new-tokens": (1, 100_000), "evaluate --seed": (0, 2**32 - 1),
+    "evaluate --batch-size": (1, 1_000_000),
+}
+"""Every integer flag's allowed range ``(lowest, highest)``: a value outside is a usage error naming the flag, the
+value and the range. ``train``'s config fields (``--config``, ``--set``) have theirs in
+`rlvr_lib.config_files.CONFIG_INT_BOUNDS` (``train --steps`` is that of ``steps``)."""
+
+
+def _int_flag(command: str, flag: str):
+    """``type=`` of an integer flag: an integer in ``INT_FLAGS[f"{command} {flag}"]``."""
+    return int_at_least(*INT_FLAGS[f"{command} {flag}"])
+
+
+def _range(command: str, flag: str) -> str:
+    lo, hi = INT_FLAGS[f"{command} {flag}"]
+    return f"{lo} to {hi:,}".replace(",", "_")
 
 
 def _pretrain(args: argparse.Namespace) -> int:
@@ -52,21 +76,40 @@ def _train(args: argparse.Namespace) -> int:
     import torch
 
     from rlvr_lib.run import train
+    from rlvr_lib.trainer import CheckpointError
 
     _check_no_sharding(args.backend)
     _check_mixed_precision(args.backend)
     config = _train_config(args)
     _check_shardable(config)
+    _use_server_url(args.server_url, config)
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
-    trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
+    try:
+        with hub_data_errors("train", config.task):
+            trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
+    except CheckpointError as err:  # damage only a full read finds (a sha256 mismatch): one line, status 1
+        raise SystemExit(f"python -m rlvr_lib train: error: {' '.join(str(err).split())}") from None
     if trained is not None:  # rank 0
         last = trained.history[-1] if trained.history else {}
         checkpoint = "" if args.backend == "trl" else f", {out}/checkpoint.pt"  # TRL's lack the method's state
         print(f"trained {config.method} for {config.steps} steps (last step: reward_mean {last.get('reward_mean')}, "
               f"loss {last.get('loss')}); wrote {out / trained.record.name}{checkpoint}, {out}/model")
     return 0
+
+
+def _use_server_url(url: str | None, config) -> None:
+    """``--server-url``: only with ``--engine vllm-server``, checked, and handed to the engine the trainer builds
+    through ``RLVR_VLLM_SERVER_URL`` (`rlvr_lib.rollout.vllm_server`)."""
+    if url is None:
+        return
+    if config.engine != "vllm-server":
+        raise UsageError(f"argument --server-url: only with --engine vllm-server (the engine is {config.engine!r})")
+    from rlvr_lib.rollout.vllm_server import SERVER_URL_ENV, server_url
+
+    with flag_errors({}, "--server-url"):
+        os.environ[SERVER_URL_ENV] = server_url(url)
 
 
 def _check_no_sharding(backend: str) -> None:
@@ -215,7 +258,8 @@ def _evaluate(args: argparse.Namespace) -> int:
     with flag_errors(EVAL_FLAGS, "--task"):
         spec = EvalSpec.from_dict(given)
     model, tokenizer = load_policy(args.model)
-    summary = evaluate_policy(KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True), spec)
+    with hub_data_errors("evaluate", spec.task):
+        summary = evaluate_policy(KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True), spec)
     out = Path(args.out) if args.out else Path("eval.json")
     write_json_atomic(out, {"policy": args.model, "policy_sha": policy_fingerprint(args.model),
                             "spec": spec.to_dict(), "final": summary})
@@ -224,16 +268,48 @@ def _evaluate(args: argparse.Namespace) -> int:
     return 0
 
 
+_HUB_MODULES = ("datasets", "huggingface_hub", "requests", "urllib3", "httpx", "httpcore", "fsspec", "aiohttp")
+
+
+@contextlib.contextmanager
+def hub_data_errors(command: str, task: str) -> Iterator[None]:
+    """End a command whose task could not fetch its data from the Hugging Face Hub (no network, offline mode, no
+    cached copy) in one line (exit status 1): what failed, that the task reads the Hub, and how to run it from a
+    local copy. Other errors pass through."""
+    try:
+        yield
+    except OSError as err:
+        if not (isinstance(err, (ConnectionError, TimeoutError)) or type(err).__module__.split(".")[0] in _HUB_MODULES):
+            raise
+        from rlvr_lib.tasks import get_task
+
+        found = get_task(task)
+        origin = found.data_origin() if hasattr(found, "data_origin") else f"Task {task!r} reads data it fetches"
+        message = (f"task {task!r} could not load its data ({type(err).__name__}: {err}). {origin}. To run it "
+                   "without the network, load it once where the Hub is reachable (the same command caches it under "
+                   "HF_HOME, default ~/.cache/huggingface), copy that cache here and set HF_HOME to it and "
+                   "HF_HUB_OFFLINE=1")
+        raise SystemExit(f"python -m rlvr_lib {command}: error: {' '.join(message.split())}") from None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    parser = OneLineParser(prog="python -m rlvr_lib", description=__doc__)
+    parser = build_parser()
     if argv and argv[0] in STUDY_COMMANDS:  # moved: say where, in the usage error's one line
         parser.error(f"argument command: {argv[0]!r} is a command of the study: python -m rlvr_lib.study {argv[0]} ...")
+    return run_command(parser, argv)
+
+
+def build_parser() -> OneLineParser:
+    """The command line's parser: ``pretrain``, ``train`` and ``evaluate`` (each sub-parser runs ``func``)."""
+    parser = OneLineParser(prog="python -m rlvr_lib", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     p = sub.add_parser("pretrain", help="rebuild the embedded tiny policy, or pretrain the second size (SFT on the "
                                         "strategy mixture)")
-    p.add_argument("--seed", type=SEED, default=None, help="default: PretrainConfig.seed (the shipped checkpoint's)")
-    p.add_argument("--steps", type=COUNT, default=None, help="optimizer steps (default: PretrainConfig.steps)")
+    p.add_argument("--seed", type=_int_flag("pretrain", "--seed"), default=None,
+                   help=f"default: PretrainConfig.seed (the shipped checkpoint's); {_range('pretrain', '--seed')}")
+    p.add_argument("--steps", type=_int_flag("pretrain", "--steps"), default=None,
+                   help=f"optimizer steps (default: PretrainConfig.steps); {_range('pretrain', '--steps')}")
     p.add_argument("--size", choices=("tiny", "small"), default="tiny",
                    help="model shape (rlvr_lib.policy.pretrain.POLICY_SIZES): tiny, the shipped policy; small, "
                         "twice its width (about 4x the parameters)")
@@ -244,11 +320,14 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--method", default=None, help="registered method (default: the config file's `method`)")
     r.add_argument("--task", default=None, help="registered task (default: the method's / config's)")
     r.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    r.add_argument("--engine", default=None, help="rollout engine: kvcache (default), hf or vllm")
+    r.add_argument("--engine", default=None, help="rollout engine: kvcache (default), hf, vllm or vllm-server")
+    r.add_argument("--server-url", default=None, metavar="URL",
+                   help="--engine vllm-server: the vLLM server, e.g. http://127.0.0.1:8000 (docs/scaling-out.md)")
     r.add_argument("--config", type=existing_file, default=None, help="YAML/JSON file of TrainerConfig fields (see configs/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a TrainerConfig field (repeatable; VALUE: JSON, a YAML {...}/[...], else a string)")
-    r.add_argument("--steps", type=COUNT, default=None, help="RL steps (overrides the config)")
+    r.add_argument("--steps", type=_int_flag("train", "--steps"), default=None,
+                   help=f"RL steps (overrides the config); {_range('train', '--steps')}")
     r.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype of the policy")
     r.add_argument("--backend", default="native", choices=BACKENDS,
                    help="training loop: native (rlvr_lib.trainer, default) or trl (TRL's GRPOTrainer running the "
@@ -263,18 +342,24 @@ def main(argv: list[str] | None = None) -> int:
                                                   "embedded tiny policy)")
     e.add_argument("--task", default=None, help="registered task (default: EvalSpec's, arith)")
     e.add_argument("--families", nargs="+", default=None, help="the task's families (default: EvalSpec's)")
-    e.add_argument("--problems", dest="problems_per_family", type=COUNT, default=None, help="problems per family")
-    e.add_argument("--samples", type=COUNT, default=None, help="samples per problem (pass@k up to this)")
-    e.add_argument("--group-size", type=COUNT, default=None,
-                   help="G of the zero-advantage share (divides --samples; default: EvalSpec's)")
+    e.add_argument("--problems", dest="problems_per_family", type=_int_flag("evaluate", "--problems"), default=None,
+                   help=f"problems per family; {_range('evaluate', '--problems')}")
+    e.add_argument("--samples", type=_int_flag("evaluate", "--samples"), default=None,
+                   help=f"samples per problem (pass@k up to this); {_range('evaluate', '--samples')}")
+    e.add_argument("--group-size", type=_int_flag("evaluate", "--group-size"), default=None,
+                   help="G of the zero-advantage share (divides --samples; default: EvalSpec's); "
+                        f"{_range('evaluate', '--group-size')}")
     e.add_argument("--temperature", type=number_in(0, None, lo_open=True), default=None)
-    e.add_argument("--max-new-tokens", type=COUNT, default=None)
+    e.add_argument("--max-new-tokens", type=_int_flag("evaluate", "--max-new-tokens"), default=None,
+                   help=_range("evaluate", "--max-new-tokens"))
     e.add_argument("--greedy", action="store_true", default=None, help="argmax decoding (one sample per problem)")
-    e.add_argument("--seed", type=SEED, default=None, help="sampling seed")
-    e.add_argument("--batch-size", type=COUNT, default=512)
+    e.add_argument("--seed", type=_int_flag("evaluate", "--seed"), default=None,
+                   help=f"sampling seed; {_range('evaluate', '--seed')}")
+    e.add_argument("--batch-size", type=_int_flag("evaluate", "--batch-size"), default=512,
+                   help=f"rollouts per forward; {_range('evaluate', '--batch-size')}")
     e.add_argument("--out", default=None, help="JSON path of the summary (default: eval.json)")
     e.set_defaults(func=_evaluate, parser=e)
-    return run_command(parser, argv)
+    return parser
 
 
 if __name__ == "__main__":

@@ -45,19 +45,20 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 # ------------------------------------------------------------------ argparse type= callables
-def int_at_least(lo: int):
-    """``type=``: an integer ``>= lo`` (argparse names the flag in its error)."""
+def int_at_least(lo: int, hi: int | None = None):
+    """``type=``: an integer ``>= lo`` (and ``<= hi`` when given; argparse names the flag in its error)."""
+    allowed = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
 
     def parse(text: str) -> int:
         try:
             value = int(text)
         except ValueError:
             value = None
-        if value is None or value < lo:
-            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be an integer >= {lo}")
+        if value is None or value < lo or (hi is not None and value > hi):
+            raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be {allowed}")
         return value
 
-    parse.__name__ = f"integer >= {lo}"
+    parse.__name__ = allowed.removeprefix("an ")
     return parse
 
 

@@ -8,7 +8,9 @@ A settings file is a mapping of `TrainerConfig` fields, optionally with ``method
     method_options: {tau: 1.2}
 
 `build_config` layers the preset, then each mapping in order (file, ``--set``, flags), and validates; a bad
-key or value raises ``ValueError`` naming it and its source. YAML floats follow YAML 1.2 (``1e-6`` is a number).
+key or value raises ``ValueError`` naming it and its source. Integer fields have upper bounds too
+(`CONFIG_INT_BOUNDS`: ``steps=99999999999999999999999`` is refused, not trained). YAML floats follow YAML 1.2
+(``1e-6`` is a number).
 """
 
 from __future__ import annotations
@@ -23,9 +25,19 @@ import yaml
 
 from rlvr_lib.methods import build_method, method_config
 from rlvr_lib.trainer_config import TrainerConfig
-from rlvr_lib.validation import check, invalid
+from rlvr_lib.validation import check, invalid, is_int
 
-__all__ = ["build_config", "config_from_file", "load_settings", "parse_assignments", "parse_value"]
+__all__ = ["CONFIG_INT_BOUNDS", "build_config", "config_from_file", "load_settings", "parse_assignments",
+           "parse_value"]
+
+CONFIG_INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "steps": (1, 1_000_000), "train_pool_size": (1, 10_000_000), "prompts_per_step": (1, 100_000),
+    "group_size": (1, 100_000), "max_new_tokens": (1, 1_000_000), "inner_epochs": (1, 10_000),
+    "minibatches": (1, 10_000_000), "rollout_batch_size": (1, 1_000_000), "seed": (0, 2**32 - 1),
+    "checkpoint_every": (0, 1_000_000),
+}
+"""The allowed range ``(lowest, highest)`` of every integer `TrainerConfig` field a settings file, ``--set`` or a
+flag gives (`build_config`): beyond any run this library is meant for, below what would overflow or never end."""
 
 SETTINGS_SUFFIXES = (".yaml", ".yml", ".json")
 
@@ -90,14 +102,25 @@ def _check_keys(settings: Mapping[str, Any], source: str) -> None:
             raise invalid(f"{source} key", key, f"a TrainerConfig field, one of {fields}")
 
 
+def _check_int_bounds(settings: Mapping[str, Any], source: str) -> None:
+    """ValueError ``"<field>=<value> is invalid: must be an integer in [lo, hi] (given by <source>)"`` for an
+    integer out of `CONFIG_INT_BOUNDS` (other types are left to `TrainerConfig`'s own checks)."""
+    for key, (lo, hi) in CONFIG_INT_BOUNDS.items():
+        value = settings.get(key)
+        if is_int(value) and not lo <= value <= hi:
+            raise invalid(key, value, f"an integer in [{lo}, {hi}] (given by {source})")
+
+
 def build_config(method: str | None, *layers: tuple[str, Mapping[str, Any]]) -> TrainerConfig:
     """A validated `TrainerConfig`: ``method``'s preset (``None``: the last a layer sets), then each ``(source, settings)`` layer.
 
-    Raises ValueError naming the key and its source on an unknown field, a missing or unknown method, or a bad value.
+    Raises ValueError naming the key and its source on an unknown field, a missing or unknown method, or a bad value
+    (an integer out of `CONFIG_INT_BOUNDS` included).
     """
     overrides: dict[str, Any] = {}
     for source, settings in layers:
         _check_keys(settings, source)
+        _check_int_bounds(settings, source)
         overrides.update(settings)
     name = method if method is not None else overrides.get("method")
     overrides.pop("method", None)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import pickle
 import re
 import time
 from collections.abc import Mapping
@@ -33,7 +32,8 @@ from rlvr_lib.files import write_json_atomic
 from rlvr_lib.policy import load_policy
 from rlvr_lib.policy.load import policy_fingerprint
 from rlvr_lib.tasks import task_version
-from rlvr_lib.trainer import Trainer, TrainerConfig, nan_to_none, previous_checkpoint
+from rlvr_lib.trainer import (CheckpointError, Trainer, TrainerConfig, nan_to_none, previous_checkpoint,
+                              read_checkpoint)
 from rlvr_lib.validation import invalid
 
 __all__ = ["CHECKPOINT_FILE", "MODEL_DIR", "TRL_DIR", "Trained", "check_resumable", "check_run", "record_dict",
@@ -80,20 +80,61 @@ def run_key(config: TrainerConfig, *, backend: str = "native", trl_args: Mapping
 
 
 def check_resumable(config: TrainerConfig, out: str | Path) -> None:
-    """Refuse a folder whose ``checkpoint.pt`` is of another config (ValueError naming the fields and files)."""
+    """Refuse a folder whose ``checkpoint.pt`` is of another config, or that has no sound checkpoint to resume
+    from (``checkpoint.pt`` damaged and ``checkpoint.prev.pt`` missing or damaged too): ValueError, one line
+    naming the fields or both files. A damaged ``checkpoint.pt`` with a sound previous copy is checked by that
+    copy's config (the `Trainer` resumes from it)."""
     checkpoint = Path(out) / CHECKPOINT_FILE
     if not checkpoint.is_file():
         return
     try:
-        saved = torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
-    except (OSError, RuntimeError, EOFError, KeyError, TypeError, pickle.UnpicklingError):
-        return
+        saved = _saved_config(checkpoint)
+    except Exception:  # noqa: BLE001 - unreadable: read_checkpoint says why (or finds it sound after all)
+        sound = _sound_previous(checkpoint)
+        if sound is None:
+            return
+        saved = _saved_config(sound)
     wanted = config.to_dict()
     if saved != wanted:
         changed = sorted(k for k in set(saved) | set(wanted) if saved.get(k) != wanted.get(k))
         raise ValueError(f"{str(out)!r} holds the checkpoint of a run with another config (differs in {changed}): "
                          f"pass another output folder, or delete {checkpoint} and {previous_checkpoint(checkpoint)} "
                          "to start over")
+
+
+def _saved_config(checkpoint: Path) -> dict:
+    """The config a checkpoint file holds, read without loading its tensors (memory-mapped)."""
+    return torch.load(checkpoint, map_location="cpu", weights_only=False, mmap=True)["config"]
+
+
+def _sound_previous(checkpoint: Path) -> Path | None:
+    """For a ``checkpoint`` that could not be read: its sound previous copy; ``None`` when `read_checkpoint`
+    finds ``checkpoint`` sound after all. Raises CheckpointError (one line, naming both files) when there is
+    none."""
+    try:
+        read_checkpoint(checkpoint, load=False)
+        return None
+    except CheckpointError as bad:
+        damaged = _one_line(bad)
+    prev = previous_checkpoint(checkpoint)
+    if not prev.is_file():
+        raise CheckpointError(f"{damaged}; there is no previous checkpoint {prev} to resume from: delete "
+                              f"{checkpoint} to start over")
+    try:
+        read_checkpoint(prev, load=False)
+        _saved_config(prev)
+    except CheckpointError as worse:
+        raise CheckpointError(f"both checkpoints are damaged: {damaged}; and {_one_line(worse)}; delete "
+                              f"{checkpoint} and {prev} to start over") from None
+    except Exception as worse:  # noqa: BLE001 - sound by its sha256, yet no config in it
+        raise CheckpointError(f"both checkpoints are damaged: {damaged}; and checkpoint {prev} holds no readable "
+                              f"config ({type(worse).__name__}); delete {checkpoint} and {prev} to start "
+                              "over") from None
+    return prev
+
+
+def _one_line(err: BaseException) -> str:
+    return re.sub(r"\s+", " ", str(err)).strip()
 
 
 def check_run(config: TrainerConfig, out: str | Path, *, backend: str = "native",
