@@ -29,7 +29,7 @@ import pytest
 
 from rlvr_lib.tasks import CodeTask
 from rlvr_lib.tasks.code_task import code_problem
-from rlvr_lib.tasks.sandbox import UNPRIVILEGED_UID, SandboxConfig, probe_layers
+from rlvr_lib.tasks.sandbox import UNPRIVILEGED_UID, SandboxConfig, probe_layers, wait_for_removals
 
 from code_sandbox_cases import CASES, RIGHT, TESTS, WRONG
 
@@ -37,6 +37,7 @@ pytestmark = pytest.mark.hostile_class("sandbox", host=True)  # + each case's ki
 
 LIMITS = dict(wall_s=3.0, cpu_s=1, memory_mb=256, max_output_bytes=1 << 15)
 TIME_BOUND_S = LIMITS["wall_s"] + 10  # startup and cleanup on a loaded 2-core machine
+REMOVAL_WAIT_S = 120  # the longest a host check waits for a working directory removed out of band
 PROBLEM = code_problem({"prompt": "def add(a, b):\n", "entry_point": "add", "task_id": "hostile/add",
                         "tests": list(TESTS)})
 ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
@@ -102,7 +103,10 @@ class Host:
             # another run's working folder is the sandbox user's too; this run puts its own under run.tmp
             if self.marker in name or (owner == UNPRIVILEGED_UID and not self.run.foreign_sandbox_folder(path)):
                 found.append(f"{path} was left behind")
-        if os.listdir(self.root) or (result.workdir and os.path.exists(result.workdir)):
+        # A tree too deep to remove in the time limit (deep_tree) is removed out of band: wait for that first.
+        if not wait_for_removals(REMOVAL_WAIT_S):
+            found.append(f"the working directory's out-of-band removal did not finish in {REMOVAL_WAIT_S} s")
+        elif os.listdir(self.root) or (result.workdir and os.path.exists(result.workdir)):
             found.append("a working directory was left behind")
         ids = (result.pid, result.judge_pid)
         for pid, (_, group, session, _) in self.run.new_processes(ids).items():
