@@ -576,7 +576,7 @@ class Trainer:
 def check_shardable(config: TrainerConfig) -> None:
     """Refuses, in a sharded world, what FSDP cannot host: ``config.engine == "vllm"`` (ValueError)."""
     if config.engine == "vllm":
-        others = " or ".join(repr(name) for name in ENGINES if name != "vllm")
+        others = " or ".join(repr(name) for name in ENGINES if not name.startswith("vllm"))  # in-process engines
         raise ValueError("engine='vllm' cannot run on a sharded (FSDP) launch: its weight sync reads the whole "
                          f"parameters; use engine {others} (--engine {ENGINES[0]})")
 

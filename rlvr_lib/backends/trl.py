@@ -585,7 +585,7 @@ class MethodGRPOTrainer(GRPOTrainer):
             kept = _rollout_metrics([batch])
             metrics.update({f"kept_{k}": kept[k] for k in ("reward_mean", "accuracy", "zero_adv_frac")})
         self.method.on_step_end(rl["step"], metrics)
-        metrics = core.world.merge_metrics(metrics)
+        metrics = core.world.merge_metrics(metrics, rows=len(rl["local"]), summed=self.method.summed_metrics)
         core.history.append(metrics)
         core.step_count += 1
         self._rl = None
