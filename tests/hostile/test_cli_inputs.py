@@ -37,6 +37,14 @@ CASES = {
     "out name unsafe": (["train", "--method", "grpo", "--out", "bad name"], "--out"),
     "steps negative": (["train", "--method", "grpo", "--steps", "-1", "--out", "run"], "--steps"),
     "steps not a number": (["train", "--method", "grpo", "--steps", "ten", "--out", "run"], "--steps"),
+    "steps beyond the bound": (["train", "--method", "grpo", "--steps", "99999999999999999999999", "--out", "run"],
+                               "--steps"),
+    "set steps beyond the bound": (["train", "--method", "grpo", "--set", "steps=99999999999999999999999", "--out",
+                                    "run"], "--set"),
+    "set seed beyond the bound": (["train", "--method", "grpo", "--set", f"seed={2**64}", "--out", "run"], "--set"),
+    "two damaged checkpoints": (["train", "--method", "grpo", "--steps", "1", "--out", "damaged"], "--out"),
+    "evaluate seed beyond the bound": (["evaluate", "--seed", str(2**32), "--out", "e.json"], "--seed"),
+    "evaluate samples beyond the bound": (["evaluate", "--samples", "100001", "--out", "e.json"], "--samples"),
     "set value out of range": (["train", "--method", "grpo", "--set", "lr=-1", "--out", "run"], "--set"),
     "set without equals": (["train", "--method", "grpo", "--set", "lr", "--out", "run"], "--set"),
     "set unknown method option": (["train", "--method", "sage", "--set", "method_options={tauu: 1}", "--out",
@@ -48,6 +56,7 @@ CASES = {
     "config malformed": (["train", "--config", "bad.yaml", "--out", "run"], "--config"),
     "pretrain steps negative": (["pretrain", "--steps", "-3", "--out", "policy"], "--steps"),
     "pretrain seed negative": (["pretrain", "--seed", "-1", "--out", "policy"], "--seed"),
+    "pretrain steps beyond the bound": (["pretrain", "--steps", "10000001", "--out", "policy"], "--steps"),
     "pretrain out is a file": (["pretrain", "--steps", "1", "--out", "afile"], "--out"),
     "pretrain size unknown": (["pretrain", "--size", "huge", "--steps", "1", "--out", "policy"], "--size"),
     "calibrate batch size zero": (["calibrate", "--batch-size", "0", "--out", "c.json"], "--batch-size"),
@@ -83,9 +92,13 @@ def _tree(root: Path) -> dict[str, tuple[bool, int]]:
 
 @pytest.fixture
 def place(tmp_path, monkeypatch):
-    """A working folder with a file, an empty folder and a malformed config file in it."""
+    """A working folder with a file, an empty folder, a malformed config file and a run folder whose checkpoint and
+    previous checkpoint are both damaged in it."""
     (tmp_path / "afile").write_text("not a folder\n")
     (tmp_path / "empty").mkdir()
+    (tmp_path / "damaged").mkdir()
+    (tmp_path / "damaged" / "checkpoint.pt").write_bytes(b"PK\x03\x04 cut short")
+    (tmp_path / "damaged" / "checkpoint.prev.pt").write_bytes(b"\x80\x02not a checkpoint")
     (tmp_path / "bad.yaml").write_text("method: grpo\nlr: [1e-6\n  steps: {\n")
     monkeypatch.chdir(tmp_path)
     return tmp_path
