@@ -1,4 +1,4 @@
-"""Records the hostile suite's outcomes per class; writes `results/hostile/suite.json` (README's reliability table).
+"""Records the hostile suite's outcomes per class; writes `results/hostile/suite.json` (docs/reliability.md's table).
 
 A pytest plugin registered by ``tests/conftest.py`` (``tests/hostile/conftest.py`` holds only the host checks' own-run
 fixtures, and puts ``tests/conftest.py`` back as the module ``conftest`` that test modules import from).
@@ -176,7 +176,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         return
     if recorder.written is not None:
         terminalreporter.write_line(f"hostile suite: wrote {recorder.written.relative_to(REPO)} "
-                                    "(then `python -m rlvr_lib.study.report` renders README's reliability table)")
+                                    "(then `python -m rlvr_lib.study report` renders docs/reliability.md's table)")
     else:
         terminalreporter.write_line(f"hostile suite: {SUITE_JSON.relative_to(REPO)} not written: "
                                     f"{recorder.not_written} (it is written only after the whole folder ran)")

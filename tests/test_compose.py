@@ -1,6 +1,6 @@
 """Composing methods (`rlvr_lib.methods.compose`, issue 32 item 1): hook order and ownership, refused pairs,
 GRPO as the identity (bit-identical short runs), a real composite training, options per component, the
-checkpoint round trip, and README's pair table (regenerated here, so it cannot drift).
+checkpoint round trip, and the pair table of docs/real-models.md (regenerated here, so it cannot drift).
 
 Every composite a test registers is removed from the registry afterwards (fixture ``registry``), so other
 test files that iterate over ``METHODS`` see only the shipped methods.
@@ -22,7 +22,7 @@ from rlvr_lib.trainer_config import TrainerConfig
 
 SMALL = dict(steps=2, prompts_per_step=4, group_size=4, max_new_tokens=40, train_family="easy_mix",
              train_pool_size=32, lr=1e-3)
-README = Path(__file__).resolve().parent.parent / "README.md"
+PAIR_PAGE = Path(__file__).resolve().parent.parent / "docs" / "real-models.md"  # "Writing a method or a task"
 
 
 @pytest.fixture(autouse=True)
@@ -303,15 +303,16 @@ def test_resume_of_a_composite_is_bit_identical(policy, tmp_path):
     assert untimed(resumed.train(progress=False)) == untimed(full)
 
 
-# ----------------------------------------------------------------------------- README
-def test_readme_pair_table_is_the_computed_one():
-    text = README.read_text()
+# ----------------------------------------------------------------------------- the pair table
+def test_the_pages_pair_table_is_the_computed_one():
+    text = PAIR_PAGE.read_text()
     match = re.search(r"<!-- compose-pairs:start -->\n(.*?)\n<!-- compose-pairs:end -->", text, re.S)
-    assert match, "README lacks the <!-- compose-pairs:start --> table"
+    assert match, f"{PAIR_PAGE} lacks the <!-- compose-pairs:start --> table"
     from rlvr_lib.study.papers import pair_table_names
 
     assert match.group(1) == pair_table(pair_table_names()), (
-        "README's pair table is stale: paste rlvr_lib.methods.compose.pair_table(papers.pair_table_names())")
+        "docs/real-models.md's pair table is stale: paste "
+        "rlvr_lib.methods.compose.pair_table(papers.pair_table_names())")
 
 
 # ----------------------------------------------------------------------------- the TRL backend

@@ -154,9 +154,10 @@ def test_lab_reads_the_real_uid_by_default():
 
 
 def test_readme_never_tells_users_to_pkill():
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    assert "pkill" not in readme and "killall" not in readme
-    assert "make stop" in readme and "reproduce.pid" in readme
+    for page in (REPO / "README.md", REPO / "docs" / "checking.md"):  # the front page and the two commands' page
+        readme = page.read_text(encoding="utf-8")
+        assert "pkill" not in readme and "killall" not in readme
+        assert "make stop" in readme and "reproduce.pid" in readme, page
 
 
 @pytest.mark.skipif(shutil.which("git") is None or not (REPO / ".git").exists(), reason="needs a git checkout")

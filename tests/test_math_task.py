@@ -104,15 +104,15 @@ def test_verify_works_off_the_main_thread(by_answer, task):
     assert [v.status for v in verdicts] == [CORRECT, WRONG]
 
 
-# --------------------------------------------------------------------------- grading policy (README table)
+# --------------------------------------------------------------------------- grading policy (docs/reliability.md)
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+POLICY_PAGE = Path(__file__).resolve().parents[1] / "docs" / "reliability.md"
 
 
 def _policy_rows():
-    """``(gold, completion, status)`` of every row of README's "MathTask grading policy" table."""
-    text = README.read_text(encoding="utf-8")
-    section = text[text.index("### MathTask grading policy"):]
+    """``(gold, completion, status)`` of every row of the "MathTask grading policy" table (docs/reliability.md)."""
+    text = POLICY_PAGE.read_text(encoding="utf-8")
+    section = text[text.index("## MathTask grading policy"):]
     rows = []
     for line in section.splitlines()[1:]:
         if line.startswith("#"):

@@ -66,7 +66,7 @@ def test_each_paper_names_its_notebook_variants_and_place_when_composed():
     for p in papers.PAPERS:
         assert set(p.methods) <= set(papers.notebook(p.notebook).methods), p.key
         assert papers.paper(p.key) is p
-    # The order pairs compose in and the README's pair table (composite names are part of run keys).
+    # The order pairs compose in and the pair table of docs/real-models.md (composite names are part of run keys).
     assert papers.composition_order() == ("nudgerl", "sage", "threepo", "vigor")
     assert papers.pair_table_names() == ("nudgerl", "sage", "b3po", "vigor")
 

@@ -75,7 +75,7 @@ def test_the_small_size_is_the_tiny_policy_at_twice_the_width_and_about_four_tim
     vocab = len(build_char_tokenizer())  # the shipped policy's
     count = lambda c: Qwen2ForCausalLM(model_config(c, vocab, 0, 1)).num_parameters()  # noqa: E731
     assert 3.5 <= count(small) / count(tiny) <= 4.5
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "testbed-guide.md").read_text()  # "A second model size"
     assert f"{count(small) / count(tiny):.2f}x its parameters ({count(small) / 1e6:.2f}M)" in readme
     assert size_config("small", seed=3).seed == 3
     with pytest.raises(ValueError, match=r"size='huge' is invalid: must be one of \['small', 'tiny'\]"):

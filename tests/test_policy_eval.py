@@ -280,7 +280,7 @@ def test_every_committed_records_eval_spec_round_trips_and_the_profiles_specs_ar
     recorded = {hash_jsonable(d) for dicts in evals.values() for d in dicts}
     profile = full_profile()
     # the main evaluation of a trained arm (seed 0) and of the base policy (seeds 0-2), and the wide evaluation
-    # Until the second recompute replaces a notebook's folder (results/recompute-58, README "Budget"), its records
+    # Until the second recompute replaces a notebook's folder (results/recompute-58, docs/budget.md), its records
     # hold the first recompute's wide evaluation, 100 problems; the new one is in the recompute's folder.
     staged = {hash_jsonable(d) for dicts in _committed_eval_dicts(RESULTS / "recompute-58").values()
               for d in dicts}

@@ -324,7 +324,7 @@ def test_the_discovery_policys_card_and_readme_quote_the_committed_measurements(
     assert f"{tried['d1']['share']:.2%}" in card and f"{tried['d3']['share']:.2%}" in card
     assert f"{log['train_seconds']} s on one thread; final loss {log['final_loss']:.3f}" in card
     assert log["config"]["round_only_rare_share"] == discovery.D3_ROUND_SHARE and f"{discovery.D3_ROUND_SHARE:.0%}" in card
-    readme = " ".join((root / "README.md").read_text().split())
+    readme = " ".join((root / "docs" / "testbed-guide.md").read_text().split())  # "Two regimes"
     assert f"at most {discovery.UNHINTED_BOUND:.0%} of the targets' unhinted samples" in readme
     assert f"at least +{regimes.GATE_MIN_GAIN:.2f} with its interval above 0" in readme
     assert regimes.GATE_GRPO_SHARE == 0.5 and "GRPO must gain at most half of the oracle's gain" in readme

@@ -1,27 +1,61 @@
-"""The README's results section is exactly what `rlvr_lib.study.report` renders from results/."""
+"""README's rendered parts and the results and reliability pages are exactly what `rlvr_lib.study.report` renders
+from results/; the prose that quotes committed reports by hand follows them."""
 
 import json
 import re
 
 import pytest
 
-from rlvr_lib.study.report import END, README, REPRODUCE_WORKERS, START, render
+from rlvr_lib.study.report import (DOCS, END, README, README_PARTS, REPRODUCE_WORKERS, RESULTS_PAGE, START, marked,
+                                   render, render_readme, section)
 from rlvr_lib.tasks.arithmetic import TESTBED_VERSION
 
+README_MAX_LINES = 250
 
-def test_readme_results_section_matches_committed_results():
-    text = README.read_text()
-    section = text.split(START, 1)[1].split(END, 1)[0].strip("\n")
-    assert section == render(), "run `python -m rlvr_lib.study.report` after changing results/"
+
+def _words(*pages: str) -> str:
+    """The docs pages' text (``docs/<page>``), whitespace collapsed: where README's former sections now live."""
+    return " ".join(" ".join((DOCS / page).read_text().split()) for page in pages)
+
+
+def test_results_page_matches_committed_results():
+    assert section(RESULTS_PAGE, START, END) == render(), (
+        "run `python -m rlvr_lib.study report` after changing results/")
+
+
+def test_readme_is_a_front_page_whose_rendered_parts_match_the_results():
+    """README holds at most 250 lines, and its scorecard, found lines, command times and methods table are the
+    render of the committed results."""
+    lines = README.read_text().splitlines()
+    assert len(lines) <= README_MAX_LINES, f"README has {len(lines)} lines: move a section to docs/"
+    parts = render_readme()
+    for name in README_PARTS:
+        assert section(README, *marked(name)) == parts[name], f"README's {name}: run `python -m rlvr_lib.study report`"
+    assert parts["scorecard"].startswith("**Scorecard**") and "| all |" in parts["scorecard"]
+    assert 1 <= len(parts["found"].splitlines()) <= 10
+    # The first screen: what this is, the headline figure and the scorecard come before any section.
+    head = README.read_text().split("\n## ", 1)[0]
+    assert "![" in head and "docs/figures/claims.png" in head and marked("scorecard")[0] in head
+
+
+def test_every_claims_row_is_read_for_the_headline_figure():
+    """The claims forest reads every claims row the scorecard counts, each with its interval around its effect."""
+    from rlvr_lib.study.report import claims_rows, scorecard
+
+    rows, card = claims_rows(), scorecard()
+    assert len(rows) == sum(sum(c.values()) for c in card.values())
+    for paper, counts in card.items():  # the figure's verdicts are the scorecard's, paper by paper
+        assert {v: sum(r["paper"] == paper and r["verdict"] == v for r in rows) for v in counts} == counts, paper
+    assert all(not r["low"] <= r["high"] or r["low"] <= r["our_effect"] <= r["high"] for r in rows)
 
 
 def test_the_readmes_opening_says_every_budget_holds_only_while_the_committed_runs_fit_it():
-    """README's opening says notebooks 01-06 fit the 12 hours, 07 its own two budgets and 08 its own: every budget
+    """The two commands' page says notebooks 01-06 fit the 12 hours, 07 its own two budgets and 08 its own: every budget
     line the report renders from the committed records must say so too."""
     from rlvr_lib.study.report import _budget_section
     from rlvr_lib.study.runs import results_root
 
-    opening = " ".join(README.read_text().split(START, 1)[0].split())
+    opening = " ".join((DOCS / "checking.md").read_text().split("## How long each takes", 1)[0].split())
     assert ("01-06 took less than the 12 elapsed hours of `make reproduce` asked for, and 07 (the head to head) "
             "less than its own two budgets") in opening
     budgets = [line for line in _budget_section(results_root()) if line.startswith("- ")]
@@ -123,7 +157,8 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
 
     assert sorted(nb for _, notebooks, _, _ in BUDGETS for nb in notebooks) == sorted(nb for _, _, nb, _ in SECTIONS)
     assert [(label, hours, policy) for label, _, hours, policy in BUDGETS] \
-        == [(b.label, b.hours, b.policy) for b in papers.BUDGETS]  # the manifest's budgets, each over its notebooks
+        == [(re.sub(r", issue \d+", "", b.label), b.hours, b.policy)  # the manifest's budgets, each over its
+            for b in papers.BUDGETS]                                      # notebooks (no "issue N" on the page)
     small = tmp_path / "small-mul"
     small.mkdir()
     (small / "config.json").write_text('{"hidden_size": 192}')
@@ -156,7 +191,7 @@ def test_each_budget_sums_its_notebooks_runs_on_the_shipped_policy_and_says_whet
     path.write_text(json.dumps({**json.loads(path.read_text()), "wall_time_s": 3600.0}))
     budget = [line for line in _budget_section(tmp_path) if line.startswith("- ")]
     # one thread in turn (0.5 + 0.25), then (1 + 7) run hours over two workers
-    assert budget[3] == ("- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): "
+    assert budget[3] == ("- the second model size (`make second-size` and notebook 07's runs on it): "
                          "a budget of 6 elapsed hours; its pretraining 0.50 and static calibration 0.25 hours on one "
                          "thread, then its dynamics runs 1.00 and notebook 07's runs 7.00 run hours on 2 workers take "
                          "4.75, within it (1.25 to spare).")
@@ -388,7 +423,7 @@ def test_a_table_whose_runs_come_from_two_processor_models_says_so(tmp_path):
 
 
 def test_the_last_verification_is_rendered_under_the_results(tmp_path):
-    """Issue 35, item 3: README's results show `make verify`'s date, commit, draw and every comparison."""
+    """The results page shows `make verify`'s date, commit, draw and every comparison."""
     import json
 
     from rlvr_lib.study.report import render
@@ -421,8 +456,10 @@ def test_the_last_verification_is_rendered_under_the_results(tmp_path):
 def test_readme_reliability_table_matches_committed_results():
     from rlvr_lib.study.report import RELIABILITY_END, RELIABILITY_START, render_reliability
 
-    section = README.read_text().split(RELIABILITY_START, 1)[1].split(RELIABILITY_END, 1)[0].strip("\n")
-    assert section == render_reliability(), "run `python -m rlvr_lib.study.report` after `pytest tests/hostile`"
+    from rlvr_lib.study.report import RELIABILITY_PAGE
+
+    assert section(RELIABILITY_PAGE, RELIABILITY_START, RELIABILITY_END) == render_reliability(), (
+        "run `python -m rlvr_lib.study report` after `pytest tests/hostile`")
 
 
 def _suite(tmp_path, classes):
@@ -472,12 +509,12 @@ def test_reliability_table_without_results_says_how_to_make_them(tmp_path):
 
 
 def test_the_budget_prose_quotes_the_committed_dynamics_calibration():
-    """README's Budget paragraph quotes dynamics.json by hand (prose, not a rendered table): it must follow it."""
+    """The budget page quotes dynamics.json by hand (prose, not a rendered table): it must follow it."""
     import json
 
     from rlvr_lib.study.runs import results_root
 
-    readme = " ".join(README.read_text().split())
+    readme = _words("checking.md", "budget.md")
     d = json.loads((results_root() / "testbed" / "dynamics.json").read_text())
     # The beta search was made once, on the Intel Xeon (archived); the calibration of record measures its beta.
     search = json.loads((results_root() / "archive" / "intel-xeon" / "testbed" / "dynamics.json").read_text())
@@ -560,13 +597,13 @@ def test_premises_rows_follow_the_manifests_papers(tmp_path, monkeypatch):
 
 
 def test_the_second_size_prose_quotes_its_committed_calibrations():
-    """README's second-size paragraph quotes calibration-small.json's misses and dynamics-small.json's figures by
-    hand: it must follow the files."""
+    """The second-size paragraph (testbed page) quotes calibration-small.json's misses and dynamics-small.json's
+    figures by hand: it must follow the files."""
     import json
 
     from rlvr_lib.study.runs import results_root
 
-    readme = " ".join(README.read_text().split())
+    readme = _words("testbed-guide.md", "budget.md")
     t = json.loads((results_root() / "testbed" / "calibration-small.json").read_text())["targets"]
     missed = [name for name, target in t.items() if not target["met"]]
     words = ["no", "one", "two", "three", "four", "five"]
@@ -604,15 +641,16 @@ def test_the_second_size_prose_quotes_its_committed_calibrations():
 
 
 def test_the_prose_quotes_the_committed_seconds_of_pretraining_and_calibration():
-    """README's dated paragraphs quote some measured times by hand (pretraining, static calibrations): each must be
-    the committed log's or report's, so a re-run that changes one makes the prose wrong loudly."""
+    """The dated paragraphs of the testbed and budget pages quote some measured times by hand (pretraining, static
+    calibrations): each must be the committed log's or report's, so a re-run that changes one makes the prose wrong
+    loudly."""
     import json
     from pathlib import Path
 
     from rlvr_lib.policy.load import resolve_policy_path
     from rlvr_lib.study.runs import results_root
 
-    readme = " ".join(README.read_text().split())
+    readme = _words("testbed-guide.md", "budget.md")
     testbed = results_root() / "testbed"
 
     def seconds(path, key):

@@ -133,13 +133,14 @@ def test_profile_cli_refuses_what_would_overwrite_or_mix(tmp_path, capsys):
 
 
 def test_the_pool_sizes_quoted_in_prose_follow_the_shipped_profile():
-    """README and docstrings quote the pools' sizes; a new policy or profile must update them (this fails first)."""
+    """The testbed page (docs/testbed-guide.md) and docstrings quote the pools' sizes; a new policy or profile must
+    update them (this fails first)."""
     from pathlib import Path
 
     from rlvr_lib.study import testbed
     from rlvr_lib.tasks import strategy_profile
 
-    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    readme = " ".join((Path(__file__).resolve().parents[1] / "docs" / "testbed-guide.md").read_text().split())
     rl, whole = (sum(len(problem_pool("train", d, profiled=p)) for d in DIFFICULTIES) for p in (True, False))
     eval_unmarked = [ab for d in DIFFICULTIES for ab in problem_pool("eval", d, (11, 88)) if ab[0] % 10 != 9]
 

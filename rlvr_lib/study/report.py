@@ -1,11 +1,16 @@
-"""The README's results section, rendered from what is committed under ``results/``.
+"""The rendered parts of README.md and of the documentation pages, from what is committed under ``results/``.
 
-``python -m rlvr_lib.study.report`` rewrites the part of README.md between the
-``<!-- results:start -->`` and ``<!-- results:end -->`` markers, and the
-reliability table between ``<!-- reliability:start -->`` and
-``<!-- reliability:end -->`` (from ``results/hostile/suite.json``, which a run of
-``pytest tests/hostile`` writes); a test checks the README matches, so the
-tables can never drift from the results they quote.
+``python -m rlvr_lib.study report`` (or ``python -m rlvr_lib.study.report``) rewrites, between their markers:
+
+* in ``docs/results.md``, every results table (``<!-- results:start -->`` ... ``<!-- results:end -->``);
+* in ``docs/reliability.md``, the hostile suite's table (``<!-- reliability:start -->`` ...
+  ``<!-- reliability:end -->``, from ``results/hostile/suite.json``, which a run of ``pytest tests/hostile`` writes);
+* in README.md, the scorecard, the "what was found" lines, the two commands' measured times and the methods table
+  (``<!-- scorecard:start -->``, ``found``, ``commands``, ``methods``);
+
+and draws the README's headline figure, every paper claim against its threshold (``docs/figures/claims.png``,
+`rlvr_lib.study.plots.plot_claims_forest`). A test checks that README and the pages match the render, so no number
+they quote can drift from the results.
 """
 
 from __future__ import annotations
@@ -30,7 +35,15 @@ from rlvr_lib.validation import check, check_choice
 
 START, END = "<!-- results:start -->", "<!-- results:end -->"
 RELIABILITY_START, RELIABILITY_END = "<!-- reliability:start -->", "<!-- reliability:end -->"
-README = Path(__file__).resolve().parents[2] / "README.md"
+REPO = Path(__file__).resolve().parents[2]
+README = REPO / "README.md"
+DOCS = REPO / "docs"
+RESULTS_PAGE = DOCS / "results.md"
+"""The page the results section (`render`) is rendered into."""
+RELIABILITY_PAGE = DOCS / "reliability.md"
+"""The page the reliability table (`render_reliability`) is rendered into."""
+CLAIMS_FIGURE = DOCS / "figures" / "claims.png"
+"""README's headline figure (`write_claims_figure`)."""
 
 
 def _calibration_section(root: Path) -> list[str]:
@@ -541,7 +554,8 @@ def calibration_compute(root: str | Path | None = None) -> dict:
 REPRODUCE_WORKERS = 2
 """Notebooks `make reproduce` executes side by side (the Makefile's ``WORKERS``; README, "Budget")."""
 
-BUDGETS = tuple((b.label, tuple(nb.notebook for nb in papers.NOTEBOOKS if nb.budget == b.key), b.hours, b.policy)
+BUDGETS = tuple((re.sub(r", issue \d+", "", b.label),  # what was decided, not where it was asked
+                 tuple(nb.notebook for nb in papers.NOTEBOOKS if nb.budget == b.key), b.hours, b.policy)
                 for b in papers.BUDGETS)
 """``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (README, "Budget"), each over
 its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_policy`'s keys). The second model size's runs have the whole second-size budget instead
@@ -597,6 +611,15 @@ def _policy_parts(by_policy: dict[str, dict]) -> str:
                             for i, (policy, part) in enumerate(by_policy.items()))
 
 
+def budget_hours(rows: list[dict]) -> list[tuple[str, tuple[str, ...], float, float]]:
+    """``(label, notebooks, budget, elapsed)`` of each of `BUDGETS`: its notebooks' measured run hours on its policy
+    (``rows``: :func:`notebook_compute`'s) over `REPRODUCE_WORKERS`, the elapsed hours of `make reproduce`."""
+    by_notebook = {row["notebook"]: row["by_policy"] for row in rows}
+    return [(label, notebooks, budget,
+             sum(by_notebook[nb].get(policy, {"hours": 0.0})["hours"] for nb in notebooks) / REPRODUCE_WORKERS)
+            for label, notebooks, budget, policy in BUDGETS]
+
+
 def _budget_section(root: Path) -> list[str]:
     """Measured compute per notebook: the summed wall time of the runs each notebook owns, and that sum over
     `REPRODUCE_WORKERS`, the elapsed hours it takes when the workers are never idle (the budget's unit); then each
@@ -612,17 +635,15 @@ def _budget_section(root: Path) -> list[str]:
             label = row["notebook"] if policy == "shipped" else f"{row['notebook']}, policy `{policy}`"
             lines.append(f"| {label} | {part['runs']} | {part['hours']:.2f} | "
                          f"{part['hours'] / REPRODUCE_WORKERS:.2f} | {', '.join(row['processors']) or '-'} |")
-    by_notebook = {row["notebook"]: row["by_policy"] for row in rows}
     lines.append("")
-    for label, notebooks, budget, policy in BUDGETS:
-        elapsed = sum(by_notebook[nb].get(policy, {"hours": 0.0})["hours"] for nb in notebooks) / REPRODUCE_WORKERS
+    for label, _, budget, elapsed in budget_hours(rows):
         lines.append(f"- {label}: a budget of {budget:g} elapsed hours; the committed runs take {elapsed:.2f}, "
                      f"{_verdict(elapsed, budget)}.")
     cal = calibration_compute(root)
     second = second_size_compute(root, rows, cal["by_policy"])
     if second is not None:
         elapsed = second["elapsed"]
-        lines.append(f"- the second model size (issue 32, item 3; `make second-size` and notebook 07's runs on it): a "
+        lines.append(f"- the second model size (`make second-size` and notebook 07's runs on it): a "
                      f"budget of {SECOND_SIZE_BUDGET:g} elapsed hours; its pretraining {second['pretraining']:.2f} "
                      f"and static calibration {second['static calibration']:.2f} hours on one thread, then its "
                      f"dynamics runs {second['dynamics']:.2f} and notebook 07's runs {second['notebook 07']:.2f} run "
@@ -637,20 +658,41 @@ def _budget_section(root: Path) -> list[str]:
     return lines
 
 
+def executed(notebook: str, root: Path) -> Path | None:
+    """The full-profile execution of ``notebook`` a reader is shown, or None: at the committed results root,
+    ``notebooks/<notebook>.ipynb`` once papermill executed it there at the full profile, else the earlier copy under
+    ``<root>/notebooks/full/`` (the rule of `rlvr_lib.study.reproduce.full_execution`, which this module cannot
+    import: reproduce imports verify, which imports this module)."""
+    earlier = root / "notebooks" / "full" / f"{notebook}.ipynb"
+    in_place = REPO / "notebooks" / f"{notebook}.ipynb"
+    if root.resolve() == (REPO / "results").resolve() and in_place.is_file():
+        meta = json.loads(in_place.read_text()).get("metadata", {}).get("papermill")
+        if meta is not None and meta.get("parameters", {}).get("profile", "quick") == "full":
+            return in_place
+    return earlier if earlier.exists() else None
+
+
+def _shown(path: Path, root: Path) -> str:
+    """``path`` as the pages name it: relative to the repository when inside it, else as under ``results/``."""
+    path = path.resolve()
+    return str(path.relative_to(REPO) if path.is_relative_to(REPO)
+               else Path("results") / path.relative_to(root.resolve()))
+
+
 def scorecard(root: str | Path | None = None) -> dict[str, dict[str, int]]:
     """Per paper, the verdict counts of every claims table the executed full-profile notebooks show.
 
     Read from the comment each :func:`rlvr_lib.study.claims.tables.claims_summary` writes into a notebook's outputs
-    (``results/notebooks/full/<notebook>.ipynb``), summed over tables and notebooks; papers without a table
+    (:func:`executed`), summed over tables and notebooks; papers without a table
     are left out.
     """
     root = results_root(root)
     totals: dict[str, dict[str, int]] = {}
     for _, _, notebook, _ in SECTIONS:
-        executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
-        if not executed.exists():
+        path = executed(notebook, root)
+        if path is None:
             continue
-        for paper, counts in find_claims_counts(notebook_outputs(executed)).items():
+        for paper, counts in find_claims_counts(notebook_outputs(path)).items():
             mine = totals.setdefault(paper, {v: 0 for v in VERDICTS})
             for v in VERDICTS:
                 mine[v] += counts[v]
@@ -672,7 +714,7 @@ def _scorecard_section(root: Path) -> list[str]:
     card = scorecard(root)
     if not card:
         return ["*No executed full-profile notebook with a claims table yet.*"]
-    lines = ["**Scorecard** (every paper claim the executed full-profile notebooks test, `results/notebooks/full/`; "
+    lines = ["**Scorecard** (every paper claim the executed full-profile notebooks test; "
              "`reproduced`: the whole 95% interval on the paper's side of the threshold; `contradicted`: wholly on "
              "the other side; `unresolved`: it straddles; `not specific`: reproduced, but GRPO passes the same "
              "test; `premise absent`: the premise the claim needs is measured absent on the regime it is measured "
@@ -691,8 +733,8 @@ def _scorecard_section(root: Path) -> list[str]:
                  + f" | {_chance(n - total[PREMISE_ABSENT])} |")
     # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
     missing = [notebook for _, _, notebook, _ in SECTIONS
-               if (root / "notebooks" / "full" / f"{notebook}.ipynb").exists()
-               and not find_claims_counts(notebook_outputs(root / "notebooks" / "full" / f"{notebook}.ipynb"))]
+               if executed(notebook, root) is not None
+               and not find_claims_counts(notebook_outputs(executed(notebook, root)))]
     if missing:
         lines += ["", "Not in the scorecard (their executed copies show no three-verdict claims table; re-execute "
                       "them from the cache): " + ", ".join(f"`{m}`" for m in missing) + "."]
@@ -709,11 +751,11 @@ def render(root: str | Path | None = None) -> str:
     lines += [""] + _scorecard_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)
-        executed = root / "notebooks" / "full" / f"{notebook}.ipynb"
-        if executed.exists():
-            outputs = notebook_outputs(executed)  # read once: the headline and the guide both come from it
+        path = executed(notebook, root)
+        if path is not None:
+            outputs = notebook_outputs(path)  # read once: the headline and the guide both come from it
             headline = find_claims_headline(outputs)
-            lines += ["", f"Claims table and figures: `results/notebooks/full/{notebook}.ipynb`"
+            lines += ["", f"Claims table and figures: `{_shown(path, root)}`"
                           + (f" ({headline})." if headline else ".")]
             lines += _guide_section(outputs, experiment, root)
         if experiment == papers.notebook("discovery").folder:
@@ -896,6 +938,161 @@ def render_reliability(root: str | Path | None = None) -> str:
     return "\n".join(lines)
 
 
+README_PARTS = ("scorecard", "found", "commands", "methods")
+"""README's rendered parts, each between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``."""
+
+_IDEAS = {
+    "nudgerl": ("strategy hints on rollouts, inter/intra-hint credit, distillation", "methods/nudgerl.py"),
+    "threepo": ("roll out from IVON posterior weight samples (B3PO, M3PO, C3PO)", "methods/threepo.py"),
+    "sage": ("reshape the KL anchor toward high-entropy branch points", "methods/sage.py"),
+    "vigor": ("reward completions with a small NLL gradient, no verifier", "methods/vigor.py,"
+              " rewards/grad_norm.py"),
+}
+"""Each paper's idea and module (under ``rlvr_lib/``), for README's methods table."""
+
+TEST_MINUTES = 18
+"""`make test` from a fresh clone on the 2-core CI machine, in minutes (measured on the CI runs, every stage)."""
+
+
+def _nonzero(counts: Mapping[str, int]) -> str:
+    """``"1 reproduced, 4 contradicted, 9 unresolved of 14"``: the verdicts a paper or notebook has, in order."""
+    n = sum(counts.values())
+    return ", ".join(f"{counts[v]} {v}" for v in VERDICTS if counts.get(v)) + f" of {n}" if n else "no claim yet"
+
+
+def render_methods(root: str | Path | None = None) -> str:
+    """README's methods table: one line per paper of the manifest (idea, module, notebook, its claims' verdicts over
+    every notebook, from `scorecard`)."""
+    card = scorecard(root)
+    lines = ["| paper | idea | module (`rlvr_lib/`) | notebook | claims over every notebook |", "|---|---|---|---|---|"]
+    for paper in papers.PAPERS:
+        idea, module = _IDEAS[paper.key]
+        modules = ", ".join(f"`{m.strip()}`" for m in module.split(","))
+        lines.append(f"| {paper.name} | {idea} | {modules} | `{paper.notebook}` | "
+                     f"{_nonzero(card.get(paper.name, {}))} |")
+    return "\n".join(lines)
+
+
+def _notebook_counts(root: Path) -> list[tuple[str, dict[str, int]]]:
+    """``(notebook, verdict counts)`` of each executed full-profile notebook with a claims table, in order."""
+    out = []
+    for _, _, notebook, _ in SECTIONS:
+        path = executed(notebook, root)
+        if path is not None:
+            per_paper = find_claims_counts(notebook_outputs(path))
+            if per_paper:
+                out.append((notebook, {v: sum(c[v] for c in per_paper.values()) for v in VERDICTS}))
+    return out
+
+
+def _found_lines(root: Path) -> list[str]:
+    """At most ten lines of what was found, each read off a committed report or executed notebook."""
+    lines = []
+    path = root / "testbed" / "dynamics.json"
+    if path.exists():
+        d = json.loads(path.read_text())
+        t = d["targets"]
+        lines.append(f"- GRPO shows the bottleneck on the testbed ({d['chosen_steps']} steps, anchor beta "
+                     f"{d['kl_coef']:g}; notebook 00): in-distribution pass@1 {t['pass_at_1_gain']['value']:+.3f}, "
+                     f"`rare_mix` pass@256 {-t['rare_pass_at_256_drop']['value']:+.3f}, first-token strategy entropy "
+                     f"-{t['strategy_entropy_fall']['value']:.0%}, the rare strategy's share "
+                     f"{t['rare_share_fall']['value']:.1f}x lower.")
+    premises = [row for row in _premises_section(root) if row.startswith("| ") and not row.startswith("| paper")]
+    if premises:
+        cells = [[c.strip() for c in row.strip("|").split("|")] for row in premises]
+        holds = [c[0] for c in cells if c[-1] == "yes"]
+        absent = [c[0] for c in cells if c[-1] != "yes"]
+        lines.append(f"- The methods' premises on the testbed (notebook 00): "
+                     + "; ".join(part for part in (f"hold for {', '.join(holds)}" if holds else "",
+                                                   f"absent for {', '.join(absent)}" if absent else "") if part)
+                     + ".")
+    report = _regimes_measured(root)
+    r, d = report.get("retention"), report.get("discovery") or {}
+    if r:
+        lines.append(f"- On the retention regime (notebooks 01-07) hinted `round` earns reward on {r['share']:.2%} of "
+                     f"fresh samples (bound {r['bound']:.1%}): the discovery premise is {r['discovery_premise']}, so "
+                     "the claims that need it read `premise absent`.")
+    gate = d.get("gate")
+    if gate is not None:
+        c = gate["conditions"]["oracle_beats_grpo"]
+        lines.append(f"- On the discovery regime oracle exploration beats GRPO on held-out targets by "
+                     f"{c['value']:+.3f} "
+                     f"(interval low {c['ci_low']:+.3f}): the gate {'passes' if gate['passes'] else 'fails'}"
+                     + (", and notebook 08 runs the methods there." if gate["passes"] else "."))
+    h2h_nb = papers.notebook("head_to_head").notebook
+    path = executed(h2h_nb, root)
+    if path is not None:
+        from rlvr_lib.study import head_to_head as h2h
+
+        data = h2h.find_map(notebook_outputs(path))
+        if data is not None:
+            first = h2h.guide_summary(data)[len("In short: "):].split(". ")[0].rstrip(".")
+            lines.append(f"- Head to head at equal compute (notebook 07, {_map_regime(data, 'head_to_head')} regime): "
+                         f"{first}.")
+    counts = _notebook_counts(root)
+    if counts:
+        lines.append("- Claims per notebook: " + "; ".join(f"{nb[:2]} {_nonzero(c)}" for nb, c in counts) + ".")
+    check(len(lines) <= 10, "README's found lines", len(lines), "at most 10")
+    return lines
+
+
+def render_found(root: str | Path | None = None) -> str:
+    """README's "what was found" lines (without the markers)."""
+    lines = _found_lines(results_root(root))
+    return "\n".join(lines) if lines else "*Nothing measured yet (`make reproduce`).*"
+
+
+def render_commands(root: str | Path | None = None) -> str:
+    """README's measured time of each of the two commands: `TEST_MINUTES`, and `make reproduce`'s elapsed hours
+    from the committed runs (`budget_hours`, and the second model size's own)."""
+    root = results_root(root)
+    rows = notebook_compute(root)
+    budgets = budget_hours(rows)
+    total = sum(elapsed for *_, elapsed in budgets)
+    second = second_size_compute(root, rows, calibration_compute(root)["by_policy"])
+    parts = "; ".join(f"{label}: {elapsed:.1f} of its {budget:g}" for label, _, budget, elapsed in budgets)
+    extra = (f"; the second model size's runs {second['elapsed']:.1f} more (`make second-size` first, of its "
+             f"{SECOND_SIZE_BUDGET:g})" if second is not None else "")
+    return (f"`make test` takes about {TEST_MINUTES} minutes from a fresh clone on a 2-core machine (CI), every stage "
+            "included. `make reproduce` recomputes nothing on a fresh clone: every run is cached in `results/`, so it "
+            "only executes the notebooks from the cache, under a minute each. From an empty cache the committed runs "
+            f"take **{total:.1f} elapsed hours** on {REPRODUCE_WORKERS} workers ({parts}){extra}, measured on the "
+            "processors the [results](docs/results.md) name.")
+
+
+def render_readme(root: str | Path | None = None) -> dict[str, str]:
+    """Each of `README_PARTS`' markdown (without the markers)."""
+    root = results_root(root)
+    return {"scorecard": "\n".join(_scorecard_section(root)), "found": render_found(root),
+            "commands": render_commands(root), "methods": render_methods(root)}
+
+
+def claims_rows(root: str | Path | None = None) -> list[dict]:
+    """Every claims row the executed full-profile notebooks show, in notebook order, as numbers
+    (`rlvr_lib.study.claims.tables.claims_rows` of each): what README's headline figure draws."""
+    from rlvr_lib.study.claims.tables import claims_rows as rows_of
+
+    root = results_root(root)
+    return [row for _, _, notebook, _ in SECTIONS if executed(notebook, root) is not None
+            for row in rows_of(executed(notebook, root))]
+
+
+def write_claims_figure(path: Path = CLAIMS_FIGURE, root: str | Path | None = None) -> Path:
+    """README's headline figure: every claim's effect and interval against its threshold, coloured by verdict
+    (`rlvr_lib.study.plots.plot_claims_forest` over `claims_rows`), written to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlvr_lib.study import plots
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig = plots.plot_claims_forest(claims_rows(root), title="Every paper claim the notebooks test", path=path)
+    plt.close(fig)
+    return path
+
+
 def _fill(text: str, start: str, end: str, body: str, readme: Path) -> str:
     """``text`` with the part between the ``start`` and ``end`` markers replaced by ``body``."""
     if start not in text or end not in text:
@@ -905,17 +1102,42 @@ def _fill(text: str, start: str, end: str, body: str, readme: Path) -> str:
     return f"{head}{start}\n{body}\n{end}{tail}"
 
 
-def update_readme(readme: Path = README, root: str | Path | None = None) -> bool:
-    """Rewrite the README's results section and reliability table; returns whether it changed."""
-    text = readme.read_text()
-    new = _fill(text, START, END, render(root), readme)
-    new = _fill(new, RELIABILITY_START, RELIABILITY_END, render_reliability(root), readme)
+def marked(part: str) -> tuple[str, str]:
+    """The start and end markers of a README part (`README_PARTS`)."""
+    return f"<!-- {part}:start -->", f"<!-- {part}:end -->"
+
+
+def section(path: Path, start: str, end: str) -> str:
+    """The text between ``start`` and ``end`` in the file at ``path`` (what a test compares with the render)."""
+    return path.read_text().split(start, 1)[1].split(end, 1)[0].strip("\n")
+
+
+def _rewrite(path: Path, parts: list[tuple[str, str, str]]) -> bool:
+    """Fill each ``(start, end, body)`` of ``parts`` in the file at ``path``; returns whether it changed."""
+    text = path.read_text()
+    new = text
+    for start, end, body in parts:
+        new = _fill(new, start, end, body, path)
     if new != text:
-        readme.write_text(new)
+        path.write_text(new)
     return new != text
+
+
+def update_readme(readme: Path = README, root: str | Path | None = None, docs: Path = DOCS,
+                  figure: bool = True) -> bool:
+    """Rewrite README's rendered parts, the results page and the reliability page (and, with ``figure``, draw
+    README's headline figure); returns whether a page changed."""
+    parts = render_readme(root)
+    changed = _rewrite(readme, [(*marked(name), parts[name]) for name in README_PARTS])
+    changed |= _rewrite(docs / RESULTS_PAGE.name, [(START, END, render(root))])
+    changed |= _rewrite(docs / RELIABILITY_PAGE.name, [(RELIABILITY_START, RELIABILITY_END, render_reliability(root))])
+    if figure:
+        write_claims_figure(docs / "figures" / CLAIMS_FIGURE.name, root)
+    return changed
 
 
 if __name__ == "__main__":
     changed = update_readme()
-    print("README results section and reliability table", "updated" if changed else "already up to date")
+    print("README's rendered parts, docs/results.md and docs/reliability.md", "updated" if changed else
+          "already up to date")
     sys.exit(0)

@@ -4,7 +4,7 @@ Classes: near misses (rounded or perturbed values), hedges, several final
 answers, hangs (grading that runs past the limit, on the main thread, on a
 worker thread, in a forked process), garbage, huge inputs and objects that are
 not strings. A hang is the ``timeout`` status (reward 0), neither ``wrong`` nor
-``malformed``. The grading policy itself is tabled in README ("MathTask
+``malformed``. The grading policy itself is tabled in docs/reliability.md ("MathTask
 grading policy") and tested in ``tests/test_math_task.py``.
 """
 
