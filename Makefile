@@ -129,7 +129,7 @@ VLLM_STAMP := $(VLLM_VENV)/.rlvr_lib-installed.stamp
 VLLM_LOG   := .make/vllm-env.log
 # The real-vLLM tests, and the library's core tests once more under the vLLM set's transformers (README,
 # "The environment lock"): one process, as vLLM binds its CPU threads.
-VLLM_TESTS := tests/test_vllm_real.py tests/test_vllm_engine.py tests/test_rollout.py tests/test_kvcache_engine.py \
+VLLM_TESTS := tests/test_vllm_real.py tests/test_vllm_server.py tests/test_vllm_engine.py tests/test_rollout.py tests/test_kvcache_engine.py \
               tests/test_policy.py tests/test_trainer.py
 
 vllm-env: $(VLLM_STAMP)

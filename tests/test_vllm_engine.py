@@ -353,7 +353,7 @@ def test_engine_field_and_selection(fresh_tiny_model, tiny_tokenizer):
     assert TrainerConfig.from_dict(hf.to_dict()) == hf
     assert TrainerConfig.from_dict(TrainerConfig().to_dict()).engine == "kvcache"
     with pytest.raises(ValueError, match=r"^TrainerConfig.engine='sglang' is invalid: must be one of "
-                                         r"\['kvcache', 'hf', 'vllm'\]"):
+                                         r"\['kvcache', 'hf', 'vllm', 'vllm-server'\]"):
         TrainerConfig(engine="sglang")
     with pytest.raises(ValueError, match=r"^engine='x' is invalid"):
         build_engine("x", fresh_tiny_model, tiny_tokenizer)

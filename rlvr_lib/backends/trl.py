@@ -22,7 +22,8 @@ Departures from the native loop:
 5. TRL's own loss-side metrics (clip ratios, entropy) are not computed.
 
 Refused at construction (`check_hostable`): groups below 2, uneven splits among processes,
-TRL arguments the config owns, evaluation in TRL's loop, DeepSpeed, ``use_vllm`` on FSDP,
+TRL arguments the config owns, evaluation in TRL's loop, DeepSpeed, ``use_vllm`` on FSDP (``engine="vllm-server"``,
+rollouts from a vLLM server through the core's engine, is allowed there),
 continuous batching, and dynamic sampling with vLLM ``server`` or multi-process TP ``colocate``.
 
 Where each hook runs, the step mapping, FSDP and each departure in full: docs/library/trl_backend.md.
@@ -195,7 +196,8 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
                          "the native loop's sharding serves, or use DDP-style processes (accelerate launch --multi_gpu)")
     if "FSDP" in sharded_launch() and processes > 1 and args.use_vllm:
         raise ValueError(f"TRL backend: method {name!r}: use_vllm is not hosted on an FSDP launch (the weight sync "
-                         "reads whole parameters): use transformers generate (the default)")
+                         "reads whole parameters): use transformers generate (the default), or rollouts from a "
+                         "vLLM server (engine='vllm-server', docs/scaling-out.md)")
     if getattr(args, "use_transformers_continuous_batching", False):
         raise ValueError(f"TRL backend: method {name!r}: use_transformers_continuous_batching is not hosted "
                          "(its generate_batch takes no per-call seed, temperature or weight sample): use "
@@ -417,10 +419,14 @@ class MethodGRPOTrainer(GRPOTrainer):
         from rlvr_lib.methods import build_method
 
         check_hostable(build_method(config), config, args, processes)
-        self._engine = engine if engine is not None else TRLEngine()
+        # engine="vllm-server": rollouts from a vLLM server (rlvr_lib.rollout.vllm_server), built by the core over
+        # the policy it loads; TRL's own vllm_mode="server" syncs weights over NCCL, which needs CUDA.
+        server = engine is None and config.engine == "vllm-server"
+        self._engine = engine if engine is not None or server else TRLEngine()
         # The native trainer: world, policy (loaded on this process's device), method, frozen reference
         # (copied before TRL patches the model's forward), the method's optimizer and lr schedule, task, pool.
         self.core = Trainer(config, model, tokenizer, engine=self._engine)
+        self._engine = self.core.engine
         if isinstance(self._engine, TRLEngine):
             self._engine.perturbs = _overrides(self.core.method, "perturbed")
         core = self.core
