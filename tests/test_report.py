@@ -36,6 +36,9 @@ def test_readme_is_a_front_page_whose_rendered_parts_match_the_results():
     # The first screen: what this is, the headline figure and the scorecard come before any section.
     head = README.read_text().split("\n## ", 1)[0]
     assert "![" in head and "docs/figures/claims.png" in head and marked("scorecard")[0] in head
+    # Every page README links (the paper pages of the methods table included) is in the repository.
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README.read_text())
+    assert links and [link for link in links if not (README.parent / link).exists()] == []
 
 
 def test_every_claims_row_is_read_for_the_headline_figure():

@@ -256,9 +256,11 @@ def _report(argv: list[str]) -> int:
     from rlvr_lib.study.report import update_readme
 
     OneLineParser(prog="python -m rlvr_lib.study report",
-                  description="Render README's results section and reliability table from results/.").parse_args(argv)
+                  description="Render README's parts, docs/results.md and docs/reliability.md from "
+                              "results/.").parse_args(argv)
     changed = update_readme()
-    print("README results section and reliability table", "updated" if changed else "already up to date")
+    print("README's rendered parts, docs/results.md and docs/reliability.md",
+          "updated" if changed else "already up to date")
     return 0
 
 
@@ -309,7 +311,7 @@ def _what_changed(argv: list[str]) -> int:
 MODULE_COMMANDS = {
     "reproduce": (_reproduce, "every notebook with papermill, resumably (python -m rlvr_lib.study.reproduce)"),
     "verify": (_verify, "recompute a sample of committed runs and compare (reproduce --verify)"),
-    "report": (_report, "render README's results section from results/ (rlvr_lib.study.report)"),
+    "report": (_report, "render README's parts and the results pages from results/ (rlvr_lib.study.report)"),
     "bench": (_bench, "benchmarks against their baselines, written to results/bench (rlvr_lib.study.bench)"),
     "regimes": (_regimes, "notebook 08's regime designs and gate (rlvr_lib.study.regimes)"),
     "provenance": (_provenance, "which committed records are stale, and declared (rlvr_lib.study.provenance)"),

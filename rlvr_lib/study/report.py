@@ -942,13 +942,14 @@ README_PARTS = ("scorecard", "found", "commands", "methods")
 """README's rendered parts, each between ``<!-- NAME:start -->`` and ``<!-- NAME:end -->``."""
 
 _IDEAS = {
-    "nudgerl": ("strategy hints on rollouts, inter/intra-hint credit, distillation", "methods/nudgerl.py"),
-    "threepo": ("roll out from IVON posterior weight samples (B3PO, M3PO, C3PO)", "methods/threepo.py"),
-    "sage": ("reshape the KL anchor toward high-entropy branch points", "methods/sage.py"),
-    "vigor": ("reward completions with a small NLL gradient, no verifier", "methods/vigor.py,"
-              " rewards/grad_norm.py"),
+    "nudgerl": ("strategy hints on rollouts, inter/intra-hint credit, distillation", "methods/nudgerl.py", "nudgerl"),
+    "threepo": ("roll out from IVON posterior weight samples (B3PO, M3PO, C3PO)", "methods/threepo.py", "3po"),
+    "sage": ("reshape the KL anchor toward high-entropy branch points", "methods/sage.py", "sage"),
+    "vigor": ("reward completions with a small NLL gradient, no verifier", "methods/vigor.py, rewards/grad_norm.py",
+              "vigor"),
 }
-"""Each paper's idea and module (under ``rlvr_lib/``), for README's methods table."""
+"""Each paper's idea, module (under ``rlvr_lib/``) and page (``docs/papers/<page>.md``), for README's methods
+table."""
 
 TEST_MINUTES = 18
 """`make test` from a fresh clone on the 2-core CI machine, in minutes (measured on the CI runs, every stage)."""
@@ -966,9 +967,9 @@ def render_methods(root: str | Path | None = None) -> str:
     card = scorecard(root)
     lines = ["| paper | idea | module (`rlvr_lib/`) | notebook | claims over every notebook |", "|---|---|---|---|---|"]
     for paper in papers.PAPERS:
-        idea, module = _IDEAS[paper.key]
+        idea, module, page = _IDEAS[paper.key]
         modules = ", ".join(f"`{m.strip()}`" for m in module.split(","))
-        lines.append(f"| {paper.name} | {idea} | {modules} | `{paper.notebook}` | "
+        lines.append(f"| [{paper.name}](docs/papers/{page}.md) | {idea} | {modules} | `{paper.notebook}` | "
                      f"{_nonzero(card.get(paper.name, {}))} |")
     return "\n".join(lines)
 
