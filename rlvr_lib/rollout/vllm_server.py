@@ -103,6 +103,9 @@ def server_url(server_url: str | None = None, host: str | None = None, port: int
     return str(server_url).rstrip("/")
 
 
+_resolve_url = server_url  # VLLMServerEngine's argument of that name hides the function
+
+
 def server_command(model_path: str, *, host: str = "0.0.0.0", port: int = DEFAULT_PORT, dtype: str = "float32",
                    extra: tuple[str, ...] = ()) -> str:
     """The shell command that starts a vLLM server this engine can use, serving the checkpoint ``model_path``."""
@@ -196,7 +199,7 @@ class VLLMServerEngine(BatchedEngine):
         self.connect_timeout = check_range("VLLMServerEngine.connect_timeout", connect_timeout, 0, lo_open=True)
         self.concurrency = check_int("VLLMServerEngine.concurrency", concurrency, 1)
         super().__init__(model, tokenizer, **engine_kwargs)
-        self.url = globals()["server_url"](server_url, host, port)
+        self.url = _resolve_url(server_url, host, port)
         self.logprobs = logprobs
         requests = _requests()
         self.session = requests.Session()
