@@ -118,7 +118,7 @@ def _regimes_section(root: Path) -> list[str]:
 
 
 _METHOD_NAMES = {name: shown for p in papers.PAPERS for name, shown in p.variants}
-"""How README names each paper's variant (`rlvr_lib.study.papers.Paper.variants`)."""
+"""How the results page names each paper's variant (`rlvr_lib.study.papers.Paper.variants`)."""
 
 
 def _discovery_guide(root: Path) -> list[str]:
@@ -194,7 +194,7 @@ def _premise_ci(d: dict) -> str:
 PREMISE_ROWS = {"nudgerl": _nudgerl_premise, "threepo": _threepo_premise, "sage": _sage_premise,
                 "vigor": _vigor_premise}
 """Per paper key (`rlvr_lib.study.papers.Paper.key`, the key of its measurement in ``premises.json``), its row of
-README's premises table."""
+the results page's premises table."""
 
 _COUNT_WORDS = ("no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten")
 
@@ -478,7 +478,7 @@ def _bench_section(root: Path) -> list[str]:
 
 
 SECTIONS = tuple((nb.folder, nb.title, nb.notebook, nb.shared) for nb in papers.NOTEBOOKS)
-"""``(experiment, title, notebook, shared rows)`` of each notebook's README section, from the manifest
+"""``(experiment, title, notebook, shared rows)`` of each notebook's section of docs/results.md, from the manifest
 (`rlvr_lib.study.papers.NOTEBOOKS`: which rows each notebook reads from another's folder, and why)."""
 
 
@@ -552,18 +552,18 @@ def calibration_compute(root: str | Path | None = None) -> dict:
 
 
 REPRODUCE_WORKERS = 2
-"""Notebooks `make reproduce` executes side by side (the Makefile's ``WORKERS``; README, "Budget")."""
+"""Notebooks `make reproduce` executes side by side (the Makefile's ``WORKERS``; docs/budget.md)."""
 
 BUDGETS = tuple((re.sub(r", issue \d+", "", b.label),  # what was decided, not where it was asked
                  tuple(nb.notebook for nb in papers.NOTEBOOKS if nb.budget == b.key), b.hours, b.policy)
                 for b in papers.BUDGETS)
-"""``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (README, "Budget"), each over
+"""``(label, notebooks, elapsed hours, policy)``: the stated budgets of `make reproduce` (docs/budget.md), each over
 its notebooks' runs on ``policy`` (the shipped one, or a named one: `compute_by_policy`'s keys). The second model size's runs have the whole second-size budget instead
 (pretraining and calibrations included, outside `make reproduce`): `SECOND_SIZE_BUDGET`, `second_size_compute`."""
 
 
 SECOND_SIZE_BUDGET = 6.0
-"""The second model size's own budget, in elapsed hours (README "Budget"), beside `BUDGETS`."""
+"""The second model size's own budget, in elapsed hours (docs/budget.md), beside `BUDGETS`."""
 
 
 def second_size_compute(root: Path, notebooks: list[dict], dynamics_by_policy: dict[str, dict]) -> dict | None:
@@ -771,7 +771,7 @@ _REGIME_WORDS = {
                  "drives out but has nothing to discover",
     "discovery": "where the rare strategy earns reward on training problems that a prompt feature marks",
 }
-"""How README's guide describes each regime (`rlvr_lib.tasks.discovery.REGIMES`)."""
+"""How the results page's guide describes each regime (`rlvr_lib.tasks.discovery.REGIMES`)."""
 
 
 def _map_regime(data: Mapping[str, Any], experiment: str) -> str:
@@ -821,7 +821,7 @@ def _run_regime(run: str, regime: str, regimes: Mapping[str, Any]) -> str:
 
 
 def _guide_section(outputs: str, experiment: str, root: Path) -> list[str]:
-    """README's "which method for which situation", read off the map an executed notebook's
+    """The results page's "which method for which situation", read off the map an executed notebook's
     ``outputs`` carry (`rlvr_lib.study.head_to_head.map_summary`, notebook 07), with what the testbed cannot tell;
     nothing for a notebook without a map."""
     from rlvr_lib.study import head_to_head as h2h
@@ -905,7 +905,7 @@ def _verification_section(root: Path) -> list[str]:
 
 
 def render_reliability(root: str | Path | None = None) -> str:
-    """The markdown of README's reliability table (without the markers), from ``hostile/suite.json``.
+    """The markdown of docs/reliability.md's table (without the markers), from ``hostile/suite.json``.
 
     One row per class of the hostile suite (``tests/hostile_suite_recorder.py`` says how
     tests get their class): the inputs tried (tests run, skipped ones left out),
