@@ -22,6 +22,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import hashlib
+import json
 import logging
 import math
 import os
@@ -37,8 +38,10 @@ from tqdm.auto import tqdm
 from rlvr_lib.algos import aggregate_loss
 from rlvr_lib.distributed import init_world, local_rows, weighted_mean
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
+from rlvr_lib.eval.policy_eval import evaluate_policy
 from rlvr_lib.files import atomic_file
 from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.rewards.callables import call_reward_func, combine_rewards, resolve_reward_func, reward_func_name
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.rollout import ENGINES, Rollouts, SamplingParams, build_engine, sequence_logprobs
 from rlvr_lib.schedules import lr_scheduler
@@ -93,9 +96,12 @@ class Trainer:
         checkpoint_dir: Where ``checkpoint.pt`` (and ``checkpoint.prev.pt``) go; a checkpoint of the same config
             there is resumed from.
         engine: Rollout engine over ``model`` (default: from ``config.engine``).
+        log_dir: The run folder for the periodic evaluations (``eval/step_<k>.json``) and the file-writing trackers
+            (``logs/``) (default: ``checkpoint_dir``).
     """
 
-    def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None):
+    def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None,
+                 log_dir=None):
         from rlvr_lib.methods import build_method
         from rlvr_lib.policy import load_policy
 
@@ -128,6 +134,18 @@ class Trainer:
         self.history: list[dict] = []
         self._warned_unverified = False
         self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir else None
+        self.log_dir = Path(log_dir) if log_dir else self.checkpoint_dir
+        # reward functions (config.reward_funcs), named in the logs; a repeated name gets its position appended
+        self.reward_funcs = [resolve_reward_func(spec) for spec in config.reward_funcs]
+        names = [reward_func_name(f) for f in self.reward_funcs]
+        self.reward_func_names = [n if names.count(n) == 1 else f"{n}_{i}" for i, n in enumerate(names)]
+        self._step_rewards: list[np.ndarray] = []  # this step's per-function rewards, per sampling round
+        self.evaluations: list[dict] = []  # the periodic evaluations of this process (`config.eval_every`)
+        self._tracking = None  # started on the first step that logs (`config.report_to`)
+        if config.eval_every and self.world.sharded:
+            raise ValueError("eval_every cannot run on a sharded (FSDP) launch: the evaluation samples from the "
+                             "whole model on one process; evaluate the saved model afterwards (python -m rlvr_lib "
+                             "evaluate)")
         if self.checkpoint_dir and self.world.is_main:
             _remove_stale_temps(self.checkpoint_dir / "checkpoint.pt")  # a run that resumes and has no step left
         if self.checkpoint_dir and (self.checkpoint_dir / "checkpoint.pt").exists():
@@ -212,10 +230,34 @@ class Trainer:
         verify = self.task.verify if self.method.uses_verifier_reward else self._verify_or_record
         verdicts = [verify(problems[g], text) for g, text in zip(fields["group_index"].tolist(), fields["rollouts"].texts)]
         batch = StepBatch(**fields, verdicts=verdicts)
-        batch.rewards = self.method.rewards(batch, self.world.unsharded(self.model)).float()  # inside `gathered`
+        batch.rewards = self._rewards(batch)  # inside `gathered`
         if self.method.credits_hint_free:  # before the reference and the update read the prompts
             batch = self._on_hint_free_prompts(batch, self.method.sampling_temperature(step))
         return batch, seconds
+
+    def _rewards(self, batch: StepBatch) -> torch.Tensor:
+        """``(N,)`` float rewards: the method's (``use_verifier``, times ``verifier_weight``) and the reward functions'
+        (times ``reward_weights``), summed as TRL sums them (`rlvr_lib.rewards.callables.combine_rewards`: a
+        ``None`` adds nothing). Without reward functions and at weight 1, the method's rewards unchanged."""
+        cfg = self.config
+        model = self.world.unsharded(self.model)
+        if not self.reward_funcs and cfg.use_verifier and cfg.verifier_weight == 1.0:
+            return self.method.rewards(batch, model).float()
+        columns, weights, names = [], [], []
+        if cfg.use_verifier:
+            columns.append(self.method.rewards(batch, model).double().cpu().numpy())
+            weights.append(cfg.verifier_weight)
+            names.append("verifier")
+        if self.reward_funcs:
+            kwargs = reward_columns(batch)
+            for func, name, weight in zip(self.reward_funcs, self.reward_func_names,
+                                          cfg.reward_weights or [1.0] * len(self.reward_funcs)):
+                columns.append(call_reward_func(func, name=name, **kwargs))
+                weights.append(weight)
+                names.append(name)
+        per_func = np.stack(columns, axis=1)
+        self._step_rewards.append(per_func[:, -len(self.reward_funcs):] if self.reward_funcs else per_func[:, :0])
+        return torch.from_numpy(combine_rewards(per_func, weights, names)).float()
 
     def _verify_or_record(self, problem, completion) -> Verdict:
         """The verifier's verdict, or an ``"unverified"`` one (reward NaN) if it raises and the reward does not read it."""
@@ -240,6 +282,7 @@ class Trainer:
         Returns (batch without advantages, every round's batch, dynamic-sampling metrics or ``{}``, rollout seconds).
         """
         want, pool = self.config.prompts_per_step, self.train_problems
+        self._step_rewards = []  # the reward functions' columns of this step's rounds (logged by `step`)
         drawn = rng.choice(len(pool), want, replace=False)
         batch, t_rollout = self._sample([pool[i] for i in drawn], step, 0)
         keep = self.method.keep_groups(batch)
@@ -319,10 +362,19 @@ class Trainer:
         if sampling_stats:
             kept = _rollout_metrics([batch])
             metrics.update({f"kept_{k}": kept[k] for k in ("reward_mean", "accuracy", "zero_adv_frac")})
+        if self.reward_funcs:  # each function's mean reward over the step's samples (its None left out)
+            per_func = np.concatenate(self._step_rewards)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", RuntimeWarning)  # a function that rewarded nothing: NaN
+                means = np.nanmean(per_func, axis=0)
+            metrics.update({f"reward_fn_{n}": float(m) for n, m in zip(self.reward_func_names, means)})
         self.method.on_step_end(step, metrics)
         metrics = self.world.merge_metrics(metrics, rows=len(local), summed=self.method.summed_metrics)
         self.history.append(metrics)
         self.step_count += 1
+        self._log(metrics, self.step_count)
+        if cfg.eval_every and self.step_count % cfg.eval_every == 0:
+            self.evaluate()
         if cfg.checkpoint_every and self.checkpoint_dir and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint(self.checkpoint_dir / "checkpoint.pt")
         return metrics
@@ -468,16 +520,73 @@ class Trainer:
             return float(part.rollouts.completion_mask.sum()) / float(lengths[whole].sum().clamp(min=1))
         return len(part) / len(whole)
 
+    # ----------------------------------------------------------------- logging and evaluation
+    def _log(self, values: dict, step: int) -> None:
+        """Send ``values`` to the trackers of ``config.report_to`` (main process; started on first use) at ``step``,
+        the number of steps done (TensorBoard's global step: 1 after the first step)."""
+        if not self.config.report_to or not self.world.is_main:
+            return
+        if self._tracking is None:
+            from rlvr_lib.tracking import Tracking, build_trackers
+
+            logs = None if self.log_dir is None else self.log_dir / "logs"
+            name = self.log_dir.name if self.log_dir is not None else self.method.name
+            self._tracking = Tracking(build_trackers(self.config.report_to, name, logs))
+            self._tracking.store_config(self.config.to_dict())
+        self._tracking.log(values, step)
+
+    def close_trackers(self) -> None:
+        """Finish the trackers (flush and close their files); `train` calls it at its end."""
+        if self._tracking is not None:
+            self._tracking.finish()
+            self._tracking = None
+
+    def evaluate(self) -> dict | None:
+        """Evaluate the policy now with ``config.eval_spec`` (`rlvr_lib.eval.evaluate_policy`) on the main process.
+
+        The record ``{"step", "spec", "time_s", "families", "average"}`` (``step``: steps done) is appended to
+        ``evaluations``, written to ``<log_dir>/eval/step_<step>.json`` when there is a run folder, and logged to
+        the trackers as ``eval/pass@<k>``, ``eval/<metric>`` (the average) and ``eval/<family>/pass@1``.
+        Returns it (``None`` on other processes). The evaluation samples with its own seed (``spec.seed``), so
+        training after it is the same as without it.
+        """
+        spec = self.config.eval_spec
+        if spec is None:
+            raise ValueError("Trainer.evaluate needs TrainerConfig.eval_spec (an rlvr_lib.eval.EvalSpec)")
+        if not self.world.is_main:
+            return None
+        t0 = time.perf_counter()
+        self.model.eval()
+        result = evaluate_policy(self.engine, spec)
+        record = {"step": self.step_count, "spec": spec.to_dict(), "time_s": time.perf_counter() - t0,
+                  **_nan_to_none_deep(result)}
+        self.evaluations.append(record)
+        if self.log_dir is not None:
+            path = self.log_dir / "eval" / f"step_{self.step_count}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with atomic_file(path, "w") as f:
+                f.write(json.dumps(record, indent=1, allow_nan=False) + "\n")
+        self._log(eval_scalars(result), self.step_count)
+        return record
+
     # ----------------------------------------------------------------- the loop
     def train(self, *, progress: bool = True) -> list[dict]:
-        """Run until ``config.steps``; returns the metric history (one dict per step)."""
+        """Run until ``config.steps``; returns the metric history (one dict per step).
+
+        ``progress``: a tqdm bar with each step's reward, KL (with a reference model) and entropy; shown on the main
+        process, and only on a terminal (or in a notebook).
+        """
         bar = tqdm(total=self.config.steps, initial=self.step_count, desc=self.method.name,
-                   disable=not progress or not self.world.is_main)
-        while self.step_count < self.config.steps:
-            m = self.step()
-            bar.update(1)
-            bar.set_postfix(reward=f"{m['reward_mean']:.3f}", ent=f"{m['entropy']:.3f}")
-        bar.close()
+                   disable=True if not progress or not self.world.is_main else None)  # None: off without a TTY
+        try:
+            while self.step_count < self.config.steps:
+                m = self.step()
+                bar.update(1)
+                shown = {"reward": m["reward_mean"], "kl": m.get("kl"), "ent": m["entropy"]}
+                bar.set_postfix({k: f"{v:.3f}" for k, v in shown.items() if v is not None})
+        finally:
+            bar.close()
+            self.close_trackers()
         return self.history
 
     # ----------------------------------------------------------------- checkpoints
@@ -730,6 +839,47 @@ def reward_accuracy_correlation(rewards: np.ndarray, verdicts) -> float:
     if rewards.std() == 0 or correct.std() == 0:
         return float("nan")
     return float(np.corrcoef(rewards, correct)[0, 1])
+
+
+def reward_columns(batch: StepBatch) -> dict:
+    """The arguments of a reward function (`rlvr_lib.rewards.callables`) for ``batch``'s rows: ``prompts`` (hint-free),
+    ``completions``, ``completion_ids`` (unpadded), ``hint``, and one list per field of the task's problems."""
+    problems = [batch.problems[g] for g in batch.group_index.tolist()]
+    ro = batch.rollouts
+    columns = {
+        "prompts": [p.prompt for p in problems],
+        "completions": list(ro.texts),
+        "completion_ids": [ids[mask.bool()].tolist() for ids, mask in zip(ro.completion_ids, ro.completion_mask)],
+        "hint": list(batch.hints),
+    }
+    for f in dataclasses.fields(problems[0]) if problems else ():
+        columns.setdefault(f.name, [getattr(p, f.name) for p in problems])
+    return columns
+
+
+def eval_scalars(result: dict) -> dict[str, float]:
+    """The scalars of an `evaluate_policy` result that the trackers get: ``eval/pass@<k>`` and ``eval/<metric>`` of
+    the average, and ``eval/<family>/pass@1`` per family."""
+    average = result["average"]
+    out = {f"eval/pass@{k}": v for k, v in average["pass_at_k"].items()}
+    out.update({f"eval/{k}": v for k, v in average.items() if isinstance(v, (int, float)) and not isinstance(v, bool)})
+    for family, summary in result["families"].items():
+        if "1" in summary["pass_at_k"]:
+            out[f"eval/{family}/pass@1"] = summary["pass_at_k"]["1"]
+    return out
+
+
+def _nan_to_none_deep(value):
+    """``value`` with every float NaN (nested in dicts and lists) replaced by None, numpy scalars as Python's."""
+    if isinstance(value, dict):
+        return {k: _nan_to_none_deep(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_nan_to_none_deep(v) for v in value]
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value
 
 
 def nan_to_none(history: list[dict]) -> list[dict]:

@@ -8,9 +8,11 @@ from rlvr_lib.algos import LOSS_AGG_MODES
 from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
 from rlvr_lib.algos.kl import KL_ESTIMATORS
 from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase
+from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.rollout.engines import ENGINES
 from rlvr_lib.schedules import LR_SCHEDULES
-from rlvr_lib.tasks import DEFAULT_TASK, get_task, task_names
+from rlvr_lib.tasks import DEFAULT_TASK, get_task
+from rlvr_lib.tasks.registry import check_task_name
 
 __all__ = ["TrainerConfig"]
 
@@ -44,6 +46,22 @@ class TrainerConfig(ConfigBase):
         checkpoint_every: Steps between checkpoints (0 = never).
         rollout_batch_size: Sequences per generation call.
         engine: Rollout engine (`rlvr_lib.rollout.ENGINES`) built when none is given (*, ``"kvcache"``).
+        reward_funcs: Reward functions with TRL's signature (`rlvr_lib.rewards.callables`), each a registered
+            name or an import path ``"module:function"``, summed with ``reward_weights`` (*, none).
+        reward_weights: One weight per reward function (*, ``None``: all 1.0).
+        use_verifier: Whether the method's own reward (the verifier's, with any shaping the method adds, e.g.
+            DAPO's overlong penalty) is a term of the sum, weighted by ``verifier_weight`` (*, True). False needs
+            ``reward_funcs``. The sum is TRL's NaN-aware one: a ``None`` reward adds nothing.
+        verifier_weight: Weight of the method's reward in the sum (*, 1.0).
+            Methods whose reward is model-based and ignores the verifier (VIGOR's gradient norm, INTUITOR's
+            self-certainty; ``Method.uses_verifier_reward`` False) refuse ``reward_funcs``, ``use_verifier=False``
+            and another ``verifier_weight``: their reward is the method itself (VIGOR ranks its own scores), so a
+            summed external reward would silently make a different method; write a method to combine them.
+        report_to: Trackers the loop logs each step's metrics to (`rlvr_lib.tracking.TRACKERS`: "tensorboard",
+            "wandb", "trackio", "mlflow", ...) (*, none).
+        eval_every: Evaluate the policy with ``eval_spec`` after every ``eval_every`` steps (*, 0 = never); the
+            results go to ``<run folder>/eval/step_<k>.json`` and to the trackers as ``eval/...``.
+        eval_spec: The evaluation (`rlvr_lib.eval.EvalSpec`) run every ``eval_every`` steps (*, ``None``).
     """
 
     method: str = "grpo"
@@ -76,14 +94,31 @@ class TrainerConfig(ConfigBase):
     lr_schedule: str = field(default="constant", metadata={OMIT_IF_DEFAULT: True})
     lr_warmup_ratio: float = field(default=0.0, metadata={OMIT_IF_DEFAULT: True})
     engine: str = field(default="kvcache", metadata={OMIT_IF_DEFAULT: True})
+    reward_funcs: tuple[str, ...] = field(default=(), metadata={OMIT_IF_DEFAULT: True})
+    reward_weights: tuple[float, ...] | None = field(default=None, metadata={OMIT_IF_DEFAULT: True})
+    use_verifier: bool = field(default=True, metadata={OMIT_IF_DEFAULT: True})
+    verifier_weight: float = field(default=1.0, metadata={OMIT_IF_DEFAULT: True})
+    report_to: tuple[str, ...] = field(default=(), metadata={OMIT_IF_DEFAULT: True})
+    eval_every: int = field(default=0, metadata={OMIT_IF_DEFAULT: True})
+    eval_spec: EvalSpec | None = field(default=None, metadata={OMIT_IF_DEFAULT: True})
+
+    def __post_init__(self) -> None:
+        # Settings layers (config files, --set) pass lists and mappings: the list fields as tuples, the spec as one.
+        for name in ("reward_funcs", "reward_weights", "report_to"):
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
+        if isinstance(self.eval_spec, dict):
+            object.__setattr__(self, "eval_spec", EvalSpec.from_dict(self.eval_spec))
+        super().__post_init__()
 
     def validate(self) -> None:
         # importing the registry runs rlvr_lib.methods: every method is registered
-        from rlvr_lib.methods.registry import METHODS, resolve_name
+        from rlvr_lib.methods.registry import METHODS, resolve_name, unknown_method
 
         resolve_name(self.method)  # a composite "a+b" is composed on first use (rlvr_lib.methods.compose)
-        self.check_choice("method", self.method, sorted(METHODS))
-        self.check_choice("task", self.task, task_names())
+        if not isinstance(self.method, str) or self.method not in METHODS:  # plugins' entry points are loaded
+            raise unknown_method(self.method, "TrainerConfig.method")
+        check_task_name(self.task, "TrainerConfig.task")  # loads `rlvr_lib.plugins` entry points when missing
         self.check_choice("engine", self.engine, ENGINES)
         self.check_choice("train_family", self.train_family, list(get_task(self.task).families))
         for name in ("train_pool_size", "steps", "prompts_per_step", "group_size", "max_new_tokens"):
@@ -119,3 +154,42 @@ class TrainerConfig(ConfigBase):
             METHODS[self.method].cls.Options.from_dict(self.method_options or {})
         except ValueError as err:
             raise ValueError(f"{self.method}: method_options: {err}") from None  # as the method's own checks say it
+        self._validate_rewards(METHODS[self.method].cls)
+        self._validate_logging()
+
+    def _validate_rewards(self, method_cls) -> None:
+        from rlvr_lib.rewards.callables import resolve_reward_func
+
+        self.check(isinstance(self.reward_funcs, tuple) and all(isinstance(f, str) for f in self.reward_funcs),
+                   "reward_funcs", self.reward_funcs, "a list of reward-function names or import paths "
+                   "'module:function'")
+        for spec in self.reward_funcs:
+            resolve_reward_func(spec)  # ValueError naming it when it cannot be found
+        if self.reward_weights is not None:
+            self.check(isinstance(self.reward_weights, tuple) and len(self.reward_weights) == len(self.reward_funcs),
+                       "reward_weights", self.reward_weights,
+                       f"None or one weight per reward function ({len(self.reward_funcs)})")
+            for w in self.reward_weights:
+                self.check_range("reward_weights", w, None, None)
+        self.check(isinstance(self.use_verifier, bool), "use_verifier", self.use_verifier, "a bool")
+        self.check_range("verifier_weight", self.verifier_weight, None, None)
+        self.check(self.use_verifier or bool(self.reward_funcs), "use_verifier", self.use_verifier,
+                   "True when there are no reward_funcs (a run needs a reward)")
+        custom = bool(self.reward_funcs) or not self.use_verifier or self.verifier_weight != 1.0
+        if custom and not method_cls.uses_verifier_reward:
+            raise ValueError(f"method {self.method!r} computes its own model-based reward (not the verifier's), "
+                             "which reward_funcs / use_verifier / verifier_weight cannot be combined with: leave "
+                             "them unset, or use a verifier-reward method (e.g. 'grpo')")
+
+    def _validate_logging(self) -> None:
+        from rlvr_lib.tracking import check_report_to
+
+        self.check(isinstance(self.report_to, tuple), "report_to", self.report_to, "a list of tracker names")
+        check_report_to(self.report_to)
+        self.check_nonnegative_int("eval_every", self.eval_every)
+        self.check(self.eval_spec is None or isinstance(self.eval_spec, EvalSpec), "eval_spec", self.eval_spec,
+                   "None or an rlvr_lib.eval.EvalSpec (or its dict)")
+        self.check(self.eval_every == 0 or self.eval_spec is not None, "eval_every", self.eval_every,
+                   "0 unless eval_spec is given (what to evaluate: an rlvr_lib.eval.EvalSpec)")
+        self.check(self.eval_every > 0 or self.eval_spec is None, "eval_spec", self.eval_spec,
+                   "None unless eval_every > 0 (how often to evaluate)")
