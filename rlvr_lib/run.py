@@ -176,6 +176,10 @@ def train_folder(config: TrainerConfig, out: Path, world: World, *, dtype: torch
     history = trainer.train(progress=progress)
     trainer.save_checkpoint(out / CHECKPOINT_FILE)
     whole, _ = world.full_state_dict(model)  # sharded: a collective, rank 0 gets the whole weights
+    if config.lora is not None:  # LoRA (never sharded): the adapters merged into a plain copy of the model
+        from rlvr_lib.lora import merged
+
+        model = merged(trainer.model)
     if world.is_main:
         model.save_pretrained(out / MODEL_DIR, state_dict=whole if world.sharded else None)
         tokenizer.save_pretrained(out / MODEL_DIR)

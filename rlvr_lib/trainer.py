@@ -19,6 +19,7 @@ Checkpoints are atomic with a sha256; ``checkpoint.prev.pt`` is the fallback. De
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import hashlib
@@ -40,6 +41,7 @@ from rlvr_lib.distributed import init_world, local_rows, weighted_mean
 from rlvr_lib.eval.diagnostics import zero_advantage_fraction
 from rlvr_lib.eval.policy_eval import evaluate_policy
 from rlvr_lib.files import atomic_file
+from rlvr_lib.lora import apply_lora, base_model
 from rlvr_lib.methods.base import Method, StepBatch
 from rlvr_lib.rewards.callables import call_reward_func, combine_rewards, resolve_reward_func, reward_func_name
 from rlvr_lib.trainer_config import TrainerConfig
@@ -98,6 +100,9 @@ class Trainer:
         engine: Rollout engine over ``model`` (default: from ``config.engine``).
         log_dir: The run folder for the periodic evaluations (``eval/step_<k>.json``) and the file-writing trackers
             (``logs/``) (default: ``checkpoint_dir``).
+
+    With ``config.lora``, ``model`` gets LoRA adapters (in place: peft injects them into its modules) and
+    ``self.model`` is the `peft.PeftModel` around it; only the adapters train (`rlvr_lib.lora`).
     """
 
     def __init__(self, config: TrainerConfig, model=None, tokenizer=None, *, checkpoint_dir=None, engine=None,
@@ -112,13 +117,18 @@ class Trainer:
         self.world = init_world()  # one process unless started by a launcher (rlvr_lib.distributed)
         if model is None:
             model, tokenizer = load_policy(config.policy, device=self.world.device)
+        if config.lora is not None:
+            if self.world.sharded:
+                raise ValueError("lora cannot run on a sharded (FSDP) launch: train adapters on one process or "
+                                 "DDP-style processes (the adapters are small)")
+            model = apply_lora(model, config.lora, seed=config.seed)
         self.model, self.tokenizer = model, tokenizer
         self.method: Method = build_method(config)
         if self.world.sharded:
             check_shardable(config)
         self.world.broadcast_parameters(model)  # every process starts from rank 0's weights
-        self.reference = None
-        if config.kl_coef > 0:
+        self.reference = None  # with lora: the model with its adapters off (`_reference_logprobs`), no copy
+        if config.kl_coef > 0 and config.lora is None:
             self.reference = copy.deepcopy(model).eval().requires_grad_(False)
         if self.world.sharded:
             self.world.shard_model(model)
@@ -336,13 +346,8 @@ class Trainer:
 
         # The rows this process trains on (all of them on one process) and where each row of batch is among them.
         local, local_index = self.world.split_rows(batch)
-        if self.reference is not None:
-            ro = local.rollouts
-            with torch.no_grad():
-                local.ref_logprobs, _ = sequence_logprobs(
-                    self.reference, ro.prompt_ids, ro.prompt_mask, ro.completion_ids, ro.completion_mask,
-                    temperature=temperature,
-                )
+        if cfg.kl_coef > 0:
+            local.ref_logprobs = self._reference_logprobs(local.rollouts, temperature)
         stats = self._update(batch, local, local_index, temperature, rng)
         t_end = time.perf_counter()
 
@@ -378,6 +383,18 @@ class Trainer:
         if cfg.checkpoint_every and self.checkpoint_dir and self.step_count % cfg.checkpoint_every == 0:
             self.save_checkpoint(self.checkpoint_dir / "checkpoint.pt")
         return metrics
+
+    def _reference_logprobs(self, ro: Rollouts, temperature: float) -> torch.Tensor:
+        """``(n, T)`` log-probs of the completion tokens under the reference model: the initial weights' copy, or
+        with ``config.lora`` the model with its adapters off (`rlvr_lib.lora.base_model`)."""
+        if self.reference is not None:
+            model, scope = self.reference, contextlib.nullcontext()
+        else:
+            model, scope = self.model, base_model(self.model)
+        with torch.no_grad(), scope:
+            logprobs, _ = sequence_logprobs(model, ro.prompt_ids, ro.prompt_mask, ro.completion_ids,
+                                            ro.completion_mask, temperature=temperature)
+        return logprobs
 
     def _on_hint_free_prompts(self, batch: StepBatch, temperature: float) -> StepBatch:
         """``batch`` with every row on its hint-free prompt, behaviour log-probs re-scored there

@@ -9,6 +9,7 @@ from rlvr_lib.algos.advantages import ADVANTAGE_ESTIMATORS
 from rlvr_lib.algos.kl import KL_ESTIMATORS
 from rlvr_lib.config import OMIT_IF_DEFAULT, ConfigBase
 from rlvr_lib.eval.policy_eval import EvalSpec
+from rlvr_lib.lora import LoraSettings
 from rlvr_lib.rollout.engines import ENGINES
 from rlvr_lib.schedules import LR_SCHEDULES
 from rlvr_lib.tasks import DEFAULT_TASK, get_task
@@ -62,6 +63,8 @@ class TrainerConfig(ConfigBase):
         eval_every: Evaluate the policy with ``eval_spec`` after every ``eval_every`` steps (*, 0 = never); the
             results go to ``<run folder>/eval/step_<k>.json`` and to the trackers as ``eval/...``.
         eval_spec: The evaluation (`rlvr_lib.eval.EvalSpec`) run every ``eval_every`` steps (*, ``None``).
+        lora: Train LoRA adapters (`rlvr_lib.lora.LoraSettings`: r, alpha, target modules, dropout) instead of the
+            whole model; the KL anchor's reference is then the adapter-free base (*, ``None``: full fine-tuning).
     """
 
     method: str = "grpo"
@@ -101,6 +104,7 @@ class TrainerConfig(ConfigBase):
     report_to: tuple[str, ...] = field(default=(), metadata={OMIT_IF_DEFAULT: True})
     eval_every: int = field(default=0, metadata={OMIT_IF_DEFAULT: True})
     eval_spec: EvalSpec | None = field(default=None, metadata={OMIT_IF_DEFAULT: True})
+    lora: LoraSettings | None = field(default=None, metadata={OMIT_IF_DEFAULT: True})
 
     def __post_init__(self) -> None:
         # Settings layers (config files, --set) pass lists and mappings: the list fields as tuples, the spec as one.
@@ -109,6 +113,8 @@ class TrainerConfig(ConfigBase):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         if isinstance(self.eval_spec, dict):
             object.__setattr__(self, "eval_spec", EvalSpec.from_dict(self.eval_spec))
+        if isinstance(self.lora, dict):
+            object.__setattr__(self, "lora", LoraSettings.from_dict(self.lora))
         super().__post_init__()
 
     def validate(self) -> None:
@@ -156,6 +162,11 @@ class TrainerConfig(ConfigBase):
             raise ValueError(f"{self.method}: method_options: {err}") from None  # as the method's own checks say it
         self._validate_rewards(METHODS[self.method].cls)
         self._validate_logging()
+        self.check(self.lora is None or isinstance(self.lora, LoraSettings), "lora", self.lora,
+                   "None or an rlvr_lib.lora.LoraSettings (or its dict: r, alpha, target_modules, dropout)")
+        self.check(self.lora is None or self.engine not in ("vllm", "vllm-server"), "engine", self.engine,
+                   "an in-process engine ('kvcache' or 'hf') with lora: the vLLM engines sync whole weights, "
+                   "not adapters")
 
     def _validate_rewards(self, method_cls) -> None:
         from rlvr_lib.rewards.callables import resolve_reward_func
