@@ -134,3 +134,13 @@ def test_lora_run_resumes_from_its_checkpoint_and_saves_a_merged_model(tmp_path)
     assert untimed(resumed.history) == untimed(whole.history)
     saved = AutoModelForCausalLM.from_pretrained(tmp_path / "whole" / "model")
     assert not any("lora" in n for n, _ in saved.named_parameters())
+
+
+@pytest.mark.parametrize("field, value", [("lora", {"r": 4}), ("report_to", ("tensorboard",))])
+def test_trl_backend_refuses_the_native_loops_options(field, value, tmp_path):
+    from rlvr_lib.backends.trl import check_hostable, grpo_args
+    from rlvr_lib.methods import build_method
+
+    config = TrainerConfig(**SMALL, **{field: value})
+    with pytest.raises(ValueError, match=f"TRL backend: TrainerConfig.{field}=.* is the native loop's"):
+        check_hostable(build_method(config), config, grpo_args(config, str(tmp_path), processes=1), 1)

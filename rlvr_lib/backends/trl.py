@@ -186,6 +186,13 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
     """Refuse, with one ``ValueError`` line naming the method, the setting and what is allowed, what the backend cannot host."""
     name = method.name
     _check_split(config, processes)
+    native_only = {"lora": "train adapters with the native backend",
+                   "eval_every": "evaluate afterwards with rlvr_lib.eval, or use the native backend",
+                   "report_to": "give TRL's own: --trl-set report_to=tensorboard"}
+    for field, instead in native_only.items():
+        if getattr(config, field) not in (None, 0, ()):
+            raise ValueError(f"TRL backend: TrainerConfig.{field}={getattr(config, field)!r} is the native loop's "
+                             f"and is not hosted here: {instead}")
     if args.eval_strategy != "no":
         raise ValueError(f"TRL backend: eval_strategy={getattr(args.eval_strategy, 'value', args.eval_strategy)!r} "
                          "is not hosted (the method's loss "
