@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 import matplotlib
@@ -9,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 
 import pytest
+import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 
 from rlvr_lib.study import plots
@@ -414,3 +416,56 @@ def test_when_it_helps_reads_the_map_a_committed_notebook_stores():
     assert [t.get_text() for t in ax.get_yticklabels()] == list(data["runs"])
     assert len(ax.texts) == sum(len(b) for b in data["runs"].values())
     assert ax.get_xlabel() == f"bucket of {data['property']}"
+
+
+# ---------------------------------------------------------------- the claims overview (README's headline figure)
+@pytest.mark.parametrize("row, expected", [
+    ({"our_effect": 0.3, "low": 0.1, "high": 0.5, "threshold": 0.2, "expect": ">"}, (0.1, -0.1, 0.3)),
+    ({"our_effect": 0.3, "low": 0.1, "high": 0.5, "threshold": 0.2, "expect": "<"}, (-0.1, -0.3, 0.1)),
+    # within 0.2 +- 0.25: the farthest end (0.5) is 0.3 away -> low -0.05; the threshold is inside -> high 0.25
+    ({"our_effect": 0.3, "low": 0.1, "high": 0.5, "threshold": 0.2, "expect": "within", "margin": 0.25},
+     (0.15, -0.05, 0.25)),
+    # within, threshold outside the interval: high is margin minus the nearest end's distance
+    ({"our_effect": 0.5, "low": 0.4, "high": 0.6, "threshold": 0.2, "expect": "within", "margin": 0.5},
+     (0.2, 0.1, 0.3)),
+])
+def test_oriented_distance_is_positive_on_the_papers_side(row, expected):
+    assert plots.oriented_distance(row) == pytest.approx(expected)
+
+
+def test_oriented_distance_without_an_interval_is_nan_at_the_ends():
+    point, low, high = plots.oriented_distance({"our_effect": 0.3, "low": None, "high": None, "threshold": 0.2})
+    assert point == pytest.approx(0.1) and math.isnan(low) and math.isnan(high)
+
+
+def test_claims_overview_orders_papers_and_places_every_claim_at_its_distance():
+    from rlvr_lib.study.report import claims_rows
+
+    rows = claims_rows()
+    fig = plots.plot_claims_overview(rows)
+    panels = [a for a in fig.axes if a.get_visible()]
+    from rlvr_lib.study.claims.tables import PAPER_NAMES
+    assert [a.get_title(loc="left").split(" (")[0] for a in panels] == [p for p in PAPER_NAMES
+                                                                        if any(r["paper"] == p for r in rows)]
+    for panel in panels:
+        paper = panel.get_title(loc="left").split(" (")[0]
+        expected = sorted(plots.oriented_distance(r)[0] for r in rows if r["paper"] == paper)
+        drawn = sorted(x for line in panel.get_lines() if line.get_marker() == "o" for x in line.get_xdata())
+        assert drawn == pytest.approx(expected)
+    # the sign of the interval's low end is the verdict, for every tested claim of the committed notebooks
+    for r in rows:
+        if r["verdict"] in ("reproduced", "not specific") and not math.isnan(plots.oriented_distance(r)[1]):
+            assert plots.oriented_distance(r)[1] > 0, r["id"]
+        if r["verdict"] == "contradicted" and not math.isnan(plots.oriented_distance(r)[2]):
+            assert plots.oriented_distance(r)[2] < 0, r["id"]
+    labels = fig.legends[0].get_texts()
+    assert {t.get_text().split(" (")[0] for t in labels} == {r["verdict"] for r in rows}
+    plt.close(fig)
+
+
+def test_claims_overview_refuses_bad_input():
+    with pytest.raises(ValueError, match="ncols"):
+        plots.plot_claims_overview([{"notebook": "n", "id": "a", "claim": "c", "paper": "SAGE", "our_effect": 0.1,
+                                     "low": 0.0, "high": 0.2, "threshold": 0.0, "verdict": "reproduced"}], ncols=0)
+    with pytest.raises(ValueError):
+        plots.plot_claims_overview([])

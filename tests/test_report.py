@@ -33,9 +33,13 @@ def test_readme_is_a_front_page_whose_rendered_parts_match_the_results():
         assert section(README, *marked(name)) == parts[name], f"README's {name}: run `python -m rlvr_lib.study report`"
     assert parts["scorecard"].startswith("**Scorecard**") and "| all |" in parts["scorecard"]
     assert 1 <= len(parts["found"].splitlines()) <= 10
-    # The first screen: what this is, the headline figure and the scorecard come before any section.
-    head = README.read_text().split("\n## ", 1)[0]
-    assert "![" in head and "docs/figures/claims.png" in head and marked("scorecard")[0] in head
+    # The first screen: what this is, the two commands, the headline figure and the scorecard, in that order,
+    # before any other section.
+    text = README.read_text()
+    head = text.split("\n## ", 2)
+    assert head[1].startswith("The two commands\n") and "make test " in head[1] and "make reproduce " in head[1]
+    assert "![" in head[1] and "docs/figures/claims.png" in head[1] and marked("scorecard")[0] in head[1]
+    assert text.index("make reproduce ") < text.index("docs/figures/claims.png") < text.index(marked("scorecard")[0])
     # Every page README links (the paper pages of the methods table included) is in the repository.
     links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", README.read_text())
     assert links and [link for link in links if not (README.parent / link).exists()] == []

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,8 @@ from rlvr_lib.study.stats import aggregate_seeds
 from rlvr_lib.validation import check, check_int, check_range, invalid, is_real
 
 __all__ = [
+    "oriented_distance",
+    "plot_claims_overview",
     "DEFAULT_METRICS",
     "FOREST_KEYS",
     "GUIDE_COLOR",
@@ -1129,6 +1132,100 @@ def plot_claims_forest(
     labels = sorted(handles, key=order.index)
     _legend_outside(axes[0], handles=[handles[lab] for lab in labels], labels=labels, fontsize="small")
     return _finish(fig, title, path)  # the figure's title: each panel's names its notebook
+
+
+def oriented_distance(row: Mapping[str, Any]) -> tuple[float, float, float]:
+    """A claim's distance from its threshold, signed so that positive is the paper's side: ``(point, low, high)``.
+
+    ``expect ">"``: ``effect - threshold``; ``"<"``: ``threshold - effect``; ``"within"`` (margin ``m``):
+    ``m - |effect - threshold|``, whose interval is ``[m - max |end - threshold|, m - min |x - threshold|]`` over the
+    interval's points ``x`` (0 when the threshold lies inside it). A claim is reproduced exactly when ``low > 0``;
+    ``low``/``high`` are NaN without an interval.
+    """
+    e, lo, hi, t = (float(row[k]) if row[k] is not None else math.nan for k in ("our_effect", "low", "high", "threshold"))
+    expect = row.get("expect", ">")
+    if expect == ">":
+        return e - t, lo - t, hi - t
+    if expect == "<":
+        return t - e, t - hi, t - lo
+    m = float(row["margin"])
+    if math.isnan(lo):
+        return m - abs(e - t), math.nan, math.nan
+    nearest = 0.0 if lo <= t <= hi else min(abs(lo - t), abs(hi - t))
+    return m - abs(e - t), m - max(abs(lo - t), abs(hi - t)), m - nearest
+
+
+def plot_claims_overview(
+    rows: Sequence[Mapping[str, Any]],
+    title: str | None = None,
+    path: str | Path | None = None,
+    *,
+    ncols: int = 2,
+) -> Figure:
+    """Every claim at a glance (README's headline figure): one panel per paper, each claim's
+    :func:`oriented_distance` from its threshold with its 95% interval, coloured by verdict.
+
+    Right of 0 is the paper's side: an interval wholly right of 0 is ``reproduced``, wholly left ``contradicted``,
+    across 0 ``unresolved`` (the verdict colours are the notebooks' own, :data:`VERDICT_COLORS`; ``premise absent``
+    rows are drawn hollow, at the distance their interval alone gives). Rows are sorted by distance within a paper,
+    without tick labels: the per-notebook forests (:func:`plot_claims_forest`) name each claim. The x axis is
+    symmetric-log (linear within +-0.05), since claims are in their own units.
+
+    Args:
+        rows: As :func:`plot_claims_forest` (``expect`` and, for ``"within"``, ``margin`` used; ``expect`` ">" when
+            absent).
+        ncols: Panels per row of the grid.
+
+    Raises:
+        ValueError: as :func:`plot_claims_forest`, or ``ncols`` < 1.
+    """
+    rows = _check_forest_rows(rows)
+    if not isinstance(ncols, int) or ncols < 1:
+        raise ValueError(f"ncols must be an integer >= 1, got {ncols!r}")
+    papers: dict[Any, list[tuple[tuple[float, float, float], dict[str, Any]]]] = {}
+    from rlvr_lib.study.claims.tables import PAPER_NAMES
+
+    for row in sorted(rows, key=lambda r: PAPER_NAMES.index(r["paper"]) if r["paper"] in PAPER_NAMES else len(PAPER_NAMES)):
+        papers.setdefault(row["paper"], []).append((oriented_distance(row), row))
+    nrows = -(-len(papers) // ncols)
+    tallest = max(len(v) for v in papers.values())
+    fig, grid = plt.subplots(nrows, ncols, figsize=(5.2 * ncols, 0.5 + nrows * (0.6 + 0.085 * tallest)),
+                             squeeze=False, constrained_layout=True)
+    counts = Counter(r["verdict"] for r in rows)
+    for panel, (paper, mine) in zip(grid.flat, papers.items()):
+        mine.sort(key=lambda dr: dr[0][0])
+        panel.axvline(0.0, color="black", linewidth=1.0)
+        for verdict, colour in VERDICT_COLORS.items():
+            these = [(y, d) for y, (d, r) in enumerate(mine) if r["verdict"] == verdict]
+            if not these:
+                continue
+            points = [d[0] for _, d in these]
+            hollow = verdict == "premise absent"
+            panel.errorbar(points, [y for y, _ in these],
+                           xerr=_xerr(points, [d[1] for _, d in these], [d[2] for _, d in these]),
+                           fmt="o", markersize=3.5, color=colour, ecolor=colour, elinewidth=1.2,
+                           markerfacecolor="white" if hollow else colour,
+                           label=f"{verdict} ({counts[verdict]})", zorder=3)
+        panel.set_xscale("symlog", linthresh=0.05, linscale=1.5)
+        lo, hi = panel.get_xlim()
+        ticks = [t for t in (-100, -10, -1, -0.1, 0, 0.1, 1, 10, 100) if lo <= t <= hi]
+        panel.set_xticks(ticks, [f"{t:g}" for t in ticks])
+        panel.xaxis.set_minor_locator(NullLocator())
+        panel.set_yticks([])
+        panel.set_ylim(len(mine) - 0.5, -0.5)
+        panel.set_title(f"{paper} ({len(mine)} claims)", loc="left", fontsize="medium", fontweight="bold")
+        panel.set_xlabel("distance from the threshold, paper's side > 0", fontsize="small")
+    for panel in list(grid.flat)[len(papers):]:
+        panel.set_visible(False)
+    handles = {}
+    for panel in grid.flat:
+        for handle, label in zip(*panel.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    order = [f"{v} ({counts[v]})" for v in VERDICT_COLORS]
+    labels = sorted(handles, key=order.index)
+    fig.legend([handles[lab] for lab in labels], labels, loc="outside lower center", ncols=len(labels),
+               fontsize="small", frameon=False)
+    return _finish(fig, title, path)
 
 
 def plot_paired_gain(

@@ -1079,8 +1079,8 @@ def claims_rows(root: str | Path | None = None) -> list[dict]:
 
 
 def write_claims_figure(path: Path = CLAIMS_FIGURE, root: str | Path | None = None) -> Path:
-    """README's headline figure: every claim's effect and interval against its threshold, coloured by verdict
-    (`rlvr_lib.study.plots.plot_claims_forest` over `claims_rows`), written to ``path``."""
+    """README's headline figure: every claim's distance from its threshold with its interval, one panel per paper,
+    coloured by verdict (`rlvr_lib.study.plots.plot_claims_overview` over `claims_rows`), written to ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -1089,7 +1089,7 @@ def write_claims_figure(path: Path = CLAIMS_FIGURE, root: str | Path | None = No
     from rlvr_lib.study import plots
 
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig = plots.plot_claims_forest(claims_rows(root), title="Every paper claim the notebooks test", path=path)
+    fig = plots.plot_claims_overview(claims_rows(root), title="Every paper claim the notebooks test", path=path)
     plt.close(fig)
     return path
 
