@@ -96,3 +96,10 @@ def test_command_line_trains_with_a_reward_function_trackers_and_evaluations(tmp
     assert record["config"]["train"]["reward_funcs"] == ["my_rewards:short"]
     logged = [v for _, v in scalars["reward_fn_short"]]  # TensorBoard keeps float32
     assert [row["reward_fn_short"] for row in record["history"]] == pytest.approx(logged, rel=1e-6)
+
+
+def test_progress_bar_is_off_without_a_terminal(tiny_model_and_tokenizer, capsys):
+    model, tok = tiny_model_and_tokenizer
+    trainer = Trainer(TrainerConfig(**{**SMALL, "steps": 1}), copy.deepcopy(model), tok)
+    trainer.train(progress=True)  # pytest's captured stderr is not a TTY: tqdm's disable=None turns the bar off
+    assert "reward=" not in capsys.readouterr().err
