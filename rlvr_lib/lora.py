@@ -33,6 +33,8 @@ class LoraSettings(ConfigBase):
     def __post_init__(self) -> None:
         if isinstance(self.target_modules, list):
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
+        if isinstance(self.alpha, int) and not isinstance(self.alpha, bool):  # one spelling, one key: 16 -> 16.0
+            object.__setattr__(self, "alpha", float(self.alpha))
         super().__post_init__()
 
     def validate(self) -> None:

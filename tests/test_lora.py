@@ -81,6 +81,7 @@ def test_lora_settings_are_checked_and_off_by_default():
     config = TrainerConfig(lora={"r": 8, "target_modules": ["q_proj", "v_proj"], "dropout": 0.05})
     assert config.lora == LoraSettings(r=8, target_modules=("q_proj", "v_proj"), dropout=0.05)
     assert TrainerConfig.from_dict(config.to_dict()) == config
+    assert LoraSettings(alpha=16).to_dict() == LoraSettings(alpha=16.0).to_dict()  # one key for one setting
     with pytest.raises(ValueError, match="LoraSettings.r=0 is invalid"):
         LoraSettings(r=0)
     with pytest.raises(ValueError, match="target_modules"):
