@@ -8,7 +8,10 @@ inputs first, before it loads a model or writes anything; what fails after that 
 (``accelerate launch --multi_gpu [...] -m rlvr_lib train ...`` or
 ``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``. With ``--backend trl`` the
 method runs on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`; ``--trl-set KEY=VALUE`` sets ``GRPOConfig`` fields).
-The study's commands (calibrate, calibrate-threepo, tune-lr, plateau, reproduce, ...) are
+Every command takes ``--import MODULE`` (a user's methods, tasks and rewards; `rlvr_lib.plugins`, which also loads
+installed packages' ``rlvr_lib.plugins`` entry points) and ``--threads N`` (`default_threads`); ``train`` and
+``evaluate`` take ``--dataset`` (a Hub data set or a local file as a `MathTask`, with ``--prompt-column`` /
+``--answer-column`` / ``--split``). The study's commands (calibrate, calibrate-threepo, tune-lr, plateau, reproduce, ...) are
 ``python -m rlvr_lib.study``.
 """
 
@@ -33,10 +36,11 @@ STUDY_COMMANDS = ("calibrate", "calibrate-threepo", "tune-lr", "plateau", "repro
 
 INT_FLAGS: dict[str, tuple[int, int]] = {
     "pretrain --seed": (0, 2**32 - 1), "pretrain --steps": (1, 10_000_000),
-    "train --steps": (1, 1_000_000),
+    "train --steps": (1, 1_000_000), "train --eval-every": (0, 1_000_000),
     "evaluate --problems": (1, 1_000_000), "evaluate --samples": (1, 100_000), "evaluate --group-size": (1, 100_000),
     "evaluate --max-new-tokens": (1, 100_000), "evaluate --seed": (0, 2**32 - 1),
     "evaluate --batch-size": (1, 1_000_000),
+    "pretrain --threads": (1, 4096), "train --threads": (1, 4096), "evaluate --threads": (1, 4096),
 }
 """Every integer flag's allowed range ``(lowest, highest)``: a value outside is a usage error naming the flag, the
 value and the range. ``train``'s config fields (``--config``, ``--set``) have theirs in
@@ -67,6 +71,115 @@ def _pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
+LOCAL_PROCESS_ENV = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+"""Variables a launcher sets to the number of processes on this host (torchrun and ``accelerate launch``:
+``LOCAL_WORLD_SIZE``; Open MPI, MPICH), read in this order by `default_threads`."""
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def local_processes(env=None) -> int:
+    """The processes of this launch on this host: the first of `LOCAL_PROCESS_ENV` that is set, else 1."""
+    env = os.environ if env is None else env
+    for name in LOCAL_PROCESS_ENV:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return 1
+
+
+def default_threads(env=None, cores: int | None = None) -> int:
+    """``--threads``' default: ``OMP_NUM_THREADS`` when set (a choice made before the command ran; torchrun and
+    ``accelerate launch`` set it to 1 for several processes unless it is set), else the host's cores divided by
+    the processes on this host (`local_processes`), at least 1."""
+    env = os.environ if env is None else env
+    omp = env.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
+    return max(1, (host_cores() if cores is None else cores) // local_processes(env))
+
+
+def apply_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)`` and, while torch still allows it (before its first parallel work, once
+    per process), ``torch.set_num_interop_threads(threads)``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != threads:
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:  # already set, or parallel work started (a second command in one process)
+            pass
+
+
+def _prelude(func):
+    """A command run after what every command does first: ``--threads`` applied, ``--import`` modules imported
+    (before any name is resolved)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from rlvr_lib.plugins import PluginError, import_plugins
+
+        apply_threads(args.threads if args.threads is not None else default_threads())
+        try:
+            import_plugins(args.imports, "--import")
+        except PluginError as err:
+            raise UsageError(f"argument {err}") from None
+        return func(args)
+
+    run.__name__ = run.__qualname__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def _add_common(p: argparse.ArgumentParser, command: str) -> None:
+    """The flags every command takes: ``--import`` and ``--threads``."""
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a plugin first (repeatable): a module name or a path to a .py file that registers "
+                        "methods, tasks or rewards (installed packages' 'rlvr_lib.plugins' entry points load by "
+                        "themselves)")
+    p.add_argument("--threads", type=_int_flag(command, "--threads"), default=None,
+                   help="torch CPU threads (intra- and inter-op; default: OMP_NUM_THREADS if set, else the host's "
+                        f"cores / the processes on this host); {_range(command, '--threads')}")
+
+
+DATASET_FLAGS = {"source": "--dataset", "prompt_column": "--prompt-column", "answer_column": "--answer-column",
+                 "split": "--split"}
+"""``--dataset`` and its flags: ``{dataset block key: flag}`` (`rlvr_lib.config_files.use_dataset`)."""
+
+
+def _dataset_block(args: argparse.Namespace) -> dict | None:
+    """The ``dataset`` block the flags give (``None`` without ``--dataset``); a column flag without it, or with
+    ``--task``, is a usage error."""
+    given = {key: getattr(args, key if key != "source" else "dataset") for key in DATASET_FLAGS}
+    given = {key: value for key, value in given.items() if value is not None}
+    if "source" not in given:
+        extra = [DATASET_FLAGS[key] for key in given]
+        if extra:
+            raise UsageError(f"argument {extra[0]}: only with --dataset (a Hub data set name or a local "
+                             ".jsonl/.json/.csv/.parquet file)")
+        return None
+    if args.task is not None:
+        raise UsageError("argument --dataset: not with --task (the data set is the task)")
+    return given
+
+
+def _add_dataset_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dataset", default=None, metavar="NAME_OR_FILE",
+                   help="your data as the task (a MathTask, graded by math-verify): a Hub data set name or a local "
+                        ".jsonl/.json/.csv/.parquet file (datasets.load_dataset); instead of --task")
+    p.add_argument("--prompt-column", dest="prompt_column", default=None,
+                   help="--dataset: the question's column (default: prompt)")
+    p.add_argument("--answer-column", dest="answer_column", default=None,
+                   help="--dataset: the gold answer's column (default: answer)")
+    p.add_argument("--split", default=None, help="--dataset: the split to train on / evaluate (default: train)")
+
+
 DTYPES = ("bfloat16", "float16", "float32")
 """``train --dtype`` choices (torch dtype names)."""
 
@@ -88,7 +201,8 @@ def _train(args: argparse.Namespace) -> int:
     _check_train_out(out, config)
     try:
         with hub_data_errors("train", config.task):
-            trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args)
+            trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args,
+                            progress=not args.no_progress)
     except CheckpointError as err:  # damage only a full read finds (a sha256 mismatch): one line, status 1
         raise SystemExit(f"python -m rlvr_lib train: error: {' '.join(str(err).split())}") from None
     if trained is not None:  # rank 0
@@ -148,7 +262,8 @@ def _check_shardable(config) -> None:
         check_shardable(config)
 
 
-TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps"}
+TRAIN_FLAGS = {"task": "--task", "policy": "--model", "engine": "--engine", "steps": "--steps",
+               "reward_funcs": "--reward-func", "report_to": "--report-to", "eval_every": "--eval-every"}
 """``train``'s flags that set a `TrainerConfig` field: ``{field: flag}``."""
 
 
@@ -162,10 +277,21 @@ def _train_config(args: argparse.Namespace):
     with flag_errors({}, "--set"):
         assignments = parse_assignments(args.set)
     flags = {field: value for field, value in (("task", args.task), ("policy", args.model), ("engine", args.engine),
-                                               ("steps", args.steps)) if value is not None}
+                                               ("steps", args.steps), ("eval_every", args.eval_every),
+                                               ("reward_funcs", args.reward_funcs and tuple(args.reward_funcs)),
+                                               ("report_to", args.report_to and tuple(args.report_to)))
+             if value is not None}
+    block = _dataset_block(args)
+    if block is not None:
+        with flag_errors(DATASET_FLAGS, "--dataset"):
+            from rlvr_lib.config_files import use_dataset
+
+            flags["task"] = use_dataset(block, "--dataset")
     # The flag named for a bad field is the last layer that set it (the one build_config kept).
     where = {field: "--config" for field in file} | {field: "--set" for field in assignments}
     where |= {field: TRAIN_FLAGS[field] for field in flags}
+    if block is not None:
+        where["task"] = "--dataset"
     where["method"] = "--method" if args.method is not None else where.get("method", "--method")
     layers = [(args.config, file)] if args.config else []
     with flag_errors(where, "--set" if assignments else "--config" if args.config else "--method"):
@@ -253,9 +379,15 @@ def _evaluate(args: argparse.Namespace) -> int:
     check_model("--model", args.model)
     check_out_file("--out", args.out)
     given = {field: getattr(args, field) for field in EVAL_FLAGS if getattr(args, field) is not None}
+    block = _dataset_block(args)
+    if block is not None:
+        from rlvr_lib.config_files import use_dataset
+
+        with flag_errors(DATASET_FLAGS, "--dataset"):
+            given["task"] = use_dataset(block, "--dataset")
     if "families" in given:
         given["families"] = tuple(given["families"])
-    with flag_errors(EVAL_FLAGS, "--task"):
+    with flag_errors(EVAL_FLAGS | ({"task": "--dataset"} if block is not None else {}), "--task"):
         spec = EvalSpec.from_dict(given)
     model, tokenizer = load_policy(args.model)
     with hub_data_errors("evaluate", spec.task):
@@ -315,7 +447,8 @@ def build_parser() -> OneLineParser:
                         "twice its width (about 4x the parameters)")
     p.add_argument("--out", default=None,
                    help="output directory (default: the size's checkpoint, rlvr_lib/policy/checkpoints/<size>-mul)")
-    p.set_defaults(func=_pretrain, parser=p)
+    _add_common(p, "pretrain")
+    p.set_defaults(func=_prelude(_pretrain), parser=p)
     r = sub.add_parser("train", help="train one method (one process, or several under accelerate launch / torchrun)")
     r.add_argument("--method", default=None, help="registered method (default: the config file's `method`)")
     r.add_argument("--task", default=None, help="registered task (default: the method's / config's)")
@@ -323,12 +456,22 @@ def build_parser() -> OneLineParser:
     r.add_argument("--engine", default=None, help="rollout engine: kvcache (default), hf, vllm or vllm-server")
     r.add_argument("--server-url", default=None, metavar="URL",
                    help="--engine vllm-server: the vLLM server, e.g. http://127.0.0.1:8000 (docs/scaling-out.md)")
-    r.add_argument("--config", type=existing_file, default=None, help="YAML/JSON file of TrainerConfig fields (see configs/)")
+    r.add_argument("--config", type=existing_file, default=None,
+                   help="YAML/JSON file of TrainerConfig fields, `imports:` and a `dataset:` block (see configs/)")
     r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="override a TrainerConfig field (repeatable; VALUE: JSON, a YAML {...}/[...], else a string)")
     r.add_argument("--steps", type=_int_flag("train", "--steps"), default=None,
                    help=f"RL steps (overrides the config); {_range('train', '--steps')}")
     r.add_argument("--dtype", default="float32", choices=DTYPES, help="parameter dtype of the policy")
+    r.add_argument("--reward-func", dest="reward_funcs", action="append", default=None, metavar="MODULE:FUNCTION",
+                   help="a reward function with TRL's signature (repeatable; an import path or a registered name), "
+                        "summed with the verifier's reward (reward_weights, use_verifier: --set)")
+    r.add_argument("--report-to", nargs="+", default=None, metavar="TRACKER",
+                   help="log each step to these trackers: tensorboard, wandb, trackio, mlflow, ... (files under "
+                        "--out/logs)")
+    r.add_argument("--eval-every", type=_int_flag("train", "--eval-every"), default=None,
+                   help="evaluate every N steps with eval_spec (--set eval_spec={...}); records in --out/eval")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar (it is off without a terminal too)")
     r.add_argument("--backend", default="native", choices=BACKENDS,
                    help="training loop: native (rlvr_lib.trainer, default) or trl (TRL's GRPOTrainer running the "
                         "method's hooks, rlvr_lib.backends.trl; --engine vllm uses TRL's vLLM)")
@@ -336,7 +479,9 @@ def build_parser() -> OneLineParser:
                    help="--backend trl: a GRPOConfig field (repeatable), e.g. vllm_mode=server, logging_steps=10")
     r.add_argument("--out", default=None,
                    help="output folder of the checkpoint, final model and run record (default: runs/<method>-s<seed>)")
-    r.set_defaults(func=_train, parser=r)
+    _add_dataset_flags(r)
+    _add_common(r, "train")
+    r.set_defaults(func=_prelude(_train), parser=r)
     e = sub.add_parser("evaluate", help="evaluate a policy on a task's families (pass@k, diversity, diagnostics)")
     e.add_argument("--model", default=None, help="hub name or local path, e.g. runs/<run>/model (default: the "
                                                   "embedded tiny policy)")
@@ -358,7 +503,9 @@ def build_parser() -> OneLineParser:
     e.add_argument("--batch-size", type=_int_flag("evaluate", "--batch-size"), default=512,
                    help=f"rollouts per forward; {_range('evaluate', '--batch-size')}")
     e.add_argument("--out", default=None, help="JSON path of the summary (default: eval.json)")
-    e.set_defaults(func=_evaluate, parser=e)
+    _add_dataset_flags(e)
+    _add_common(e, "evaluate")
+    e.set_defaults(func=_prelude(_evaluate), parser=e)
     return parser
 
 

@@ -1,7 +1,9 @@
 """`TrainerConfig`s from YAML/JSON files and ``key=value`` overrides (``python -m rlvr_lib train``, ``configs/``).
 
-A settings file is a mapping of `TrainerConfig` fields, optionally with ``method`` (whose preset applies first)::
+A settings file is a mapping of `TrainerConfig` fields, optionally with ``method`` (whose preset applies first),
+``imports`` (plugin modules, `rlvr_lib.plugins`) and ``dataset`` (a user's data as the task, `use_dataset`)::
 
+    imports: [my_pkg.methods]
     method: sage
     policy: Qwen/Qwen2.5-Math-7B
     lr: 5e-6
@@ -27,14 +29,14 @@ from rlvr_lib.methods import build_method, method_config
 from rlvr_lib.trainer_config import TrainerConfig
 from rlvr_lib.validation import check, invalid, is_int
 
-__all__ = ["CONFIG_INT_BOUNDS", "build_config", "config_from_file", "load_settings", "parse_assignments",
-           "parse_value"]
+__all__ = ["CONFIG_INT_BOUNDS", "EXTRA_KEYS", "build_config", "config_from_file", "load_settings",
+           "parse_assignments", "parse_value", "use_dataset"]
 
 CONFIG_INT_BOUNDS: dict[str, tuple[int, int]] = {
     "steps": (1, 1_000_000), "train_pool_size": (1, 10_000_000), "prompts_per_step": (1, 100_000),
     "group_size": (1, 100_000), "max_new_tokens": (1, 1_000_000), "inner_epochs": (1, 10_000),
     "minibatches": (1, 10_000_000), "rollout_batch_size": (1, 1_000_000), "seed": (0, 2**32 - 1),
-    "checkpoint_every": (0, 1_000_000),
+    "checkpoint_every": (0, 1_000_000), "eval_every": (0, 1_000_000),
 }
 """The allowed range ``(lowest, highest)`` of every integer `TrainerConfig` field a settings file, ``--set`` or a
 flag gives (`build_config`): beyond any run this library is meant for, below what would overflow or never end."""
@@ -99,7 +101,47 @@ def _check_keys(settings: Mapping[str, Any], source: str) -> None:
     fields = sorted(TrainerConfig.__dataclass_fields__)
     for key in settings:
         if key not in TrainerConfig.__dataclass_fields__:
-            raise invalid(f"{source} key", key, f"a TrainerConfig field, one of {fields}")
+            raise invalid(f"{source} key", key, f"a TrainerConfig field, one of {fields}, or one of {list(EXTRA_KEYS)}")
+
+
+EXTRA_KEYS = ("imports", "dataset")
+"""Keys of a settings layer that are not `TrainerConfig` fields: ``imports`` (plugin modules imported before any
+name is resolved, `rlvr_lib.plugins.import_plugins`) and ``dataset`` (a `use_dataset` block that sets ``task``)."""
+
+
+def use_dataset(block: Any, source: str = "dataset") -> str:
+    """Register the `rlvr_lib.tasks.math_task.dataset_task` a ``dataset:`` block describes (``source`` required;
+    ``prompt_column``, ``answer_column``, ``split``, ``hub_config``, ``solution_column``) and return its task name.
+    The same block gives the same name, registered once per process. Raises ValueError naming a bad key or value
+    (a column that is not in the file lists its columns)."""
+    from rlvr_lib.tasks import TASKS, register_task
+    from rlvr_lib.tasks.math_task import DATASET_KEYS, dataset_task
+
+    check(isinstance(block, Mapping) and "source" in block, f"{source} dataset", block,
+          f"a mapping with `source` (a Hub data set name or a local file) and optionally {list(DATASET_KEYS[1:])}")
+    for key in block:
+        if key not in DATASET_KEYS:
+            raise invalid(f"{source} dataset key", key, f"one of {list(DATASET_KEYS)}")
+    task = dataset_task(**{k: v for k, v in block.items()})
+    if task.name not in TASKS:
+        register_task(task.name, task)
+    return task.name
+
+
+def _extra_keys(settings: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``settings`` without `EXTRA_KEYS`, once its ``imports`` are imported and its ``dataset`` registered (whose
+    task name becomes ``task``; a layer giving both is refused)."""
+    from rlvr_lib.plugins import import_plugins
+
+    settings = dict(settings)
+    import_plugins(settings.pop("imports", None), f"{source} imports")
+    if "dataset" in settings:
+        block = settings.pop("dataset")
+        if "task" in settings:
+            raise ValueError(f"{source}: both `task` ({settings['task']!r}) and `dataset` are given: a dataset is "
+                             "the task; give one of them")
+        settings["task"] = use_dataset(block, source)
+    return settings
 
 
 def _check_int_bounds(settings: Mapping[str, Any], source: str) -> None:
@@ -114,11 +156,14 @@ def _check_int_bounds(settings: Mapping[str, Any], source: str) -> None:
 def build_config(method: str | None, *layers: tuple[str, Mapping[str, Any]]) -> TrainerConfig:
     """A validated `TrainerConfig`: ``method``'s preset (``None``: the last a layer sets), then each ``(source, settings)`` layer.
 
-    Raises ValueError naming the key and its source on an unknown field, a missing or unknown method, or a bad value
-    (an integer out of `CONFIG_INT_BOUNDS` included).
+    A layer's ``imports`` are imported and its ``dataset`` registered first (`EXTRA_KEYS`), in layer order, before
+    any name is resolved. Raises ValueError naming the key and its source on an unknown field, a missing or unknown
+    method, or a bad value (an integer out of `CONFIG_INT_BOUNDS` included); `rlvr_lib.plugins.PluginError` (a
+    ValueError) on a plugin that cannot be imported.
     """
     overrides: dict[str, Any] = {}
     for source, settings in layers:
+        settings = _extra_keys(settings, source)
         _check_keys(settings, source)
         _check_int_bounds(settings, source)
         overrides.update(settings)

@@ -272,7 +272,7 @@ def test_evaluate_writes_the_summary_of_a_trained_folder(tmp_path, capsys):
 def test_evaluate_flag_errors_name_the_flag(capsys, tmp_path):
     assert "argument --samples: EvalSpec.samples=3 is invalid" in _error(
         capsys, ["evaluate", "--samples", "3", "--out", str(tmp_path / "e.json")])
-    assert "argument --task: EvalSpec.task='nope' is invalid" in _error(
+    assert "argument --task: EvalSpec.task='nope' is not registered" in _error(
         capsys, ["evaluate", "--task", "nope", "--out", str(tmp_path / "e.json")])
     assert "--out" in _error(capsys, ["evaluate", "--out", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []

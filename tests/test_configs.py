@@ -12,6 +12,20 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FILES = sorted(p for p in CONFIGS.iterdir() if p.suffix in SETTINGS_SUFFIXES)
 
 
+REFUSED = {"nudgerl_qwen3_4b.yaml": r"^nudgerl: task 'dapo_math_17k' has no hint pool \(hint_pool=None\)"}
+"""Configs the library refuses, in one line, until their task has what the method needs (issue 61 item 6): no
+hint pool is registered for DAPO-Math-17k, and NudgeRL without hints would silently train without any."""
+
+
+def _refused(path: Path) -> bool:
+    """For a config of `REFUSED`: check that building it is refused (without loading data) and return True."""
+    if path.name not in REFUSED:
+        return False
+    with pytest.raises(ValueError, match=REFUSED[path.name]):
+        config_from_file(path)
+    return True
+
+
 def test_the_four_papers_have_a_config():
     assert {load_settings(p)["method"] for p in FILES} >= {"nudgerl", "c3po", "sage", "vigor"}
 
@@ -20,6 +34,8 @@ def test_the_four_papers_have_a_config():
 def test_config_file_builds_a_valid_config(path):
     settings = load_settings(path)
     assert settings["method"] in METHODS
+    if _refused(path):
+        return
     config = config_from_file(path)  # TrainerConfig's checks, then the method's (method_options included)
     assert isinstance(config, TrainerConfig) and config.method == settings["method"]
     for key, value in settings.items():  # the file's values win over the method's preset
@@ -42,6 +58,8 @@ def test_config_file_trains_on_a_real_dataset_without_loading_it(path, monkeypat
         raise AssertionError(f"load_dataset{args} was called while building {path.name}")
 
     monkeypatch.setattr(datasets, "load_dataset", refuse)
+    if _refused(path):
+        return
     config = config_from_file(path)
     assert config.task in {"dapo_math_17k", "math_train"}  # the papers' training sets (PAPERS.md), by name
 

@@ -101,8 +101,8 @@ def test_eval_imports_neither_methods_nor_the_trainer(graph):
 
 
 LIBRARY = ("algos", "backends", "config", "config_files", "cli_checks", "distributed", "eval", "files", "kernels",
-           "lockfile", "methods", "policy", "rewards", "rollout", "run", "schedules", "seeding", "tasks", "tracking",
-           "trainer", "trainer_config", "validation")
+           "lockfile", "lora", "methods", "plugins", "policy", "rewards", "rollout", "run", "schedules", "seeding",
+           "tasks", "tracking", "trainer", "trainer_config", "validation")
 """The RL library: the top-level modules and packages of `rlvr_lib` outside the study harness. The harness,
 `rlvr_lib.study` (run cache, claims, pipeline, report, reproduce, calibration, plots, bench, probes, ...), builds on
 the library and may import it, never the other way round."""

@@ -275,7 +275,7 @@ def test_default_eval_spec_leaves_the_task_out_of_its_dict_and_hash():
 
 
 def test_eval_spec_validates_task_and_families_against_the_task(restore_tasks):
-    with pytest.raises(ValueError, match=r"EvalSpec.task='aime' is invalid: must be one of \[.*'arith'"):
+    with pytest.raises(ValueError, match=r"EvalSpec.task='aime' is not registered: must be one of \[.*'arith'"):
         EvalSpec(task="aime")
     register_task("toy_add", AddTask)
     assert EvalSpec(task="toy_add").families == ("small", "large", "shifted")  # the task's default_eval_families

@@ -17,7 +17,8 @@ from rlvr_lib.eval.diversity import modes_and_ari, strategy_entropy
 from rlvr_lib.eval.passk import pass_at_k_curve
 from rlvr_lib.eval.sampling import ScoredSamples, sample_and_score, sample_with_hints
 from rlvr_lib.rollout import SamplingParams
-from rlvr_lib.tasks import DEFAULT_TASK, MALFORMED, TIMEOUT, WRONG, get_task, task_names
+from rlvr_lib.tasks import DEFAULT_TASK, MALFORMED, TIMEOUT, WRONG, get_task
+from rlvr_lib.tasks.registry import check_task_name
 
 AVERAGE = "average"
 
@@ -48,12 +49,12 @@ class EvalSpec(ConfigBase):
 
     def __post_init__(self) -> None:
         if self.families is None:
-            self.check_choice("task", self.task, task_names())
+            check_task_name(self.task, "EvalSpec.task")
             object.__setattr__(self, "families", tuple(get_task(self.task).default_eval_families))
         super().__post_init__()
 
     def validate(self) -> None:
-        self.check_choice("task", self.task, task_names())
+        check_task_name(self.task, "EvalSpec.task")
         self.check(len(self.families) > 0, "families", self.families, "a non-empty tuple of family names")
         task = get_task(self.task)
         for family in self.families:

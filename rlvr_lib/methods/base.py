@@ -156,6 +156,14 @@ SAGE_LR = 5e-6
 """SAGE's lr (its code, LoRA r = 8): every SAGE preset's and its anchor baselines'."""
 
 
+def sample_problems(task, family: str, n: int = 8) -> list:
+    """Up to ``n`` problems of ``family`` (seed 0), for a `Method.check_task` that must look at problems (``[]``
+    for a family the task lacks, which `TrainerConfig` refuses); a task's error drawing them is raised."""
+    if family not in task.families:
+        return []
+    return task.family_problems(family, min(n, task.family_capacity(family)), seed=0)
+
+
 @dataclass(frozen=True)
 class NoOptions(ConfigBase):
     """The options of a method that takes none: any key in ``method_options`` is an error."""
@@ -204,6 +212,15 @@ class Method:
         except ValueError as err:
             raise ValueError(f"{self.name}: method_options: {err}") from None
         self.step = 0
+        from rlvr_lib.tasks import get_task
+
+        self.check_task(get_task(config.task))
+
+    def check_task(self, task) -> None:
+        """Refuse a task this method cannot run on as it is defined, rather than train a degraded method
+        silently: raise ValueError, one line naming the method, the task and what it lacks. Called once, when the
+        method is built (so ``python -m rlvr_lib train`` refuses before loading a model; a composite's components
+        each check theirs). `sample_problems` draws a few problems to look at. Default: any task."""
 
     @property
     def name(self) -> str:

@@ -339,6 +339,9 @@ class ClipCov(ActorOldLogprobs, Method):
 
 
 # ------------------------------------------------------------------------------ POPE
+_NO_ATTRIBUTE = object()
+
+
 def oracle_prefix(trace: str, ratio: float, max_tokens: int) -> str:
     """The first ``min(max_tokens, max(1, ceil(ratio * len(trace))))`` characters of ``trace`` ("" for "").
 
@@ -376,6 +379,24 @@ class POPE(Method):
     """
 
     Options = POPEOptions
+
+    def check_task(self, task) -> None:
+        """Refuse a task without oracle solutions: a `MathTask` without ``solution_field`` (its oracle trace is
+        only the boxed gold answer), or a task without that attribute whose first training problems have an empty
+        ``oracle_trace`` (`sample_problems`; a `MathTask` with one is trusted without loading its data)."""
+        from rlvr_lib.methods.base import sample_problems
+
+        solution_field = getattr(task, "solution_field", _NO_ATTRIBUTE)
+        if solution_field is None:
+            lacking = "has no solution column (solution_field=None: its oracle trace is only the boxed answer)"
+        elif solution_field is _NO_ATTRIBUTE and not any(p.oracle_trace for p in
+                                                         sample_problems(task, self.config.train_family)):
+            lacking = f"has no oracle solution for its {self.config.train_family!r} problems (empty oracle_trace)"
+        else:
+            return
+        raise ValueError(f"{self.name}: task {task.name!r} {lacking}: POPE's hint is a prefix of the oracle "
+                         "solution; give the task solutions (e.g. MathTask(..., solution_field=...)) or use another "
+                         "method")
 
     def hint(self, problem) -> str:
         """The partial-solution hint of ``problem`` (label, then the oracle prefix)."""

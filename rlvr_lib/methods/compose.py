@@ -62,8 +62,9 @@ EXCLUSIVE: dict[str, tuple[str, ...]] = {
 """Families of hooks that at most one component may override (the module docstring says why)."""
 
 COMBINED: tuple[str, ...] = ("on_step_start", "before_update", "extra_loss", "on_step_end", "state_dict",
-                             "load_state_dict")
-"""Hooks every overriding component runs, in the order of the names (docs/methods/compose.md gives each rule)."""
+                             "load_state_dict", "check_task")
+"""Hooks every overriding component runs, in the order of the names (docs/methods/compose.md gives each rule;
+``check_task``: each component checks the task when it is built)."""
 
 DERIVED: tuple[str, ...] = ("reads_parameters",)
 """Class attributes a composite takes from all its components: true when any component's is."""

@@ -34,13 +34,15 @@ import numpy as np
 import torch
 
 from rlvr_lib.config import ConfigBase
-from rlvr_lib.methods.base import Method, StepBatch
+from rlvr_lib.methods.base import Method, StepBatch, sample_problems
 from rlvr_lib.methods.registry import register_method
 from rlvr_lib.rollout.logprobs import sequence_logprobs
 from rlvr_lib.schedules import paper_schedule
 from rlvr_lib.tasks import CORRECT, get_task
 
 __all__ = ["NUDGERL_SETTINGS", "NudgeRL", "NudgeRLOptions"]
+
+_NO_ATTRIBUTE = object()
 
 
 @dataclass(frozen=True)
@@ -97,6 +99,23 @@ class NudgeRL(Method):
         self._task = get_task(config.task)
         self._stats: dict[str, float] = {}
         self._slots = {"hint_slots": 0, "dropped": 0, "droppable": 0, "missing": 0}
+
+    def check_task(self, task) -> None:
+        """Refuse a task without hints: one whose ``hint_pool`` is ``None`` (a `MathTask` built without one), or,
+        for a task without that attribute, one whose first problems of ``train_family`` have no hint. On such a
+        task every slot would fall to the no-hint sub-group (``nudge_missing_hint_share`` 1.0): GRPO plus the
+        distillation term, not NudgeRL."""
+        pool = getattr(task, "hint_pool", _NO_ATTRIBUTE)
+        if pool is None:
+            lacking = "has no hint pool (hint_pool=None)"
+        elif pool is _NO_ATTRIBUTE and not any(" ".join(str(h).split()) for p in sample_problems(task, self.config.train_family)
+                                                for h in task.hints(p)):
+            lacking = f"gives no hints for its {self.config.train_family!r} problems (Task.hints returned [])"
+        else:
+            return
+        raise ValueError(f"{self.name}: task {task.name!r} {lacking}: NudgeRL rolls out from the task's strategy "
+                         "hints and would train with none (every rollout hint-free); give the task a hint pool "
+                         "(e.g. MathTask(..., hint_pool=...), a Task whose hints() returns them) or use another method")
 
     # -- sampling ---------------------------------------------------------------------
     def rollouts_per_hint(self, group_size: int) -> int:

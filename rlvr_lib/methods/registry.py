@@ -74,13 +74,20 @@ def resolve_name(name, *, preset: bool = False, given=()) -> None:
     With ``preset=True`` a resolver refuses a name whose preset it cannot settle without the keys ``given``.
     """
     if isinstance(name, str):
+        if name not in METHODS:
+            from rlvr_lib.plugins import load_entry_points
+
+            load_entry_points()  # once per process: an installed package's methods (`rlvr_lib.plugins`)
         for resolver in NAME_RESOLVERS:
             resolver(name, preset=preset, given=frozenset(given))
 
 
-def unknown_method(name) -> ValueError:
-    """The error for a method name that is not registered, listing the registered ones."""
-    return ValueError(f"method={name!r} is not registered: must be one of {sorted(METHODS)}")
+def unknown_method(name, label: str = "method") -> ValueError:
+    """The error for a method name that is not registered, listing the registered ones and how to import one
+    (`rlvr_lib.plugins.missing_name`); ``label`` names the field (``"TrainerConfig.method"``)."""
+    from rlvr_lib.plugins import missing_name
+
+    return missing_name(label, name, METHODS)
 
 
 def build_method(config):

@@ -66,12 +66,13 @@ __all__ = [
     "SAMPLE_PATH",
     "MathFamily",
     "MathTask",
+    "dataset_task",
     "math500_task",
     "math_sample_task",
 ]
 
 DEFAULT_MATH_TEMPLATE = "{question}\nPut your final answer within \\boxed{}."
-LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet"}
+LOCAL_FORMATS = {".json": "json", ".jsonl": "json", ".parquet": "parquet", ".csv": "csv"}
 SAMPLE_PATH = Path(__file__).resolve().parent / "data" / "math_sample.jsonl"
 MATH500_SOURCE = "HuggingFaceH4/MATH-500"
 
@@ -130,7 +131,7 @@ def _load_arguments(source: Source) -> tuple[str, Any]:
     elif isinstance(source, (str, Path)) and str(source):
         return str(source), None  # a Hub name or a local dataset folder: `datasets` resolves it
     else:
-        raise invalid("source", source, "a Hub dataset name, a .json/.jsonl/.parquet path, or {split: path(s)}")
+        raise invalid("source", source, "a Hub dataset name, a .json/.jsonl/.csv/.parquet path, or {split: path(s)}")
     formats = {LOCAL_FORMATS.get(f.suffix.lower()) for f in files}
     check(len(formats) == 1 and None not in formats, "source", source,
           f"files of one local format: {sorted(LOCAL_FORMATS)}")
@@ -244,6 +245,21 @@ class MathTask(PromptedTask):
                              f"({type(exc).__name__}: {exc}); value: {str(value)[:200]!r}") from None
         check(text is None or isinstance(text, str), attr, text, "a function returning a string or None")
         return None if text is None else text.strip()
+
+    def column_names(self, split: str) -> list[str]:
+        """The columns of ``split`` of the source (reads the data, without a progress bar: a check's error stays
+        one line; what a bad field name's error lists)."""
+        import datasets
+
+        shown = datasets.is_progress_bar_enabled()
+        datasets.disable_progress_bars()
+        try:
+            data = datasets.load_dataset(self._load_path, name=self.hub_config, data_files=self._data_files,
+                                         split=split)
+        finally:
+            if shown:
+                datasets.enable_progress_bars()
+        return list(data.column_names)
 
     def _columns(self, split: str, columns: list[str]) -> list[str]:
         """The columns of ``split`` the task reads; a configured one that is missing raises ``ValueError``."""
@@ -362,3 +378,64 @@ def math500_task(name: str = "math500", **options) -> MathTask:
 
 register_task("math_sample", math_sample_task)
 register_task("math500", math500_task)
+
+
+# --------------------------------------------------------------------------- a user's data, without code
+
+DATASET_KEYS = ("source", "prompt_column", "answer_column", "split", "hub_config", "solution_column")
+"""The keys of a ``dataset:`` block (``python -m rlvr_lib train --config``) and of `dataset_task`'s arguments."""
+
+
+def _data_digest(source: str) -> str | None:
+    """sha256 (12 hex) of a local file's bytes (``None`` for a Hub name or a folder): the task's ``version``."""
+    import hashlib
+
+    path = Path(source)
+    if not path.is_file():
+        return None
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()[:12]
+
+
+def dataset_task(source: str, *, prompt_column: str = "prompt", answer_column: str = "answer", split: str = "train",
+                 hub_config: str | None = None, solution_column: str | None = None) -> MathTask:
+    """A `MathTask` over a user's data: a Hub data set name or a local ``.jsonl``/``.json``/``.csv``/``.parquet``
+    file (``datasets.load_dataset``), its question in ``prompt_column`` and gold answer in ``answer_column``.
+
+    Its one family is named ``split`` (all its rows; a local file's rows are split ``"train"``), trained on and
+    evaluated. The name is ``dataset-<file stem or hub name>-<8 hex of these arguments>`` (the same arguments
+    give the same task); ``version`` holds a local file's sha256, so a run's key changes with its data. A local
+    file's columns are checked at once: ValueError ``"prompt_column='q' is invalid: must be a column of ...: one
+    of [...]"`` (a Hub set's at its first draw)."""
+    import hashlib
+    import json
+
+    for key, value, optional in (("source", source, False), ("prompt_column", prompt_column, False),
+                                 ("answer_column", answer_column, False), ("split", split, False),
+                                 ("hub_config", hub_config, True), ("solution_column", solution_column, True)):
+        check((optional and value is None) or (isinstance(value, str) and value.strip() != ""), key, value,
+              "a non-empty string" + (" or None" if optional else ""))
+    local = Path(source).suffix.lower() in LOCAL_FORMATS
+    if local:
+        check(Path(source).is_file(), "source", source, "an existing file (no such file) or a Hub data set name")
+        check(split == "train", "split", split, f"'train' for a local file ({source} is one split, 'train')")
+    arguments = {"source": source, "prompt_column": prompt_column, "answer_column": answer_column, "split": split,
+                 "hub_config": hub_config, "solution_column": solution_column}
+    tag = hashlib.sha256(json.dumps(arguments, sort_keys=True).encode()).hexdigest()[:8]
+    stem = Path(source).stem if local else source
+    slug = "".join(c if c.isalnum() or c in "._" else "-" for c in stem).strip("-._") or "data"
+    task = MathTask(f"dataset-{slug}-{tag}", source, {split: MathFamily(split)}, eval_families=(split,),
+                    hub_config=hub_config, question_field=prompt_column, answer_field=answer_column, level_field=None,
+                    solution_field=solution_column)
+    version = _data_digest(source) if local else None
+    task.version = f"dataset-{tag}" + (f"-{version}" if version else "")
+    if local:
+        columns = task.column_names(split)
+        where = f"a column of {source}: one of {columns}"
+        for key, value in (("prompt_column", prompt_column), ("answer_column", answer_column),
+                           ("solution_column", solution_column)):
+            check(value is None or value in columns, key, value, where)
+    return task

@@ -21,6 +21,7 @@ __all__ = [
     "Task",
     "TaskFactory",
     "DEFAULT_TASK",
+    "check_task_name",
     "get_task",
     "register_task",
     "task_names",
@@ -95,9 +96,22 @@ def unregister_task(name: str) -> None:
     del TASKS[name]
 
 
-def _check_registered(name: str) -> None:
+def _check_registered(name: str, label: str = "task") -> None:
+    if isinstance(name, str) and name not in TASKS:
+        from rlvr_lib.plugins import load_entry_points
+
+        load_entry_points()  # once per process: an installed package's tasks (`rlvr_lib.plugins`)
     if not isinstance(name, str) or name not in TASKS:
-        raise ValueError(f"task={name!r} is not registered: must be one of {task_names()}")
+        from rlvr_lib.plugins import missing_name
+
+        raise missing_name(label, name, task_names())
+
+
+def check_task_name(name: object, label: str = "task") -> None:
+    """Check that ``name`` is a registered task, loading the ``rlvr_lib.plugins`` entry points first when it is
+    not (`rlvr_lib.plugins.load_entry_points`); ValueError ``"<label>='x' is not registered: must be one of [...];
+    to use one of your own, ..."`` otherwise."""
+    _check_registered(name, label)
 
 
 def _built(entry: object) -> bool:
