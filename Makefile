@@ -29,7 +29,8 @@ STAMP := $(VENV)/.rlvr_lib-installed.stamp
 # Checked so far on an AVX2 AMD machine only (outputs written there, nbval passes).
 NB_ENV := OMP_NUM_THREADS=1 ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE DNNL_MAX_CPU_ISA=AVX2
 
-.PHONY: install lock test notebooks reproduce verify bench lab stop calibrate pretrain second-size vllm-env test-vllm bench-vllm
+.PHONY: install lock test notebooks reproduce verify bench lab stop calibrate pretrain second-size vllm-env test-vllm bench-vllm \
+        docs docs-build
 
 install: $(STAMP)
 
@@ -62,9 +63,16 @@ lock:
 # (RLVR_LOCK: the lock tests/test_lockfile.py holds the environment to); then the stored notebooks
 # with nbval (lax; one notebook per worker, one torch thread per kernel: two kernels each spinning two OpenMP
 # threads on 2 cores run 20x slower; stored outputs are made the same way,
-# `make notebooks`, so the checked cells match bit for bit). Until notebooks/ holds a notebook the nbval step is skipped rather
+# `make notebooks`, so the checked cells match bit for bit). notebooks/NN_*.ipynb are the full-profile executions
+# of the committed records: nbval re-executes them with RLVR_CACHE_ONLY=1, so they read only the committed run
+# cache (a missing record fails its cell with CacheMiss; nothing trains). A notebook still stored at the quick
+# profile (its code reads records a recompute has not delivered yet; `reproduce --stored quick` lists them) is
+# re-executed at its own profile, which trains. Until notebooks/ holds a notebook the nbval step is skipped rather
 # than run: pytest would exit 5 ("no tests collected") and print "no tests ran"
-# as the last summary line. Then the vLLM tests (test-vllm, below).
+# as the last summary line. Then the quick smoke run: every notebook stored at the full profile executed by papermill
+# at the quick profile, which trains (two at a time, into results/notebooks/quick/, ignored; outputs not compared;
+# fails if one raises; a notebook stored at the quick profile was already run at it by nbval). Then the strict build of the documentation site (docs-build, below) and the vLLM tests
+# (test-vllm, below).
 # Every stage runs, each in its own subshell, whatever an earlier one returned (one flaky test must not
 # hide whether the rest passes); at the end one line per stage (stage, passed/failed, its exit code), and
 # the target fails if any stage failed. Ctrl-C or SIGTERM still stops it at once. A stage that skips itself
@@ -73,9 +81,16 @@ lock:
 # (`make -o install test TEST_PYTEST_CMD=false ...`), never running the suite.
 TEST_LOCK_CMD   = $(PY) -m rlvr_lib.lockfile $(LOCK)
 TEST_PYTEST_CMD = RLVR_LOCK=$(LOCK) $(PY) -m pytest -n 2 -q tests
-TEST_NBVAL_CMD  = if ls notebooks/*.ipynb >/dev/null 2>&1; then \
-                    $(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax notebooks/; \
-                  else echo "nbval: no notebooks in notebooks/ yet, skipped"; fi
+NBVAL           = $(NB_ENV) $(PY) -m pytest -q -n 2 --dist loadscope --nbval-lax
+TEST_NBVAL_CMD  = full=$$($(PY) -m rlvr_lib.study.reproduce --stored full) && \
+                  quick=$$($(PY) -m rlvr_lib.study.reproduce --stored quick) || exit 1; \
+                  if [ -z "$$full$$quick" ]; then echo "nbval: no notebooks in notebooks/ yet, skipped"; exit 0; fi; \
+                  code=0; if [ -n "$$full" ]; then RLVR_CACHE_ONLY=1 $(NBVAL) $$full || code=$$?; fi; \
+                  if [ -n "$$quick" ]; then $(NBVAL) $$quick || code=$$?; fi; exit $$code
+TEST_SMOKE_CMD  = full=$$($(PY) -m rlvr_lib.study.reproduce --stored full) || exit 1; \
+                  if [ -z "$$full" ]; then echo "smoke: no notebook stored at the full profile, skipped"; exit 0; fi; \
+                  $(NB_ENV) $(PY) -m rlvr_lib.study.reproduce --profile quick --force --workers 2 --no-progress --only $$full
+TEST_DOCS_CMD   = $(DOCS_BUILD_CMD)
 TEST_VLLM_CMD   = $(MAKE) --no-print-directory test-vllm
 # $(call quoted,TEXT): TEXT as one single-quoted shell word (each stage's command is echoed before it runs).
 quoted = '$(subst ','\'',$(1))'
@@ -86,13 +101,32 @@ test: install
 	echo == lock: $(call quoted,$(TEST_LOCK_CMD));     ($(TEST_LOCK_CMD));   stage $$? lock; \
 	echo == pytest: $(call quoted,$(TEST_PYTEST_CMD)); ($(TEST_PYTEST_CMD)); stage $$? pytest; \
 	echo == nbval: $(call quoted,$(TEST_NBVAL_CMD));   ($(TEST_NBVAL_CMD));  stage $$? nbval; \
+	echo == smoke: $(call quoted,$(TEST_SMOKE_CMD));   ($(TEST_SMOKE_CMD));  stage $$? smoke; \
+	echo == docs: $(call quoted,$(TEST_DOCS_CMD));     ($(TEST_DOCS_CMD));   stage $$? docs; \
 	echo == vllm: $(call quoted,$(TEST_VLLM_CMD));     ($(TEST_VLLM_CMD));   stage $$? vllm; \
 	printf '%b' "$$summary"; \
 	exit $$failed
 
-# Re-execute the stored notebooks at the quick profile (their committed outputs).
+# The documentation site (mkdocs.yml; docs/index.md says why MkDocs Material, mkdocs-jupyter and mkdocstrings).
+# `make docs` builds it and serves it at http://$(DOCS_ADDR)/, rebuilding on each edit; `make docs-build` builds it
+# strictly into site/ (the docs stage of `make test`): a broken link or anchor, a page under docs/ missing from the nav
+# or an unresolved API reference fails the build. The notebooks are rendered as stored, never executed.
+# NO_MKDOCS_2_WARNING: Material's end-of-life notice (May 2027; "About this site" in docs/index.md), once per build.
+DOCS_ADDR      ?= 127.0.0.1:8000
+DOCS_BUILD_CMD  = NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --quiet --site-dir site
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs serve --strict --dev-addr $(DOCS_ADDR)
+
+docs-build: install
+	$(DOCS_BUILD_CMD)
+
+# Re-execute the stored notebooks in place at the full profile from the committed run cache (RLVR_CACHE_ONLY=1:
+# nothing trains; a notebook whose records are not committed fails with CacheMiss and its stored copy is kept), the
+# way nbval re-executes them (NB_ENV): each notebooks/NN_*.ipynb becomes the full-profile execution of the committed
+# records; the record of executions is results/notebooks/full/manifest.json. The quick profile: `make test`'s smoke
+# stage (TEST_SMOKE_CMD), executed copies in results/notebooks/quick/.
 notebooks: install
-	for nb in notebooks/*.ipynb; do $(NB_ENV) $(PY) -m papermill "$$nb" "$$nb" -k python3 || exit 1; done
+	RLVR_CACHE_ONLY=1 $(NB_ENV) $(PY) -m rlvr_lib.study.reproduce --profile full --force --workers $(WORKERS)
 
 # Every notebook at the full profile with papermill; finished runs are
 # cached under results/, so an interrupted reproduction resumes. Two notebooks

@@ -1,5 +1,5 @@
-"""`make test` runs every stage (the lock print, pytest, nbval, the vLLM tests) whatever an earlier one returned,
-prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
+"""`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the strict docs build, the vLLM
+tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
 
 The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
 command line replaces with a short shell command writing its name to a file and exiting with a chosen code;
@@ -21,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("lock", "pytest", "nbval", "vllm")
+STAGES = ("lock", "pytest", "nbval", "smoke", "docs", "vllm")
 SUMMARY = re.compile(r"^make test: (\S+)\s+(passed|failed) \(exit code (\d+)\)$")
 
 
@@ -42,8 +42,9 @@ def _stand_ins(ran: Path, codes) -> dict[str, str]:
     return {stage: f"echo {stage} >> {ran}; exit {code}" for stage, code in zip(STAGES, codes)}
 
 
-@pytest.mark.parametrize("codes", [(0, 0, 0, 0), (0, 1, 0, 0), (2, 0, 0, 0), (0, 1, 3, 0), (0, 0, 0, 2),
-                                   (0, 0, 5, 0), (4, 3, 2, 1)])
+@pytest.mark.parametrize("codes", [(0, 0, 0, 0, 0, 0), (0, 1, 0, 0, 0, 0), (2, 0, 0, 0, 0, 0), (0, 1, 3, 0, 0, 0),
+                                   (0, 0, 0, 0, 0, 2), (0, 0, 5, 0, 0, 0), (0, 0, 0, 1, 0, 0), (0, 0, 0, 0, 1, 0),
+                                   (6, 5, 4, 3, 2, 1)])
 def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
     ran = tmp_path / "ran"
     done = _make_test(_stand_ins(ran, codes))
@@ -61,23 +62,25 @@ def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
 
 def test_each_stage_command_is_echoed_with_its_quotes_kept(tmp_path):
     ran = tmp_path / "ran"
-    commands = _stand_ins(ran, (0, 0, 0, 0))
+    commands = _stand_ins(ran, (0,) * len(STAGES))
     commands["pytest"] = f"echo \"it's\" a, b >> {ran}; exit 0"
     done = _make_test(commands)
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"== pytest: echo \"it's\" a, b >> {ran}; exit 0" in done.stdout.splitlines()
-    assert ran.read_text().splitlines() == ["lock", "it's a, b", "nbval", "vllm"]
+    assert ran.read_text().splitlines() == ["lock", "it's a, b", *STAGES[2:]]
 
 
 def test_the_stages_default_to_the_real_commands():
-    """Without stand-ins the stages are the lock print, the pytest suite, nbval on notebooks/ and test-vllm, in
-    this order (a dry run: make prints the recipe and runs none of it)."""
+    """Without stand-ins the stages are the lock print, the pytest suite, nbval on notebooks/, the quick smoke run,
+    the strict docs build and test-vllm, in this order (a dry run: make prints the recipe and runs none of it)."""
     done = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "test"], cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     text = done.stdout
-    needles = ["-m rlvr_lib.lockfile locks/", "-m pytest -n 2 -q tests", "--nbval-lax notebooks/",
-               "--no-print-directory test-vllm", "exit $failed"]
+    needles = ["-m rlvr_lib.lockfile locks/", "-m pytest -n 2 -q tests", "-m rlvr_lib.study.reproduce --stored full",
+               "RLVR_CACHE_ONLY=1 OMP_NUM_THREADS=1", "--nbval-lax $full", "--nbval-lax $quick",
+               "reproduce --profile quick --force --workers 2", "-m mkdocs build --strict", "--no-print-directory test-vllm",
+               "exit $failed"]
     where = [text.find(needle) for needle in needles]
     assert -1 not in where and where == sorted(where), text
     for stage in STAGES:
@@ -92,7 +95,7 @@ def test_ctrl_c_stops_make_test_and_starts_no_later_stage(tmp_path, shell):
     if not os.path.exists(shell):
         pytest.skip(f"no {shell}")
     ran = tmp_path / "ran"
-    commands = _stand_ins(ran, (0, 0, 0, 0))
+    commands = _stand_ins(ran, (0,) * len(STAGES))
     commands["pytest"] = f"trap 'kill $$!; exit 2' INT; echo pytest >> {ran}; sleep 30 & wait"
     proc = _make_test(commands, f"SHELL={shell}", start_new_session=True, stdout=subprocess.PIPE,
                       stderr=subprocess.STDOUT)
