@@ -245,3 +245,27 @@ def test_help_names_the_plugin_flags(capsys):
         text = " ".join(capsys.readouterr().out.split())
         assert "--import MODULE" in text and "--threads" in text, command
     assert textwrap.dedent(plugins.HOW_TO_IMPORT) in plugins.missing_name("reward", "r", ["a"]).args[0]
+
+
+def test_a_reward_function_from_an_entry_point_and_the_missing_reward_error(tmp_path, monkeypatch):
+    from rlvr_lib.rewards.callables import REWARD_FUNCS, resolve_reward_func
+
+    site = tmp_path / "site"
+    (site / "reward_plug").mkdir(parents=True)
+    (site / "reward_plug" / "__init__.py").write_text(
+        "from rlvr_lib.rewards.callables import register_reward_func\n\n"
+        "def brevity(prompts, completions, **columns):\n"
+        "    return [-float(len(c)) for c in completions]\n\n"
+        "register_reward_func('plug_brevity', brevity)\n")
+    info = site / "reward_plug-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: reward_plug\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[rlvr_lib.plugins]\nreward_plug = reward_plug\n")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setattr(plugins, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr("rlvr_lib.rewards.callables.REWARD_FUNCS", dict(REWARD_FUNCS))
+    func = resolve_reward_func("plug_brevity")  # not registered until the entry point loads
+    assert func(["p"], ["abc", "a"]) == [-3.0, -1.0]
+    with pytest.raises(ValueError, match=r"reward function 'no_such_reward' is not registered .* to add one, import "
+                                         r"the module that registers it with --import MODULE .*'rlvr_lib.plugins'"):
+        resolve_reward_func("no_such_reward")

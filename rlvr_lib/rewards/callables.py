@@ -78,9 +78,13 @@ def resolve_reward_func(spec: str | RewardFunc) -> RewardFunc:
         return REWARD_FUNCS[spec]
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
+        from rlvr_lib.plugins import HOW_TO_IMPORT, load_entry_points
+
+        load_entry_points()  # once per process: an installed package's rewards (`rlvr_lib.plugins`)
+        if spec in REWARD_FUNCS:
+            return REWARD_FUNCS[spec]
         raise ValueError(f"reward function {spec!r} is not registered (registered: {sorted(REWARD_FUNCS)}) and is "
-                         "not an import path 'module:function' (make the module importable, e.g. with the command "
-                         "line's --import or PYTHONPATH)")
+                         f"not an import path 'module:function'; to add one, {HOW_TO_IMPORT}")
     try:
         obj = importlib.import_module(module_name)
     except ImportError as err:
