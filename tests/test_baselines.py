@@ -78,7 +78,7 @@ def test_every_preset_builds_a_config_and_a_bad_preset_is_named(registered):
         method_config("bad_preset")
     with pytest.raises(ValueError, match=r"method='nope' is not registered: must be one of \["):
         method_config("nope")
-    with pytest.raises(ValueError, match=r"method='nope' is invalid"):
+    with pytest.raises(ValueError, match=r"method='nope' is not registered"):
         TrainerConfig(method="nope")  # the config itself checks the name against the registry
 
 
