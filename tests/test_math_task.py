@@ -263,7 +263,7 @@ def test_a_tokenizer_without_chat_template_falls_back_to_the_plain_template(capl
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(source="missing.jsonl"), r"source='missing.jsonl' is invalid: must be existing files"),
-    (dict(source=3), r"source=3 is invalid: must be a Hub dataset name, a .json/.jsonl/.parquet path"),
+    (dict(source=3), r"source=3 is invalid: must be a Hub dataset name, a .json/.jsonl/.csv/.parquet path"),
     (dict(source={"a": "x.jsonl", "b": "y.csv"}), r"source=.* is invalid: must be files of one local format"),
     (dict(source={"test": 3}), r"source=\{'test': 3\} is invalid: must be \{split: a path or a list of paths\}"),
     (dict(families={}), r"families=\{\} is invalid: must be a non-empty"),
