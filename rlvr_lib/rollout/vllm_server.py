@@ -17,12 +17,7 @@ Weight sync (before every ``generate`` whose weights the server does not hold ye
    worker method: no code of this package runs in the server), then ``POST /reset_prefix_cache`` (cached keys and
    values of the old weights are stale) and ``POST /update_weight_version`` with the fingerprint.
 
-Why a file and not NCCL: vLLM's NCCL / CUDA-IPC weight transfer (``/init_weight_transfer_engine``) and TRL's
-``vllm-serve`` (NCCL communicator) need CUDA; a file read by vLLM's ``reload_weights`` runs on a CPU and on GPUs,
-needs no extension class installed in the server, and takes the whole weights however the trainer holds them (an
-FSDP run gathers them first: the server needs the full weights). It costs a write and a read of the weights per
-update, and the trainer and the server must see one file system (``sync_dir`` as the trainer sees it,
-``server_sync_dir`` as the server sees it; on one machine a local temporary folder).
+Why a file and not NCCL (which needs CUDA on both sides): docs/scaling-out.md, "Rollouts from a server".
 
 Several training processes (DDP or FSDP): every process fingerprints the same weights; rank 0 syncs, the others
 wait until the server reports that version (no collective, so processes whose share of prompts is empty need not
