@@ -265,7 +265,7 @@ def test_a_task_registered_in_a_test_trains_end_to_end(policy, registered):
 def test_the_default_task_is_left_out_of_the_config_hash():
     assert "task" not in TrainerConfig().to_dict()
     assert TrainerConfig(task="arith").config_hash() == TrainerConfig().config_hash()
-    with pytest.raises(ValueError, match=r"TrainerConfig.task='aime' is invalid: must be one of \[.*'arith'"):
+    with pytest.raises(ValueError, match=r"TrainerConfig.task='aime' is not registered: must be one of \[.*'arith'"):
         TrainerConfig(task="aime")
 
 
