@@ -185,6 +185,17 @@ def build_tiny_gpt2(tokenizer, *, seed: int = 0):
     return _seeded(lambda: GPT2LMHeadModel(cfg), seed)
 
 
+@pytest.fixture(autouse=True)
+def _keep_torch_threads():
+    """A test that runs a command in this process (``main([...])`` applies ``--threads``, default cores / processes)
+    must not leave its thread count to the next tests: two xdist workers at 2 threads each on 2 cores run the
+    torch-heavy tests up to 10x slower."""
+    threads = torch.get_num_threads()
+    yield
+    if torch.get_num_threads() != threads:
+        torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def spy_on_verify(monkeypatch):
     """``spy_on_verify(task)``: the list that collects ``(problem, completion, verdict)`` of every
@@ -242,5 +253,18 @@ def registered():
         register_method(name, cls, f"test method {name}", **preset)
 
     yield add
+    METHODS.clear(), METHODS.update(methods)
+    TASKS.clear(), TASKS.update(tasks)
+
+
+@pytest.fixture(scope="module")
+def restore_registries():
+    """The methods, composites and tasks a test module registers are removed afterwards (other tests list them);
+    a module uses it with ``pytestmark = pytest.mark.usefixtures("restore_registries")``."""
+    from rlvr_lib.methods import METHODS
+    from rlvr_lib.tasks import TASKS
+
+    methods, tasks = dict(METHODS), dict(TASKS)
+    yield
     METHODS.clear(), METHODS.update(methods)
     TASKS.clear(), TASKS.update(tasks)

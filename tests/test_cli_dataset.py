@@ -16,16 +16,7 @@ from rlvr_lib.config_files import build_config, use_dataset
 from rlvr_lib.tasks import get_task, task_version
 from rlvr_lib.tasks.math_task import MathTask, dataset_task
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_registries():
-    """The methods, composites and tasks these tests register are removed afterwards (other tests list them)."""
-    from rlvr_lib.methods import METHODS
-    from rlvr_lib.tasks import TASKS
-
-    methods, tasks = dict(METHODS), dict(TASKS)
-    yield
-    METHODS.clear(), METHODS.update(methods)
-    TASKS.clear(), TASKS.update(tasks)
+pytestmark = pytest.mark.usefixtures("restore_registries")
 
 
 TINY = ["--set", "prompts_per_step=2", "--set", "group_size=2", "--set", "max_new_tokens=8"]

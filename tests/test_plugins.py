@@ -21,16 +21,7 @@ from rlvr_lib.methods import METHODS
 from rlvr_lib.methods.registry import unknown_method
 from rlvr_lib.tasks import TASKS, get_task
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_registries():
-    """The methods, composites and tasks these tests register are removed afterwards (other tests list them)."""
-    from rlvr_lib.methods import METHODS
-    from rlvr_lib.tasks import TASKS
-
-    methods, tasks = dict(METHODS), dict(TASKS)
-    yield
-    METHODS.clear(), METHODS.update(methods)
-    TASKS.clear(), TASKS.update(tasks)
+pytestmark = pytest.mark.usefixtures("restore_registries")
 
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,16 +20,7 @@ from rlvr_lib.tasks.math_task import MathFamily, MathTask
 from rlvr_lib.tasks.registry import ArithmeticTask
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _restore_registries():
-    """The methods, composites and tasks these tests register are removed afterwards (other tests list them)."""
-    from rlvr_lib.methods import METHODS
-    from rlvr_lib.tasks import TASKS
-
-    methods, tasks = dict(METHODS), dict(TASKS)
-    yield
-    METHODS.clear(), METHODS.update(methods)
-    TASKS.clear(), TASKS.update(tasks)
+pytestmark = pytest.mark.usefixtures("restore_registries")
 
 
 class _NoHintArith(ArithmeticTask):
