@@ -291,7 +291,7 @@ def test_a_row_whose_premise_is_present_or_not_measured_keeps_its_interval_verdi
     on_discovery = claims_table([_row("c", regime="discovery", premise="discovery")], regimes={})
     assert on_discovery.loc[0, "premise"] == ("discovery -- premise not measured (the discovery gate has no outcome "
                                               "yet)") and on_discovery.loc[0, "verdict"] == "reproduced"
-    failed = {"discovery": {"gate": {"passes": False}}}
+    failed = {"discovery": {"gate": {"passed": False}}}
     assert claims_table([_row("c", regime="discovery", premise="discovery")],
                         regimes=failed).loc[0, "verdict"] == "premise absent"
 

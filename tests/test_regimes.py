@@ -88,7 +88,7 @@ def _ci(mean, lo, hi):
 
 def test_the_gate_passes_when_every_condition_holds():
     gate = regimes.discovery_gate(_ci(0.10, 0.04, 0.16), oracle_gain=0.15, grpo_gain=0.05, fresh_reward_share=0.3)
-    assert gate["passes"] and all(c["holds"] for c in gate["conditions"].values())
+    assert gate["passed"] and all(c["holds"] for c in gate["conditions"].values())
 
 
 @pytest.mark.parametrize("args, failing", [
@@ -100,7 +100,7 @@ def test_the_gate_passes_when_every_condition_holds():
 ])
 def test_the_gate_fails_on_each_condition_alone(args, failing):
     gate = regimes.discovery_gate(*args)
-    assert not gate["passes"]
+    assert not gate["passed"]
     assert [name for name, c in gate["conditions"].items() if not c["holds"]] == [failing]
 
 
@@ -115,7 +115,7 @@ def test_premise_status_reads_the_measured_regimes():
     got = regimes.premise_status("retention", "discovery", absent)
     assert got["present"] is False and "41 of 23808" in got["measurement"]
     assert regimes.premise_status("retention", "discovery", {})["present"] is None
-    assert regimes.premise_status("discovery", "discovery", {"discovery": {"gate": {"passes": True}}})["present"]
+    assert regimes.premise_status("discovery", "discovery", {"discovery": {"gate": {"passed": True}}})["present"]
     assert regimes.premise_status("discovery", "discovery", {"discovery": {"gate": None}})["present"] is None
     assert regimes.premise_status("retention", "none", {})["present"] is True
     with pytest.raises(ValueError, match="regime"):
@@ -294,9 +294,9 @@ def test_load_regimes_puts_the_gate_file_beside_the_regimes(tmp_path):
     assert regimes.load_regimes(tmp_path) == {}
     (tmp_path / "regimes.json").write_text(json.dumps({"retention": {"share": 0.0}, "discovery": {"design": "d3"}}))
     assert regimes.load_regimes(tmp_path)["discovery"] == {"design": "d3", "gate": None}
-    (tmp_path / "discovery_gate.json").write_text(json.dumps({"gate": {"passes": True}}))
+    (tmp_path / "discovery_gate.json").write_text(json.dumps({"gate": {"passed": True}}))
     loaded = regimes.load_regimes(tmp_path)
-    assert loaded["discovery"]["gate"] == {"passes": True}
+    assert loaded["discovery"]["gate"] == {"passed": True}
     assert regimes.premise_status("discovery", "discovery", loaded)["present"] is True
 
 
@@ -306,7 +306,7 @@ def test_the_committed_gate_is_the_designs_and_passed_on_the_main_seeds():
     from rlvr_lib.study.profiles import MAIN_SEEDS
 
     gate = regimes.load_regimes()["discovery"]["gate"]
-    assert gate["passes"] and all(c["holds"] for c in gate["conditions"].values())
+    assert gate["passed"] and all(c["holds"] for c in gate["conditions"].values())
     assert gate["design"] == discovery.load_discovery()["design"]
     assert gate["seeds"] == list(MAIN_SEEDS) and gate["steps"] == full_profile_steps()
 

@@ -15,6 +15,7 @@ import nbformat
 import papermill
 import pytest
 
+from rlvr_lib.study import executions
 from rlvr_lib.study import reproduce as rp
 
 
@@ -429,8 +430,8 @@ def committed(tmp_path, monkeypatch):
     root, src = tmp_path / "results", tmp_path / "nbs"
     src.mkdir(exist_ok=True)
     monkeypatch.setenv("RLVR_RESULTS_DIR", str(root))  # the results root is the committed one
-    monkeypatch.setattr(rp, "_committed_results_root", lambda: root)
-    monkeypatch.setattr(rp, "_default_notebooks_dir", lambda: src)
+    monkeypatch.setattr(executions, "_committed_results_root", lambda: root)
+    monkeypatch.setattr(executions, "_default_notebooks_dir", lambda: src)
     monkeypatch.setattr(rp, "_default_out_dir", lambda: root / "notebooks")
     monkeypatch.setattr(rp, "ensure_kernel", lambda name: None)
     behaviour = {"fail": False, "calls": []}

@@ -74,7 +74,7 @@ def test_the_staged_gate_report_is_the_committed_gate_outcome():
     if not staged.exists():
         pytest.skip("no recompute is staged at this checkout")
     assert staged.read_bytes() == (results / "testbed" / "discovery_gate.json").read_bytes()
-    assert json.loads(staged.read_text())["gate"]["passes"] is True
+    assert json.loads(staged.read_text())["gate"]["passed"] is True
 
 
 def test_promote_copies_the_committed_full_copy_that_is_also_the_notebook(roots, tmp_path, monkeypatch):
@@ -83,13 +83,13 @@ def test_promote_copies_the_committed_full_copy_that_is_also_the_notebook(roots,
     profile has its earlier full execution under ``notebooks/full/``, which is moved as before."""
     import nbformat
 
-    from rlvr_lib.study import reproduce
+    from rlvr_lib.study import executions
 
     root, staging = roots
     src = tmp_path / "nbs"
     src.mkdir()
-    monkeypatch.setattr(reproduce, "_committed_results_root", lambda: root)
-    monkeypatch.setattr(reproduce, "_default_notebooks_dir", lambda: src)
+    monkeypatch.setattr(executions, "_committed_results_root", lambda: root)
+    monkeypatch.setattr(executions, "_default_notebooks_dir", lambda: src)
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")])
     nb.metadata["papermill"] = {"parameters": {"profile": "full"}, "end_time": "2026-01-01T00:00:00"}
     nbformat.write(nb, str(src / "03_nudgerl.ipynb"))

@@ -31,8 +31,8 @@ from .base import SamplingParams
 from .batched import BatchedEngine
 from .logprobs import sequence_logprobs
 
-__all__ = ["DEFAULT_LLM_KWARGS", "LOGPROB_SOURCES", "MIN_TEMPERATURE", "VLLMEngine", "cpu_attention_head_sizes",
-           "load_weights_into"]
+__all__ = ["DEFAULT_LLM_KWARGS", "LOGPROB_SOURCES", "MIN_TEMPERATURE", "SyncedVLLMBase", "VLLMEngine",
+           "cpu_attention_head_sizes", "load_weights_into"]
 
 LOGPROB_SOURCES = ("auto", "vllm", "recompute")
 """Where :class:`VLLMEngine` takes the reported log-probs from (module docstring)."""
@@ -223,7 +223,31 @@ def _pad_rows(rows: list[list[int]], values: list[list[float]], pad: int) -> tup
     return tokens, logprobs
 
 
-class VLLMEngine(BatchedEngine):
+class SyncedVLLMBase(BatchedEngine):
+    """What the vLLM engines share: before each ``generate`` the engine's vLLM holds ``model``'s current weights
+    (the subclass's ``sync_weights``) and rows are numbered from 0; vLLM's temperature floor."""
+
+    _next_row: int
+
+    def sync_weights(self) -> Any:
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def _generation_context(self, seed: int) -> Iterator[None]:
+        """The base context; inside it vLLM holds ``model``'s current weights and rows are numbered from 0."""
+        with super()._generation_context(seed):
+            self.sync_weights()
+            self._next_row = 0
+            yield
+
+    def _check_temperature(self, params: SamplingParams) -> None:
+        if not params.greedy and params.temperature < MIN_TEMPERATURE:
+            raise invalid("SamplingParams.temperature", params.temperature,
+                          f">= {MIN_TEMPERATURE} for {type(self).__name__} (vLLM clamps smaller temperatures); "
+                          "use greedy=True for argmax decoding")
+
+
+class VLLMEngine(SyncedVLLMBase):
     """Rollout engine on ``vllm.LLM.generate``, weights synced from ``model`` on every call.
 
     ``llm=None`` builds one from ``model`` (:data:`DEFAULT_LLM_KWARGS`, the model's dtype, ``llm_kwargs``).
@@ -260,21 +284,10 @@ class VLLMEngine(BatchedEngine):
         load_weights_into(self.llm, weights)
         return len(weights)
 
-    @contextlib.contextmanager
-    def _generation_context(self, seed: int) -> Iterator[None]:
-        """The base context; inside it vLLM holds ``model``'s current weights and rows are numbered from 0."""
-        with super()._generation_context(seed):
-            self.sync_weights()
-            self._next_row = 0
-            yield
-
     # ----------------------------------------------------------------- sampling
     def _uses_vllm_logprobs(self, params: SamplingParams) -> bool:
         """Whether vLLM's log-probs are the convention's for ``params``; ValueError for a clamped temperature or forced ``"vllm"``."""
-        if not params.greedy and params.temperature < MIN_TEMPERATURE:
-            raise invalid("SamplingParams.temperature", params.temperature,
-                          f">= {MIN_TEMPERATURE} for VLLMEngine (vLLM clamps smaller temperatures); "
-                          "use greedy=True for argmax decoding")
+        self._check_temperature(params)
         if self.logprobs == "recompute":
             return False
         exact = self.logprobs_mode == PROCESSED_LOGPROBS and (params.greedy or params.top_p >= 1.0)

@@ -30,7 +30,6 @@ docs/scaling-out.md ("Rollouts from a server")."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
@@ -38,7 +37,7 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import urlsplit
 
 import torch
@@ -47,9 +46,8 @@ from rlvr_lib.seeding import seed_from
 from rlvr_lib.validation import check, check_choice, check_int, check_range, invalid
 
 from .base import SamplingParams
-from .batched import BatchedEngine
 from .logprobs import sequence_logprobs
-from .vllm_engine import MIN_TEMPERATURE, PROCESSED_LOGPROBS, _pad_rows, _unpad
+from .vllm_engine import PROCESSED_LOGPROBS, SyncedVLLMBase, _pad_rows, _unpad
 
 __all__ = ["LOGPROB_SOURCES", "SERVER_URL_ENV", "SYNC_DIR_ENV", "ServerError", "VLLMServerEngine", "fingerprint",
            "model_weights", "server_command", "server_url"]
@@ -168,7 +166,7 @@ def _rank() -> int:
     return dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
 
 
-class VLLMServerEngine(BatchedEngine):
+class VLLMServerEngine(SyncedVLLMBase):
     """Rollout engine on a vLLM server, weights synced from ``model`` before each ``generate`` (module docstring).
 
     Args:
@@ -313,20 +311,9 @@ class VLLMServerEngine(BatchedEngine):
         self._written, self.version = folder, version
         return True
 
-    @contextlib.contextmanager
-    def _generation_context(self, seed: int) -> Iterator[None]:
-        """The base context; inside it the server holds ``model``'s current weights and rows are numbered from 0."""
-        with super()._generation_context(seed):
-            self.sync_weights()
-            self._next_row = 0
-            yield
-
     # ----------------------------------------------------------------- sampling
     def _uses_server_logprobs(self, params: SamplingParams) -> bool:
-        if not params.greedy and params.temperature < MIN_TEMPERATURE:
-            raise invalid("SamplingParams.temperature", params.temperature,
-                          f">= {MIN_TEMPERATURE} for VLLMServerEngine (vLLM clamps smaller temperatures); "
-                          "use greedy=True for argmax decoding")
+        self._check_temperature(params)
         if self.logprobs == "recompute":
             return False
         exact = params.greedy or params.top_p >= 1.0

@@ -30,7 +30,7 @@ PREMISES = {
 def load_regimes(testbed: str | Path | None = None) -> dict[str, Any]:
     """``regimes.json`` of the ``testbed`` folder (default: :data:`REGIMES_FILE`'s) with the gate of
     ``discovery_gate.json`` beside it as ``["discovery"]["gate"]`` (None without one): the file's oracle-exploration
-    gate (``{"gate": {arms, conditions, passes}, seeds, steps, design}``) as one flat dict; {} when not measured."""
+    gate (``{"gate": {arms, conditions, passed}, seeds, steps, design}``) as one flat dict; {} when not measured."""
     import json
 
     folder = Path(testbed) if testbed is not None else REGIMES_FILE.parent
@@ -77,5 +77,5 @@ def premise_status(regime: str, premise: str, regimes: Mapping[str, Any] | None 
         return {"present": None, "measurement": "not measured on the discovery regime"}
     if not gate:
         return {"present": None, "measurement": "the discovery gate has no outcome yet"}
-    return {"present": bool(gate["passes"]), "measurement": "the discovery gate " +
-            ("passed" if gate["passes"] else "failed")}
+    return {"present": bool(gate["passed"]), "measurement": "the discovery gate " +
+            ("passed" if gate["passed"] else "failed")}

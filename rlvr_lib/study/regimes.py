@@ -166,7 +166,7 @@ def discovery_gate(oracle_minus_grpo: Mapping[str, Any], oracle_gain: float, grp
         fresh_reward_share: Hinted rare-strategy success on fresh samples of the training targets.
 
     Returns:
-        ``{"conditions": {name: {"value", "rule", "holds"}}, "passes": bool}``.
+        ``{"conditions": {name: {"value", "rule", "holds"}}, "passed": bool}``.
     """
     mean, lo, _ = _interval("oracle_minus_grpo", oracle_minus_grpo)
     oracle_gain = check_range("oracle_gain", oracle_gain, -1, 1)
@@ -183,7 +183,7 @@ def discovery_gate(oracle_minus_grpo: Mapping[str, Any], oracle_gain: float, grp
                                                      f"targets >= {GATE_MIN_FRESH_REWARD}",
                               "holds": fresh >= GATE_MIN_FRESH_REWARD},
     }
-    return {"conditions": conditions, "passes": all(c["holds"] for c in conditions.values())}
+    return {"conditions": conditions, "passed": all(c["holds"] for c in conditions.values())}
 
 
 # --------------------------------------------------------------------------- measuring on a policy
@@ -321,7 +321,7 @@ def _gate(args) -> int:
     if args.arms:
         if set(args.arms) & set(METHOD_ARMS):
             gate = regimes["discovery"]["gate"]
-            check(gate is not None and gate["passes"], "--arms", args.arms,
+            check(gate is not None and gate["passed"], "--arms", args.arms,
                   "the gate's arms only: the methods run once the gate has passed (python -m rlvr_lib.study.regimes "
                   "--gate writes its outcome)")
         gate_runs(arms, seeds, args.arms)

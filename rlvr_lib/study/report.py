@@ -29,6 +29,7 @@ from rlvr_lib.study.summaries import summary_row
 from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, PREMISE_ABSENT, VERDICTS, find_claims_counts,
                                           find_claims_headline, notebook_outputs)
 from rlvr_lib.study import papers
+from rlvr_lib.study.executions import full_execution
 from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 from rlvr_lib.validation import check, check_choice
@@ -105,7 +106,7 @@ def _regimes_section(root: Path) -> list[str]:
     else:
         c, arms = gate["conditions"], gate["arms"]
         lines.append(
-            f"- **The gate {'passes' if gate['passes'] else 'fails'}** ({len(gate['seeds'])} seeds, {gate['steps']} "
+            f"- **The gate {'passes' if gate['passed'] else 'fails'}** ({len(gate['seeds'])} seeds, {gate['steps']} "
             f"steps): held-out targets' pass@1 base {arms['base']['heldout_pass1']:.3f}, GRPO "
             f"{arms['grpo']['heldout_pass1']:.3f}, oracle {arms['oracle_explore']['heldout_pass1']:.3f}; oracle minus "
             f"GRPO {c['oracle_beats_grpo']['value']:+.3f} (interval low {c['oracle_beats_grpo']['ci_low']:+.3f}); "
@@ -113,7 +114,7 @@ def _regimes_section(root: Path) -> list[str]:
             f"{c['grpo_misses_most']['oracle_gain']:+.3f}; `round` share on the held-out targets: GRPO "
             f"{arms['grpo']['heldout_round_share']:.1%}, oracle {arms['oracle_explore']['heldout_round_share']:.1%}. "
             + ("The discovery premise is present there: notebook 08 runs the methods."
-               if gate["passes"] else "The discovery premise is absent there: no method runs on it."))
+               if gate["passed"] else "The discovery premise is absent there: no method runs on it."))
     return lines
 
 
@@ -658,20 +659,6 @@ def _budget_section(root: Path) -> list[str]:
     return lines
 
 
-def executed(notebook: str, root: Path) -> Path | None:
-    """The full-profile execution of ``notebook`` a reader is shown, or None: at the committed results root,
-    ``notebooks/<notebook>.ipynb`` once papermill executed it there at the full profile, else the earlier copy under
-    ``<root>/notebooks/full/`` (the rule of `rlvr_lib.study.reproduce.full_execution`, which this module cannot
-    import: reproduce imports verify, which imports this module)."""
-    earlier = root / "notebooks" / "full" / f"{notebook}.ipynb"
-    in_place = REPO / "notebooks" / f"{notebook}.ipynb"
-    if root.resolve() == (REPO / "results").resolve() and in_place.is_file():
-        meta = json.loads(in_place.read_text()).get("metadata", {}).get("papermill")
-        if meta is not None and meta.get("parameters", {}).get("profile", "quick") == "full":
-            return in_place
-    return earlier if earlier.exists() else None
-
-
 def _shown(path: Path, root: Path) -> str:
     """``path`` as the pages name it: relative to the repository when inside it, else as under ``results/``."""
     path = path.resolve()
@@ -683,13 +670,13 @@ def scorecard(root: str | Path | None = None) -> dict[str, dict[str, int]]:
     """Per paper, the verdict counts of every claims table the executed full-profile notebooks show.
 
     Read from the comment each :func:`rlvr_lib.study.claims.tables.claims_summary` writes into a notebook's outputs
-    (:func:`executed`), summed over tables and notebooks; papers without a table
+    (:func:`rlvr_lib.study.executions.full_execution`), summed over tables and notebooks; papers without a table
     are left out.
     """
     root = results_root(root)
     totals: dict[str, dict[str, int]] = {}
     for _, _, notebook, _ in SECTIONS:
-        path = executed(notebook, root)
+        path = full_execution(notebook, root)
         if path is None:
             continue
         for paper, counts in find_claims_counts(notebook_outputs(path)).items():
@@ -733,8 +720,8 @@ def _scorecard_section(root: Path) -> list[str]:
                  + f" | {_chance(n - total[PREMISE_ABSENT])} |")
     # An executed copy older than the three-verdict tables has no scorecard comment: say so, never count it as 0.
     missing = [notebook for _, _, notebook, _ in SECTIONS
-               if executed(notebook, root) is not None
-               and not find_claims_counts(notebook_outputs(executed(notebook, root)))]
+               if full_execution(notebook, root) is not None
+               and not find_claims_counts(notebook_outputs(full_execution(notebook, root)))]
     if missing:
         lines += ["", "Not in the scorecard (their executed copies show no three-verdict claims table; re-execute "
                       "them from the cache): " + ", ".join(f"`{m}`" for m in missing) + "."]
@@ -751,7 +738,7 @@ def render(root: str | Path | None = None) -> str:
     lines += [""] + _scorecard_section(root)
     for experiment, title, notebook, shared in SECTIONS:
         lines += [""] + _method_section(root, experiment, title, shared)
-        path = executed(notebook, root)
+        path = full_execution(notebook, root)
         if path is not None:
             outputs = notebook_outputs(path)  # read once: the headline and the guide both come from it
             headline = find_claims_headline(outputs)
@@ -979,7 +966,7 @@ def _notebook_counts(root: Path) -> list[tuple[str, dict[str, int]]]:
     """``(notebook, verdict counts)`` of each executed full-profile notebook with a claims table, in order."""
     out = []
     for _, _, notebook, _ in SECTIONS:
-        path = executed(notebook, root)
+        path = full_execution(notebook, root)
         if path is not None:
             per_paper = find_claims_counts(notebook_outputs(path))
             if per_paper:
@@ -1019,10 +1006,10 @@ def _found_lines(root: Path) -> list[str]:
         c = gate["conditions"]["oracle_beats_grpo"]
         lines.append(f"- On the discovery regime oracle exploration beats GRPO on held-out targets by "
                      f"{c['value']:+.3f} "
-                     f"(interval low {c['ci_low']:+.3f}): the gate {'passes' if gate['passes'] else 'fails'}"
-                     + (", and notebook 08 runs the methods there." if gate["passes"] else "."))
+                     f"(interval low {c['ci_low']:+.3f}): the gate {'passes' if gate['passed'] else 'fails'}"
+                     + (", and notebook 08 runs the methods there." if gate["passed"] else "."))
     h2h_nb = papers.notebook("head_to_head").notebook
-    path = executed(h2h_nb, root)
+    path = full_execution(h2h_nb, root)
     if path is not None:
         from rlvr_lib.study import head_to_head as h2h
 
@@ -1075,8 +1062,8 @@ def claims_rows(root: str | Path | None = None) -> list[dict]:
     from rlvr_lib.study.claims.tables import claims_rows as rows_of
 
     root = results_root(root)
-    return [row for _, _, notebook, _ in SECTIONS if executed(notebook, root) is not None
-            for row in rows_of(executed(notebook, root))]
+    return [row for _, _, notebook, _ in SECTIONS if full_execution(notebook, root) is not None
+            for row in rows_of(full_execution(notebook, root))]
 
 
 def write_claims_figure(path: Path = CLAIMS_FIGURE, root: str | Path | None = None) -> Path:

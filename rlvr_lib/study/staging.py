@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlvr_lib.study.reproduce import full_execution
+from rlvr_lib.study.executions import full_execution
 from rlvr_lib.study.runs import results_root
 from rlvr_lib.validation import check, invalid
 
@@ -43,7 +43,7 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
         archive: Name of the archive under ``<root>/archive/`` that receives the previous folders.
         notebooks: Notebook stems whose executed full-profile copies go to the archive too, as
             ``<archive>/notebooks/full/<stem>.ipynb`` (the notebook is then executed again on the promoted records).
-            The copy is `rlvr_lib.study.reproduce.full_execution`'s: ``notebooks/<stem>.ipynb`` at the committed
+            The copy is `rlvr_lib.study.executions.full_execution`'s: ``notebooks/<stem>.ipynb`` at the committed
             results root, copied, as it is the notebook's source too; else the one under ``<root>/notebooks/full/``
             (any other root, or a notebook still stored at the quick profile), moved.
         root: The results root (default: `results_root`).

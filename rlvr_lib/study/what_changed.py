@@ -39,11 +39,11 @@ import json
 import re
 import sys
 from collections.abc import Iterable, Mapping, Sequence
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Optional
 
 from rlvr_lib.study import papers
+from rlvr_lib.study.claims.tables import html_tables
 from rlvr_lib.study.runs import results_root
 from rlvr_lib.validation import check, invalid
 
@@ -139,36 +139,6 @@ class RowChange:
         return "added" if self.old_verdict is None else "removed" if self.new_verdict is None else "kept"
 
 
-class _Tables(HTMLParser):
-    """The cells of each ``<table>`` of an HTML output, row by row (header row first)."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.tables: list[list[list[str]]] = []
-        self._row: Optional[list[str]] = None
-        self._cell: Optional[list[str]] = None
-
-    def handle_starttag(self, tag, attrs):
-        if tag == "table":
-            self.tables.append([])
-        elif tag == "tr" and self.tables:
-            self._row = []
-        elif tag in ("td", "th") and self._row is not None:
-            self._cell = []
-
-    def handle_endtag(self, tag):
-        if tag in ("td", "th") and self._cell is not None and self._row is not None:
-            self._row.append(" ".join("".join(self._cell).split()))
-            self._cell = None
-        elif tag == "tr" and self._row is not None:
-            self.tables[-1].append(self._row)
-            self._row = None
-
-    def handle_data(self, data):
-        if self._cell is not None:
-            self._cell.append(data)
-
-
 def _load_notebook(path: Path) -> dict:
     path = Path(path)
     if not path.is_file():
@@ -232,9 +202,8 @@ def claims_rows(path: str | Path) -> list[ClaimRow]:
             html = "".join(data.get("text/html", ""))
             if "<table" not in html:
                 continue
-            parser = _Tables()
-            parser.feed(html)
-            for t, table in enumerate(parser.tables):
+            for t, table in enumerate(html_tables(html)):
+                table = [[" ".join(cell.split()) for cell in row] for row in table]
                 if table:
                     rows += _rows_of(table[0], table[1:], f"{path} cell {c} table {t}")
     if not rows:

@@ -619,7 +619,7 @@ _OURS = re.compile(rf"({_NUMBER}) (?:\[({_NUMBER}), ({_NUMBER})\]|\(n=\d+\))")
 _THRESHOLD = re.compile(rf"(>|<|within) ({_NUMBER})(?: \+- ({_NUMBER}))?(?: \([^()]*\))?")
 
 
-def _html_tables(html: str) -> list[list[list[str]]]:
+def html_tables(html: str) -> list[list[list[str]]]:
     """The tables of an HTML fragment (a pandas ``_repr_html_``), each as its rows of cell texts (entities decoded)."""
     from html.parser import HTMLParser
 
@@ -702,7 +702,7 @@ def claims_rows(notebook_path, notebook: Optional[str] = None) -> list[dict[str,
         html = "".join(html) if isinstance(html, list) else html
         if "<th>claim</th>" not in html:
             continue
-        for table in _html_tables(html):
+        for table in html_tables(html):
             if not table or tuple(table[0][:len(_CLAIMS_HEAD)]) != _CLAIMS_HEAD:
                 continue
             head = table[0]
