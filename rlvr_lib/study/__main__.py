@@ -308,7 +308,14 @@ def _what_changed(argv: list[str]) -> int:
     return main(argv)
 
 
+def _plan(argv: list[str]) -> int:
+    from rlvr_lib.study.plan import main
+
+    return main(argv)
+
+
 MODULE_COMMANDS = {
+    "plan": (_plan, "each notebook's cached runs, listed without executing it (rlvr_lib.study.plan)"),
     "reproduce": (_reproduce, "every notebook with papermill, resumably (python -m rlvr_lib.study.reproduce)"),
     "verify": (_verify, "recompute a sample of committed runs and compare (reproduce --verify)"),
     "report": (_report, "render README's parts and the results pages from results/ (rlvr_lib.study.report)"),

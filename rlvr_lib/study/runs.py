@@ -13,6 +13,7 @@ Records are strict JSON (:func:`jsonable`): **NaN and +-inf are written as ``nul
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as _dt
 import functools
@@ -65,6 +66,9 @@ NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=@-]*$")
 """A file-name-safe name (experiments, runs, figures, claim ids): letters, digits and ``. _ + = @ -``, not
 starting with a symbol."""
 FINISHED = "finished"
+_PLANNER: contextvars.ContextVar = contextvars.ContextVar("rlvr_lib.study.runs._PLANNER", default=None)
+"""Plan mode (`rlvr_lib.study.plan`): when set, :func:`cached_run` hands each run to it and returns what it returns
+(a stand-in record), computing and loading nothing."""
 
 
 # ------------------------------------------------------------------- JSON
@@ -290,6 +294,10 @@ def cached_run(
         log.info("stale run record %s (status/hash/seed differ): recomputing", path)
         return None
 
+    if (planner := _PLANNER.get()) is not None:  # plan mode (rlvr_lib.study.plan): list the run, compute nothing
+        return planner(experiment, name, config, seed, fn, run_id=run_id, config_dict=cfg, config_type=cfg_type,
+                       config_hash=chash, cached=cached, force=force, root=root, extra=extra,
+                       one_processor=one_processor)
     if not force and (rec := cached()) is not None:
         return rec
     if os.environ.get(CACHE_ONLY_ENV) == "1":
