@@ -296,3 +296,17 @@ def test_real_archive_every_row_of_both_versions_once():
         # that archive's records are of another policy: some row names the changed policy_sha
         assert any("`policy_sha`" in c for r in rows for c in r.causes), nb.notebook
     assert compared >= 1
+
+
+def test_an_id_less_row_pairs_with_its_reworded_claim():
+    """The claims text no longer names the workspace's PAPERS.md (REWORDED): an archived id-less row in the old wording
+    still pairs with today's row; a row whose text differs otherwise does not."""
+    old = [ClaimRow(None, "Polaris buys degenerate rollouts (no number in PAPERS.md)", "claim", "3PO", "Fig 3",
+                    "holds", "0.1"),
+           ClaimRow(None, "Polaris buys many degenerate rollouts (no number in PAPERS.md)", "claim", "3PO", "Fig 3",
+                    "holds", "0.1")]
+    new = [ClaimRow("polaris-degenerate", "Polaris buys degenerate rollouts (no number restated from the paper)",
+                    "claim", "3PO", "Fig 3", "holds", "0.1")]
+    out = compare(old, new)
+    assert [(r.id, r.matched_by, r.status) for r in out] == [
+        ("polaris-degenerate", "claim text", "kept"), (None, "none", "removed")]

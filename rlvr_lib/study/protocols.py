@@ -267,7 +267,7 @@ class ProtocolEvaluation:
             what = (f"mean@{s.samples} at temperature {s.temperature:g}, top_p {s.top_p:g} "
                     f"({s.samples} samples per problem; {stated})")
         extra = f" Not stated: {p.not_stated}." if p.not_stated else ""
-        return (f"**{p.paper}'s protocol** (PAPERS.md: \"{p.source}\"): measured as {what}, on "
+        return (f"**{p.paper}'s protocol** (as the paper states it: \"{p.source}\"): measured as {what}, on "
                 f"{s.problems_per_family} problems per family, {self.profile} profile.{extra}"
                 + (f" Scaling rule: {SCALING_RULE}" if rule else ""))
 

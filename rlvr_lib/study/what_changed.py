@@ -22,7 +22,8 @@ copies' claims tables, pairs their rows by id and names each row's *cause* from 
 
 A row in one version only is ``added`` or ``removed`` (with the claims module's note on it where it has one). A row
 of an old table that carried no ids (notebook 04 before the claims registry) takes the id of the new row with the
-same claim text, and is listed with no id when no new row has that text.
+same claim text (in today's wording, :data:`REWORDED`), and is listed with no id when no new row has
+that text.
 
 Where each executed copy is looked up: :func:`executed_notebooks`. A notebook the archive has no executed copy of,
 or whose new execution is not there yet, is listed as not recomputed yet.
@@ -436,6 +437,20 @@ def _regime(old: ClaimRow, new: ClaimRow) -> list[str]:
     return out
 
 
+REWORDED = (("numbers not restated in PAPERS.md", "numbers not restated from the paper"),
+            ("not restated in PAPERS.md", "not restated from the paper"),
+            ("no number in PAPERS.md", "no number restated from the paper"))
+"""Wording changed in claims text since an archive was executed, ``(old, new)``: the rows' claims are the same (the
+workspace's ``PAPERS.md``, which the old wording names, is not part of the repository)."""
+
+
+def _reworded(claim: str) -> str:
+    """``claim`` in today's wording (:data:`REWORDED`), for pairing an id-less archived row by its text."""
+    for old, new in REWORDED:
+        claim = claim.replace(old, new)
+    return claim
+
+
 def compare(old: Sequence[ClaimRow], new: Sequence[ClaimRow], nb: Optional[papers.Notebook] = None,
             evidence: Optional[_Evidence] = None) -> list[RowChange]:
     """One :class:`RowChange` per row id of either version (new rows in order, then the removed ones).
@@ -450,7 +465,7 @@ def compare(old: Sequence[ClaimRow], new: Sequence[ClaimRow], nb: Optional[paper
             if r.id is not None:
                 out.append((r.id, r, "id"))
                 continue
-            same = [o.id for o in other if o.id is not None and o.claim == r.claim]
+            same = [o.id for o in other if o.id is not None and _reworded(o.claim) == _reworded(r.claim)]
             out.append((same[0], r, "claim text") if len(same) == 1 else (f"#text:{r.claim}", r, "none"))
         return out
 

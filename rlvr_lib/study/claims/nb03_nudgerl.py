@@ -40,8 +40,8 @@ REGISTRY = Registry(
         Claim("beats-pope", "NudgeRL@8 beats POPE@8 (pass@1)", "NudgeRL", "T1", ("pass@1", _POPE, _NUDGERL), ">",
               "baseline", changed="item 3: GRPO@8 against POPE@8 as reference (POPE may sit below GRPO)", **_DISCOVERY),
         *(Claim(f"beats-pope-{family}", f"NudgeRL@8 beats POPE@8 on {family} (pass@1)", "NudgeRL",
-                "T1 per benchmark: NudgeRL above POPE on every benchmark (not restated in PAPERS.md)",
-                "NudgeRL above POPE on each benchmark (numbers not restated in PAPERS.md)", ">", "baseline",
+                "T1 per benchmark: NudgeRL above POPE on every benchmark (not restated from the paper)",
+                "NudgeRL above POPE on each benchmark (numbers not restated from the paper)", ">", "baseline",
                 changed="added (item 7): a paper claim no row tested; the per-family data were there", **_DISCOVERY)
           for family in EVAL_FAMILIES),
         Claim("fig4-rare-solved", "NudgeRL@8 solves more {rare_family} problems than GRPO@8 (pass@{n_wide}; only the "
@@ -54,11 +54,11 @@ REGISTRY = Registry(
         Claim("fig1-nudged-more-modes", "Nudged sampling ({hints} hints) shows more modes per problem than naive "
                                         "sampling", "NudgeRL", "Fig 1", "2-5 modes vs 1", ">", "method", **_NONE),
         Claim("fig3-grpo32-declines", "GRPO@32 training accuracy falls from its peak more than NudgeRL's", "NudgeRL",
-              "Fig 3", "GRPO@32 rises then declines; NudgeRL stable (no number in PAPERS.md)", ">", "grpo",
+              "Fig 3", "GRPO@32 rises then declines; NudgeRL stable (no number restated from the paper)", ">", "grpo",
               changed=_MATCHED, **_DISCOVERY),
         *(Claim(f"fig5-eps-high-{e:.2f}", f"NudgeRL@8 beats GRPO@8 with eps_high = {e:.2f} (no KL, top_p 0.95, 2 "
                                           "optimizer steps per batch; pass@1)", "NudgeRL", "Fig 5",
-                "no eps_high reaches NudgeRL (no number in PAPERS.md)", ">", "grpo", **_DISCOVERY) for e in EPS_HIGH),
+                "no eps_high reaches NudgeRL (no number restated from the paper)", ">", "grpo", **_DISCOVERY) for e in EPS_HIGH),
         *(Claim(f"ablation-p-drop-{v}", f"p_drop 0.5 beats p_drop {v}", "NudgeRL", "ablations", "0.5 best", ">",
                 "method", **_DISCOVERY) for v in P_DROP),
         Claim("ablation-hint-random", "Random hint selection beats the first two hints", "NudgeRL", "ablations",
@@ -71,7 +71,7 @@ REGISTRY = Registry(
     ),
     measurements=(
         Measurement("beats-grpo-rare", "NudgeRL@8 beats GRPO@8 on {rare_family} (pass@1)", ">",
-                    changed="item 7: PAPERS.md restates T1's average only; moved from the claims", **_DISCOVERY),
+                    changed="item 7: only T1's average is restated from the paper; moved from the claims", **_DISCOVERY),
         Measurement("beats-grpo-ood", "NudgeRL@8 beats GRPO@8 on {ood_family} (pass@1)", ">",
                     changed="item 7: no paper states an OOD result for NudgeRL; moved from the claims", **_DISCOVERY),
         Measurement("rescued-vs-lost", "NudgeRL@8 rescues more in-distribution problems than it loses against GRPO@8 "

@@ -47,7 +47,7 @@ REGISTRY = Registry(
               **_DISCOVERY),
         *(Claim(f"{v}-beats-no-noise", f"{v.upper()} beats its control, IVON's step without weight noise (B3PO at "
                                        "noise_scale 0; pass@1)", "3PO", "T1's premise: the weight noise explores",
-                "the gain is the weight noise's (the paper has no noise-free IVON row; no number in PAPERS.md)", ">",
+                "the gain is the weight noise's (the paper has no noise-free IVON row; no number restated from the paper)", ">",
                 "method", changed="added (issue 29 item 1, issue 31): the primary control of every 3PO claim",
                 **_DISCOVERY)
           for v in ("b3po", "m3po", "c3po")),
@@ -61,8 +61,8 @@ REGISTRY = Registry(
           for key, label in (("entreg", "entropy regularisation"), ("polaris", "Polaris"), ("kl_cov", "KL-Cov"))),
         Claim("c3po-gain-largest-hardest", "C3PO's pass@1 gain over GRPO is larger on {hardest} than on the other "
                                            "in-distribution families (gain on {hardest} minus the others' mean gain)",
-              "3PO", "T1 per benchmark: the gain is largest on the hardest benchmarks (not restated in PAPERS.md)",
-              "largest gain on the hardest benchmark (numbers not restated in PAPERS.md)", ">", "grpo",
+              "3PO", "T1 per benchmark: the gain is largest on the hardest benchmarks (not restated from the paper)",
+              "largest gain on the hardest benchmark (numbers not restated from the paper)", ">", "grpo",
               changed="added (item 7): a paper claim no row tested; the per-family data were there; " + _MATCHED,
               **_DISCOVERY),
         Claim("fig1-weight-reorders", "Weight samples at the calibrated ESS change the top strategy token at the "
@@ -70,15 +70,15 @@ REGISTRY = Registry(
               "threshold", **_NONE),
         *(Claim(f"fig3-{v}-fewer-zero-adv-train", f"{v.upper()}: fewer zero-advantage training groups than GRPO "
                                                   "(share of groups of G, every step)", "3PO", "Fig 3",
-                f"{v.upper()} rescues zero-advantage groups (training groups; no number in PAPERS.md)", "<", "grpo",
+                f"{v.upper()} rescues zero-advantage groups (training groups; no number restated from the paper)", "<", "grpo",
                 changed="added (item 7): Fig 3 counts training groups; the evaluation-group rows are now "
                         "additional measurements; " + _MATCHED, **_DISCOVERY)
           for v in ("m3po", "c3po")),
         Claim("fig3-polaris-degenerate-train", "Polaris: more degenerate (malformed) training rollouts than GRPO",
-              "3PO", "Fig 3", "Polaris buys degenerate rollouts (no number in PAPERS.md)", ">", "grpo",
+              "3PO", "Fig 3", "Polaris buys degenerate rollouts (no number restated from the paper)", ">", "grpo",
               changed=_MATCHED, **_NONE),
         Claim("fig3-entreg-incorrect-train", "Entropy regularisation: more incorrect training rollouts than GRPO",
-              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number in PAPERS.md)", ">", "grpo", changed=_MATCHED,
+              "3PO", "Fig 3", "EntReg buys incorrect rollouts (no number restated from the paper)", ">", "grpo", changed=_MATCHED,
               **_NONE),
         Claim("fig5-ess-x0.1", "C3PO at the calibrated ESS beats C3PO at 0.1x the ESS (10x the noise variance; "
                                "pass@1)", "3PO", "Fig 5", "ESS 1e8 collapses (1e9 the default)", ">", "method",
@@ -100,7 +100,7 @@ REGISTRY = Registry(
               "appendix", "N = G is unstable", ">", "method", **_DISCOVERY),
         Claim("fig5-constant-hess", "C3PO with a constant Hessian init (preset) matches a learnt one: pass@1 "
                                     "difference within +-0.01", "3PO", "Fig 5",
-              "a constant Hessian init is as good as a learnt one (no number in PAPERS.md)", "within", "method",
+              "a constant Hessian init is as good as a learnt one (no number restated from the paper)", "within", "method",
               margin=0.01, changed="item 2: the two one-sided rows (<= +0.01, >= -0.01) became one within +-0.01 row",
               **_DISCOVERY),
     ),

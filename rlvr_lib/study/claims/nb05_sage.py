@@ -42,9 +42,9 @@ REGISTRY = Registry(
                       "evaluation's in-distribution families (hard_mix, hardest_mix), rare_mix reported apart; "
                       "the reference is grpo_k3's same test", **_NONE),
         Claim("branch-beats-random", "The branch guide beats the random guide (pass@1)", "SAGE", "T1",
-              "the random guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method", **_NONE),
+              "the random guide scores below GRPO+Branch (no number restated from the paper)", ">", "method", **_NONE),
         Claim("branch-beats-token", "The branch guide beats the token guide (pass@1)", "SAGE", "T1",
-              "the token guide scores below GRPO+Branch (no number in PAPERS.md)", ">", "method", **_NONE),
+              "the token guide scores below GRPO+Branch (no number restated from the paper)", ">", "method", **_NONE),
         # +Branch against its matched comparator (the same k3 anchor, no guide): pass@1 and pass@256
         *(row for base, key, label, pass1, pass256 in (("BNPO", "bnpo", "bnpo-loss-k3", (0.243, 0.271), (0.699, 0.715)),
                                                        ("DAPO", "dapo", "dapo-k3", (0.264, 0.267), (0.696, 0.712)))
@@ -63,14 +63,14 @@ REGISTRY = Registry(
               changed=f"item 4: the paper's +313% is large, so the threshold is the minimum effect, not 0; {_K3}",
               **_RETENTION),
         Claim("ood-sage-beats-grpo", "Out of distribution ({ood}): SAGE beats GRPO (pass@1)", "SAGE",
-              "OOD (Knights and Knaves)", "SAGE keeps its performance, GRPO degrades (no number in PAPERS.md)", ">",
+              "OOD (Knights and Knaves)", "SAGE keeps its performance, GRPO degrades (no number restated from the paper)", ">",
               "grpo", changed=_K3, **_RETENTION),
         Claim("ood-grpo-degrades", "GRPO degrades under the shift: GRPO below the base policy on {ood} (pass@1)",
-              "SAGE", "OOD (Knights and Knaves)", "GRPO degrades under the shift (no number in PAPERS.md)", "<", "base",
+              "SAGE", "OOD (Knights and Knaves)", "GRPO degrades under the shift (no number restated from the paper)", "<", "base",
               changed=_K3, **_NONE),
         Claim("ood-sage-keeps", "SAGE keeps its performance under the shift: pass@1 within +-0.01 of the base policy "
                                 "on {ood}", "SAGE", "OOD (Knights and Knaves)",
-              "SAGE keeps its performance under the shift (no number in PAPERS.md)", "within", "base", margin=0.01,
+              "SAGE keeps its performance under the shift (no number restated from the paper)", "within", "base", margin=0.01,
               changed="items 2-3: '>= base - 0.01' (one-sided) became within +-0.01; GRPO's same test as reference; "
                       "issue 31: the reference is grpo_k3's (the authors' k3 anchor)", **_NONE),
     ),
