@@ -7,7 +7,10 @@ A *run* is one call of a function (train + evaluate, usually) under one config a
 :func:`git_commit`).
 
 Records are strict JSON (:func:`jsonable`): **NaN and +-inf are written as ``null``**, so a metric read back as
-``None`` means "not finite" (or absent). The results root: the ``root`` argument, ``RLVR_RESULTS_DIR``,
+``None`` means "not finite" (or absent). A record is trusted only after :func:`check_record`: its fields have
+:class:`RunRecord`'s types and, when it carries one, its ``checksum`` (:func:`record_checksum`, written since issue 60)
+matches; a record that fails is recomputed by :func:`cached_run` as an unreadable one is (records written before
+checksums are read unchanged when their fields pass). The results root: the ``root`` argument, ``RLVR_RESULTS_DIR``,
 ``<repo>/results`` in a checkout, else ``./results``. Details: docs/study/README.md ("The run cache").
 """
 
@@ -17,6 +20,7 @@ import contextvars
 import dataclasses
 import datetime as _dt
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -37,12 +41,15 @@ from rlvr_lib.validation import check, check_int
 __all__ = [
     "FINISHED",
     "NAME_RE",
+    "CHECKSUM_KEY",
     "PrerequisitesMissing",
     "RESUMED",
+    "RecordInvalid",
     "RESULTS_ENV",
     "RunRecord",
     "cached_run",
     "check_one_processor",
+    "check_record",
     "cpu_model",
     "current_testbed",
     "git_commit",
@@ -50,6 +57,8 @@ __all__ = [
     "load_runs",
     "measured_on",
     "machine",
+    "read_record",
+    "record_checksum",
     "results_root",
     "run_dir",
     "runs_frame",
@@ -227,14 +236,119 @@ class RunRecord:
 
     @classmethod
     def load(cls, path: str | Path) -> "RunRecord":
-        """Reads a record from a JSON file."""
-        return cls.from_dict(json.loads(Path(path).read_text()))
+        """Reads a record from a JSON file, checked by :func:`read_record` (raises :class:`RecordInvalid`)."""
+        return cls.from_dict(read_record(path))
 
     def save(self, path: str | Path) -> Path:
-        """Writes the record atomically to ``path`` and returns it."""
+        """Writes the record atomically to ``path``, with its :func:`record_checksum`, and returns it."""
         path = Path(path)
-        write_json_atomic(path, self.to_dict())
+        write_json_atomic(path, _sealed(self.to_dict()))
         return path
+
+
+# ------------------------------------------------------------ record trust
+CHECKSUM_KEY = "checksum"
+"""Key of a record's checksum on disk (not a :class:`RunRecord` field: ``from_dict`` drops it)."""
+
+_NUMBER = (int, float)
+_RECORD_TYPES: dict[str, tuple[tuple[type, ...], bool]] = {
+    # field: (allowed JSON types, required). Required are RunRecord's fields without a default: a record written
+    # by `rlvr_lib.run.record_dict` (a run without the study) has no git_commit, yet the study reads it.
+    "experiment": ((str,), True),
+    "name": ((str,), True),
+    "run_id": ((str,), True),
+    "config": ((dict,), True),
+    "config_hash": ((str,), True),
+    "seed": ((int,), True),
+    "config_type": ((str,), False),
+    "status": ((str,), False),
+    "version": ((str,), False),
+    "git_commit": ((str, type(None)), False),
+    "started": ((str,), False),
+    "finished": ((str,), False),
+    "wall_time_s": (_NUMBER, False),
+    "history": ((list,), False),
+    "final": ((dict,), False),
+    "extra": ((dict,), False),
+    CHECKSUM_KEY: ((str,), False),
+}
+
+
+class RecordInvalid(ValueError):
+    """A run record that is not valid JSON, lacks a field, has a field of the wrong type, or fails its checksum."""
+
+
+def record_checksum(data: Mapping[str, Any]) -> str:
+    """``"sha256:<hex>"`` of a record's canonical JSON (sorted keys, no spaces), its ``checksum`` key left out.
+
+    A record read back from its file hashes as it did when written: the file is strict JSON (:func:`jsonable`),
+    whose floats, ints and strings come back equal.
+    """
+    body = {k: v for k, v in data.items() if k != CHECKSUM_KEY}
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _sealed(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, CHECKSUM_KEY: record_checksum(data)}
+
+
+def _type_names(types: tuple[type, ...]) -> str:
+    return " or ".join("null" if t is type(None) else "number" if t is float else t.__name__ for t in types
+                       if not (t is int and float in types))
+
+
+def check_record(data: Any) -> None:
+    """Checks a run record as read from JSON; raises :class:`RecordInvalid` saying what is wrong.
+
+    Checked: an object; :class:`RunRecord`'s fields without a default present; every field present of its JSON
+    type (``seed`` an integer, not a bool; ``wall_time_s`` a number; ``git_commit`` a string or null; ``history`` a
+    list of objects; ``config``, ``final`` and ``extra`` objects); ``config_hash`` the hash of ``config`` and
+    ``run_id`` ``f"{name}-{config_hash}-s{seed}"``; and, when the record carries one, its ``checksum`` equal to
+    :func:`record_checksum` of the rest. Keys it does not know are allowed (forward compatibility). A record without
+    a checksum (written before issue 60) passes on its fields alone.
+    """
+    if not isinstance(data, dict):
+        raise RecordInvalid(f"expected a JSON object, got {type(data).__name__}")
+    missing = [k for k, (_, required) in _RECORD_TYPES.items() if required and k not in data]
+    if missing:
+        raise RecordInvalid(f"missing required field(s) {missing}")
+    for key, (types, _) in _RECORD_TYPES.items():
+        if key not in data:
+            continue
+        value = data[key]
+        if isinstance(value, bool) or not isinstance(value, types):  # bool is an int to Python, not to the schema
+            raise RecordInvalid(f"field {key!r} must be {_type_names(types)}, got {type(value).__name__} {value!r:.60}")
+    for i, row in enumerate(data.get("history", [])):
+        if not isinstance(row, dict):
+            raise RecordInvalid(f"history[{i}] must be an object, got {type(row).__name__}")
+    if hash_jsonable(data["config"]) != data["config_hash"]:
+        raise RecordInvalid(f"config_hash {data['config_hash']!r} is not the hash of the record's config "
+                            f"({hash_jsonable(data['config'])!r})")
+    expected_id = f"{data['name']}-{data['config_hash']}-s{data['seed']}"
+    if data["run_id"] != expected_id:
+        raise RecordInvalid(f"run_id {data['run_id']!r} is not {expected_id!r} (name-config_hash-sseed)")
+    if CHECKSUM_KEY in data and data[CHECKSUM_KEY] != (want := record_checksum(data)):
+        raise RecordInvalid(f"checksum mismatch: the file says {data[CHECKSUM_KEY]!r}, its content hashes to "
+                            f"{want!r} (edited after it was written)")
+
+
+def read_record(path: str | Path) -> dict[str, Any]:
+    """Reads a run record's JSON and :func:`check_record` s it.
+
+    Raises:
+        RecordInvalid: naming the file and what failed (unreadable, not JSON, a field, the checksum).
+    """
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise RecordInvalid(f"run record {path}: unreadable ({type(e).__name__}: {e})") from e
+    try:
+        check_record(data)
+    except RecordInvalid as e:
+        raise RecordInvalid(f"run record {path}: {e}") from None
+    return data
 
 
 def _config_dict(config: ConfigBase | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -270,6 +384,11 @@ def cached_run(
         extra: Extras stored with the record (merged under ``fn``'s).
         one_processor: Refuse (:func:`check_one_processor`) to mix processor models in the experiment.
 
+    A record that fails :func:`read_record` (unreadable, a field missing or of the wrong type, a checksum mismatch)
+    is recomputed with a warning naming the file and what failed; under ``RLVR_CACHE_ONLY=1`` it raises
+    :class:`CacheMiss` with that reason. A lock a killed process held is released by the kernel with the process
+    (flock), so the next call proceeds; the ``.lock`` file itself stays, empty and harmless.
+
     Returns:
         The stored (or loaded) :class:`RunRecord`, as read back from JSON.
     """
@@ -280,18 +399,24 @@ def cached_run(
     run_id = f"{name}-{chash}-s{seed}"
     path = run_dir(experiment, root) / f"{run_id}.json"
 
+    failed: list[str] = []  # why the last look at the record found none to serve
+
     def cached() -> RunRecord | None:
+        failed.clear()
         if not path.exists():
             return None
         try:
-            rec = RunRecord.load(path)
-        except (OSError, ValueError, TypeError) as e:  # unreadable: recompute
-            log.warning("ignoring unreadable run record %s: %s", path, e)
+            rec = RunRecord.from_dict(read_record(path))
+        except (RecordInvalid, TypeError) as e:  # unreadable, damaged or edited: recompute
+            log.warning("ignoring untrusted run record (recomputing it): %s", e)
+            failed.append(str(e))
             return None
         if rec.status == FINISHED and rec.config_hash == chash and rec.seed == seed:
             log.info("cache hit: %s", path)
             return rec
         log.info("stale run record %s (status/hash/seed differ): recomputing", path)
+        failed.append(f"status {rec.status!r}, config_hash {rec.config_hash!r}, seed {rec.seed} (wanted "
+                      f"{FINISHED!r}, {chash!r}, {seed})")
         return None
 
     if (planner := _PLANNER.get()) is not None:  # plan mode (rlvr_lib.study.plan): list the run, compute nothing
@@ -301,7 +426,8 @@ def cached_run(
     if not force and (rec := cached()) is not None:
         return rec
     if os.environ.get(CACHE_ONLY_ENV) == "1":
-        why = ("would be recomputed (force=True)" if force else "is stale or unreadable") if path.exists() \
+        why = ("would be recomputed (force=True)" if force else
+               "is stale or unreadable" + (f" ({failed[0]})" if failed else "")) if path.exists() \
             else "does not exist"
         raise CacheMiss(f"{CACHE_ONLY_ENV}=1 and the run record {path} {why} (experiment {experiment!r}, run "
                         f"{name!r}, seed {seed}): unset {CACHE_ONLY_ENV} to compute it, or commit the record")
@@ -385,7 +511,7 @@ def _compute_run(path, experiment, name, run_id, cfg, chash, cfg_type, seed, fn,
         extra={"machine": machine(), **dict(extra or {}), **fn_extra},
     )
     data = rec.to_dict()
-    write_json_atomic(path, data)
+    write_json_atomic(path, _sealed(data))
     return RunRecord.from_dict(data)
 
 
@@ -421,16 +547,28 @@ def load_runs(experiment: str, root: str | Path | None = None, *, name: str | No
     """Loads every run record of an experiment, sorted by (name, seed, run_id); non-records skipped, ``[]`` without a
     folder.
 
-    ``name`` keeps one run name; ``current`` keeps runs measured on the shipped policy and testbed.
+    ``name`` keeps one run name; ``current`` keeps runs measured on the shipped policy and testbed. A record (a
+    JSON object with ``run_id``) whose fields fail :func:`check_record` raises :class:`RecordInvalid` naming the
+    file: a table is never built from it. A checksum mismatch alone is logged as a warning naming the file (there is
+    nothing to recompute here; committed records' edits are tracked by git) and the record is read as it is.
     """
     d = run_dir(experiment, root)
     if not d.is_dir():
         return []
     records = []
     for p in sorted(d.glob("*.json")):
-        data = json.loads(p.read_text())
+        try:
+            data = json.loads(p.read_text())
+        except ValueError as e:
+            raise RecordInvalid(f"run record {p}: unreadable ({type(e).__name__}: {e})") from e
         if not isinstance(data, dict) or "run_id" not in data:
             continue
+        try:
+            check_record({k: v for k, v in data.items() if k != CHECKSUM_KEY})
+        except RecordInvalid as e:
+            raise RecordInvalid(f"run record {p}: {e}") from None
+        if CHECKSUM_KEY in data and data[CHECKSUM_KEY] != record_checksum(data):
+            log.warning("run record %s: checksum mismatch (edited after it was written); read as it is", p)
         rec = RunRecord.from_dict(data)
         if name is None or rec.name == name:
             records.append(rec)
