@@ -71,7 +71,10 @@ lock:
 # than run: pytest would exit 5 ("no tests collected") and print "no tests ran"
 # as the last summary line. Then the quick smoke run: every notebook stored at the full profile executed by papermill
 # at the quick profile, which trains (two at a time, into results/notebooks/quick/, ignored; outputs not compared;
-# fails if one raises; a notebook stored at the quick profile was already run at it by nbval). Then the strict build of the documentation site (docs-build, below) and the vLLM tests
+# fails if one raises; a notebook stored at the quick profile was already run at it by nbval). Then the tutorials: each
+# notebooks/tutorials/*.ipynb (worked examples, not the study's: they train a tiny random model of their own, offline,
+# in about a minute on one core) executed by papermill into .make/tutorials/ (outputs not compared; fails if one
+# raises). Then the strict build of the documentation site (docs-build, below) and the vLLM tests
 # (test-vllm, below).
 # Every stage runs, each in its own subshell, whatever an earlier one returned (one flaky test must not
 # hide whether the rest passes); at the end one line per stage (stage, passed/failed, its exit code), and
@@ -90,6 +93,9 @@ TEST_NBVAL_CMD  = full=$$($(PY) -m rlvr_lib.study.reproduce --stored full) && \
 TEST_SMOKE_CMD  = full=$$($(PY) -m rlvr_lib.study.reproduce --stored full) || exit 1; \
                   if [ -z "$$full" ]; then echo "smoke: no notebook stored at the full profile, skipped"; exit 0; fi; \
                   $(NB_ENV) $(PY) -m rlvr_lib.study.reproduce --profile quick --force --workers 2 --no-progress --only $$full
+TEST_TUTORIAL_CMD = mkdir -p .make/tutorials && code=0; for nb in notebooks/tutorials/*.ipynb; do \
+                    $(NB_ENV) $(PY) -m papermill --no-progress-bar -k python3 "$$nb" ".make/tutorials/$${nb\#\#*/}" \
+                    || code=$$?; done; exit $$code
 TEST_DOCS_CMD   = $(DOCS_BUILD_CMD)
 TEST_VLLM_CMD   = $(MAKE) --no-print-directory test-vllm
 # $(call quoted,TEXT): TEXT as one single-quoted shell word (each stage's command is echoed before it runs).
@@ -97,11 +103,12 @@ quoted = '$(subst ','\'',$(1))'
 test: install
 	@trap 'exit 130' INT; trap 'exit 143' TERM; failed=0; summary=; \
 	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; \
-	  summary="$$summary$$(printf 'make test: %-6s %s (exit code %s)' "$$2" $$result "$$1")\n"; }; \
+	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s)' "$$2" $$result "$$1")\n"; }; \
 	echo == lock: $(call quoted,$(TEST_LOCK_CMD));     ($(TEST_LOCK_CMD));   stage $$? lock; \
 	echo == pytest: $(call quoted,$(TEST_PYTEST_CMD)); ($(TEST_PYTEST_CMD)); stage $$? pytest; \
 	echo == nbval: $(call quoted,$(TEST_NBVAL_CMD));   ($(TEST_NBVAL_CMD));  stage $$? nbval; \
 	echo == smoke: $(call quoted,$(TEST_SMOKE_CMD));   ($(TEST_SMOKE_CMD));  stage $$? smoke; \
+	echo == tutorial: $(call quoted,$(TEST_TUTORIAL_CMD)); ($(TEST_TUTORIAL_CMD)); stage $$? tutorial; \
 	echo == docs: $(call quoted,$(TEST_DOCS_CMD));     ($(TEST_DOCS_CMD));   stage $$? docs; \
 	echo == vllm: $(call quoted,$(TEST_VLLM_CMD));     ($(TEST_VLLM_CMD));   stage $$? vllm; \
 	printf '%b' "$$summary"; \

@@ -1,5 +1,5 @@
-"""`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the strict docs build, the vLLM
-tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
+"""`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the tutorials, the strict docs
+build, the vLLM tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
 
 The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
 command line replaces with a short shell command writing its name to a file and exiting with a chosen code;
@@ -21,7 +21,7 @@ import pytest
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 REPO = Path(__file__).resolve().parents[1]
-STAGES = ("lock", "pytest", "nbval", "smoke", "docs", "vllm")
+STAGES = ("lock", "pytest", "nbval", "smoke", "tutorial", "docs", "vllm")
 SUMMARY = re.compile(r"^make test: (\S+)\s+(passed|failed) \(exit code (\d+)\)$")
 
 
@@ -42,9 +42,10 @@ def _stand_ins(ran: Path, codes) -> dict[str, str]:
     return {stage: f"echo {stage} >> {ran}; exit {code}" for stage, code in zip(STAGES, codes)}
 
 
-@pytest.mark.parametrize("codes", [(0, 0, 0, 0, 0, 0), (0, 1, 0, 0, 0, 0), (2, 0, 0, 0, 0, 0), (0, 1, 3, 0, 0, 0),
-                                   (0, 0, 0, 0, 0, 2), (0, 0, 5, 0, 0, 0), (0, 0, 0, 1, 0, 0), (0, 0, 0, 0, 1, 0),
-                                   (6, 5, 4, 3, 2, 1)])
+@pytest.mark.parametrize("codes", [(0, 0, 0, 0, 0, 0, 0), (0, 1, 0, 0, 0, 0, 0), (2, 0, 0, 0, 0, 0, 0),
+                                   (0, 1, 3, 0, 0, 0, 0), (0, 0, 0, 0, 0, 0, 2), (0, 0, 5, 0, 0, 0, 0),
+                                   (0, 0, 0, 1, 0, 0, 0), (0, 0, 0, 0, 1, 0, 0), (0, 0, 0, 0, 0, 1, 0),
+                                   (7, 6, 5, 4, 3, 2, 1)])
 def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
     ran = tmp_path / "ran"
     done = _make_test(_stand_ins(ran, codes))
@@ -72,14 +73,15 @@ def test_each_stage_command_is_echoed_with_its_quotes_kept(tmp_path):
 
 def test_the_stages_default_to_the_real_commands():
     """Without stand-ins the stages are the lock print, the pytest suite, nbval on notebooks/, the quick smoke run,
-    the strict docs build and test-vllm, in this order (a dry run: make prints the recipe and runs none of it)."""
+    the tutorials (notebooks/tutorials/ by papermill), the strict docs build and test-vllm, in this order (a dry run: make prints the recipe and runs none of it)."""
     done = subprocess.run(["make", "--no-print-directory", "-n", "-o", "install", "test"], cwd=REPO, env=_env(),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     text = done.stdout
     needles = ["-m rlvr_lib.lockfile locks/", "-m pytest -n 2 -q tests", "-m rlvr_lib.study.reproduce --stored full",
                "RLVR_CACHE_ONLY=1 OMP_NUM_THREADS=1", "--nbval-lax $full", "--nbval-lax $quick",
-               "reproduce --profile quick --force --workers 2", "-m mkdocs build --strict", "--no-print-directory test-vllm",
+               "reproduce --profile quick --force --workers 2",
+               "papermill --no-progress-bar -k python3 \"$nb\" \".make/tutorials/", "-m mkdocs build --strict", "--no-print-directory test-vllm",
                "exit $failed"]
     where = [text.find(needle) for needle in needles]
     assert -1 not in where and where == sorted(where), text
