@@ -12,7 +12,10 @@ Layers of the program's child (``SandboxResult.layers``; `probe_layers` reports
 them for this machine): ``session`` (process group killed at the end), wall-clock
 timeout and output caps, ``rlimits``, ``uid`` (drop to nobody when root),
 ``landlock-fs``/``landlock-tcp``/``landlock-signal``, ``seccomp`` (x86_64) and
-the ``audit`` hook (status ``violation``).
+the ``audit`` hook (status ``violation``); and the parent's ``tmpfs`` (the working
+directory is a tmpfs of `entries_cap` inodes, so the kernel counts what the program
+makes; where no mount is allowed the parent counts the tree after the run instead:
+`file_cap`). Entries past the cap are a ``violation`` either way.
 
 Statuses (`STATUSES`): ``ok``, ``syntax_error``, ``error``, ``timeout``,
 ``memory``, ``output_limit``, ``violation`` (``passed`` is then 0), ``crashed``.
@@ -24,6 +27,9 @@ Threat model, the two processes, each layer and what it stops, statuses: docs/ta
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
+import errno
 import json
 import logging
 import os
@@ -44,8 +50,8 @@ from rlvr_lib.validation import check, is_int
 
 __all__ = [
     "CRASHED", "ERROR", "MEMORY", "OK", "OUTPUT_LIMIT", "STATUSES", "SYNTAX_ERROR", "TIMEOUT", "VIOLATION",
-    "UNPRIVILEGED_GID", "UNPRIVILEGED_UID", "CLEANUP_WAIT_S", "SandboxConfig", "SandboxResult", "probe_layers",
-    "run_tests", "wait_for_removals",
+    "UNPRIVILEGED_GID", "UNPRIVILEGED_UID", "CLEANUP_WAIT_S", "MAX_ENTRIES_MADE", "SandboxConfig", "SandboxResult",
+    "entries_cap", "probe_layers", "run_tests", "wait_for_removals",
 ]
 
 OK, SYNTAX_ERROR, ERROR, TIMEOUT = "ok", "syntax_error", "error", "timeout"
@@ -207,13 +213,131 @@ def run_tests(program: str, tests: Sequence[str] = (), setup: str = "",
               "None or a sequence of identifiers")
     config = SandboxConfig() if config is None else config
     workdir = tempfile.mkdtemp(prefix="rlvr-sandbox-", dir=config.tmp_root)
+    mounted = False
     try:
         identity = _identity(config)
         if identity is not None:
             os.chown(workdir, identity["uid"], identity["gid"])
-        return _supervise(program, tests, setup, config, workdir, identity, program_names)
+        mounted, note = _mount_workdir(workdir, config, identity)
+        result = _supervise(program, tests, setup, config, workdir, identity, program_names)
+        return _file_cap(result, workdir, config, mounted, note)
     finally:
-        _remove_tree(workdir, CLEANUP_WAIT_S)
+        if not (mounted and _unmount(workdir)):
+            _remove_tree(workdir, CLEANUP_WAIT_S)
+
+
+# --------------------------------------------------------------------------- the file cap
+
+MAX_ENTRIES_MADE = 512
+"""Directories, links and FIFOs the program may make (the audit hook's cap; files: ``max_files_written``)."""
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MNT_DETACH = 2, 4, 8, 2
+_SYMLINK_PAGE_KB = 4  # a long symlink's target takes a page of a tmpfs
+
+
+def entries_cap(config: SandboxConfig) -> int:
+    """Entries (files, directories, symlinks, FIFOs, hard links) the working directory may hold besides itself:
+    ``max_files_written + MAX_ENTRIES_MADE``, the sum of the audit hook's two caps. The kernel (a tmpfs of that
+    many inodes plus one spare) or, without a mount, the parent's count after the run enforces it whatever the
+    program's process does; one entry more is a ``violation``."""
+    return config.max_files_written + MAX_ENTRIES_MADE
+
+
+def _mount_workdir(workdir: str, config: SandboxConfig, identity: dict | None) -> tuple[bool, str]:
+    """Mount a tmpfs over the (empty) working directory: ``nr_inodes`` = itself + `entries_cap` + one spare (a hard
+    link takes an inode's reservation too), ``size`` = every file the hook lets the program write at its largest
+    plus a page per other entry; nosuid, nodev, noexec, mode 0700, owned by whoever runs the program.
+
+    Returns ``(mounted, note)``; the mount needs root with CAP_SYS_ADMIN (refused in most containers): the note
+    says why there is none, and the cap is then counted after the run (`_file_cap`).
+    """
+    if not sys.platform.startswith("linux"):
+        return False, f"tmpfs: not Linux ({sys.platform}); the file cap is counted after the run"
+    if os.geteuid() != 0:
+        return False, "tmpfs: not root (no mount); the file cap is counted after the run"
+    uid, gid = (identity["uid"], identity["gid"]) if identity is not None else (os.getuid(), os.getgid())
+    size_kb = max(config.max_files_written, 1) * config.file_size_kb + MAX_ENTRIES_MADE * _SYMLINK_PAGE_KB + 1024
+    options = f"size={size_kb}k,nr_inodes={entries_cap(config) + 2},mode=0700,uid={uid},gid={gid}"
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        done = libc.mount(b"rlvr-sandbox", os.fsencode(workdir), b"tmpfs", ctypes.c_ulong(
+            _MS_NOSUID | _MS_NODEV | _MS_NOEXEC), options.encode("ascii")) == 0
+        why = "" if done else errno.errorcode.get(ctypes.get_errno(), str(ctypes.get_errno()))
+    except (OSError, AttributeError) as exc:  # no libc mount symbol
+        done, why = False, f"{type(exc).__name__}: {exc}"
+    if not done:
+        return False, f"tmpfs: mount refused ({why}); the file cap is counted after the run"
+    return True, ""
+
+
+def _unmount(workdir: str) -> bool:
+    """Detach the run's tmpfs (the kernel frees all it holds at once) and remove the empty folder under it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.umount2(os.fsencode(workdir), _MNT_DETACH) != 0:
+        logger.warning("sandbox: could not unmount %s (%s); removing its content instead", workdir,
+                       errno.errorcode.get(ctypes.get_errno(), ctypes.get_errno()))
+        return False
+    try:
+        os.rmdir(workdir)
+    except OSError as exc:
+        logger.warning("sandbox: could not remove %s after its unmount: %s", workdir, exc)
+    return True
+
+
+def _count_entries(workdir: str, limit: int) -> int:
+    """Entries under ``workdir`` (every name: files, directories, symlinks, FIFOs, each hard link), counted through
+    directory descriptors without following a link, stopping once past ``limit`` (so the count takes at most
+    ``limit + 1`` entries' work, whatever the tree). Raises OSError when the tree cannot be read."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    count, stack = 0, [os.open(workdir, flags)]
+    try:
+        while stack:
+            fd = stack.pop()
+            try:
+                with os.scandir(fd) as entries:
+                    for entry in entries:
+                        count += 1
+                        if count > limit:
+                            return count
+                        if entry.is_dir(follow_symlinks=False):
+                            stack.append(os.open(entry.name, flags, dir_fd=fd))
+            finally:
+                os.close(fd)
+    finally:
+        for fd in stack:
+            os.close(fd)
+    return count
+
+
+def _file_cap(result: SandboxResult, workdir: str, config: SandboxConfig, mounted: bool,
+              note: str) -> SandboxResult:
+    """The run's verdict with the file cap applied, out of the program's reach (both children are dead).
+
+    On the run's tmpfs the kernel has counted: its inodes all taken means the program made past `entries_cap`
+    (the kernel refused the next with ENOSPC). Without one, the tree is counted here, bounded. Past the cap, or a
+    tree that cannot be counted: status ``violation``, nothing passed.
+    """
+    cap = entries_cap(config)
+    if mounted:
+        layers, notes = result.layers + ("tmpfs",), result.notes
+        st = os.statvfs(workdir)
+        made = st.f_files - st.f_ffree - 1  # the root is one inode
+        over = st.f_ffree == 0
+    else:
+        layers, notes = result.layers, result.notes + (note,)
+        try:
+            made = _count_entries(workdir, cap)
+            over = made > cap
+        except OSError as exc:
+            made, over = None, True
+            note = f"the working directory could not be counted ({type(exc).__name__}: {exc})"
+    fields = dict(layers=layers, notes=notes)
+    if over and result.status != VIOLATION:  # a violation the hook saw keeps its own reason
+        why = note if made is None else f"the working directory holds more than {cap} entries ({made} counted" + (
+            ", the kernel's cap reached)" if mounted else ")")
+        fields.update(status=VIOLATION, passed=0, reason=f"file cap: {why}")
+    elif over:
+        fields.update(passed=0)
+    return dataclasses.replace(result, **fields)
 
 
 def probe_layers(config: SandboxConfig | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
@@ -277,6 +401,7 @@ def _job(role: str, config: SandboxConfig, workdir: str, report_fd: int, channel
         "file_size_bytes": config.file_size_kb << 10,
         "open_files": config.max_open_files,
         "files_written": config.max_files_written,
+        "entries_made": MAX_ENTRIES_MADE,
         "user_processes": config.max_user_processes,
     }
     job = dict(role=role, workdir=workdir, report_fd=report_fd, channel_in=channel[0], channel_out=channel[1],

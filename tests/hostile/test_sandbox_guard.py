@@ -138,8 +138,18 @@ def test_no_extension_module_is_usable_by_path(tmp_path, attack):
         assert "LOADED" not in off.output and off.passed == 0, off
 
 
-def test_control_without_seccomp_a_copied_extension_module_does_load(tmp_path):
-    result = _run(EXTENSION_ATTACKS["copy_of_allowed_module"] + RIGHT, tmp_path, audit_hook=False, seccomp=False)
+def test_control_without_seccomp_a_copied_extension_module_does_load(tmp_path, monkeypatch):
+    """Control: with seccomp (and the hook) off, a program-written shared object is mapped; on the per-run tmpfs
+    (mounted noexec) it is not even then, so the control runs without the mount."""
+    from rlvr_lib.tasks import sandbox
+
+    program = EXTENSION_ATTACKS["copy_of_allowed_module"] + RIGHT
+    if "tmpfs" in run_tests("pass").layers:
+        on_tmpfs = _run(program, tmp_path, audit_hook=False, seccomp=False)
+        assert "LOADED" not in on_tmpfs.output and on_tmpfs.passed == 0, on_tmpfs
+        assert "failed to map segment" in on_tmpfs.reason, on_tmpfs  # noexec: no PROT_EXEC mapping of its files
+    monkeypatch.setattr(sandbox, "_mount_workdir", lambda *a: (False, "tmpfs: off for this test"))
+    result = _run(program, tmp_path, audit_hook=False, seccomp=False)
     assert "LOADED" in result.output, result
 
 
