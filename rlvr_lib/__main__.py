@@ -230,12 +230,11 @@ def _check_no_sharding(backend: str) -> None:
     """Refuse, before anything is loaded, a launch under an accelerate DeepSpeed config
     (`rlvr_lib.distributed.sharded_launch`), which neither backend hosts (FSDP: both, through
     `rlvr_lib.distributed`)."""
-    from rlvr_lib.distributed import sharded_launch
+    from rlvr_lib.distributed import DEEPSPEED_REFUSAL, sharded_launch
 
     if "DeepSpeed" in sharded_launch():
         raise UsageError(f"argument --backend: {backend!r} does not host DeepSpeed (set by the accelerate launch "
-                         "config); launch DDP-style processes (configs/accelerate/ddp_8gpu.yaml), or shard with "
-                         "FSDP (configs/accelerate/fsdp_8gpu.yaml)")
+                         f"config): {DEEPSPEED_REFUSAL}")
 
 
 def _check_mixed_precision(backend: str) -> None:

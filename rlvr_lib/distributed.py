@@ -255,6 +255,13 @@ class World:
 _PLAIN_TWINS: "weakref.WeakKeyDictionary[torch.nn.Module, torch.nn.Module]" = weakref.WeakKeyDictionary()
 """Per sharded model, its modules with meta parameters (`World.shard_model`, `World.unsharded`)."""
 
+DEEPSPEED_REFUSAL = ("no training loop here hosts DeepSpeed (ZeRO is untested: on a CPU-only torch accelerate gives "
+                     "every DeepSpeed process rank 0 of 1; docs/scaling-out.md#deepspeed): shard with FSDP2 instead "
+                     "(accelerate launch --config_file configs/accelerate/fsdp_8gpu.yaml), or launch DDP-style "
+                     "processes (configs/accelerate/ddp_8gpu.yaml)")
+"""Why a DeepSpeed launch is refused and what to use instead: one text for the command line, `init_world` and the
+TRL backend."""
+
 SHARDING_ENV = {"ACCELERATE_USE_DEEPSPEED": "DeepSpeed", "ACCELERATE_USE_FSDP": "FSDP"}
 """What ``accelerate launch --config_file F`` sets when F's ``distributed_type`` is DEEPSPEED or FSDP."""
 
@@ -393,9 +400,7 @@ def init_world(backend: str | None = None) -> World:
     """
     engines = sharded_launch()
     if "DeepSpeed" in engines:
-        raise RuntimeError("this launch asks for DeepSpeed (set by the accelerate launch config), which no training "
-                           "loop here hosts; shard with FSDP instead (accelerate launch --config_file "
-                           "configs/accelerate/fsdp_8gpu.yaml), or launch DDP-style processes (ddp_8gpu.yaml)")
+        raise RuntimeError(f"this launch asks for DeepSpeed (set by the accelerate launch config): {DEEPSPEED_REFUSAL}")
     sharded = "FSDP" in engines
     if dist.is_available() and dist.is_initialized():
         rank, size = dist.get_rank(), dist.get_world_size()

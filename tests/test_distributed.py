@@ -302,7 +302,7 @@ def test_a_deepspeed_launch_is_refused_from_python_too(tmp_path, monkeypatch):
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
     config = method_config("grpo", steps=1, prompts_per_step=2, group_size=2, max_new_tokens=8)
     for start in (init_world, lambda: Trainer(config), lambda: train_run(config, tmp_path / "run", progress=False)):
-        with pytest.raises(RuntimeError, match="asks for DeepSpeed .*shard with FSDP instead"):
+        with pytest.raises(RuntimeError, match="asks for DeepSpeed .*shard with FSDP2 instead"):
             start()
     assert not (tmp_path / "run").exists()
     monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "false")
@@ -355,3 +355,19 @@ def test_metric_merge_rules():
     assert _merge("time_step", [1.0, 3.0]) == 3.0
     assert _merge("vigor_grad_norm", [1.0, float("nan"), 3.0]) == 2.0
     assert _merge("label", ["a", "b"]) == "a"
+
+
+def test_every_deepspeed_refusal_gives_the_same_reason_and_alternatives(monkeypatch):
+    """The command line and init_world refuse DeepSpeed with one text (DEEPSPEED_REFUSAL; the TRL backend's:
+    tests/test_trl_backend.py), naming FSDP2 and DDP-style processes as what to use instead."""
+    import rlvr_lib.__main__ as cli
+    from rlvr_lib import distributed
+
+    assert "FSDP2" in distributed.DEEPSPEED_REFUSAL and "ddp_8gpu.yaml" in distributed.DEEPSPEED_REFUSAL
+    monkeypatch.setenv("ACCELERATE_USE_DEEPSPEED", "true")
+    with pytest.raises(cli.UsageError) as err:
+        cli._check_no_sharding("native")
+    assert str(err.value).endswith(distributed.DEEPSPEED_REFUSAL)
+    with pytest.raises(RuntimeError) as err:
+        distributed.init_world()
+    assert str(err.value).endswith(distributed.DEEPSPEED_REFUSAL)

@@ -44,7 +44,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from rlvr_lib.distributed import sharded_launch
+from rlvr_lib.distributed import DEEPSPEED_REFUSAL, sharded_launch
 from rlvr_lib.methods.base import Method
 from rlvr_lib.rollout import Rollouts, SamplingParams, sequence_logprobs
 from rlvr_lib.rollout.batched import left_pad
@@ -199,10 +199,8 @@ def check_hostable(method: Method, config: TrainerConfig, args, processes: int) 
                          "runs only in training): use eval_strategy='no' and rlvr_lib.eval for evaluation")
     if getattr(args, "deepspeed", None) or getattr(args, "fsdp", None) or "DeepSpeed" in sharded_launch():
         raise ValueError(f"TRL backend: method {name!r}: DeepSpeed, and FSDP given as TRL arguments, are not "
-                         "hosted (ZeRO is untested: on a CPU-only torch accelerate gives every DeepSpeed process "
-                         "rank 0 of 1; docs/scaling-out.md#deepspeed): FSDP2 is the sharded path, an accelerate FSDP "
-                         "launch (configs/accelerate/fsdp_8gpu.yaml) that the native loop's sharding serves; or use "
-                         "DDP-style processes (accelerate launch --multi_gpu)")
+                         f"hosted (FSDP comes from an accelerate FSDP launch, which the native loop's sharding "
+                         f"serves); {DEEPSPEED_REFUSAL}")
     if "FSDP" in sharded_launch() and processes > 1 and args.use_vllm:
         raise ValueError(f"TRL backend: method {name!r}: use_vllm is not hosted on an FSDP launch (the weight sync "
                          "reads whole parameters): use transformers generate (the default), or rollouts from a "
