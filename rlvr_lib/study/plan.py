@@ -32,8 +32,8 @@ from typing import Any
 
 from rlvr_lib.study.runs import RESULTS_ENV, PrerequisitesMissing, _PLANNER, cached_run
 
-__all__ = ["PLAN_TAGS", "Plan", "PlanOnly", "PlannedRecord", "PlannedRun", "RUNS_TAG", "SETUP_TAG", "main",
-           "notebook_plan", "plan_cells", "study_plan"]
+__all__ = ["PLAN_TAGS", "Plan", "PlanOnly", "PlannedRecord", "PlannedRun", "RUNS_TAG", "SETUP_TAG", "dynamics_runs",
+           "finished", "main", "notebook_plan", "plan_cells", "planning", "study_plan"]
 
 RUNS_TAG = "runs"
 """Cell tag: the cell declares cached runs (executed by :func:`notebook_plan`)."""
@@ -88,6 +88,7 @@ class PlannedRecord:
     config: dict
     config_hash: str
     config_type: str
+    run: "PlannedRun" = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def extra(self) -> _PlanOnlyExtra:
@@ -220,7 +221,7 @@ class _Planner:
                                        one_processor=one_processor, force=force),
                 _cached=cached)
         return PlannedRecord(experiment=experiment, name=name, run_id=run_id, seed=seed, config=config_dict,
-                             config_hash=config_hash, config_type=config_type)
+                             config_hash=config_hash, config_type=config_type, run=self.runs[key])
 
 
 @contextlib.contextmanager
@@ -232,6 +233,58 @@ def planning() -> Iterator[_Planner]:
         yield planner
     finally:
         _PLANNER.reset(token)
+
+
+def finished(records: Any, what: str) -> Any:
+    """A stage boundary in a ``runs`` cell: ``records`` as they are outside plan mode; in plan mode, the same
+    structure (a record, or lists / tuples / dicts of them) with each planned run's finished record loaded, so a cell
+    can decide on results what to run next (notebook 08's methods run when its gate passes).
+
+    Raises:
+        PrerequisitesMissing: in plan mode, when a planned run of ``records`` is not finished yet (``what`` names
+            them): the plan stops there, a stage (:attr:`Plan.waiting_on`).
+    """
+    missing: list[str] = []
+
+    def load(value: Any) -> Any:
+        if isinstance(value, PlannedRecord):
+            record = value.run._cached() if value.run is not None and value.run._cached is not None else None
+            if record is None:
+                missing.append(f"{value.experiment}/{value.run_id}")
+            return record
+        if isinstance(value, Mapping):
+            return {k: load(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return type(value)(load(v) for v in value)
+        return value
+
+    if _PLANNER.get() is None:
+        return records
+    out = load(records)
+    if missing:
+        raise PrerequisitesMissing(f"{what}: {len(missing)} run(s) not finished yet ({', '.join(missing[:3])}"
+                                   f"{', ...' if len(missing) > 3 else ''}); the runs after them depend on their "
+                                   "results")
+    return out
+
+
+def dynamics_runs(config, *, root: str | Path | None = None) -> list:
+    """The runs of `rlvr_lib.study.dynamics.measure_dynamics` (``config``), through the run cache, without reading
+    them: the base policy's two evaluations per base seed, GRPO without its anchor, and GRPO anchored at each of
+    ``config.kl_coefs``. `measure_dynamics` stops its beta search at the first beta that meets every gating target,
+    so with several betas (the quick profile's) the later ones are listed although they may not be trained; the
+    full profile has one (tests/test_plan.py checks these ids against the runs `measure_dynamics` reads).
+    """
+    from rlvr_lib.study.dynamics import ANCHORED, EXPERIMENT, UNANCHORED, train_with_checkpoint_evals
+    from rlvr_lib.study.pipeline import evaluate_base
+
+    runs = [evaluate_base(EXPERIMENT, config.spec(s), config.policy, root=root) for s in config.base_seeds]
+    runs += [evaluate_base(EXPERIMENT, config.wide_spec(s), config.policy, root=root, name="base-wide")
+             for s in config.base_seeds]
+    runs += [train_with_checkpoint_evals(config, UNANCHORED, s, root=root, wide=False) for s in config.seeds]
+    for beta in config.kl_coefs:
+        runs += [train_with_checkpoint_evals(config, ANCHORED, s, root=root, kl_coef=beta) for s in config.seeds]
+    return runs
 
 
 # ---------------------------------------------------------------- notebooks
@@ -279,9 +332,10 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
     Args:
         path_or_stem: A notebook path, or the stem of one in ``notebooks/`` (e.g. ``"01_grpo_pass_at_k_modes_group_size"``).
         profile: ``"quick"`` or ``"full"``.
-        root: Results root to plan the runs in (the notebook's ``ROOT`` and ``RLVR_RESULTS_DIR`` for the cells);
-            default: the notebook's own (the committed ``results/`` at the full profile, a temporary folder at the
-            quick).
+        root: Results root to plan the runs in, as if the notebook ran with ``RLVR_RESULTS_DIR=root`` (a staging
+            root: the cells read the testbed's reports and other notebooks' records there too), its ``ROOT`` rebound
+            to it after the setup cells (the quick profile's own is a fresh temporary folder); default: the
+            notebook's own (the committed ``results/`` at the full profile, a temporary folder at the quick).
 
     Returns:
         A :class:`Plan`; at a stage that waits on other notebooks' records (`PrerequisitesMissing`), the runs so
