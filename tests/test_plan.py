@@ -276,3 +276,22 @@ def test_the_cli_names_a_bad_notebook(capsys):
         main(["--only", "nope"])
     assert exit_.value.code == 2
     assert "--only: unknown notebook(s) ['nope']" in capsys.readouterr().err
+
+
+def test_listing_a_plan_leaves_a_running_computations_checkpoint_alone(tmp_path):
+    """train_and_evaluate removes its checkpoint after cached_run; a plan's stand-in is no finished run, so another
+    process training that run (an executor) keeps it."""
+    from rlvr_lib.config import hash_jsonable
+    from rlvr_lib.eval import EvalSpec
+    from rlvr_lib.study.pipeline import run_key, train_and_evaluate
+    from rlvr_lib.study.testbed import calibrated_config
+
+    config, spec = calibrated_config("grpo", steps=2, prompts_per_step=2, seed=0), EvalSpec(problems_per_family=2,
+                                                                                            samples=8)
+    ckpt = tmp_path / ".checkpoints" / "toy" / f"grpo-{hash_jsonable(run_key(config, spec))}-s0"
+    ckpt.mkdir(parents=True)
+    (ckpt / "checkpoint.pt").write_bytes(b"in progress")
+    with planning() as planner:
+        rec = train_and_evaluate("toy", "grpo", config, spec, root=tmp_path)
+    assert isinstance(rec, PlannedRecord) and list(planner.runs) == [("toy", rec.run_id)]
+    assert (ckpt / "checkpoint.pt").read_bytes() == b"in progress"

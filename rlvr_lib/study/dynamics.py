@@ -330,7 +330,8 @@ def train_with_checkpoint_evals(config: DynamicsConfig, method: str, seed: int, 
         return nan_to_none(trainer.history), final, {"checkpoints": evals, RESUMED: trainer.resumed()}
 
     record = cached_run(EXPERIMENT, method, key, seed, run, root=root)
-    shutil.rmtree(ckpt, ignore_errors=True)
+    if isinstance(record, RunRecord):  # not a plan's stand-in (rlvr_lib.study.plan): a run another process
+        shutil.rmtree(ckpt, ignore_errors=True)  # is computing keeps its checkpoint while a plan is listed
     return record
 
 

@@ -148,7 +148,8 @@ def train_and_evaluate(
 
     record = cached_run(experiment, name, key, config.seed, run, root=root, extra=record_extra(experiment),
                         one_processor=True)
-    shutil.rmtree(ckpt, ignore_errors=True)
+    if isinstance(record, RunRecord):  # not a plan's stand-in (rlvr_lib.study.plan): a run another process
+        shutil.rmtree(ckpt, ignore_errors=True)  # is computing keeps its checkpoint while a plan is listed
     _check_method_options(record, options)
     return record
 
