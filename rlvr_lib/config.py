@@ -96,6 +96,11 @@ class ConfigBase:
         validation.check_int(f"{cls.__name__}.{field}", value, 1)
 
     @classmethod
+    def check_int_in(cls, field: str, value: Any, lo: int, hi: int) -> None:
+        """Checks that ``value`` is an int with ``lo <= value <= hi`` (bools are rejected)."""
+        validation.check_int(f"{cls.__name__}.{field}", value, lo, hi)
+
+    @classmethod
     def check_nonnegative_int(cls, field: str, value: Any) -> None:
         """Checks that ``value`` is an int >= 0 (bools are rejected)."""
         validation.check_int(f"{cls.__name__}.{field}", value, 0)

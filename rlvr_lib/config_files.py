@@ -26,20 +26,15 @@ from typing import Any
 import yaml
 
 from rlvr_lib.methods import build_method, method_config
-from rlvr_lib.trainer_config import TrainerConfig
+from rlvr_lib.trainer_config import INT_BOUNDS, TrainerConfig
 from rlvr_lib.validation import check, invalid, is_int
 
 __all__ = ["CONFIG_INT_BOUNDS", "EXTRA_KEYS", "build_config", "config_from_file", "load_settings",
            "parse_assignments", "parse_value", "use_dataset"]
 
-CONFIG_INT_BOUNDS: dict[str, tuple[int, int]] = {
-    "steps": (1, 1_000_000), "train_pool_size": (1, 10_000_000), "prompts_per_step": (1, 100_000),
-    "group_size": (1, 100_000), "max_new_tokens": (1, 1_000_000), "inner_epochs": (1, 10_000),
-    "minibatches": (1, 10_000_000), "rollout_batch_size": (1, 1_000_000), "seed": (0, 2**32 - 1),
-    "checkpoint_every": (0, 1_000_000), "eval_every": (0, 1_000_000),
-}
-"""The allowed range ``(lowest, highest)`` of every integer `TrainerConfig` field a settings file, ``--set`` or a
-flag gives (`build_config`): beyond any run this library is meant for, below what would overflow or never end."""
+CONFIG_INT_BOUNDS = INT_BOUNDS
+"""The allowed range of every integer `TrainerConfig` field (`rlvr_lib.trainer_config.INT_BOUNDS`), checked here
+first so the error names the value's source (a file, ``--set`` or a flag)."""
 
 SETTINGS_SUFFIXES = (".yaml", ".yml", ".json")
 

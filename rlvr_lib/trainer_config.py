@@ -15,7 +15,17 @@ from rlvr_lib.schedules import LR_SCHEDULES
 from rlvr_lib.tasks import DEFAULT_TASK, get_task
 from rlvr_lib.tasks.registry import check_task_name
 
-__all__ = ["TrainerConfig"]
+__all__ = ["INT_BOUNDS", "TrainerConfig"]
+
+INT_BOUNDS: dict[str, tuple[int, int]] = {
+    "steps": (1, 1_000_000), "train_pool_size": (1, 10_000_000), "prompts_per_step": (1, 100_000),
+    "group_size": (1, 100_000), "max_new_tokens": (1, 1_000_000), "inner_epochs": (1, 10_000),
+    "minibatches": (1, 10_000_000), "rollout_batch_size": (1, 1_000_000), "seed": (0, 2**32 - 1),
+    "checkpoint_every": (0, 1_000_000), "eval_every": (0, 1_000_000),
+}
+"""The allowed range ``(lowest, highest)`` of every integer `TrainerConfig` field, however the config is built (in
+Python, from a settings file, ``--set`` or a flag): beyond any run this library is meant for, below what would
+overflow or never end."""
 
 
 @dataclass(frozen=True)
@@ -127,12 +137,8 @@ class TrainerConfig(ConfigBase):
         check_task_name(self.task, "TrainerConfig.task")  # loads `rlvr_lib.plugins` entry points when missing
         self.check_choice("engine", self.engine, ENGINES)
         self.check_choice("train_family", self.train_family, list(get_task(self.task).families))
-        for name in ("train_pool_size", "steps", "prompts_per_step", "group_size", "max_new_tokens"):
-            self.check_positive_int(name, getattr(self, name))
-        for name in ("inner_epochs", "minibatches", "rollout_batch_size"):
-            self.check_positive_int(name, getattr(self, name))
-        self.check_nonnegative_int("seed", self.seed)
-        self.check_nonnegative_int("checkpoint_every", self.checkpoint_every)
+        for name, (lo, hi) in INT_BOUNDS.items():
+            self.check_int_in(name, getattr(self, name), lo, hi)
         self.check_range("temperature", self.temperature, 0, None, lo_open=True)
         self.check_range("top_p", self.top_p, 0, 1, lo_open=True)
         self.check_range("lr", self.lr, 0, 1, lo_open=True)
@@ -197,7 +203,6 @@ class TrainerConfig(ConfigBase):
 
         self.check(isinstance(self.report_to, tuple), "report_to", self.report_to, "a list of tracker names")
         check_report_to(self.report_to)
-        self.check_nonnegative_int("eval_every", self.eval_every)
         self.check(self.eval_spec is None or isinstance(self.eval_spec, EvalSpec), "eval_spec", self.eval_spec,
                    "None or an rlvr_lib.eval.EvalSpec (or its dict)")
         self.check(self.eval_every == 0 or self.eval_spec is not None, "eval_every", self.eval_every,

@@ -185,3 +185,17 @@ def test_hub_errors_only_are_turned_into_the_one_line():
         raise FileNotFoundError("a local file")  # not the Hub's: passes through
     with pytest.raises(ValueError), hub_data_errors("evaluate", "math500"):
         raise ValueError("anything else")
+
+
+@pytest.mark.parametrize("field", ["steps", "group_size", "seed", "eval_every", "minibatches"])
+def test_a_config_built_in_python_is_bounded_as_a_file_is(field):
+    """TrainerConfig itself refuses an integer out of its INT_BOUNDS, whichever way the config was built."""
+    from rlvr_lib.methods import method_config
+    from rlvr_lib.trainer_config import INT_BOUNDS
+
+    lo, hi = INT_BOUNDS[field]
+    with pytest.raises(ValueError, match=rf"TrainerConfig\.{field}={hi + 1} is invalid: must be an integer in "
+                                         rf"\[{lo}, {hi}\]"):
+        method_config("grpo", **{field: hi + 1})
+    with pytest.raises(ValueError, match=rf"TrainerConfig\.{field}"):
+        method_config("grpo", **{field: lo - 1})
