@@ -9,8 +9,8 @@ inputs first, before it loads a model or writes anything; what fails after that 
 ``torchrun --nproc_per_node N -m rlvr_lib train ...``); see ``configs/README.md``. With ``--backend trl`` the
 method runs on TRL's ``GRPOTrainer`` (`rlvr_lib.backends.trl`; ``--trl-set KEY=VALUE`` sets ``GRPOConfig`` fields).
 Every command takes ``--import MODULE`` (a user's methods, tasks and rewards; `rlvr_lib.plugins`, which also loads
-installed packages' ``rlvr_lib.plugins`` entry points) and ``--threads N`` (`default_threads`); ``train`` and
-``evaluate`` take ``--dataset`` (a Hub data set or a local file as a `MathTask`, with ``--prompt-column`` /
+installed packages' ``rlvr_lib.plugins`` entry points) and ``--threads N`` (`rlvr_lib.cli_checks.default_threads`);
+``train`` and ``evaluate`` take ``--dataset`` (a Hub data set or a local file as a `MathTask`, with ``--prompt-column`` /
 ``--answer-column`` / ``--split``). The study's commands (calibrate, calibrate-threepo, tune-lr, plateau, reproduce, ...) are
 ``python -m rlvr_lib.study``.
 """
@@ -25,8 +25,12 @@ import sys
 from pathlib import Path
 from typing import Iterator
 
-from rlvr_lib.cli_checks import (OneLineParser, UsageError, run_command, check_model, check_out_file, check_out_folder,
-                                 existing_file, flag_errors, int_at_least, number_in)
+from rlvr_lib.cli_checks import (OneLineParser, UsageError, add_common_flags, check_model, check_out_file,
+                                 check_out_folder, existing_file, flag_errors, int_at_least, number_in, run_command)
+from rlvr_lib.cli_checks import prelude as _prelude
+# --threads' default, shared with the study's command line: named here as before (tests, users' scripts)
+from rlvr_lib.cli_checks import (LOCAL_PROCESS_ENV, apply_threads, default_threads, host_cores,  # noqa: F401
+                                 local_processes)
 from rlvr_lib.backends import BACKENDS
 
 STUDY_COMMANDS = ("calibrate", "calibrate-threepo", "tune-lr", "plateau", "reproduce", "verify", "report", "bench",
@@ -71,81 +75,9 @@ def _pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-LOCAL_PROCESS_ENV = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
-"""Variables a launcher sets to the number of processes on this host (torchrun and ``accelerate launch``:
-``LOCAL_WORLD_SIZE``; Open MPI, MPICH), read in this order by `default_threads`."""
-
-
-def host_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask, else ``os.cpu_count()``)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
-def local_processes(env=None) -> int:
-    """The processes of this launch on this host: the first of `LOCAL_PROCESS_ENV` that is set, else 1."""
-    env = os.environ if env is None else env
-    for name in LOCAL_PROCESS_ENV:
-        value = env.get(name, "").strip()
-        if value.isdigit() and int(value) >= 1:
-            return int(value)
-    return 1
-
-
-def default_threads(env=None, cores: int | None = None) -> int:
-    """``--threads``' default: ``OMP_NUM_THREADS`` when set (a choice made before the command ran; torchrun and
-    ``accelerate launch`` set it to 1 for several processes unless it is set), else the host's cores divided by
-    the processes on this host (`local_processes`), at least 1."""
-    env = os.environ if env is None else env
-    omp = env.get("OMP_NUM_THREADS", "").strip()
-    if omp.isdigit() and int(omp) >= 1:
-        return int(omp)
-    return max(1, (host_cores() if cores is None else cores) // local_processes(env))
-
-
-def apply_threads(threads: int) -> None:
-    """``torch.set_num_threads(threads)`` and, while torch still allows it (before its first parallel work, once
-    per process), ``torch.set_num_interop_threads(threads)``."""
-    import torch
-
-    torch.set_num_threads(threads)
-    if torch.get_num_interop_threads() != threads:
-        try:
-            torch.set_num_interop_threads(threads)
-        except RuntimeError:  # already set, or parallel work started (a second command in one process)
-            pass
-
-
-def _prelude(func):
-    """A command run after what every command does first: ``--threads`` applied, ``--import`` modules imported
-    (before any name is resolved)."""
-
-    def run(args: argparse.Namespace) -> int:
-        from rlvr_lib.plugins import PluginError, import_plugins
-
-        apply_threads(args.threads if args.threads is not None else default_threads())
-        try:
-            import_plugins(args.imports, "--import")
-        except PluginError as err:
-            raise UsageError(f"argument {err}") from None
-        return func(args)
-
-    run.__name__ = run.__qualname__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
-
-
 def _add_common(p: argparse.ArgumentParser, command: str) -> None:
-    """The flags every command takes: ``--import`` and ``--threads``."""
-    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
-                   help="import a plugin first (repeatable): a module name or a path to a .py file that registers "
-                        "methods, tasks or rewards (installed packages' 'rlvr_lib.plugins' entry points load by "
-                        "themselves)")
-    p.add_argument("--threads", type=_int_flag(command, "--threads"), default=None,
-                   help="torch CPU threads (intra- and inter-op; default: OMP_NUM_THREADS if set, else the host's "
-                        f"cores / the processes on this host); {_range(command, '--threads')}")
+    """The flags every command takes: ``--import`` and ``--threads`` (`rlvr_lib.cli_checks.add_common_flags`)."""
+    add_common_flags(p, _int_flag(command, "--threads"), _range(command, "--threads"))
 
 
 DATASET_FLAGS = {"source": "--dataset", "prompt_column": "--prompt-column", "answer_column": "--answer-column",

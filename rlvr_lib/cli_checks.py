@@ -14,12 +14,15 @@ exception while it runs is a bug and keeps its traceback.
 * `flag_errors`: a ``with`` block that reports the library's ``ValueError``
   (a config's ``validate``, a registry lookup) as a `UsageError` naming the
   flag that set the offending field.
+* `add_common_flags` and `prelude`: ``--import`` and ``--threads`` (`default_threads`, `apply_threads`), which
+  every command takes and applies before anything else.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import re
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -225,3 +228,83 @@ def run_command(parser: argparse.ArgumentParser, argv) -> int:
         return args.func(args)
     except UsageError as err:
         args.parser.error(str(err))
+
+
+# ------------------------------------------------------------------ what every command does first: threads, plug-ins
+LOCAL_PROCESS_ENV = ("LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS")
+"""Variables a launcher sets to the number of processes on this host (torchrun and ``accelerate launch``:
+``LOCAL_WORLD_SIZE``; Open MPI, MPICH), read in this order by `default_threads`."""
+
+
+def host_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask, else ``os.cpu_count()``)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def local_processes(env=None) -> int:
+    """The processes of this launch on this host: the first of `LOCAL_PROCESS_ENV` that is set, else 1."""
+    env = os.environ if env is None else env
+    for name in LOCAL_PROCESS_ENV:
+        value = env.get(name, "").strip()
+        if value.isdigit() and int(value) >= 1:
+            return int(value)
+    return 1
+
+
+def default_threads(env=None, cores: int | None = None) -> int:
+    """``--threads``' default: ``OMP_NUM_THREADS`` when set (a choice made before the command ran; torchrun and
+    ``accelerate launch`` set it to 1 for several processes unless it is set), else the host's cores divided by
+    the processes on this host (`local_processes`), at least 1."""
+    env = os.environ if env is None else env
+    omp = env.get("OMP_NUM_THREADS", "").strip()
+    if omp.isdigit() and int(omp) >= 1:
+        return int(omp)
+    return max(1, (host_cores() if cores is None else cores) // local_processes(env))
+
+
+def apply_threads(threads: int) -> None:
+    """``torch.set_num_threads(threads)`` and, while torch still allows it (before its first parallel work, once
+    per process), ``torch.set_num_interop_threads(threads)``."""
+    import torch
+
+    torch.set_num_threads(threads)
+    if torch.get_num_interop_threads() != threads:
+        try:
+            torch.set_num_interop_threads(threads)
+        except RuntimeError:  # already set, or parallel work started (a second command in one process)
+            pass
+
+
+def add_common_flags(p: argparse.ArgumentParser, threads_type, threads_range: str) -> None:
+    """The flags every command of ``python -m rlvr_lib`` and of ``python -m rlvr_lib.study`` takes: ``--import`` and
+    ``--threads`` (``threads_type``: its ``type=``; ``threads_range``: the range its help names); `prelude` runs
+    them."""
+    p.add_argument("--import", dest="imports", action="append", default=[], metavar="MODULE",
+                   help="import a plugin first (repeatable): a module name or a path to a .py file that registers "
+                        "methods, tasks or rewards (installed packages' 'rlvr_lib.plugins' entry points load by "
+                        "themselves)")
+    p.add_argument("--threads", type=threads_type, default=None,
+                   help="torch CPU threads (intra- and inter-op; default: OMP_NUM_THREADS if set, else the host's "
+                        f"cores / the processes on this host); {threads_range}")
+
+
+def prelude(func):
+    """A command run after what every command does first: ``--threads`` applied, ``--import`` modules imported
+    (before any name is resolved; `add_common_flags`)."""
+
+    def run(args: argparse.Namespace) -> int:
+        from rlvr_lib.plugins import PluginError, import_plugins
+
+        apply_threads(args.threads if args.threads is not None else default_threads())
+        try:
+            import_plugins(args.imports, "--import")
+        except PluginError as err:
+            raise UsageError(f"argument {err}") from None
+        return func(args)
+
+    run.__name__ = run.__qualname__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run

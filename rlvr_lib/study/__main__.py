@@ -5,7 +5,9 @@ The first four measure the testbed and write under ``results/testbed/``; ``testb
 testbed calibration as a settings file for ``python -m rlvr_lib train --config``; the others run the study's own modules
 (``python -m rlvr_lib.study.<module>``: same flags). The library's commands (pretrain, train, evaluate) are
 ``python -m rlvr_lib``. A bad input is a usage error: one line naming the flag and what is allowed, exit status
-2, nothing created (`rlvr_lib.cli_checks`).
+2, nothing created (`rlvr_lib.cli_checks`); every integer flag has a range (`STUDY_INT_FLAGS`). The study's own
+commands take ``--import MODULE`` (a user's methods, tasks and rewards, `rlvr_lib.plugins`) and ``--threads N``, as
+``python -m rlvr_lib``'s do.
 """
 
 from __future__ import annotations
@@ -14,9 +16,46 @@ import argparse
 import sys
 from pathlib import Path
 
-from rlvr_lib.cli_checks import (COUNT, SEED, OneLineParser, UsageError, run_command, check_model, check_out_file,
-                                 check_out_folder, flag_errors, number_in, int_at_least)
+from rlvr_lib.cli_checks import (OneLineParser, UsageError, add_common_flags, run_command, check_model,
+                                 check_out_file, check_out_folder, flag_errors, number_in, int_at_least, prelude)
 from rlvr_lib.study.runs import results_root
+
+_SEEDS = (0, 2**32 - 1)  # python -m rlvr_lib's seeds' and --threads' ranges (its INT_FLAGS; tested equal)
+_THREADS = (1, 4096)
+STUDY_COMMANDS = ("calibrate", "calibrate-threepo", "tune-lr", "plateau", "testbed-config")
+"""The commands this module parses itself (the others run a study module's own command line, `MODULE_COMMANDS`)."""
+
+STUDY_INT_FLAGS: dict[str, tuple[int, int]] = {
+    "calibrate --problems": (1, 1_000_000), "calibrate --samples": (1, 100_000),
+    "calibrate --wide-samples": (1, 100_000), "calibrate --seeds": _SEEDS, "calibrate --steps": (1, 1_000_000),
+    "calibrate --dyn-problems": (1, 1_000_000), "calibrate --dyn-samples": (1, 100_000),
+    "calibrate --dyn-wide-problems": (1, 1_000_000), "calibrate --dyn-wide-samples": (1, 100_000),
+    "calibrate --dyn-kl-problems": (1, 1_000_000), "calibrate --seed": _SEEDS, "calibrate --batch-size": (1, 1_000_000),
+    "calibrate-threepo --run-steps": (1, 1_000_000), "calibrate-threepo --hess-init-steps": (0, 1_000_000),
+    "calibrate-threepo --steps": (1, 1_000_000), "calibrate-threepo --skip": (0, 1_000_000),
+    "calibrate-threepo --rounds": (1, 1_000), "calibrate-threepo --prompts-per-step": (1, 100_000),
+    "calibrate-threepo --group-size": (1, 100_000), "calibrate-threepo --seed": _SEEDS,
+    "tune-lr --steps": (1, 1_000_000), "tune-lr --prompts-per-step": (1, 100_000), "tune-lr --tail": (1, 1_000_000),
+    "plateau --steps": (1, 1_000_000), "plateau --seeds": _SEEDS, "plateau --window": (1, 1_000_000),
+    **{f"{command} --threads": _THREADS for command in STUDY_COMMANDS},
+}
+"""Every integer flag's allowed range ``(lowest, highest)`` (the seeds' and ``--threads``' are those of ``python -m
+rlvr_lib``'s ``INT_FLAGS``): a value outside is a usage error naming the flag, the value and the range."""
+
+
+def _int(command: str, flag: str):
+    """``type=`` of an integer flag: an integer in ``STUDY_INT_FLAGS[f"{command} {flag}"]``."""
+    return int_at_least(*STUDY_INT_FLAGS[f"{command} {flag}"])
+
+
+def _range(command: str, flag: str) -> str:
+    lo, hi = STUDY_INT_FLAGS[f"{command} {flag}"]
+    return f"{lo} to {hi:,}".replace(",", "_")
+
+
+def _add_common(p: argparse.ArgumentParser, command: str) -> None:
+    """``--import`` and ``--threads``, as every command of ``python -m rlvr_lib`` takes them (`prelude` runs them)."""
+    add_common_flags(p, _int(command, "--threads"), _range(command, "--threads"))
 
 
 def _calibrate(args: argparse.Namespace) -> int:
@@ -332,13 +371,19 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv and argv[0] in MODULE_COMMANDS:
         return MODULE_COMMANDS[argv[0]][0](argv[1:])
+    return run_command(build_parser(), argv)
+
+
+def build_parser() -> OneLineParser:
+    """The study's parser: its own commands (`STUDY_COMMANDS`, each sub-parser runs ``func``) and, for ``--help``,
+    the names of `MODULE_COMMANDS` (dispatched by `main` before parsing)."""
     parser = OneLineParser(prog="python -m rlvr_lib.study", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     c = sub.add_parser("calibrate", help="measure a policy against the testbed's calibration targets")
     c.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    c.add_argument("--problems", type=COUNT, default=200, help="problems per family")
-    c.add_argument("--samples", type=COUNT, default=64, help="samples per problem at T=1")
-    c.add_argument("--wide-samples", type=COUNT, default=256,
+    c.add_argument("--problems", type=_int("calibrate", "--problems"), default=200, help="problems per family")
+    c.add_argument("--samples", type=_int("calibrate", "--samples"), default=64, help="samples per problem at T=1")
+    c.add_argument("--wide-samples", type=_int("calibrate", "--wide-samples"), default=256,
                    help="samples per problem on the in-distribution families and rare_mix (pass@256 targets)")
     c.add_argument("--dynamics", action="store_true",
                    help="the dynamics calibration instead: train GRPO and check the bottleneck's targets "
@@ -347,22 +392,30 @@ def main(argv: list[str] | None = None) -> int:
                    help="measure the strategy profile instead: each strategy's hinted successes on every "
                         "in-distribution RL and evaluation problem, which define the RL pool and rare_mix "
                         "(writes rlvr_lib/policy/checkpoints/tiny-mul/strategy_profile.json)")
-    c.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1, 2], help="--dynamics: training seeds")
-    c.add_argument("--steps", type=COUNT, nargs="+", default=None,
+    c.add_argument("--seeds", type=_int("calibrate", "--seeds"), nargs="+",
+                   default=[0, 1, 2], help="--dynamics: training seeds")
+    c.add_argument("--steps", type=_int("calibrate", "--steps"), nargs="+", default=None,
                    help="--dynamics: step counts to evaluate (default: rlvr_lib.study.dynamics.STEP_CANDIDATES)")
     c.add_argument("--kl-coefs", type=number_in(0, None, lo_open=True), nargs="+", default=None,
                    help="--dynamics: the anchor's candidate betas, tried in order "
                         "(default: rlvr_lib.study.dynamics.KL_COEF_CANDIDATES)")
-    c.add_argument("--dyn-problems", type=COUNT, default=None, help="--dynamics: problems per family (main evaluation)")
-    c.add_argument("--dyn-samples", type=COUNT, default=None, help="--dynamics: samples per problem (main evaluation)")
-    c.add_argument("--dyn-wide-problems", type=COUNT, default=None, help="--dynamics: problems of the pass@256 evaluation")
-    c.add_argument("--dyn-wide-samples", type=COUNT, default=None, help="--dynamics: samples of the pass@256 evaluation")
-    c.add_argument("--dyn-kl-problems", type=COUNT, default=None, help="--dynamics: prompts of the KL measurement")
-    c.add_argument("--results-root", default=None, help="--dynamics: results root of the cached runs (default results/)")
-    c.add_argument("--seed", type=SEED, default=0)
-    c.add_argument("--batch-size", type=COUNT, default=512)
+    c.add_argument("--dyn-problems", type=_int("calibrate", "--dyn-problems"),
+                   default=None, help="--dynamics: problems per family (main evaluation)")
+    c.add_argument("--dyn-samples", type=_int("calibrate", "--dyn-samples"),
+                   default=None, help="--dynamics: samples per problem (main evaluation)")
+    c.add_argument("--dyn-wide-problems", type=_int("calibrate", "--dyn-wide-problems"),
+                   default=None, help="--dynamics: problems of the pass@256 evaluation")
+    c.add_argument("--dyn-wide-samples", type=_int("calibrate", "--dyn-wide-samples"),
+                   default=None, help="--dynamics: samples of the pass@256 evaluation")
+    c.add_argument("--dyn-kl-problems", type=_int("calibrate", "--dyn-kl-problems"),
+                   default=None, help="--dynamics: prompts of the KL measurement")
+    c.add_argument("--results-root",
+                   default=None, help="--dynamics: results root of the cached runs (default results/)")
+    c.add_argument("--seed", type=_int("calibrate", "--seed"), default=0)
+    c.add_argument("--batch-size", type=_int("calibrate", "--batch-size"), default=512)
     c.add_argument("--out", default=None, help="JSON path (default: results/testbed/calibration.json)")
-    c.set_defaults(func=_calibrate, parser=c)
+    _add_common(c, "calibrate")
+    c.set_defaults(func=prelude(_calibrate), parser=c)
     q = sub.add_parser("calibrate-threepo",
                        help="3PO's IVON regime: clip_radius (<= 20%% clipped) and the IVON lr (AdamW's mean step)")
     q.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
@@ -370,46 +423,54 @@ def main(argv: list[str] | None = None) -> int:
                    help="the 3PO variant probed (b3po, m3po, c3po), or a composite of notebook 07 ('b3po+vigor')")
     q.add_argument("--adamw-method", default=None,
                    help="the AdamW method whose mean step IVON's matches (default: grpo; a composite's other component)")
-    q.add_argument("--run-steps", type=COUNT, default=100, help="the runs' length (sets the lr schedule)")
-    q.add_argument("--hess-init-steps", type=int_at_least(0), default=0,
+    q.add_argument("--run-steps", type=_int("calibrate-threepo", "--run-steps"),
+                   default=100, help="the runs' length (sets the lr schedule)")
+    q.add_argument("--hess-init-steps", type=_int("calibrate-threepo", "--hess-init-steps"), default=0,
                    help="IVON's Hessian learnt over K SFT steps first (the learnt-Hessian ablation; 0: constant)")
-    q.add_argument("--steps", type=COUNT, default=20, help="RL steps probed per round")
-    q.add_argument("--skip", type=int_at_least(0), default=5, help="first steps left out (warm-up)")
-    q.add_argument("--rounds", type=COUNT, default=2, help="probe again at the previous round's picks")
-    q.add_argument("--max-clipped", type=number_in(0, 1, lo_open=True, hi_open=True), default=0.2, help="largest share of clipped weights")
-    q.add_argument("--prompts-per-step", type=COUNT, default=8)
-    q.add_argument("--group-size", type=COUNT, default=8)
-    q.add_argument("--seed", type=SEED, default=0)
+    q.add_argument("--steps", type=_int("calibrate-threepo", "--steps"), default=20, help="RL steps probed per round")
+    q.add_argument("--skip", type=_int("calibrate-threepo", "--skip"), default=5, help="first steps left out (warm-up)")
+    q.add_argument("--rounds", type=_int("calibrate-threepo", "--rounds"),
+                   default=2, help="probe again at the previous round's picks")
+    q.add_argument("--max-clipped", type=number_in(0, 1, lo_open=True, hi_open=True),
+                   default=0.2, help="largest share of clipped weights")
+    q.add_argument("--prompts-per-step", type=_int("calibrate-threepo", "--prompts-per-step"), default=8)
+    q.add_argument("--group-size", type=_int("calibrate-threepo", "--group-size"), default=8)
+    q.add_argument("--seed", type=_int("calibrate-threepo", "--seed"), default=0)
     q.add_argument("--out", default=None, help="JSON path (default: results/testbed/threepo_calibration.json; "
                                                  "for another method threepo_calibration_<method>.json)")
-    q.set_defaults(func=_calibrate_threepo, parser=q)
+    _add_common(q, "calibrate-threepo")
+    q.set_defaults(func=prelude(_calibrate_threepo), parser=q)
     u = sub.add_parser("tune-lr", help="equal lr-tuning budget: x1/3, x1, x3 on 2 tuning seeds, pick by final accuracy")
     u.add_argument("--methods", nargs="+", default=None,
                    help="registered methods to tune (default: the study's, rlvr_lib.study.tuning.methods_to_tune)")
     u.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    u.add_argument("--steps", type=COUNT, default=100, help="RL steps per tuning run")
-    u.add_argument("--prompts-per-step", type=COUNT, default=8)
-    u.add_argument("--tail", type=COUNT, default=5, help="final accuracy: mean of the last TAIL steps")
+    u.add_argument("--steps", type=_int("tune-lr", "--steps"), default=100, help="RL steps per tuning run")
+    u.add_argument("--prompts-per-step", type=_int("tune-lr", "--prompts-per-step"), default=8)
+    u.add_argument("--tail", type=_int("tune-lr", "--tail"),
+                   default=5, help="final accuracy: mean of the last TAIL steps")
     u.add_argument("--progress", action="store_true", help="show a progress bar per run")
     u.add_argument("--out", default=None, help="JSON path (default: results/testbed/lr_tuning.json)")
-    u.set_defaults(func=_tune_lr, parser=u)
+    _add_common(u, "tune-lr")
+    u.set_defaults(func=prelude(_tune_lr), parser=u)
     t = sub.add_parser("plateau", help="where GRPO's training entropy flattens (sets the full profile's steps)")
     t.add_argument("--model", default=None, help="hub name or local path (default: the embedded tiny policy)")
-    t.add_argument("--steps", type=COUNT, default=200)
-    t.add_argument("--seeds", type=SEED, nargs="+", default=[0, 1])
-    t.add_argument("--window", type=COUNT, default=20)
+    t.add_argument("--steps", type=_int("plateau", "--steps"), default=200)
+    t.add_argument("--seeds", type=_int("plateau", "--seeds"), nargs="+", default=[0, 1])
+    t.add_argument("--window", type=_int("plateau", "--window"), default=20)
     t.add_argument("--rel-drop", type=number_in(0, None, lo_open=True), default=0.1)
     t.add_argument("--out", default=None, help="JSON path (default: results/testbed/entropy_plateau.json)")
-    t.set_defaults(func=_plateau, parser=t)
+    _add_common(t, "plateau")
+    t.set_defaults(func=prelude(_plateau), parser=t)
     s = sub.add_parser("testbed-config",
                        help="a method's testbed calibration (rlvr_lib.study.testbed) as a settings file for "
                             "'python -m rlvr_lib train --config'")
     s.add_argument("method", help="a registered method (or a composite 'a+b' the testbed settles)")
     s.add_argument("--out", default=None, help="YAML path (default: print it)")
-    s.set_defaults(func=_calibrated_config, parser=s)
+    _add_common(s, "testbed-config")
+    s.set_defaults(func=prelude(_calibrated_config), parser=s)
     for name, (_, text) in MODULE_COMMANDS.items():  # listed in --help; dispatched above
         sub.add_parser(name, help=text, add_help=False)
-    return run_command(parser, argv)
+    return parser
 
 
 if __name__ == "__main__":
