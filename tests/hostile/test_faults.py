@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from rlvr_lib.config import hash_jsonable
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import RunRecord, cached_run
 from rlvr_lib.methods import method_config
@@ -323,7 +324,8 @@ def test_a_full_disk_during_a_checkpoint_write_keeps_the_previous_one(policy, tm
 
 
 def _record(n_rows: int) -> RunRecord:
-    return RunRecord(experiment="faults", name="grpo", run_id="grpo-0-s0", config={}, config_hash="0", seed=0,
+    key = hash_jsonable({})  # a record RunRecord.load's check accepts (config_hash and run_id agree with config)
+    return RunRecord(experiment="faults", name="grpo", run_id=f"grpo-{key}-s0", config={}, config_hash=key, seed=0,
                      history=[{"step": i, "reward_mean": 0.5} for i in range(n_rows)])
 
 
