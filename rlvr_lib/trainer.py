@@ -158,8 +158,21 @@ class Trainer:
                              "evaluate)")
         if self.checkpoint_dir and self.world.is_main:
             _remove_stale_temps(self.checkpoint_dir / "checkpoint.pt")  # a run that resumes and has no step left
-        if self.checkpoint_dir and (self.checkpoint_dir / "checkpoint.pt").exists():
+        if self.checkpoint_dir and self._checkpoint_seen_by_every_process(self.checkpoint_dir / "checkpoint.pt"):
             self.load_checkpoint(self.checkpoint_dir / "checkpoint.pt")
+
+    def _checkpoint_seen_by_every_process(self, path: Path) -> bool:
+        """Whether to resume from ``path``: every process must see the same answer, else their weights would part.
+
+        Rank 0 writes checkpoints; on several machines without a shared file system the others never see them.
+        Raises ValueError naming the ranks that do and do not see ``path``."""
+        seen = self.world.gather(path.exists())  # one process: [exists], no collective
+        if any(seen) and not all(seen):
+            have = [r for r, s in enumerate(seen) if s]
+            lack = [r for r, s in enumerate(seen) if not s]
+            raise ValueError(f"checkpoint {path} is seen by ranks {have} but not by ranks {lack}: put checkpoint_dir "
+                             "on a file system every process shares, or remove the checkpoint to start over")
+        return seen[0]
 
     # ----------------------------------------------------------------- one step
     def _rng(self, step: int, stream: int, round_: int = 0) -> np.random.Generator:

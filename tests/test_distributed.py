@@ -112,6 +112,24 @@ def _sharded_resume(out_dir: str, base: str) -> dict:
             for name, t in (("whole", whole), ("resumed", resumed))}
 
 
+def _unshared_checkpoint(out_dir: str, rank: int) -> str:
+    """Each rank's own checkpoint folder, as on two machines without a shared file system: rank 0's holds a
+    checkpoint, rank 1's none. The error both processes raise (the check runs before the file is read)."""
+    from rlvr_lib.trainer import Trainer
+
+    folder = os.path.join(out_dir, f"unshared_rank{rank}")
+    os.makedirs(folder, exist_ok=True)
+    if rank == 0:
+        with open(os.path.join(folder, "checkpoint.pt"), "wb") as f:
+            f.write(b"rank 0's checkpoint")
+    tokenizer = build_char_tokenizer()
+    try:
+        Trainer(_config("grpo"), build_tiny_qwen2(tokenizer), tokenizer, checkpoint_dir=folder)
+    except ValueError as e:
+        return str(e)
+    return "no error"
+
+
 def _weight_sample_logits() -> dict[str, torch.Tensor]:
     """Logits of a `scored_c3po` trainer's model on a fixed prompt: at the mean weights, at weight sample 0 for a
     gradient (after a forward without gradient, which leaves a sharded root unsharded; C3PO as the authors run it
@@ -162,6 +180,8 @@ def _worker(rank: int, port: int, out_dir: str, sharded: bool = False) -> None:
         bases = SHARDED_BASES if sharded else BASES
         results = {base: _train_one_step(base, os.path.join(out_dir, f"{base}.pt") if sharded else None)
                    for base in bases}
+        if not sharded:
+            results["unshared_checkpoint"] = _unshared_checkpoint(out_dir, rank)
         if sharded:
             results.update({f"resume_{base}": _sharded_resume(out_dir, base) for base in SHARDED_RESUMES})
             results["weight_sample_logits"] = _weight_sample_logits()
@@ -226,6 +246,13 @@ def test_two_processes_give_the_one_process_loss_and_weights(base, two_process_r
     changed = [k for k, w in single["weights"].items() if w.is_floating_point()
                and not torch.equal(w, build_tiny_qwen2(build_char_tokenizer()).state_dict()[k])]
     assert changed, "the step changed no weight: the comparison would be vacuous"
+
+
+def test_a_checkpoint_only_some_processes_see_is_refused_by_all(two_process_results):
+    """Rank 0 decides nothing alone: when only some processes see checkpoint.pt (no shared file system), every
+    process refuses to start, naming the ranks, instead of rank 0 resuming while the others start over."""
+    for result in two_process_results:
+        assert "is seen by ranks [0] but not by ranks [1]" in result["unshared_checkpoint"], result["unshared_checkpoint"]
 
 
 @pytest.mark.parametrize("base", sorted(SHARDED_BASES))
