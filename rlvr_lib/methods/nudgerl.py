@@ -14,7 +14,7 @@ hint-free policy. A plug-in of the one GRPO loop (``hints``, the ``"hint"`` adva
 over the n rows of the minibatch, with no ratio and no clip in L_distill; w_i = 1 for every row
 (``distill_rows="all"``) or for hinted rows only (``"hinted"``). lam = 1 is GRPO's credit.
 
-Departures from the paper (details in docs/departures.md, "NudgeRL"):
+Departures from the paper (details in docs/papers/nudgerl.md, "Departures"):
 
 1. A problem with fewer than H hints sends the missing slots' rollouts to the no-hint sub-group (the
    authors' code raises), so every task trains at group size G.

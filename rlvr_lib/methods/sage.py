@@ -23,7 +23,7 @@ Where q = 1 the anchor equals GRPO's bit for bit, so SAGE and ``grpo_k3`` differ
 The presets are the paper's: beta 0.05, k3, lr 5e-6, tau 1.2 nats (:data:`AUTHORS_TAU`), gamma 0.3. The testbed
 calibrates beta and tau (`rlvr_lib.study.testbed`; tau by :func:`calibrate_tau`).
 
-Departures from the paper (details in docs/departures.md, "SAGE"):
+Departures from the paper (details in docs/papers/sage.md, "Departures"):
 
 1. On one process ``dapo_branch`` trains exactly as ``bnpo_loss_branch`` (TRL's "dapo" and "bnpo" differ
    only across processes).
