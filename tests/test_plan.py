@@ -269,13 +269,32 @@ def test_the_cli_prints_each_plan_and_json_parses(capsys):
     assert trained and all(r["steps"] == 3 and "main" in r["evaluations"] for r in trained)
 
 
-def test_the_cli_names_a_bad_notebook(capsys):
+def test_the_cli_names_a_bad_notebook_or_root(capsys, tmp_path):
     from rlvr_lib.study.plan import main
 
     with pytest.raises(SystemExit) as exit_:
         main(["--only", "nope"])
     assert exit_.value.code == 2
     assert "--only: unknown notebook(s) ['nope']" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main(["--root", str(tmp_path / "absent")])
+    assert exit_.value.code == 2
+    assert "is not an existing folder" in capsys.readouterr().err
+
+
+def test_the_cli_counts_done_runs_in_a_root(capsys, tmp_path):
+    from rlvr_lib.study.plan import main
+
+    import shutil
+
+    (tmp_path / "testbed").mkdir()  # a staging root holds the testbed's reports the notebooks read
+    shutil.copy(results_root() / "testbed" / "dynamics.json", tmp_path / "testbed")
+    plan = notebook_plan("06_vigor", "quick", root=tmp_path)
+    plan.runs[0].call()  # the base policy's evaluation: seconds
+    assert main(["--profile", "quick", "--only", "06_vigor", "--root", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)[0]
+    assert (data["done"], data["missing"]) == (1, len(plan.runs) - 1)
+    assert [r["done"] for r in data["planned"]][0] is True
 
 
 def test_listing_a_plan_leaves_a_running_computations_checkpoint_alone(tmp_path):

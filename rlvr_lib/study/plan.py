@@ -14,7 +14,8 @@ may read *finished* records of other notebooks (notebook 07's second stage reads
 when they are missing it raises `PrerequisitesMissing`, and the plan is a stage: the runs declared so far and what
 it waits on (:attr:`Plan.waiting_on`).
 
-``python -m rlvr_lib.study plan [--profile quick|full] [--only STEM ...] [--json]`` prints each notebook's plan.
+``python -m rlvr_lib.study plan [--profile quick|full] [--only STEM ...] [--root DIR] [--json]`` prints each notebook's
+plan: its runs, how many are done in the results root, and each run's key, method, steps, seed and evaluations.
 """
 
 from __future__ import annotations
@@ -421,10 +422,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                        "without executing it; done/missing against the results root.")
     parser.add_argument("--profile", choices=PROFILES, default="full", help="the profile to plan (default: full)")
     parser.add_argument("--only", nargs="+", metavar="STEM", default=None, help="these notebooks only (stems)")
+    parser.add_argument("--root", default=None, metavar="DIR",
+                        help="plan in this results root, as the notebooks run under RLVR_RESULTS_DIR=DIR (a staging "
+                             "root; default: each notebook's own)")
     parser.add_argument("--json", action="store_true", help="print the plans as JSON")
     args = parser.parse_args(sys.argv[1:] if argv is None else list(argv))
+    if args.root is not None and not Path(args.root).is_dir():
+        parser.error(f"--root: {args.root!r} is not an existing folder")
     try:
-        plans = study_plan(args.profile, args.only)
+        plans = study_plan(args.profile, args.only, root=args.root)
     except ValueError as err:
         parser.error(str(err))
     if args.json:
