@@ -12,7 +12,15 @@ the notebook itself builds and cannot drift from what it reads.
 A ``runs`` cell must only declare: reading a result from a stand-in raises :class:`PlanOnly` naming the run. A cell
 may read *finished* records of other notebooks (notebook 07's second stage reads 02's and 04's to pick its arms);
 when they are missing it raises `PrerequisitesMissing`, and the plan is a stage: the runs declared so far and what
-it waits on (:attr:`Plan.waiting_on`).
+it waits on (:attr:`Plan.waiting_on`). A cell that decides on its own runs' results what to run next wraps them in
+:func:`finished` (notebook 08: its methods run when its gate passes): a stage until they are finished.
+
+Limits: only runs through the run cache are planned; what a notebook computes outside it is not a run (notebook 00's
+calibration and premises reports, read from ``results/testbed/`` at the full profile; notebook 04's Fig. 1 weight-noise
+probe and ESS rule; notebook 06's gradient-norm profile of the base policy). Notebook 00's quick profile searches two
+anchor betas and stops at the first that meets its targets; its plan lists both (:func:`dynamics_runs`). Plan mode is
+per context (a ``ContextVar``), but the cells' printed output is discarded through ``sys.stdout`` and ``root`` sets
+``RLVR_RESULTS_DIR``, both process-wide for the call: list plans from one thread at a time.
 
 ``python -m rlvr_lib.study plan [--profile quick|full] [--only STEM ...] [--root DIR] [--json]`` prints each notebook's
 plan: its runs, how many are done in the results root, and each run's key, method, steps, seed and evaluations.
