@@ -24,6 +24,9 @@ The manifest (the record of executions) is ``<out>/<profile>/manifest.json`` in 
 * The kernel runs in the notebook's folder with the library's parent folder on ``PYTHONPATH``.
 * ``--workers N`` runs N notebooks at once, each kernel with ``OMP_NUM_THREADS = cores // N`` (unless set);
   Ctrl-C or SIGTERM stops every kernel; runs two notebooks share are computed once.
+* ``--executor local|ray [--address ADDR]``: each notebook's plan (`rlvr_lib.study.plan`) is computed first by
+  `rlvr_lib.study.executors` (local processes, or one Ray task per run), then the notebook is executed reading only
+  the cache (``RLVR_CACHE_ONLY=1``); the quick profile's runs go to ``<out>/quick/runs`` (docs/scaling-out.md).
 
 Each rule's reasons (what the hash covers, why one-thread workers, how a signal reaches every worker):
 docs/study/reproduce.md.
@@ -287,6 +290,8 @@ def reproduce(
     progress: bool = False,
     echo: Callable[[str], Any] | None = print,
     workers: int = 1,
+    executor: str | None = None,
+    address: str | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Executes the notebooks with papermill, skipping those already done.
 
@@ -307,6 +312,11 @@ def reproduce(
         progress: Show papermill's per-cell progress bar.
         echo: Called with each status line; None for silence.
         workers: Notebooks executed at once (``>= 1``); see the module docstring.
+        executor: None (default): each notebook trains its own runs in its kernel. ``"local"`` or ``"ray"``: each
+            notebook's plan (`rlvr_lib.study.plan.notebook_plan`) is computed first by that executor
+            (`rlvr_lib.study.executors.execute`; ``workers`` runs at once for ``"local"``), then the notebook is
+            executed with ``RLVR_CACHE_ONLY=1`` (it only reads): :func:`_execute_plans`.
+        address: The Ray cluster's address for ``executor="ray"`` (None: a local cluster).
 
     Returns:
         ``{name: {"status", "seconds", "error", "output"}}`` in run order, with
@@ -379,7 +389,16 @@ def reproduce(
         })
         say(f"{prefix} FAILED after {seconds:.1f} s -- {error}" if error else f"{prefix} ran in {seconds:.1f} s")
 
-    with _library_on_pythonpath(), _kernel_threads(workers):
+    planned = contextlib.nullcontext()
+    if executor is not None and pending:  # the runs first, by the executor; then the notebooks only read them
+        runs_root = None if profile == "full" else records / "runs"  # full: the notebooks' own root
+        errors = _execute_plans([job[2] for job in pending], profile, executor, address=address, workers=workers,
+                                root=runs_root, progress=progress, say=say)
+        for prefix, name, _, target, digest in [job for job in pending if job[1] in errors]:
+            record(prefix, name, target, digest, 0.0, errors[name])
+        pending = [(*job[:2], _reading_root(job[2], runs_root), *job[3:]) for job in pending if job[1] not in errors]
+        planned = _cache_only(runs_root, [job[2] for job in pending])
+    with planned, _library_on_pythonpath(), _kernel_threads(workers):
         if workers == 1:
             for prefix, name, source, target, digest in pending:
                 record(prefix, name, target, digest, *_execute_timed(source, target, profile, kernel, progress))
@@ -413,6 +432,113 @@ def reproduce(
                     raise
     order = [source.stem for source in notebooks]
     return {name: results[name] for name in order if name in results}
+
+
+def _execute_plans(sources: Sequence[Path], profile: str, executor: str, *, address: str | None, workers: int,
+                   root: Path | None, progress: bool, say: Callable[[str], Any]) -> dict[str, str]:
+    """Computes the runs of each notebook's plan with ``executor``; ``{name: error}`` of those that cannot be read.
+
+    A plan that waits on other notebooks' records (notebook 07's second stage on 02's and 04's) has its first stage
+    computed; the plans are then made again, round after round, until each is complete or a round computes nothing
+    (then the waiting notebooks fail, naming what they wait on: select the notebooks they name too).
+    """
+    from rlvr_lib.study.executors import RunsFailed, connected, execute
+    from rlvr_lib.study.plan import notebook_plan
+
+    errors: dict[str, str] = {}
+    waiting = {source.stem: source for source in sources}
+    waits_on: dict[str, str] = {}
+    with connected(executor, address):
+        while waiting:
+            progressed = False
+            for name, source in list(waiting.items()):
+                try:
+                    plan = notebook_plan(source, profile, root=root)
+                except Exception as exc:  # a notebook without tagged cells, a cell that fails
+                    errors[name] = f"its plan could not be made: {type(exc).__name__}: {exc}"
+                    del waiting[name]
+                    continue
+                missing = plan.missing()
+                say(f"{name}: {len(plan.runs)} planned run(s){'' if plan.complete else ' (a first stage)'}, "
+                    f"{len(missing)} to compute ({executor})")
+                try:
+                    execute(missing, executor, workers=workers, progress=progress)
+                except RunsFailed as exc:
+                    errors[name] = str(exc)
+                    del waiting[name]
+                    continue
+                progressed = progressed or bool(missing)
+                if plan.complete:
+                    del waiting[name]
+                    progressed = True
+                else:
+                    waits_on[name] = "; ".join(plan.waiting_on)
+            if waiting and not progressed:
+                for name in waiting:
+                    errors[name] = (f"its plan stays incomplete, waiting on: {waits_on[name]} (no notebook of this "
+                                    "reproduction computed anything more: select the notebooks it names too)")
+                break
+    return errors
+
+
+ROOT_TAG = "injected-root"
+"""Tag of the cell :func:`_reading_root` adds to a notebook executed after its plan: it sets ``ROOT``."""
+
+
+def _reading_root(source: Path, root: Path | None) -> Path:
+    """The notebook to execute so that it reads its runs from ``root`` (None: ``source`` itself, the notebook's own root).
+
+    ``notebook_plan(..., root=root)`` sets the notebook's ``ROOT`` after the cell that defines it; the same is done
+    here: a copy of ``source`` (hidden, beside it: the kernel's folder is the same) with a cell tagged
+    :data:`ROOT_TAG` after the first code cell that assigns ``ROOT`` (not papermill's ``injected-parameters``:
+    papermill replaces the cells it tagged). A notebook without ``ROOT`` reads ``RLVR_RESULTS_DIR``, which :func:`_cache_only` sets.
+    """
+    import ast
+
+    import nbformat
+
+    if root is None:
+        return source
+    nb = nbformat.read(str(source), as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except SyntaxError:  # IPython magics: not a cell that defines ROOT
+            continue
+        if any(isinstance(t, ast.Name) and t.id == "ROOT" for node in ast.walk(tree) if isinstance(node, ast.Assign)
+               for t in node.targets):
+            injected = nbformat.v4.new_code_cell(f"# the runs' root (reproduce --executor)\nimport pathlib\n"
+                                                 f"ROOT = pathlib.Path({str(root)!r})",
+                                                 metadata={"tags": [ROOT_TAG]})
+            nb.cells.insert(i + 1, injected)
+            break
+    copy = source.with_name(f".{source.stem}.planned.ipynb")
+    nbformat.write(nb, str(copy))
+    return copy
+
+
+@contextlib.contextmanager
+def _cache_only(root: Path | None, sources: Sequence[Path]) -> Iterator[None]:
+    """For the block, kernels read only (``RLVR_CACHE_ONLY=1``) from ``root`` (``RLVR_RESULTS_DIR``; None: unchanged);
+    the copies :func:`_reading_root` made are removed after it."""
+    from rlvr_lib.study.runs import CACHE_ONLY_ENV, RESULTS_ENV
+
+    changed = {CACHE_ONLY_ENV: "1", **({RESULTS_ENV: str(root)} if root is not None else {})}
+    saved = {k: os.environ.get(k) for k in changed}
+    os.environ.update(changed)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        for source in sources:
+            if source.name.endswith(".planned.ipynb"):
+                source.unlink(missing_ok=True)
 
 
 def _execute_timed(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> tuple[float, str | None]:
@@ -534,6 +660,12 @@ def _print_stored(parser, args) -> int:
     return 0
 
 
+REPRODUCE_INT_FLAGS: dict[str, tuple[int, int]] = {"--workers": (1, 256), "--sample": (1, 1_000_000),
+                                                   "--seed": (0, 2**32 - 1)}
+"""Each integer flag's allowed range ``(lowest, highest)``, as ``python -m rlvr_lib``'s ``INT_FLAGS``: a value outside
+is a usage error naming the flag, the value and the range."""
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = OneLineParser(
@@ -549,19 +681,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--kernel", default="python3", help="Jupyter kernel name")
     parser.add_argument("--force", action="store_true", help="re-run notebooks that are up to date")
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
-    parser.add_argument("--workers", type=int_at_least(1), default=1,
-                        help="notebooks executed at once, each with cores // workers threads (default 1)")
+    parser.add_argument("--workers", type=int_at_least(*REPRODUCE_INT_FLAGS["--workers"]), default=1,
+                        help="notebooks executed at once, each with cores // workers threads (default 1; 1 to 256)")
+    parser.add_argument("--executor", choices=("local", "ray"), default=None,
+                        help="compute each notebook's planned runs with this executor first (local: --workers runs at "
+                             "once; ray: one task per run), then execute the notebooks reading only the cache "
+                             "(default: each notebook trains its own runs)")
+    parser.add_argument("--address", default=None,
+                        help="--executor ray: the cluster's address (e.g. auto, HOST:6379; default: a local cluster)")
     parser.add_argument("--stored", choices=PROFILES, default=None,
                         help="instead of running notebooks, print the notebooks (one path a line) whose stored "
                              "execution in the notebooks folder is at this profile (make test's nbval stage)")
     parser.add_argument("--verify", action="store_true",
                         help="instead of running notebooks, recompute a seeded sample of committed runs at HEAD and "
                              "compare them with their records (rlvr_lib.study.verify)")
-    parser.add_argument("--sample", type=int_at_least(1), default=1, help="--verify: runs drawn per notebook (default 1)")
-    parser.add_argument("--seed", type=int_at_least(0), default=0, help="--verify: the draw's seed (default 0)")
+    parser.add_argument("--sample", type=int_at_least(*REPRODUCE_INT_FLAGS["--sample"]), default=1,
+                        help="--verify: runs drawn per notebook (default 1; 1 to 1_000_000)")
+    parser.add_argument("--seed", type=int_at_least(*REPRODUCE_INT_FLAGS["--seed"]), default=0,
+                        help="--verify: the draw's seed (default 0; 0 to 4_294_967_295)")
     parser.add_argument("--scratch", default=None,
                         help="--verify: folder for the recomputed runs (default <repo>/.verify; resumable)")
     args = parser.parse_args(argv)
+    if args.address is not None and args.executor != "ray":
+        parser.error(f"--address {args.address}: only with --executor ray")
     if args.verify:
         return _verify(parser, args)
     if args.stored is not None:
@@ -586,6 +728,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             force=args.force,
             progress=not args.no_progress,
             workers=args.workers,
+            executor=args.executor,
+            address=args.address,
         )
     except ValueError as exc:
         parser.error(str(exc))

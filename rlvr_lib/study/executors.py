@@ -1,0 +1,289 @@
+"""Executing a plan's runs: on this machine's cores, or as tasks of a Ray cluster.
+
+:func:`execute` takes `rlvr_lib.study.plan.PlannedRun` s (a notebook's plan, `rlvr_lib.study.plan.notebook_plan`) and
+runs those without a finished record, each through its own ``call()`` -- `rlvr_lib.study.runs.cached_run` with the
+notebook's arguments -- so a record is the one the notebook would have written: same key, same file, written
+atomically (an interrupted run leaves nothing and is computed again next time), and one computation per key across
+processes sharing the results root (``cached_run``'s ``flock``). The executors (:data:`EXECUTORS`):
+
+* ``"local"``: ``workers`` runs at a time, each in a fresh (spawned) process, with ``OMP_NUM_THREADS = cores //
+  workers`` unless it is set (the rule of ``reproduce --workers``); Ctrl-C or SIGTERM stops the workers at once.
+* ``"ray"``: one Ray task per run, ``num_cpus``/``num_gpus`` from the run's ``needs``, on the cluster at
+  ``address`` (``None``: the cluster this process is already connected to, else a local one started for the call and
+  shut down after it); the task's torch uses ``num_cpus`` threads, so a record equals the local executor's at the same
+  thread count. Every worker writes into the same results root: **a cluster of several machines needs that root on a
+  file system they all mount at the same path** (and the same code and lock on each node); ``cached_run``'s lock is an
+  ``flock``, which holds across the processes of one machine and, on a network file system, only as far as that
+  file system honours ``flock``.
+
+Both skip runs already done (resumable), show a progress bar (tqdm), run every run even when some fail, and then raise
+:class:`RunsFailed` naming each failed run's id and error. A run's ``call`` travels to the worker by cloudpickle (the
+closure the notebook gave ``cached_run`` with it); one that cannot be pickled is refused up front, naming the run.
+
+Slurm: not built (submitit is not a dependency); a Slurm cluster runs the study through Ray (``ray start`` on the
+allocated nodes) or ``reproduce --only`` per job on a shared root (docs/scaling-out.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from rlvr_lib.study.runs import RESULTS_ENV, RunRecord, results_root
+from rlvr_lib.validation import check_choice, check_int
+
+__all__ = ["EXECUTORS", "RunsFailed", "connected", "execute", "worker_env"]
+
+FORWARDED_ENV_PREFIXES = ("RLVR_",)
+"""Environment variables of the calling process every run sees in its worker: the package's own (``RLVR_*``)."""
+FORWARDED_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "DNNL_MAX_CPU_ISA", "CUBLAS_WORKSPACE_CONFIG")
+"""Environment variables of the calling process that decide float rounding (the stored notebooks are executed with
+the first three set), forwarded to every worker when set."""
+
+
+class RunsFailed(RuntimeError):
+    """Some runs of :func:`execute` raised; the others finished (their records are written).
+
+    Attributes:
+        failures: ``{"<experiment>/<run_id>": "ErrorType: message"}`` of the failed runs.
+        records: The records of the runs that finished, in the order of the runs given.
+    """
+
+    def __init__(self, failures: Mapping[str, str], records: Sequence[RunRecord]) -> None:
+        self.failures = dict(failures)
+        self.records = list(records)
+        listed = "; ".join(f"{run}: {error}" for run, error in self.failures.items())
+        super().__init__(f"{len(self.failures)} run(s) failed: {listed}")
+
+
+# ------------------------------------------------------------------- in a worker
+def worker_env(run: Any, threads: int) -> dict[str, str]:
+    """The environment a run gets in its worker: the forwarded variables (:data:`FORWARDED_ENV_PREFIXES`,
+    :data:`FORWARDED_ENV`), ``OMP_NUM_THREADS = threads`` and ``RLVR_RESULTS_DIR`` = the run's results root as
+    resolved here (a run whose root is ``None`` writes where this process would)."""
+    env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV}
+    env["OMP_NUM_THREADS"] = str(threads)
+    env[RESULTS_ENV] = str(results_root(run.root).resolve())
+    return env
+
+
+def _run_in_worker(call: Callable[[], RunRecord] | bytes, threads: int, env: Mapping[str, str]) -> RunRecord:
+    """Runs one ``call()`` with ``env`` set and torch at ``threads`` threads; restores both after (a Ray worker
+    process is reused by later tasks)."""
+    import torch
+
+    if isinstance(call, bytes):
+        import cloudpickle
+
+        call = cloudpickle.loads(call)
+    saved = {k: os.environ.get(k) for k in env}
+    saved_threads = torch.get_num_threads()
+    os.environ.update(env)
+    torch.set_num_threads(threads)
+    try:
+        return call()
+    finally:
+        torch.set_num_threads(saved_threads)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _ignore_sigint() -> None:
+    """Local pool initializer: Ctrl-C reaches the whole process group; the parent stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+# ------------------------------------------------------------------- helpers
+def _label(run: Any) -> str:
+    return f"{run.experiment}/{run.run_id}"
+
+
+def _error_text(exc: BaseException) -> str:
+    cause = getattr(exc, "cause", None)  # ray.exceptions.RayTaskError carries the task's own exception
+    exc = cause if isinstance(cause, BaseException) else exc
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[-1] if text else ''}".rstrip(": ")
+
+
+def _pickled(run: Any) -> bytes:
+    """``run.call`` pickled by cloudpickle, or a ValueError naming the run and what could not be pickled."""
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(run.call)
+    except Exception as exc:
+        raise ValueError(f"run {_label(run)}: its call cannot be sent to a worker process ({type(exc).__name__}: "
+                         f"{exc}); the function the notebook passes to cached_run must hold only picklable "
+                         "values (configs, specs, paths)") from exc
+
+
+def _progress_bar(total: int, executor: str, progress: bool):
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=f"runs ({executor})", unit="run", disable=not progress)
+
+
+def _threads_per_worker(workers: int) -> int:
+    """Torch threads of each of ``workers`` processes: ``OMP_NUM_THREADS`` when set, else ``cores // workers`` (at least
+    1) -- the rule of ``reproduce --workers`` for its kernels (``reproduce._kernel_threads``; not imported from there:
+    reproduce imports this module)."""
+    if os.environ.get("OMP_NUM_THREADS"):
+        return max(1, int(os.environ["OMP_NUM_THREADS"]))
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+# ------------------------------------------------------------------- executors
+def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, progress: bool) -> dict[int, Any]:
+    """Runs ``todo`` in a pool of ``workers`` spawned processes; ``{index: RunRecord or exception}``."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    if address is not None:
+        raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs here)")
+    payloads = [_pickled(run) for run in todo]
+    outcomes: dict[int, Any] = {}
+    context = multiprocessing.get_context("spawn")  # fresh interpreters: no OpenMP pool inherited through fork
+    threads = _threads_per_worker(workers)
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context, initializer=_ignore_sigint)
+    try:
+        futures = {pool.submit(_run_in_worker, payload, threads, worker_env(run, threads)): i
+                   for i, (run, payload) in enumerate(zip(todo, payloads))}
+        with _progress_bar(len(todo), "local", progress) as bar:
+            for future in as_completed(futures):
+                exc = future.exception()
+                outcomes[futures[future]] = exc if exc is not None else future.result()
+                bar.update(1)
+    except BaseException:
+        # Ctrl-C, SIGTERM (as KeyboardInterrupt) or an error here: no run is started, the running ones are
+        # stopped (a run stopped mid-way wrote nothing: cached_run writes its record atomically at the end).
+        pool.shutdown(wait=False, cancel_futures=True)
+        for child in set(multiprocessing.active_children()) - before:
+            with contextlib.suppress(ProcessLookupError):
+                child.terminate()
+        raise
+    pool.shutdown(wait=True)
+    return outcomes
+
+
+def _execute_ray(todo: Sequence[Any], *, workers: int, address: str | None, progress: bool) -> dict[int, Any]:
+    """Runs ``todo`` as Ray tasks (one per run, its ``needs``); ``{index: RunRecord or exception}``."""
+    with connected("ray", address):
+        return _ray_tasks(todo, progress=progress)
+
+
+def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
+    import ray
+
+    task = ray.remote(_run_in_worker)
+    refs: dict[Any, int] = {}
+    try:
+        for i, run in enumerate(todo):
+            payload = _pickled(run)  # checked here: a closure Ray cannot send fails with the run's name
+            cpus = run.needs.get("cpus", 1)
+            gpus = run.needs.get("gpus", 0)
+            threads = max(1, int(cpus))
+            env = worker_env(run, threads)
+            refs[task.options(num_cpus=cpus, num_gpus=gpus, name=run.run_id,
+                              runtime_env={"env_vars": env}).remote(payload, threads, env)] = i
+        outcomes: dict[int, Any] = {}
+        pending = list(refs)
+        with _progress_bar(len(todo), "ray", progress) as bar:
+            while pending:
+                ready, pending = ray.wait(pending, num_returns=1)
+                for ref in ready:
+                    try:
+                        outcomes[refs[ref]] = ray.get(ref)
+                    except Exception as exc:  # the run raised (RayTaskError) or its worker died
+                        outcomes[refs[ref]] = exc
+                    bar.update(1)
+        return outcomes
+    except BaseException:
+        for ref in refs:  # interrupted: stop every task still queued or running (nothing half-written is kept)
+            with contextlib.suppress(Exception):
+                ray.cancel(ref, force=True)
+        raise
+
+
+@contextlib.contextmanager
+def connected(executor: str, address: str | None = None) -> Iterator[None]:
+    """For the block, this process is connected to the executor's cluster (``"ray"``: ``ray.init(address=address)``,
+    a local cluster when None, shut down after; already connected: that cluster, left as it is). :func:`execute`
+    calls inside the block share the connection (a local Ray cluster takes ~25 s to start). ``"local"``: nothing."""
+    check_choice("executor", executor, tuple(EXECUTORS))
+    if executor != "ray":
+        if address is not None:
+            raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs "
+                             "here)")
+        yield
+        return
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError("executor='ray' needs Ray: pip install ray (in the extras cluster and dev)") from exc
+    if ray.is_initialized():
+        if address is not None:
+            raise ValueError(f"address={address!r}: this process is already connected to a Ray cluster; leave "
+                             "address None to use it, or ray.shutdown() first")
+        yield
+        return
+    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+EXECUTORS: dict[str, Callable[..., dict[int, Any]]] = {"local": _execute_local, "ray": _execute_ray}
+"""The executors by name: each takes the runs to compute (keywords ``workers``, ``address``, ``progress``) and returns
+``{index: RunRecord or the exception it raised}``."""
+
+
+def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, address: str | None = None,
+            progress: bool = True) -> list[RunRecord]:
+    """Computes the runs of ``runs`` that are not done with ``executor``; returns every run's record.
+
+    Args:
+        runs: `rlvr_lib.study.plan.PlannedRun` s (a `rlvr_lib.study.plan.Plan`'s ``runs``).
+        executor: ``"local"`` or ``"ray"`` (:data:`EXECUTORS`).
+        workers: ``"local"``: runs computed at once (``>= 1``), each with ``cores // workers`` threads unless
+            ``OMP_NUM_THREADS`` is set. ``"ray"``: unused (the cluster's CPUs and each run's ``needs`` decide).
+        address: ``"ray"``: the cluster's address (``ray.init(address=...)``, e.g. ``"auto"`` or
+            ``"ray://head:10001"``); None: the cluster this process is connected to, else a local one.
+        progress: Show a progress bar over the runs.
+
+    Returns:
+        The `RunRecord` of each run, in the order given (runs done before are read from their files).
+
+    Raises:
+        ValueError: an unknown executor, ``workers < 1``, an address for the local executor, or a run whose call
+            cannot be pickled.
+        RunsFailed: some runs raised (after every other run finished); names each one's ``experiment/run_id``.
+    """
+    check_choice("executor", executor, tuple(EXECUTORS))
+    check_int("workers", workers, 1)
+    runs = list(runs)
+    todo_at = [i for i, run in enumerate(runs) if not run.done()]
+    outcomes = EXECUTORS[executor]([runs[i] for i in todo_at], workers=workers, address=address,
+                                   progress=progress) if todo_at else {}
+    records: list[RunRecord | None] = [None] * len(runs)
+    failures: dict[str, str] = {}
+    for j, i in enumerate(todo_at):
+        outcome = outcomes.get(j)
+        if isinstance(outcome, RunRecord):
+            records[i] = outcome
+        else:
+            failures[_label(runs[i])] = _error_text(outcome) if outcome is not None else "not run"
+    for i, run in enumerate(runs):
+        if records[i] is None and _label(run) not in failures:
+            records[i] = RunRecord.load(Path(run.path))
+    if failures:
+        raise RunsFailed(failures, [r for r in records if r is not None])
+    return records
