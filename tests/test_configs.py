@@ -12,9 +12,9 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FILES = sorted(p for p in CONFIGS.iterdir() if p.suffix in SETTINGS_SUFFIXES)
 
 
-REFUSED = {"nudgerl_qwen3_4b.yaml": r"^nudgerl: task 'dapo_math_17k' has no hint pool \(hint_pool=None\)"}
-"""Configs the library refuses, in one line, until their task has what the method needs (issue 61 item 6): no
-hint pool is registered for DAPO-Math-17k, and NudgeRL without hints would silently train without any."""
+REFUSED: dict[str, str] = {}
+"""Configs the library refuses, in one line, until their task has what the method needs (issue 61 item 6): none
+now (nudgerl_qwen3_4b.yaml trains on dapo_math_17k_hints, which has NudgeRL's hint pool)."""
 
 
 def _refused(path: Path) -> bool:
@@ -61,7 +61,7 @@ def test_config_file_trains_on_a_real_dataset_without_loading_it(path, monkeypat
     if _refused(path):
         return
     config = config_from_file(path)
-    assert config.task in {"dapo_math_17k", "math_train"}  # the papers' training sets (PAPERS.md), by name
+    assert config.task in {"dapo_math_17k", "dapo_math_17k_hints", "math_train"}  # the papers' training sets
 
 
 ACCELERATE = {"ddp_8gpu.yaml": "MULTI_GPU", "zero3_8gpu.yaml": "DEEPSPEED", "fsdp_8gpu.yaml": "FSDP"}

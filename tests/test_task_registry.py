@@ -186,8 +186,8 @@ EXPORTS = {
     "SHIPPED_TASKS", "ArithmeticTask", "DiscoveryTask", "MathTask", "MathFamily", "MathSuite", "math_dataset_task",
     "MATH_DATASETS", "ReasoningGymTask", "CodeTask",
 }
-SHIPPED = ("aime24", "aime25", "amc23", "arith", "arith_discovery", "code_sample", "dapo_math_17k", "humaneval",
-           "math500", "math_eval", "math_sample", "math_train", "rg_knights_knaves")
+SHIPPED = ("aime24", "aime25", "amc23", "arith", "arith_discovery", "code_sample", "dapo_math_17k",
+           "dapo_math_17k_hints", "humaneval", "math500", "math_eval", "math_sample", "math_train", "rg_knights_knaves")
 
 
 def test_the_package_exports_the_protocol_the_registry_and_the_shipped_tasks():

@@ -1,11 +1,13 @@
 """Hint pools: ordered strategy hints per problem (NudgeRL, arXiv 2605.15726; its default uses the first two of five).
 
 * `TaskHintPool`: the testbed's writer: useful strategies ranked by fit, mixed with unhelpful hints at a set share.
-* `LMHintPool`: keyword hints from any causal LM through a rollout engine, unchecked as in the paper."""
+* `LMHintPool`: keyword hints from any causal LM through a rollout engine, unchecked as in the paper;
+  `LMHintPool.from_model` names the writer model, loaded on the first hint asked for (a config or a task that holds
+  the pool loads nothing until training draws hints)."""
 
 from __future__ import annotations
 
-from typing import Protocol, Sequence
+from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
@@ -61,7 +63,7 @@ class LMHintPool:
 
     def __init__(
         self,
-        engine: _Engine,
+        engine: _Engine | Callable[[], _Engine],
         n_hints: int = 5,
         template: str = DEFAULT_HINT_TEMPLATE,
         temperature: float = 1.0,
@@ -73,9 +75,47 @@ class LMHintPool:
             raise ValueError("template is not valid: must contain the field '{question}'")
         if not isinstance(n_hints, int) or n_hints < 1:
             raise ValueError(f"n_hints={n_hints!r} is not valid: must be a positive int")
-        self.engine, self.n_hints, self.template = engine, n_hints, template
+        # an engine, or a callable with no argument that builds one on the first prefetch (`from_model`)
+        self._engine, self.n_hints, self.template = engine, n_hints, template
+        self.writer: str | None = None  # the writer model's name, when `from_model` built the pool
         self.temperature, self.max_new_tokens, self.seed, self.max_chars = temperature, max_new_tokens, seed, max_chars
         self._cache: dict[str, list[str]] = {}
+
+    @classmethod
+    def from_model(cls, model: str, *, engine: str = "kvcache", dtype: str = "bfloat16", batch_size: int = 64,
+                   **options) -> "LMHintPool":
+        """A pool whose writer is the causal LM ``model`` (a hub name or a local checkpoint; `rlvr_lib.policy.load_policy`,
+        on CUDA when available) behind rollout engine ``engine`` (`rlvr_lib.rollout.ENGINES`), loaded only when the
+        first hint is written; ``dtype`` its parameters' (a torch dtype name; float32 on a CPU). ``options``: the
+        pool's own (``n_hints``, ``template``, ``temperature``, ``max_new_tokens``, ``seed``, ``max_chars``).
+        Raises ValueError on an unknown engine or dtype (checked now, before anything is loaded)."""
+        from rlvr_lib.rollout.engines import ENGINES
+        from rlvr_lib.validation import check, check_choice
+
+        check(isinstance(model, str) and model.strip() != "", "model", model, "a hub model name or a checkpoint folder")
+        check_choice("engine", engine, ENGINES)
+        check_choice("dtype", dtype, ["bfloat16", "float16", "float32"])
+
+        def build() -> _Engine:
+            import torch
+
+            from rlvr_lib.policy import load_policy
+            from rlvr_lib.rollout.engines import build_engine
+
+            on_gpu = torch.cuda.is_available()
+            writer, tokenizer = load_policy(model, dtype=getattr(torch, dtype) if on_gpu else torch.float32)
+            return build_engine(engine, writer.eval(), tokenizer, batch_size=batch_size)
+
+        pool = cls(build, **options)
+        pool.writer = model
+        return pool
+
+    @property
+    def engine(self) -> _Engine:
+        """The writer's rollout engine (built now if the pool was given a builder, `from_model`)."""
+        if not hasattr(self._engine, "generate"):
+            self._engine = self._engine()
+        return self._engine
 
     @staticmethod
     def clean(text: str, max_chars: int = 48) -> str:

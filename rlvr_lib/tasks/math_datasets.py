@@ -9,6 +9,8 @@ Each loads lazily (``datasets.load_dataset``) from its Hub name or local files i
 * ``math500`` (`rlvr_lib.tasks.math_task`): ``HuggingFaceH4/MATH-500``; families ``math500``, ``math500_l5``.
 * ``aime24`` (``HuggingFaceH4/aime_2024``), ``aime25`` (``yentinglin/aime_2025``), ``amc23`` (``math-ai/amc23``).
 * ``math_eval``: `MathSuite` of the four evaluation sets.
+* ``dapo_math_17k_hints``: ``dapo_math_17k`` with NudgeRL's hint pool, an `LMHintPool` of 5 keyword hints per problem
+  written by `HINT_WRITER` (loaded when the first hint is drawn); `dapo_math_17k_hints_task`.
 
 Which paper uses which set, row counts, schemas and answer formats: docs/tasks/math_datasets.md."""
 
@@ -263,3 +265,26 @@ for _name in DATASETS:
     if _name != "math500":  # registered by rlvr_lib.tasks.math_task
         register_task(_name, _factory(_name))
 register_task("math_eval", math_eval_task)
+
+
+HINT_WRITER = "Qwen/Qwen2.5-1.5B-Instruct"
+"""The hint writer of ``dapo_math_17k_hints``. NudgeRL's authors write their pool with gpt-4o-mini through OpenAI's
+API (``configs/context_config.yaml`` of their code: 5 hints per problem, temperature 0.7), "a lightweight LLM" in
+the paper; an API model cannot run here, so a small open instruct model writes it, with their count and
+temperature (a departure, stated in configs/README.md, "Tasks")."""
+
+
+def dapo_math_17k_hints_task() -> MathTask:
+    """``dapo_math_17k`` with NudgeRL's hint pool: `LMHintPool.from_model` over `HINT_WRITER`, 5 hints per problem
+    at temperature 0.7 (the authors' code), unchecked as in the paper. Nothing is loaded when the task is built:
+    the data on the first draw, the writer on the first hint. ``version`` names the writer and its settings, so a
+    run's key changes with them."""
+    from rlvr_lib.tasks.hints import LMHintPool
+
+    pool = LMHintPool.from_model(HINT_WRITER, n_hints=5, temperature=0.7, seed=0)
+    task = math_dataset_task("dapo_math_17k", "dapo_math_17k_hints", hint_pool=pool)
+    task.version = f"lm-hints-{HINT_WRITER}-n{pool.n_hints}-t{pool.temperature}-s{pool.seed}"
+    return task
+
+
+register_task("dapo_math_17k_hints", dapo_math_17k_hints_task)
