@@ -176,7 +176,7 @@ def test_the_discovery_task_marks_its_targets_and_names_its_design_in_the_key(ta
 
 # ----------------------------------------------------------------------------- the oracle arm
 def test_the_oracle_forces_two_of_eight_rollouts_of_targets_only():
-    method = build_method(calibrated_config("oracle_explore"))
+    method = build_method(calibrated_config("oracle_explore", task="arith_discovery"))
     problems = [make_problem(19, 23, discovery.TARGET_FAMILY, "round"), make_problem(21, 34, "train")]
     plan = method.hints(problems, 8, np.random.default_rng(0))
     assert plan[0] == [(-1, None)] * 6 + [(0, "round")] * 2 and plan[1] == [(-1, None)] * 8
@@ -184,7 +184,8 @@ def test_the_oracle_forces_two_of_eight_rollouts_of_targets_only():
     grpo = calibrated_config("grpo")
     assert cfg.lr == TUNED_LR["grpo"] and (cfg.kl_coef, cfg.kl_estimator) == (grpo.kl_coef, grpo.kl_estimator)
     with pytest.raises(ValueError, match="forced"):
-        build_method(calibrated_config("oracle_explore", method_options={"forced": 9})).hints(problems, 8, None)
+        build_method(calibrated_config("oracle_explore", task="arith_discovery",
+                                       method_options={"forced": 9})).hints(problems, 8, None)
 
 
 def test_forced_rollouts_are_trained_on_the_hint_free_prompt(policy, task):

@@ -3,7 +3,9 @@
 Per policy, once: pass@k for every k <= n per family and averaged over the in-distribution families (SAGE T1,
 NudgeRL T1); strategy frequencies and entropy (SAGE T2); reasoning modes per problem and their ARI with the
 strategy labels (NudgeRL Fig 1); outcome rates and lengths (3PO Fig 3). Problems, verifier, labels and default
-families come from the task ``EvalSpec.task`` (``"arith"`` by default). More: docs/library/evaluation.md."""
+families come from the task ``EvalSpec.task`` (``"arith"`` by default). A task without strategy labels (its
+``strategies`` empty: `MathTask`, `CodeTask`, ...) gets no strategy measure (`STRATEGY_MEASURES`), rather than zeros;
+asking a summary for one is refused in one line (`check_strategy_measure`). More: docs/library/evaluation.md."""
 
 from __future__ import annotations
 
@@ -21,6 +23,21 @@ from rlvr_lib.tasks import DEFAULT_TASK, MALFORMED, TIMEOUT, WRONG, get_task
 from rlvr_lib.tasks.registry import check_task_name
 
 AVERAGE = "average"
+
+STRATEGY_MEASURES = ("strategy_freq", "strategy_entropy", "strategy_counts")
+"""A family summary's measures that read the task's strategy labels (the average holds the first two). An evaluation
+on a task without labels has none of them: its verifier labels no completion, so they would be zeros that measure
+nothing (the label-free reasoning modes, ``diversity``'s ``mean_modes``, are measured on every task)."""
+
+
+def check_strategy_measure(summary, measure: str, where: str = "the evaluation") -> None:
+    """Refuse ``measure`` (a strategy measure, `STRATEGY_MEASURES`) of an evaluation summary (a family's or the
+    average) whose task has no strategy labels: ValueError, one line naming the measure, ``where`` and what is
+    missing. Returns for a summary of a labelled task."""
+    if "strategy_freq" not in summary:
+        raise ValueError(f"{measure} of {where} cannot be measured: its task has no strategy labels (Task.strategies "
+                         "is empty, so its verifier labels no completion's strategy); strategy measures need a task "
+                         "that labels them (the label-free diversity is the reasoning modes, mean_modes)")
 
 
 @dataclass(frozen=True)
@@ -102,9 +119,9 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
     """Metrics of one family's samples (JSON-ready)."""
     G = spec.group_size
     groups = samples.rewards.reshape(-1, G)
-    strategies = get_task(spec.task).strategies
+    strategies = tuple(get_task(spec.task).strategies)
     freq = samples.strategy_freq(strategies)
-    return {
+    summary = {
         "pass_at_k": {str(k): v for k, v in pass_at_k_curve(samples.correct).items()},
         "strategy_freq": freq,
         "strategy_entropy": strategy_entropy([s for s in samples.strategies.ravel() if s is not None])
@@ -125,6 +142,10 @@ def summarize(samples: ScoredSamples, spec: EvalSpec) -> dict:
         },
         "uids": [p.uid for p in samples.problems],
     }
+    if not strategies:  # a task without strategy labels: no strategy measure (STRATEGY_MEASURES), not zeros
+        for key in STRATEGY_MEASURES:
+            del summary[key]
+    return summary
 
 
 def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
@@ -151,9 +172,10 @@ def evaluate_policy(engine, spec: EvalSpec = EvalSpec()) -> dict:
         **{
             key: float(np.mean([families[f][key] for f in ind]))
             for key in ("malformed_rate", "wrong_rate", "mean_length", "zero_adv_frac", "strategy_entropy")
+            if key in families[ind[0]]  # strategy_entropy: only with strategy labels
         },
-        "strategy_freq": {s: float(np.mean([families[f]["strategy_freq"][s] for f in ind])) for s in
-                          (*task.strategies, "none")},
+        **({"strategy_freq": {s: float(np.mean([families[f]["strategy_freq"][s] for f in ind])) for s in
+                              (*task.strategies, "none")}} if "strategy_freq" in families[ind[0]] else {}),
         "mean_modes": float(np.mean([families[f]["diversity"]["mean_modes"] for f in ind])),
         "families": ind,
     }

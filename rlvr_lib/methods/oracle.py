@@ -46,6 +46,16 @@ class OracleExploration(Method):
     Options = OracleOptions
     credits_hint_free = True
 
+    def check_task(self, task) -> None:
+        """Refuse a task without the family ``target_family``: no problem would be forced onto the hint, and the arm
+        would train as plain GRPO (one line naming the method, the task, the family and the task's families)."""
+        target = self.options.target_family
+        if target not in task.families:
+            raise ValueError(f"{self.name}: task {task.name!r} has no family {target!r} (method_options.target_family)"
+                             ": the oracle forces its hint only on that family's problems and would train as plain "
+                             f"GRPO; use a task with that family (e.g. 'arith_discovery') or set target_family to one "
+                             f"of {list(task.families)}")
+
     def hints(self, problems: list, group_size: int, rng: np.random.Generator) -> list[list[tuple[int, str | None]]]:
         forced = self.options.forced
         OracleOptions.check(forced <= group_size, "forced", forced, f"at most group_size={group_size}")

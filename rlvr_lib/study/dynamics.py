@@ -29,7 +29,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from rlvr_lib.config import ConfigBase, hash_jsonable
-from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
+from rlvr_lib.eval.policy_eval import EvalSpec, check_strategy_measure, evaluate_policy
 from rlvr_lib.study.stats import bootstrap_ci, paired_difference_ci, per_problem_scores, rescued_lost_counts
 from rlvr_lib.files import write_json_atomic
 from rlvr_lib.study.runs import RESUMED, RunRecord, cached_run, jsonable, results_root
@@ -189,10 +189,12 @@ def lost_target(stats: Mapping[str, Any], *, ratio: float = 3.0, gates: bool = T
 
 
 def strategy_entropy_of(evaluation: Mapping[str, Any]) -> float:
+    check_strategy_measure(evaluation["average"], "strategy_entropy")  # refused without strategy labels
     return float(evaluation["average"]["strategy_entropy"])
 
 
 def strategy_share_of(evaluation: Mapping[str, Any], strategy: str) -> float:
+    check_strategy_measure(evaluation["average"], "strategy_freq")
     return float(evaluation["average"]["strategy_freq"][strategy])
 
 

@@ -30,6 +30,7 @@ from rlvr_lib.study.stats import (  # noqa: F401 - RANGES, SEED_INTERVAL: kept i
                                   seed_ci,
                                   seed_counts,
                                   )
+from rlvr_lib.eval.policy_eval import STRATEGY_MEASURES, check_strategy_measure
 from rlvr_lib.validation import check_int, invalid
 
 
@@ -50,6 +51,8 @@ def seed_values(records: Sequence[Any], key: str, family: Optional[str] = None) 
     out = []
     for i, r in enumerate(_records("records", records)):
         scope = _scope(_evaluation(f"records[{i}]", r), family)
+        if key in STRATEGY_MEASURES:
+            check_strategy_measure(scope, key, f"records[{i}]")  # refused on a task without strategy labels
         if key not in scope:
             raise invalid("key", key, f"a metric of the evaluation, among {sorted(scope)}")
         out.append(float(scope[key]))
@@ -133,6 +136,7 @@ def per_problem_shares(evaluations: Sequence[Any], families: Sequence[str], stra
         final, row, uids = _evaluation(f"evaluations[{i}]", ev), [], []
         for f in families:
             fam = _scope(final, f)
+            check_strategy_measure(fam, "strategy_counts", f"evaluations[{i}]['families'][{f!r}]")
             counts = fam.get("strategy_counts")
             if counts is None:
                 raise invalid(f"evaluations[{i}]['families'][{f!r}]", sorted(fam),
@@ -161,8 +165,10 @@ def per_problem_strategy_entropy(evaluations: Sequence[Any], families: Sequence[
 
 def top_strategy(records: Sequence[Any], strategies: Sequence[str], family: Optional[str] = None) -> str:
     """The strategy with the largest seed-mean share (ties: first in ``strategies``)."""
-    freqs = [_scope(_evaluation(f"records[{i}]", r), family)["strategy_freq"]
-             for i, r in enumerate(_records("records", records))]
+    scopes = [_scope(_evaluation(f"records[{i}]", r), family) for i, r in enumerate(_records("records", records))]
+    for i, scope in enumerate(scopes):
+        check_strategy_measure(scope, "strategy_freq", f"records[{i}]")
+    freqs = [scope["strategy_freq"] for scope in scopes]
     means = [np.mean([f[s] for f in freqs]) for s in strategies]
     return strategies[int(np.argmax(means))]
 
@@ -172,13 +178,17 @@ def summary_row(records: Sequence[Any], ks: Sequence[int], *, families: Optional
 
     Returns:
         ``{"pass@k": ci, ..., "strategy entropy", "modes/problem", "malformed", "length",
-        "train accuracy (last 10)"}``; the last only for trained runs.
+        "train accuracy (last 10)"}``; the last only for trained runs, the strategy entropy only on a task with
+        strategy labels (`rlvr_lib.eval.policy_eval.STRATEGY_MEASURES`).
     """
     records = _records("records", records)
     fams = list(families or _evaluation("records[0]", records[0])["average"]["families"])
     row = {f"pass@{k}": passk_ci(records, fams, k) for k in ks}
+    labelled = "strategy_freq" in _evaluation("records[0]", records[0])["average"]  # else no strategy entropy
     for label, key in (("strategy entropy", "strategy_entropy"), ("modes/problem", "mean_modes"),
                        ("malformed", "malformed_rate"), ("length", "mean_length")):
+        if key == "strategy_entropy" and not labelled:  # a task without strategy labels: the row has no such cell
+            continue
         row[label] = seed_ci(seed_values(records, key), key)
     if all(getattr(r, "history", None) for r in records):
         row["train accuracy (last 10)"] = seed_ci(train_metric(records, "accuracy"), "accuracy")
