@@ -20,7 +20,9 @@ import pytest
 from rlvr_lib.study.runs import (CACHE_ONLY_ENV, CHECKSUM_KEY, CacheMiss, RecordInvalid, RunRecord, cached_run,
                                  check_record, load_runs, read_record, record_checksum)
 
-RESULTS = Path(__file__).resolve().parents[1] / "results"
+pytestmark = pytest.mark.hostile_class("run records (checksum, schema)", host=False)
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
 
 
 class Counter:
