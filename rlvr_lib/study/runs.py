@@ -8,7 +8,7 @@ A *run* is one call of a function (train + evaluate, usually) under one config a
 
 Records are strict JSON (:func:`jsonable`): **NaN and +-inf are written as ``null``**, so a metric read back as
 ``None`` means "not finite" (or absent). A record is trusted only after :func:`check_record`: its fields have
-:class:`RunRecord`'s types and, when it carries one, its ``checksum`` (:func:`record_checksum`, written since issue 60)
+:class:`RunRecord`'s types and, when it carries one, its ``checksum`` (:func:`record_checksum`)
 matches; a record that fails is recomputed by :func:`cached_run` as an unreadable one is (records written before
 checksums are read unchanged when their fields pass). The results root: the ``root`` argument, ``RLVR_RESULTS_DIR``,
 ``<repo>/results`` in a checkout, else ``./results``. Details: docs/study/README.md ("The run cache").
@@ -306,7 +306,7 @@ def check_record(data: Any) -> None:
     list of objects; ``config``, ``final`` and ``extra`` objects); ``config_hash`` the hash of ``config`` and
     ``run_id`` ``f"{name}-{config_hash}-s{seed}"``; and, when the record carries one, its ``checksum`` equal to
     :func:`record_checksum` of the rest. Keys it does not know are allowed (forward compatibility). A record without
-    a checksum (written before issue 60) passes on its fields alone.
+    a checksum (the older records) passes on its fields alone.
     """
     if not isinstance(data, dict):
         raise RecordInvalid(f"expected a JSON object, got {type(data).__name__}")
