@@ -514,9 +514,10 @@ def _reading_root(source: Path, root: Path | None) -> Path:
                                                  metadata={"tags": [ROOT_TAG]})
             nb.cells.insert(i + 1, injected)
             break
-    copy = source.with_name(f".{source.stem}.planned.ipynb")
-    nbformat.write(nb, str(copy))
-    return copy
+    fd, copy = tempfile.mkstemp(dir=source.parent, prefix=f".{source.stem}.", suffix=".planned.ipynb")
+    os.close(fd)  # a name of its own: reproductions side by side (other roots) each execute their copy
+    nbformat.write(nb, copy)
+    return Path(copy)
 
 
 @contextlib.contextmanager
