@@ -382,7 +382,7 @@ def _method_table(records: list, experiment: str, title: str, shared: list) -> l
     for name, recs in sorted(by_name.items(), key=lambda kv: (kv[0] != "base", kv[0])):
         row = {col: format_ci(ci) for col, ci in summary_row(recs, ks).items()}
         passk = " | ".join(row[f"pass@{k}"] for k in ks)
-        lines.append(f"| {name} | {len(recs)} | {passk} | {row['strategy entropy']} | {row['malformed']} "
+        lines.append(f"| {name} | {len(recs)} | {passk} | {row.get('strategy entropy', 'n/a')} | {row['malformed']} "
                      f"| {row['modes/problem']} |")
     return lines
 
