@@ -13,6 +13,7 @@ import torch
 
 import rlvr_lib
 from rlvr_lib.config import ConfigBase
+from counting_run import CountingRun as Counter
 from rlvr_lib.study.runs import (CACHE_ONLY_ENV, RESULTS_ENV, RESUMED, CacheMiss, RunRecord, cached_run, cpu_model, current_testbed, git_commit,
                                  jsonable, load_runs, measured_on, results_root, run_dir, runs_frame)
 from rlvr_lib.study.stats import aggregate_seeds, format_ci
@@ -22,18 +23,6 @@ from rlvr_lib.study.stats import aggregate_seeds, format_ci
 class Cfg(ConfigBase):
     lr: float = 0.1
     steps: int = 3
-
-
-class Counter:
-    """A run function that counts its calls."""
-
-    def __init__(self, final=None):
-        self.calls = 0
-        self.final = final if final is not None else {"pass@1": 0.25}
-
-    def __call__(self):
-        self.calls += 1
-        return [{"step": i, "loss": 1.0 / (i + 1)} for i in range(3)], dict(self.final)
 
 
 # ---------------------------------------------------------------- locations

@@ -17,24 +17,13 @@ from pathlib import Path
 
 import pytest
 
+from counting_run import CountingRun as Counter
 from rlvr_lib.study.runs import (CACHE_ONLY_ENV, CHECKSUM_KEY, CacheMiss, RecordInvalid, RunRecord, cached_run,
                                  check_record, load_runs, read_record, record_checksum)
 
 pytestmark = pytest.mark.hostile_class("run records (checksum, schema)", host=False)
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
-
-
-class Counter:
-    """A run function counting its calls."""
-
-    def __init__(self, final=None):
-        self.calls = 0
-        self.final = final if final is not None else {"pass@1": 0.25}
-
-    def __call__(self):
-        self.calls += 1
-        return [{"step": i, "loss": 1.0 / (i + 1)} for i in range(3)], dict(self.final)
 
 
 CFG = {"lr": 0.1, "steps": 3}
