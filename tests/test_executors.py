@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -19,7 +20,7 @@ ray = pytest.importorskip("ray", reason="the Ray executor's tests need ray (pip 
 from rlvr_lib.eval.policy_eval import EvalSpec  # noqa: E402
 from rlvr_lib.methods.presets import method_config  # noqa: E402
 from rlvr_lib.study import pipeline  # noqa: E402
-from rlvr_lib.study.executors import RunsFailed, execute  # noqa: E402
+from rlvr_lib.study.executors import RunsFailed, execute, local_ray_temp_dir  # noqa: E402
 from rlvr_lib.study.plan import planning  # noqa: E402
 from rlvr_lib.study.runs import cached_run, load_runs  # noqa: E402
 
@@ -66,17 +67,20 @@ def ray_cluster():
         ray.shutdown()
     saved = {k: os.environ.get(k) for k in RAY_WAITS}
     os.environ.update(RAY_WAITS)  # read by the raylet this starts
+    temp = local_ray_temp_dir()  # pytest's TMPDIR under xdist is too long for Ray's socket paths
     try:
         try:
             ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-                     configure_logging=False)
+                     configure_logging=False, _temp_dir=temp)
         except Exception:  # its fixed waits missed once on a loaded machine: one more try
             ray.shutdown()
             ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
-                     configure_logging=False)
+                     configure_logging=False, _temp_dir=temp)
         yield
     finally:
         ray.shutdown()
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)
@@ -238,3 +242,19 @@ def test_the_address_flag_needs_the_ray_executor(capsys):
         main(["--address", "127.0.0.1:6379", "--executor", "local"])
     assert info.value.code == 2
     assert "--address 127.0.0.1:6379: only with --executor ray" in capsys.readouterr().err
+
+
+def test_a_long_tmpdir_gets_a_short_folder_for_rays_sockets(monkeypatch, tmp_path):
+    """Ray's socket paths (at most 107 bytes) fit: a short default is kept, a long TMPDIR gets a folder under /tmp."""
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    monkeypatch.setenv("TMPDIR", "/tmp")
+    assert local_ray_temp_dir() is None
+    long = tmp_path / ("x" * 60)
+    long.mkdir()
+    monkeypatch.setenv("TMPDIR", str(long))
+    short = local_ray_temp_dir()
+    try:
+        assert short is not None and short.startswith("/tmp/rlvr-ray-") and os.path.isdir(short)
+        assert len(short) + len("/session_2026-12-06_18-11-18_052291_20014/sockets/plasma_store") <= 107
+    finally:
+        shutil.rmtree(short, ignore_errors=True)

@@ -167,6 +167,22 @@ def test_a_runs_cell_that_reads_a_result_raises_planonly_naming_the_run(tmp_path
     assert not (tmp_path / "toy").exists()  # nothing computed, nothing written
 
 
+def test_methods_a_notebook_registers_while_planned_are_not_left_registered(tmp_path):
+    """Notebook 07's cells compose pairs at calibrated presets: listing its plan must not leave those registered in
+    the caller's process (a later compose of the pair at other presets would be refused)."""
+    from rlvr_lib.methods.registry import METHODS
+
+    path = _notebook(tmp_path, [('profile = "quick"', ["parameters"]), (SETUP, ["setup"]),
+                                ("from rlvr_lib.methods import METHODS, register_method\n"
+                                 "register_method('planned_only_method', METHODS['grpo'].cls, 'registered by a cell')\n"
+                                 f"rec = cached_run('toy', 'arm', {{'steps': STEPS}}, 0, fn, root={str(tmp_path)!r})",
+                                 ["runs"])])
+    before = set(METHODS)
+    plan = notebook_plan(path, "quick")
+    assert [r.name for r in plan.runs] == ["arm"]
+    assert set(METHODS) == before and "planned_only_method" not in METHODS
+
+
 def test_a_planned_record_has_its_identity_and_nothing_else():
     with planning() as planner:
         rec = cached_run("toy", "arm", {"steps": 2}, 0, lambda: ([], {}), root="/nonexistent-plan-root")

@@ -112,7 +112,7 @@ def test_no_reference_model_without_kl():
     "field,value,match",
     [
         ("lr", -1.0, r"TrainerConfig.lr=-1.0 is invalid: must be a number in \(0, 1\]"),
-        ("group_size", 0, "TrainerConfig.group_size=0 is invalid: must be an integer >= 1"),
+        ("group_size", 0, "TrainerConfig.group_size=0 is invalid: must be an integer in \\[1, 100000\\]"),
         ("loss_agg", "mean", "TrainerConfig.loss_agg='mean' is invalid: must be one of"),
         ("kl_estimator", "k4", "k3"),
         ("advantage", "ppo", "grpo"),

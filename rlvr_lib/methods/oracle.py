@@ -69,4 +69,5 @@ class OracleExploration(Method):
 register_method("oracle_explore", OracleExploration,
                 "Oracle exploration: GRPO with 2 of 8 rollouts of each target problem forced onto the rare strategy, "
                 "credited to the hint-free prompt (the discovery regime's gate)",
-                **METHODS["grpo"].preset)
+                # GRPO's settings, on the task that has the default target family (check_task refuses others)
+                **{**METHODS["grpo"].preset, "task": "arith_discovery"})

@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -234,11 +236,31 @@ def connected(executor: str, address: str | None = None) -> Iterator[None]:
                              "address None to use it, or ray.shutdown() first")
         yield
         return
-    ray.init(address=address, include_dashboard=False, log_to_driver=False)
+    temp = local_ray_temp_dir() if address is None else None
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, _temp_dir=temp)
     try:
         yield
     finally:
         ray.shutdown()
+        if temp is not None:
+            shutil.rmtree(temp, ignore_errors=True)
+
+
+RAY_SOCKET_TAIL = len("/session_2026-12-06_18-11-18_052291_20014/sockets/plasma_store")
+"""What a Ray session adds to its temporary folder for its longest socket path (time stamp and pid included)."""
+
+
+def local_ray_temp_dir() -> str | None:
+    """A short temporary folder for a local Ray cluster when Ray's default (``<RAY_TMPDIR or TMPDIR>/ray``) is too
+    long, else None.
+
+    Ray puts its sockets under ``<temp>/session_<time>_<pid>/sockets/`` and a Unix socket path holds at most 107
+    bytes: under a long ``TMPDIR`` (a job scheduler's, pytest's) Ray fails to start. The folder, under ``/tmp``, is
+    the caller's to remove."""
+    default = os.environ.get("RAY_TMPDIR") or os.environ.get("TMPDIR") or "/tmp"  # Ray's own rule, on Linux
+    if len(os.path.join(default, "ray")) + RAY_SOCKET_TAIL <= 107:
+        return None
+    return tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")
 
 
 EXECUTORS: dict[str, Callable[..., dict[int, Any]]] = {"local": _execute_local, "ray": _execute_ray}

@@ -365,7 +365,8 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
                          f"(and those they need first {SETUP_TAG!r})")
     namespace: dict[str, Any] = {"__name__": "__plan__"}
     waiting: tuple[str, ...] = ()
-    with planning() as planner, _results_env(root), contextlib.redirect_stdout(io.StringIO()):
+    with planning() as planner, _results_env(root), _registries_restored(), \
+            contextlib.redirect_stdout(io.StringIO()):
         for index, tag, source in cells:
             try:
                 exec(compile(source, f"<{path.stem} cell {index}>", "exec"), namespace)  # noqa: S102
@@ -377,6 +378,23 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
             if root is not None and "ROOT" in namespace and tag != RUNS_TAG:
                 namespace["ROOT"] = Path(root)
     return Plan(notebook=path.stem, profile=profile, runs=tuple(planner.runs.values()), waiting_on=waiting)
+
+
+@contextlib.contextmanager
+def _registries_restored() -> Iterator[None]:
+    """The methods and tasks a notebook's cells register (notebook 07's composites, at their calibrated presets) stay
+    the notebook's: the caller's registries are as they were after the plan (a later ``compose`` of the same pair at
+    other presets is not refused because a plan was listed first)."""
+    from rlvr_lib.methods.registry import METHODS
+    from rlvr_lib.tasks.registry import TASKS
+
+    saved = [(registry, dict(registry)) for registry in (METHODS, TASKS)]
+    try:
+        yield
+    finally:
+        for registry, before in saved:
+            registry.clear()
+            registry.update(before)
 
 
 @contextlib.contextmanager
