@@ -106,14 +106,15 @@ def test_asking_for_a_strategy_measure_without_labels_is_refused_in_one_line(lab
 
 def test_the_oracle_arm_refuses_a_task_without_its_target_family():
     with pytest.raises(ValueError) as err:
-        build_method(method_config("oracle_explore"))  # the default task, arith, has no targets_train
+        build_method(method_config("oracle_explore", task="arith"))  # arith has no targets_train
     message = str(err.value)
     assert "\n" not in message
     assert message.startswith("oracle_explore: task 'arith' has no family 'targets_train' "
                               "(method_options.target_family): the oracle forces its hint only on that family's "
                               "problems and would train as plain GRPO; use a task with that family")
-    assert build_method(method_config("oracle_explore", task="arith_discovery")).name == "oracle_explore"
-    moved = method_config("oracle_explore", method_options={"target_family": "rare_mix"})  # a family arith has
+    assert method_config("oracle_explore").task == "arith_discovery"  # its preset's task has the family
+    assert build_method(method_config("oracle_explore")).name == "oracle_explore"
+    moved = method_config("oracle_explore", task="arith", method_options={"target_family": "rare_mix"})  # arith's
     assert build_method(moved).options.target_family == "rare_mix"
 
 
@@ -122,7 +123,7 @@ def test_the_command_line_refuses_the_oracle_arm_before_loading_anything(tmp_pat
 
     out = tmp_path / "run"
     with pytest.raises(SystemExit) as exit_:
-        main(["train", "--method", "oracle_explore", "--out", str(out), "--threads", "1"])
+        main(["train", "--method", "oracle_explore", "--task", "arith", "--out", str(out), "--threads", "1"])
     assert exit_.value.code == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "oracle_explore: task 'arith' has no family 'targets_train'" in err, err
