@@ -254,15 +254,15 @@ def local_processes(env=None) -> int:
     return 1
 
 
-def default_threads(env=None, cores: int | None = None) -> int:
+def default_threads(env=None, cores: int | None = None, processes: int | None = None) -> int:
     """``--threads``' default: ``OMP_NUM_THREADS`` when set (a choice made before the command ran; torchrun and
     ``accelerate launch`` set it to 1 for several processes unless it is set), else the host's cores divided by
-    the processes on this host (`local_processes`), at least 1."""
+    the processes on this host (``processes``, default `local_processes`), at least 1."""
     env = os.environ if env is None else env
     omp = env.get("OMP_NUM_THREADS", "").strip()
     if omp.isdigit() and int(omp) >= 1:
         return int(omp)
-    return max(1, (host_cores() if cores is None else cores) // local_processes(env))
+    return max(1, (host_cores() if cores is None else cores) // (processes or local_processes(env)))
 
 
 def apply_threads(threads: int) -> None:

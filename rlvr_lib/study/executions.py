@@ -12,9 +12,12 @@ from pathlib import Path
 
 from rlvr_lib.validation import check_choice
 
-__all__ = ["PROFILES", "executed_copy", "executed_dir", "full_execution", "stored_profile"]
+__all__ = ["INJECTED_TAG", "PROFILES", "executed_copy", "executed_dir", "full_execution", "stored_profile"]
 
 PROFILES = ("quick", "full")
+"""The notebooks' profiles: a smoke run that trains a few steps, and the study's."""
+INJECTED_TAG = "injected-parameters"
+"""Tag of the cell papermill adds to an executed notebook with the parameters it was given."""
 _PACKAGE_PARENT = Path(__file__).resolve().parents[2]
 
 

@@ -35,7 +35,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr_lib.study.runs import RESULTS_ENV, RunRecord, results_root
+from rlvr_lib.cli_checks import default_threads
+from rlvr_lib.study.runs import RESULTS_ENV, RunRecord, environment, results_root
 from rlvr_lib.validation import check_choice, check_int
 
 __all__ = ["EXECUTORS", "RunsFailed", "connected", "execute", "worker_env"]
@@ -82,19 +83,13 @@ def _run_in_worker(call: Callable[[], RunRecord] | bytes, threads: int, env: Map
         import cloudpickle
 
         call = cloudpickle.loads(call)
-    saved = {k: os.environ.get(k) for k in env}
     saved_threads = torch.get_num_threads()
-    os.environ.update(env)
     torch.set_num_threads(threads)
     try:
-        return call()
+        with environment(env):
+            return call()
     finally:
         torch.set_num_threads(saved_threads)
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _ignore_sigint() -> None:
@@ -132,27 +127,16 @@ def _progress_bar(total: int, executor: str, progress: bool):
     return tqdm(total=total, desc=f"runs ({executor})", unit="run", disable=not progress)
 
 
-def _threads_per_worker(workers: int) -> int:
-    """Torch threads of each of ``workers`` processes: ``OMP_NUM_THREADS`` when set, else ``cores // workers`` (at least
-    1) -- the rule of ``reproduce --workers`` for its kernels (``reproduce._kernel_threads``; not imported from there:
-    reproduce imports this module)."""
-    if os.environ.get("OMP_NUM_THREADS"):
-        return max(1, int(os.environ["OMP_NUM_THREADS"]))
-    return max(1, (os.cpu_count() or 1) // workers)
-
-
 # ------------------------------------------------------------------- executors
 def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, progress: bool) -> dict[int, Any]:
     """Runs ``todo`` in a pool of ``workers`` spawned processes; ``{index: RunRecord or exception}``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
-    if address is not None:
-        raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs here)")
     payloads = [_pickled(run) for run in todo]
     outcomes: dict[int, Any] = {}
     context = multiprocessing.get_context("spawn")  # fresh interpreters: no OpenMP pool inherited through fork
-    threads = _threads_per_worker(workers)
+    threads = default_threads(cores=os.cpu_count() or 1, processes=workers)  # OMP_NUM_THREADS, else cores // workers
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context, initializer=_ignore_sigint)
     try:
@@ -214,16 +198,20 @@ def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
         raise
 
 
+def _check_address(executor: str, address: str | None) -> None:
+    """ValueError for an unknown executor, or an address given to one that is not ``"ray"``."""
+    check_choice("executor", executor, tuple(EXECUTORS))
+    if executor != "ray" and address is not None:
+        raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs here)")
+
+
 @contextlib.contextmanager
 def connected(executor: str, address: str | None = None) -> Iterator[None]:
     """For the block, this process is connected to the executor's cluster (``"ray"``: ``ray.init(address=address)``,
     a local cluster when None, shut down after; already connected: that cluster, left as it is). :func:`execute`
     calls inside the block share the connection (a local Ray cluster takes ~25 s to start). ``"local"``: nothing."""
-    check_choice("executor", executor, tuple(EXECUTORS))
+    _check_address(executor, address)
     if executor != "ray":
-        if address is not None:
-            raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs "
-                             "here)")
         yield
         return
     try:
@@ -289,7 +277,7 @@ def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, a
             cannot be pickled.
         RunsFailed: some runs raised (after every other run finished); names each one's ``experiment/run_id``.
     """
-    check_choice("executor", executor, tuple(EXECUTORS))
+    _check_address(executor, address)
     check_int("workers", workers, 1)
     runs = list(runs)
     todo_at = [i for i, run in enumerate(runs) if not run.done()]

@@ -39,7 +39,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr_lib.study.runs import RESULTS_ENV, PrerequisitesMissing, _PLANNER, cached_run
+from rlvr_lib.study.executions import INJECTED_TAG, PROFILES
+from rlvr_lib.study.runs import RESULTS_ENV, PrerequisitesMissing, _PLANNER, cached_run, environment
 
 __all__ = ["PLAN_TAGS", "Plan", "PlanOnly", "PlannedRecord", "PlannedRun", "RUNS_TAG", "SETUP_TAG", "dynamics_runs",
            "finished", "main", "notebook_plan", "plan_cells", "planning", "study_plan"]
@@ -50,10 +51,8 @@ SETUP_TAG = "setup"
 """Cell tag: the cell is needed before the ``runs`` cells (imports, constants, profiles; executed by
 :func:`notebook_plan`)."""
 PARAMETERS_TAG = "parameters"
-INJECTED_TAG = "injected-parameters"
 PLAN_TAGS = (SETUP_TAG, PARAMETERS_TAG, RUNS_TAG)
 """The tags of the cells :func:`notebook_plan` executes, in notebook order."""
-PROFILES = ("quick", "full")
 
 
 class PlanOnly(RuntimeError):
@@ -397,20 +396,9 @@ def _registries_restored() -> Iterator[None]:
             registry.update(before)
 
 
-@contextlib.contextmanager
-def _results_env(root: str | Path | None) -> Iterator[None]:
-    if root is None:
-        yield
-        return
-    before = os.environ.get(RESULTS_ENV)
-    os.environ[RESULTS_ENV] = str(root)
-    try:
-        yield
-    finally:
-        if before is None:
-            os.environ.pop(RESULTS_ENV, None)
-        else:
-            os.environ[RESULTS_ENV] = before
+def _results_env(root: str | Path | None):
+    """``RLVR_RESULTS_DIR=root`` for the block (None: unchanged)."""
+    return contextlib.nullcontext() if root is None else environment({RESULTS_ENV: str(root)})
 
 
 def study_plan(profile: str, only: Sequence[str] | None = None, *, root: str | Path | None = None) -> list[Plan]:

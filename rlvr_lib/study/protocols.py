@@ -29,6 +29,7 @@ from typing import Any, Optional, Union
 import numpy as np
 
 from rlvr_lib.eval.policy_eval import EvalSpec
+from rlvr_lib.study.executions import PROFILES
 from rlvr_lib.study.stats import paired_difference_ci
 from rlvr_lib.study.summaries import extra_evaluation, per_problem_mean_at_k
 from rlvr_lib.validation import check, check_choice, invalid
@@ -40,7 +41,6 @@ __all__ = ["BY_SOURCE", "EvalProtocol", "METRICS", "PAPER_PROTOCOL", "PROFILES",
 METRICS = ("mean@k", "greedy pass@1")
 """mean@k: mean correctness over k sampled completions per problem; greedy pass@1: mean@1 of the argmax one."""
 
-PROFILES = ("quick", "full")
 SAMPLE_CAP = {"quick": 8, "full": 32}
 """Samples per problem a protocol evaluation may draw at each profile (the scaling rule's cap)."""
 

@@ -51,15 +51,14 @@ from typing import Any
 from rlvr_lib import __version__
 from rlvr_lib.cli_checks import OneLineParser, UsageError, check_out_folder, existing_folder, flag_errors, int_at_least
 from rlvr_lib.study import executions
-from rlvr_lib.study.executions import (_PACKAGE_PARENT, PROFILES, executed_copy, executed_dir, full_execution,
-                                       stored_profile)
+from rlvr_lib.study.executions import (_PACKAGE_PARENT, INJECTED_TAG, PROFILES, executed_copy, executed_dir,
+                                       full_execution, stored_profile)
 from rlvr_lib.validation import check_choice, check_int
 
 __all__ = ["PROFILES", "ensure_kernel", "executed_copy", "executed_dir", "full_execution", "main", "notebook_hash",
            "open_with_claims", "reproduce", "stored_profile"]
 
 MANIFEST = "manifest.json"
-INJECTED_TAG = "injected-parameters"
 
 
 # ------------------------------------------------------------------ helpers
@@ -524,19 +523,12 @@ def _reading_root(source: Path, root: Path | None) -> Path:
 def _cache_only(root: Path | None, sources: Sequence[Path]) -> Iterator[None]:
     """For the block, kernels read only (``RLVR_CACHE_ONLY=1``) from ``root`` (``RLVR_RESULTS_DIR``; None: unchanged);
     the copies :func:`_reading_root` made are removed after it."""
-    from rlvr_lib.study.runs import CACHE_ONLY_ENV, RESULTS_ENV
+    from rlvr_lib.study.runs import CACHE_ONLY_ENV, RESULTS_ENV, environment
 
-    changed = {CACHE_ONLY_ENV: "1", **({RESULTS_ENV: str(root)} if root is not None else {})}
-    saved = {k: os.environ.get(k) for k in changed}
-    os.environ.update(changed)
     try:
-        yield
+        with environment({CACHE_ONLY_ENV: "1", **({RESULTS_ENV: str(root)} if root is not None else {})}):
+            yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
         for source in sources:
             if source.name.endswith(".planned.ipynb"):
                 source.unlink(missing_ok=True)
@@ -614,15 +606,16 @@ def _stopping() -> bool:
 
 @contextlib.contextmanager
 def _kernel_threads(workers: int) -> Iterator[None]:
-    """With several workers, kernels share the cores: ``OMP_NUM_THREADS = cores // workers`` unless already set."""
+    """With several workers, kernels share the cores: ``OMP_NUM_THREADS = cores // workers`` unless already set
+    (`rlvr_lib.cli_checks.default_threads`, the rule of every command's ``--threads``)."""
+    from rlvr_lib.cli_checks import default_threads
+    from rlvr_lib.study.runs import environment
+
     if workers == 1 or "OMP_NUM_THREADS" in os.environ:
         yield
         return
-    os.environ["OMP_NUM_THREADS"] = str(max(1, (os.cpu_count() or 1) // workers))
-    try:
+    with environment({"OMP_NUM_THREADS": str(default_threads(cores=os.cpu_count() or 1, processes=workers))}):
         yield
-    finally:
-        del os.environ["OMP_NUM_THREADS"]
 
 
 # ------------------------------------------------------------------------ CLI

@@ -16,6 +16,7 @@ checksums are read unchanged when their fields pass). The results root: the ``ro
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 import datetime as _dt
@@ -29,7 +30,7 @@ import re
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Optional
 
@@ -52,6 +53,7 @@ __all__ = [
     "check_record",
     "cpu_model",
     "current_testbed",
+    "environment",
     "git_commit",
     "jsonable",
     "load_runs",
@@ -78,6 +80,25 @@ FINISHED = "finished"
 _PLANNER: contextvars.ContextVar = contextvars.ContextVar("rlvr_lib.study.runs._PLANNER", default=None)
 """Plan mode (`rlvr_lib.study.plan`): when set, :func:`cached_run` hands each run to it and returns what it returns
 (a stand-in record), computing and loading nothing."""
+
+
+@contextlib.contextmanager
+def environment(changes: Mapping[str, str | None]) -> Iterator[None]:
+    """For the block, ``os.environ`` with ``changes`` applied (``None``: unset); every variable restored after."""
+    saved = {k: os.environ.get(k) for k in changes}
+    for k, v in changes.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 # ------------------------------------------------------------------- JSON

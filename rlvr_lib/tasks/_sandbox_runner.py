@@ -914,7 +914,6 @@ def _drop_privileges(identity):
 # system databases. The rest are mapped before seccomp forbids new executable memory, so `import` finds them.
 _NEVER_MAPPED = ("_ctypes", "_test", "xxlimited", "_xx", "_posixshmem", "_multiprocessing", "_sqlite3", "_dbm",
                  "_gdbm", "readline", "_ssl", "_curses", "_tkinter", "nis", "spwd", "ossaudiodev", "_crypt", "syslog")
-_MAX_ENTRIES_MADE = 512  # directories, links, FIFOs the program may make (audit layer); files: files_written
 
 
 def _preload_extensions():
@@ -987,7 +986,7 @@ def main():
         # With seccomp, _posixsubprocess cannot fork or exec anyway: importing subprocess (asyncio does) is fine.
         denied_modules = _DENIED_MODULES - ({"_posixsubprocess"} if "seccomp" in layers else set())
         sys.addaudithook(_make_audit_hook(job["workdir"], roots, job["limits"]["files_written"],
-                                          job["limits"].get("entries_made", _MAX_ENTRIES_MADE), job["report_fd"],
+                                          job["limits"]["entries_made"], job["report_fd"],
                                           job["nonce"], denied_modules))
         del denied_modules  # the hook holds its own copy; nothing of its state stays in this frame
         layers.append("audit")

@@ -21,16 +21,13 @@ import time
 
 import pytest
 
+from bounded_runs import WALL_S, bounded_run
 from rlvr_lib.tasks import sandbox
-from rlvr_lib.tasks.sandbox import CLEANUP_WAIT_S, MAX_ENTRIES_MADE, SandboxConfig, entries_cap, run_tests, \
-    wait_for_removals
+from rlvr_lib.tasks.sandbox import MAX_ENTRIES_MADE, SandboxConfig, entries_cap, run_tests
 
 pytestmark = pytest.mark.hostile_class("sandbox file cap (kernel)", host=True)
 
-TESTS = ("assert add(2, 3) == 5",)
 RIGHT = "\ndef add(a, b):\n    return a + b\n"
-WALL_S = 3.0
-MARGIN_S = 4.0  # the interpreters' start and the kill on a loaded 2-core machine
 UNGUARDED = {"audit_hook": False, "seccomp": False}
 
 # Each flood goes on past the cap (catching a refusal, so the program itself ends "ok" when it can): its verdict
@@ -72,22 +69,9 @@ SLOW = {"sqlite_vacuum_into": 15.0}
 about 100 files a second on a loaded 2-core machine)."""
 
 
-def _config(tmp_path, **overrides):
-    root = tmp_path / "sandboxes"
-    root.mkdir(exist_ok=True)
-    return root, SandboxConfig(**{"wall_s": WALL_S, "cpu_s": 10, "memory_mb": 256, "tmp_root": str(root),
-                                  **UNGUARDED, **overrides})
-
-
 def _run(tmp_path, program, **overrides):
-    root, config = _config(tmp_path, **overrides)
-    start = time.monotonic()
-    result = run_tests(program, TESTS, config=config)
-    seconds = time.monotonic() - start
-    assert seconds < config.wall_s + CLEANUP_WAIT_S + MARGIN_S, (seconds, result)
-    assert wait_for_removals(300), "the out-of-band removal did not finish"
-    assert list(root.iterdir()) == [], "the working directory was left on the host"
-    return result
+    """:func:`bounded_run` with the hook and seccomp off unless ``overrides`` turn them on."""
+    return bounded_run(tmp_path, program, **{**UNGUARDED, **overrides})
 
 
 def _kernel_cap_here() -> bool:

@@ -15,14 +15,12 @@ import time
 
 import pytest
 
-from rlvr_lib.tasks.sandbox import CLEANUP_WAIT_S, SandboxConfig, run_tests, wait_for_removals
+from bounded_runs import bounded_run
+from rlvr_lib.tasks.sandbox import wait_for_removals
 
 pytestmark = pytest.mark.hostile_class("sandbox time bound and file cap", host=True)
 
-TESTS = ("assert add(2, 3) == 5",)
 RIGHT = "\ndef add(a, b):\n    return a + b\n"
-WALL_S = 3.0
-MARGIN_S = 4.0  # the interpreters' start and the kill on a loaded 2-core machine
 
 FLOODS = {
     "wide_directories": "import os\ni = 0\nwhile True:\n    os.mkdir(f'd{i}')\n    i += 1\n",
@@ -44,33 +42,15 @@ FLOODS = {
 }
 
 
-def _config(tmp_path, **overrides):
-    root = tmp_path / "sandboxes"
-    root.mkdir(exist_ok=True)
-    return root, SandboxConfig(**{"wall_s": WALL_S, "cpu_s": 10, "memory_mb": 256, "tmp_root": str(root),
-                                  **overrides})
-
-
-def _check(tmp_path, program, **overrides):
-    root, config = _config(tmp_path, **overrides)
-    start = time.monotonic()
-    result = run_tests(program, TESTS, config=config)
-    seconds = time.monotonic() - start
-    assert seconds < WALL_S + CLEANUP_WAIT_S + MARGIN_S, (seconds, result)
-    assert wait_for_removals(300), "the out-of-band removal did not finish"
-    assert list(root.iterdir()) == [], "the working directory was left on the host"
-    return result
-
-
 @pytest.mark.parametrize("name", sorted(FLOODS))
 def test_a_flood_is_stopped_by_the_caps(tmp_path, name):
-    result = _check(tmp_path, FLOODS[name] + RIGHT)
+    result = bounded_run(tmp_path, FLOODS[name] + RIGHT)
     assert result.status == "violation" and result.passed == 0, result
 
 
 @pytest.mark.parametrize("name", sorted(FLOODS))
 def test_without_the_hook_the_run_and_its_cleanup_stay_bounded(tmp_path, name):
-    result = _check(tmp_path, FLOODS[name] + RIGHT, audit_hook=False)
+    result = bounded_run(tmp_path, FLOODS[name] + RIGHT, audit_hook=False)
     assert result.passed == 0 and result.status in ("timeout", "error", "output_limit", "violation"), result
     if name.startswith("sqlite"):  # _sqlite3 is never mapped into the program's process: no file made at all
         assert result.status == "error" and "sqlite" in result.reason.lower(), result
@@ -81,7 +61,7 @@ def test_without_the_hook_the_run_and_its_cleanup_stay_bounded(tmp_path, name):
 def test_a_program_within_the_caps_still_passes(tmp_path):
     program = ("import os\nfor i in range(20):\n    os.mkdir(f'd{i}')\n    os.symlink('x' * 100, f'd{i}/l')\n"
                "    open(f'd{i}/f', 'w').write('x')\n" + RIGHT)
-    result = _check(tmp_path, program)
+    result = bounded_run(tmp_path, program)
     assert result.status == "ok" and result.passed == 1, result
 
 
