@@ -4,7 +4,7 @@ A Ray cluster of 2 CPUs is started by this module on 127.0.0.1 (``ray.init``, no
 its start takes about 25 s on a loaded 2-core machine, the whole module about 1.5 minutes. The runs are planned the
 way a notebook's are (`rlvr_lib.study.plan.planning` around `pipeline.train_and_evaluate` with tiny configs), then
 computed by the local executor into one results root and by Ray into another: the records are equal except the
-fields that say when and how long (named in :data:`WHEN_FIELDS`).
+fields that say when and how long (`rlvr_lib.study.verify.WHEN_FIELDS`).
 """
 
 from __future__ import annotations
@@ -23,13 +23,7 @@ from rlvr_lib.study import pipeline  # noqa: E402
 from rlvr_lib.study.executors import RunsFailed, execute, local_ray_temp_dir  # noqa: E402
 from rlvr_lib.study.plan import planning  # noqa: E402
 from rlvr_lib.study.runs import cached_run, load_runs  # noqa: E402
-
-WHEN_FIELDS = ("started", "finished", "wall_time_s", "git_commit")
-"""Record fields that differ between two computations of the same run: when it started and finished, its seconds,
-and the checkout's HEAD when it ran (equal in a quiet checkout; others may commit while this test runs).
-Besides these, each history step's ``time_*`` entries (seconds per phase) differ; everything else -- config, key,
-seed, git commit, every metric, the extras including ``extra.machine`` (processor, CPU count, torch threads, Python,
-package versions: the same machine, both at one thread) -- must be equal bit for bit."""
+from rlvr_lib.study.verify import comparable, compare_roots  # noqa: E402
 
 SPEC = EvalSpec(families=("easy_mix",), problems_per_family=2, samples=4, group_size=2, diversity_problems=2,
                 diversity_samples=2, max_new_tokens=12)
@@ -43,14 +37,6 @@ def _plan(root):
         pipeline.train_and_evaluate("exec", "grpo", method_config("grpo", **small), SPEC, root=root)
         pipeline.evaluate_base("exec", SPEC, root=root)
     return list(planner.runs.values())
-
-
-def _comparable(record) -> dict:
-    data = record.to_dict()
-    for field in WHEN_FIELDS:
-        data.pop(field)
-    data["history"] = [{k: v for k, v in step.items() if not k.startswith("time_")} for step in data["history"]]
-    return data
 
 
 RAY_WAITS = {"RAY_worker_register_timeout_seconds": "300"}
@@ -102,7 +88,9 @@ def test_ray_records_equal_the_local_executors_and_resume(tmp_path, ray_cluster,
     assert [r.run_id for r in remote] == [r.run_id for r in local_runs]
     for a, b in zip(local, remote):
         assert a.extra["machine"]["torch_threads"] == 1
-        assert _comparable(a) == _comparable(b), a.run_id
+        assert comparable(a) == comparable(b), a.run_id
+    assert compare_roots(local_root, ray_root) == {"equal": sorted(f"exec/{r.run_id}" for r in local_runs),
+                                                   "different": {}, "only_a": [], "only_b": []}
     for run in ray_runs:  # the files are the records returned
         assert json.loads(run.path.read_text())["final"] == next(r for r in remote if r.run_id == run.run_id).final
 
@@ -116,9 +104,9 @@ def test_ray_records_equal_the_local_executors_and_resume(tmp_path, ray_cluster,
         if run is not lost:
             assert os.stat(run.path).st_mtime_ns == mtimes[run.run_id], run.run_id
     assert os.stat(lost.path).st_mtime_ns != mtimes[lost.run_id]
-    assert [_comparable(r) for r in again] == [_comparable(r) for r in remote]
+    assert [comparable(r) for r in again] == [comparable(r) for r in remote]
     # nothing to do: neither executor starts a worker
-    assert [_comparable(r) for r in execute(local_runs, "local", progress=False)] == [_comparable(r) for r in local]
+    assert [comparable(r) for r in execute(local_runs, "local", progress=False)] == [comparable(r) for r in local]
 
 
 def _failing_plan(root):
@@ -214,7 +202,7 @@ def test_reproduce_with_the_ray_executor_computes_the_plans_then_the_notebooks_o
               + RUN.replace("NAME", "first").replace("X", "1"),
               'print("first", REC.final["x"] + load_runs("second", root=ROOT)[0].final["x"])')
     _notebook(src / "02_provides.ipynb", "", RUN.replace("NAME", "second").replace("X", "2"),
-              'print("second", load_runs("second", root=ROOT)[0].final["x"])')
+              'print("second", load_runs("second", root=ROOT)[0].final["x"], results_root() == ROOT)')
     lines = []
     results = reproduce("quick", notebooks_dir=src, out_dir=out, executor="ray", echo=lines.append)
     assert {name: r["status"] for name, r in results.items()} == {"01_waits": "ran", "02_provides": "ran"}, results
@@ -225,6 +213,9 @@ def test_reproduce_with_the_ray_executor_computes_the_plans_then_the_notebooks_o
     assert [r.final for r in load_runs("first", runs_root)] == [{"x": 1}]
     executed = nbformat.read(str(out / "quick" / "01_waits.ipynb"), as_version=4)
     assert executed.cells[-1].outputs[0]["text"] == "first 3\n"
+    # the reports of record are read where a quick notebook reads them (the results root as set), not in the runs' root
+    executed = nbformat.read(str(out / "quick" / "02_provides.ipynb"), as_version=4)
+    assert executed.cells[-1].outputs[0]["text"] == "second 2 False\n"
     assert not list(src.glob(".*.ipynb"))  # the copies that set ROOT are gone
 
     # a notebook whose plan waits on one not selected fails, naming what it waits on

@@ -248,6 +248,11 @@ def test_bad_input_is_named(tmp_path):
     path = _notebook(tmp_path, [('profile = "quick"', ["parameters"]), ("x = 1", [])])
     with pytest.raises(ValueError, match="no code cell tagged 'runs'"):
         notebook_plan(path, "quick")
+    no_root = _notebook(tmp_path, [('profile = "quick"', ["parameters"]), (SETUP, ["setup"]),
+                                   ("rec = cached_run('toy', 'arm', {'steps': STEPS}, 0, fn)", ["runs"])])
+    assert len(notebook_plan(no_root, "quick").runs) == 1  # its own root: planned where it would run
+    with pytest.raises(ValueError, match="its setup cells define no ROOT, so root=.* cannot hold its runs"):
+        notebook_plan(no_root, "quick", root=tmp_path)
 
 
 def test_needs_read_a_cuda_device_from_the_key():
@@ -298,14 +303,14 @@ def test_the_cli_names_a_bad_notebook_or_root(capsys, tmp_path):
     assert "is not an existing folder" in capsys.readouterr().err
 
 
-def test_the_cli_counts_done_runs_in_a_root(capsys, tmp_path):
+def test_the_cli_counts_done_runs_in_a_root(capsys, tmp_path, monkeypatch):
     from rlvr_lib.study.plan import main
 
-    import shutil
-
-    (tmp_path / "testbed").mkdir()  # a staging root holds the testbed's reports the notebooks read
-    shutil.copy(results_root() / "testbed" / "dynamics.json", tmp_path / "testbed")
+    monkeypatch.delenv("RLVR_RESULTS_DIR", raising=False)
+    # a bare folder: at the quick profile the notebook reads the testbed's reports (the full profile's step count)
+    # from the results root as set, and only its runs go into the root
     plan = notebook_plan("06_vigor", "quick", root=tmp_path)
+    assert {r.root for r in plan.runs} == {str(tmp_path)} and os.environ.get("RLVR_RESULTS_DIR") is None
     plan.runs[0].call()  # the base policy's evaluation: seconds
     assert main(["--profile", "quick", "--only", "06_vigor", "--root", str(tmp_path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)[0]

@@ -8,8 +8,8 @@ from rlvr_lib.eval.policy_eval import EvalSpec
 from rlvr_lib.methods import method_config
 from rlvr_lib.study.pipeline import evaluate_base, train_and_evaluate
 from rlvr_lib.study.runs import RunRecord, cpu_model, load_runs
-from rlvr_lib.study.verify import (TOLERANCE_Z, VERIFICATION_FILE, compare_records, draw_sample, recompute,
-                                   seed_tolerances, verify)
+from rlvr_lib.study.verify import (TOLERANCE_Z, VERIFICATION_FILE, compare_main, compare_records, compare_roots,
+                                   draw_sample, recompute, seed_tolerances, verify)
 
 EXPERIMENT = "baselines_full"  # one that a notebook's tables read (report.SECTIONS)
 SPEC = EvalSpec(families=("easy_mix",), problems_per_family=3, samples=8, diversity_problems=3, diversity_samples=4)
@@ -65,6 +65,32 @@ def test_a_history_edit_is_caught_but_wall_clock_timings_are_not_compared(commit
     edited = RunRecord.from_dict({**grpo0.to_dict(), "history": [{**grpo0.history[0], "loss": 1.5}, *grpo0.history[1:]]})
     result = compare_records(edited, fresh, same_processor=True)
     assert result["match"] is False and result["detail"].startswith("first difference at history[0].loss")
+
+
+def test_two_results_roots_are_compared_record_by_record_except_their_times(committed, tmp_path, capsys):
+    root, (grpo0, grpo1, base) = committed
+    scratch = tmp_path / "scratch"
+    for record in (grpo0, grpo1, base):  # a second computation of every run, at other times
+        recompute(record, scratch)
+    keys = sorted(f"{EXPERIMENT}/{r.run_id}" for r in (grpo0, grpo1, base))
+    assert compare_roots(root, scratch) == {"equal": keys, "different": {}, "only_a": [], "only_b": []}
+    assert compare_main([str(root), str(scratch)]) == 0
+    assert "3 records equal bit for bit" in capsys.readouterr().out
+
+    _edit(root, grpo1, lambda d: d["history"][1].update({"entropy": d["history"][1]["entropy"] + 1e-9}))
+    (scratch / EXPERIMENT / f"{base.run_id}.json").unlink()
+    result = compare_roots(root, scratch)
+    assert result["different"] == {f"{EXPERIMENT}/{grpo1.run_id}": result["different"][f"{EXPERIMENT}/{grpo1.run_id}"]}
+    assert result["different"][f"{EXPERIMENT}/{grpo1.run_id}"].startswith(".history[1].entropy")
+    assert result["only_a"] == [f"{EXPERIMENT}/{base.run_id}"] and result["only_b"] == []
+    assert result["equal"] == [f"{EXPERIMENT}/{grpo0.run_id}"]
+    assert compare_main([str(root), str(scratch)]) == 1
+    out = capsys.readouterr().out
+    assert f"DIFFERENT {EXPERIMENT}/{grpo1.run_id}: first difference at .history[1].entropy" in out
+    assert f"ONLY IN {root}: {EXPERIMENT}/{base.run_id}" in out and "the roots differ" in out
+    with pytest.raises(SystemExit) as stop:
+        compare_main([str(root), str(tmp_path / "nowhere")])
+    assert stop.value.code == 2 and "must be an existing folder" in capsys.readouterr().err
 
 
 def test_another_processor_is_compared_within_the_seed_spread_not_bit_for_bit(committed, tmp_path):

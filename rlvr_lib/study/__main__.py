@@ -1,5 +1,5 @@
 """The study's command line: ``python -m rlvr_lib.study {calibrate,calibrate-threepo,tune-lr,plateau,testbed-config,
-reproduce,verify,report,bench,regimes,provenance,what-changed} ...``.
+reproduce,verify,compare-roots,report,bench,regimes,provenance,what-changed} ...``.
 
 The first four measure the testbed and write under ``results/testbed/``; ``testbed-config`` writes a method's
 testbed calibration as a settings file for ``python -m rlvr_lib train --config``; the others run the study's own modules
@@ -291,6 +291,12 @@ def _verify(argv: list[str]) -> int:
     return main(["--verify", *argv])
 
 
+def _compare_roots(argv: list[str]) -> int:
+    from rlvr_lib.study.verify import compare_main
+
+    return compare_main(argv)
+
+
 def _report(argv: list[str]) -> int:
     from rlvr_lib.study.report import update_readme
 
@@ -357,6 +363,8 @@ MODULE_COMMANDS = {
     "plan": (_plan, "each notebook's cached runs, listed without executing it (rlvr_lib.study.plan)"),
     "reproduce": (_reproduce, "every notebook with papermill, resumably (python -m rlvr_lib.study.reproduce)"),
     "verify": (_verify, "recompute a sample of committed runs and compare (reproduce --verify)"),
+    "compare-roots": (_compare_roots, "two results roots compared record by record, bit for bit except their times "
+                                      "(rlvr_lib.study.verify)"),
     "report": (_report, "render README's parts and the results pages from results/ (rlvr_lib.study.report)"),
     "bench": (_bench, "benchmarks against their baselines, written to results/bench (rlvr_lib.study.bench)"),
     "regimes": (_regimes, "notebook 08's regime designs and gate (rlvr_lib.study.regimes)"),

@@ -64,13 +64,15 @@ class RunsFailed(RuntimeError):
 
 
 # ------------------------------------------------------------------- in a worker
-def worker_env(run: Any, threads: int) -> dict[str, str]:
+def worker_env(threads: int) -> dict[str, str]:
     """The environment a run gets in its worker: the forwarded variables (:data:`FORWARDED_ENV_PREFIXES`,
-    :data:`FORWARDED_ENV`), ``OMP_NUM_THREADS = threads`` and ``RLVR_RESULTS_DIR`` = the run's results root as
-    resolved here (a run whose root is ``None`` writes where this process would)."""
+    :data:`FORWARDED_ENV`), ``OMP_NUM_THREADS = threads`` and ``RLVR_RESULTS_DIR`` = the results root as resolved
+    here, so that the run reads what it would read in this process (the testbed's reports) and a run whose root is
+    ``None`` writes where this process would; a run with a root of its own (a quick notebook's ``ROOT``) writes
+    there, as in the notebook."""
     env = {k: v for k, v in os.environ.items() if k.startswith(FORWARDED_ENV_PREFIXES) or k in FORWARDED_ENV}
     env["OMP_NUM_THREADS"] = str(threads)
-    env[RESULTS_ENV] = str(results_root(run.root).resolve())
+    env[RESULTS_ENV] = str(results_root().resolve())
     return env
 
 
@@ -140,7 +142,7 @@ def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, pr
     before = set(multiprocessing.active_children())
     pool = ProcessPoolExecutor(max_workers=min(workers, len(todo)), mp_context=context, initializer=_ignore_sigint)
     try:
-        futures = {pool.submit(_run_in_worker, payload, threads, worker_env(run, threads)): i
+        futures = {pool.submit(_run_in_worker, payload, threads, worker_env(threads)): i
                    for i, (run, payload) in enumerate(zip(todo, payloads))}
         with _progress_bar(len(todo), "local", progress) as bar:
             for future in as_completed(futures):
@@ -176,7 +178,7 @@ def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
             cpus = run.needs.get("cpus", 1)
             gpus = run.needs.get("gpus", 0)
             threads = max(1, int(cpus))
-            env = worker_env(run, threads)
+            env = worker_env(threads)
             refs[task.options(num_cpus=cpus, num_gpus=gpus, name=run.run_id,
                               runtime_env={"env_vars": env}).remote(payload, threads, env)] = i
         outcomes: dict[int, Any] = {}

@@ -340,17 +340,21 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
     Args:
         path_or_stem: A notebook path, or the stem of one in ``notebooks/`` (e.g. ``"01_grpo_pass_at_k_modes_group_size"``).
         profile: ``"quick"`` or ``"full"``.
-        root: Results root to plan the runs in, as if the notebook ran with ``RLVR_RESULTS_DIR=root`` (a staging
-            root: the cells read the testbed's reports and other notebooks' records there too), its ``ROOT`` rebound
-            to it after the setup cells (the quick profile's own is a fresh temporary folder); default: the
-            notebook's own (the committed ``results/`` at the full profile, a temporary folder at the quick).
+        root: Results root to plan the runs in: the notebook's ``ROOT`` rebound to it after each cell that is not a
+            ``runs`` cell. At the full profile also as if the notebook ran with ``RLVR_RESULTS_DIR=root`` (a
+            staging root: there ``ROOT`` is the results root, and the cells read the testbed's reports and other
+            notebooks' records in it too); at the quick profile ``ROOT`` is a folder of the notebook's own (a fresh
+            temporary one) and the reports are read from the results root as set, so ``RLVR_RESULTS_DIR`` is left
+            as it is. Default: the notebook's own (the committed ``results/`` at the full profile, a temporary
+            folder at the quick).
 
     Returns:
         A :class:`Plan`; at a stage that waits on other notebooks' records (`PrerequisitesMissing`), the runs so
         far and ``waiting_on``.
 
     Raises:
-        ValueError: an unknown notebook or profile, or a notebook without a ``runs`` cell.
+        ValueError: an unknown notebook or profile, a notebook without a ``runs`` cell, or ``root`` at the quick
+            profile for a notebook whose setup cells define no ``ROOT``.
         PlanOnly: a ``runs`` cell read a planned run's result.
     """
     import nbformat
@@ -364,7 +368,7 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
                          f"(and those they need first {SETUP_TAG!r})")
     namespace: dict[str, Any] = {"__name__": "__plan__"}
     waiting: tuple[str, ...] = ()
-    with planning() as planner, _results_env(root), _registries_restored(), \
+    with planning() as planner, _results_env(root if profile == "full" else None), _registries_restored(), \
             contextlib.redirect_stdout(io.StringIO()):
         for index, tag, source in cells:
             try:
@@ -376,6 +380,10 @@ def notebook_plan(path_or_stem: str | Path, profile: str, *, root: str | Path | 
                 namespace["profile"] = profile  # papermill's injected-parameters cell
             if root is not None and "ROOT" in namespace and tag != RUNS_TAG:
                 namespace["ROOT"] = Path(root)
+    if root is not None and profile == "quick" and "ROOT" not in namespace:
+        raise ValueError(f"{path.name}: its setup cells define no ROOT, so root={str(root)!r} cannot hold its runs at "
+                         "the quick profile (cached_run(..., root=ROOT), ROOT a folder of its own, as the study's "
+                         "notebooks do)")
     return Plan(notebook=path.stem, profile=profile, runs=tuple(planner.runs.values()), waiting_on=waiting)
 
 

@@ -396,7 +396,7 @@ def reproduce(
         for prefix, name, _, target, digest in [job for job in pending if job[1] in errors]:
             record(prefix, name, target, digest, 0.0, errors[name])
         pending = [(*job[:2], _reading_root(job[2], runs_root), *job[3:]) for job in pending if job[1] not in errors]
-        planned = _cache_only(runs_root, [job[2] for job in pending])
+        planned = _cache_only([job[2] for job in pending])
     with planned, _library_on_pythonpath(), _kernel_threads(workers):
         if workers == 1:
             for prefix, name, source, target, digest in pending:
@@ -490,7 +490,8 @@ def _reading_root(source: Path, root: Path | None) -> Path:
     ``notebook_plan(..., root=root)`` sets the notebook's ``ROOT`` after the cell that defines it; the same is done
     here: a copy of ``source`` (hidden, beside it: the kernel's folder is the same) with a cell tagged
     :data:`ROOT_TAG` after the first code cell that assigns ``ROOT`` (not papermill's ``injected-parameters``:
-    papermill replaces the cells it tagged). A notebook without ``ROOT`` reads ``RLVR_RESULTS_DIR``, which :func:`_cache_only` sets.
+    papermill replaces the cells it tagged). (At the quick profile a notebook without ``ROOT`` has no plan in a
+    root: `rlvr_lib.study.plan.notebook_plan` refuses it.)
     """
     import ast
 
@@ -520,13 +521,14 @@ def _reading_root(source: Path, root: Path | None) -> Path:
 
 
 @contextlib.contextmanager
-def _cache_only(root: Path | None, sources: Sequence[Path]) -> Iterator[None]:
-    """For the block, kernels read only (``RLVR_CACHE_ONLY=1``) from ``root`` (``RLVR_RESULTS_DIR``; None: unchanged);
-    the copies :func:`_reading_root` made are removed after it."""
-    from rlvr_lib.study.runs import CACHE_ONLY_ENV, RESULTS_ENV, environment
+def _cache_only(sources: Sequence[Path]) -> Iterator[None]:
+    """For the block, kernels read only (``RLVR_CACHE_ONLY=1``): from their own results root at the full profile,
+    from the ``ROOT`` :func:`_reading_root` injected at the quick (``RLVR_RESULTS_DIR`` as set: the testbed's reports
+    of record); the copies :func:`_reading_root` made are removed after it."""
+    from rlvr_lib.study.runs import CACHE_ONLY_ENV, environment
 
     try:
-        with environment({CACHE_ONLY_ENV: "1", **({RESULTS_ENV: str(root)} if root is not None else {})}):
+        with environment({CACHE_ONLY_ENV: "1"}):
             yield
     finally:
         for source in sources:

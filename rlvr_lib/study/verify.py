@@ -11,6 +11,10 @@ re-evaluates each from its stored config at HEAD into a scratch folder (never ``
 Only trained runs (config with ``"train"``) and base-policy evaluations (``"policy"``) are drawn. The summary is
 written to ``results/verification.json``, rendered under README's results. Why: docs/study/reproduce.md
 ("Verifying committed numbers").
+
+`compare_roots` (``python -m rlvr_lib.study compare-roots A B``) compares two whole results roots record by record,
+bit for bit except when and how long each run took: e.g. a study computed on a Ray cluster against the same study
+computed by local processes (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -30,7 +34,14 @@ from rlvr_lib.study.runs import (RunRecord, cpu_model, current_testbed, git_comm
                                  named_policy_shas, results_root)
 from rlvr_lib.validation import invalid
 
-__all__ = ["VERIFICATION_FILE", "compare_records", "draw_sample", "recompute", "seed_tolerances", "verify"]
+__all__ = ["VERIFICATION_FILE", "WHEN_FIELDS", "comparable", "compare_records", "compare_roots", "draw_sample",
+           "recompute", "seed_tolerances", "verify"]
+
+WHEN_FIELDS = ("started", "finished", "wall_time_s", "git_commit", "checksum")
+"""Record fields that differ between two computations of one run: when it started and finished, its seconds, the
+checkout's HEAD when it ran, and the checksum over them. Besides these only each history step's seconds per phase
+(``time_*``, `rlvr_lib.trainer.untimed`) differ: config, key, seed, every metric and the extras, including
+``extra.machine`` (processor, torch threads, package versions), are equal bit for bit on one machine."""
 
 TOLERANCE_Z = 1.96 * math.sqrt(2.0)
 """Tolerance per seed-to-seed sd: the 95% range of the difference of two independent seeds."""
@@ -226,3 +237,61 @@ def verify(per_notebook: int = 1, seed: int = 0, *, root: str | Path | None = No
     if write:
         write_json_atomic(root / VERIFICATION_FILE, summary)
     return summary
+
+
+def comparable(record: Mapping[str, Any] | RunRecord) -> dict[str, Any]:
+    """A record's JSON without `WHEN_FIELDS` and without its history's seconds: what two computations of one run on
+    one machine agree on bit for bit."""
+    from rlvr_lib.trainer import untimed
+
+    data = dict(record.to_dict() if isinstance(record, RunRecord) else record)
+    for field in WHEN_FIELDS:
+        data.pop(field, None)
+    data["history"] = untimed(data.get("history") or [])
+    return data
+
+
+def _records_by_key(root: Path) -> dict[str, RunRecord]:
+    """``{"experiment/run_id": record}`` of every run record under ``root`` (one folder per experiment)."""
+    if not root.is_dir():
+        raise invalid("results root", str(root), "an existing folder of experiment folders")
+    return {f"{r.experiment}/{r.run_id}": r for folder in sorted(p for p in root.iterdir() if p.is_dir())
+            for r in load_runs(folder.name, root)}
+
+
+def compare_roots(a: str | Path, b: str | Path) -> dict[str, Any]:
+    """Every run record under results root ``a`` against the one with its key under ``b``, by `comparable`.
+
+    Returns:
+        ``{"equal": [keys], "different": {key: first differing path}, "only_a": [keys], "only_b": [keys]}``, keys
+        ``"experiment/run_id"``, sorted; the roots match when only ``equal`` is non-empty.
+    """
+    ours, theirs = _records_by_key(Path(a)), _records_by_key(Path(b))
+    common = sorted(set(ours) & set(theirs))
+    different = {k: d for k in common if (d := _first_difference(comparable(ours[k]), comparable(theirs[k])))}
+    return {"equal": [k for k in common if k not in different], "different": different,
+            "only_a": sorted(set(ours) - set(theirs)), "only_b": sorted(set(theirs) - set(ours))}
+
+
+def compare_main(argv: Sequence[str] | None = None) -> int:
+    """``python -m rlvr_lib.study compare-roots A B``: prints `compare_roots`' verdict; exit status 0 when every
+    record of each root is in the other and equal, 1 otherwise."""
+    from rlvr_lib.cli_checks import OneLineParser, existing_folder
+
+    parser = OneLineParser(prog="python -m rlvr_lib.study compare-roots",
+                           description="Compare two results roots run record by run record, bit for bit except "
+                                       "their times (rlvr_lib.study.verify.compare_roots).")
+    parser.add_argument("a", type=existing_folder, help="a results root (one folder per experiment)")
+    parser.add_argument("b", type=existing_folder, help="the other results root")
+    args = parser.parse_args(argv)
+    result = compare_roots(args.a, args.b)
+    for key, where in result["different"].items():
+        print(f"DIFFERENT {key}: first difference at {where}")
+    for side in ("a", "b"):
+        for key in result[f"only_{side}"]:
+            print(f"ONLY IN {getattr(args, side)}: {key}")
+    same = not (result["different"] or result["only_a"] or result["only_b"])
+    print(f"{len(result['equal'])} records equal bit for bit (times left out), {len(result['different'])} "
+          f"different, {len(result['only_a'])} only in {args.a}, {len(result['only_b'])} only in {args.b}"
+          + ("" if same else " -- the roots differ"))
+    return 0 if same else 1
