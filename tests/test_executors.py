@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -109,6 +110,24 @@ def test_ray_records_equal_the_local_executors_and_resume(tmp_path, ray_cluster,
     assert [comparable(r) for r in execute(local_runs, "local", progress=False)] == [comparable(r) for r in local]
 
 
+def test_slurm_jobs_through_submitit_equal_the_local_executors_records(tmp_path, monkeypatch):
+    """The Slurm path, tested with submitit's local executor (the same jobs, pickles and logs, as processes here)."""
+    local_root, jobs_root = tmp_path / "local", tmp_path / "jobs"
+    local_runs, job_runs = _plan(local_root), _plan(jobs_root)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the local executor's threads, as a 1-CPU job's
+    local = execute(local_runs, "local", workers=2, progress=False)
+    options = {"cluster": "local", "folder": str(tmp_path / "submitit"), "timeout_min": 30}
+    jobs = execute(job_runs, "slurm", workers=2, options=options, progress=False)
+    assert [comparable(r) for r in jobs] == [comparable(r) for r in local]
+    assert jobs[0].extra["machine"]["torch_threads"] == 1
+    assert compare_roots(local_root, jobs_root)["different"] == {}
+    assert len(list((tmp_path / "submitit").rglob("*_log.out"))) == 2  # one job per run, its log kept
+    # resumable: done runs submit nothing
+    assert [comparable(r) for r in execute(job_runs, "slurm", options=options, progress=False)] == \
+        [comparable(r) for r in jobs]
+    assert len(list((tmp_path / "submitit").rglob("*_log.out"))) == 2
+
+
 def _failing_plan(root):
     def fine():
         return [], {"value": 1.0}
@@ -122,15 +141,21 @@ def _failing_plan(root):
     return list(planner.runs.values())
 
 
-@pytest.mark.parametrize("executor", ["local", "ray"])
+@pytest.mark.parametrize("executor", ["local", "ray", "slurm"])
 def test_a_failing_run_is_reported_with_its_run_id_and_the_others_finish(tmp_path, executor, request):
     if executor == "ray":
         request.getfixturevalue("ray_cluster")
     runs = _failing_plan(tmp_path)
+    options = {"cluster": "local", "folder": str(tmp_path / "jobs")} if executor == "slurm" else None
     with pytest.raises(RunsFailed) as info:
-        execute(runs, executor, progress=False)
+        execute(runs, executor, workers=2, options=options, progress=False)
     broken = f"exec-fail/{runs[1].run_id}"
-    assert info.value.failures == {broken: "ValueError: this run is broken on purpose"}
+    assert list(info.value.failures) == [broken]
+    error = info.value.failures[broken]
+    if executor == "slurm":  # the run's own error, then where its job's log is
+        error, log = error.split(" (job ", 1)
+        assert "ValueError: this run is broken on purpose" in Path(log.split("its log: ")[1].rstrip(")")).read_text()
+    assert error == "ValueError: this run is broken on purpose"
     assert broken in str(info.value) and runs[1].run_id.startswith("broken-")
     assert [r.run_id for r in info.value.records] == [runs[0].run_id]
     assert runs[0].done() and not runs[1].done() and not runs[1].path.exists()
@@ -139,11 +164,18 @@ def test_a_failing_run_is_reported_with_its_run_id_and_the_others_finish(tmp_pat
 def test_bad_arguments_are_refused(tmp_path):
     runs = _failing_plan(tmp_path)
     with pytest.raises(ValueError, match="executor"):
-        execute(runs, "slurm")
+        execute(runs, "pbs")
     with pytest.raises(ValueError, match="workers"):
         execute(runs, "local", workers=0)
     with pytest.raises(ValueError, match="only the 'ray' executor takes an address"):
         execute(runs, "local", address="127.0.0.1:6379")
+    with pytest.raises(ValueError, match="only the 'slurm' executor takes options"):
+        execute(runs, "ray", options={"timeout_min": 5})
+    with pytest.raises(ValueError, match=r"options\['cluster'\]='pbs' is invalid: must be one of \['slurm', 'local'\]"):
+        execute(runs, "slurm", options={"cluster": "pbs"})
+    with pytest.raises(ValueError, match="not submitit parameters for cluster 'local'"):
+        execute(runs, "slurm", options={"cluster": "local", "folder": str(tmp_path / "jobs"), "timeout_min": "soon"})
+    assert not any(run.done() for run in runs) and not list((tmp_path / "jobs").rglob("*.pkl"))  # nothing submitted
 
 
 def test_a_call_that_cannot_be_pickled_is_refused_naming_the_run(tmp_path):
@@ -189,10 +221,16 @@ REC = cached_run("NAME", "r", {"x": X}, 0, run, root=ROOT)
 '''
 
 
-def test_reproduce_with_the_ray_executor_computes_the_plans_then_the_notebooks_only_read(tmp_path, ray_cluster):
+@pytest.mark.parametrize("executor", ["ray", "slurm"])
+def test_reproduce_with_an_executor_computes_the_plans_then_the_notebooks_only_read(tmp_path, executor, request):
     import nbformat
 
     from rlvr_lib.study.reproduce import reproduce
+
+    if executor == "ray":
+        request.getfixturevalue("ray_cluster")
+    how = dict(executor=executor, executor_options={"cluster": "local", "folder": str(tmp_path / "jobs")}
+               if executor == "slurm" else None)
 
     src, out = tmp_path / "notebooks", tmp_path / "out"
     src.mkdir()
@@ -204,11 +242,11 @@ def test_reproduce_with_the_ray_executor_computes_the_plans_then_the_notebooks_o
     _notebook(src / "02_provides.ipynb", "", RUN.replace("NAME", "second").replace("X", "2"),
               'print("second", load_runs("second", root=ROOT)[0].final["x"], results_root() == ROOT)')
     lines = []
-    results = reproduce("quick", notebooks_dir=src, out_dir=out, executor="ray", echo=lines.append)
+    results = reproduce("quick", notebooks_dir=src, out_dir=out, echo=lines.append, **how)
     assert {name: r["status"] for name, r in results.items()} == {"01_waits": "ran", "02_provides": "ran"}, results
-    assert lines[:3] == ["01_waits: 0 planned run(s) (a first stage), 0 to compute (ray)",
-                         "02_provides: 1 planned run(s), 1 to compute (ray)",
-                         "01_waits: 1 planned run(s), 1 to compute (ray)"], lines
+    assert lines[:3] == [f"01_waits: 0 planned run(s) (a first stage), 0 to compute ({executor})",
+                         f"02_provides: 1 planned run(s), 1 to compute ({executor})",
+                         f"01_waits: 1 planned run(s), 1 to compute ({executor})"], lines
     runs_root = out / "quick" / "runs"  # the quick profile's runs, kept (resumable), not the notebooks' temp folders
     assert [r.final for r in load_runs("first", runs_root)] == [{"x": 1}]
     executed = nbformat.read(str(out / "quick" / "01_waits.ipynb"), as_version=4)
@@ -220,19 +258,26 @@ def test_reproduce_with_the_ray_executor_computes_the_plans_then_the_notebooks_o
 
     # a notebook whose plan waits on one not selected fails, naming what it waits on
     (runs_root / "second").rename(tmp_path / "elsewhere")
-    results = reproduce("quick", only=["01_waits"], notebooks_dir=src, out_dir=out, executor="ray", force=True,
-                        echo=None)
+    results = reproduce("quick", only=["01_waits"], notebooks_dir=src, out_dir=out, force=True, echo=None, **how)
     assert results["01_waits"]["status"] == "failed"
     assert "waiting on: finish 02_provides first" in results["01_waits"]["error"]
 
 
-def test_the_address_flag_needs_the_ray_executor(capsys):
-    from rlvr_lib.study.reproduce import main
+def test_the_address_flag_needs_the_ray_executor_and_slurm_options_the_slurm_one(capsys):
+    from rlvr_lib.study.reproduce import _slurm_option, main
 
-    with pytest.raises(SystemExit) as info:
-        main(["--address", "127.0.0.1:6379", "--executor", "local"])
-    assert info.value.code == 2
-    assert "--address 127.0.0.1:6379: only with --executor ray" in capsys.readouterr().err
+    for argv, error in [(["--address", "127.0.0.1:6379", "--executor", "local"],
+                         "--address 127.0.0.1:6379: only with --executor ray"),
+                        (["--slurm", "timeout_min=60", "--executor", "ray"],
+                         "--slurm timeout_min=60: only with --executor slurm"),
+                        (["--executor", "slurm", "--slurm", "partition"],
+                         "argument --slurm: 'partition' is invalid: must be KEY=VALUE (e.g. timeout_min=600)")]:
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == 2
+        assert error in capsys.readouterr().err
+    assert [_slurm_option(t) for t in ("timeout_min=60", "mem_gb=7.5", "slurm_partition=cpu", "cluster=local")] == \
+        [("timeout_min", 60), ("mem_gb", 7.5), ("slurm_partition", "cpu"), ("cluster", "local")]
 
 
 def test_a_long_tmpdir_gets_a_short_folder_for_rays_sockets(monkeypatch, tmp_path):

@@ -1,4 +1,4 @@
-"""Executing a plan's runs: on this machine's cores, or as tasks of a Ray cluster.
+"""Executing a plan's runs: on this machine's cores, as tasks of a Ray cluster, or as Slurm jobs.
 
 :func:`execute` takes `rlvr_lib.study.plan.PlannedRun` s (a notebook's plan, `rlvr_lib.study.plan.notebook_plan`) and
 runs those without a finished record, each through its own ``call()`` -- `rlvr_lib.study.runs.cached_run` with the
@@ -16,12 +16,16 @@ processes sharing the results root (``cached_run``'s ``flock``). The executors (
   ``flock``, which holds across the processes of one machine and, on a network file system, only as far as that
   file system honours ``flock``.
 
-Both skip runs already done (resumable), show a progress bar (tqdm), run every run even when some fail, and then raise
+* ``"slurm"``: one Slurm job per run through submitit (``sbatch``; ``cpus_per_task``/``gpus_per_node`` from the run's
+  ``needs``), ``workers`` jobs queued or running at a time; ``options`` are submitit's parameters (``timeout_min``,
+  ``mem_gb``, ``slurm_partition``, ``slurm_account``, ...) plus ``cluster`` (``"slurm"``, the default, or
+  ``"local"``: the same jobs as processes on this machine, submitit's local executor, which is how it is tested
+  here) and ``folder`` (the jobs' scripts, pickles and logs; default ``<results root>/.submitit``, which the compute
+  nodes must see, as they see the results root).
+
+All skip runs already done (resumable), show a progress bar (tqdm), run every run even when some fail, and then raise
 :class:`RunsFailed` naming each failed run's id and error. A run's ``call`` travels to the worker by cloudpickle (the
 closure the notebook gave ``cached_run`` with it); one that cannot be pickled is refused up front, naming the run.
-
-Slurm: not built (submitit is not a dependency); a Slurm cluster runs the study through Ray (``ray start`` on the
-allocated nodes) or ``reproduce --only`` per job on a shared root (docs/scaling-out.md).
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import os
 import shutil
 import signal
 import tempfile
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -130,7 +135,8 @@ def _progress_bar(total: int, executor: str, progress: bool):
 
 
 # ------------------------------------------------------------------- executors
-def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, progress: bool) -> dict[int, Any]:
+def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
+                   progress: bool) -> dict[int, Any]:
     """Runs ``todo`` in a pool of ``workers`` spawned processes; ``{index: RunRecord or exception}``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
@@ -161,7 +167,8 @@ def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, pr
     return outcomes
 
 
-def _execute_ray(todo: Sequence[Any], *, workers: int, address: str | None, progress: bool) -> dict[int, Any]:
+def _execute_ray(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
+                 progress: bool) -> dict[int, Any]:
     """Runs ``todo`` as Ray tasks (one per run, its ``needs``); ``{index: RunRecord or exception}``."""
     with connected("ray", address):
         return _ray_tasks(todo, progress=progress)
@@ -200,11 +207,81 @@ def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
         raise
 
 
-def _check_address(executor: str, address: str | None) -> None:
-    """ValueError for an unknown executor, or an address given to one that is not ``"ray"``."""
+SLURM_CLUSTERS = ("slurm", "local")
+"""``options["cluster"]`` of the ``"slurm"`` executor: Slurm itself, or submitit's local executor (processes here)."""
+
+
+def _execute_slurm(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
+                   progress: bool) -> dict[int, Any]:
+    """Runs ``todo`` as submitit jobs (one per run, its ``needs``), at most ``workers`` queued or running at a time;
+    ``{index: RunRecord or the error's text}``."""
+    try:
+        import submitit
+    except ImportError as exc:
+        raise ImportError("executor='slurm' needs submitit: pip install submitit (in the extras cluster and dev)") from exc
+
+    options = dict(options)
+    cluster = options.pop("cluster", "slurm")
+    folder = Path(options.pop("folder", None) or results_root() / ".submitit")
+    payloads = [_pickled(run) for run in todo]  # refused before anything is submitted
+    executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
+    try:
+        executor.update_parameters(**options)
+    except (ValueError, AssertionError, TypeError) as exc:
+        raise ValueError(f"options={options!r}: not submitit parameters for cluster {cluster!r} ({exc})") from None
+    outcomes: dict[int, Any] = {}
+    running: dict[int, Any] = {}  # index -> submitit Job
+    queue = list(range(len(todo)))
+    try:
+        with _progress_bar(len(todo), "slurm", progress) as bar:
+            while queue or running:
+                while queue and len(running) < workers:
+                    i = queue.pop(0)
+                    cpus, gpus = todo[i].needs.get("cpus", 1), todo[i].needs.get("gpus", 0)
+                    threads = max(1, int(cpus))
+                    executor.update_parameters(name=todo[i].run_id, cpus_per_task=threads, gpus_per_node=gpus)
+                    running[i] = executor.submit(_run_in_worker, payloads[i], threads, worker_env(threads))
+                finished = [i for i, job in running.items() if job.done()]
+                for i in finished:
+                    job = running.pop(i)
+                    try:
+                        outcomes[i] = job.result()
+                    except Exception as exc:  # the run raised (FailedJobError) or its job ended without a result
+                        outcomes[i] = _job_error(job, exc)
+                    bar.update(1)
+                if not finished:
+                    time.sleep(SLURM_POLL_S)
+        return outcomes
+    except BaseException:
+        for job in running.values():  # interrupted: cancel what is queued or running (nothing half-written is kept)
+            with contextlib.suppress(Exception):
+                job.cancel(check=False)
+        raise
+
+
+def _job_error(job: Any, exc: BaseException) -> str:
+    """A failed job's error as the other executors name a run's: the last line of the traceback submitit sends back
+    (the run's own exception), and where the job's log is."""
+    lines = str(exc).split("\n\n----------------------")[0].strip().splitlines()
+    line = lines[-1].strip() if lines else type(exc).__name__
+    return f"{line} (job {job.job_id}; its log: {job.paths.stderr})"
+
+
+SLURM_POLL_S = 1.0
+"""Seconds between two looks at the submitted jobs (submitit caches Slurm's answers: ``sacct`` at most every few
+seconds, whatever this is)."""
+
+
+def _check_executor(executor: str, address: str | None, options: Mapping[str, Any] | None = None) -> None:
+    """ValueError for an unknown executor, an address given to one that is not ``"ray"``, or options given to one
+    that is not ``"slurm"`` (or a cluster it does not know)."""
     check_choice("executor", executor, tuple(EXECUTORS))
     if executor != "ray" and address is not None:
         raise ValueError(f"address={address!r}: only the 'ray' executor takes an address (the local one runs here)")
+    if options and executor != "slurm":
+        raise ValueError(f"options={dict(options)!r}: only the 'slurm' executor takes options (submitit's parameters)")
+    if options and "cluster" in options:
+        check_choice("options['cluster']", options["cluster"], SLURM_CLUSTERS)
 
 
 @contextlib.contextmanager
@@ -212,7 +289,7 @@ def connected(executor: str, address: str | None = None) -> Iterator[None]:
     """For the block, this process is connected to the executor's cluster (``"ray"``: ``ray.init(address=address)``,
     a local cluster when None, shut down after; already connected: that cluster, left as it is). :func:`execute`
     calls inside the block share the connection (a local Ray cluster takes ~25 s to start). ``"local"``: nothing."""
-    _check_address(executor, address)
+    _check_executor(executor, address)
     if executor != "ray":
         yield
         return
@@ -253,38 +330,41 @@ def local_ray_temp_dir() -> str | None:
     return tempfile.mkdtemp(prefix="rlvr-ray-", dir="/tmp")
 
 
-EXECUTORS: dict[str, Callable[..., dict[int, Any]]] = {"local": _execute_local, "ray": _execute_ray}
-"""The executors by name: each takes the runs to compute (keywords ``workers``, ``address``, ``progress``) and returns
-``{index: RunRecord or the exception it raised}``."""
+EXECUTORS: dict[str, Callable[..., dict[int, Any]]] = {"local": _execute_local, "ray": _execute_ray,
+                                                       "slurm": _execute_slurm}
+"""The executors by name: each takes the runs to compute (keywords ``workers``, ``address``, ``options``,
+``progress``) and returns ``{index: RunRecord, the exception it raised or its text}``."""
 
 
 def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, address: str | None = None,
-            progress: bool = True) -> list[RunRecord]:
+            options: Mapping[str, Any] | None = None, progress: bool = True) -> list[RunRecord]:
     """Computes the runs of ``runs`` that are not done with ``executor``; returns every run's record.
 
     Args:
         runs: `rlvr_lib.study.plan.PlannedRun` s (a `rlvr_lib.study.plan.Plan`'s ``runs``).
-        executor: ``"local"`` or ``"ray"`` (:data:`EXECUTORS`).
+        executor: ``"local"``, ``"ray"`` or ``"slurm"`` (:data:`EXECUTORS`).
         workers: ``"local"``: runs computed at once (``>= 1``), each with ``cores // workers`` threads unless
             ``OMP_NUM_THREADS`` is set. ``"ray"``: unused (the cluster's CPUs and each run's ``needs`` decide).
+            ``"slurm"``: jobs queued or running at once.
         address: ``"ray"``: the cluster's address (``ray.init(address=...)``, e.g. ``"auto"`` or
             ``"ray://head:10001"``); None: the cluster this process is connected to, else a local one.
+        options: ``"slurm"``: submitit's parameters, ``cluster`` and ``folder`` (the module's docstring).
         progress: Show a progress bar over the runs.
 
     Returns:
         The `RunRecord` of each run, in the order given (runs done before are read from their files).
 
     Raises:
-        ValueError: an unknown executor, ``workers < 1``, an address for the local executor, or a run whose call
-            cannot be pickled.
+        ValueError: an unknown executor, ``workers < 1``, an address for an executor other than Ray, options for
+            one other than Slurm (or parameters submitit refuses), or a run whose call cannot be pickled.
         RunsFailed: some runs raised (after every other run finished); names each one's ``experiment/run_id``.
     """
-    _check_address(executor, address)
+    _check_executor(executor, address, options)
     check_int("workers", workers, 1)
     runs = list(runs)
     todo_at = [i for i, run in enumerate(runs) if not run.done()]
     outcomes = EXECUTORS[executor]([runs[i] for i in todo_at], workers=workers, address=address,
-                                   progress=progress) if todo_at else {}
+                                   options=options or {}, progress=progress) if todo_at else {}
     records: list[RunRecord | None] = [None] * len(runs)
     failures: dict[str, str] = {}
     for j, i in enumerate(todo_at):
@@ -292,7 +372,8 @@ def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, a
         if isinstance(outcome, RunRecord):
             records[i] = outcome
         else:
-            failures[_label(runs[i])] = _error_text(outcome) if outcome is not None else "not run"
+            failures[_label(runs[i])] = (outcome if isinstance(outcome, str) else _error_text(outcome)
+                                         if outcome is not None else "not run")
     for i, run in enumerate(runs):
         if records[i] is None and _label(run) not in failures:
             records[i] = RunRecord.load(Path(run.path))

@@ -24,7 +24,7 @@ The manifest (the record of executions) is ``<out>/<profile>/manifest.json`` in 
 * The kernel runs in the notebook's folder with the library's parent folder on ``PYTHONPATH``.
 * ``--workers N`` runs N notebooks at once, each kernel with ``OMP_NUM_THREADS = cores // N`` (unless set);
   Ctrl-C or SIGTERM stops every kernel; runs two notebooks share are computed once.
-* ``--executor local|ray [--address ADDR]``: each notebook's plan (`rlvr_lib.study.plan`) is computed first by
+* ``--executor local|ray|slurm [--address ADDR] [--slurm KEY=VALUE ...]``: each notebook's plan (`rlvr_lib.study.plan`) is computed first by
   `rlvr_lib.study.executors` (local processes, or one Ray task per run), then the notebook is executed reading only
   the cache (``RLVR_CACHE_ONLY=1``); the quick profile's runs go to ``<out>/quick/runs`` (docs/scaling-out.md).
 
@@ -34,6 +34,7 @@ docs/study/reproduce.md.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import datetime as _dt
 import fcntl
@@ -44,7 +45,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -291,6 +292,7 @@ def reproduce(
     workers: int = 1,
     executor: str | None = None,
     address: str | None = None,
+    executor_options: Mapping[str, Any] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Executes the notebooks with papermill, skipping those already done.
 
@@ -311,11 +313,13 @@ def reproduce(
         progress: Show papermill's per-cell progress bar.
         echo: Called with each status line; None for silence.
         workers: Notebooks executed at once (``>= 1``); see the module docstring.
-        executor: None (default): each notebook trains its own runs in its kernel. ``"local"`` or ``"ray"``: each
-            notebook's plan (`rlvr_lib.study.plan.notebook_plan`) is computed first by that executor
-            (`rlvr_lib.study.executors.execute`; ``workers`` runs at once for ``"local"``), then the notebook is
-            executed with ``RLVR_CACHE_ONLY=1`` (it only reads): :func:`_execute_plans`.
+        executor: None (default): each notebook trains its own runs in its kernel. ``"local"``, ``"ray"`` or
+            ``"slurm"``: each notebook's plan (`rlvr_lib.study.plan.notebook_plan`) is computed first by that executor
+            (`rlvr_lib.study.executors.execute`; ``workers`` runs at once for ``"local"``, jobs at once for
+            ``"slurm"``), then the notebook is executed with ``RLVR_CACHE_ONLY=1`` (it only reads):
+            :func:`_execute_plans`.
         address: The Ray cluster's address for ``executor="ray"`` (None: a local cluster).
+        executor_options: submitit's parameters for ``executor="slurm"`` (`rlvr_lib.study.executors`).
 
     Returns:
         ``{name: {"status", "seconds", "error", "output"}}`` in run order, with
@@ -391,7 +395,8 @@ def reproduce(
     planned = contextlib.nullcontext()
     if executor is not None and pending:  # the runs first, by the executor; then the notebooks only read them
         runs_root = None if profile == "full" else records / "runs"  # full: the notebooks' own root
-        errors = _execute_plans([job[2] for job in pending], profile, executor, address=address, workers=workers,
+        errors = _execute_plans([job[2] for job in pending], profile, executor, address=address,
+                                options=executor_options, workers=workers,
                                 root=runs_root, progress=progress, say=say)
         for prefix, name, _, target, digest in [job for job in pending if job[1] in errors]:
             record(prefix, name, target, digest, 0.0, errors[name])
@@ -433,8 +438,9 @@ def reproduce(
     return {name: results[name] for name in order if name in results}
 
 
-def _execute_plans(sources: Sequence[Path], profile: str, executor: str, *, address: str | None, workers: int,
-                   root: Path | None, progress: bool, say: Callable[[str], Any]) -> dict[str, str]:
+def _execute_plans(sources: Sequence[Path], profile: str, executor: str, *, address: str | None,
+                   options: Mapping[str, Any] | None = None, workers: int, root: Path | None, progress: bool,
+                   say: Callable[[str], Any]) -> dict[str, str]:
     """Computes the runs of each notebook's plan with ``executor``; ``{name: error}`` of those that cannot be read.
 
     A plan that waits on other notebooks' records (notebook 07's second stage on 02's and 04's) has its first stage
@@ -461,7 +467,7 @@ def _execute_plans(sources: Sequence[Path], profile: str, executor: str, *, addr
                 say(f"{name}: {len(plan.runs)} planned run(s){'' if plan.complete else ' (a first stage)'}, "
                     f"{len(missing)} to compute ({executor})")
                 try:
-                    execute(missing, executor, workers=workers, progress=progress)
+                    execute(missing, executor, workers=workers, options=options, progress=progress)
                 except RunsFailed as exc:
                     errors[name] = str(exc)
                     del waiting[name]
@@ -662,6 +668,19 @@ REPRODUCE_INT_FLAGS: dict[str, tuple[int, int]] = {"--workers": (1, 256), "--sam
 is a usage error naming the flag, the value and the range."""
 
 
+def _slurm_option(text: str) -> tuple[str, Any]:
+    """``type=`` of ``--slurm``: ``KEY=VALUE``, the value an int, a float or else the text (``cluster=local``)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"{text!r} is invalid: must be KEY=VALUE (e.g. timeout_min=600)")
+    for kind in (int, float):
+        try:
+            return key.strip(), kind(value)
+        except ValueError:
+            pass
+    return key.strip(), value
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Command line entry point; returns the exit status (1 if any notebook failed)."""
     parser = OneLineParser(
@@ -679,12 +698,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-progress", action="store_true", help="hide the per-cell progress bar")
     parser.add_argument("--workers", type=int_at_least(*REPRODUCE_INT_FLAGS["--workers"]), default=1,
                         help="notebooks executed at once, each with cores // workers threads (default 1; 1 to 256)")
-    parser.add_argument("--executor", choices=("local", "ray"), default=None,
+    parser.add_argument("--executor", choices=("local", "ray", "slurm"), default=None,
                         help="compute each notebook's planned runs with this executor first (local: --workers runs at "
-                             "once; ray: one task per run), then execute the notebooks reading only the cache "
-                             "(default: each notebook trains its own runs)")
+                             "once; ray: one task per run; slurm: one submitit job per run, --workers at once), then "
+                             "execute the notebooks reading only the cache (default: each notebook trains its own "
+                             "runs)")
     parser.add_argument("--address", default=None,
                         help="--executor ray: the cluster's address (e.g. auto, HOST:6379; default: a local cluster)")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE", type=_slurm_option,
+                        help="--executor slurm: a submitit parameter (timeout_min=600, slurm_partition=cpu, mem_gb=8, "
+                             "...), cluster=slurm|local, folder=PATH; repeat for several")
     parser.add_argument("--stored", choices=PROFILES, default=None,
                         help="instead of running notebooks, print the notebooks (one path a line) whose stored "
                              "execution in the notebooks folder is at this profile (make test's nbval stage)")
@@ -700,6 +723,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.address is not None and args.executor != "ray":
         parser.error(f"--address {args.address}: only with --executor ray")
+    if args.slurm and args.executor != "slurm":
+        parser.error(f"--slurm {args.slurm[0][0]}={args.slurm[0][1]}: only with --executor slurm")
     if args.verify:
         return _verify(parser, args)
     if args.stored is not None:
@@ -726,6 +751,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             workers=args.workers,
             executor=args.executor,
             address=args.address,
+            executor_options=dict(args.slurm),
         )
     except ValueError as exc:
         parser.error(str(exc))
