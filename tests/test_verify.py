@@ -73,6 +73,7 @@ def test_two_results_roots_are_compared_record_by_record_except_their_times(comm
     for record in (grpo0, grpo1, base):  # a second computation of every run, at other times
         recompute(record, scratch)
     keys = sorted(f"{EXPERIMENT}/{r.run_id}" for r in (grpo0, grpo1, base))
+    (scratch / ".checkpoints" / EXPERIMENT).mkdir(parents=True, exist_ok=True)  # a root's hidden folders: not records
     assert compare_roots(root, scratch) == {"equal": keys, "different": {}, "only_a": [], "only_b": []}
     assert compare_main([str(root), str(scratch)]) == 0
     assert "3 records equal bit for bit" in capsys.readouterr().out

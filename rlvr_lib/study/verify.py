@@ -252,11 +252,12 @@ def comparable(record: Mapping[str, Any] | RunRecord) -> dict[str, Any]:
 
 
 def _records_by_key(root: Path) -> dict[str, RunRecord]:
-    """``{"experiment/run_id": record}`` of every run record under ``root`` (one folder per experiment)."""
+    """``{"experiment/run_id": record}`` of every run record under ``root`` (one folder per experiment; hidden
+    folders, a run's checkpoints and locks, skipped)."""
     if not root.is_dir():
         raise invalid("results root", str(root), "an existing folder of experiment folders")
-    return {f"{r.experiment}/{r.run_id}": r for folder in sorted(p for p in root.iterdir() if p.is_dir())
-            for r in load_runs(folder.name, root)}
+    folders = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith("."))
+    return {f"{r.experiment}/{r.run_id}": r for folder in folders for r in load_runs(folder.name, root)}
 
 
 def compare_roots(a: str | Path, b: str | Path) -> dict[str, Any]:
