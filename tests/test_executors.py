@@ -161,7 +161,7 @@ def test_a_failing_run_is_reported_with_its_run_id_and_the_others_finish(tmp_pat
     assert runs[0].done() and not runs[1].done() and not runs[1].path.exists()
 
 
-def test_bad_arguments_are_refused(tmp_path):
+def test_bad_arguments_are_refused(tmp_path, monkeypatch):
     runs = _failing_plan(tmp_path)
     with pytest.raises(ValueError, match="executor"):
         execute(runs, "pbs")
@@ -173,6 +173,9 @@ def test_bad_arguments_are_refused(tmp_path):
         execute(runs, "ray", options={"timeout_min": 5})
     with pytest.raises(ValueError, match=r"options\['cluster'\]='pbs' is invalid: must be one of \['slurm', 'local'\]"):
         execute(runs, "slurm", options={"cluster": "pbs"})
+    monkeypatch.setattr("rlvr_lib.study.executors.shutil.which", lambda name: None)  # a machine without Slurm
+    with pytest.raises(ValueError, match="submits with Slurm's sbatch, which is not on this machine's PATH"):
+        execute(runs, "slurm")
     with pytest.raises(ValueError, match="not submitit parameters for cluster 'local'"):
         execute(runs, "slurm", options={"cluster": "local", "folder": str(tmp_path / "jobs"), "timeout_min": "soon"})
     assert not any(run.done() for run in runs) and not list((tmp_path / "jobs").rglob("*.pkl"))  # nothing submitted

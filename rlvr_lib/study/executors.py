@@ -222,6 +222,9 @@ def _execute_slurm(todo: Sequence[Any], *, workers: int, address: str | None, op
 
     options = dict(options)
     cluster = options.pop("cluster", "slurm")
+    if cluster == "slurm" and shutil.which("sbatch") is None:
+        raise ValueError("executor='slurm' submits with Slurm's sbatch, which is not on this machine's PATH (run it on "
+                         "a cluster's login node; options={'cluster': 'local'} runs the same jobs as processes here)")
     folder = Path(options.pop("folder", None) or results_root() / ".submitit")
     payloads = [_pickled(run) for run in todo]  # refused before anything is submitted
     executor = submitit.AutoExecutor(folder=folder / "%j", cluster=cluster)
