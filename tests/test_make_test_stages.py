@@ -30,11 +30,19 @@ def _env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES")}
 
 
+def _default_sigint() -> None:
+    """In the child before exec: SIGINT and SIGQUIT at their defaults. A process started in the background by a
+    non-interactive shell (``cmd &``, as a CI script may start make test) inherits them ignored, and a shell cannot
+    trap a signal ignored on entry: the stand-ins would never see the Ctrl-C this module sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGQUIT, signal.SIG_DFL)
+
+
 def _make_test(commands: dict[str, str], *extra: str, **popen) -> subprocess.CompletedProcess | subprocess.Popen:
     argv = ["make", "--no-print-directory", "-o", "install", *extra, "test",
             *[f"TEST_{stage.upper()}_CMD={command}" for stage, command in commands.items()]]
-    if popen:
-        return subprocess.Popen(argv, cwd=REPO, env=_env(), text=True, **popen)
+    if popen:  # Ctrl-C tests: SIGINT at its default in make, whatever this process inherited
+        return subprocess.Popen(argv, cwd=REPO, env=_env(), text=True, preexec_fn=_default_sigint, **popen)
     return subprocess.run(argv, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=60)
 
 
