@@ -368,6 +368,19 @@ def test_paired_gain_draws_each_arm_at_its_mean_and_interval():
         assert (seg[0][0], seg[1][0]) == pytest.approx((g.get("low", g.get("ci_low")), g.get("high", g.get("ci_high"))))
         assert to_hex(line.get_color()) == plots.method_color(c.get_label())
     assert ax.lines[0].get_xdata()[0] == 0 and ax.lines[0].get_label() == "GRPO (0)"
+    # another reference is named; the gain axis' tick labels never overlap (a -0.01..0.03 range gave 9 ticks
+    # whose labels ran into each other at the figure's width)
+    fig = plots.plot_paired_gain({"grpo-g16": {"mean": 0.0054, "low": -0.0085, "high": 0.0194},
+                                  "grpo-g32": {"mean": 0.0086, "low": -0.005, "high": 0.022},
+                                  "grpo-g64": {"mean": 0.017, "low": 0.0047, "high": 0.029}}, reference="GRPO@8")
+    ax = fig.axes[0]
+    assert ax.lines[0].get_label() == "GRPO@8 (0)" and ax.get_xlabel().startswith("paired gain over GRPO@8")
+    fig.canvas.draw()
+    labels = [t for t in ax.get_xticklabels() if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    boxes = [t.get_window_extent() for t in labels]
+    half_a_letter = 0.5 * labels[0].get_fontsize() * fig.dpi / 72  # pixels
+    assert 2 <= len(boxes) <= 7
+    assert all(b.x0 - a.x1 >= half_a_letter for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
     with pytest.raises(ValueError, match=r"^gains='dict' is invalid: must be a non-empty dict"):
         plots.plot_paired_gain({})
     with pytest.raises(ValueError, match=r"^gains\['a'\]=\{'mean': 0.1\} is invalid: must be a dict with 'mean' and"):

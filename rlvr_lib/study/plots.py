@@ -35,7 +35,7 @@ import seaborn as sns
 from matplotlib.axes import Axes
 from matplotlib.colors import to_hex, to_rgb
 from matplotlib.figure import Figure
-from matplotlib.ticker import LogFormatter, NullLocator
+from matplotlib.ticker import LogFormatter, MaxNLocator, NullLocator
 
 from rlvr_lib.files import atomic_file
 from rlvr_lib.study.stats import aggregate_seeds
@@ -1233,13 +1233,17 @@ def plot_paired_gain(
     ax: Axes | None = None,
     title: str | None = None,
     path: str | Path | None = None,
+    reference: str = "GRPO",
 ) -> Figure:
-    """Each arm's paired gain over GRPO: a dot and its 95% interval per arm, one row each, 0 (GRPO) dashed.
+    """Each arm's paired gain over a reference arm (GRPO): a dot and its 95% interval per arm, one row each, 0 (the
+    reference) dashed; at most 6 ticks on the gain axis, so that its labels never run into each other.
 
     Args:
         gains: ``{arm: {"mean", "low", "high"}}``; ``"ci_low"`` / ``"ci_high"`` are read in place of ``"low"`` /
             ``"high"``, so :func:`rlvr_lib.study.stats.paired_difference_ci`'s dicts go in as they are. Arms are
             coloured by :func:`method_color` where they name a method.
+        reference: What the gains are over, as the legend and the axis name it (``"GRPO@8"`` for notebook 01's
+            group sizes); the 0 line keeps GRPO's colour.
 
     Raises:
         ValueError: on no arms, an arm without a finite mean, or a bad interval.
@@ -1257,14 +1261,15 @@ def plot_paired_gain(
         parsed[arm] = (_finite(f"{where}: mean", gain["mean"]), *_interval_ends(where, gain, *keys))
     fig, ax = _target_axes(ax, width=6.0, height=0.4 * len(parsed) + 1.3)
     colors = _label_colors(list(parsed), beside_methods=True)  # GRPO's colour is the 0 line's
-    ax.axvline(0.0, color=METHOD_COLORS["grpo"], linestyle="--", linewidth=1.0, label="GRPO (0)")
+    ax.axvline(0.0, color=METHOD_COLORS["grpo"], linestyle="--", linewidth=1.0, label=f"{reference} (0)")
     for j, (arm, (mean, low, high)) in enumerate(parsed.items()):
         ax.errorbar([mean], [j], xerr=_xerr([mean], [low], [high]), fmt="o", markersize=6, color=colors[arm],
                     elinewidth=2, capsize=3, label=str(arm))
     ax.set_yticks(range(len(parsed)), [str(a) for a in parsed])
     ax.set_ylim(len(parsed) - 0.5, -0.5)
     ax.grid(axis="y", visible=False)
-    ax.set_xlabel("paired gain over GRPO (mean, 95% interval)")
+    ax.set_xlabel(f"paired gain over {reference} (mean, 95% interval)")
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=6))
     _legend_outside(ax, fontsize="small")
     return _finish(fig, title, path, ax)
 
