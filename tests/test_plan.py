@@ -290,6 +290,16 @@ def test_the_cli_prints_each_plan_and_json_parses(capsys):
     assert trained and all(r["steps"] == 3 and "main" in r["evaluations"] for r in trained)
 
 
+def test_a_reader_that_stops_early_gets_no_traceback():
+    """`python -m rlvr_lib.study plan | head -1`, as a script counts what is missing: the pipe closes early."""
+    import subprocess
+    import sys
+
+    done = subprocess.run(f"{sys.executable} -m rlvr_lib.study plan --profile quick --only 06_vigor | head -c 10",
+                          shell=True, capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1])
+    assert done.stdout == "06_vigor (" and done.stderr == "", done.stderr
+
+
 def test_the_cli_names_a_bad_notebook_or_root(capsys, tmp_path):
     from rlvr_lib.study.plan import main
 

@@ -13,6 +13,7 @@ commands take ``--import MODULE`` (a user's methods, tasks and rewards, `rlvr_li
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -377,9 +378,13 @@ MODULE_COMMANDS = {
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in MODULE_COMMANDS:
-        return MODULE_COMMANDS[argv[0]][0](argv[1:])
-    return run_command(build_parser(), argv)
+    try:
+        if argv and argv[0] in MODULE_COMMANDS:
+            return MODULE_COMMANDS[argv[0]][0](argv[1:])
+        return run_command(build_parser(), argv)
+    except BrokenPipeError:  # the reader of stdout went away (`... plan | head -1`): nothing more to say, no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's flush at exit would fail again
+        return 0
 
 
 def build_parser() -> OneLineParser:
