@@ -128,6 +128,12 @@ def _pickled(run: Any) -> bytes:
                          "values (configs, specs, paths)") from exc
 
 
+def _resources(run: Any) -> tuple[float, int, int]:
+    """``(cpus, gpus, torch threads)`` of a run from its ``needs``: threads = its CPUs, at least 1."""
+    cpus = run.needs.get("cpus", 1)
+    return cpus, run.needs.get("gpus", 0), max(1, int(cpus))
+
+
 def _progress_bar(total: int, executor: str, progress: bool):
     from tqdm.auto import tqdm
 
@@ -137,7 +143,7 @@ def _progress_bar(total: int, executor: str, progress: bool):
 # ------------------------------------------------------------------- executors
 def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
                    progress: bool) -> dict[int, Any]:
-    """Runs ``todo`` in a pool of ``workers`` spawned processes; ``{index: RunRecord or exception}``."""
+    """Runs ``todo`` in a pool of ``workers`` spawned processes; ``{index: RunRecord or its error's text}``."""
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor, as_completed
 
@@ -153,7 +159,7 @@ def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, op
         with _progress_bar(len(todo), "local", progress) as bar:
             for future in as_completed(futures):
                 exc = future.exception()
-                outcomes[futures[future]] = exc if exc is not None else future.result()
+                outcomes[futures[future]] = _error_text(exc) if exc is not None else future.result()
                 bar.update(1)
     except BaseException:
         # Ctrl-C, SIGTERM (as KeyboardInterrupt) or an error here: no run is started, the running ones are
@@ -169,7 +175,7 @@ def _execute_local(todo: Sequence[Any], *, workers: int, address: str | None, op
 
 def _execute_ray(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
                  progress: bool) -> dict[int, Any]:
-    """Runs ``todo`` as Ray tasks (one per run, its ``needs``); ``{index: RunRecord or exception}``."""
+    """Runs ``todo`` as Ray tasks (one per run, its ``needs``); ``{index: RunRecord or its error's text}``."""
     with connected("ray", address):
         return _ray_tasks(todo, progress=progress)
 
@@ -182,9 +188,7 @@ def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
     try:
         for i, run in enumerate(todo):
             payload = _pickled(run)  # checked here: a closure Ray cannot send fails with the run's name
-            cpus = run.needs.get("cpus", 1)
-            gpus = run.needs.get("gpus", 0)
-            threads = max(1, int(cpus))
+            cpus, gpus, threads = _resources(run)
             env = worker_env(threads)
             refs[task.options(num_cpus=cpus, num_gpus=gpus, name=run.run_id,
                               runtime_env={"env_vars": env}).remote(payload, threads, env)] = i
@@ -197,7 +201,7 @@ def _ray_tasks(todo: Sequence[Any], *, progress: bool) -> dict[int, Any]:
                     try:
                         outcomes[refs[ref]] = ray.get(ref)
                     except Exception as exc:  # the run raised (RayTaskError) or its worker died
-                        outcomes[refs[ref]] = exc
+                        outcomes[refs[ref]] = _error_text(exc)
                     bar.update(1)
         return outcomes
     except BaseException:
@@ -214,7 +218,7 @@ SLURM_CLUSTERS = ("slurm", "local")
 def _execute_slurm(todo: Sequence[Any], *, workers: int, address: str | None, options: Mapping[str, Any],
                    progress: bool) -> dict[int, Any]:
     """Runs ``todo`` as submitit jobs (one per run, its ``needs``), at most ``workers`` queued or running at a time;
-    ``{index: RunRecord or the error's text}``."""
+    ``{index: RunRecord or its error's text}``."""
     try:
         import submitit
     except ImportError as exc:
@@ -240,8 +244,7 @@ def _execute_slurm(todo: Sequence[Any], *, workers: int, address: str | None, op
             while queue or running:
                 while queue and len(running) < workers:
                     i = queue.pop(0)
-                    cpus, gpus = todo[i].needs.get("cpus", 1), todo[i].needs.get("gpus", 0)
-                    threads = max(1, int(cpus))
+                    _, gpus, threads = _resources(todo[i])
                     executor.update_parameters(name=todo[i].run_id, cpus_per_task=threads, gpus_per_node=gpus)
                     running[i] = executor.submit(_run_in_worker, payloads[i], threads, worker_env(threads))
                 finished = [i for i, job in running.items() if job.done()]
@@ -336,7 +339,7 @@ def local_ray_temp_dir() -> str | None:
 EXECUTORS: dict[str, Callable[..., dict[int, Any]]] = {"local": _execute_local, "ray": _execute_ray,
                                                        "slurm": _execute_slurm}
 """The executors by name: each takes the runs to compute (keywords ``workers``, ``address``, ``options``,
-``progress``) and returns ``{index: RunRecord, the exception it raised or its text}``."""
+``progress``) and returns ``{index: RunRecord or its error's text}`` (`_error_text`, or a job's own line)."""
 
 
 def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, address: str | None = None,
@@ -375,8 +378,7 @@ def execute(runs: Sequence[Any], executor: str = "local", *, workers: int = 1, a
         if isinstance(outcome, RunRecord):
             records[i] = outcome
         else:
-            failures[_label(runs[i])] = (outcome if isinstance(outcome, str) else _error_text(outcome)
-                                         if outcome is not None else "not run")
+            failures[_label(runs[i])] = outcome if outcome is not None else "not run"
     for i, run in enumerate(runs):
         if records[i] is None and _label(run) not in failures:
             records[i] = RunRecord.load(Path(run.path))
