@@ -273,6 +273,16 @@ def test_pass_at_k_gap_has_the_base_line_in_its_legend():
     assert to_hex(fig.axes[0].lines[0].get_color()) == plots.METHOD_COLORS["base"]
 
 
+def _assert_tick_labels_apart(fig, ax):
+    """2 to 7 labelled x ticks in view, each at least half a letter clear of the next (in pixels, once drawn)."""
+    fig.canvas.draw()
+    labels = [t for t in ax.get_xticklabels() if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
+    boxes = [t.get_window_extent() for t in labels]
+    half_a_letter = 0.5 * labels[0].get_fontsize() * fig.dpi / 72  # pixels
+    assert 2 <= len(boxes) <= 7
+    assert all(b.x0 - a.x1 >= half_a_letter for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
+
+
 # ------------------------------------------------------------------------------- claims forest plot
 FOREST = [
     dict(notebook="03_nudgerl", id="beats-base", claim="c1", paper="NudgeRL", our_effect=0.066, low=0.051,
@@ -338,6 +348,17 @@ def test_claims_forest_draws_a_committed_notebooks_claims():
     assert sum(len(c.lines[0].get_xdata()) for c in fig.axes[0].containers) == len(rows)
 
 
+def test_claims_forest_tick_labels_never_run_together():
+    # every effect within +-0.01 of 0 and an equivalence margin of 0.01 (notebook 08's rows at the quick profile):
+    # the default locator gave 9 ticks, -0.0100 to 0.0100, whose labels ran into each other
+    rows = [dict(FOREST[1], notebook="08_discovery", id=f"{arm}-beats-grpo", our_effect=0.0, low=0.0, high=0.0)
+            for arm in ("nudgerl", "c3po", "m3po")]
+    rows.append(dict(FOREST[3], notebook="08_discovery", id="b3po-matches-grpo", our_effect=0.0, low=0.0, high=0.0,
+                     verdict="premise absent", margin=0.01))
+    fig = plots.plot_claims_forest(rows)
+    _assert_tick_labels_apart(fig, fig.axes[0])
+
+
 @pytest.mark.parametrize(("rows", "match"), [
     ([], r"^rows='list' is invalid: must be a non-empty list of dicts"),
     ([{k: v for k, v in FOREST[0].items() if k != "threshold"}], r"^rows\[0\]: keys=.* is invalid: must be a dict "
@@ -375,12 +396,7 @@ def test_paired_gain_draws_each_arm_at_its_mean_and_interval():
                                   "grpo-g64": {"mean": 0.017, "low": 0.0047, "high": 0.029}}, reference="GRPO@8")
     ax = fig.axes[0]
     assert ax.lines[0].get_label() == "GRPO@8 (0)" and ax.get_xlabel().startswith("paired gain over GRPO@8")
-    fig.canvas.draw()
-    labels = [t for t in ax.get_xticklabels() if t.get_text() and ax.get_xlim()[0] <= t.get_position()[0] <= ax.get_xlim()[1]]
-    boxes = [t.get_window_extent() for t in labels]
-    half_a_letter = 0.5 * labels[0].get_fontsize() * fig.dpi / 72  # pixels
-    assert 2 <= len(boxes) <= 7
-    assert all(b.x0 - a.x1 >= half_a_letter for a, b in zip(boxes, boxes[1:])), [(b.x0, b.x1) for b in boxes]
+    _assert_tick_labels_apart(fig, ax)
     with pytest.raises(ValueError, match=r"^gains='dict' is invalid: must be a non-empty dict"):
         plots.plot_paired_gain({})
     with pytest.raises(ValueError, match=r"^gains\['a'\]=\{'mean': 0.1\} is invalid: must be a dict with 'mean' and"):

@@ -1117,6 +1117,8 @@ def plot_claims_forest(
             ticks = [t for t in (-100, -10, -1, -0.1, 0, 0.1, 1, 10, 100) if lo <= t <= hi]
             panel.set_xticks(ticks, [f"{t:g}" for t in ticks])
             panel.xaxis.set_minor_locator(NullLocator())
+        else:  # at most 6 ticks: a narrow range (every effect near 0) otherwise gets labels that run together
+            panel.xaxis.set_major_locator(MaxNLocator(nbins=6))
         panel.set_yticks(list(ys), [str(r["id"]) for r in mine], fontsize="small")
         panel.set_ylim(len(mine) - 0.5, -0.5)  # first row on top
         panel.grid(axis="y", visible=False)
