@@ -376,7 +376,7 @@ def test_claims_forest_refuses_bad_rows(rows, match):
 
 
 # ---------------------------------------------------------------------------- paired gain over GRPO
-def test_paired_gain_draws_each_arm_at_its_mean_and_interval():
+def test_paired_gain_draws_each_arm_at_its_mean_and_interval(tmp_path):
     gains = {"NudgeRL@8": {"mean": 0.02, "low": 0.01, "high": 0.04},
              "sage-k3": {"mean": -0.01, "ci_low": -0.03, "ci_high": 0.005, "n": 5}}
     ax = plots.plot_paired_gain(gains, title="gain over GRPO").axes[0]
@@ -396,6 +396,14 @@ def test_paired_gain_draws_each_arm_at_its_mean_and_interval():
                                   "grpo-g64": {"mean": 0.017, "low": 0.0047, "high": 0.029}}, reference="GRPO@8")
     ax = fig.axes[0]
     assert ax.lines[0].get_label() == "GRPO@8 (0)" and ax.get_xlabel().startswith("paired gain over GRPO@8")
+    _assert_tick_labels_apart(fig, ax)
+    # long arm names (notebook 05's) stand beside the axes twice: the figure widens, so the axes keep their width
+    long_names = ["sage", "bnpo_loss_branch@bnpo-loss-k3-lr", "sage@sage_token-lr", "dapo-full-branch", "dapo-k3"]
+    fig = plots.plot_paired_gain({a: {"mean": 0.001 * i, "low": -0.03, "high": 0.03} for i, a in enumerate(long_names)},
+                                 reference="GRPO (k3)", path=tmp_path / "gain.png")  # saved, as laid out
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    assert ax.get_window_extent().width / fig.dpi >= 3.5  # inches (6-inch wide, they were squeezed to 1)
     _assert_tick_labels_apart(fig, ax)
     with pytest.raises(ValueError, match=r"^gains='dict' is invalid: must be a non-empty dict"):
         plots.plot_paired_gain({})

@@ -1261,7 +1261,9 @@ def plot_paired_gain(
         check(all(k in gain for k in keys), where, gain,
               "a dict with 'mean' and 'low', 'high' (or 'ci_low', 'ci_high')")
         parsed[arm] = (_finite(f"{where}: mean", gain["mean"]), *_interval_ends(where, gain, *keys))
-    fig, ax = _target_axes(ax, width=6.0, height=0.4 * len(parsed) + 1.3)
+    # the arm names stand twice beside the axes (tick labels, legend): widen with them, so the axes keep ~4 inches
+    longest = max(len(str(a)) for a in (*parsed, f"{reference} (0)"))
+    fig, ax = _target_axes(ax, width=max(6.0, 4.5 + 0.15 * longest), height=0.4 * len(parsed) + 1.3)
     colors = _label_colors(list(parsed), beside_methods=True)  # GRPO's colour is the 0 line's
     ax.axvline(0.0, color=METHOD_COLORS["grpo"], linestyle="--", linewidth=1.0, label=f"{reference} (0)")
     for j, (arm, (mean, low, high)) in enumerate(parsed.items()):
