@@ -433,6 +433,7 @@ def test_when_it_helps_heatmap_holds_each_gain_centred_at_zero():
                      "-0.100\n[-0.150, -0.050]": "bold"}
     labels = {t.get_text(): to_hex(t.get_color()) for t in ax.get_yticklabels()}
     assert labels == {"NudgeRL vs GRPO": plots.METHOD_COLORS["nudgerl"], "SAGE vs grpo_k3": plots.METHOD_COLORS["sage"]}
+    assert fig.axes[1].get_ylabel() == "gain over the comparator"  # the colour bar; a DataFrame names no metric
     with pytest.raises(ValueError, match=r"^table='list' is invalid: must be head_to_head.gain_map's DataFrame"):
         plots.plot_when_it_helps([])
     with pytest.raises(ValueError, match=r"missing \['ci_low', 'ci_high'\]"):

@@ -1337,9 +1337,9 @@ def plot_when_it_helps(
             problems[r["bucket"]].add(int(r["problems"]))
     vmax = float(np.nanmax(np.abs(means))) or 1e-9
     fig, ax = _target_axes(ax, width=1.7 * len(buckets) + 3.5, height=0.55 * len(runs) + 1.6)
-    metric = words.get("metric", "gain")
+    gain = f"{words['metric']} gain" if "metric" in words else "gain"  # a DataFrame names no metric
     sns.heatmap(means, ax=ax, cmap="vlag", center=0.0, vmin=-vmax, vmax=vmax, mask=np.isnan(means),
-                linewidths=0.5, linecolor="white", cbar_kws={"label": f"{metric} gain over the comparator"})
+                linewidths=0.5, linecolor="white", cbar_kws={"label": f"{gain} over the comparator"})
     for (i, j), (mean, low, high) in cells.items():
         excludes = low > 0 or high < 0
         ax.text(j + 0.5, i + 0.5, f"{mean:+.3f}\n[{low:.3f}, {high:.3f}]" if math.isfinite(low) else f"{mean:+.3f}",
