@@ -37,6 +37,14 @@ def test_promote_moves_the_staged_folder_in_and_the_committed_one_to_the_archive
     assert not (root / "archive" / "pre-x" / "sage_full").exists()
     assert (root / "archive" / "pre-x" / "notebooks" / "full" / "01_grpo.ipynb").exists()
     assert not (root / "notebooks" / "full" / "01_grpo.ipynb").exists() and staged_experiments(staging) == []
+    # each staged folder is now a relative link to where it went: a later run of the recompute writes there
+    for name in ("grpo_baseline_full", "sage_full"):
+        link = staging / name
+        assert link.is_symlink() and str(link.readlink()) == f"../{name}"
+    _record(staging / "sage_full", "sage-ddd-s1", "later")
+    assert (root / "sage_full" / "sage-ddd-s1.json").exists()
+    with pytest.raises(ValueError, match=r"not one promoted already"):  # a link is never promoted again
+        promote(["sage_full"], staging, "pre-y", root=root)
 
 
 def test_promote_refuses_bad_input_and_moves_nothing(roots):

@@ -4,7 +4,9 @@ A recompute of committed notebooks writes every run under a staging results root
 ``results/recompute-58``), so no new run reads a previous record and no table reads a new one before its notebook is
 complete. :func:`promote` then moves the notebook's experiment folders into ``results/`` (the previous ones to
 ``results/archive/<archive>/``, never read again) and archives the previous executed copy of the notebook there too
-(``notebooks/NAME.ipynb``, the committed full-profile execution, is copied: it is also the notebook's source); the
+(``notebooks/NAME.ipynb``, the committed full-profile execution, is copied: it is also the notebook's source), and
+leaves a link in the staging root in its place (``STAGING/NAME -> ../NAME``), so later notebooks of the same recompute
+go on reading and training into the one folder (notebook 02's base policy and GRPO are read by 03-07); the
 notebook is then executed in place from the cache with the Makefile's CPU settings (``make notebooks``, or
 ``RLVR_CACHE_ONLY=1`` and ``NB_ENV`` before ``python -m rlvr_lib.study.reproduce --only NAME --force``), so nbval's
 re-execution in ``make test`` matches it, and README rendered again.
@@ -15,6 +17,7 @@ re-execution in ``make test`` matches it, and README rendered again.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 from collections.abc import Sequence
@@ -28,9 +31,11 @@ __all__ = ["promote", "staged_experiments"]
 
 
 def staged_experiments(staging: str | Path) -> list[str]:
-    """The experiment folders (``*_full``) a staging root holds, each with at least one record."""
+    """The experiment folders (``*_full``) a staging root holds, each with at least one record; a promoted folder's
+    link is not one."""
     staging = Path(staging)
-    return sorted(p.name for p in staging.glob("*_full") if p.is_dir() and any(p.glob("*.json")))
+    return sorted(p.name for p in staging.glob("*_full")
+                  if p.is_dir() and not p.is_symlink() and any(p.glob("*.json")))
 
 
 def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, notebooks: Sequence[str] = (),
@@ -49,7 +54,8 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
         root: The results root (default: `results_root`).
 
     Returns:
-        Every ``(source, destination)`` move (or copy, for an executed copy kept in place), in order.
+        Every ``(source, destination)`` move (or copy, for an executed copy kept in place), in order. Each staged
+        folder, once moved, is replaced by a relative link to where it went.
 
     Raises:
         ValueError: a folder name that is not a plain name, a staged folder that is missing or empty, or an archive
@@ -63,8 +69,8 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
         if not name or "/" in name or name in (".", ".."):
             raise invalid("experiment", name, "a folder name under the staging root")
         staged = staging / name
-        check(staged.is_dir() and any(staged.glob("*.json")), "experiment", name,
-              f"a folder of records under {staging}")
+        check(staged.is_dir() and not staged.is_symlink() and any(staged.glob("*.json")), "experiment", name,
+              f"a folder of records under {staging} (not one promoted already)")
         current = root / name
         if current.exists():
             check(not (shelf / name).exists(), "archive", archive, f"an archive without {name} yet")
@@ -87,6 +93,8 @@ def promote(experiments: Sequence[str], staging: str | Path, archive: str, *, no
             shutil.copy2(source, destination)
         else:
             shutil.move(str(source), str(destination))
+            if source.parent == staging:  # a staged folder: runs still to come find it where they left it
+                source.symlink_to(os.path.relpath(destination, staging), target_is_directory=True)
     return plan
 
 
