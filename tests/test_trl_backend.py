@@ -423,12 +423,16 @@ def test_two_process_accelerate_launch_matches_one_process(hashed_task, tmp_path
         if sharded:
             # The sharded forward takes the model's logits where one process uses the separate LM head
             # (`plain_lm_head`), so gradients agree to float rounding (grad_norm above, 1e-5); AdamW's first step,
-            # g / (|g| + eps), turns that rounding into visible differences only where |g| is near eps.
+            # g / (|g| + eps), turns that rounding into visible differences only where |g| is near eps. Each side
+            # moves a weight by less than lr, so where rounding flips the sign of a near-zero gradient the two
+            # differ by up to 2 lr (1.05 lr was seen), plus one float spacing of the stored weight (eps32 * |w|).
             assert ranks[1][method]["weights"] == {}  # the whole weights are gathered to rank 0
             lr = trl_backend_worker.method_settings(method).get("lr", method_config(method).lr)
-            diffs = torch.cat([(ranks[0][method]["weights"][k] - w).abs().flatten()
-                               for k, w in single["weights"].items() if w.is_floating_point()])
-            assert float((diffs <= 1e-6).float().mean()) >= 0.999 and float(diffs.max()) <= lr, method
+            floats = [(ranks[0][method]["weights"][k], w) for k, w in single["weights"].items() if w.is_floating_point()]
+            diffs = torch.cat([(a - w).abs().flatten() for a, w in floats])
+            bounds = torch.cat([(2 * lr + torch.finfo(w.dtype).eps * w.abs()).flatten() for _, w in floats])
+            assert float((diffs <= 1e-6).float().mean()) >= 0.999, method
+            assert bool((diffs <= bounds).all()), (method, float((diffs - bounds).max()))
             continue
         for key, weight in single["weights"].items():
             for r in ranks:
