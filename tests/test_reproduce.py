@@ -81,6 +81,50 @@ def test_real_run_failure_skip_and_source_change(notebooks, capsys):
     assert _lines(log) == ["full", "v2 full"]
 
 
+def _kernel_dying_at_first(tmp_path: Path, monkeypatch, deaths: int) -> tuple[str, Path]:
+    """A kernel spec ``dies-N`` whose first ``deaths`` starts exit before replying (as a kernel whose port was
+    taken does); later starts are an ipykernel. Returns its name and the file counting its starts."""
+    import sys
+
+    starts = tmp_path / "kernel_starts"
+    script = tmp_path / "kernel.py"
+    script.write_text(textwrap.dedent(f"""
+        import pathlib, sys
+        starts = pathlib.Path({str(starts)!r})
+        n = int(starts.read_text()) if starts.exists() else 0
+        starts.write_text(str(n + 1))
+        if n < {deaths}:
+            sys.exit(1)
+        from ipykernel import kernelapp
+        kernelapp.launch_new_instance()
+    """))
+    name = f"dies-{deaths}"
+    spec = tmp_path / "jupyter" / "kernels" / name
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, str(script), "-f", "{connection_file}"], "display_name": name, "language": "python"}))
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "jupyter"))
+    return name, starts
+
+
+def test_a_kernel_that_dies_while_starting_is_started_again(notebooks, tmp_path, monkeypatch, capsys):
+    src, out, log = notebooks
+    kernel, starts = _kernel_dying_at_first(tmp_path, monkeypatch, deaths=rp.KERNEL_START_ATTEMPTS - 1)
+    res = rp.reproduce("quick", only=["ok"], notebooks_dir=src, out_dir=out, kernel=kernel, echo=None)
+    assert res["ok"]["status"] == "ran" and res["ok"]["error"] is None
+    assert starts.read_text() == str(rp.KERNEL_START_ATTEMPTS) and _lines(log) == ["quick"]  # ran once, not per start
+    assert f"(attempt {rp.KERNEL_START_ATTEMPTS} of {rp.KERNEL_START_ATTEMPTS})" in capsys.readouterr().out
+    assert not list((out / "quick").glob(".*"))
+
+
+def test_a_kernel_that_never_starts_fails_after_the_last_attempt(notebooks, tmp_path, monkeypatch):
+    src, out, log = notebooks
+    kernel, starts = _kernel_dying_at_first(tmp_path, monkeypatch, deaths=99)
+    res = rp.reproduce("quick", only=["ok"], notebooks_dir=src, out_dir=out, kernel=kernel, echo=None)
+    assert res["ok"]["status"] == "failed" and "Kernel died before replying" in res["ok"]["error"]
+    assert starts.read_text() == str(rp.KERNEL_START_ATTEMPTS) and _lines(log) == []
+
+
 # ------------------------------------------------------- without a kernel
 @pytest.fixture
 def fake_papermill(monkeypatch):

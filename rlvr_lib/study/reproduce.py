@@ -24,6 +24,8 @@ The manifest (the record of executions) is ``<out>/<profile>/manifest.json`` in 
 * The kernel runs in the notebook's folder with the library's parent folder on ``PYTHONPATH``.
 * ``--workers N`` runs N notebooks at once, each kernel with ``OMP_NUM_THREADS = cores // N`` (unless set);
   Ctrl-C or SIGTERM stops every kernel; runs two notebooks share are computed once.
+* A kernel that dies before it answers (kernels started at once can be handed the same port) is started again,
+  up to :data:`KERNEL_START_ATTEMPTS` times; it ran no cell.
 * ``--executor local|ray|slurm [--address ADDR] [--slurm KEY=VALUE ...]``: each notebook's plan (`rlvr_lib.study.plan`) is computed first by
   `rlvr_lib.study.executors` (local processes, or one Ray task per run), then the notebook is executed reading only
   the cache (``RLVR_CACHE_ONLY=1``); the quick profile's runs go to ``<out>/quick/runs`` (docs/scaling-out.md).
@@ -215,6 +217,18 @@ def _select(notebooks: list[Path], only: Sequence[str] | None) -> list[Path]:
     return [by_name[n] for n in sorted(set(wanted))]
 
 
+#: How many times a notebook's kernel is started when it dies before it answers. Kernels started at once (two
+#: workers, or another program's) can be handed the same free port, as jupyter_client picks the ports before the
+#: kernel binds them (jupyter/jupyter_client#487); the loser dies before running a cell, so starting it again
+#: loses nothing.
+KERNEL_START_ATTEMPTS = 3
+
+
+def _died_starting(exc: BaseException) -> bool:
+    """True when ``exc`` is jupyter_client's error for a kernel that died before its first reply (no cell ran)."""
+    return isinstance(exc, RuntimeError) and str(exc).startswith("Kernel died before replying to kernel_info")
+
+
 def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bool) -> None:
     """Runs ``source`` into ``target`` through a temp file; moves it into place unless interrupted.
 
@@ -227,14 +241,22 @@ def _execute(source: Path, target: Path, profile: str, kernel: str, progress: bo
     tmp = target.with_name(f".{target.stem}.running.ipynb")
     moved = False
     try:
-        papermill.execute_notebook(
-            str(source),
-            str(tmp),
-            parameters={"profile": profile},
-            kernel_name=kernel,
-            cwd=str(source.parent),
-            progress_bar=progress,
-        )
+        for attempt in range(1, KERNEL_START_ATTEMPTS + 1):
+            try:
+                papermill.execute_notebook(
+                    str(source),
+                    str(tmp),
+                    parameters={"profile": profile},
+                    kernel_name=kernel,
+                    cwd=str(source.parent),
+                    progress_bar=progress,
+                )
+                break
+            except RuntimeError as exc:
+                if not _died_starting(exc) or attempt == KERNEL_START_ATTEMPTS or _stopping():
+                    raise
+                print(f"{source.stem}: its kernel died while starting ({exc}); starting it again "
+                      f"(attempt {attempt + 1} of {KERNEL_START_ATTEMPTS})", flush=True)
         open_with_claims(tmp)
         os.replace(tmp, target)
         moved = True
