@@ -1,5 +1,6 @@
 """`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the tutorials, the strict docs
 build, the vLLM tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
+vLLM's environment is built in the background from the start and waited for by the vllm stage; Ctrl-C stops it too.
 
 The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
 command line replaces with a short shell command writing its name to a file and exiting with a chosen code;
@@ -39,6 +40,9 @@ def _default_sigint() -> None:
 
 
 def _make_test(commands: dict[str, str], *extra: str, **popen) -> subprocess.CompletedProcess | subprocess.Popen:
+    """``make test`` with each stage's command replaced; ``commands["vllm_env"]`` replaces the background build of
+    vLLM's environment (``true`` unless given: the real one would install vLLM)."""
+    commands = {"vllm_env": "true", **commands}
     argv = ["make", "--no-print-directory", "-o", "install", *extra, "test",
             *[f"TEST_{stage.upper()}_CMD={command}" for stage, command in commands.items()]]
     if popen:  # Ctrl-C tests: SIGINT at its default in make, whatever this process inherited
@@ -69,6 +73,25 @@ def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
         assert "Error 1" in done.stderr  # make reports the target failed
 
 
+@pytest.mark.parametrize("env_seconds, pytest_seconds", [(1, 4), (3, 0)])
+def test_vllms_environment_builds_beside_the_stages_and_the_vllm_stage_waits_for_it(tmp_path, env_seconds,
+                                                                                    pytest_seconds):
+    """The background build starts with make test: a build shorter than pytest ends during it; a longer one is
+    waited for by the vllm stage alone."""
+    ran = tmp_path / "ran"
+    commands = _stand_ins(ran, (0,) * len(STAGES))
+    commands["pytest"] = f"echo pytest >> {ran}; sleep {pytest_seconds}"
+    commands["vllm_env"] = f"sleep {env_seconds}; echo vllm-env >> {ran}"
+    done = _make_test(commands)
+    assert done.returncode == 0, done.stdout + done.stderr
+    order = ran.read_text().split()
+    assert sorted(order) == sorted([*STAGES, "vllm-env"]) and order[-1] == "vllm", order
+    if pytest_seconds > env_seconds:
+        assert order.index("vllm-env") == order.index("pytest") + 1, order  # built while pytest ran
+    else:
+        assert order[-2:] == ["vllm-env", "vllm"], order  # the other stages did not wait
+
+
 def test_each_stage_command_is_echoed_with_its_quotes_kept(tmp_path):
     ran = tmp_path / "ran"
     commands = _stand_ins(ran, (0,) * len(STAGES))
@@ -89,14 +112,18 @@ def test_the_stages_default_to_the_real_commands():
     needles = ["-m rlvr_lib.lockfile locks/", "-m pytest -n 2 -q tests", "-m rlvr_lib.study.reproduce --stored full",
                "RLVR_CACHE_ONLY=1 OMP_NUM_THREADS=1", "--nbval-lax $full", "--nbval-lax $quick",
                "reproduce --profile quick --force --workers 2",
-               "papermill --no-progress-bar -k python3 \"$nb\" \".make/tutorials/", "-m mkdocs build --strict", "--no-print-directory test-vllm",
+               "papermill --no-progress-bar -k python3 \"$nb\" \".make/tutorials/", "-m mkdocs build --strict",
+               "wait \"$env_job\"", "(make --no-print-directory test-vllm)",
                "exit $failed"]
+    # vLLM's environment is built in the background from the start, in its own process group.
+    needles.insert(0, "setsid /bin/sh -c 'mkdir -p .make && make --no-print-directory vllm-env > .make/vllm-env.log 2>&1' &")
     where = [text.find(needle) for needle in needles]
     assert -1 not in where and where == sorted(where), text
     for stage in STAGES:
         assert f"stage $? {stage};" in text
 
 
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
 @pytest.mark.parametrize("shell", ["/bin/sh", "/bin/bash"])
 def test_ctrl_c_stops_make_test_and_starts_no_later_stage(tmp_path, shell):
     """A stage that catches SIGINT and exits (as pytest does on Ctrl-C, exit code 2) does not let the next stage
@@ -105,8 +132,10 @@ def test_ctrl_c_stops_make_test_and_starts_no_later_stage(tmp_path, shell):
     if not os.path.exists(shell):
         pytest.skip(f"no {shell}")
     ran = tmp_path / "ran"
+    env_pid = tmp_path / "env.pid"
     commands = _stand_ins(ran, (0,) * len(STAGES))
     commands["pytest"] = f"trap 'kill $$!; exit 2' INT; echo pytest >> {ran}; sleep 30 & wait"
+    commands["vllm_env"] = f"echo $$$$ > {env_pid}; sleep 30; echo vllm-env >> {ran}"
     proc = _make_test(commands, f"SHELL={shell}", start_new_session=True, stdout=subprocess.PIPE,
                       stderr=subprocess.STDOUT)
     try:
@@ -125,3 +154,18 @@ def test_ctrl_c_stops_make_test_and_starts_no_later_stage(tmp_path, shell):
     assert proc.returncode != 0 and time.monotonic() - started < 15, output
     time.sleep(0.5)
     assert ran.read_text().split() == ["lock", "pytest"], output
+    # The background build of vLLM's environment (its own process group, made by this make test) is stopped too.
+    assert _running_in_group(int(env_pid.read_text())) == [], output
+
+
+def _running_in_group(pgid: int) -> list[int]:
+    """The processes of group ``pgid`` that are not zombies (one killed but not yet reaped is gone), from /proc."""
+    running = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _, group = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, IndexError, ValueError):
+            continue  # ended while being read
+        if int(group) == pgid and state != "Z":
+            running.append(int(stat.parent.name))
+    return running
