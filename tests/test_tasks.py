@@ -329,3 +329,17 @@ def test_round_only_items_the_rare_strategy_solves_are_in_no_rl_pool():
     assert abs(share - ROUND_ONLY_SHOWN_SHARE) < 0.06  # 686 items: a hash, not a rule
     assert not round_only_shown(47, 86) and not round_only_shown(58, 86)  # only round-only items can be shown
     assert any(round_only(*ab) for ab in problem_pool("eval", "hard"))
+
+
+def test_a_pool_is_computed_once_and_each_caller_gets_its_own_list():
+    """Pools are cached per process (every run's draw reads them); a caller that edits its list changes no other's."""
+    from rlvr_lib.tasks import arithmetic, subtraction
+
+    for pool in (lambda: arithmetic.problem_pool("eval", "medium"), lambda: subtraction.problem_pool("eval", "hard")):
+        first = pool()
+        kept = list(first)
+        first.clear()
+        again = pool()
+        assert again == kept and len(kept) > 0 and again is not pool()
+    arithmetic.problem_pool("train", "easy", first_units=[1, 2])  # a list of units is accepted as before
+    assert arithmetic._problem_pool.cache_info().currsize >= 1 and subtraction._pool.cache_info().hits >= 1

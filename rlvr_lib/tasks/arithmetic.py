@@ -245,6 +245,15 @@ def problem_pool(
     if split not in SPLITS:
         raise ValueError(f"split={split!r} is not valid: must be one of {list(SPLITS)}")
     check_difficulty(difficulty)
+    units = None if first_units is None else tuple(first_units)
+    return list(_problem_pool(split, difficulty, tuple(first_factors), units, profiled))
+
+
+@functools.lru_cache(maxsize=None)
+def _problem_pool(split: str, difficulty: str, first_factors: tuple[int, int], first_units: tuple[int, ...] | None,
+                  profiled: bool) -> tuple[tuple[int, int], ...]:
+    # Computed once per process: every run's task draw reads these pools, and a pool is fixed by its arguments
+    # and the shipped strategy profile (itself read once).
     lo, hi = first_factors
     out = []
     for a in range(lo, hi + 1):
@@ -261,7 +270,7 @@ def problem_pool(
             if split == "sft" and (shows_unseen_fact(a, b) or (round_only(a, b) and not round_only_shown(a, b))):
                 continue
             out.append((a, b))
-    return out
+    return tuple(out)
 
 
 def _family_rng(family: str, seed: int) -> np.random.Generator:
@@ -277,18 +286,13 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
     return counts.tolist()
 
 
-def _family_pool(spec: FamilySpec, difficulty: str) -> list[tuple[int, int]]:
-    if spec.skill == subtraction.SKILL:
-        return _subtraction_pool(spec.split, difficulty)
-    pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
-    if spec.only_rare_solves:
-        pool = [(a, b) for a, b in pool if only_rare_solves(a, b)]
-    return pool
-
-
 @functools.lru_cache(maxsize=None)
-def _subtraction_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
-    return subtraction.problem_pool(split, difficulty)
+def _family_pool(spec: FamilySpec, difficulty: str) -> tuple[tuple[int, int], ...]:
+    """The ``(a, b)`` a family draws its ``difficulty`` problems from, in a fixed order (once per process)."""
+    if spec.skill == subtraction.SKILL:
+        return tuple(subtraction.problem_pool(spec.split, difficulty))
+    pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
+    return tuple((a, b) for a, b in pool if not spec.only_rare_solves or only_rare_solves(a, b))
 
 
 def family_mix(family: str) -> tuple[float, float, float]:

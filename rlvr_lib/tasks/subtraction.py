@@ -13,6 +13,7 @@ Difficulty: borrows of the column subtraction (``easy`` 0, ``medium`` 1, ``hard`
 
 from __future__ import annotations
 
+import functools
 import hashlib
 
 from rlvr_lib.tasks.base import Problem, Verdict
@@ -105,8 +106,14 @@ def problem_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
         raise ValueError(f"split={split!r} is not valid for subtraction: must be one of {list(SPLITS)}")
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"difficulty={difficulty!r} is not valid: must be one of {list(DIFFICULTIES)}")
-    return [(a, b) for a in range(A_RANGE[0], A_RANGE[1] + 1) for b in range(B_RANGE[0], a - MIN_DIFFERENCE + 1)
-            if difficulty_of(a, b) == difficulty and split_of(a, b) == split]
+    return list(_pool(split, difficulty))
+
+
+@functools.lru_cache(maxsize=None)
+def _pool(split: str, difficulty: str) -> tuple[tuple[int, int], ...]:
+    # Computed once per process: about 2 s of hashing per pool, and every run's task draw reads it.
+    return tuple((a, b) for a in range(A_RANGE[0], A_RANGE[1] + 1) for b in range(B_RANGE[0], a - MIN_DIFFERENCE + 1)
+                 if difficulty_of(a, b) == difficulty and split_of(a, b) == split)
 
 
 def verify(problem: Problem, completion: object) -> Verdict:
