@@ -24,8 +24,6 @@ The manifest (the record of executions) is ``<out>/<profile>/manifest.json`` in 
 * The kernel runs in the notebook's folder with the library's parent folder on ``PYTHONPATH``.
 * ``--workers N`` runs N notebooks at once, each kernel with ``OMP_NUM_THREADS = cores // N`` (unless set);
   Ctrl-C or SIGTERM stops every kernel; runs two notebooks share are computed once.
-* A kernel that dies before it answers (kernels started at once can be handed the same port) is started again,
-  up to :data:`KERNEL_START_ATTEMPTS` times; it ran no cell.
 * ``--executor local|ray|slurm [--address ADDR] [--slurm KEY=VALUE ...]``: each notebook's plan (`rlvr_lib.study.plan`) is computed first by
   `rlvr_lib.study.executors` (local processes, or one Ray task per run), then the notebook is executed reading only
   the cache (``RLVR_CACHE_ONLY=1``); the quick profile's runs go to ``<out>/quick/runs`` (docs/scaling-out.md).
