@@ -299,3 +299,21 @@ def test_two_processes_compute_a_shared_run_once(tmp_path):
     assert log.read_text().splitlines() == [str(first.pid)]  # fn ran once, in the first process
     assert [r.run_id for r in load_runs("exp", tmp_path)] == [run_id]
     assert (tmp_path / "exp" / f".{run_id}.lock").exists()  # hidden, next to the record it guards
+
+
+def test_a_run_made_again_with_one_more_evaluation_counts_once():
+    """A notebook that trains another's arm again only to add an evaluation makes the same run twice: a table reads
+    one record per seed of it, and keeps runs that differ otherwise (another seed, another training setting)."""
+    from types import SimpleNamespace
+
+    from rlvr_lib.study.runs import one_run_per_seed
+
+    def rec(run_id, seed, lr, extra=None):
+        config = {"train": {"method": "pope", "lr": lr}, "eval": {"samples": 32}}
+        return SimpleNamespace(name="pope", seed=seed, run_id=run_id,
+                               config={**config, **({"extra_evals": extra} if extra else {})})
+
+    first, again = rec("pope-a-s0", 0, 1e-4), rec("pope-b-s0", 0, 1e-4, {"protocol-nudgerl": {"samples": 32}})
+    other_seed, other_lr = rec("pope-c-s1", 1, 1e-4), rec("pope-d-s0", 0, 3e-4)
+    assert one_run_per_seed([first, again, other_seed, other_lr]) == [first, other_seed, other_lr]
+    assert one_run_per_seed([again, first]) == [again]

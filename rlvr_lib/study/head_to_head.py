@@ -33,7 +33,7 @@ from rlvr_lib.methods.compose import SEPARATOR, compose, hook_conflicts, overrid
 from rlvr_lib.study import papers
 from rlvr_lib.study.profiles import BASELINES_WITH_WIDE, WIDE
 from rlvr_lib.study.protocols import SCALING_RULE, ProtocolEvaluation, claim_protocol
-from rlvr_lib.study.runs import PrerequisitesMissing, load_runs
+from rlvr_lib.study.runs import PrerequisitesMissing, load_runs, one_run_per_seed
 from rlvr_lib.study.stats import paired_difference_ci
 from rlvr_lib.study.testbed import (agreed_settings, calibrated_claims, calibrated_config, calibrated_conflicts,
                                     config_from_key, key_train, tuned_lr)
@@ -137,7 +137,7 @@ def home(name: str, budget: Budget, protocols: Mapping[str, EvalSpec] | None = N
 # ----------------------------------------------------------------------------- arm selection
 def records_by_name(experiment: str, names: Sequence[str], root=None) -> dict[str, list]:
     """``{name: records}`` of ``experiment``'s runs named ``names`` on the shipped policy and testbed."""
-    return {n: load_runs(experiment, root, name=n, current=True) for n in names}
+    return {n: one_run_per_seed(load_runs(experiment, root, name=n, current=True)) for n in names}
 
 
 def mean_pass(records: Sequence, k: int = 1, family: str | None = None, label: str | None = None) -> float:

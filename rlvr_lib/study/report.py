@@ -30,7 +30,7 @@ from rlvr_lib.study.claims.tables import (CHANCE_LEVEL, PAPER_NAMES, PREMISE_ABS
                                           find_claims_headline, notebook_outputs)
 from rlvr_lib.study import papers
 from rlvr_lib.study.executions import full_execution
-from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, named_policy_shas, results_root
+from rlvr_lib.study.runs import current_testbed, load_runs, measured_on, one_run_per_seed, named_policy_shas, results_root
 from rlvr_lib.study.stats import PASSK_INTERVAL, SEED_INTERVAL, format_ci
 from rlvr_lib.validation import check, check_choice
 
@@ -361,12 +361,12 @@ def _method_table(records: list, experiment: str, title: str, shared: list) -> l
     samples on three families) has other pass@k columns and another average.
     """
     main = _eval_scope(next((r for r in records if "train" in r.config), records[0]))
-    records = [r for r in records if _eval_scope(r) == main]
+    records = one_run_per_seed([r for r in records if _eval_scope(r) == main])
     by_name: dict[str, list] = {}
     for r in records:
         by_name.setdefault(r.name, []).append(r)
     for label, recs in shared:
-        by_name[label] = recs or by_name.get(label, [])
+        by_name[label] = one_run_per_seed(recs) or by_name.get(label, [])
     by_name = {name: recs for name, recs in by_name.items() if recs}
     kmax = max(int(k) for k in records[0].final["average"]["pass_at_k"])
     ks = sorted({k for k in (1, 8, kmax) if k <= kmax})
@@ -939,8 +939,8 @@ _IDEAS = {
 table."""
 
 TEST_MINUTES = 34
-"""`make test` from a fresh clone on the 2-core CI machine, in minutes (the last measured fresh-clone run, every stage;
-docs/checking.md, "How long each takes", has its stages)."""
+"""`make test` from a fresh clone on a 2-core machine like CI's, alone on it, in minutes (the last measured run, every
+stage; docs/checking.md, "How long each takes", has its stages and commit)."""
 
 
 def _nonzero(counts: Mapping[str, int]) -> str:
@@ -1042,8 +1042,8 @@ def render_commands(root: str | Path | None = None) -> str:
     parts = "; ".join(f"{label}: {elapsed:.1f} of its {budget:g}" for label, _, budget, elapsed in budgets)
     extra = (f"; the second model size's runs {second['elapsed']:.1f} more (`make second-size` first, of its "
              f"{SECOND_SIZE_BUDGET:g})" if second is not None else "")
-    return (f"`make test` takes about {TEST_MINUTES} minutes from a fresh clone on a 2-core machine (CI), every stage "
-            "included. `make reproduce` recomputes nothing on a fresh clone: every run is cached in `results/`, so it "
+    return (f"`make test` takes about {TEST_MINUTES} minutes from a fresh clone on a 2-core machine like CI's, every "
+            "stage included. `make reproduce` recomputes nothing on a fresh clone: every run is cached in `results/`, so it "
             "only executes the notebooks from the cache, under a minute each. From an empty cache the committed runs "
             f"take **{total:.1f} elapsed hours** on {REPRODUCE_WORKERS} workers ({parts}){extra}, measured on the "
             "processors the [results](docs/results.md) name.")

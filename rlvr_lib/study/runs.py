@@ -59,6 +59,7 @@ __all__ = [
     "load_runs",
     "measured_on",
     "machine",
+    "one_run_per_seed",
     "read_record",
     "record_checksum",
     "results_root",
@@ -597,6 +598,19 @@ def load_runs(experiment: str, root: str | Path | None = None, *, name: str | No
         here = current_testbed()
         records = [r for r in records if measured_on(r) == here]
     return sorted(records, key=lambda r: (r.name, r.seed, r.run_id))
+
+
+def one_run_per_seed(records: Sequence[RunRecord]) -> list[RunRecord]:
+    """``records`` less the repeats of a run: of records with one name, seed and config but for their extra
+    evaluations, the first is kept. A notebook that trains another notebook's arm again only to add an evaluation
+    (notebook 03's POPE, notebook 02's run with NudgeRL's protocol) makes the same run twice, not another seed."""
+    seen, kept = set(), []
+    for r in records:
+        key = (r.name, r.seed, json.dumps({k: v for k, v in r.config.items() if k != "extra_evals"}, sort_keys=True))
+        if key not in seen:
+            seen.add(key)
+            kept.append(r)
+    return kept
 
 
 def runs_frame(records: Sequence[RunRecord]):

@@ -286,13 +286,12 @@ def difficulty_counts(mix: tuple[float, ...], n: int) -> list[int]:
     return counts.tolist()
 
 
-@functools.lru_cache(maxsize=None)
-def _family_pool(spec: FamilySpec, difficulty: str) -> tuple[tuple[int, int], ...]:
-    """The ``(a, b)`` a family draws its ``difficulty`` problems from, in a fixed order (once per process)."""
+def _family_pool(spec: FamilySpec, difficulty: str) -> list[tuple[int, int]]:
+    """The ``(a, b)`` a family draws its ``difficulty`` problems from, in a fixed order (its pool is cached)."""
     if spec.skill == subtraction.SKILL:
-        return tuple(subtraction.problem_pool(spec.split, difficulty))
+        return subtraction.problem_pool(spec.split, difficulty)
     pool = problem_pool(spec.split, difficulty, spec.first_factors, spec.first_units)
-    return tuple((a, b) for a, b in pool if not spec.only_rare_solves or only_rare_solves(a, b))
+    return [(a, b) for a, b in pool if not spec.only_rare_solves or only_rare_solves(a, b)]
 
 
 def family_mix(family: str) -> tuple[float, float, float]:

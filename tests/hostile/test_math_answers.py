@@ -178,11 +178,14 @@ def test_a_hang_on_a_worker_thread_times_out_within_the_limit(task, runner):
 def test_concurrent_threads_each_get_their_own_verdict(task):
     cases = [("45", r"\boxed{45}", CORRECT), ("45", HANG, TIMEOUT), (r"\frac{1}{3}", "0.333333", WRONG),
              ("45", "", MALFORMED), (r"\frac{1}{2}", r"\boxed{\frac{2}{4}}", CORRECT), ("3", r"\boxed{3,3,3}", WRONG)]
-    start = time.monotonic()
-    with ThreadPoolExecutor(len(cases)) as pool:
-        verdicts = list(pool.map(lambda case: task.verify(problem(case[0]), case[1]), cases))
-    assert [v.status for v in verdicts] == [status for *_, status in cases]
-    assert time.monotonic() - start < BOUND_S + 2
+    seconds = []
+    for _ in range(2):  # the first round starts a worker per caller (six imports of sympy); the second reuses them
+        start = time.monotonic()
+        with ThreadPoolExecutor(len(cases)) as pool:
+            verdicts = list(pool.map(lambda case: task.verify(problem(case[0]), case[1]), cases))
+        seconds.append(time.monotonic() - start)
+        assert [v.status for v in verdicts] == [status for *_, status in cases]
+    assert seconds[1] < BOUND_S, "the hang held up the other callers"
 
 
 def _verify_in_child(answer, completion):
