@@ -110,8 +110,10 @@ test: install
 	@env_job=; stop_env() { if [ -n "$$env_job" ]; then kill -TERM "-$$env_job" 2>/dev/null; fi; }; \
 	trap 'stop_env; exit 130' INT; trap 'stop_env; exit 143' TERM; failed=0; summary=; \
 	if command -v setsid > /dev/null; then setsid $(SHELL) -c $(call quoted,$(TEST_VLLM_ENV_CMD)) & env_job=$$!; fi; \
-	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; \
-	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s)' "$$2" $$result "$$1")\n"; }; \
+	began=$$(date +%s); t=$$began; \
+	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; now=$$(date +%s); \
+	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s, %s s)' "$$2" $$result "$$1" $$((now - t)))\n"; \
+	  t=$$now; }; \
 	echo == lock: $(call quoted,$(TEST_LOCK_CMD));     ($(TEST_LOCK_CMD));   stage $$? lock; \
 	echo == pytest: $(call quoted,$(TEST_PYTEST_CMD)); ($(TEST_PYTEST_CMD)); stage $$? pytest; \
 	echo == nbval: $(call quoted,$(TEST_NBVAL_CMD));   ($(TEST_NBVAL_CMD));  stage $$? nbval; \
@@ -120,7 +122,7 @@ test: install
 	echo == docs: $(call quoted,$(TEST_DOCS_CMD));     ($(TEST_DOCS_CMD));   stage $$? docs; \
 	echo == vllm: $(call quoted,$(TEST_VLLM_CMD)); if [ -n "$$env_job" ]; then wait "$$env_job"; env_job=; fi; \
 	($(TEST_VLLM_CMD)); stage $$? vllm; \
-	printf '%b' "$$summary"; \
+	printf '%b' "$$summary"; echo "make test: $$(( $$(date +%s) - began )) s in all (the install before it not counted)"; \
 	exit $$failed
 
 # The documentation site (mkdocs.yml; docs/index.md says why MkDocs Material, mkdocs-jupyter and mkdocstrings).

@@ -1,5 +1,6 @@
 """`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the tutorials, the strict docs
-build, the vLLM tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code) and fails at the end if any failed.
+build, the vLLM tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code,
+seconds) and the total, and fails at the end if any failed.
 vLLM's environment is built in the background from the start and waited for by the vllm stage; Ctrl-C stops it too.
 
 The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
@@ -23,7 +24,8 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 REPO = Path(__file__).resolve().parents[1]
 STAGES = ("lock", "pytest", "nbval", "smoke", "tutorial", "docs", "vllm")
-SUMMARY = re.compile(r"^make test: (\S+)\s+(passed|failed) \(exit code (\d+)\)$")
+SUMMARY = re.compile(r"^make test: (\S+)\s+(passed|failed) \(exit code (\d+), (\d+) s\)$")
+TOTAL = re.compile(r"^make test: (\d+) s in all \(the install before it not counted\)$")
 
 
 def _env() -> dict[str, str]:
@@ -63,8 +65,9 @@ def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
     done = _make_test(_stand_ins(ran, codes))
     assert ran.read_text().split() == list(STAGES), done.stdout  # in order, each once, after any failure
     lines = done.stdout.splitlines()
-    summary = [SUMMARY.match(line) for line in lines[-len(STAGES):]]
+    summary = [SUMMARY.match(line) for line in lines[-len(STAGES) - 1:-1]]
     assert all(summary), done.stdout
+    assert TOTAL.match(lines[-1]), done.stdout
     assert [(m[1], m[2], int(m[3])) for m in summary] == [
         (stage, "passed" if code == 0 else "failed", code) for stage, code in zip(STAGES, codes)]
     assert sum(bool(SUMMARY.match(line)) for line in lines) == len(STAGES)  # one line each, at the end
@@ -84,6 +87,12 @@ def test_vllms_environment_builds_beside_the_stages_and_the_vllm_stage_waits_for
     commands["vllm_env"] = f"sleep {env_seconds}; echo vllm-env >> {ran}"
     done = _make_test(commands)
     assert done.returncode == 0, done.stdout + done.stderr
+    seconds = {m[1]: int(m[4]) for m in map(SUMMARY.match, done.stdout.splitlines()) if m}
+    assert pytest_seconds <= seconds["pytest"] <= pytest_seconds + 2, done.stdout  # each stage's own time
+    waited = max(0, env_seconds - pytest_seconds)  # the vllm stage's time includes waiting for the build
+    assert waited - 1 <= seconds["vllm"] <= waited + 2, done.stdout
+    total = int(TOTAL.match(done.stdout.splitlines()[-1])[1])
+    assert sum(seconds.values()) - 1 <= total <= sum(seconds.values()) + len(STAGES), done.stdout
     order = ran.read_text().split()
     assert sorted(order) == sorted([*STAGES, "vllm-env"]) and order[-1] == "vllm", order
     if pytest_seconds > env_seconds:
