@@ -1,5 +1,7 @@
 """The testbed's out-of-task skill: three-digit subtraction (generators, pools and verifier)."""
 
+import hashlib
+
 import numpy as np
 import pytest
 
@@ -68,6 +70,21 @@ def test_pools_are_disjoint_and_the_family_draws_from_eval_only():
     assert family_problems("sub_ood", 200, seed=0) == problems
     sft = set(sub.problem_pool("sft", "medium"))
     assert sft and not sft & set(sub.problem_pool("eval", "medium"))
+
+
+def test_the_pools_partition_every_pair_by_its_borrows_and_split():
+    """The pools are classified all at once (vectorised borrows); each pair lies in exactly one, the one `borrows`
+    and the split's hash (its first 32 bits as a unit, >= 0.5: eval) give it, in (a, b) order."""
+    pools = {(split, d): sub.problem_pool(split, d) for split in sub.SPLITS for d in sub.DIFFICULTIES}
+    every = [(a, b) for a in range(sub.A_RANGE[0], sub.A_RANGE[1] + 1)
+             for b in range(sub.B_RANGE[0], a - sub.MIN_DIFFERENCE + 1)]
+    assert sorted(pair for pool in pools.values() for pair in pool) == every
+    for (split, difficulty), pool in pools.items():
+        assert pool == sorted(pool)
+        for a, b in pool[::97]:
+            assert sub.difficulty_of(a, b) == difficulty and sub.split_of(a, b) == split
+            unit = int(hashlib.sha256(f"{sub._SPLIT_VERSION}:{a}-{b}".encode()).hexdigest()[:8], 16) / 16**8
+            assert (unit >= 0.5) == (split == "eval")
 
 
 @pytest.mark.parametrize("a,b,match", [(199, 150, "a=199"), (500, 500, "b=500"), (500, 491, "b=491"), (500, 99, "b=99"),

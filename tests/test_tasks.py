@@ -344,4 +344,4 @@ def test_a_pool_is_computed_once_and_each_caller_gets_its_own_list():
     # the cache key is the units' values, however they are passed
     assert arithmetic.problem_pool("train", "easy", first_units=[1, 2]) == arithmetic.problem_pool(
         "train", "easy", first_units=(1, 2)) != []
-    assert arithmetic._problem_pool.cache_info().currsize >= 1 and subtraction._pool.cache_info().hits >= 1
+    assert arithmetic._problem_pool.cache_info().currsize >= 1 and subtraction._pools.cache_info().hits >= 1

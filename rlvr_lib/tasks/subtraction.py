@@ -16,6 +16,8 @@ from __future__ import annotations
 import functools
 import hashlib
 
+import numpy as np
+
 from rlvr_lib.tasks.base import Problem, Verdict
 from rlvr_lib.tasks.step_format import verify_format
 
@@ -56,8 +58,8 @@ def difficulty_of(a: int, b: int) -> str:
 
 def split_of(a: int, b: int) -> str:
     """Pool of ``a - b``: ``"sft"`` (pretraining) or ``"eval"``, a fixed hash of the problem."""
-    unit = int(hashlib.sha256(f"{_SPLIT_VERSION}:{a}-{b}".encode()).hexdigest()[:8], 16) / 16**8
-    return "eval" if unit >= 0.5 else "sft"
+    # The hash's first 32 bits as a unit in [0, 1) are >= 0.5 exactly when its top bit is set.
+    return "eval" if hashlib.sha256(f"{_SPLIT_VERSION}:{a}-{b}".encode()).digest()[0] >= 0x80 else "sft"
 
 
 def solution_trace(a: int, b: int, strategy: str) -> str:
@@ -109,11 +111,27 @@ def problem_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
     return list(_pool(split, difficulty))
 
 
-@functools.lru_cache(maxsize=None)
 def _pool(split: str, difficulty: str) -> tuple[tuple[int, int], ...]:
-    # Computed once per process: about 2 s of hashing per pool, and every run's task draw reads it.
-    return tuple((a, b) for a in range(A_RANGE[0], A_RANGE[1] + 1) for b in range(B_RANGE[0], a - MIN_DIFFERENCE + 1)
-                 if difficulty_of(a, b) == difficulty and split_of(a, b) == split)
+    return _pools()[split, difficulty]
+
+
+@functools.lru_cache(maxsize=None)
+def _pools() -> dict[tuple[str, str], tuple[tuple[int, int], ...]]:
+    """Every ``(split, difficulty)`` pool, each pair in ``(a, b)`` order, classified once per process (every run's
+    task draw reads them): the borrows column by column over all pairs at once (`borrows`' arithmetic), `split_of`
+    per pair."""
+    pairs = [(a, b) for a in range(A_RANGE[0], A_RANGE[1] + 1) for b in range(B_RANGE[0], a - MIN_DIFFERENCE + 1)]
+    a, b = np.array(pairs, dtype=np.int64).T
+    count, borrow = np.zeros_like(a), np.zeros_like(a)
+    while b.any():  # `borrows` column by column; a pair whose b has run out of digits keeps its count
+        digits = b > 0
+        borrow = np.where(digits, (a % 10 - borrow < b % 10).astype(np.int64), borrow)
+        count += borrow * digits
+        a, b = a // 10, b // 10
+    pools: dict[tuple[str, str], list[tuple[int, int]]] = {(s, d): [] for s in SPLITS for d in DIFFICULTIES}
+    for pair, borrows_ in zip(pairs, np.minimum(count, 2).tolist()):
+        pools[split_of(*pair), DIFFICULTIES[borrows_]].append(pair)
+    return {key: tuple(pool) for key, pool in pools.items()}
 
 
 def verify(problem: Problem, completion: object) -> Verdict:
