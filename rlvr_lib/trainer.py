@@ -807,6 +807,10 @@ def _remove_stale_temps(path: Path) -> None:
 
 def _keep_copy(path: Path, copy_path: Path) -> None:
     """Atomically make ``copy_path`` a copy of ``path``: a hard link (no data written), else a real copy."""
+    if copy_path.exists() and os.path.samefile(path, copy_path):
+        # Already a link of it (the write that was to replace ``path`` was killed): rename() of one link onto
+        # another of the same file does nothing, and would leave the temp link behind.
+        return
     tmp = copy_path.with_name(f".{copy_path.name}.{os.getpid()}.tmp")
     try:
         tmp.unlink(missing_ok=True)

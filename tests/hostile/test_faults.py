@@ -212,6 +212,21 @@ def test_a_finished_run_reopened_removes_the_temp_files_a_kill_left(policy, tmp_
     assert reopened.train(progress=False) == trainer.history  # nothing left to do, nothing changed
 
 
+def test_a_save_after_a_write_killed_past_keeping_the_previous_leaves_no_temp_file(policy, tmp_path):
+    """A kill after the previous checkpoint was kept (a hard link of ``checkpoint.pt``) and before the new one
+    replaced it leaves both names on one file; the next save keeps that file as the previous one and leaves no temp
+    link (rename() of two links of one file does nothing, so a temp link renamed onto it would stay)."""
+    trainer = _trainer(policy, tmp_path)
+    trainer.step()  # checkpoint_every=1: writes checkpoint.pt
+    assert not (tmp_path / "checkpoint.prev.pt").exists()
+    os.link(tmp_path / CKPT, tmp_path / "checkpoint.prev.pt")  # the killed write's state
+    kept = (tmp_path / CKPT).read_bytes()
+    trainer.step()
+    assert _temp_files(tmp_path) == []
+    assert (tmp_path / "checkpoint.prev.pt").read_bytes() == kept
+    assert read_checkpoint(tmp_path / CKPT)["step"] == 2 and read_checkpoint(tmp_path / "checkpoint.prev.pt")["step"] == 1
+
+
 def _checkpoint_size(state, folder: Path) -> int:
     """Bytes of a checkpoint of ``state``'s size (what a half-written temp file is half of)."""
     path = folder / "size-probe.pt"
