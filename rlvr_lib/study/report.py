@@ -331,14 +331,23 @@ def _eval_scope(record) -> dict:
     return {key: spec.get(key) for key in ("families", "samples")}
 
 
-def _method_section(root: Path, experiment: str, title: str, shared: tuple = ()) -> list[str]:
+def _method_section(root: Path, experiment: str, title: str, shared: tuple = (),
+                    folders: dict[str, list] | None = None) -> list[str]:
     """One table per policy and testbed the section's runs were measured on, the shipped ones first.
 
     A recompute adds runs on the shipped policy beside the committed earlier ones; each set is its own
     table (their problems differ, so they are never pooled). ``shared`` rows are taken on the same
-    policy and testbed as the table's runs.
+    policy and testbed as the table's runs. ``folders``: records already read, by folder (filled here; one
+    render reads each folder once, not once per shared row).
     """
-    records = load_runs(experiment, root)
+    folders = {} if folders is None else folders
+
+    def folder(name: str) -> list:
+        if name not in folders:
+            folders[name] = load_runs(name, root)
+        return folders[name]
+
+    records = folder(experiment)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
     current = current_testbed()
@@ -346,7 +355,7 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = ())
     lines: list[str] = []
     for i, group in enumerate(groups):
         recs = [r for r in records if measured_on(r) == group]
-        rows = [(label, [r for r in load_runs(other, root, name=name) if measured_on(r) == group])
+        rows = [(label, [r for r in folder(other) if r.name == name and measured_on(r) == group])
                 for other, name, label in shared]
         lines += ([] if i == 0 else [""]) + _method_table(recs, experiment, title, rows)
     return lines
@@ -736,8 +745,9 @@ def render(root: str | Path | None = None) -> str:
     lines += [""] + _premises_section(root)
     lines += [""] + _regimes_section(root)
     lines += [""] + _scorecard_section(root)
+    folders: dict[str, list] = {}
     for experiment, title, notebook, shared in SECTIONS:
-        lines += [""] + _method_section(root, experiment, title, shared)
+        lines += [""] + _method_section(root, experiment, title, shared, folders)
         path = full_execution(notebook, root)
         if path is not None:
             outputs = notebook_outputs(path)  # read once: the headline and the guide both come from it
