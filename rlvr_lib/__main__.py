@@ -118,11 +118,6 @@ DTYPES = ("bfloat16", "float16", "float32")
 
 def _train(args: argparse.Namespace) -> int:
     """Build the config (preset < --config file < --set < flags), train, write under --out."""
-    import torch
-
-    from rlvr_lib.run import train
-    from rlvr_lib.trainer import CheckpointError
-
     _check_no_sharding(args.backend)
     _check_mixed_precision(args.backend)
     config = _train_config(args)
@@ -131,6 +126,11 @@ def _train(args: argparse.Namespace) -> int:
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
+    import torch  # the training stack, imported once the input is known good: a usage error answers in a second
+
+    from rlvr_lib.run import train
+    from rlvr_lib.trainer import CheckpointError
+
     try:
         with hub_data_errors("train", config.task):
             trained = train(config, out, dtype=getattr(torch, args.dtype), backend=args.backend, trl_args=trl_args,
@@ -303,9 +303,6 @@ def _evaluate(args: argparse.Namespace) -> int:
     """Evaluate a policy (`rlvr_lib.eval.policy_eval.evaluate_policy`) and write the summary as JSON."""
     from rlvr_lib.eval.policy_eval import EvalSpec, evaluate_policy
     from rlvr_lib.files import write_json_atomic
-    from rlvr_lib.policy import load_policy
-    from rlvr_lib.policy.load import policy_fingerprint
-    from rlvr_lib.rollout import KVCacheEngine
 
     check_model("--model", args.model)
     check_out_file("--out", args.out)
@@ -320,6 +317,10 @@ def _evaluate(args: argparse.Namespace) -> int:
         given["families"] = tuple(given["families"])
     with flag_errors(EVAL_FLAGS | ({"task": "--dataset"} if block is not None else {}), "--task"):
         spec = EvalSpec.from_dict(given)
+    from rlvr_lib.policy import load_policy  # transformers, imported once the input is known good
+    from rlvr_lib.policy.load import policy_fingerprint
+    from rlvr_lib.rollout import KVCacheEngine
+
     model, tokenizer = load_policy(args.model)
     with hub_data_errors("evaluate", spec.task):
         summary = evaluate_policy(KVCacheEngine(model, tokenizer, batch_size=args.batch_size, progress=True), spec)

@@ -35,6 +35,19 @@ def test_importing_the_method_registry_does_not_import_the_trainer():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.parametrize("argv", [["evaluate", "--task", "nope"], ["train", "--method", "grpo", "--task", "nope"]])
+def test_a_usage_error_answers_before_the_model_stack_is_imported(argv, tmp_path):
+    """A mistyped command line is answered in a second or two: transformers, the policy and the training loop are
+    imported only once the input is known good."""
+    heavy = ["transformers", "rlvr_lib.policy", "rlvr_lib.run", "rlvr_lib.trainer"]
+    code = (f"import sys\nfrom rlvr_lib.__main__ import main\ntry:\n    main({[*argv, '--out', str(tmp_path / 'out')]!r})\n"
+            f"except SystemExit as stop:\n    print('EXIT', stop.code)\n"
+            f"print('LOADED', [m for m in {heavy!r} if m in sys.modules])")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "EXIT 2" in done.stdout and "'nope' is not registered" in done.stderr, (done.stdout, done.stderr)
+    assert "LOADED []" in done.stdout, done.stdout
+
+
 # ----------------------------------------------------------------------------- row-sliced minibatches
 class RowChecking(Method):
     """Checks, in every loss hook, that the minibatch's per-row data are the rows it claims to be.
