@@ -7,7 +7,7 @@ import pytest
 from rlvr_lib.study.__main__ import main
 from rlvr_lib.study.calibration import DOMINANT, RARE, CalibrationConfig, calibrate, format_report, rare_family_targets
 from rlvr_lib.policy import load_policy
-from rlvr_lib.rollout import HFEngine
+from rlvr_lib.rollout import KVCacheEngine
 from rlvr_lib.study.runs import cpu_model
 from rlvr_lib.tasks.arithmetic import EVAL_FAMILIES, STRATEGIES
 
@@ -18,7 +18,7 @@ SMALL = CalibrationConfig(problems_per_family=8, samples=8, wide_samples=16, hin
 @pytest.fixture(scope="module")
 def report():
     model, tokenizer = load_policy(device="cpu")
-    return calibrate(HFEngine(model, tokenizer), SMALL)
+    return calibrate(KVCacheEngine(model, tokenizer), SMALL)
 
 
 def test_report_has_the_stable_keys(report):
@@ -139,7 +139,7 @@ def test_only_round_works_on_rare_mix_for_the_shipped_policy():
     config = CalibrationConfig(problems_per_family=16, samples=8, hint_problems=16, hint_samples=8, hot_samples=1,
                                families=("rare_mix", "easy_mix", "train"))
     model, tokenizer = load_policy(device="cpu")
-    report = calibrate(HFEngine(model, tokenizer), config)
+    report = calibrate(KVCacheEngine(model, tokenizer), config)
     acc = report["families"]["rare_mix"]["acc_by_strategy"]
     # Round is the most accurate strategy there (the >= 3x targets: results/testbed/calibration.json).
     assert acc["round"] >= 0.25
