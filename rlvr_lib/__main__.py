@@ -126,7 +126,7 @@ def _train(args: argparse.Namespace) -> int:
     trl_args = _trl_args(args, config)
     out = Path(args.out) if args.out else Path("runs") / f"{config.method}-s{config.seed}"
     _check_train_out(out, config)
-    import torch  # the training stack, imported once the input is known good: a usage error answers in a second
+    import torch  # the training stack, imported once the input is known good: a usage error comes before it
 
     from rlvr_lib.run import train
     from rlvr_lib.trainer import CheckpointError
