@@ -108,11 +108,7 @@ def problem_pool(split: str, difficulty: str) -> list[tuple[int, int]]:
         raise ValueError(f"split={split!r} is not valid for subtraction: must be one of {list(SPLITS)}")
     if difficulty not in DIFFICULTIES:
         raise ValueError(f"difficulty={difficulty!r} is not valid: must be one of {list(DIFFICULTIES)}")
-    return list(_pool(split, difficulty))
-
-
-def _pool(split: str, difficulty: str) -> tuple[tuple[int, int], ...]:
-    return _pools()[split, difficulty]
+    return list(_pools()[split, difficulty])
 
 
 @functools.lru_cache(maxsize=None)
