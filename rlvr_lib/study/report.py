@@ -15,11 +15,12 @@ they quote can drift from the results.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -118,11 +119,21 @@ def _regimes_section(root: Path) -> list[str]:
     return lines
 
 
+Reader = Callable[[str], list]
+"""Reads one results folder's records by name (`records_reader`)."""
+
+
+def records_reader(root: Path) -> Reader:
+    """`load_runs` of ``root`` for one render: each folder is read once however many sections ask for it (the
+    lists are shared, so sections only read them)."""
+    return functools.lru_cache(maxsize=None)(lambda folder: load_runs(folder, root))
+
+
 _METHOD_NAMES = {name: shown for p in papers.PAPERS for name, shown in p.variants}
 """How the results page names each paper's variant (`rlvr_lib.study.papers.Paper.variants`)."""
 
 
-def _discovery_guide(root: Path) -> list[str]:
+def _discovery_guide(root: Path, read: Reader | None = None) -> list[str]:
     """What notebook 08's runs say of each method on the discovery regime: its share of the oracle's headroom
     (`rlvr_lib.study.regimes.headroom_fraction`, held-out targets' pass@1) and its ``round`` share there, read
     from the committed records (nothing until GRPO, the oracle and a method have runs)."""
@@ -130,8 +141,9 @@ def _discovery_guide(root: Path) -> list[str]:
     from rlvr_lib.study.regimes import METHOD_ARMS, headroom_fraction, round_share as share
     from rlvr_lib.tasks import discovery
 
+    read = read or records_reader(root)
     runs: dict[str, list] = {}
-    for r in load_runs(papers.notebook("discovery").folder, root):
+    for r in read(papers.notebook("discovery").folder):
         runs.setdefault(r.name, []).append(r)
     arms = [a for a in METHOD_ARMS if a in runs]
     if not ({"grpo", "oracle_explore"} <= set(runs) and arms):
@@ -332,21 +344,15 @@ def _eval_scope(record) -> dict:
 
 
 def _method_section(root: Path, experiment: str, title: str, shared: tuple = (),
-                    folders: dict[str, list] | None = None) -> list[str]:
+                    read: Reader | None = None) -> list[str]:
     """One table per policy and testbed the section's runs were measured on, the shipped ones first.
 
     A recompute adds runs on the shipped policy beside the committed earlier ones; each set is its own
     table (their problems differ, so they are never pooled). ``shared`` rows are taken on the same
-    policy and testbed as the table's runs. ``folders``: records already read, by folder (filled here; one
-    render reads each folder once, not once per shared row).
+    policy and testbed as the table's runs. ``read``: the render's `records_reader` (one render reads each folder
+    once, not once per section or shared row).
     """
-    folders = {} if folders is None else folders
-
-    def folder(name: str) -> list:
-        if name not in folders:
-            folders[name] = load_runs(name, root)
-        return folders[name]
-
+    folder = read or records_reader(root)
     records = folder(experiment)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
@@ -492,7 +498,7 @@ SECTIONS = tuple((nb.folder, nb.title, nb.notebook, nb.shared) for nb in papers.
 (`rlvr_lib.study.papers.NOTEBOOKS`: which rows each notebook reads from another's folder, and why)."""
 
 
-def notebook_compute(root: str | Path | None = None) -> list[dict]:
+def notebook_compute(root: str | Path | None = None, read: Reader | None = None) -> list[dict]:
     """Measured compute per notebook of the full profile, from the committed run records.
 
     Returns:
@@ -503,9 +509,10 @@ def notebook_compute(root: str | Path | None = None) -> list[dict]:
         named policy's name such as the second model size's, else its ``policy_sha``), the shipped one first.
     """
     root = results_root(root)
+    read = read or records_reader(root)
     rows = []
     for experiment, _, notebook, _ in SECTIONS:
-        records = load_runs(experiment, root)
+        records = read(experiment)
         seconds = sorted(r.wall_time_s for r in records)
         rows.append({
             "notebook": notebook, "experiment": experiment, "runs": len(records), "hours": sum(seconds) / 3600,
@@ -630,7 +637,7 @@ def budget_hours(rows: list[dict]) -> list[tuple[str, tuple[str, ...], float, fl
             for label, notebooks, budget, policy in BUDGETS]
 
 
-def _budget_section(root: Path) -> list[str]:
+def _budget_section(root: Path, read: Reader | None = None) -> list[str]:
     """Measured compute per notebook: the summed wall time of the runs each notebook owns, and that sum over
     `REPRODUCE_WORKERS`, the elapsed hours it takes when the workers are never idle (the budget's unit); then each
     of `BUDGETS` against its measured total."""
@@ -638,7 +645,7 @@ def _budget_section(root: Path) -> list[str]:
              f"{REPRODUCE_WORKERS}, the {REPRODUCE_WORKERS} workers of `make reproduce` never idle, the unit of the "
              "12-hour budget; a notebook's own rendering from the cache takes under a minute):", "",
              "| notebook | runs | run hours | elapsed hours | processor |", "|---|---|---|---|---|"]
-    rows = notebook_compute(root)
+    rows = notebook_compute(root, read)
     for row in rows:
         parts = row["by_policy"] or {"shipped": {"runs": 0, "hours": 0.0}}
         for policy, part in parts.items():
@@ -745,9 +752,9 @@ def render(root: str | Path | None = None) -> str:
     lines += [""] + _premises_section(root)
     lines += [""] + _regimes_section(root)
     lines += [""] + _scorecard_section(root)
-    folders: dict[str, list] = {}
+    read = records_reader(root)
     for experiment, title, notebook, shared in SECTIONS:
-        lines += [""] + _method_section(root, experiment, title, shared, folders)
+        lines += [""] + _method_section(root, experiment, title, shared, read)
         path = full_execution(notebook, root)
         if path is not None:
             outputs = notebook_outputs(path)  # read once: the headline and the guide both come from it
@@ -756,8 +763,8 @@ def render(root: str | Path | None = None) -> str:
                           + (f" ({headline})." if headline else ".")]
             lines += _guide_section(outputs, experiment, root)
         if experiment == papers.notebook("discovery").folder:
-            lines += _discovery_guide(root)
-    lines += [""] + _budget_section(root)
+            lines += _discovery_guide(root, read)
+    lines += [""] + _budget_section(root, read)
     lines += [""] + _verification_section(root)
     lines += [""] + _bench_section(root)
     return "\n".join(lines)
