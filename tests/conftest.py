@@ -43,7 +43,12 @@ Threads
     intra-op parallelism buys nothing, and on a loaded 2-core machine two
     spinning OpenMP threads made one ``generate`` of the tiny model ~100x slower
     (4.4 s against 0.04 s with one thread). With ``pytest -n 2`` one thread per
-    worker is also the right split.
+    worker is also the right split. ``OMP_NUM_THREADS`` is set to the same
+    count, so a command a test runs, in its process (``main([...])`` applies
+    ``--threads``' default, `rlvr_lib.cli_checks.default_threads`) or as a
+    subprocess, uses it too: left at its default (the host's cores), the
+    reduced dynamics calibration took 300 s beside a busy worker, 34 s on one
+    thread.
 
 The builders :func:`build_char_tokenizer` and :func:`build_tiny_qwen2` are
 plain functions, so a test needing another size or seed can call them directly
@@ -69,7 +74,9 @@ def pytest_configure(config):
     """Use few intra-op threads for the tiny test models (see module docstring); record the hostile suite."""
     import hostile_suite_recorder
 
-    torch.set_num_threads(max(1, int(os.environ.get("RLVR_TEST_THREADS", "1"))))
+    threads = max(1, int(os.environ.get("RLVR_TEST_THREADS", "1")))
+    torch.set_num_threads(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)  # the commands tests run, in process or spawned
     if not config.pluginmanager.is_registered(hostile_suite_recorder):
         config.pluginmanager.register(hostile_suite_recorder, "hostile-suite-recorder")
 
