@@ -80,8 +80,11 @@ lock:
 # fails if one raises; a notebook stored at the quick profile was already run at it by nbval). Then the tutorials: each
 # notebooks/tutorials/*.ipynb (worked examples, not the study's: they train a tiny random model of their own, offline,
 # in about a minute on one core) executed by papermill into .make/tutorials/ (outputs not compared; fails if one
-# raises). Then the strict build of the documentation site (docs-build, below) and the vLLM tests
-# (test-vllm, below).
+# raises). Then the strict build of the documentation site (docs-build, below). The vLLM tests (test-vllm, below)
+# run on one core (vLLM's server and the tests' client take turns), and the stages after pytest leave a core idle at
+# their ends and in the tutorial and docs stages (measured: ~50% idle there): so they start when pytest ends and run in
+# the background beside those stages, their output kept in $(TEST_VLLM_OUT) and printed after the docs stage; their
+# stage time counts from pytest's end (waiting for vLLM's environment included). Without setsid they run last.
 # Every stage runs, each in its own subshell, whatever an earlier one returned (one flaky test must not
 # hide whether the rest passes); at the end one line per stage (stage, passed/failed, its exit code), and
 # the target fails if any stage failed. Ctrl-C or SIGTERM still stops it at once. A stage that skips itself
@@ -108,24 +111,35 @@ TEST_VLLM_CMD   = $(MAKE) --no-print-directory test-vllm
 quoted = '$(subst ','\'',$(1))'
 # vLLM's environment is built in the background from the start, in its own process group (an interrupt stops all of
 # it): its install is mostly downloads, so it overlaps pytest instead of adding its minutes at the end. The vllm
-# stage waits for it; test-vllm's own `make vllm-env` then finds it built (or retries it and logs why it failed).
+# stage runs in the same job after it; test-vllm's own `make vllm-env` then finds it built (or retries it and logs why
+# it failed).
 TEST_VLLM_ENV_CMD = mkdir -p .make && $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1
+# The background job: build the environment, wait for pytest's end (make test writes $(TEST_VLLM_GO); $$1 is make
+# test's shell: gone without writing it, the job ends), run the stage.
+TEST_VLLM_GO  := .make/test-vllm.go
+TEST_VLLM_OUT := .make/test-vllm.log
+TEST_VLLM_JOB  = ($(TEST_VLLM_ENV_CMD)); while [ ! -s $(TEST_VLLM_GO) ]; do kill -0 "$$1" 2>/dev/null || exit 1; \
+                 sleep 1; done; ($(TEST_VLLM_CMD)) > $(TEST_VLLM_OUT) 2>&1
 test: install
-	@env_job=; stop_env() { if [ -n "$$env_job" ]; then kill -TERM "-$$env_job" 2>/dev/null; fi; }; \
-	trap 'stop_env; exit 130' INT; trap 'stop_env; exit 143' TERM; failed=0; summary=; \
-	if command -v setsid > /dev/null; then setsid $(SHELL) -c $(call quoted,$(TEST_VLLM_ENV_CMD)) & env_job=$$!; fi; \
+	@job=; stop_job() { if [ -n "$$job" ]; then kill -TERM "-$$job" 2>/dev/null; fi; }; \
+	trap 'stop_job; exit 130' INT; trap 'stop_job; exit 143' TERM; failed=0; summary=; \
+	mkdir -p .make && rm -f $(TEST_VLLM_GO) $(TEST_VLLM_OUT); \
+	if command -v setsid > /dev/null; then setsid $(SHELL) -c $(call quoted,$(TEST_VLLM_JOB)) sh "$$$$" & job=$$!; fi; \
 	began=$$(date +%s); t=$$began; \
 	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; now=$$(date +%s); \
-	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s, %s s)' "$$2" $$result "$$1" $$((now - t)))\n"; \
+	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s, %s s)' "$$2" $$result "$$1" $$((now - $${3:-$$t})))\n"; \
 	  t=$$now; }; \
 	echo == lock: $(call quoted,$(TEST_LOCK_CMD));     ($(TEST_LOCK_CMD));   stage $$? lock; \
 	echo == pytest: $(call quoted,$(TEST_PYTEST_CMD)); ($(TEST_PYTEST_CMD)); stage $$? pytest; \
+	go=$$t; if [ -n "$$job" ]; then echo "$$go" > $(TEST_VLLM_GO); \
+	  echo "== vllm, in the background from here (its output after the docs stage): "$(call quoted,$(TEST_VLLM_CMD)); fi; \
 	echo == nbval: $(call quoted,$(TEST_NBVAL_CMD));   ($(TEST_NBVAL_CMD));  stage $$? nbval; \
 	echo == smoke: $(call quoted,$(TEST_SMOKE_CMD));   ($(TEST_SMOKE_CMD));  stage $$? smoke; \
 	echo == tutorial: $(call quoted,$(TEST_TUTORIAL_CMD)); ($(TEST_TUTORIAL_CMD)); stage $$? tutorial; \
 	echo == docs: $(call quoted,$(TEST_DOCS_CMD));     ($(TEST_DOCS_CMD));   stage $$? docs; \
-	echo == vllm: $(call quoted,$(TEST_VLLM_CMD)); if [ -n "$$env_job" ]; then wait "$$env_job"; env_job=; fi; \
-	($(TEST_VLLM_CMD)); stage $$? vllm; \
+	echo == vllm: $(call quoted,$(TEST_VLLM_CMD)); \
+	if [ -n "$$job" ]; then wait "$$job"; code=$$?; job=; cat $(TEST_VLLM_OUT); else go=$$t; ($(TEST_VLLM_CMD)); code=$$?; fi; \
+	stage $$code vllm $$go; \
 	printf '%b' "$$summary"; echo "make test: $$(( $$(date +%s) - began )) s in all (the install before it not counted)"; \
 	exit $$failed
 

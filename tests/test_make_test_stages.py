@@ -1,7 +1,8 @@
 """`make test` runs every stage (the lock print, pytest, nbval, the quick smoke run, the tutorials, the strict docs
 build, the vLLM tests) whatever an earlier one returned, prints one line per stage (stage, passed/failed, exit code,
 seconds) and the total, and fails at the end if any failed.
-vLLM's environment is built in the background from the start and waited for by the vllm stage; Ctrl-C stops it too.
+vLLM's environment is built in the background from the start; the vllm stage runs in that background job from
+pytest's end, beside the later stages, its output printed after theirs; Ctrl-C stops the job too.
 
 The Makefile's logic is tested with stand-ins: each stage's command is a make variable (``TEST_*_CMD``) that the
 command line replaces with a short shell command writing its name to a file and exiting with a chosen code;
@@ -63,7 +64,10 @@ def _stand_ins(ran: Path, codes) -> dict[str, str]:
 def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
     ran = tmp_path / "ran"
     done = _make_test(_stand_ins(ran, codes))
-    assert ran.read_text().split() == list(STAGES), done.stdout  # in order, each once, after any failure
+    order = ran.read_text().split()
+    # in order, each once, after any failure; the vllm stage (in the background from pytest's end) after pytest
+    assert [s for s in order if s != "vllm"] == list(STAGES[:-1]) and order.count("vllm") == 1, done.stdout
+    assert order.index("vllm") > order.index("pytest"), done.stdout
     lines = done.stdout.splitlines()
     summary = [SUMMARY.match(line) for line in lines[-len(STAGES) - 1:-1]]
     assert all(summary), done.stdout
@@ -80,7 +84,7 @@ def test_every_stage_runs_and_the_summary_says_how_each_ended(tmp_path, codes):
 def test_vllms_environment_builds_beside_the_stages_and_the_vllm_stage_waits_for_it(tmp_path, env_seconds,
                                                                                     pytest_seconds):
     """The background build starts with make test: a build shorter than pytest ends during it; a longer one is
-    waited for by the vllm stage alone."""
+    waited for by the vllm stage alone (its time counts from pytest's end)."""
     ran = tmp_path / "ran"
     commands = _stand_ins(ran, (0,) * len(STAGES))
     commands["pytest"] = f"echo pytest >> {ran}; sleep {pytest_seconds}"
@@ -94,11 +98,31 @@ def test_vllms_environment_builds_beside_the_stages_and_the_vllm_stage_waits_for
     total = int(TOTAL.match(done.stdout.splitlines()[-1])[1])
     assert sum(seconds.values()) - 1 <= total <= sum(seconds.values()) + len(STAGES), done.stdout
     order = ran.read_text().split()
-    assert sorted(order) == sorted([*STAGES, "vllm-env"]) and order[-1] == "vllm", order
+    assert sorted(order) == sorted([*STAGES, "vllm-env"]), order
+    assert order.index("vllm") > max(order.index("pytest"), order.index("vllm-env")), order
     if pytest_seconds > env_seconds:
         assert order.index("vllm-env") == order.index("pytest") + 1, order  # built while pytest ran
     else:
         assert order[-2:] == ["vllm-env", "vllm"], order  # the other stages did not wait
+
+
+def test_the_vllm_stage_runs_beside_the_stages_after_pytest_and_its_output_comes_after_theirs(tmp_path):
+    """vLLM's tests take one core: they start when pytest ends and overlap nbval (here 3 s each: the whole run takes
+    about 3 s, not 6); their output is printed after the docs stage's, before the summary."""
+    ran = tmp_path / "ran"
+    commands = _stand_ins(ran, (0,) * len(STAGES))
+    commands["nbval"] = f"sleep 3; echo nbval >> {ran}"
+    commands["vllm"] = f"echo vllm-started >> {ran}; sleep 3; echo the-vllm-output; exit 3"
+    done = _make_test(commands)
+    order = ran.read_text().split()
+    assert order.index("vllm-started") < order.index("nbval"), order  # started while nbval ran
+    lines = done.stdout.splitlines()
+    docs = next(i for i, line in enumerate(lines) if line.startswith("== docs:"))
+    summary = next(i for i, line in enumerate(lines) if SUMMARY.match(line))
+    assert docs < lines.index("the-vllm-output") < summary, done.stdout
+    seconds = {m[1]: (m[2], int(m[4])) for m in map(SUMMARY.match, lines) if m}
+    assert seconds["vllm"][0] == "failed" and 3 <= seconds["vllm"][1] <= 5, done.stdout  # its own time, its code
+    assert int(TOTAL.match(lines[-1])[1]) <= 5 and done.returncode != 0, done.stdout
 
 
 def test_each_stage_command_is_echoed_with_its_quotes_kept(tmp_path):
@@ -122,14 +146,19 @@ def test_the_stages_default_to_the_real_commands():
                "RLVR_CACHE_ONLY=1 OMP_NUM_THREADS=1", "--nbval-lax $full", "--nbval-lax $quick",
                "reproduce --profile quick --force --workers 2",
                "papermill --no-progress-bar -k python3 \"$nb\" \".make/tutorials/", "-m mkdocs build --strict",
-               "wait \"$env_job\"", "(make --no-print-directory test-vllm)",
+               "wait \"$job\"", "else go=$t; (make --no-print-directory test-vllm)",
                "exit $failed"]
-    # vLLM's environment is built in the background from the start, in its own process group.
-    needles.insert(0, "setsid /bin/sh -c 'mkdir -p .make && make --no-print-directory vllm-env > .make/vllm-env.log 2>&1' &")
+    # vLLM's environment is built in the background from the start, in its own process group; the same job runs
+    # the vllm stage once make test writes the go file after pytest.
+    needles[:0] = ["setsid /bin/sh -c '(mkdir -p .make && make --no-print-directory vllm-env > .make/vllm-env.log "
+                   "2>&1); while [ ! -s .make/test-vllm.go ]",
+                   "(make --no-print-directory test-vllm) > .make/test-vllm.log 2>&1' sh \"$$\" &"]
+    needles.insert(needles.index("-m pytest -n 2 -q tests") + 1, "echo \"$go\" > .make/test-vllm.go")
     where = [text.find(needle) for needle in needles]
     assert -1 not in where and where == sorted(where), text
-    for stage in STAGES:
+    for stage in STAGES[:-1]:
         assert f"stage $? {stage};" in text
+    assert "stage $code vllm $go;" in text  # its code from the job or the fallback, its time from pytest's end
 
 
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads process states from /proc (Linux)")
