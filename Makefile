@@ -83,8 +83,9 @@ lock:
 # raises). Then the strict build of the documentation site (docs-build, below). The vLLM tests (test-vllm, below)
 # run on one core (vLLM's server and the tests' client take turns), and the stages after pytest leave a core idle at
 # their ends and in the tutorial and docs stages (measured: ~50% idle there): so they start when pytest ends and run in
-# the background beside those stages, their output kept in $(TEST_VLLM_OUT) and printed after the docs stage; their
-# stage time counts from pytest's end (waiting for vLLM's environment included). Without setsid they run last.
+# the background beside those stages, their output kept in a temporary file and printed after the docs stage; their
+# stage time runs from pytest's end to their own (waiting for vLLM's environment included). Without setsid they run
+# last.
 # Every stage runs, each in its own subshell, whatever an earlier one returned (one flaky test must not
 # hide whether the rest passes); at the end one line per stage (stage, passed/failed, its exit code), and
 # the target fails if any stage failed. Ctrl-C or SIGTERM still stops it at once. A stage that skips itself
@@ -114,32 +115,32 @@ quoted = '$(subst ','\'',$(1))'
 # stage runs in the same job after it; test-vllm's own `make vllm-env` then finds it built (or retries it and logs why
 # it failed).
 TEST_VLLM_ENV_CMD = mkdir -p .make && $(MAKE) --no-print-directory vllm-env > $(VLLM_LOG) 2>&1
-# The background job: build the environment, wait for pytest's end (make test writes $(TEST_VLLM_GO); $$1 is make
-# test's shell: gone without writing it, the job ends), run the stage.
-TEST_VLLM_GO  := .make/test-vllm.go
-TEST_VLLM_OUT := .make/test-vllm.log
-TEST_VLLM_JOB  = ($(TEST_VLLM_ENV_CMD)); while [ ! -s $(TEST_VLLM_GO) ]; do kill -0 "$$1" 2>/dev/null || exit 1; \
-                 sleep 1; done; ($(TEST_VLLM_CMD)) > $(TEST_VLLM_OUT) 2>&1
+# The background job ($$1: make test's shell; $$2: this make test's own temporary folder, so that two at once in
+# one checkout never read each other's files): build the environment, wait for pytest's end (make test writes $$2/go;
+# its shell gone without writing it, the job ends), run the stage into $$2/out, write when it ended to $$2/end.
+TEST_VLLM_JOB  = ($(TEST_VLLM_ENV_CMD)); while [ ! -s "$$2/go" ]; do kill -0 "$$1" 2>/dev/null || exit 1; \
+                 sleep 1; done; ($(TEST_VLLM_CMD)) > "$$2/out" 2>&1; code=$$?; date +%s > "$$2/end"; exit $$code
 test: install
-	@job=; stop_job() { if [ -n "$$job" ]; then kill -TERM "-$$job" 2>/dev/null; fi; }; \
+	@job=; run=$$(mktemp -d) || exit 1; \
+	stop_job() { if [ -n "$$job" ]; then kill -TERM "-$$job" 2>/dev/null; fi; rm -rf "$$run"; }; \
 	trap 'stop_job; exit 130' INT; trap 'stop_job; exit 143' TERM; failed=0; summary=; \
-	mkdir -p .make && rm -f $(TEST_VLLM_GO) $(TEST_VLLM_OUT); \
-	if command -v setsid > /dev/null; then setsid $(SHELL) -c $(call quoted,$(TEST_VLLM_JOB)) sh "$$$$" & job=$$!; fi; \
+	if command -v setsid > /dev/null; then setsid $(SHELL) -c $(call quoted,$(TEST_VLLM_JOB)) sh "$$$$" "$$run" & job=$$!; fi; \
 	began=$$(date +%s); t=$$began; \
-	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; now=$$(date +%s); \
+	stage() { if [ "$$1" -eq 0 ]; then result=passed; else result=failed; failed=1; fi; now=$${4:-$$(date +%s)}; \
 	  summary="$$summary$$(printf 'make test: %-8s %s (exit code %s, %s s)' "$$2" $$result "$$1" $$((now - $${3:-$$t})))\n"; \
 	  t=$$now; }; \
 	echo == lock: $(call quoted,$(TEST_LOCK_CMD));     ($(TEST_LOCK_CMD));   stage $$? lock; \
 	echo == pytest: $(call quoted,$(TEST_PYTEST_CMD)); ($(TEST_PYTEST_CMD)); stage $$? pytest; \
-	go=$$t; if [ -n "$$job" ]; then echo "$$go" > $(TEST_VLLM_GO); \
+	go=$$t; if [ -n "$$job" ]; then echo "$$go" > "$$run/go"; \
 	  echo "== vllm, in the background from here (its output after the docs stage): "$(call quoted,$(TEST_VLLM_CMD)); fi; \
 	echo == nbval: $(call quoted,$(TEST_NBVAL_CMD));   ($(TEST_NBVAL_CMD));  stage $$? nbval; \
 	echo == smoke: $(call quoted,$(TEST_SMOKE_CMD));   ($(TEST_SMOKE_CMD));  stage $$? smoke; \
 	echo == tutorial: $(call quoted,$(TEST_TUTORIAL_CMD)); ($(TEST_TUTORIAL_CMD)); stage $$? tutorial; \
 	echo == docs: $(call quoted,$(TEST_DOCS_CMD));     ($(TEST_DOCS_CMD));   stage $$? docs; \
 	echo == vllm: $(call quoted,$(TEST_VLLM_CMD)); \
-	if [ -n "$$job" ]; then wait "$$job"; code=$$?; job=; cat $(TEST_VLLM_OUT); else go=$$t; ($(TEST_VLLM_CMD)); code=$$?; fi; \
-	stage $$code vllm $$go; \
+	if [ -n "$$job" ]; then wait "$$job"; code=$$?; job=; cat "$$run/out"; end=$$(cat "$$run/end" 2>/dev/null); \
+	else go=$$t; ($(TEST_VLLM_CMD)); code=$$?; end=; fi; \
+	stage $$code vllm $$go $$end; rm -rf "$$run"; \
 	printf '%b' "$$summary"; echo "make test: $$(( $$(date +%s) - began )) s in all (the install before it not counted)"; \
 	exit $$failed
 
