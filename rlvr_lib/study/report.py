@@ -352,8 +352,8 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = (),
     policy and testbed as the table's runs. ``read``: the render's `records_reader` (one render reads each folder
     once, not once per section or shared row).
     """
-    folder = read or records_reader(root)
-    records = folder(experiment)
+    read = read or records_reader(root)
+    records = read(experiment)
     if not records:
         return [f"*No `{experiment}` runs committed yet.*"]
     current = current_testbed()
@@ -361,7 +361,7 @@ def _method_section(root: Path, experiment: str, title: str, shared: tuple = (),
     lines: list[str] = []
     for i, group in enumerate(groups):
         recs = [r for r in records if measured_on(r) == group]
-        rows = [(label, [r for r in folder(other) if r.name == name and measured_on(r) == group])
+        rows = [(label, [r for r in read(other) if r.name == name and measured_on(r) == group])
                 for other, name, label in shared]
         lines += ([] if i == 0 else [""]) + _method_table(recs, experiment, title, rows)
     return lines
