@@ -151,6 +151,13 @@ def _imported_names(tree: ast.AST, package: str) -> list[str]:
     return names
 
 
+@functools.lru_cache(maxsize=4096)
+def _module_imports(text: str, path: str, package: str) -> tuple[str, ...]:
+    """`_imported_names` of one module's text, parsed once per process (each entry set's closure reads the same
+    modules again)."""
+    return tuple(_imported_names(ast.parse(text, path), package))
+
+
 def _parents(name: str) -> list[str]:
     """The packages Python runs before module ``name``: ``a.b.c`` gives ``a`` and ``a.b``."""
     parts = name.split(".")
@@ -182,7 +189,7 @@ def import_closure(entries: Iterable[str], source: Mapping[str, str], *, package
         found[name] = path
         todo += _parents(name)
         own = name if path.endswith("__init__.py") else name.rpartition(".")[0]
-        for target in _imported_names(ast.parse(source[path], path), own):
+        for target in _module_imports(source[path], path, own):
             if target == package or target.startswith(package + "."):
                 todo.append(target)  # "a.b" that is a name in module "a" has no file: skipped above
     return found
