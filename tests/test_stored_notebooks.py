@@ -24,7 +24,7 @@ AWAITING_RECORDS = {
     # recompute's (issue 58, results/recompute-58/), not committed yet. When a notebook's records are promoted
     # (`python -m rlvr_lib.study.staging promote ... --notebooks NN`), it is executed in place
     # (`python -m rlvr_lib.study.reproduce --profile full --only NN --force`) and leaves this set.
-    "03_nudgerl", "04_3po", "05_sage",
+    "04_3po", "05_sage",
     "06_vigor", "07_head_to_head", "08_discovery",
 }
 
